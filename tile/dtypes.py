@@ -1,0 +1,97 @@
+"""Tile's element types and the promotion rules of the original Tile (PlaidML v0).
+
+* A float side wins, whatever its width (``int64 + float16 -> float16``).
+* Otherwise the wider type wins; on equal widths the **left** operand wins
+  (``int32 + uint32 -> int32``, ``uint32 + int32 -> uint32``).
+* ``bool`` takes part as a 1-bit integer, so ``bool + int8 -> int8``; arithmetic whose result
+  would still be ``bool`` (``bool + bool``, ``+``/``*`` aggregation of bools) is done in int32.
+* Integer literals are int32 (int64 when the value does not fit), float literals float32.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import numpy as np
+
+
+class DType(Enum):
+    BOOL = "bool"
+    INT8 = "int8"
+    INT16 = "int16"
+    INT32 = "int32"
+    INT64 = "int64"
+    UINT8 = "uint8"
+    UINT16 = "uint16"
+    UINT32 = "uint32"
+    UINT64 = "uint64"
+    FLOAT16 = "float16"
+    FLOAT32 = "float32"
+    FLOAT64 = "float64"
+
+    @property
+    def bits(self) -> int:
+        return 1 if self is DType.BOOL else np.dtype(self.value).itemsize * 8
+
+    @property
+    def is_float(self) -> bool:
+        return self.value.startswith("float")
+
+    @property
+    def is_int(self) -> bool:
+        """Signed or unsigned integer (not bool)."""
+        return self.value.startswith(("int", "uint"))
+
+    @property
+    def is_signed(self) -> bool:
+        return self.value.startswith("int") or self.is_float
+
+    @property
+    def numpy(self) -> np.dtype:
+        return np.dtype(self.value)
+
+    @staticmethod
+    def of(array_dtype: np.dtype | type | str) -> DType:
+        """The Tile type of a numpy dtype; ``TypeError`` for types Tile does not have."""
+        name = np.dtype(array_dtype).name
+        try:
+            return DType(name)
+        except ValueError:
+            raise TypeError(f"numpy dtype '{name}' has no Tile equivalent") from None
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def promote(lhs: DType, rhs: DType) -> DType:
+    """The common type of a binary operation, by the original Tile rules (left wins ties)."""
+    if lhs.is_float != rhs.is_float:
+        return lhs if lhs.is_float else rhs
+    return rhs if rhs.bits > lhs.bits else lhs
+
+
+def promote_all(types: list[DType]) -> DType:
+    assert types
+    out = types[0]
+    for t in types[1:]:
+        out = promote(out, t)
+    return out
+
+
+def arithmetic(t: DType) -> DType:
+    """The type arithmetic is done in: bool counts as int32 so that True + True == 2."""
+    return DType.INT32 if t is DType.BOOL else t
+
+
+def float_of(t: DType) -> DType:
+    """The type a float builtin (exp, sqrt, ...) returns: floats keep theirs, others get float32."""
+    return t if t.is_float else DType.FLOAT32
+
+
+def literal_int_type(value: int) -> DType:
+    return DType.INT32 if -(2**31) <= value < 2**31 else DType.INT64
+
+
+INT_BITS = {8: DType.INT8, 16: DType.INT16, 32: DType.INT32, 64: DType.INT64}
+UINT_BITS = {8: DType.UINT8, 16: DType.UINT16, 32: DType.UINT32, 64: DType.UINT64}
+FLOAT_BITS = {16: DType.FLOAT16, 32: DType.FLOAT32, 64: DType.FLOAT64}
