@@ -1,0 +1,267 @@
+"""Exact evaluation of one contraction by chunked enumeration of its index box.
+
+The box comes from ``tile.bounds.index_box`` (exact rational projection, rounded inward). Each
+chunk of box points is filtered exactly: every index expression must be an integer (checked on the
+integer numerator ``L * poly`` for the common denominator ``L``) in range, and every constraint
+must hold; conditions the box already implies are skipped. Survivors gather their operands,
+combine them, and aggregate with ``ufunc.at`` into the output. Elements nothing writes keep 0 or
+the ``default`` tensor's value. Memory is bounded by the chunk size whatever the box size.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from ref_interp.numerics import Numerics
+from tile.ast import AggOp, CombOp
+from tile.bounds import Range, empty_error, index_box, ranges
+from tile.dtypes import DType, promote
+from tile.errors import TileRuntimeError
+from tile.typed import TContraction
+
+DEFAULT_MAX_POINTS = 10**9
+CHUNK = 1 << 20
+
+
+def max_points_default() -> int:
+    return int(os.environ.get("TILE_INTERP_MAX_POINTS", DEFAULT_MAX_POINTS))
+
+
+@dataclass
+class _Cond:
+    """One validity condition compiled to integer arithmetic: ``lo <= (coeffs·x + const) / den <= hi``."""
+
+    coeffs: list[tuple[int, int]]  # (variable position, integer numerator coefficient)
+    const: int
+    den: int
+    lo: int
+    hi: int
+    needed: bool  # False when the box already implies it
+
+    def value(self, vals: list[np.ndarray], n: int) -> np.ndarray:
+        out = np.full(n, self.const, dtype=np.int64)
+        for pos, c in self.coeffs:
+            out += c * vals[pos] if c != 1 else vals[pos]
+        return out
+
+
+def _compile(r: Range, order: dict[str, int], box: list[tuple[int, int]]) -> _Cond:
+    den = r.poly.denominator
+    coeffs = [(order[v], int(c * den)) for v, c in r.poly.terms]
+    const = int(r.poly.const * den)
+    # Interval of the poly over the box; the condition is implied when integrality is certain
+    # (den == 1) and the interval lies inside [lo, hi].
+    lo_v = hi_v = Fraction(const, den)
+    for pos, c in coeffs:
+        a, b = box[pos]
+        lo_v += Fraction(min(c * a, c * b), den)
+        hi_v += Fraction(max(c * a, c * b), den)
+    needed = den != 1 or lo_v < r.lo or hi_v > r.hi
+    return _Cond(coeffs, const, den, int(r.lo), int(r.hi), needed)
+
+
+def evaluate(c: TContraction, env: dict[str, np.ndarray], nx: Numerics,
+             max_points: int | None = None) -> np.ndarray:
+    """The value of contraction ``c`` given every tensor it reads in ``env`` (in ``nx`` storage)."""
+    shape = c.type.shape
+    dtype = c.type.dtype
+    size = int(np.prod(shape, dtype=np.int64))
+    init = _initial(c, env, nx)
+    if size == 0 or any(env[a.tensor].size == 0 for a in c.operands):
+        return init.reshape(shape)  # nothing can be aggregated: 0 (or default) everywhere
+    names = list(c.index_names)
+    box_map = index_box(c)
+    box = [box_map[v] for v in names]
+    extents = [hi - lo + 1 for lo, hi in box]
+    total = int(np.prod(extents, dtype=object))  # 1 for a contraction without indices
+    limit = max_points if max_points is not None else max_points_default()
+    if total > limit:
+        raise TileRuntimeError(
+            f"the index space of '{c.name}' has {total} points, more than the interpreter's limit of "
+            f"{limit}", c.span,
+            hint="use smaller inputs, or raise the limit (max_points=..., --max-points, or "
+            "TILE_INTERP_MAX_POINTS)")
+    order = {v: k for k, v in enumerate(names)}
+    conds_src = ranges(c)
+    conds = [_compile(r, order, box) for r in conds_src]
+    accesses = [c.output, *c.operands]
+    strides = [_strides(a.type.shape) for a in accesses]
+    operand_values = [_operand_storage(c, k, env, nx) for k in range(len(c.operands))]
+    acc = _identity_buffer(c.agg, dtype, size, nx)
+    written = np.zeros(size, dtype=bool)
+    writer = np.full(size, -1, dtype=np.int64) if c.agg is AggOp.ASSIGN else None
+    any_valid = False
+    for start in range(0, total, CHUNK):
+        lin = np.arange(start, min(total, start + CHUNK), dtype=np.int64)
+        vals = _decode(lin, box, extents)
+        n = len(lin)
+        ok = np.ones(n, dtype=bool)
+        idx_values = []
+        for cond in conds:
+            v = cond.value(vals, n)
+            if cond.den != 1:
+                ok &= v % cond.den == 0
+                v = v // cond.den
+            if cond.needed:
+                ok &= (v >= cond.lo) & (v <= cond.hi)
+            idx_values.append(v)
+        sel = np.flatnonzero(ok)
+        if not len(sel):
+            continue
+        any_valid = True
+        flats = []
+        pos = 0
+        for a, st in zip(accesses, strides):
+            f = np.zeros(len(sel), dtype=np.int64)
+            for k in range(len(a.polys)):
+                f += idx_values[pos + k][sel] * st[k]
+            pos += len(a.polys)
+            flats.append(f)
+        values = _combine(c, [ov[f] for ov, f in zip(operand_values, flats[1:])], nx)
+        out_flat = flats[0]
+        if writer is not None:
+            _check_single_writer(c, out_flat, lin[sel], writer, names, box, extents, shape)
+            acc[out_flat] = values
+        else:
+            _aggregate(c.agg, acc, out_flat, values)
+        written[out_flat] = True
+    if not any_valid:
+        raise empty_error(c, _diagnose_empty(c, conds, conds_src, box, extents, total))
+    return np.where(written, acc, init.reshape(-1)).reshape(shape)
+
+
+# ------------------------------------------------------------------------- helpers
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    out, s = [], 1
+    for d in reversed(shape):
+        out.append(s)
+        s *= d
+    return out[::-1]
+
+
+def _decode(lin: np.ndarray, box, extents) -> list[np.ndarray]:
+    vals: list[np.ndarray] = [None] * len(box)  # type: ignore[list-item]
+    rem = lin
+    for k in range(len(box) - 1, -1, -1):
+        vals[k] = rem % extents[k] + box[k][0]
+        rem = rem // extents[k]
+    return vals
+
+
+def _initial(c: TContraction, env, nx: Numerics) -> np.ndarray:
+    if c.default is not None:
+        return np.array(nx.cast(env[c.default], c.type.dtype), copy=True)
+    out = np.zeros(c.type.shape, dtype=nx.storage(c.type.dtype))
+    if out.dtype == object:
+        out[...] = Fraction(0)
+    return out
+
+
+def _identity_buffer(agg: AggOp, dt: DType, size: int, nx: Numerics) -> np.ndarray:
+    storage = nx.storage(dt)
+    if agg is AggOp.PROD:
+        ident = Fraction(1) if storage == object else 1
+    elif agg in (AggOp.MAX, AggOp.MIN):
+        low = agg is AggOp.MAX
+        if dt is DType.BOOL:
+            ident = not low
+        elif dt.is_float:
+            ident = -np.inf if low else np.inf
+            ident = float(ident) if storage == object else ident
+        else:
+            info = np.iinfo(dt.numpy)
+            ident = info.min if low else info.max
+    else:
+        ident = Fraction(0) if storage == object else 0
+    buf = np.empty(size, dtype=storage)
+    buf[...] = ident
+    return buf
+
+
+def _operand_storage(c: TContraction, k: int, env, nx: Numerics) -> np.ndarray:
+    """Operand ``k`` flattened, converted to the type it is combined in."""
+    arr = env[c.operands[k].tensor]
+    if c.comb in (CombOp.EQ, CombOp.COND) and k < 2:
+        common = promote(c.operands[0].type.dtype, c.operands[1].type.dtype)
+        return np.ascontiguousarray(nx.cast(arr, common)).reshape(-1)
+    return np.ascontiguousarray(nx.cast(arr, c.type.dtype)).reshape(-1)
+
+
+def _combine(c: TContraction, vals: list[np.ndarray], nx: Numerics) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        if c.comb is CombOp.NONE:
+            return vals[0]
+        if c.comb is CombOp.MUL:
+            return vals[0] * vals[1]
+        if c.comb is CombOp.ADD:
+            return vals[0] + vals[1]
+        eq = np.asarray(vals[0] == vals[1], dtype=bool)
+        if c.comb is CombOp.EQ:
+            return nx.cast(eq, c.type.dtype)
+        return np.where(eq, vals[2], nx.const(0, c.type.dtype))
+
+
+_AT = {AggOp.SUM: np.add, AggOp.PROD: np.multiply}
+
+
+def _aggregate(agg: AggOp, acc: np.ndarray, where: np.ndarray, values: np.ndarray) -> None:
+    with np.errstate(all="ignore"):
+        if agg in _AT:
+            _AT[agg].at(acc, where, values)
+        elif acc.dtype == object:
+            # object arrays mix Fractions with float ±inf/nan: compare one by one, nan wins
+            pick = (lambda a, b: a if a > b else b) if agg is AggOp.MAX else (lambda a, b: a if a < b else b)
+            for w, v in zip(where.tolist(), values.tolist()):
+                cur = acc[w]
+                acc[w] = cur if cur != cur else v if v != v else pick(cur, v)
+        else:
+            (np.maximum if agg is AggOp.MAX else np.minimum).at(acc, where, values)
+
+
+def _check_single_writer(c, out_flat, lin, writer, names, box, extents, shape) -> None:
+    """`=` writes each output element at most once; name the element and both writers if not."""
+    order = np.argsort(out_flat, kind="stable")
+    sorted_flat = out_flat[order]
+    dup = np.flatnonzero(sorted_flat[1:] == sorted_flat[:-1])
+    clash = np.flatnonzero(writer[out_flat] >= 0)
+    if len(dup):
+        k = dup[0]
+        pos, first, second = sorted_flat[k], lin[order[k]], lin[order[k + 1]]
+    elif len(clash):
+        k = clash[0]
+        pos, first, second = out_flat[k], writer[out_flat[k]], lin[k]
+    else:
+        writer[out_flat] = lin
+        return
+    where = np.unravel_index(int(pos), shape)
+
+    def tuple_of(l: int) -> str:
+        vals = _decode(np.array([l], dtype=np.int64), box, extents)
+        return ", ".join(f"{v}={int(x[0])}" for v, x in zip(names, vals))
+
+    raise TileRuntimeError(
+        f"`=` writes {c.name}[{', '.join(str(int(w)) for w in where)}] more than once: from "
+        f"({tuple_of(int(first))}) and ({tuple_of(int(second))})", c.span,
+        hint="`=` needs each output element written by one index tuple; use +, >, < or * to combine "
+        "several values, or add a constraint")
+
+
+def _diagnose_empty(c, conds, conds_src, box, extents, total) -> Range:
+    """The first condition (in order) after which no point of the box survives."""
+    alive = np.zeros(len(conds), dtype=np.int64)
+    for start in range(0, total, CHUNK):
+        lin = np.arange(start, min(total, start + CHUNK), dtype=np.int64)
+        vals = _decode(lin, box, extents)
+        ok = np.ones(len(lin), dtype=bool)
+        for k, cond in enumerate(conds):
+            v = cond.value(vals, len(lin))
+            ok &= (v % cond.den == 0)
+            v = v // cond.den
+            ok &= (v >= cond.lo) & (v <= cond.hi)
+            alive[k] += int(ok.sum())
+    first = int(np.flatnonzero(alive == 0)[0])
+    return conds_src[first]

@@ -1,0 +1,350 @@
+"""numpy implementations of every elementwise builtin, with Tile's exact semantics.
+
+``apply(nx, call, args)`` evaluates one ``TCall`` whose arguments are already evaluated. Operands
+are first converted to the type the operation works in (the result type for arithmetic, the
+promoted operand type for comparisons); then:
+
+* integer ``/`` truncates toward zero and ``x / 0`` is 0; integer arithmetic wraps;
+* float ``/`` follows IEEE (±inf, nan); ``max``/``min`` propagate nan;
+* ``round`` rounds half away from zero; ``?:`` is true where the condition is non-zero;
+* shift counts are taken modulo the operand width (as OpenCL does);
+* ``gather``/``scatter`` clamp out-of-range indices to the valid range.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from fractions import Fraction
+
+import numpy as np
+
+from ref_interp.numerics import Numerics
+from tile.dtypes import DType, promote
+from tile.typed import TCall
+
+Impl = Callable[[Numerics, TCall, list[np.ndarray]], np.ndarray]
+IMPLS: dict[str, Impl] = {}
+
+
+def _impl(*names: str):
+    def register(fn: Impl) -> Impl:
+        for n in names:
+            IMPLS[n] = fn
+        return fn
+    return register
+
+
+def apply(nx: Numerics, call: TCall, args: list[np.ndarray]) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        out = IMPLS[call.fn](nx, call, args)
+    out = np.asarray(out)
+    shape = call.type.shape
+    if out.shape != shape:
+        out = np.broadcast_to(out, shape)
+    return out
+
+
+def _as(nx: Numerics, call: TCall, args: list[np.ndarray]) -> list[np.ndarray]:
+    """All arguments converted to the call's result type."""
+    return [nx.cast(a, call.type.dtype) for a in args]
+
+
+def _is_exact_float(nx: Numerics, call: TCall) -> bool:
+    return nx.exact and call.type.dtype.is_float
+
+
+def _objwise(fn: Callable, *arrays: np.ndarray) -> np.ndarray:
+    return np.asarray(np.frompyfunc(fn, len(arrays), 1)(*arrays), dtype=object)
+
+
+# ------------------------------------------------------------------------- arithmetic
+@_impl("add")
+def _add(nx, call, args):
+    a, b = _as(nx, call, args)
+    return a + b
+
+
+@_impl("sub")
+def _sub(nx, call, args):
+    a, b = _as(nx, call, args)
+    return a - b
+
+
+@_impl("mul")
+def _mul(nx, call, args):
+    a, b = _as(nx, call, args)
+    return a * b
+
+
+def _exact_div(a, b):
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return a / b
+        except ZeroDivisionError:
+            return math.nan if a == 0 or a != a else math.copysign(math.inf, a)
+    if b == 0:
+        return math.nan if a == 0 else math.copysign(math.inf, a)
+    return Fraction(a) / b
+
+
+def int_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C division: truncate toward zero; ``x / 0`` is 0; ``INT_MIN / -1`` wraps."""
+    zero = b == 0
+    b1 = np.where(zero, np.ones_like(b), b)
+    q = np.floor_divide(a, b1)
+    r = a - q * b1
+    if a.dtype.kind == "i":
+        q = q + ((r != 0) & ((a < 0) != (b1 < 0))).astype(q.dtype)
+    return np.where(zero, np.zeros_like(q), q)
+
+
+@_impl("div")
+def _div(nx, call, args):
+    a, b = _as(nx, call, args)
+    dt = call.type.dtype
+    if _is_exact_float(nx, call):
+        return _objwise(_exact_div, a, b)
+    if dt.is_float:
+        return np.true_divide(a, b)
+    a, b = np.broadcast_arrays(a, b)
+    return int_divide(a, b)
+
+
+@_impl("neg")
+def _neg(nx, call, args):
+    (a,) = _as(nx, call, args)
+    return -a
+
+
+@_impl("ident")
+def _ident(nx, call, args):
+    return _as(nx, call, args)[0]
+
+
+@_impl("abs")
+def _abs(nx, call, args):
+    (a,) = _as(nx, call, args)
+    if call.type.dtype is DType.BOOL:
+        return a
+    return np.abs(a)
+
+
+@_impl("relu")
+def _relu(nx, call, args):
+    (a,) = _as(nx, call, args)
+    zero = nx.const(0, call.type.dtype)
+    return np.where(a < zero, zero, a)
+
+
+def _nan_aware(pick_first: Callable):
+    def fn(a, b):
+        if isinstance(a, float) and a != a:
+            return a
+        if isinstance(b, float) and b != b:
+            return b
+        return a if pick_first(a, b) else b
+    return fn
+
+
+@_impl("max")
+def _max(nx, call, args):
+    a, b = _as(nx, call, args)
+    if _is_exact_float(nx, call):
+        return _objwise(_nan_aware(lambda x, y: x >= y), a, b)
+    return np.maximum(a, b)
+
+
+@_impl("min")
+def _min(nx, call, args):
+    a, b = _as(nx, call, args)
+    if _is_exact_float(nx, call):
+        return _objwise(_nan_aware(lambda x, y: x <= y), a, b)
+    return np.minimum(a, b)
+
+
+# ------------------------------------------------------------------------ comparisons
+_COMPARE = {"cmp_eq": np.equal, "cmp_ne": np.not_equal, "cmp_lt": np.less, "cmp_gt": np.greater,
+            "cmp_le": np.less_equal, "cmp_ge": np.greater_equal}
+
+
+@_impl(*_COMPARE)
+def _compare(nx, call, args):
+    common = promote(call.args[0].type.dtype, call.args[1].type.dtype)
+    a, b = (nx.cast(x, common) for x in args)
+    return np.asarray(_COMPARE[call.fn](a, b), dtype=bool)
+
+
+@_impl("cond")
+def _cond(nx, call, args):
+    c = nx.cast(args[0], DType.BOOL)
+    a, b = (nx.cast(x, call.type.dtype) for x in args[1:])
+    return np.where(c, a, b)
+
+
+# ----------------------------------------------------------------------------- bits
+@_impl("bit_and", "bit_or", "bit_xor")
+def _bitwise(nx, call, args):
+    a, b = _as(nx, call, args)
+    fn = {"bit_and": np.bitwise_and, "bit_or": np.bitwise_or, "bit_xor": np.bitwise_xor}[call.fn]
+    return fn(a, b)
+
+
+@_impl("bit_not")
+def _bit_not(nx, call, args):
+    (a,) = _as(nx, call, args)
+    return np.logical_not(a) if a.dtype == bool else np.invert(a)
+
+
+@_impl("bit_left", "bit_right")
+def _shift(nx, call, args):
+    dt = call.type.dtype
+    work = DType.INT32 if dt is DType.BOOL else dt
+    a = nx.cast(args[0], work)
+    count = nx.cast(args[1], work) & np.asarray(work.bits - 1, dtype=work.numpy)
+    out = np.left_shift(a, count) if call.fn == "bit_left" else np.right_shift(a, count)
+    return nx.cast(out, dt)
+
+
+# --------------------------------------------------------------------- float functions
+_FLOAT_FNS: dict[str, Callable] = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "tan": np.tan,
+    "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asin": np.arcsin, "acos": np.arccos,
+    "atan": np.arctan, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+}
+
+
+def _via_float64(nx: Numerics, call: TCall, fn: Callable, *arrays: np.ndarray) -> np.ndarray:
+    """Exact mode: evaluate in float64 and convert the result back (exactly) to Fractions."""
+    nx.fallback(call.fn)
+    floats = [np.asarray(a.astype(np.float64)) for a in arrays]
+    return nx.cast(np.asarray(fn(*floats)), call.type.dtype)
+
+
+@_impl(*_FLOAT_FNS)
+def _float_fn(nx, call, args):
+    (a,) = _as(nx, call, args)
+    fn = _FLOAT_FNS[call.fn]
+    if _is_exact_float(nx, call):
+        return _via_float64(nx, call, fn, a)
+    one = np.asarray(1, dtype=a.dtype)
+    if call.fn == "sigmoid":
+        return one / (one + np.exp(-a))
+    return fn(a)
+
+
+def _round_half_away(x: np.ndarray) -> np.ndarray:
+    t = np.trunc(x)
+    frac = x - t  # exact in binary floating point
+    return t + np.where(np.abs(frac) >= 0.5, np.sign(x), 0).astype(x.dtype)
+
+
+def _exact_rounding(fn: str):
+    def go(x):
+        if isinstance(x, float):
+            return x  # inf and nan round to themselves
+        if fn == "floor":
+            return Fraction(math.floor(x))
+        if fn == "ceil":
+            return Fraction(math.ceil(x))
+        t = math.trunc(x)
+        return Fraction(t + (int(math.copysign(1, x)) if abs(x - t) >= Fraction(1, 2) else 0))
+    return go
+
+
+@_impl("floor", "ceil", "round")
+def _rounding(nx, call, args):
+    (a,) = _as(nx, call, args)
+    if _is_exact_float(nx, call):
+        return _objwise(_exact_rounding(call.fn), a)
+    if call.fn == "floor":
+        return np.floor(a)
+    if call.fn == "ceil":
+        return np.ceil(a)
+    return _round_half_away(a)
+
+
+def _exact_pow(a, b):
+    if isinstance(a, Fraction) and isinstance(b, Fraction) and b.denominator == 1 and (a != 0 or b >= 0):
+        return a ** int(b)
+    return None
+
+
+@_impl("pow")
+def _pow(nx, call, args):
+    a, b = _as(nx, call, args)
+    if _is_exact_float(nx, call):
+        out = _objwise(_exact_pow, a, b)
+        missing = np.equal(out, None)
+        if missing.any():
+            approx = _via_float64(nx, call, np.power, *np.broadcast_arrays(a, b))
+            out = np.where(missing, approx, out)
+        return out
+    return np.power(a, b)
+
+
+# ---------------------------------------------------------------------------- casts
+@_impl("as_float", "as_int", "as_uint", "as_bool")
+def _convert(nx, call, args):
+    return nx.cast(args[0], call.type.dtype)
+
+
+# ------------------------------------------------------------------- structural ops
+@_impl("index")
+def _index(nx, call, args):
+    axis = call.params[0]
+    shape = call.type.shape
+    view = [1] * len(shape)
+    view[axis] = shape[axis]
+    return np.broadcast_to(np.arange(shape[axis], dtype=np.int32).reshape(view), shape)
+
+
+@_impl("shape")
+def _shape(nx, call, args):
+    return np.asarray(call.args[0].type.shape, dtype=np.int32).reshape(call.type.shape)
+
+
+@_impl("reshape")
+def _reshape(nx, call, args):
+    return np.ascontiguousarray(args[0]).reshape(call.type.shape)
+
+
+@_impl("gather")
+def _gather(nx, call, args):
+    data, idx = args
+    idx = np.clip(idx.astype(np.int64), 0, data.shape[0] - 1)
+    return data[idx]
+
+
+@_impl("scatter")
+def _scatter(nx, call, args):
+    values, idx, _like = args
+    dt = call.type.dtype
+    out = np.zeros(call.type.shape, dtype=nx.storage(dt))
+    if nx.exact and dt.is_float:
+        out[...] = Fraction(0)
+    if out.shape[0] == 0 or values.size == 0:
+        return out
+    idx = np.clip(idx.astype(np.int64), 0, out.shape[0] - 1)
+    np.add.at(out, idx, nx.cast(values, dt))
+    return out
+
+
+def _softmax_rows(x: np.ndarray, log: bool) -> np.ndarray:
+    m = np.max(x, axis=1, keepdims=True)
+    shifted = x - m
+    e = np.exp(shifted)
+    s = np.sum(e, axis=1, keepdims=True)
+    return shifted - np.log(s) if log else e / s
+
+
+@_impl("builtin_softmax", "builtin_logsoftmax")
+def _softmax(nx, call, args):
+    (x,) = _as(nx, call, args)
+    log = call.fn == "builtin_logsoftmax"
+    if _is_exact_float(nx, call):
+        return _via_float64(nx, call, lambda v: _softmax_rows(v, log), x)
+    if x.size == 0:
+        return x
+    return _softmax_rows(x, log)
