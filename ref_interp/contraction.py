@@ -10,6 +10,7 @@ the ``default`` tensor's value. Memory is bounded by the chunk size whatever the
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass
 from fractions import Fraction
@@ -42,10 +43,11 @@ class _Cond:
     hi: int
     needed: bool  # False when the box already implies it
 
-    def value(self, vals: list[np.ndarray], n: int) -> np.ndarray:
-        out = np.full(n, self.const, dtype=np.int64)
+    def value(self, vals: list[np.ndarray]) -> np.ndarray:
+        """``coeffs·x + const`` over a block, broadcast over the axes of the indices it uses."""
+        out = np.asarray(self.const, dtype=np.int64)
         for pos, c in self.coeffs:
-            out += c * vals[pos] if c != 1 else vals[pos]
+            out = out + (vals[pos] if c == 1 else c * vals[pos])
         return out
 
 
@@ -94,15 +96,13 @@ def evaluate(c: TContraction, env: dict[str, np.ndarray], nx: Numerics,
     acc = _identity_buffer(c.agg, dtype, size, nx)
     written = np.zeros(size, dtype=bool)
     writer = np.full(size, -1, dtype=np.int64) if c.agg is AggOp.ASSIGN else None
+    box_strides = _strides(tuple(extents))
     any_valid = False
-    for start in range(0, total, CHUNK):
-        lin = np.arange(start, min(total, start + CHUNK), dtype=np.int64)
-        vals = _decode(lin, box, extents)
-        n = len(lin)
-        ok = np.ones(n, dtype=bool)
+    for vals, grid in _blocks(box, extents):
+        ok = np.ones(grid, dtype=bool)
         idx_values = []
         for cond in conds:
-            v = cond.value(vals, n)
+            v = cond.value(vals)
             if cond.den != 1:
                 ok &= v % cond.den == 0
                 v = v // cond.den
@@ -116,22 +116,57 @@ def evaluate(c: TContraction, env: dict[str, np.ndarray], nx: Numerics,
         flats = []
         pos = 0
         for a, st in zip(accesses, strides):
-            f = np.zeros(len(sel), dtype=np.int64)
-            for k in range(len(a.polys)):
-                f += idx_values[pos + k][sel] * st[k]
+            f = sum((idx_values[pos + k] * st[k] for k in range(len(a.polys))), np.zeros((), np.int64))
+            flats.append(np.broadcast_to(f, grid).reshape(-1)[sel])
             pos += len(a.polys)
-            flats.append(f)
         values = _combine(c, [ov[f] for ov, f in zip(operand_values, flats[1:])], nx)
         out_flat = flats[0]
         if writer is not None:
-            _check_single_writer(c, out_flat, lin[sel], writer, names, box, extents, shape)
+            lin = sum(((np.broadcast_to(v, grid).reshape(-1)[sel] - lo) * st
+                       for v, (lo, _), st in zip(vals, box, box_strides)), np.zeros(len(sel), np.int64))
+            _check_single_writer(c, out_flat, lin, writer, names, box, extents, shape)
             acc[out_flat] = values
         else:
             _aggregate(c.agg, acc, out_flat, values)
         written[out_flat] = True
     if not any_valid:
-        raise empty_error(c, _diagnose_empty(c, conds, conds_src, box, extents, total))
+        raise empty_error(c, _diagnose_empty(conds, conds_src, box, extents))
     return np.where(written, acc, init.reshape(-1)).reshape(shape)
+
+
+def _blocks(box: list[tuple[int, int]], extents: list[int]):
+    """Cover the box with grids of at most ``CHUNK`` points.
+
+    Yields ``(vals, grid)``: one array per index, broadcastable to the ``grid`` shape (scalars
+    for the outer indices iterated in Python, an ``arange`` along its own axis for the others).
+    """
+    n = len(extents)
+    k, inner = n, 1
+    while k > 0 and inner * extents[k - 1] <= CHUNK:
+        k -= 1
+        inner *= extents[k]
+    if k == 0:
+        yield _grid_vals(box, extents, 0, [], None), tuple(extents)
+        return
+    split = k - 1  # the index whose range is cut into steps; those before it are iterated
+    step = max(1, CHUNK // inner)
+    outer_ranges = [range(lo, hi + 1) for lo, hi in box[:split]]
+    for outer in itertools.product(*outer_ranges):
+        lo, hi = box[split]
+        for s in range(lo, hi + 1, step):
+            part = (s, min(hi, s + step - 1))
+            yield (_grid_vals(box, extents, split, list(outer), part),
+                   (part[1] - part[0] + 1, *extents[split + 1:]))
+
+
+def _grid_vals(box, extents, split, outer, part) -> list[np.ndarray]:
+    vals: list[np.ndarray] = [np.asarray(v, dtype=np.int64) for v in outer]
+    axes = box[split:] if part is None else [part, *box[split + 1:]]
+    for axis, (lo, hi) in enumerate(axes):
+        shape = [1] * len(axes)
+        shape[axis] = hi - lo + 1
+        vals.append(np.arange(lo, hi + 1, dtype=np.int64).reshape(shape))
+    return vals
 
 
 # ------------------------------------------------------------------------- helpers
@@ -143,13 +178,12 @@ def _strides(shape: tuple[int, ...]) -> list[int]:
     return out[::-1]
 
 
-def _decode(lin: np.ndarray, box, extents) -> list[np.ndarray]:
-    vals: list[np.ndarray] = [None] * len(box)  # type: ignore[list-item]
-    rem = lin
+def _decode(lin: int, box, extents) -> list[int]:
+    out = []
     for k in range(len(box) - 1, -1, -1):
-        vals[k] = rem % extents[k] + box[k][0]
-        rem = rem // extents[k]
-    return vals
+        out.append(lin % extents[k] + box[k][0])
+        lin //= extents[k]
+    return out[::-1]
 
 
 def _initial(c: TContraction, env, nx: Numerics) -> np.ndarray:
@@ -239,9 +273,8 @@ def _check_single_writer(c, out_flat, lin, writer, names, box, extents, shape) -
         return
     where = np.unravel_index(int(pos), shape)
 
-    def tuple_of(l: int) -> str:
-        vals = _decode(np.array([l], dtype=np.int64), box, extents)
-        return ", ".join(f"{v}={int(x[0])}" for v, x in zip(names, vals))
+    def tuple_of(lin: int) -> str:
+        return ", ".join(f"{v}={x}" for v, x in zip(names, _decode(lin, box, extents)))
 
     raise TileRuntimeError(
         f"`=` writes {c.name}[{', '.join(str(int(w)) for w in where)}] more than once: from "
@@ -250,18 +283,13 @@ def _check_single_writer(c, out_flat, lin, writer, names, box, extents, shape) -
         "several values, or add a constraint")
 
 
-def _diagnose_empty(c, conds, conds_src, box, extents, total) -> Range:
+def _diagnose_empty(conds, conds_src, box, extents) -> Range:
     """The first condition (in order) after which no point of the box survives."""
     alive = np.zeros(len(conds), dtype=np.int64)
-    for start in range(0, total, CHUNK):
-        lin = np.arange(start, min(total, start + CHUNK), dtype=np.int64)
-        vals = _decode(lin, box, extents)
-        ok = np.ones(len(lin), dtype=bool)
+    for vals, grid in _blocks(box, extents):
+        ok = np.ones(grid, dtype=bool)
         for k, cond in enumerate(conds):
-            v = cond.value(vals, len(lin))
-            ok &= (v % cond.den == 0)
-            v = v // cond.den
-            ok &= (v >= cond.lo) & (v <= cond.hi)
+            v = cond.value(vals)
+            ok &= (v % cond.den == 0) & (v // cond.den >= cond.lo) & (v // cond.den <= cond.hi)
             alive[k] += int(ok.sum())
-    first = int(np.flatnonzero(alive == 0)[0])
-    return conds_src[first]
+    return conds_src[int(np.flatnonzero(alive == 0)[0])]

@@ -27,8 +27,7 @@ def input_types(program: ast.Program, inputs: Mapping[str, np.ndarray]) -> dict[
     for name in inputs:
         if name not in declared:
             raise TileInputError(
-                f"an array was given for '{name}', which is not an input of this program",
-                program.inputs[0].span if program.inputs else None,
+                f"an array was given for '{name}', which is not an input of this program", None,
                 hint=f"the inputs are: {', '.join(declared) or '(none)'}")
     types = {}
     for name, decl in declared.items():

@@ -180,8 +180,8 @@ def first_emptying(conds: list[Range], variables: list[str]) -> Range:
 
 def empty_error(c: TContraction, culprit: Range) -> TileIndexError:
     return TileIndexError(
-        f"no index tuple of '{c.name}' is valid: {culprit.origin} can never hold together with the "
-        "conditions before it", culprit.span,
+        f"no index tuple of '{c.name}' is valid: {culprit.origin} rules out every tuple the "
+        "conditions before it allow", culprit.span,
         hint="every tensor index must be in range and every constraint satisfied for at least one tuple; "
         "check the sizes and constraint bounds")
 

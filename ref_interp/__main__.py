@@ -1,0 +1,5 @@
+import sys
+
+from ref_interp.cli import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from tile.cli import main
+
+sys.exit(main())

@@ -1,0 +1,112 @@
+"""Input arrays for the command lines: ``--inputs IN.npz``, ``--shape I=2x3:int8``, ``--seed``.
+
+Inputs missing from the npz are filled with seeded random small integers (exact in every dtype)
+when their shape is known: from ``--shape``, from dimensions other inputs already bind, or
+because they are 0-D.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Mapping
+
+import numpy as np
+
+from tile import ast
+from tile.dtypes import DType
+from tile.errors import TileInputError
+
+
+def parse_shape_spec(spec: str) -> tuple[str, tuple[int, ...], DType]:
+    """``I=2x3`` / ``I=2x3:int8`` / ``I=`` (0-D) -> (name, shape, dtype)."""
+    if "=" not in spec:
+        raise TileInputError(f"bad --shape '{spec}'", hint="write NAME=2x3 or NAME=2x3:int8 (NAME= for 0-D)")
+    name, rest = spec.split("=", 1)
+    dims_text, _, dtype_text = rest.partition(":")
+    try:
+        dtype = DType(dtype_text) if dtype_text else DType.FLOAT32
+    except ValueError:
+        raise TileInputError(f"unknown dtype '{dtype_text}' in --shape '{spec}'",
+                             hint="use bool, int8..int64, uint8..uint64 or float16/32/64") from None
+    try:
+        shape = tuple(int(d) for d in dims_text.lower().split("x")) if dims_text.strip() else ()
+    except ValueError:
+        raise TileInputError(f"bad sizes '{dims_text}' in --shape '{spec}'",
+                             hint="sizes are integers separated by 'x', e.g. 2x3") from None
+    if any(d < 0 for d in shape):
+        raise TileInputError(f"negative size in --shape '{spec}'")
+    return name.strip(), shape, dtype
+
+
+def load_npz(path: str) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not hasattr(data, "files"):
+                raise TileInputError(f"'{path}' is a single .npy array, not an .npz archive",
+                                     hint="save inputs with np.savez(path, A=a, B=b)")
+            return {k: data[k] for k in data.files}
+    except FileNotFoundError:
+        raise TileInputError(f"input file '{path}' does not exist") from None
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise TileInputError(f"cannot read '{path}' as an .npz archive: {e}",
+                             hint="save inputs with np.savez(path, A=a, B=b)") from None
+
+
+def random_array(shape: tuple[int, ...], dtype: DType, rng: np.random.Generator) -> np.ndarray:
+    """Small integers: -3..3 (0..6 unsigned, 0..1 bool), exact in every dtype."""
+    if dtype is DType.BOOL:
+        return rng.integers(0, 2, shape).astype(bool)
+    lo = 0 if (dtype.is_int and not dtype.is_signed) else -3
+    return rng.integers(lo, lo + 7, shape).astype(dtype.numpy)
+
+
+def gather_inputs(program: ast.Program, given: Mapping[str, np.ndarray], shape_specs: list[str],
+                  seed: int = 0) -> dict[str, np.ndarray]:
+    """The arrays for every input of ``program``: given ones first, the rest made up."""
+    specs = {}
+    for spec in shape_specs:
+        name, shape, dtype = parse_shape_spec(spec)
+        specs[name] = (shape, dtype)
+    declared = {i.name: i for i in program.inputs}
+    for name in list(specs):
+        if name not in declared:
+            raise TileInputError(f"--shape names '{name}', which is not an input",
+                                 hint=f"the inputs are: {', '.join(declared) or '(none)'}")
+    out = dict(given)
+    dims: dict[str, int] = {}
+    for name, arr in out.items():
+        decl = declared.get(name)
+        if decl is not None and decl.dims is not None and len(decl.dims) == np.ndim(arr):
+            dims.update({d: int(s) for d, s in zip(decl.dims, np.shape(arr))})
+    rng = np.random.default_rng(seed)
+    # Inputs given a --shape first, so their dimensions can size the others.
+    ordered = sorted(declared.items(), key=lambda kv: kv[0] not in specs)
+    for name, decl in ordered:
+        if name in out:
+            continue
+        if name in specs:
+            shape, dtype = specs[name]
+        elif decl.dims is not None and all(d in dims for d in decl.dims):
+            shape, dtype = tuple(dims[d] for d in decl.dims), DType.FLOAT32
+        else:
+            unknown = [d for d in (decl.dims or ()) if d not in dims]
+            why = f" ({', '.join(unknown)} unknown)" if unknown else " (it has no declared dimensions)"
+            raise TileInputError(f"no array for input '{name}'{why}", decl.span,
+                                 hint=f"put '{name}' in the --inputs npz or give --shape "
+                                 f"{name}={'x'.join(['2'] * len(decl.dims or (1, 2)))}")
+        out[name] = random_array(shape, dtype, rng)
+        if decl.dims is not None and len(decl.dims) == len(shape):
+            for d, s in zip(decl.dims, shape):
+                dims.setdefault(d, s)
+    return out
+
+
+def describe(arr: np.ndarray, limit: int = 6) -> str:
+    """A short preview of an array for the command line."""
+    fmt = {"all": str} if arr.dtype == object else None
+    if arr.size <= limit * limit:
+        with np.printoptions(linewidth=100):
+            return np.array2string(arr, formatter=fmt)
+    flat = arr.reshape(-1)
+    head = ", ".join(str(x) for x in flat[:limit].tolist())
+    return f"[{head}, ...] ({arr.size} elements)"
