@@ -38,7 +38,7 @@ def _impl(*names: str):
 def apply(nx: Numerics, call: TCall, args: list[np.ndarray]) -> np.ndarray:
     with np.errstate(all="ignore"):
         out = IMPLS[call.fn](nx, call, args)
-    out = np.asarray(out)
+    out = nx.cast(out, call.type.dtype)
     shape = call.type.shape
     if out.shape != shape:
         out = np.broadcast_to(out, shape)

@@ -68,7 +68,7 @@ def run(program: str | ast.Program | BoundProgram, inputs: Mapping[str, np.ndarr
         env[in_name] = nx.cast(np.asarray(inputs[in_name]), t.dtype)
     for stmt in bound.stmts:
         if isinstance(stmt, TAssign):
-            value = np.asarray(_eval(stmt.expr, env, nx))
+            value = nx.cast(_eval(stmt.expr, env, nx), stmt.type.dtype)
             env[stmt.name] = np.broadcast_to(value, stmt.type.shape)
         else:
             env[stmt.name] = contraction.evaluate(stmt, env, nx, max_points)
@@ -77,7 +77,9 @@ def run(program: str | ast.Program | BoundProgram, inputs: Mapping[str, np.ndarr
 
 def _eval(e: TExpr, env: dict[str, np.ndarray], nx: Numerics) -> np.ndarray:
     if isinstance(e, TConst):
-        return nx.const(e.value, e.type.dtype)
+        # A float literal keeps its exact decimal value until the operation that uses it converts
+        # it to that operation's type: `X_f64 * 0.1` multiplies by the double nearest 0.1.
+        return nx.const(e.value, DType.FLOAT64 if e.type.dtype.is_float else e.type.dtype)
     if isinstance(e, TRef):
         return env[e.name]
     assert isinstance(e, TCall)

@@ -1,0 +1,1 @@
+"""Compiled targets behind one HAL (placeholder until its issue lands)."""

@@ -1,0 +1,1 @@
+"""Stripe: the polyhedral IR (placeholder until its issue lands)."""
