@@ -8,7 +8,6 @@ agreement, broadcasting, linear index polynomials, output sizes) and returns the
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 from collections.abc import Mapping
 from fractions import Fraction
@@ -142,8 +141,6 @@ class _Binder:
 
     def contraction(self, c: ast.Contraction) -> TContraction:
         out = c.output
-        if c.sizes is None and not out.indices:
-            c = dataclasses.replace(c, sizes=())  # `O[]` is 0-D
         if c.sizes is None:
             raise TileShapeError(f"the size of '{out.name}' is missing", out.span,
                                  hint=f"give one size per index after a colon, e.g. `{out.name}[i, j: M, N]`")

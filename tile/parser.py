@@ -207,6 +207,8 @@ class _Parser:
                 while self.accept_op(","):
                     sizes.append(self.expr())
         close = self.expect_op("]")
+        if sizes is None and not indices:
+            sizes = []  # `O[]` is 0-D
         output = ast.TensorRef(name.text, tuple(indices), name.span.to(close.span))
         if self.tok.is_op("==") and self.peek().is_op("("):
             agg_tok = self.advance()  # `==(` is `= =(`

@@ -72,9 +72,10 @@ def format_statement(s: ast.Statement) -> str:
     if isinstance(s, ast.Assignment):
         return f"{s.name} = {format_expr(s.expr)};"
     out = ", ".join(format_expr(i) for i in s.output.indices)
-    if s.sizes is not None:
-        sizes = ", ".join(format_expr(x) for x in s.sizes)
-        out = f"{out}: {sizes}" if out else f": {sizes}" if sizes else ":"
+    if s.sizes:
+        out = f"{out}: {', '.join(format_expr(x) for x in s.sizes)}"
+    elif s.sizes is not None and s.output.indices:
+        out = f"{out}:"
     if s.comb is ast.CombOp.NONE:
         body = format_ref(s.operands[0])
     elif s.comb is ast.CombOp.COND:

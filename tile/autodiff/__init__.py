@@ -1,0 +1,5 @@
+"""Automatic differentiation of Tile programs, producing Tile programs."""
+
+from tile.autodiff.grad import Gradient, grad, gradient
+
+__all__ = ["Gradient", "grad", "gradient"]

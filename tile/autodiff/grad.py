@@ -1,0 +1,306 @@
+"""Reverse-mode automatic differentiation, Tile to Tile.
+
+``grad(program, wrt, seed)`` returns a new Tile program: its inputs are the forward inputs plus
+one cotangent ``D<Out>`` per seeded output, and its outputs are ``D<X>`` for each ``X`` in
+``wrt``, the gradient of ``sum(D<Out> * Out)``. With all-ones cotangents that is the gradient of
+the sum of the outputs. The program recomputes the forward statements it needs, then runs the
+adjoint statements in reverse order; everything is ordinary Tile, so the result can itself be
+differentiated (second order) and runs on the interpreter and on every backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from tile import ast
+from tile.autodiff.build import Namer, call, lit, ref, size_expr, sum_all
+from tile.autodiff.contraction import ContractionGrad
+from tile.autodiff.elementwise import STRUCTURAL, local_adjoints
+from tile.autodiff.simplify import dead_code, inline_aliases
+from tile.bind import bind_symbolic
+from tile.dtypes import DType
+from tile.errors import TileNameError, TileTypeError
+from tile.parser import parse
+from tile.shapes import is_concrete, same_size
+from tile.typed import BoundProgram, Size, TCall, TConst, TContraction, TExpr, TRef
+
+
+def grad(program: str | ast.Program, wrt: Sequence[str] | None = None, seed: Sequence[str] | None = None,
+         *, custom: Mapping[str, str | ast.Program] | None = None,
+         dtypes: Mapping[str, DType] | None = None,
+         shapes: Mapping[str, tuple[int, ...]] | None = None) -> ast.Program:
+    """The gradient program of ``program``.
+
+    ``wrt``: the inputs to differentiate with respect to (default: every float input).
+    ``seed``: the outputs whose cotangents ``D<Out>`` are inputs (default: all outputs); the
+    others contribute nothing. ``custom``: ``{tensor: Tile function}`` gradients used instead of
+    the derived ones (see ``tile.autodiff.custom``). ``dtypes``/``shapes``: input types when
+    known (default float32 inputs with symbolic sizes).
+    """
+    return gradient(program, wrt, seed, custom=custom, dtypes=dtypes, shapes=shapes).program
+
+
+@dataclasses.dataclass(frozen=True)
+class Gradient:
+    """A gradient program with the names it chose: ``{output: cotangent input}`` and
+    ``{input: gradient output}``."""
+
+    program: ast.Program
+    cotangents: dict[str, str]
+    gradients: dict[str, str]
+
+
+def gradient(program: str | ast.Program, wrt: Sequence[str] | None = None, seed: Sequence[str] | None = None,
+             *, custom: Mapping[str, str | ast.Program] | None = None,
+             dtypes: Mapping[str, DType] | None = None,
+             shapes: Mapping[str, tuple[int, ...]] | None = None) -> Gradient:
+    """``grad`` with the cotangent and gradient names it chose."""
+    if isinstance(program, str):
+        program = parse(program)
+    bound = bind_symbolic(program, dtypes, shapes)
+    return _Reverse(program, bound, wrt, seed, custom or {}).run()
+
+
+class _Reverse:
+    def __init__(self, program: ast.Program, bound: BoundProgram, wrt, seed, custom):
+        self.p = program
+        self.b = bound
+        self.types = bound.types
+        inputs = [i.name for i in program.inputs]
+        if wrt is None:
+            wrt = [n for n in inputs if self.is_float(n)]
+        for n in wrt:
+            if n not in inputs:
+                raise TileNameError(f"cannot differentiate with respect to '{n}': it is not an input", None,
+                                    hint=f"the inputs are: {', '.join(inputs)}")
+            if not self.is_float(n):
+                raise TileTypeError(f"cannot differentiate with respect to '{n}' of type "
+                                    f"{self.types[n].dtype}: only float inputs have gradients", None)
+        outputs = list(program.output_names)
+        for n in seed or ():
+            if n not in outputs:
+                raise TileNameError(f"cannot seed '{n}': it is not an output", None,
+                                    hint=f"the outputs are: {', '.join(outputs)}")
+        self.wrt = list(wrt)
+        self.seed = list(seed) if seed is not None else outputs
+        self.custom = custom
+        taken = set(inputs) | set(bound.constants) | {s.name for s in program.stmts}
+        self.namer = Namer(taken)
+        self.back: list[ast.Statement] = []
+        self.contrib: dict[str, list[ast.Expr]] = defaultdict(list)
+        self.adj_names: dict[str, str] = {}
+        self.temps: set[str] = set()
+        self.ones: dict[str, str] = {}
+        self.tstmts = {s.name: s for s in bound.stmts}
+        self.cgrad = ContractionGrad(self.namer, self.emit, self.sizes, self.ones_like, self.is_float)
+
+    # ------------------------------------------------------------------ helpers
+    def is_float(self, name: str) -> bool:
+        return self.types[name].dtype.is_float
+
+    def emit(self, stmt: ast.Statement) -> None:
+        self.back.append(stmt)
+        self.temps.add(stmt.name)
+
+    def adj_name(self, tensor: str) -> str:
+        if tensor not in self.adj_names:
+            self.adj_names[tensor] = self.namer.fresh(f"D{tensor}")
+        return self.adj_names[tensor]
+
+    def part_name(self, tensor: str) -> str:
+        """A fresh name for one contribution to ``tensor``'s adjoint: ``DX_1``, ``DX_2``, ..."""
+        base = self.adj_name(tensor)
+        k = 1
+        while f"{base}_{k}" in self.namer.taken:
+            k += 1
+        self.namer.taken.add(f"{base}_{k}")
+        return f"{base}_{k}"
+
+    def sizes(self, tensor: str) -> tuple[ast.Expr, ...]:
+        shape = self.types[tensor].shape
+        if shape is None:
+            raise TileTypeError(f"the rank of '{tensor}' is unknown, so its gradient cannot be written", None,
+                                hint=f"declare its dimensions, e.g. {tensor}[N, M]")
+        return tuple(size_expr(d) for d in shape)
+
+    def ones_like(self, tensor: str) -> str:
+        if tensor not in self.ones:
+            name = self.namer.fresh(f"One_{tensor}")
+            if self.types[tensor].rank:
+                expr = ast.Binary("+", ast.Binary("*", call("index", ast.Name(tensor), lit(0)), lit(0)), lit(1))
+            else:
+                expr = lit(1)
+            self.emit(ast.Assignment(name, expr))
+            self.ones[tensor] = name
+        return self.ones[tensor]
+
+    # --------------------------------------------------------------------- driver
+    def run(self) -> Gradient:
+        cotangents = []
+        cot_names = {}
+        for out in self.seed:
+            if not self.is_float(out):
+                continue
+            name = self.namer.fresh(f"D{out}")
+            cot_names[out] = name
+            cotangents.append(ast.Input(name, None))
+            self.contrib[out].append(ast.Name(name))
+        for stmt in reversed(self.p.stmts):
+            if not self.contrib.get(stmt.name) or not self.is_float(stmt.name):
+                continue
+            g = self.adjoint(stmt.name)
+            if stmt.name in self.custom:
+                from tile.autodiff.custom import inline_custom
+
+                for tensor, expr in inline_custom(self, stmt, self.custom[stmt.name], g):
+                    self.contrib[tensor].append(expr)
+            elif isinstance(stmt, ast.Assignment):
+                self.backprop(stmt.expr, self.tstmts[stmt.name].expr, ast.Name(g),
+                              self.types[stmt.name].shape, stmt.name)
+            else:
+                t = self.tstmts[stmt.name]
+                assert isinstance(t, TContraction)
+                for tensor, expr in self.cgrad.grads(stmt, t, g, self.part_name):
+                    self.contrib[tensor].append(expr)  # already of the tensor's exact shape
+        outputs = []
+        for x in self.wrt:
+            name = self.adj_name(x)
+            expr = sum_all(self.contrib[x]) if self.contrib[x] else self.zeros_like(x)
+            self.back.append(ast.Assignment(name, expr))
+            outputs.append(name)
+        stmts = inline_aliases(dead_code([*self.p.stmts, *self.back], outputs), self.temps)
+        inputs = tuple(self.declare(i) for i in self.p.inputs) + tuple(cotangents)
+        result = ast.Program(inputs, tuple(ast.Output(o) for o in outputs), tuple(stmts))
+        return Gradient(self.fix_dtypes(result, outputs), cot_names, dict(zip(self.wrt, outputs)))
+
+    def declare(self, inp: ast.Input) -> ast.Input:
+        """Inputs declared without dims get named dims when their sizes appear in the gradient."""
+        t = self.types[inp.name]
+        if inp.dims is not None or t.shape is None:
+            return inp
+        dims = tuple(size_expr(d) for d in t.shape)
+        if all(isinstance(d, ast.Name) for d in dims):
+            return ast.Input(inp.name, tuple(d.name for d in dims))
+        return inp
+
+    def zeros_like(self, x: str) -> ast.Expr:
+        bits = self.types[x].dtype.bits
+        if self.types[x].rank:
+            return call("as_float", ast.Binary("*", call("index", ast.Name(x), lit(0)), lit(0)), lit(bits))
+        return call("as_float", lit(0), lit(bits))
+
+    def fix_dtypes(self, program: ast.Program, outputs: list[str]) -> ast.Program:
+        """Each gradient gets its input's dtype (a float32 literal may have widened a float16)."""
+        dtypes = {n: t.dtype for n, t in self.b.inputs}
+        shapes = {n: t.shape for n, t in self.b.inputs if t.shape is not None and all(map(is_concrete, t.shape))}
+        types = bind_symbolic(program, dtypes, shapes).types
+        stmts = list(program.stmts)
+        for x, out in zip(self.wrt, outputs):
+            want = self.types[x].dtype
+            if types[out].dtype != want:
+                k = next(i for i, s in enumerate(stmts) if s.name == out)
+                s = stmts[k]
+                if isinstance(s, ast.Assignment):
+                    stmts[k] = ast.Assignment(out, call("as_float", s.expr, lit(want.bits)))
+                else:
+                    tmp = self.namer.fresh(f"{out}_wide")
+                    stmts[k] = dataclasses.replace(s, output=ref(tmp, s.output.indices))
+                    stmts.insert(k + 1, ast.Assignment(out, call("as_float", ast.Name(tmp), lit(want.bits))))
+        return dataclasses.replace(program, stmts=tuple(stmts))
+
+    # ------------------------------------------------------------------- adjoints
+    def adjoint(self, tensor: str) -> str:
+        """The name holding ``tensor``'s complete adjoint (summing its contributions)."""
+        parts = self.contrib[tensor]
+        name = self.adj_name(tensor)
+        if len(parts) == 1 and isinstance(parts[0], ast.Name):
+            return parts[0].name
+        self.emit(ast.Assignment(name, sum_all(parts)))
+        return name
+
+    def add(self, tensor: str, g: ast.Expr, gshape: tuple[Size, ...] | None) -> None:
+        """Add ``g`` (of shape ``gshape``) to ``tensor``'s adjoint, summing out broadcast dims."""
+        self.contrib[tensor].append(self.reduce_to(g, gshape, self.types[tensor].shape, tensor))
+
+    def reduce_to(self, g: ast.Expr, gshape, tshape, tensor: str | None = None) -> ast.Expr:
+        if gshape is None or tshape is None:
+            if gshape != tshape:
+                raise TileTypeError("cannot undo broadcasting of a tensor of unknown rank", None,
+                                    hint="declare the dimensions of the inputs")
+            return g
+        if len(gshape) == len(tshape) and all(same_size(a, b) for a, b in zip(gshape, tshape)):
+            return g
+        if not isinstance(g, ast.Name):
+            tmp = self.namer.fresh(f"{self.adj_name(tensor)}_b" if tensor else "G")
+            self.emit(ast.Assignment(tmp, g))
+            g = ast.Name(tmp)
+        off = len(gshape) - len(tshape)
+        out_idx: list[ast.Expr] = []
+        for k, ts in enumerate(tshape):
+            gs = gshape[k + off]
+            broadcast = is_concrete(ts) and ts == 1 and not (is_concrete(gs) and gs == 1)
+            out_idx.append(lit(0) if broadcast else ast.Name(f"i{k + off}"))
+        name = self.part_name(tensor) if tensor else self.namer.fresh("G")
+        sizes = tuple(size_expr(d) for d in tshape)
+        self.emit(ast.Contraction(ref(name, out_idx), sizes, ast.AggOp.SUM, ast.CombOp.NONE,
+                                  (ref(g.name, [ast.Name(f"i{k}") for k in range(len(gshape))]),)))
+        return ast.Name(name)
+
+    # ------------------------------------------------------------------ elementwise
+    def backprop(self, e: ast.Expr, te: TExpr, g: ast.Expr, gshape, root: str | None) -> None:
+        """Push adjoint ``g`` (shape ``gshape``) from expression ``e`` down to the tensors it reads."""
+        if isinstance(te, TConst) or not te.type.dtype.is_float:
+            return
+        if isinstance(te, TRef):
+            self.add(te.name, g, gshape)
+            return
+        assert isinstance(te, TCall)
+        args = _tensor_args(e, len(te.args))
+        y = ast.Name(root) if root else e
+        if te.fn in STRUCTURAL:
+            g = self.reduce_to(g, gshape, te.type.shape)
+            for a, ta, lg in zip(args, te.args, self.structural(te, e, args, y, g)):
+                if lg is not None:
+                    self.backprop(a, ta, lg, ta.type.shape, None)
+            return
+        for a, ta, lg in zip(args, te.args, local_adjoints(te.fn, args, y, g)):
+            if lg is not None:
+                self.backprop(a, ta, lg, gshape, None)
+
+    def structural(self, te: TCall, e: ast.Expr, args: list[ast.Expr], y: ast.Expr,
+                   g: ast.Expr) -> list[ast.Expr | None]:
+        fn = te.fn
+        if fn == "reshape":
+            return [call("reshape", g, *(size_expr(d) for d in te.args[0].type.shape))]
+        if fn == "gather":
+            return [call("scatter", g, args[1], args[0]), None]
+        if fn == "scatter":
+            return [call("gather", g, args[1]), None, None]
+        # row-wise softmaxes: rows sum through a (R, 1) contraction that broadcasts back
+        assert isinstance(e, ast.Call)
+        rows = e.args[1]
+        src = g if fn == "builtin_logsoftmax" else ast.Binary("*", g, y)
+        if not isinstance(src, ast.Name):
+            tmp = self.namer.fresh("G")
+            self.emit(ast.Assignment(tmp, src))
+            src = ast.Name(tmp)
+        total = self.namer.fresh(f"{src.name}_rowsum")
+        self.emit(ast.Contraction(ref(total, [ast.Name("r"), lit(0)]), (rows, lit(1)), ast.AggOp.SUM,
+                                  ast.CombOp.NONE, (ref(src.name, [ast.Name("r"), ast.Name("c")]),)))
+        if fn == "builtin_softmax":
+            return [ast.Binary("*", y, ast.Binary("-", g, ast.Name(total)))]
+        return [ast.Binary("-", g, ast.Binary("*", call("exp", y), ast.Name(total)))]
+
+
+def _tensor_args(e: ast.Expr, n: int) -> list[ast.Expr]:
+    if isinstance(e, ast.Binary):
+        return [e.lhs, e.rhs]
+    if isinstance(e, ast.Unary):
+        return [e.operand]
+    if isinstance(e, ast.Ternary):
+        return [e.cond, e.then, e.other]
+    assert isinstance(e, ast.Call)
+    return list(e.args[:n])
+
