@@ -145,7 +145,7 @@ class _Reverse:
                 continue
             name = self.namer.fresh(f"D{out}")
             cot_names[out] = name
-            cotangents.append(ast.Input(name, None))
+            cotangents.append(ast.Input(name, self.cotangent_dims(out, name)))
             self.contrib[out].append(ast.Name(name))
         for stmt in reversed(self.p.stmts):
             if not self.contrib.get(stmt.name) or not self.is_float(stmt.name):
@@ -174,6 +174,17 @@ class _Reverse:
         inputs = tuple(self.declare(i) for i in self.p.inputs) + tuple(cotangents)
         result = ast.Program(inputs, tuple(ast.Output(o) for o in outputs), tuple(stmts))
         return Gradient(self.fix_dtypes(result, outputs), cot_names, dict(zip(self.wrt, outputs)))
+
+    def cotangent_dims(self, out: str, name: str) -> tuple[str, ...] | None:
+        """``DO`` is declared with ``O``'s dims where they are plain names, fresh ones elsewhere."""
+        shape = self.types[out].shape
+        if shape is None:
+            return None
+        dims = []
+        for k, d in enumerate(shape):
+            e = size_expr(d)
+            dims.append(e.name if isinstance(e, ast.Name) else self.namer.fresh(f"{name}_d{k}"))
+        return tuple(dims)
 
     def declare(self, inp: ast.Input) -> ast.Input:
         """Inputs declared without dims get named dims when their sizes appear in the gradient."""

@@ -1,0 +1,98 @@
+"""User-written gradients, used instead of the derived ones.
+
+``grad(program, custom={"T": source})`` replaces the derived gradient of statement ``T`` by a Tile
+function the user wrote::
+
+    function (X, T, DT) -> (DX) {      // any tensors of the program, and DT, the adjoint of T
+        DX = DT * 2;                   // one output D<X> per tensor X that T reads
+    }
+
+Its inputs are matched by name: ``D<T>`` is T's adjoint, every other input is the program's
+tensor of that name (dims declared on them stand for that tensor's sizes). Each output must be
+named ``D<X>`` for a float tensor ``X`` that statement ``T`` reads. Its statements are inlined with
+fresh names, so the custom gradient composes with the derived ones, and a second derivative
+differentiates through it like any other code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tile import ast
+from tile.autodiff.build import size_expr
+from tile.autodiff.simplify import used_names
+from tile.errors import TileNameError
+from tile.parser import parse
+
+
+def inline_custom(rev, stmt: ast.Statement, source: str | ast.Program, g: str) -> list[tuple[str, ast.Expr]]:
+    """Emit the custom gradient of ``stmt`` (adjoint ``g``) and return its contributions."""
+    fn = parse(source, f"<custom gradient of {stmt.name}>") if isinstance(source, str) else source
+    reads = {n for n in used_names(stmt) if n in rev.types and rev.types[n].dtype.is_float}
+    adjoint_param = f"D{stmt.name}"
+    subst: dict[str, ast.Expr] = {}
+    for inp in fn.inputs:
+        if inp.name == adjoint_param:
+            target = stmt.name  # the adjoint has the statement's shape
+            subst[inp.name] = ast.Name(g)
+        elif inp.name in rev.types:
+            target = inp.name
+            subst[inp.name] = ast.Name(inp.name)
+        else:
+            raise TileNameError(
+                f"the custom gradient of '{stmt.name}' takes '{inp.name}', which is neither a tensor of the "
+                f"program nor {adjoint_param}", inp.span,
+                hint=f"name its inputs after the program's tensors, and the adjoint {adjoint_param}")
+        shape = rev.types[target].shape
+        for k, dim in enumerate(inp.dims or ()):
+            if shape is not None and k < len(shape):
+                subst.setdefault(dim, size_expr(shape[k]))
+    outputs = {}
+    for out in fn.outputs:
+        x = out.name[1:] if out.name.startswith("D") else None
+        if x not in reads:
+            raise TileNameError(
+                f"the custom gradient of '{stmt.name}' returns '{out.name}', but '{stmt.name}' reads no float "
+                f"tensor '{x}'", out.span,
+                hint=f"return D<X> for tensors X read by {stmt.name}: "
+                f"{', '.join('D' + r for r in sorted(reads)) or '(none)'}")
+        outputs[out.name] = x
+    for s in fn.stmts:
+        new = rev.namer.fresh(f"{s.name}_{stmt.name}" if s.name in outputs else s.name)
+        subst[s.name] = ast.Name(new)
+        rev.emit(_rename_statement(s, subst))
+    return [(x, subst[o]) for o, x in outputs.items()]
+
+
+def _sub(e: ast.Expr, subst: dict[str, ast.Expr]) -> ast.Expr:
+    if isinstance(e, ast.Name):
+        return subst.get(e.name, e) if not e.is_index else e
+    if isinstance(e, ast.Binary):
+        return ast.Binary(e.op, _sub(e.lhs, subst), _sub(e.rhs, subst))
+    if isinstance(e, ast.Unary):
+        return ast.Unary(e.op, _sub(e.operand, subst))
+    if isinstance(e, ast.Ternary):
+        return ast.Ternary(_sub(e.cond, subst), _sub(e.then, subst), _sub(e.other, subst))
+    if isinstance(e, ast.Call):
+        return ast.Call(e.fn, tuple(_sub(a, subst) for a in e.args))
+    return e
+
+
+def _tensor(name: str, subst: dict[str, ast.Expr]) -> str:
+    new = subst.get(name)
+    return new.name if isinstance(new, ast.Name) else name
+
+
+def _ref(r: ast.TensorRef, subst: dict[str, ast.Expr]) -> ast.TensorRef:
+    return ast.TensorRef(_tensor(r.name, subst), tuple(_sub(i, subst) for i in r.indices))
+
+
+def _rename_statement(s: ast.Statement, subst: dict[str, ast.Expr]) -> ast.Statement:
+    if isinstance(s, ast.Assignment):
+        return ast.Assignment(_tensor(s.name, subst), _sub(s.expr, subst))
+    return dataclasses.replace(
+        s, output=_ref(s.output, subst),
+        sizes=None if s.sizes is None else tuple(_sub(x, subst) for x in s.sizes),
+        operands=tuple(_ref(o, subst) for o in s.operands),
+        constraints=tuple(ast.Constraint(_sub(c.poly, subst), _sub(c.bound, subst)) for c in s.constraints),
+        default=None if s.default is None else _tensor(s.default, subst))
