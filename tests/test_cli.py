@@ -94,8 +94,8 @@ def test_run_makes_up_inputs_from_shapes_and_dims(tmp_path, write):
 def test_run_mixes_npz_inputs_and_made_up_ones(tmp_path, write):
     b = np.array([1.5, -2.0, 4.0], dtype=np.float64)
     np.savez(tmp_path / "in.npz", B=b, S=np.array(2.0, dtype=np.float64))
-    r = cli("ref_interp", write("b.tile", BROADCAST), "--inputs", tmp_path / "in.npz", "--shape", "A=4x3:int16",
-            "--output", tmp_path / "o.npz")
+    r = cli("ref_interp", write("b.tile", BROADCAST), "--inputs", tmp_path / "in.npz",
+            "--shape", "A=4x3:int16", "--output", tmp_path / "o.npz")
     assert r.returncode == 0, r.stderr
     assert "input A: int16[4, 3] (made up" in r.stdout and "input B" not in r.stdout
     got = load(tmp_path / "o.npz")

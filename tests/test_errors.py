@@ -62,6 +62,11 @@ def test_unknown_name_with_did_you_mean():
     assert "'Inptu'" in e.message and "did you mean 'Input'" in e.hint
 
 
+def test_name_used_before_its_definition():
+    e = fails(TileNameError, prog("(A[N]) -> (O)", "O = A + X;", "X = A;"), {"A": F3}, 2, 11, "X")
+    assert "'X'" in e.message and "line 3" in e.message
+
+
 def test_unknown_name_in_a_contraction():
     e = fails(TileNameError, prog("(Input[N]) -> (O)", "O[i: N] = +(Inpt[i]);"), {"Input": F3}, 2, 15,
               "Inpt[i]")

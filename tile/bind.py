@@ -19,7 +19,7 @@ from tile.affine import Affine
 from tile.builtins import BUILTINS
 from tile.dtypes import DType, arithmetic, literal_int_type, promote
 from tile.errors import Span, TileIndexError, TileInputError, TileNameError, TileShapeError, TileTypeError
-from tile.shapes import is_concrete, same_size, size_binop
+from tile.shapes import fmt_shape, is_concrete, same_size, size_binop
 from tile.typed import (BoundProgram, Size, TAccess, TAssign, TCall, TConst, TConstraint, TContraction,
                         TensorType, TExpr, TRef, TStatement)
 
@@ -40,6 +40,11 @@ def bind_symbolic(program: ast.Program, dtypes: Mapping[str, DType] | None = Non
     """
     dtypes = dict(dtypes or {})
     shapes = dict(shapes or {})
+    known: dict[str, int] = {}  # dims fixed by the inputs whose shapes are given
+    for inp in program.inputs:
+        if inp.name in shapes and inp.dims is not None and len(inp.dims) == len(shapes[inp.name]):
+            for d, size in zip(inp.dims, shapes[inp.name]):
+                known.setdefault(d, int(size))
     types: dict[str, TensorType] = {}
     for inp in program.inputs:
         dt = dtypes.get(inp.name, DType.FLOAT32)
@@ -49,7 +54,7 @@ def bind_symbolic(program: ast.Program, dtypes: Mapping[str, DType] | None = Non
             types[inp.name] = TensorType(dt, None)
         else:
             types[inp.name] = TensorType(
-                dt, tuple(sympy.Symbol(d, positive=True, integer=True) for d in inp.dims))
+                dt, tuple(known.get(d, sympy.Symbol(d, positive=True, integer=True)) for d in inp.dims))
     return _Binder(program, types).run()
 
 
@@ -112,7 +117,7 @@ class _Binder:
             if t.shape is not None and len(t.shape) != len(inp.dims):
                 raise TileInputError(
                     f"input '{inp.name}' is declared with {len(inp.dims)} dimension(s) "
-                    f"[{', '.join(inp.dims)}] but the given array has shape {_fmt_shape(t.shape)}",
+                    f"[{', '.join(inp.dims)}] but the given array has shape {fmt_shape(t.shape)}",
                     inp.span, hint="pass an array of the declared rank, or fix the declaration")
             for k, (dim, dspan) in enumerate(zip(inp.dims, inp.dim_spans or [inp.span] * len(inp.dims))):
                 if dim in self.defined:
@@ -123,7 +128,7 @@ class _Binder:
                     if not same_size(self.consts[dim], size):
                         raise TileInputError(
                             f"dimension '{dim}' is {self.consts[dim]} from an earlier input but "
-                            f"{size} in '{inp.name}' (shape {_fmt_shape(t.shape)})", dspan,
+                            f"{size} in '{inp.name}' (shape {fmt_shape(t.shape)})", dspan,
                             hint=f"inputs sharing the dimension name '{dim}' must have equal sizes there")
                 else:
                     self.consts[dim] = size
@@ -185,8 +190,8 @@ class _Binder:
             if dt.shape is not None and not (len(dt.shape) == len(shape)
                                              and all(same_size(a, b) for a, b in zip(dt.shape, shape))):
                 raise TileShapeError(
-                    f"default tensor '{c.default}' has shape {_fmt_shape(dt.shape)} but "
-                    f"'{out.name}' has shape {_fmt_shape(shape)}", c.default_span,
+                    f"default tensor '{c.default}' has shape {fmt_shape(dt.shape)} but "
+                    f"'{out.name}' has shape {fmt_shape(shape)}", c.default_span,
                     hint="the default must have exactly the output's shape")
         return TContraction(out.name, otype, c.agg, c.comb, output, operands, constraints, c.default,
                             c.no_defract, c.span, c)
@@ -196,7 +201,7 @@ class _Binder:
         if t.shape is not None and len(t.shape) != len(ref.indices):
             raise TileShapeError(
                 f"'{ref.name}' has rank {len(t.shape)} but is indexed with {len(ref.indices)} index(es)",
-                ref.span, hint=f"{ref.name} has shape {_fmt_shape(t.shape)}; give one index per dimension")
+                ref.span, hint=f"{ref.name} has shape {fmt_shape(t.shape)}; give one index per dimension")
         if t.shape is None:  # rank learned from this use (symbolic check of an input without dims)
             t = TensorType(t.dtype, tuple(sympy.Symbol(f"{ref.name}.{k}", positive=True, integer=True)
                                           for k in range(len(ref.indices))))
@@ -337,12 +342,6 @@ def _describe(e: ast.Expr) -> str:
     from tile.printer import format_expr
 
     return format_expr(e)
-
-
-def _fmt_shape(shape: tuple[Size, ...] | None) -> str:
-    if shape is None:
-        return "(any rank)"
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _find_name(e: ast.Expr, name: str) -> Span | None:

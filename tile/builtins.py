@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from tile.dtypes import DType, arithmetic, float_of, promote, promote_all
 from tile.errors import Span, TileShapeError, TileTypeError
-from tile.shapes import broadcast, numel, same_size
+from tile.shapes import broadcast, fmt_shape, numel, same_size
 from tile.typed import TensorType
 
 Rule = Callable[[list[TensorType], list[int], Span, list[str], list[str]], TensorType]
@@ -102,8 +102,8 @@ def _reshape(types, params, span, names, notes):
     new = tuple(params)
     if t.shape is not None and not same_size(numel(t.shape), numel(new)):
         raise TileShapeError(
-            f"reshape of {names[0]} with shape ({', '.join(map(str, t.shape))}) to "
-            f"({', '.join(map(str, new))}) changes the element count", span,
+            f"reshape of {names[0]} with shape {fmt_shape(t.shape)} to {fmt_shape(new)} changes the "
+            "element count", span,
             hint="the new sizes must multiply to the same number of elements")
     return TensorType(t.dtype, new)
 

@@ -39,17 +39,23 @@ def parse_shape_spec(spec: str) -> tuple[str, tuple[int, ...], DType]:
 
 
 def load_npz(path: str) -> dict[str, np.ndarray]:
+    hint = "save inputs with np.savez(path, A=a, B=b)"
     try:
-        with np.load(path, allow_pickle=False) as data:
-            if not hasattr(data, "files"):
-                raise TileInputError(f"'{path}' is a single .npy array, not an .npz archive",
-                                     hint="save inputs with np.savez(path, A=a, B=b)")
-            return {k: data[k] for k in data.files}
+        data = np.load(path, allow_pickle=False)
     except FileNotFoundError:
-        raise TileInputError(f"input file '{path}' does not exist") from None
+        raise TileInputError(f"input file '{path}' does not exist",
+                             hint="check the path; the file is an .npz archive, " + hint) from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        raise TileInputError(f"cannot read '{path}' as an .npz archive (it is not a numpy file)",
+                             hint=hint) from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise TileInputError(f"'{path}' holds a single array (.npy), not an .npz archive of named inputs",
+                             hint=hint)
+    try:
+        with data:
+            return {k: data[k] for k in data.files}
     except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise TileInputError(f"cannot read '{path}' as an .npz archive: {e}",
-                             hint="save inputs with np.savez(path, A=a, B=b)") from None
+        raise TileInputError(f"cannot read '{path}' as an .npz archive: {e}", hint=hint) from None
 
 
 def random_array(shape: tuple[int, ...], dtype: DType, rng: np.random.Generator) -> np.ndarray:

@@ -121,13 +121,15 @@ class _Parser:
         stmts: list[ast.Statement] = []
         while not self.tok.is_op("}"):
             if self.tok.kind == "EOF":
-                raise self.error("'}' to close the function body")
+                raise self.error("'}' to close the function body",
+                                 hint="the function body runs from '{' to a matching '}'")
             stmt = self.statement()
             if stmt is not None:
                 stmts.append(stmt)
         self.advance()
         if self.tok.kind != "EOF":
-            raise self.error("end of file after the function body")
+            raise self.error("end of file after the function body",
+                             hint="a file holds one function; remove what follows its closing '}'")
         return ast.Program(tuple(inputs), tuple(outputs), tuple(stmts), self.source)
 
     def input(self) -> ast.Input:

@@ -103,3 +103,10 @@ def numel(shape: tuple[Size, ...]) -> Size:
     for d in shape:
         n = size_binop("*", n, d)
     return n
+
+
+def fmt_shape(shape: tuple[Size, ...] | None) -> str:
+    """``(2, 3)``, ``(4,)``, ``()``; ``(any rank)`` for an unknown rank."""
+    if shape is None:
+        return "(any rank)"
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
