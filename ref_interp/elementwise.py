@@ -310,11 +310,15 @@ def _reshape(nx, call, args):
     return np.ascontiguousarray(args[0]).reshape(call.type.shape)
 
 
+def _clamp(idx: np.ndarray, n: int) -> np.ndarray:
+    """Indices clamped into [0, n) in their own type first, so huge unsigned ones stay huge."""
+    return np.clip(idx, 0, n - 1).astype(np.int64)
+
+
 @_impl("gather")
 def _gather(nx, call, args):
     data, idx = args
-    idx = np.clip(idx.astype(np.int64), 0, data.shape[0] - 1)
-    return data[idx]
+    return data[_clamp(idx, data.shape[0])]
 
 
 @_impl("scatter")
@@ -326,8 +330,7 @@ def _scatter(nx, call, args):
         out[...] = Fraction(0)
     if out.shape[0] == 0 or values.size == 0:
         return out
-    idx = np.clip(idx.astype(np.int64), 0, out.shape[0] - 1)
-    np.add.at(out, idx, nx.cast(values, dt))
+    np.add.at(out, _clamp(idx, out.shape[0]), nx.cast(values, dt))
     return out
 
 

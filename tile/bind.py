@@ -16,6 +16,7 @@ import sympy
 
 from tile import ast
 from tile.affine import Affine
+from tile.bounds import check_bounded
 from tile.builtins import BUILTINS
 from tile.dtypes import DType, arithmetic, literal_int_type, promote
 from tile.errors import Span, TileIndexError, TileInputError, TileNameError, TileShapeError, TileTypeError
@@ -90,7 +91,8 @@ class _Binder:
                 raise TileNameError(f"output '{out.name}' is never computed", out.span,
                                     hint=f"add a statement `{out.name} = ...;` to the function body")
             if out.name in outputs:
-                raise TileNameError(f"output '{out.name}' is listed twice", out.span)
+                raise TileNameError(f"output '{out.name}' is listed twice", out.span,
+                                    hint="list each output once in `-> (...)`")
             outputs.append(out.name)
         return BoundProgram(self.program, inputs, tuple(stmts), tuple(outputs), dict(self.types),
                             dict(self.consts), tuple(self.notes))
@@ -102,7 +104,8 @@ class _Binder:
             raise TileNameError(f"'{name}' is already defined{at}", span,
                                 hint="Tile values are immutable: give the new value a new name")
         if name[0].islower():
-            raise TileNameError(f"'{name}' must start with an upper-case letter", span)
+            raise TileNameError(f"'{name}' must start with an upper-case letter", span,
+                                hint=f"tensor names start with an upper-case letter: '{name.capitalize()}'")
 
     def bind_input(self, inp: ast.Input) -> TensorType:
         if inp.name in self.defined or inp.name in self.consts:
@@ -141,10 +144,12 @@ class _Binder:
         if expr.type.dtype.is_int and expr.type.shape == ():
             value = self.try_const(stmt.expr)
             if value is not None:
-                self.consts[stmt.name] = value
+                # The constant is the value its integer tensor holds, wrap-around included.
+                self.consts[stmt.name] = _wrap(value, expr.type.dtype) if is_concrete(value) else value
         return TAssign(stmt.name, expr, stmt.span)
 
     def contraction(self, c: ast.Contraction) -> TContraction:
+        self.placeholder_used = False
         out = c.output
         if c.sizes is None:
             raise TileShapeError(f"the size of '{out.name}' is missing", out.span,
@@ -193,8 +198,11 @@ class _Binder:
                     f"default tensor '{c.default}' has shape {fmt_shape(dt.shape)} but "
                     f"'{out.name}' has shape {fmt_shape(shape)}", c.default_span,
                     hint="the default must have exactly the output's shape")
-        return TContraction(out.name, otype, c.agg, c.comb, output, operands, constraints, c.default,
-                            c.no_defract, c.span, c)
+        bound = TContraction(out.name, otype, c.agg, c.comb, output, operands, constraints, c.default,
+                             c.no_defract, c.span, c)
+        if not self.placeholder_used:
+            check_bounded(bound)
+        return bound
 
     def access(self, ref: ast.TensorRef) -> TAccess:
         t = self.lookup_tensor(ref.name, ref.span)
@@ -266,7 +274,10 @@ class _Binder:
             if e.is_index:
                 return Affine.var(e.name)
             v = self.const(e, "an index polynomial")
-            return Affine.constant(v if is_concrete(v) else 1)  # symbolic: only linearity is checked
+            if is_concrete(v):
+                return Affine.constant(v)
+            self.placeholder_used = True  # symbolic: only linearity can be checked
+            return Affine.constant(1)
         if isinstance(e, ast.Unary) and e.op == "-":
             return -self.poly(e.operand)
         if isinstance(e, ast.Binary) and e.op in "+-":
@@ -284,7 +295,8 @@ class _Binder:
                 raise TileIndexError("division by an index variable", e.rhs.span,
                                      hint="index expressions may only be divided by constants")
             if b.const == 0:
-                raise TileIndexError("division by zero in an index polynomial", e.rhs.span)
+                raise TileIndexError("division by zero in an index polynomial", e.rhs.span,
+                                     hint="divide index expressions by non-zero constants only")
             return a / b.const
         if isinstance(e, ast.FloatLit):
             raise TileTypeError("float constant in an index expression", e.span,
@@ -295,6 +307,9 @@ class _Binder:
     # ---------------------------------------------------------- elementwise code
     def expr(self, e: ast.Expr) -> TExpr:
         if isinstance(e, ast.IntLit):
+            if not -(2**63) <= e.value < 2**63:
+                raise TileTypeError(f"integer literal {e.value} does not fit in int64", e.span,
+                                    hint="integer literals are int32, or int64 when larger")
             return TConst(e.value, TensorType(literal_int_type(e.value), ()), e.span)
         if isinstance(e, ast.FloatLit):
             return TConst(Fraction(e.text), TensorType(DType.FLOAT32, ()), e.span)
@@ -342,6 +357,12 @@ def _describe(e: ast.Expr) -> str:
     from tile.printer import format_expr
 
     return format_expr(e)
+
+
+def _wrap(value: int, dtype: DType) -> int:
+    mod = 1 << dtype.bits
+    v = value % mod
+    return v - mod if dtype.is_signed and v >= mod >> 1 else v
 
 
 def _find_name(e: ast.Expr, name: str) -> Span | None:

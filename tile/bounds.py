@@ -16,6 +16,7 @@ from fractions import Fraction
 
 from tile.affine import Affine
 from tile.errors import Span, TileIndexError
+from tile.linalg import rank
 from tile.typed import TAccess, TContraction
 
 
@@ -186,6 +187,27 @@ def empty_error(c: TContraction, culprit: Range) -> TileIndexError:
         "check the sizes and constraint bounds")
 
 
+def check_bounded(c: TContraction) -> None:
+    """Raise if some index is unbounded, whatever the sizes: every condition is two-sided, so an
+    index is bounded exactly when its unit vector lies in the span of the conditions' polynomials."""
+    names = list(c.index_names)
+    polys = [p for acc in (c.output, *c.operands) for p in acc.polys] + [k.poly for k in c.constraints]
+    rows = [[p.coeff(v) for v in names] for p in polys] if names else []
+    base = rank(rows) if rows else 0
+    for k, v in enumerate(names):
+        unit = [Fraction(int(j == k)) for j in range(len(names))]
+        if rank([*rows, unit]) != base:
+            raise _unbounded(c, v)
+
+
+def _unbounded(c: TContraction, v: str) -> TileIndexError:
+    return TileIndexError(
+        f"index '{v}' of '{c.name}' is unbounded", _first_use(c, v),
+        hint=f"'{v}' must be limited by a tensor dimension or a constraint on its own; "
+        "a difference like `j - k` bounds neither j nor k: add a constraint such as "
+        f"`{v} < N`")
+
+
 def index_box(c: TContraction) -> dict[str, tuple[int, int]]:
     """The integer box ``{index: (lo, hi)}`` (inclusive) holding every valid index tuple of ``c``.
 
@@ -202,11 +224,7 @@ def index_box(c: TContraction) -> dict[str, tuple[int, int]]:
     for v in variables:
         lo, hi = bounds[v]
         if lo is None or hi is None:
-            raise TileIndexError(
-                f"index '{v}' of '{c.name}' is unbounded", _first_use(c, v),
-                hint=f"'{v}' must be limited by a tensor dimension or a constraint on its own; "
-                "a difference like `j - k` bounds neither j nor k: add a constraint such as "
-                f"`{v} < N`")
+            raise _unbounded(c, v)
         box[v] = (math.ceil(lo), math.floor(hi))
         if box[v][0] > box[v][1]:
             raise TileIndexError(
@@ -222,3 +240,76 @@ def _first_use(c: TContraction, v: str) -> Span:
             if v in p.vars:
                 return acc.poly_spans[k] if acc.poly_spans else acc.span
     return c.span
+
+
+# ----------------------------------------------------------------- constraint clean-up
+def _direction(poly: Affine) -> tuple[tuple[tuple[str, Fraction], ...], Fraction]:
+    """``(primitive integer direction, scale)`` with ``poly - const == scale * direction``."""
+    den = 1
+    for _, v in poly.terms:
+        den = den * v.denominator // math.gcd(den, v.denominator)
+    ints = [int(v * den) for _, v in poly.terms]
+    g = 0
+    for x in ints:
+        g = math.gcd(g, x)
+    sign = -1 if ints and ints[0] < 0 else 1
+    scale = Fraction(g * sign, den) if ints else Fraction(1)
+    return tuple((k, v / scale) for k, v in poly.terms), scale
+
+
+def merge_parallel(conds: list[Range]) -> list[Range]:
+    """Intersect conditions whose polynomials are multiples of one another (plus constants).
+
+    ``0 <= 2*i + 1 <= 9`` and ``0 <= i <= 6`` become one range on ``i``: ``-1/2 <= i <= 4``. The
+    merged range keeps the first condition's polynomial form, origin and span; constant
+    conditions are kept as they are.
+    """
+    groups: dict[tuple, list[tuple[Range, Fraction]]] = {}
+    order: list[tuple] = []
+    out_const: list[Range] = []
+    for r in conds:
+        if r.poly.is_constant:
+            out_const.append(r)
+            continue
+        direction, scale = _direction(r.poly)
+        if direction not in groups:
+            groups[direction] = []
+            order.append(direction)
+        groups[direction].append((r, scale))
+    merged: list[Range] = []
+    for direction in order:
+        members = groups[direction]
+        first, s0 = members[0]
+        # In terms of t = direction·x: lo <= s*t + c <= hi  =>  t in [(lo-c)/s, (hi-c)/s] (swapped if s < 0)
+        lo_t, hi_t = None, None
+        for r, s in members:
+            a, b = (r.lo - r.poly.const) / s, (r.hi - r.poly.const) / s
+            a, b = min(a, b), max(a, b)
+            lo_t = a if lo_t is None else max(lo_t, a)
+            hi_t = b if hi_t is None else min(hi_t, b)
+        lo, hi = sorted((lo_t * s0 + first.poly.const, hi_t * s0 + first.poly.const))
+        origin = first.origin if len(members) == 1 else f"{first.origin} (merged with {len(members) - 1} more)"
+        merged.append(Range(first.poly, lo, hi, origin, first.span))
+    return out_const + merged
+
+
+def poly_interval(poly: Affine, box: dict[str, tuple[int, int]]) -> tuple[Fraction, Fraction]:
+    """The exact range of ``poly`` over the box."""
+    lo = hi = poly.const
+    for v, c in poly.terms:
+        a, b = box[v]
+        lo += min(c * a, c * b)
+        hi += max(c * a, c * b)
+    return lo, hi
+
+
+def remove_implied(conds: list[Range], box: dict[str, tuple[int, int]]) -> list[Range]:
+    """Drop the conditions the box already guarantees (worst case over the box), keeping
+    any whose polynomial has fractional coefficients (they also demand integrality)."""
+    out = []
+    for r in conds:
+        lo, hi = poly_interval(r.poly, box)
+        if r.poly.is_integral and r.lo <= lo and hi <= r.hi:
+            continue
+        out.append(r)
+    return out

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from tile.dtypes import DType, arithmetic, float_of, promote, promote_all
 from tile.errors import Span, TileShapeError, TileTypeError
-from tile.shapes import broadcast, fmt_shape, numel, same_size
+from tile.shapes import broadcast, fmt_shape, is_concrete, numel, same_size
 from tile.typed import TensorType
 
 Rule = Callable[[list[TensorType], list[int], Span, list[str], list[str]], TensorType]
@@ -98,7 +98,8 @@ def _shape(types, params, span, names, notes):
 def _reshape(types, params, span, names, notes):
     t = types[0]
     if any(p < 0 for p in params):
-        raise TileShapeError("reshape sizes must not be negative", span)
+        raise TileShapeError("reshape sizes must not be negative", span,
+                             hint="sizes are non-negative integer expressions of dimensions")
     new = tuple(params)
     if t.shape is not None and not same_size(numel(t.shape), numel(new)):
         raise TileShapeError(
@@ -118,8 +119,13 @@ def _gather(types, params, span, names, notes):
     data, idx = types
     _require_int("gather", idx, "index tensor", span)
     if data.rank == 0:
-        raise TileShapeError("gather needs data of rank at least 1", span)
+        raise TileShapeError("gather needs data of rank at least 1", span,
+                             hint="gather(D, I) picks rows of D along its first dimension")
     shape = None if data.shape is None or idx.shape is None else idx.shape + data.shape[1:]
+    if data.shape is not None and idx.shape is not None and is_concrete(data.shape[0]) \
+            and data.shape[0] == 0 and is_concrete(numel(idx.shape)) and numel(idx.shape) > 0:
+        raise TileShapeError(f"gather from {names[0]}, whose first dimension is 0: there is no row to pick",
+                             span, hint="gather needs data with at least one row")
     return TensorType(data.dtype, shape)
 
 
@@ -134,7 +140,8 @@ def _scatter(types, params, span, names, notes):
                              span, hint="scatter(V, I, Like): V[i.., j..] goes to O[I[i..], j..]")
     if not like.shape:
         raise TileShapeError("scatter's third argument must have rank at least 1 (it gives the "
-                             "output's first size)", span)
+                             "output's first size)", span, hint="pass a tensor whose first dimension is "
+                             "the output's length")
     return TensorType(values.dtype, (like.shape[0],) + values.shape[r:])
 
 
@@ -144,7 +151,7 @@ def _softmax(types, params, span, names, notes):
         if len(t.shape) != 2 or not (same_size(t.shape[0], params[0]) and same_size(t.shape[1], params[1])):
             raise TileShapeError(
                 f"builtin_softmax(X, R, C) needs X of shape (R, C) = ({params[0]}, {params[1]}), "
-                f"got ({', '.join(map(str, t.shape))})", span)
+                f"got {fmt_shape(t.shape)}", span, hint="R and C are the row and column counts of X")
     return TensorType(float_of(t.dtype), t.shape)
 
 
