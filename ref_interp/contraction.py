@@ -67,8 +67,12 @@ def _compile(r: Range, order: dict[str, int], box: list[tuple[int, int]]) -> _Co
 
 
 def evaluate(c: TContraction, env: dict[str, np.ndarray], nx: Numerics,
-             max_points: int | None = None) -> np.ndarray:
-    """The value of contraction ``c`` given every tensor it reads in ``env`` (in ``nx`` storage)."""
+             max_points: int | None = None, box: dict[str, tuple[int, int]] | None = None) -> np.ndarray:
+    """The value of contraction ``c`` given every tensor it reads in ``env`` (in ``nx`` storage).
+
+    ``box`` may give index bounds already known to hold every valid tuple (the flat form's ranges);
+    otherwise they are computed exactly from the conditions.
+    """
     shape = c.type.shape
     dtype = c.type.dtype
     size = int(np.prod(shape, dtype=np.int64))
@@ -76,7 +80,7 @@ def evaluate(c: TContraction, env: dict[str, np.ndarray], nx: Numerics,
     if size == 0 or any(env[a.tensor].size == 0 for a in c.operands):
         return init.reshape(shape)  # nothing can be aggregated: 0 (or default) everywhere
     names = list(c.index_names)
-    box_map = index_box(c)
+    box_map = box if box is not None else index_box(c)
     box = [box_map[v] for v in names]
     extents = [hi - lo + 1 for lo, hi in box]
     total = int(np.prod(extents, dtype=object))  # 1 for a contraction without indices

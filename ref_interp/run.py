@@ -14,6 +14,7 @@ from tile.bind import bind
 from tile.dtypes import DType
 from tile.errors import TileInputError
 from tile.parser import parse
+from tile.transforms import FlatContraction, apply_stage, as_contraction
 from tile.typed import BoundProgram, TAssign, TCall, TConst, TensorType, TExpr, TRef
 
 
@@ -47,13 +48,15 @@ def input_types(program: ast.Program, inputs: Mapping[str, np.ndarray]) -> dict[
 
 
 def run(program: str | ast.Program | BoundProgram, inputs: Mapping[str, np.ndarray] | None = None,
-        precision: str = "native", *, max_points: int | None = None,
+        precision: str = "native", *, max_points: int | None = None, stage: str = "tile",
         name: str = "<string>") -> dict[str, np.ndarray]:
     """Evaluate a Tile program exactly as the language defines it.
 
     ``program`` is Tile source text, a parsed ``Program`` or a ``BoundProgram``; ``inputs`` maps
     each declared input to an array. ``precision`` is ``native`` (declared dtypes), ``float64``
     (float tensors in float64) or ``exact`` (float tensors as ``Fraction`` object arrays).
+    ``stage`` evaluates the contractions after a transform (``reduced``, ``defracted`` or
+    ``flat``, see ``tile.transforms``); every stage has the same meaning, so the same answer.
     Returns every output by name.
     """
     nx = Numerics(precision)
@@ -63,6 +66,7 @@ def run(program: str | ast.Program | BoundProgram, inputs: Mapping[str, np.ndarr
     else:
         prog = as_program(program, name)
         bound = bind(prog, input_types(prog, inputs))
+    bound = apply_stage(bound, stage)
     env: dict[str, np.ndarray] = {}
     for in_name, t in bound.inputs:
         env[in_name] = nx.cast(np.asarray(inputs[in_name]), t.dtype)
@@ -70,6 +74,11 @@ def run(program: str | ast.Program | BoundProgram, inputs: Mapping[str, np.ndarr
         if isinstance(stmt, TAssign):
             value = nx.cast(_eval(stmt.expr, env, nx), stmt.type.dtype)
             env[stmt.name] = np.broadcast_to(value, stmt.type.shape)
+        elif isinstance(stmt, FlatContraction):
+            flat_env = {k: v.reshape(-1) for k, v in env.items()}
+            box = {v: (0, r - 1) for v, r in zip(stmt.names, stmt.ranges)}
+            value = contraction.evaluate(as_contraction(stmt), flat_env, nx, max_points, box)
+            env[stmt.name] = value.reshape(stmt.type.shape)
         else:
             env[stmt.name] = contraction.evaluate(stmt, env, nx, max_points)
     return {o: np.array(env[o], copy=True) for o in bound.outputs}

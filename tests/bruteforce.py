@@ -68,12 +68,14 @@ class Spec:
 
     @property
     def variables(self) -> list[str]:
-        polys = [*self.out_polys, *(p for ps in self.operand_polys for p in ps), *(p for p, _ in self.constraints)]
+        polys = [*self.out_polys, *(p for ps in self.operand_polys for p in ps),
+                 *(p for p, _ in self.constraints)]
         return sorted({v for p in polys for v in p.vars})
 
     def source(self) -> str:
         """The Tile program ``function (A, B, .., D) -> (O) { O[...] = agg(...), ..; }``."""
-        refs = [f"{n}[{', '.join(p.text() for p in ps)}]" for n, ps in zip(self.operands, self.operand_polys)]
+        refs = [f"{n}[{', '.join(p.text() for p in ps)}]"
+                for n, ps in zip(self.operands, self.operand_polys, strict=True)]
         body = refs[0] if self.comb == "" else (
             f"{refs[0]} == {refs[1]} ? {refs[2]}" if self.comb == "?" else f"{refs[0]} {self.comb} {refs[1]}")
         out = ", ".join(p.text() for p in self.out_polys)
@@ -82,8 +84,7 @@ class Spec:
         tail = "".join(f", {p.text()} < {b}" for p, b in self.constraints)
         tail += " default D" if self.default else ""
         inputs = ", ".join(self.operands + (("D",) if self.default else ()))
-        agg = "= =" if self.agg == "=" else self.agg
-        return f"function ({inputs}) -> (O) {{\n    O[{out}] = {agg}({body}){tail};\n}}\n"
+        return f"function ({inputs}) -> (O) {{\n    O[{out}] = {self.agg}({body}){tail};\n}}\n"
 
 
 # ------------------------------------------------------------------------------- types
@@ -153,10 +154,9 @@ def index_box(spec: Spec, shapes: dict[str, tuple[int, ...]]) -> dict[str, range
 
 def _conditions(spec: Spec, shapes) -> list[tuple[Poly, int]]:
     """``(poly, n)`` meaning ``poly`` must be an integer in ``[0, n)``."""
-    out = list(zip(spec.out_polys, spec.out_sizes))
-    for name, polys in zip(spec.operands, spec.operand_polys):
-        assert len(shapes[name]) == len(polys)
-        out.extend(zip(polys, shapes[name]))
+    out = list(zip(spec.out_polys, spec.out_sizes, strict=True))
+    for name, polys in zip(spec.operands, spec.operand_polys, strict=True):
+        out.extend(zip(polys, shapes[name], strict=True))
     out.extend(spec.constraints)
     return out
 
@@ -183,9 +183,16 @@ def _aggregate(agg: str, values: list):
     return values[0]
 
 
-def evaluate(spec: Spec, inputs: dict[str, np.ndarray]) -> Result:
+def storage(dt: np.dtype, precision: str) -> np.dtype:
+    """How the interpreter stores ``dt`` in a precision mode: floats as float64 or as Fractions."""
+    if dt.kind != "f" or precision == "native":
+        return dt
+    return np.dtype(np.float64) if precision == "float64" else np.dtype(object)
+
+
+def evaluate(spec: Spec, inputs: dict[str, np.ndarray], precision: str = "native") -> Result:
     arrays = [np.asarray(inputs[n]) for n in spec.operands]
-    shapes = {n: a.shape for n, a in zip(spec.operands, arrays)}
+    shapes = {n: a.shape for n, a in zip(spec.operands, arrays, strict=True)}
     dtypes = [a.dtype for a in arrays]
     out_dt = result_dtype(spec, dtypes)
     cmp_dt = promote(dtypes[0], dtypes[1]) if spec.comb in ("==", "?") else None
@@ -194,7 +201,7 @@ def evaluate(spec: Spec, inputs: dict[str, np.ndarray]) -> Result:
     names = list(box)
     writes: dict[tuple[int, ...], list[tuple[dict[str, int], object]]] = defaultdict(list)
     for point in itertools.product(*box.values()):
-        env = dict(zip(names, point))
+        env = dict(zip(names, point, strict=True))
         idx = []
         for poly, n in conds:
             x = poly.value(env)
@@ -203,23 +210,26 @@ def evaluate(spec: Spec, inputs: dict[str, np.ndarray]) -> Result:
             idx.append(int(x))
         else:
             pos, reads = len(spec.out_polys), []
-            for name, arr, polys in zip(spec.operands, arrays, spec.operand_polys):
+            for arr, polys in zip(arrays, spec.operand_polys, strict=True):
                 reads.append(arr[tuple(idx[pos: pos + len(polys)])].item())
                 pos += len(polys)
-            writes[tuple(idx[:len(spec.out_polys)])].append((env, _combine(spec, reads, dtypes, cmp_dt, out_dt)))
-    value = _initial(spec, inputs, out_dt)
+            value = _combine(spec, reads, cmp_dt, out_dt)
+            writes[tuple(idx[:len(spec.out_polys)])].append((env, value))
+    store = storage(out_dt, precision)
+    value = _initial(spec, inputs, out_dt, store)
     bound = 0
     for where, ws in writes.items():
         vals = [v for _, v in ws]
-        value[where] = _finish(_aggregate(spec.agg, vals), out_dt)
+        value[where] = _finish(_aggregate(spec.agg, vals), out_dt, store)
         mags = [abs(v) for v in vals]
-        bound = max(bound, sum(mags) if spec.agg == "+" else math.prod(max(m, 1) for m in mags))
+        if spec.agg in "+*":
+            bound = max(bound, sum(mags) if spec.agg == "+" else math.prod(max(m, 1) for m in mags))
     dup = {w: [e for e, _ in ws] for w, ws in writes.items() if spec.agg == "=" and len(ws) > 1}
     zero = math.prod(spec.out_sizes) == 0 or any(a.size == 0 for a in arrays)
     return Result(value, sum(len(ws) for ws in writes.values()), dup, int(bound), zero)
 
 
-def _combine(spec: Spec, reads: list, dtypes, cmp_dt, out_dt):
+def _combine(spec: Spec, reads: list, cmp_dt, out_dt):
     if spec.comb == "":
         return convert(reads[0], out_dt)
     if spec.comb in ("==", "?"):
@@ -228,21 +238,23 @@ def _combine(spec: Spec, reads: list, dtypes, cmp_dt, out_dt):
             return convert(int(eq), out_dt)
         return convert(reads[2], out_dt) if eq else convert(0, out_dt)
     a, b = convert(reads[0], out_dt), convert(reads[1], out_dt)
-    return a * b if spec.comb == "*" else a + b
+    return convert(a * b if spec.comb == "*" else a + b, out_dt)  # wraps like the out dtype
 
 
-def _finish(x, dt: np.dtype):
+def _finish(x, dt: np.dtype, store: np.dtype):
     if dt.kind == "f":
-        return float(x)
+        return Fraction(x) if store.kind == "O" else float(x)
     return convert(x, dt)
 
 
-def _initial(spec: Spec, inputs, dt: np.dtype) -> np.ndarray:
-    out = np.zeros(spec.out_sizes, dtype=dt)
+def _initial(spec: Spec, inputs, dt: np.dtype, store: np.dtype) -> np.ndarray:
+    out = np.zeros(spec.out_sizes, dtype=store)
+    if store.kind == "O":
+        out[...] = Fraction(0)
     if spec.default:
         d = np.asarray(inputs["D"])
         assert d.shape == out.shape
         for where in np.ndindex(*out.shape):
             x = d[where].item()
-            out[where] = _finish(convert(x, dt) if dt.kind != "f" else Fraction(x), dt)
+            out[where] = _finish(convert(x, dt) if dt.kind != "f" else Fraction(x), dt, store)
     return out

@@ -302,7 +302,8 @@ CASES = {
     "abs": ("abs(A)", {"A": IA}, i32(7, 7, 5, 0, 3)),
     "relu": ("relu(A)", {"A": F}, np.array([0, 0, 0, 0.5, 2.0, 2.7])),
     "ident": ("ident(A)", {"A": F}, F),
-    "pow": ("pow(A, B)", {"A": P, "B": F[:4]}, np.array([math.pow(a, b) for a, b in zip(P, F[:4])])),
+    "pow": ("pow(A, B)", {"A": P, "B": F[:4]},
+            np.array([math.pow(a, b) for a, b in zip(P, F[:4], strict=True)])),
     "cond": ("cond(C, A, B)", {"C": i32(0, 2, -1), "A": f32(1, 2, 3), "B": f32(4, 5, 6)}, f32(4, 2, 3)),
     "exp": ("exp(A)", *_unary(math.exp, F)),
     "log": ("log(A)", *_unary(math.log, P)),
@@ -391,7 +392,8 @@ def test_exact_transcendental_warns_and_falls_back_to_float64():
 def test_zero_size_output_and_operands():
     same(one("function (I[N]) -> (O) { O[i: 0] = +(I[i]); }", I=i32(1, 2)), np.zeros(0, np.int32))
     same(one("function (I[N]) -> (O) { O[] = +(I[i]); }", I=np.zeros(0, np.int32)), np.int32(0))
-    same(one("function (I[N]) -> (O) { O[i: 3] = >(I[j]); }", I=np.zeros(0, np.float32)), np.zeros(3, np.float32))
+    empty = np.zeros(0, np.float32)
+    same(one("function (I[N]) -> (O) { O[i: 3] = >(I[j]); }", I=empty), np.zeros(3, np.float32))
     src = "function (A[N], B[M], D[M]) -> (O) { O[j: M] = +(A[i] * B[j]) default D; }"
     same(one(src, A=np.zeros(0, np.int32), B=i32(1, 1), D=f32(7, 8)), i32(7, 8))
     same(ew("A + 1", A=np.zeros((2, 0), np.int8)), np.zeros((2, 0), np.int32))

@@ -61,9 +61,9 @@ function (A[M, L], B[L, N]) -> (C) {
 """
 
 
-@pytest.mark.parametrize("m,l,n", [(2, 3, 4), (1, 1, 1), (5, 2, 3)])
-def test_matmul(m, l, n):
-    a, b = ints((m, l)), ints((l, n))
+@pytest.mark.parametrize("m,k,n", [(2, 3, 4), (1, 1, 1), (5, 2, 3)])
+def test_matmul(m, k, n):
+    a, b = ints((m, k)), ints((k, n))
     check(run(MATMUL, A=a, B=b)["C"], np.einsum("ik,kj->ij", a, b))
 
 
@@ -222,11 +222,11 @@ function (I[N, L, CI], K[LK, CI, CO]) -> (O) {
 """
 
 
-@pytest.mark.parametrize("n,l,ci,lk,co", [(2, 7, 3, 3, 2), (1, 4, 1, 4, 1), (1, 5, 2, 1, 3)])
-def test_conv1d_valid(n, l, ci, lk, co):
-    i, k = ints((n, l, ci)), ints((lk, ci, co))
-    want = np.zeros((n, l - lk + 1, co), np.float32)
-    for x in range(l - lk + 1):
+@pytest.mark.parametrize("n,length,ci,lk,co", [(2, 7, 3, 3, 2), (1, 4, 1, 4, 1), (1, 5, 2, 1, 3)])
+def test_conv1d_valid(n, length, ci, lk, co):
+    i, k = ints((n, length, ci)), ints((lk, ci, co))
+    want = np.zeros((n, length - lk + 1, co), np.float32)
+    for x in range(length - lk + 1):
         want[:, x, :] = np.einsum("nkc,kcd->nd", i[:, x:x + lk, :], k)
     check(run(CONV1D, I=i, K=k)["O"], want)
 

@@ -99,10 +99,20 @@ def _eliminate(ineqs: list[_Ineq], var: str) -> list[_Ineq]:
     return _dedupe(out)
 
 
-def _project(ineqs: list[_Ineq], keep: str) -> tuple[Fraction | None, Fraction | None]:
-    """Rational bounds of ``keep`` over the polyhedron; raises ``_Infeasible`` when it is empty."""
+class _TooBig(Exception):
+    pass
+
+
+FM_LIMIT = 4000  # inequalities; past it Fourier–Motzkin gives way to interval propagation
+
+
+def _project(ineqs: list[_Ineq], keep: str, limit: int | None = FM_LIMIT) -> tuple[Fraction | None, Fraction | None]:
+    """Rational bounds of ``keep`` over the polyhedron; raises ``_Infeasible`` when it is empty,
+    ``_TooBig`` when elimination grows past ``limit`` inequalities."""
     ineqs = _dedupe(ineqs)
     while True:
+        if limit is not None and len(ineqs) > limit:
+            raise _TooBig
         others = {v for coeffs, _ in ineqs for v, _ in coeffs if v != keep}
         if not others:
             break
@@ -166,9 +176,46 @@ def rational_bounds(conds: list[Range], variables: list[str]) -> dict[str, tuple
     """Exact rational bounds per variable; raises ``_Infeasible`` for an empty polyhedron."""
     out = {}
     for vs, ineqs in _components(conds, variables):
-        for v in vs:
-            out[v] = _project(ineqs, v)
+        try:
+            for v in vs:
+                out[v] = _project(ineqs, v)
+        except _TooBig:
+            found = _propagate(ineqs, vs)
+            for v in vs:
+                out[v] = found[v] if None not in found[v] else _project(ineqs, v, None)
     return out
+
+
+def _propagate(ineqs: list[_Ineq], vs: list[str], rounds: int = 50) -> dict:
+    """Interval bounds by repeated tightening (sound, maybe looser than the exact projection)."""
+    box: dict[str, list] = {v: [None, None] for v in vs}
+    for _ in range(rounds):
+        changed = False
+        for coeffs, const in ineqs:
+            for v, a in coeffs:
+                rest = Fraction(0)  # the largest value of sum(other terms) over the box
+                for u, b in coeffs:
+                    if u == v:
+                        continue
+                    end = box[u][1] if b > 0 else box[u][0]
+                    if end is None:
+                        rest = None
+                        break
+                    rest += b * end
+                if rest is None:
+                    continue
+                bound = (-const - rest) / a  # a*v >= -const - rest
+                k = 0 if a > 0 else 1
+                cur = box[v][k]
+                if cur is None or (bound > cur if k == 0 else bound < cur):
+                    box[v][k] = bound
+                    changed = True
+        if not changed:
+            break
+    for v, (lo, hi) in box.items():
+        if lo is not None and hi is not None and lo > hi:
+            raise _Infeasible
+    return {v: tuple(b) for v, b in box.items()}
 
 
 def first_emptying(conds: list[Range], variables: list[str]) -> Range:

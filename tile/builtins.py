@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from tile.dtypes import DType, arithmetic, float_of, promote, promote_all
 from tile.errors import Span, TileShapeError, TileTypeError
-from tile.shapes import broadcast, fmt_shape, is_concrete, numel, same_size
+from tile.shapes import broadcast, fmt_shape, is_concrete, may_equal, numel, same_size
 from tile.typed import TensorType
 
 Rule = Callable[[list[TensorType], list[int], Span, list[str], list[str]], TensorType]
@@ -101,7 +101,7 @@ def _reshape(types, params, span, names, notes):
         raise TileShapeError("reshape sizes must not be negative", span,
                              hint="sizes are non-negative integer expressions of dimensions")
     new = tuple(params)
-    if t.shape is not None and not same_size(numel(t.shape), numel(new)):
+    if t.shape is not None and not may_equal(numel(t.shape), numel(new), notes, "reshape element count"):
         raise TileShapeError(
             f"reshape of {names[0]} with shape {fmt_shape(t.shape)} to {fmt_shape(new)} changes the "
             "element count", span,
@@ -135,7 +135,8 @@ def _scatter(types, params, span, names, notes):
     if values.shape is None or idx.shape is None or like.shape is None:
         return TensorType(values.dtype, None)
     r = len(idx.shape)
-    if len(values.shape) < r or not all(same_size(a, b) for a, b in zip(values.shape[:r], idx.shape)):
+    if len(values.shape) < r or not all(may_equal(a, b, notes, "scatter index shape")
+                                        for a, b in zip(values.shape[:r], idx.shape)):
         raise TileShapeError("scatter needs the values' leading dimensions to equal the index shape",
                              span, hint="scatter(V, I, Like): V[i.., j..] goes to O[I[i..], j..]")
     if not like.shape:

@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_grad(args) -> int:
     from tile.api import grad_values
-    from tile.autodiff import grad
+    from tile.autodiff import gradient
     from tile.inputs import describe, gather_inputs, load_npz
     from tile.printer import format_program
 
@@ -52,7 +52,10 @@ def cmd_grad(args) -> int:
         for spec in args.shape:
             name, shape, dtype = parse_shape_spec(spec)
             shapes[name], dtypes[name] = shape, dtype
-        print(format_program(grad(program, wrt, dtypes=dtypes, shapes=shapes)), end="")
+        g = gradient(program, wrt, dtypes=dtypes, shapes=shapes)
+        for note in g.notes:
+            print(f"// note: {note}")
+        print(format_program(g.program), end="")
         return 0
     given = load_npz(args.inputs) if args.inputs else {}
     inputs = gather_inputs(program, given, args.shape, args.seed)

@@ -61,6 +61,18 @@ def same_size(a: Size, b: Size) -> bool:
     return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
 
 
+def may_equal(a: Size, b: Size, notes: list[str] | None, what: str) -> bool:
+    """False only when ``a`` and ``b`` certainly differ; symbolic sizes that may differ are
+    assumed equal, and the assumption goes into ``notes``."""
+    if same_size(a, b):
+        return True
+    if is_concrete(a) and is_concrete(b):
+        return False
+    if notes is not None:
+        notes.append(f"assumed {a} == {b} ({what})")
+    return True
+
+
 def broadcast(shapes: list[tuple[Size, ...] | None], names: list[str], span: Span,
               notes: list[str] | None = None) -> tuple[Size, ...] | None:
     """Right-aligned broadcasting; ``None`` (unknown rank) is contagious.

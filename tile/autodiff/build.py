@@ -38,13 +38,25 @@ def call(fn: str, *args: ast.Expr) -> ast.Call:
     return ast.Call(fn, tuple(args))
 
 
+def _negated(e: ast.Expr) -> ast.Expr | None:
+    """``x`` when ``e`` is written ``-x`` (also ``-x * y`` and ``-x / y``), else None."""
+    if isinstance(e, ast.Unary) and e.op == "-":
+        return e.operand
+    if isinstance(e, ast.Binary) and e.op in "*/":
+        inner = _negated(e.lhs)
+        if inner is not None:
+            return ast.Binary(e.op, inner, e.rhs)
+    return None
+
+
 def add(a: ast.Expr, b: ast.Expr) -> ast.Expr:
     if is_num(a, 0):
         return b
     if is_num(b, 0):
         return a
-    if isinstance(b, ast.Unary) and b.op == "-":
-        return ast.Binary("-", a, b.operand)
+    positive = _negated(b)
+    if positive is not None:
+        return ast.Binary("-", a, positive)
     return ast.Binary("+", a, b)
 
 
@@ -53,6 +65,9 @@ def sub(a: ast.Expr, b: ast.Expr) -> ast.Expr:
         return a
     if is_num(a, 0):
         return neg(b)
+    positive = _negated(b)
+    if positive is not None:
+        return ast.Binary("+", a, positive)
     return ast.Binary("-", a, b)
 
 
@@ -75,8 +90,9 @@ def div(a: ast.Expr, b: ast.Expr) -> ast.Expr:
 
 
 def neg(a: ast.Expr) -> ast.Expr:
-    if isinstance(a, ast.Unary) and a.op == "-":
-        return a.operand
+    positive = _negated(a)
+    if positive is not None:
+        return positive
     if isinstance(a, ast.IntLit):
         return ast.IntLit(-a.value)
     if isinstance(a, ast.FloatLit):

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from tile import ast
 from tile.autodiff.build import Namer, binary, cond, div, lit, mul, ref
 from tile.errors import TileTypeError
+from tile.linalg import rank
 from tile.typed import TContraction
 
 Emit = Callable[[ast.Statement], None]
@@ -81,9 +82,7 @@ class ContractionGrad:
                     "take the maximum or minimum of that single tensor")
             (op,) = ops
             if self.is_float(op.name):
-                body = (op, ref(s.name, so), dout)
-                out.append((op.name, self.contraction(base(op.name), self.sizes(op.name), list(op.indices),
-                                                      body, ast.CombOp.COND, cons)))
+                out.append((op.name, self.extreme(s, t, op, g, base(op.name))))
         else:  # PROD
             if s.comb is not ast.CombOp.NONE:
                 raise TileTypeError(
@@ -95,6 +94,24 @@ class ContractionGrad:
         if s.default is not None and self.is_float(s.default):
             out.append((s.default, self.default_grad(s, g)))
         return out
+
+    def extreme(self, s: ast.Contraction, t: TContraction, op: ast.TensorRef, g: str, name: str) -> ast.Expr:
+        """The equality mask. When one output reads one input element through several index
+        tuples (``O[] = >(I[i + j])``), the element is still one candidate: the pairs (element,
+        output) that tie are found first with a ``>`` of ones, then weighted by ``DO`` once each."""
+        so = list(s.output.indices)
+        if _injective(t):
+            body = (op, ref(s.name, so), ref(g, so))
+            return self.contraction(name, self.sizes(op.name), list(op.indices), body, ast.CombOp.COND,
+                                    s.constraints)
+        hits = self.namer.fresh(f"{s.name}_ties")
+        ones = ref(self.ones_like(s.name), so)
+        self.contraction(hits, self.sizes(op.name) + self.sizes(s.name), [*op.indices, *so],
+                         (op, ref(s.name, so), ones), ast.CombOp.COND, s.constraints, ast.AggOp.MAX)
+        xs = [ast.Name(f"x{k}") for k in range(len(op.indices))]
+        os = [ast.Name(f"o{k}") for k in range(len(so))]
+        return self.contraction(name, self.sizes(op.name), xs, (ref(hits, [*xs, *os]), ref(g, os)),
+                                ast.CombOp.MUL, ())
 
     def product(self, s: ast.Contraction, op: ast.TensorRef, g: str) -> ast.Expr:
         x = ast.Name(op.name)
@@ -125,3 +142,10 @@ class ContractionGrad:
         written = self.contraction(self.namer.fresh(f"{s.name}_written"), self.sizes(s.name),
                                    list(s.output.indices), ones, comb, s.constraints, ast.AggOp.MAX)
         return cond(written, lit(0), ast.Name(g))
+
+
+def _injective(t: TContraction) -> bool:
+    """Whether each index tuple reads a different (input element, output element) pair."""
+    names = list(t.index_names)
+    polys = [*t.operands[0].polys, *t.output.polys]
+    return rank([[p.coeff(v) for v in names] for p in polys]) == len(names) if names else True

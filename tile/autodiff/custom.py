@@ -21,8 +21,10 @@ import dataclasses
 from tile import ast
 from tile.autodiff.build import size_expr
 from tile.autodiff.simplify import used_names
-from tile.errors import TileNameError
+from tile.bind import bind
+from tile.errors import TileNameError, TileShapeError
 from tile.parser import parse
+from tile.shapes import fmt_shape, same_size
 
 
 def inline_custom(rev, stmt: ast.Statement, source: str | ast.Program, g: str) -> list[tuple[str, ast.Expr]]:
@@ -50,6 +52,11 @@ def inline_custom(rev, stmt: ast.Statement, source: str | ast.Program, g: str) -
     outputs = {}
     for out in fn.outputs:
         x = out.name[1:] if out.name.startswith("D") else None
+        if x is None:
+            raise TileNameError(
+                f"the custom gradient of '{stmt.name}' returns '{out.name}', which is not named D<X>", out.span,
+                hint=f"name each output D<X> after a tensor X read by {stmt.name}: "
+                f"{', '.join('D' + r for r in sorted(reads)) or '(none)'}")
         if x not in reads:
             raise TileNameError(
                 f"the custom gradient of '{stmt.name}' returns '{out.name}', but '{stmt.name}' reads no float "
@@ -57,11 +64,28 @@ def inline_custom(rev, stmt: ast.Statement, source: str | ast.Program, g: str) -
                 hint=f"return D<X> for tensors X read by {stmt.name}: "
                 f"{', '.join('D' + r for r in sorted(reads)) or '(none)'}")
         outputs[out.name] = x
+    _check_shapes(rev, stmt, fn, outputs)
     for s in fn.stmts:
         new = rev.namer.fresh(f"{s.name}_{stmt.name}" if s.name in outputs else s.name)
         subst[s.name] = ast.Name(new)
         rev.emit(_rename_statement(s, subst))
     return [(x, subst[o]) for o, x in outputs.items()]
+
+
+def _check_shapes(rev, stmt: ast.Statement, fn: ast.Program, outputs: dict[str, str]) -> None:
+    """Each returned gradient must have exactly the shape of the tensor it belongs to."""
+    adjoint_param = f"D{stmt.name}"
+    given = {i.name: rev.types[stmt.name if i.name == adjoint_param else i.name] for i in fn.inputs}
+    types = bind(fn, given).types
+    for out in fn.outputs:
+        want = rev.types[outputs[out.name]].shape
+        got = types[out.name].shape
+        if want is None or got is None:
+            continue
+        if len(want) != len(got) or not all(same_size(a, b) for a, b in zip(want, got)):
+            raise TileShapeError(
+                f"the custom gradient '{out.name}' has shape {fmt_shape(got)} but '{outputs[out.name]}' has "
+                f"shape {fmt_shape(want)}", out.span, hint="a gradient has the shape of its tensor")
 
 
 def _sub(e: ast.Expr, subst: dict[str, ast.Expr]) -> ast.Expr:

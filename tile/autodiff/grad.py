@@ -45,11 +45,14 @@ def grad(program: str | ast.Program, wrt: Sequence[str] | None = None, seed: Seq
 @dataclasses.dataclass(frozen=True)
 class Gradient:
     """A gradient program with the names it chose: ``{output: cotangent input}`` and
-    ``{input: gradient output}``."""
+    ``{input: gradient output}``, and the assumptions a derivation without shapes had to make
+    (dimensions with different names taken as equal where they broadcast together, unknown ranks
+    taken as not broadcasting); with ``shapes`` given there are none."""
 
     program: ast.Program
     cotangents: dict[str, str]
     gradients: dict[str, str]
+    notes: tuple[str, ...] = ()
 
 
 def gradient(program: str | ast.Program, wrt: Sequence[str] | None = None, seed: Sequence[str] | None = None,
@@ -83,6 +86,11 @@ class _Reverse:
             if n not in outputs:
                 raise TileNameError(f"cannot seed '{n}': it is not an output", None,
                                     hint=f"the outputs are: {', '.join(outputs)}")
+        computed = {s.name for s in program.stmts}
+        for n in custom:
+            if n not in computed:
+                raise TileNameError(f"custom gradient for '{n}', which no statement computes", None,
+                                    hint=f"custom gradients replace a statement's: {', '.join(sorted(computed))}")
         self.wrt = list(wrt)
         self.seed = list(seed) if seed is not None else outputs
         self.custom = custom
@@ -93,6 +101,8 @@ class _Reverse:
         self.adj_names: dict[str, str] = {}
         self.temps: set[str] = set()
         self.ones: dict[str, str] = {}
+        self.single_leaf = False
+        self.notes: list[str] = list(bound.notes)
         self.tstmts = {s.name: s for s in bound.stmts}
         self.cgrad = ContractionGrad(self.namer, self.emit, self.sizes, self.ones_like, self.is_float)
 
@@ -139,7 +149,7 @@ class _Reverse:
     # --------------------------------------------------------------------- driver
     def run(self) -> Gradient:
         cotangents = []
-        cot_names = {}
+        cot_names = self.cot_names = {}
         for out in self.seed:
             if not self.is_float(out):
                 continue
@@ -157,6 +167,8 @@ class _Reverse:
                 for tensor, expr in inline_custom(self, stmt, self.custom[stmt.name], g):
                     self.contrib[tensor].append(expr)
             elif isinstance(stmt, ast.Assignment):
+                # With one tensor read (and constants), nothing can broadcast, even at unknown rank.
+                self.single_leaf = len(_leaves(self.tstmts[stmt.name].expr)) <= 1
                 self.backprop(stmt.expr, self.tstmts[stmt.name].expr, ast.Name(g),
                               self.types[stmt.name].shape, stmt.name)
             else:
@@ -173,7 +185,8 @@ class _Reverse:
         stmts = inline_aliases(dead_code([*self.p.stmts, *self.back], outputs), self.temps)
         inputs = tuple(self.declare(i) for i in self.p.inputs) + tuple(cotangents)
         result = ast.Program(inputs, tuple(ast.Output(o) for o in outputs), tuple(stmts))
-        return Gradient(self.fix_dtypes(result, outputs), cot_names, dict(zip(self.wrt, outputs)))
+        return Gradient(self.fix_dtypes(result, outputs), cot_names, dict(zip(self.wrt, outputs)),
+                        tuple(dict.fromkeys(self.notes)))
 
     def cotangent_dims(self, out: str, name: str) -> tuple[str, ...] | None:
         """``DO`` is declared with ``O``'s dims where they are plain names, fresh ones elsewhere."""
@@ -206,6 +219,11 @@ class _Reverse:
         """Each gradient gets its input's dtype (a float32 literal may have widened a float16)."""
         dtypes = {n: t.dtype for n, t in self.b.inputs}
         shapes = {n: t.shape for n, t in self.b.inputs if t.shape is not None and all(map(is_concrete, t.shape))}
+        for out, cot in self.cot_names.items():
+            t = self.types[out]
+            dtypes[cot] = t.dtype
+            if t.shape is not None and all(map(is_concrete, t.shape)):
+                shapes[cot] = t.shape
         types = bind_symbolic(program, dtypes, shapes).types
         stmts = list(program.stmts)
         for x, out in zip(self.wrt, outputs):
@@ -237,9 +255,9 @@ class _Reverse:
 
     def reduce_to(self, g: ast.Expr, gshape, tshape, tensor: str | None = None) -> ast.Expr:
         if gshape is None or tshape is None:
-            if gshape != tshape:
-                raise TileTypeError("cannot undo broadcasting of a tensor of unknown rank", None,
-                                    hint="declare the dimensions of the inputs")
+            if not (gshape is None and tshape is None and self.single_leaf):
+                self.notes.append(f"assumed the adjoint of '{tensor}' needs no broadcast reduction (its rank "
+                                  "is unknown); derive with shapes=... to be exact")
             return g
         if len(gshape) == len(tshape) and all(same_size(a, b) for a, b in zip(gshape, tshape)):
             return g
@@ -303,6 +321,14 @@ class _Reverse:
         if fn == "builtin_softmax":
             return [ast.Binary("*", y, ast.Binary("-", g, ast.Name(total)))]
         return [ast.Binary("-", g, ast.Binary("*", call("exp", y), ast.Name(total)))]
+
+
+def _leaves(e: TExpr) -> set[str]:
+    if isinstance(e, TRef):
+        return {e.name}
+    if isinstance(e, TCall):
+        return set().union(*(_leaves(a) for a in e.args)) if e.args else set()
+    return set()
 
 
 def _tensor_args(e: ast.Expr, n: int) -> list[ast.Expr]:
