@@ -17,18 +17,35 @@ from tile.parser import parse
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ref_interp", description="The exact Tile reference interpreter.")
+    p = argparse.ArgumentParser(
+        prog="python -m ref_interp", description="The exact Tile reference interpreter."
+    )
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="evaluate a .tile program")
     r.add_argument("file", help="the .tile program")
     r.add_argument("--inputs", help="an .npz archive with one array per input")
-    r.add_argument("--shape", action="append", default=[], metavar="NAME=2x3[:dtype]",
-                   help="make up a random small-integer input of this shape (repeatable)")
+    r.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=2x3[:dtype]",
+        help="make up a random small-integer input of this shape (repeatable)",
+    )
     r.add_argument("--seed", type=int, default=0, help="seed for made-up inputs (default 0)")
     r.add_argument("--precision", choices=PRECISIONS, default="native")
     r.add_argument("--output", help="write every output to this .npz archive")
-    r.add_argument("--max-points", type=int, default=None,
-                   help="largest contraction index space to enumerate (default 1e9)")
+    r.add_argument(
+        "--stage",
+        choices=("tile", "reduced", "defracted", "flat"),
+        default="tile",
+        help="evaluate the contractions after this transform (same answer by definition)",
+    )
+    r.add_argument(
+        "--max-points",
+        type=int,
+        default=None,
+        help="largest contraction index space to enumerate (default 1e9)",
+    )
     return p
 
 
@@ -46,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             program = parse(text, args.file)
             given = load_npz(args.inputs) if args.inputs else {}
             inputs = gather_inputs(program, given, args.shape, args.seed)
-            outputs = run(program, inputs, args.precision, max_points=args.max_points)
+            outputs = run(program, inputs, args.precision, max_points=args.max_points, stage=args.stage)
     except TileError as e:
         print(e, file=sys.stderr)
         return 1

@@ -22,6 +22,7 @@ from tile.ast import AggOp, CombOp
 from tile.bounds import Range, empty_error, index_box, ranges
 from tile.dtypes import DType, promote
 from tile.errors import TileRuntimeError
+from tile.shapes import row_major_strides
 from tile.typed import TContraction
 
 DEFAULT_MAX_POINTS = 10**9
@@ -66,8 +67,13 @@ def _compile(r: Range, order: dict[str, int], box: list[tuple[int, int]]) -> _Co
     return _Cond(coeffs, const, den, int(r.lo), int(r.hi), needed)
 
 
-def evaluate(c: TContraction, env: dict[str, np.ndarray], nx: Numerics,
-             max_points: int | None = None, box: dict[str, tuple[int, int]] | None = None) -> np.ndarray:
+def evaluate(
+    c: TContraction,
+    env: dict[str, np.ndarray],
+    nx: Numerics,
+    max_points: int | None = None,
+    box: dict[str, tuple[int, int]] | None = None,
+) -> np.ndarray:
     """The value of contraction ``c`` given every tensor it reads in ``env`` (in ``nx`` storage).
 
     ``box`` may give index bounds already known to hold every valid tuple (the flat form's ranges);
@@ -87,20 +93,21 @@ def evaluate(c: TContraction, env: dict[str, np.ndarray], nx: Numerics,
     limit = max_points if max_points is not None else max_points_default()
     if total > limit:
         raise TileRuntimeError(
-            f"the index space of '{c.name}' has {total} points, more than the interpreter's limit of "
-            f"{limit}", c.span,
+            f"the index space of '{c.name}' has {total} points, more than the interpreter's limit of {limit}",
+            c.span,
             hint="use smaller inputs, or raise the limit (max_points=..., --max-points, or "
-            "TILE_INTERP_MAX_POINTS)")
+            "TILE_INTERP_MAX_POINTS)",
+        )
     order = {v: k for k, v in enumerate(names)}
     conds_src = ranges(c)
     conds = [_compile(r, order, box) for r in conds_src]
     accesses = [c.output, *c.operands]
-    strides = [_strides(a.type.shape) for a in accesses]
+    strides = [row_major_strides(a.type.shape) for a in accesses]
     operand_values = [_operand_storage(c, k, env, nx) for k in range(len(c.operands))]
     acc = _identity_buffer(c.agg, dtype, size, nx)
     written = np.zeros(size, dtype=bool)
     writer = np.full(size, -1, dtype=np.int64) if c.agg is AggOp.ASSIGN else None
-    box_strides = _strides(tuple(extents))
+    box_strides = row_major_strides(tuple(extents))
     any_valid = False
     for vals, grid in _blocks(box, extents):
         ok = np.ones(grid, dtype=bool)
@@ -126,8 +133,13 @@ def evaluate(c: TContraction, env: dict[str, np.ndarray], nx: Numerics,
         values = _combine(c, [ov[f] for ov, f in zip(operand_values, flats[1:])], nx)
         out_flat = flats[0]
         if writer is not None:
-            lin = sum(((np.broadcast_to(v, grid).reshape(-1)[sel] - lo) * st
-                       for v, (lo, _), st in zip(vals, box, box_strides)), np.zeros(len(sel), np.int64))
+            lin = sum(
+                (
+                    (np.broadcast_to(v, grid).reshape(-1)[sel] - lo) * st
+                    for v, (lo, _), st in zip(vals, box, box_strides)
+                ),
+                np.zeros(len(sel), np.int64),
+            )
             _check_single_writer(c, out_flat, lin, writer, names, box, extents, shape)
             acc[out_flat] = values
         else:
@@ -159,13 +171,15 @@ def _blocks(box: list[tuple[int, int]], extents: list[int]):
         lo, hi = box[split]
         for s in range(lo, hi + 1, step):
             part = (s, min(hi, s + step - 1))
-            yield (_grid_vals(box, extents, split, list(outer), part),
-                   (part[1] - part[0] + 1, *extents[split + 1:]))
+            yield (
+                _grid_vals(box, extents, split, list(outer), part),
+                (part[1] - part[0] + 1, *extents[split + 1 :]),
+            )
 
 
 def _grid_vals(box, extents, split, outer, part) -> list[np.ndarray]:
     vals: list[np.ndarray] = [np.asarray(v, dtype=np.int64) for v in outer]
-    axes = box[split:] if part is None else [part, *box[split + 1:]]
+    axes = box[split:] if part is None else [part, *box[split + 1 :]]
     for axis, (lo, hi) in enumerate(axes):
         shape = [1] * len(axes)
         shape[axis] = hi - lo + 1
@@ -174,14 +188,6 @@ def _grid_vals(box, extents, split, outer, part) -> list[np.ndarray]:
 
 
 # ------------------------------------------------------------------------- helpers
-def _strides(shape: tuple[int, ...]) -> list[int]:
-    out, s = [], 1
-    for d in reversed(shape):
-        out.append(s)
-        s *= d
-    return out[::-1]
-
-
 def _decode(lin: int, box, extents) -> list[int]:
     out = []
     for k in range(len(box) - 1, -1, -1):
@@ -202,19 +208,19 @@ def _initial(c: TContraction, env, nx: Numerics) -> np.ndarray:
 def _identity_buffer(agg: AggOp, dt: DType, size: int, nx: Numerics) -> np.ndarray:
     storage = nx.storage(dt)
     if agg is AggOp.PROD:
-        ident = Fraction(1) if storage == object else 1
+        ident = Fraction(1) if storage == np.dtype(object) else 1
     elif agg in (AggOp.MAX, AggOp.MIN):
         low = agg is AggOp.MAX
         if dt is DType.BOOL:
             ident = not low
         elif dt.is_float:
             ident = -np.inf if low else np.inf
-            ident = float(ident) if storage == object else ident
+            ident = float(ident) if storage == np.dtype(object) else ident
         else:
             info = np.iinfo(dt.numpy)
             ident = info.min if low else info.max
     else:
-        ident = Fraction(0) if storage == object else 0
+        ident = Fraction(0) if storage == np.dtype(object) else 0
     buf = np.empty(size, dtype=storage)
     buf[...] = ident
     return buf
@@ -282,9 +288,11 @@ def _check_single_writer(c, out_flat, lin, writer, names, box, extents, shape) -
 
     raise TileRuntimeError(
         f"`=` writes {c.name}[{', '.join(str(int(w)) for w in where)}] more than once: from "
-        f"({tuple_of(int(first))}) and ({tuple_of(int(second))})", c.span,
+        f"({tuple_of(int(first))}) and ({tuple_of(int(second))})",
+        c.span,
         hint="`=` needs each output element written by one index tuple; use +, >, < or * to combine "
-        "several values, or add a constraint")
+        "several values, or add a constraint",
+    )
 
 
 def _diagnose_empty(conds, conds_src, box, extents) -> Range:

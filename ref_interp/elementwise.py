@@ -32,6 +32,7 @@ def _impl(*names: str):
         for n in names:
             IMPLS[n] = fn
         return fn
+
     return register
 
 
@@ -144,6 +145,7 @@ def _nan_aware(pick_first: Callable):
         if isinstance(b, float) and b != b:
             return b
         return a if pick_first(a, b) else b
+
     return fn
 
 
@@ -164,8 +166,14 @@ def _min(nx, call, args):
 
 
 # ------------------------------------------------------------------------ comparisons
-_COMPARE = {"cmp_eq": np.equal, "cmp_ne": np.not_equal, "cmp_lt": np.less, "cmp_gt": np.greater,
-            "cmp_le": np.less_equal, "cmp_ge": np.greater_equal}
+_COMPARE = {
+    "cmp_eq": np.equal,
+    "cmp_ne": np.not_equal,
+    "cmp_lt": np.less,
+    "cmp_gt": np.greater,
+    "cmp_le": np.less_equal,
+    "cmp_ge": np.greater_equal,
+}
 
 
 @_impl(*_COMPARE)
@@ -208,9 +216,21 @@ def _shift(nx, call, args):
 
 # --------------------------------------------------------------------- float functions
 _FLOAT_FNS: dict[str, Callable] = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "tan": np.tan,
-    "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asin": np.arcsin, "acos": np.arccos,
-    "atan": np.arctan, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "tanh": np.tanh,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
 }
 
@@ -250,6 +270,7 @@ def _exact_rounding(fn: str):
             return Fraction(math.ceil(x))
         t = math.trunc(x)
         return Fraction(t + (int(math.copysign(1, x)) if abs(x - t) >= Fraction(1, 2) else 0))
+
     return go
 
 

@@ -56,8 +56,11 @@ class Numerics:
         """Note once per run that exact mode computed ``what`` in float64."""
         if what not in self._warned:
             self._warned.add(what)
-            warnings.warn(f"exact precision: {what} has no exact rational value; computed in float64",
-                          TilePrecisionWarning, stacklevel=3)
+            warnings.warn(
+                f"exact precision: {what} has no exact rational value; computed in float64",
+                TilePrecisionWarning,
+                stacklevel=3,
+            )
 
     # ------------------------------------------------------------------ conversions
     def const(self, value, dt: DType) -> np.ndarray:
@@ -68,8 +71,9 @@ class Numerics:
             return out
         if dt.is_float:
             return np.asarray(float(value), dtype=self.storage(dt))
-        return self.cast(np.asarray(int(value) if isinstance(value, Fraction) and value.denominator == 1
-                                    else value), dt)
+        return self.cast(
+            np.asarray(int(value) if isinstance(value, Fraction) and value.denominator == 1 else value), dt
+        )
 
     def cast(self, arr: np.ndarray, dt: DType) -> np.ndarray:
         """``arr`` (in any storage) converted to ``dt``'s storage with Tile's conversion rules."""
@@ -80,7 +84,7 @@ class Numerics:
         if dt is DType.BOOL:
             return np.asarray(arr != 0, dtype=bool)
         if dt.is_float:
-            if target == object:
+            if target == np.dtype(object):
                 return np.asarray(_frac(arr), dtype=object) if arr.size else arr.astype(object)
             if arr.dtype == object:
                 return np.asarray(arr.astype(np.float64), dtype=target)

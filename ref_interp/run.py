@@ -28,28 +28,41 @@ def input_types(program: ast.Program, inputs: Mapping[str, np.ndarray]) -> dict[
     for name in inputs:
         if name not in declared:
             raise TileInputError(
-                f"an array was given for '{name}', which is not an input of this program", None,
-                hint=f"the inputs are: {', '.join(declared) or '(none)'}")
+                f"an array was given for '{name}', which is not an input of this program",
+                None,
+                hint=f"the inputs are: {', '.join(declared) or '(none)'}",
+            )
     types = {}
     for name, decl in declared.items():
         if name not in inputs:
             dims = f"[{', '.join(decl.dims)}]" if decl.dims is not None else ""
-            raise TileInputError(f"no array given for input '{name}{dims}'", decl.span,
-                                 hint="pass one array per declared input")
+            raise TileInputError(
+                f"no array given for input '{name}{dims}'",
+                decl.span,
+                hint="pass one array per declared input",
+            )
         arr = np.asarray(inputs[name])
         try:
             dt = DType.of(arr.dtype)
         except TypeError:
             raise TileInputError(
-                f"input '{name}' has dtype {arr.dtype}, which Tile does not have", decl.span,
-                hint="use bool, int8..int64, uint8..uint64 or float16/32/64 arrays") from None
+                f"input '{name}' has dtype {arr.dtype}, which Tile does not have",
+                decl.span,
+                hint="use bool, int8..int64, uint8..uint64 or float16/32/64 arrays",
+            ) from None
         types[name] = TensorType(dt, tuple(int(d) for d in arr.shape))
     return types
 
 
-def run(program: str | ast.Program | BoundProgram, inputs: Mapping[str, np.ndarray] | None = None,
-        precision: str = "native", *, max_points: int | None = None, stage: str = "tile",
-        name: str = "<string>") -> dict[str, np.ndarray]:
+def run(
+    program: str | ast.Program | BoundProgram,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    precision: str = "native",
+    *,
+    max_points: int | None = None,
+    stage: str = "tile",
+    name: str = "<string>",
+) -> dict[str, np.ndarray]:
     """Evaluate a Tile program exactly as the language defines it.
 
     ``program`` is Tile source text, a parsed ``Program`` or a ``BoundProgram``; ``inputs`` maps

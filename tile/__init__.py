@@ -7,5 +7,14 @@ from tile.bind import bind, bind_symbolic
 from tile.errors import TileError
 from tile.parser import parse, parse_file
 
-__all__ = ["Program", "TileError", "bind", "bind_symbolic", "grad", "grad_values", "gradient", "parse",
-           "parse_file"]
+__all__ = [
+    "Program",
+    "TileError",
+    "bind",
+    "bind_symbolic",
+    "grad",
+    "grad_values",
+    "gradient",
+    "parse",
+    "parse_file",
+]

@@ -12,9 +12,14 @@ from tile.dtypes import DType
 from tile.parser import parse
 
 
-def grad_values(program: str | ast.Program, inputs: Mapping[str, np.ndarray], wrt: Sequence[str] | None = None,
-                seed: Mapping[str, np.ndarray] | None = None, precision: str = "native",
-                custom: Mapping[str, str | ast.Program] | None = None) -> dict[str, np.ndarray]:
+def grad_values(
+    program: str | ast.Program,
+    inputs: Mapping[str, np.ndarray],
+    wrt: Sequence[str] | None = None,
+    seed: Mapping[str, np.ndarray] | None = None,
+    precision: str = "native",
+    custom: Mapping[str, str | ast.Program] | None = None,
+) -> dict[str, np.ndarray]:
     """``{input: gradient}`` of ``sum(seed[O] * O)`` over the outputs, by the reference interpreter.
 
     ``seed`` gives cotangents by output name; outputs not in it get all-ones, so the default is

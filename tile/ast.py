@@ -106,9 +106,21 @@ Expr = IntLit | FloatLit | Name | Call | Unary | Binary | Ternary
 
 # Operator spelling -> builtin function name (the call forms `add(A, B)` etc. are accepted too).
 BINARY_FUNCTIONS = {
-    "+": "add", "-": "sub", "*": "mul", "/": "div",
-    "==": "cmp_eq", "!=": "cmp_ne", "<": "cmp_lt", ">": "cmp_gt", "<=": "cmp_le", ">=": "cmp_ge",
-    "<<": "bit_left", ">>": "bit_right", "&": "bit_and", "|": "bit_or", "^": "bit_xor",
+    "+": "add",
+    "-": "sub",
+    "*": "mul",
+    "/": "div",
+    "==": "cmp_eq",
+    "!=": "cmp_ne",
+    "<": "cmp_lt",
+    ">": "cmp_gt",
+    "<=": "cmp_le",
+    ">=": "cmp_ge",
+    "<<": "bit_left",
+    ">>": "bit_right",
+    "&": "bit_and",
+    "|": "bit_or",
+    "^": "bit_xor",
 }
 UNARY_FUNCTIONS = {"-": "neg", "~": "bit_not"}
 

@@ -21,8 +21,20 @@ from tile.builtins import BUILTINS
 from tile.dtypes import DType, arithmetic, literal_int_type, promote
 from tile.errors import Span, TileIndexError, TileInputError, TileNameError, TileShapeError, TileTypeError
 from tile.shapes import fmt_shape, is_concrete, same_size, size_binop
-from tile.typed import (BoundProgram, Size, TAccess, TAssign, TCall, TConst, TConstraint, TContraction,
-                        TensorType, TExpr, TRef, TStatement)
+from tile.typed import (
+    BoundProgram,
+    Size,
+    TAccess,
+    TAssign,
+    TCall,
+    TConst,
+    TConstraint,
+    TContraction,
+    TensorType,
+    TExpr,
+    TRef,
+    TStatement,
+)
 
 _SCALAR_I32 = TensorType(DType.INT32, ())
 
@@ -32,8 +44,11 @@ def bind(program: ast.Program, inputs: Mapping[str, TensorType]) -> BoundProgram
     return _Binder(program, inputs).run()
 
 
-def bind_symbolic(program: ast.Program, dtypes: Mapping[str, DType] | None = None,
-                  shapes: Mapping[str, tuple[int, ...]] | None = None) -> BoundProgram:
+def bind_symbolic(
+    program: ast.Program,
+    dtypes: Mapping[str, DType] | None = None,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+) -> BoundProgram:
     """Type ``program`` with symbolic sizes (sympy) for inputs whose shape is not given.
 
     Inputs default to float32. An input declared without dims and without a given shape has an
@@ -55,7 +70,8 @@ def bind_symbolic(program: ast.Program, dtypes: Mapping[str, DType] | None = Non
             types[inp.name] = TensorType(dt, None)
         else:
             types[inp.name] = TensorType(
-                dt, tuple(known.get(d, sympy.Symbol(d, positive=True, integer=True)) for d in inp.dims))
+                dt, tuple(known.get(d, sympy.Symbol(d, positive=True, integer=True)) for d in inp.dims)
+            )
     return _Binder(program, types).run()
 
 
@@ -74,7 +90,9 @@ class _Binder:
         inputs = tuple((inp.name, self.bind_input(inp)) for inp in self.program.inputs)
         stmts: list[TStatement] = []
         for stmt in self.program.stmts:
-            self.check_new_name(stmt.name, stmt.output.span if isinstance(stmt, ast.Contraction) else stmt.span)
+            self.check_new_name(
+                stmt.name, stmt.output.span if isinstance(stmt, ast.Contraction) else stmt.span
+            )
             if isinstance(stmt, ast.Assignment):
                 bound: TStatement = self.assignment(stmt)
             else:
@@ -85,35 +103,61 @@ class _Binder:
         outputs = []
         for out in self.program.outputs:
             if out.name in self.given:
-                raise TileNameError(f"output '{out.name}' is an input", out.span,
-                                    hint=f"outputs are computed: write `Out = {out.name};` and return Out")
+                raise TileNameError(
+                    f"output '{out.name}' is an input",
+                    out.span,
+                    hint=f"outputs are computed: write `Out = {out.name};` and return Out",
+                )
             if out.name not in self.types:
-                raise TileNameError(f"output '{out.name}' is never computed", out.span,
-                                    hint=f"add a statement `{out.name} = ...;` to the function body")
+                raise TileNameError(
+                    f"output '{out.name}' is never computed",
+                    out.span,
+                    hint=f"add a statement `{out.name} = ...;` to the function body",
+                )
             if out.name in outputs:
-                raise TileNameError(f"output '{out.name}' is listed twice", out.span,
-                                    hint="list each output once in `-> (...)`")
+                raise TileNameError(
+                    f"output '{out.name}' is listed twice",
+                    out.span,
+                    hint="list each output once in `-> (...)`",
+                )
             outputs.append(out.name)
-        return BoundProgram(self.program, inputs, tuple(stmts), tuple(outputs), dict(self.types),
-                            dict(self.consts), tuple(self.notes))
+        return BoundProgram(
+            self.program,
+            inputs,
+            tuple(stmts),
+            tuple(outputs),
+            dict(self.types),
+            dict(self.consts),
+            tuple(self.notes),
+        )
 
     def check_new_name(self, name: str, span: Span) -> None:
         if name in self.defined or name in self.consts:
             where = self.defined.get(name)
             at = f" (first defined at line {where.line})" if where is not None and where.line else ""
-            raise TileNameError(f"'{name}' is already defined{at}", span,
-                                hint="Tile values are immutable: give the new value a new name")
+            raise TileNameError(
+                f"'{name}' is already defined{at}",
+                span,
+                hint="Tile values are immutable: give the new value a new name",
+            )
         if name[0].islower():
-            raise TileNameError(f"'{name}' must start with an upper-case letter", span,
-                                hint=f"tensor names start with an upper-case letter: '{name.capitalize()}'")
+            raise TileNameError(
+                f"'{name}' must start with an upper-case letter",
+                span,
+                hint=f"tensor names start with an upper-case letter: '{name.capitalize()}'",
+            )
 
     def bind_input(self, inp: ast.Input) -> TensorType:
         if inp.name in self.defined or inp.name in self.consts:
-            raise TileNameError(f"'{inp.name}' is already defined", inp.span,
-                                hint="each input and dimension needs its own name")
+            raise TileNameError(
+                f"'{inp.name}' is already defined",
+                inp.span,
+                hint="each input and dimension needs its own name",
+            )
         if inp.name not in self.given:
-            raise TileInputError(f"no value given for input '{inp.name}'", inp.span,
-                                 hint="pass an array for every input")
+            raise TileInputError(
+                f"no value given for input '{inp.name}'", inp.span, hint="pass an array for every input"
+            )
         t = self.given[inp.name]
         self.defined[inp.name] = inp.span
         if inp.dims is not None:
@@ -121,18 +165,25 @@ class _Binder:
                 raise TileInputError(
                     f"input '{inp.name}' is declared with {len(inp.dims)} dimension(s) "
                     f"[{', '.join(inp.dims)}] but the given array has shape {fmt_shape(t.shape)}",
-                    inp.span, hint="pass an array of the declared rank, or fix the declaration")
+                    inp.span,
+                    hint="pass an array of the declared rank, or fix the declaration",
+                )
             for k, (dim, dspan) in enumerate(zip(inp.dims, inp.dim_spans or [inp.span] * len(inp.dims))):
                 if dim in self.defined:
-                    raise TileNameError(f"dimension '{dim}' has the name of a tensor", dspan,
-                                        hint="tensors and dimensions need different names")
+                    raise TileNameError(
+                        f"dimension '{dim}' has the name of a tensor",
+                        dspan,
+                        hint="tensors and dimensions need different names",
+                    )
                 size = t.shape[k] if t.shape is not None else sympy.Symbol(dim, positive=True, integer=True)
                 if dim in self.consts:
                     if not same_size(self.consts[dim], size):
                         raise TileInputError(
                             f"dimension '{dim}' is {self.consts[dim]} from an earlier input but "
-                            f"{size} in '{inp.name}' (shape {fmt_shape(t.shape)})", dspan,
-                            hint=f"inputs sharing the dimension name '{dim}' must have equal sizes there")
+                            f"{size} in '{inp.name}' (shape {fmt_shape(t.shape)})",
+                            dspan,
+                            hint=f"inputs sharing the dimension name '{dim}' must have equal sizes there",
+                        )
                 else:
                     self.consts[dim] = size
         self.types[inp.name] = t
@@ -152,18 +203,26 @@ class _Binder:
         self.placeholder_used = False
         out = c.output
         if c.sizes is None:
-            raise TileShapeError(f"the size of '{out.name}' is missing", out.span,
-                                 hint=f"give one size per index after a colon, e.g. `{out.name}[i, j: M, N]`")
+            raise TileShapeError(
+                f"the size of '{out.name}' is missing",
+                out.span,
+                hint=f"give one size per index after a colon, e.g. `{out.name}[i, j: M, N]`",
+            )
         if len(c.sizes) != len(out.indices):
             raise TileShapeError(
-                f"'{out.name}' has {len(out.indices)} index(es) but {len(c.sizes)} size(s)", out.span,
-                hint="give exactly one size per output index")
+                f"'{out.name}' has {len(out.indices)} index(es) but {len(c.sizes)} size(s)",
+                out.span,
+                hint="give exactly one size per output index",
+            )
         sizes = []
         for s in c.sizes:
             v = self.const(s, "an output size")
             if is_concrete(v) and v < 0:
-                raise TileShapeError(f"output size {v} is negative", s.span,
-                                     hint="sizes are non-negative integer expressions of dimensions")
+                raise TileShapeError(
+                    f"output size {v} is negative",
+                    s.span,
+                    hint="sizes are non-negative integer expressions of dimensions",
+                )
             sizes.append(v)
         shape = tuple(sizes)
         operands = tuple(self.access(r) for r in c.operands)
@@ -179,27 +238,40 @@ class _Binder:
         if c.agg in (ast.AggOp.SUM, ast.AggOp.PROD):
             dtype = arithmetic(dtype)
         otype = TensorType(dtype, shape)
-        output = TAccess(out.name, tuple(self.poly(i) for i in out.indices), otype, out.span,
-                         tuple(i.span for i in out.indices))
-        constraints = tuple(TConstraint(self.poly(k.poly), self.const(k.bound, "a constraint bound"), k.span)
-                            for k in c.constraints)
+        output = TAccess(
+            out.name,
+            tuple(self.poly(i) for i in out.indices),
+            otype,
+            out.span,
+            tuple(i.span for i in out.indices),
+        )
+        constraints = tuple(
+            TConstraint(self.poly(k.poly), self.const(k.bound, "a constraint bound"), k.span)
+            for k in c.constraints
+        )
         used = {v for a in (output, *operands) for p in a.polys for v in p.vars}
         for k, tk in zip(c.constraints, constraints):
             for v in tk.poly.vars:
                 if v not in used:
                     raise TileIndexError(
-                        f"index '{v}' appears only in a constraint", _find_name(k.poly, v) or k.span,
-                        hint=f"use '{v}' in a tensor index, or remove the constraint")
+                        f"index '{v}' appears only in a constraint",
+                        _find_name(k.poly, v) or k.span,
+                        hint=f"use '{v}' in a tensor index, or remove the constraint",
+                    )
         if c.default is not None:
             dt = self.lookup_tensor(c.default, c.default_span)
-            if dt.shape is not None and not (len(dt.shape) == len(shape)
-                                             and all(same_size(a, b) for a, b in zip(dt.shape, shape))):
+            if dt.shape is not None and not (
+                len(dt.shape) == len(shape) and all(same_size(a, b) for a, b in zip(dt.shape, shape))
+            ):
                 raise TileShapeError(
                     f"default tensor '{c.default}' has shape {fmt_shape(dt.shape)} but "
-                    f"'{out.name}' has shape {fmt_shape(shape)}", c.default_span,
-                    hint="the default must have exactly the output's shape")
-        bound = TContraction(out.name, otype, c.agg, c.comb, output, operands, constraints, c.default,
-                             c.no_defract, c.span, c)
+                    f"'{out.name}' has shape {fmt_shape(shape)}",
+                    c.default_span,
+                    hint="the default must have exactly the output's shape",
+                )
+        bound = TContraction(
+            out.name, otype, c.agg, c.comb, output, operands, constraints, c.default, c.no_defract, c.span, c
+        )
         if not self.placeholder_used:
             check_bounded(bound)
         return bound
@@ -209,27 +281,45 @@ class _Binder:
         if t.shape is not None and len(t.shape) != len(ref.indices):
             raise TileShapeError(
                 f"'{ref.name}' has rank {len(t.shape)} but is indexed with {len(ref.indices)} index(es)",
-                ref.span, hint=f"{ref.name} has shape {fmt_shape(t.shape)}; give one index per dimension")
+                ref.span,
+                hint=f"{ref.name} has shape {fmt_shape(t.shape)}; give one index per dimension",
+            )
         if t.shape is None:  # rank learned from this use (symbolic check of an input without dims)
-            t = TensorType(t.dtype, tuple(sympy.Symbol(f"{ref.name}.{k}", positive=True, integer=True)
-                                          for k in range(len(ref.indices))))
+            t = TensorType(
+                t.dtype,
+                tuple(
+                    sympy.Symbol(f"{ref.name}.{k}", positive=True, integer=True)
+                    for k in range(len(ref.indices))
+                ),
+            )
             self.types[ref.name] = t
-        return TAccess(ref.name, tuple(self.poly(i) for i in ref.indices), t, ref.span,
-                       tuple(i.span for i in ref.indices))
+        return TAccess(
+            ref.name,
+            tuple(self.poly(i) for i in ref.indices),
+            t,
+            ref.span,
+            tuple(i.span for i in ref.indices),
+        )
 
     # -------------------------------------------------------------------- lookups
     def lookup_tensor(self, name: str, span: Span) -> TensorType:
         if name in self.types:
             return self.types[name]
         if name in self.consts:
-            raise TileTypeError(f"'{name}' is a dimension, not a tensor", span,
-                                hint="dimensions can be used in sizes, index expressions and elementwise code")
+            raise TileTypeError(
+                f"'{name}' is a dimension, not a tensor",
+                span,
+                hint="dimensions can be used in sizes, index expressions and elementwise code",
+            )
         raise self.unknown(name, span)
 
     def unknown(self, name: str, span: Span) -> TileNameError:
         if name in self.later:
-            return TileNameError(f"'{name}' is used before it is defined (line {self.later[name].line})", span,
-                                 hint="statements run in order; move the definition up")
+            return TileNameError(
+                f"'{name}' is used before it is defined (line {self.later[name].line})",
+                span,
+                hint="statements run in order; move the definition up",
+            )
         known = list(self.types) + list(self.consts)
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"did you mean '{close[0]}'?" if close else "declare it as an input or define it first"
@@ -250,11 +340,17 @@ class _Binder:
             if e.name in self.consts:
                 return self.consts[e.name]
             if e.is_index:
-                raise TileTypeError(f"index '{e.name}' cannot be used in {what}", e.span,
-                                    hint="sizes and bounds are built from dimensions and integers")
+                raise TileTypeError(
+                    f"index '{e.name}' cannot be used in {what}",
+                    e.span,
+                    hint="sizes and bounds are built from dimensions and integers",
+                )
             if e.name in self.types:
-                raise TileTypeError(f"tensor '{e.name}' cannot be used in {what}", e.span,
-                                    hint="only dimensions and integer constants are known at compile time")
+                raise TileTypeError(
+                    f"tensor '{e.name}' cannot be used in {what}",
+                    e.span,
+                    hint="only dimensions and integer constants are known at compile time",
+                )
             raise self.unknown(e.name, e.span)
         if isinstance(e, ast.Unary) and e.op == "-":
             return size_binop("-", 0, self.const(e.operand, what))
@@ -262,8 +358,11 @@ class _Binder:
             return size_binop(e.op, self.const(e.lhs, what), self.const(e.rhs, what))
         if isinstance(e, ast.Call) and e.fn in ("max", "min") and len(e.args) == 2:
             return size_binop(e.fn, self.const(e.args[0], what), self.const(e.args[1], what))
-        raise TileTypeError(f"{what or 'this'} must be an integer expression of dimensions", e.span,
-                            hint="use integers, dimensions, + - * / (truncating), max and min")
+        raise TileTypeError(
+            f"{what or 'this'} must be an integer expression of dimensions",
+            e.span,
+            hint="use integers, dimensions, + - * / (truncating), max and min",
+        )
 
     # --------------------------------------------------------- index polynomials
     def poly(self, e: ast.Expr) -> Affine:
@@ -286,30 +385,48 @@ class _Binder:
         if isinstance(e, ast.Binary) and e.op == "*":
             a, b = self.poly(e.lhs), self.poly(e.rhs)
             if not a.is_constant and not b.is_constant:
-                raise TileIndexError("non-linear index polynomial", e.span,
-                                     hint="index expressions are affine: multiply an index only by a constant")
+                raise TileIndexError(
+                    "non-linear index polynomial",
+                    e.span,
+                    hint="index expressions are affine: multiply an index only by a constant",
+                )
             return a * b.const if b.is_constant else b * a.const
         if isinstance(e, ast.Binary) and e.op == "/":
             a, b = self.poly(e.lhs), self.poly(e.rhs)
             if not b.is_constant:
-                raise TileIndexError("division by an index variable", e.rhs.span,
-                                     hint="index expressions may only be divided by constants")
+                raise TileIndexError(
+                    "division by an index variable",
+                    e.rhs.span,
+                    hint="index expressions may only be divided by constants",
+                )
             if b.const == 0:
-                raise TileIndexError("division by zero in an index polynomial", e.rhs.span,
-                                     hint="divide index expressions by non-zero constants only")
+                raise TileIndexError(
+                    "division by zero in an index polynomial",
+                    e.rhs.span,
+                    hint="divide index expressions by non-zero constants only",
+                )
             return a / b.const
         if isinstance(e, ast.FloatLit):
-            raise TileTypeError("float constant in an index expression", e.span,
-                                hint="index coefficients are integers or exact fractions like 1/2")
-        raise TileIndexError("not allowed in an index polynomial", e.span,
-                             hint="index expressions use + - * / on indices, integers and dimensions")
+            raise TileTypeError(
+                "float constant in an index expression",
+                e.span,
+                hint="index coefficients are integers or exact fractions like 1/2",
+            )
+        raise TileIndexError(
+            "not allowed in an index polynomial",
+            e.span,
+            hint="index expressions use + - * / on indices, integers and dimensions",
+        )
 
     # ---------------------------------------------------------- elementwise code
     def expr(self, e: ast.Expr) -> TExpr:
         if isinstance(e, ast.IntLit):
             if not -(2**63) <= e.value < 2**63:
-                raise TileTypeError(f"integer literal {e.value} does not fit in int64", e.span,
-                                    hint="integer literals are int32, or int64 when larger")
+                raise TileTypeError(
+                    f"integer literal {e.value} does not fit in int64",
+                    e.span,
+                    hint="integer literals are int32, or int64 when larger",
+                )
             return TConst(e.value, TensorType(literal_int_type(e.value), ()), e.span)
         if isinstance(e, ast.FloatLit):
             return TConst(Fraction(e.text), TensorType(DType.FLOAT32, ()), e.span)
@@ -318,11 +435,16 @@ class _Binder:
                 return TRef(e.name, self.types[e.name], e.span)
             if e.name in self.consts:
                 v = self.consts[e.name]
-                return TConst(v, TensorType(literal_int_type(v) if is_concrete(v) else DType.INT32, ()), e.span)
+                return TConst(
+                    v, TensorType(literal_int_type(v) if is_concrete(v) else DType.INT32, ()), e.span
+                )
             if e.is_index:
-                raise TileNameError(f"index '{e.name}' used outside a contraction", e.span,
-                                    hint="index variables only exist inside `O[...] = op(...)` statements; "
-                                    "use index(T, axis) for coordinates")
+                raise TileNameError(
+                    f"index '{e.name}' used outside a contraction",
+                    e.span,
+                    hint="index variables only exist inside `O[...] = op(...)` statements; "
+                    "use index(T, axis) for coordinates",
+                )
             raise self.unknown(e.name, e.span)
         if isinstance(e, ast.Unary):
             return self.call(e.span, ast.UNARY_FUNCTIONS[e.op], [e.operand], e.span)
@@ -338,17 +460,19 @@ class _Binder:
         b = BUILTINS.get(fn)
         if b is None:
             close = difflib.get_close_matches(fn, list(BUILTINS), n=1)
-            raise TileNameError(f"unknown function '{fn}'", span,
-                                hint=f"did you mean '{close[0]}'?" if close else "see docs/semantics.md for the builtins")
+            raise TileNameError(
+                f"unknown function '{fn}'",
+                span,
+                hint=f"did you mean '{close[0]}'?" if close else "see docs/semantics.md for the builtins",
+            )
         nparams_ok = (len(args) - b.tensors >= 1) if b.params < 0 else (len(args) - b.tensors == b.params)
         if len(args) < b.tensors or not nparams_ok:
             want = b.tensors + max(b.params, 1) if b.params < 0 else b.tensors + b.params
             more = " or more" if b.params < 0 else ""
-            raise TileTypeError(f"'{fn}' takes {want}{more} argument(s), got {len(args)}", span,
-                                hint=b.doc)
-        targs = [self.expr(a) for a in args[:b.tensors]]
-        params = [self.const(a, f"an argument of '{fn}'") for a in args[b.tensors:]]
-        names = [_describe(a) for a in args[:b.tensors]]
+            raise TileTypeError(f"'{fn}' takes {want}{more} argument(s), got {len(args)}", span, hint=b.doc)
+        targs = [self.expr(a) for a in args[: b.tensors]]
+        params = [self.const(a, f"an argument of '{fn}'") for a in args[b.tensors :]]
+        names = [_describe(a) for a in args[: b.tensors]]
         rtype = b.rule([t.type for t in targs], params, span, names, self.notes)
         return TCall(fn, tuple(targs), rtype, tuple(params), span)
 

@@ -37,8 +37,11 @@ def ranges(c: TContraction) -> list[Range]:
     for acc in (c.output, *c.operands):
         out.extend(access_ranges(acc))
     for k in c.constraints:
-        out.append(Range(k.poly, Fraction(0), Fraction(k.bound) - 1, f"the constraint `{k.poly} < {k.bound}`",
-                         k.span))
+        out.append(
+            Range(
+                k.poly, Fraction(0), Fraction(k.bound) - 1, f"the constraint `{k.poly} < {k.bound}`", k.span
+            )
+        )
     return out
 
 
@@ -46,9 +49,10 @@ def access_ranges(acc: TAccess) -> list[Range]:
     shape = acc.type.shape
     assert shape is not None
     spans = acc.poly_spans or (acc.span,) * len(acc.polys)
-    return [Range(p, Fraction(0), Fraction(d) - 1,
-                  f"dimension {k} of '{acc.tensor}' (size {d})", spans[k])
-            for k, (p, d) in enumerate(zip(acc.polys, shape))]
+    return [
+        Range(p, Fraction(0), Fraction(d) - 1, f"dimension {k} of '{acc.tensor}' (size {d})", spans[k])
+        for k, (p, d) in enumerate(zip(acc.polys, shape))
+    ]
 
 
 # An inequality sum(a_v * v) + c >= 0, as (coefficients, constant).
@@ -56,8 +60,10 @@ _Ineq = tuple[tuple[tuple[str, Fraction], ...], Fraction]
 
 
 def _ineqs(r: Range) -> list[_Ineq]:
-    return [_normal(dict(r.poly.terms), r.poly.const - r.lo),
-            _normal({k: -v for k, v in r.poly.terms}, r.hi - r.poly.const)]
+    return [
+        _normal(dict(r.poly.terms), r.poly.const - r.lo),
+        _normal({k: -v for k, v in r.poly.terms}, r.hi - r.poly.const),
+    ]
 
 
 def _normal(coeffs: dict[str, Fraction], const: Fraction) -> _Ineq:
@@ -93,10 +99,20 @@ def _eliminate(ineqs: list[_Ineq], var: str) -> list[_Ineq]:
     out = [(tuple(sorted(c.items())), k) for c, k, _ in rest]
     for pc, pk, pa in pos:
         for nc, nk, na in neg:
-            merged = {v: pc.get(v, Fraction(0)) * -na + nc.get(v, Fraction(0)) * pa
-                      for v in set(pc) | set(nc) if v != var}
+            merged = {
+                v: pc.get(v, Fraction(0)) * -na + nc.get(v, Fraction(0)) * pa
+                for v in set(pc) | set(nc)
+                if v != var
+            }
             out.append(_normal(merged, pk * -na + nk * pa))
     return _dedupe(out)
+
+
+def _fm_cost(ineqs: list[_Ineq], v: str) -> int:
+    """How many inequalities eliminating ``v`` adds (pairs of opposite signs minus those removed)."""
+    p = sum(1 for c, _ in ineqs if dict(c).get(v, 0) > 0)
+    n = sum(1 for c, _ in ineqs if dict(c).get(v, 0) < 0)
+    return p * n - p - n
 
 
 class _TooBig(Exception):
@@ -106,7 +122,9 @@ class _TooBig(Exception):
 FM_LIMIT = 4000  # inequalities; past it Fourier–Motzkin gives way to interval propagation
 
 
-def _project(ineqs: list[_Ineq], keep: str, limit: int | None = FM_LIMIT) -> tuple[Fraction | None, Fraction | None]:
+def _project(
+    ineqs: list[_Ineq], keep: str, limit: int | None = FM_LIMIT
+) -> tuple[Fraction | None, Fraction | None]:
     """Rational bounds of ``keep`` over the polyhedron; raises ``_Infeasible`` when it is empty,
     ``_TooBig`` when elimination grows past ``limit`` inequalities."""
     ineqs = _dedupe(ineqs)
@@ -117,16 +135,11 @@ def _project(ineqs: list[_Ineq], keep: str, limit: int | None = FM_LIMIT) -> tup
         if not others:
             break
 
-        def cost(v: str) -> int:
-            p = sum(1 for c, _ in ineqs if dict(c).get(v, 0) > 0)
-            n = sum(1 for c, _ in ineqs if dict(c).get(v, 0) < 0)
-            return p * n - p - n
-
-        ineqs = _eliminate(ineqs, min(sorted(others), key=cost))
+        ineqs = _eliminate(ineqs, min(sorted(others), key=lambda v, cur=ineqs: _fm_cost(cur, v)))
     lo: Fraction | None = None
     hi: Fraction | None = None
     for coeffs, const in ineqs:
-        (v, a), = coeffs
+        ((v, a),) = coeffs
         bound = -const / a
         if a > 0:
             lo = bound if lo is None else max(lo, bound)
@@ -172,7 +185,9 @@ def feasible(conds: list[Range], variables: list[str]) -> bool:
     return True
 
 
-def rational_bounds(conds: list[Range], variables: list[str]) -> dict[str, tuple[Fraction | None, Fraction | None]]:
+def rational_bounds(
+    conds: list[Range], variables: list[str]
+) -> dict[str, tuple[Fraction | None, Fraction | None]]:
     """Exact rational bounds per variable; raises ``_Infeasible`` for an empty polyhedron."""
     out = {}
     for vs, ineqs in _components(conds, variables):
@@ -212,7 +227,7 @@ def _propagate(ineqs: list[_Ineq], vs: list[str], rounds: int = 50) -> dict:
                     changed = True
         if not changed:
             break
-    for v, (lo, hi) in box.items():
+    for lo, hi in box.values():
         if lo is not None and hi is not None and lo > hi:
             raise _Infeasible
     return {v: tuple(b) for v, b in box.items()}
@@ -229,9 +244,11 @@ def first_emptying(conds: list[Range], variables: list[str]) -> Range:
 def empty_error(c: TContraction, culprit: Range) -> TileIndexError:
     return TileIndexError(
         f"no index tuple of '{c.name}' is valid: {culprit.origin} rules out every tuple the "
-        "conditions before it allow", culprit.span,
+        "conditions before it allow",
+        culprit.span,
         hint="every tensor index must be in range and every constraint satisfied for at least one tuple; "
-        "check the sizes and constraint bounds")
+        "check the sizes and constraint bounds",
+    )
 
 
 def check_bounded(c: TContraction) -> None:
@@ -249,10 +266,12 @@ def check_bounded(c: TContraction) -> None:
 
 def _unbounded(c: TContraction, v: str) -> TileIndexError:
     return TileIndexError(
-        f"index '{v}' of '{c.name}' is unbounded", _first_use(c, v),
+        f"index '{v}' of '{c.name}' is unbounded",
+        _first_use(c, v),
         hint=f"'{v}' must be limited by a tensor dimension or a constraint on its own; "
         "a difference like `j - k` bounds neither j nor k: add a constraint such as "
-        f"`{v} < N`")
+        f"`{v} < N`",
+    )
 
 
 def index_box(c: TContraction) -> dict[str, tuple[int, int]]:
@@ -276,8 +295,10 @@ def index_box(c: TContraction) -> dict[str, tuple[int, int]]:
         if box[v][0] > box[v][1]:
             raise TileIndexError(
                 f"no index tuple of '{c.name}' is valid: index '{v}' must lie in [{lo}, {hi}], "
-                "which holds no integer", _first_use(c, v),
-                hint="check the fractional coefficients and constant offsets of the index expressions")
+                "which holds no integer",
+                _first_use(c, v),
+                hint="check the fractional coefficients and constant offsets of the index expressions",
+            )
     return box
 
 
@@ -335,7 +356,9 @@ def merge_parallel(conds: list[Range]) -> list[Range]:
             lo_t = a if lo_t is None else max(lo_t, a)
             hi_t = b if hi_t is None else min(hi_t, b)
         lo, hi = sorted((lo_t * s0 + first.poly.const, hi_t * s0 + first.poly.const))
-        origin = first.origin if len(members) == 1 else f"{first.origin} (merged with {len(members) - 1} more)"
+        origin = (
+            first.origin if len(members) == 1 else f"{first.origin} (merged with {len(members) - 1} more)"
+        )
         merged.append(Range(first.poly, lo, hi, origin, first.span))
     return out_const + merged
 

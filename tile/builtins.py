@@ -34,8 +34,11 @@ def _bcast(types: list[TensorType], span: Span, names: list[str], notes: list[st
 def _no_float(fn: str, types: list[TensorType], span: Span) -> None:
     for t in types:
         if t.dtype.is_float:
-            raise TileTypeError(f"'{fn}' needs integer or bool operands, not {t.dtype}", span,
-                                hint="convert with as_int(X, 32) first")
+            raise TileTypeError(
+                f"'{fn}' needs integer or bool operands, not {t.dtype}",
+                span,
+                hint="convert with as_int(X, 32) first",
+            )
 
 
 def _arith(types, params, span, names, notes):
@@ -62,6 +65,7 @@ def _bits(fn: str):
     def rule(types, params, span, names, notes):
         _no_float(fn, types, span)
         return TensorType(promote_all([t.dtype for t in types]), _bcast(types, span, names, notes))
+
     return rule
 
 
@@ -72,9 +76,13 @@ def _cond(types, params, span, names, notes):
 def _cast(table: dict[int, DType], fn: str) -> Rule:
     def rule(types, params, span, names, notes):
         if params[0] not in table:
-            raise TileTypeError(f"'{fn}' takes a width of {', '.join(map(str, table))}, not {params[0]}",
-                                span, hint=f"e.g. {fn}(X, {list(table)[-2 if len(table) > 2 else -1]})")
+            raise TileTypeError(
+                f"'{fn}' takes a width of {', '.join(map(str, table))}, not {params[0]}",
+                span,
+                hint=f"e.g. {fn}(X, {list(table)[-2 if len(table) > 2 else -1]})",
+            )
         return TensorType(table[params[0]], types[0].shape)
+
     return rule
 
 
@@ -85,8 +93,11 @@ def _as_bool(types, params, span, names, notes):
 def _index(types, params, span, names, notes):
     t = types[0]
     if t.rank is not None and not 0 <= params[0] < t.rank:
-        raise TileShapeError(f"index axis {params[0]} is out of range for a rank-{t.rank} tensor", span,
-                             hint=f"axes are 0 .. {max(t.rank - 1, 0)}")
+        raise TileShapeError(
+            f"index axis {params[0]} is out of range for a rank-{t.rank} tensor",
+            span,
+            hint=f"axes are 0 .. {max(t.rank - 1, 0)}",
+        )
     return TensorType(DType.INT32, t.shape)
 
 
@@ -98,34 +109,54 @@ def _shape(types, params, span, names, notes):
 def _reshape(types, params, span, names, notes):
     t = types[0]
     if any(p < 0 for p in params):
-        raise TileShapeError("reshape sizes must not be negative", span,
-                             hint="sizes are non-negative integer expressions of dimensions")
+        raise TileShapeError(
+            "reshape sizes must not be negative",
+            span,
+            hint="sizes are non-negative integer expressions of dimensions",
+        )
     new = tuple(params)
     if t.shape is not None and not may_equal(numel(t.shape), numel(new), notes, "reshape element count"):
         raise TileShapeError(
             f"reshape of {names[0]} with shape {fmt_shape(t.shape)} to {fmt_shape(new)} changes the "
-            "element count", span,
-            hint="the new sizes must multiply to the same number of elements")
+            "element count",
+            span,
+            hint="the new sizes must multiply to the same number of elements",
+        )
     return TensorType(t.dtype, new)
 
 
 def _require_int(fn: str, t: TensorType, what: str, span: Span) -> None:
     if not t.dtype.is_int:
-        raise TileTypeError(f"the {what} of '{fn}' must be an integer tensor, not {t.dtype}", span,
-                            hint="convert it with as_int(I, 32)")
+        raise TileTypeError(
+            f"the {what} of '{fn}' must be an integer tensor, not {t.dtype}",
+            span,
+            hint="convert it with as_int(I, 32)",
+        )
 
 
 def _gather(types, params, span, names, notes):
     data, idx = types
     _require_int("gather", idx, "index tensor", span)
     if data.rank == 0:
-        raise TileShapeError("gather needs data of rank at least 1", span,
-                             hint="gather(D, I) picks rows of D along its first dimension")
+        raise TileShapeError(
+            "gather needs data of rank at least 1",
+            span,
+            hint="gather(D, I) picks rows of D along its first dimension",
+        )
     shape = None if data.shape is None or idx.shape is None else idx.shape + data.shape[1:]
-    if data.shape is not None and idx.shape is not None and is_concrete(data.shape[0]) \
-            and data.shape[0] == 0 and is_concrete(numel(idx.shape)) and numel(idx.shape) > 0:
-        raise TileShapeError(f"gather from {names[0]}, whose first dimension is 0: there is no row to pick",
-                             span, hint="gather needs data with at least one row")
+    if (
+        data.shape is not None
+        and idx.shape is not None
+        and is_concrete(data.shape[0])
+        and data.shape[0] == 0
+        and is_concrete(numel(idx.shape))
+        and numel(idx.shape) > 0
+    ):
+        raise TileShapeError(
+            f"gather from {names[0]}, whose first dimension is 0: there is no row to pick",
+            span,
+            hint="gather needs data with at least one row",
+        )
     return TensorType(data.dtype, shape)
 
 
@@ -135,14 +166,20 @@ def _scatter(types, params, span, names, notes):
     if values.shape is None or idx.shape is None or like.shape is None:
         return TensorType(values.dtype, None)
     r = len(idx.shape)
-    if len(values.shape) < r or not all(may_equal(a, b, notes, "scatter index shape")
-                                        for a, b in zip(values.shape[:r], idx.shape)):
-        raise TileShapeError("scatter needs the values' leading dimensions to equal the index shape",
-                             span, hint="scatter(V, I, Like): V[i.., j..] goes to O[I[i..], j..]")
+    if len(values.shape) < r or not all(
+        may_equal(a, b, notes, "scatter index shape") for a, b in zip(values.shape[:r], idx.shape)
+    ):
+        raise TileShapeError(
+            "scatter needs the values' leading dimensions to equal the index shape",
+            span,
+            hint="scatter(V, I, Like): V[i.., j..] goes to O[I[i..], j..]",
+        )
     if not like.shape:
-        raise TileShapeError("scatter's third argument must have rank at least 1 (it gives the "
-                             "output's first size)", span, hint="pass a tensor whose first dimension is "
-                             "the output's length")
+        raise TileShapeError(
+            "scatter's third argument must have rank at least 1 (it gives the output's first size)",
+            span,
+            hint="pass a tensor whose first dimension is the output's length",
+        )
     return TensorType(values.dtype, (like.shape[0],) + values.shape[r:])
 
 
@@ -152,12 +189,34 @@ def _softmax(types, params, span, names, notes):
         if len(t.shape) != 2 or not (same_size(t.shape[0], params[0]) and same_size(t.shape[1], params[1])):
             raise TileShapeError(
                 f"builtin_softmax(X, R, C) needs X of shape (R, C) = ({params[0]}, {params[1]}), "
-                f"got {fmt_shape(t.shape)}", span, hint="R and C are the row and column counts of X")
+                f"got {fmt_shape(t.shape)}",
+                span,
+                hint="R and C are the row and column counts of X",
+            )
     return TensorType(float_of(t.dtype), t.shape)
 
 
-_FLOAT_UNARY = ("exp", "log", "sqrt", "sin", "cos", "tan", "sinh", "cosh", "tanh", "asin", "acos",
-                "atan", "asinh", "acosh", "atanh", "floor", "ceil", "round", "sigmoid")
+_FLOAT_UNARY = (
+    "exp",
+    "log",
+    "sqrt",
+    "sin",
+    "cos",
+    "tan",
+    "sinh",
+    "cosh",
+    "tanh",
+    "asin",
+    "acos",
+    "atan",
+    "asinh",
+    "acosh",
+    "atanh",
+    "floor",
+    "ceil",
+    "round",
+    "sigmoid",
+)
 
 BUILTINS: dict[str, Builtin] = {}
 
@@ -183,17 +242,38 @@ _add("pow", 2, 0, _floaty, "power, float result")
 _add("cond", 3, 0, _cond, "c ? a : b; c is true when non-zero")
 for _n in _FLOAT_UNARY:
     _add(_n, 1, 0, _floaty, "float function; integer inputs give float32")
-_add("as_float", 1, 1, _cast({16: DType.FLOAT16, 32: DType.FLOAT32, 64: DType.FLOAT64}, "as_float"),
-     "convert to float16/32/64")
-_add("as_int", 1, 1, _cast({8: DType.INT8, 16: DType.INT16, 32: DType.INT32, 64: DType.INT64}, "as_int"),
-     "convert to int8..64: truncate toward zero, wrap modulo 2^bits")
-_add("as_uint", 1, 1, _cast({8: DType.UINT8, 16: DType.UINT16, 32: DType.UINT32, 64: DType.UINT64},
-                            "as_uint"), "convert to uint8..64: truncate toward zero, wrap")
+_add(
+    "as_float",
+    1,
+    1,
+    _cast({16: DType.FLOAT16, 32: DType.FLOAT32, 64: DType.FLOAT64}, "as_float"),
+    "convert to float16/32/64",
+)
+_add(
+    "as_int",
+    1,
+    1,
+    _cast({8: DType.INT8, 16: DType.INT16, 32: DType.INT32, 64: DType.INT64}, "as_int"),
+    "convert to int8..64: truncate toward zero, wrap modulo 2^bits",
+)
+_add(
+    "as_uint",
+    1,
+    1,
+    _cast({8: DType.UINT8, 16: DType.UINT16, 32: DType.UINT32, 64: DType.UINT64}, "as_uint"),
+    "convert to uint8..64: truncate toward zero, wrap",
+)
 _add("as_bool", 1, 0, _as_bool, "x != 0")
 _add("index", 1, 1, _index, "index(T, axis): each element's coordinate along axis (int32)")
 _add("shape", 1, 0, _shape, "shape(T): the sizes of T as an int32 vector")
 _add("reshape", 1, -1, _reshape, "reshape(T, d1, ..., dk): same elements, row-major")
 _add("gather", 2, 0, _gather, "gather(D, I): O[i.., j..] = D[clamp(I[i..]), j..]")
-_add("scatter", 3, 0, _scatter, "scatter(V, I, L): zeros of size L.dims[0], then O[clamp(I[i..]), j..] += V[i.., j..]")
+_add(
+    "scatter",
+    3,
+    0,
+    _scatter,
+    "scatter(V, I, L): zeros of size L.dims[0], then O[clamp(I[i..]), j..] += V[i.., j..]",
+)
 _add("builtin_softmax", 1, 2, _softmax, "row-wise softmax of a 2-D (R, C) tensor")
 _add("builtin_logsoftmax", 1, 2, _softmax, "row-wise log-softmax of a 2-D (R, C) tensor")

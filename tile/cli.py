@@ -5,6 +5,8 @@
 * ``grad F.tile [--wrt A,B] [--emit] [--inputs IN.npz] [--shape ...] [--output GRADS.npz]`` —
   ``--emit`` prints the gradient program; otherwise the interpreter computes the gradient of the
   sum of the outputs and prints (and saves) arrays named ``grad_<Input>``.
+* ``emit F.tile --stage reduced|defracted|flat [--inputs IN.npz] [--shape ...]`` — print the
+  program after a transform (sizes are those of the given or made-up inputs).
 """
 
 from __future__ import annotations
@@ -23,19 +25,60 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="parse and type-check a .tile program, print inferred shapes")
     c.add_argument("file")
-    c.add_argument("--shape", action="append", default=[], metavar="NAME=2x3[:dtype]",
-                   help="a concrete input shape and dtype (repeatable); others stay symbolic")
+    c.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=2x3[:dtype]",
+        help="a concrete input shape and dtype (repeatable); others stay symbolic",
+    )
     g = sub.add_parser("grad", help="differentiate a .tile program (Tile to Tile)")
     g.add_argument("file")
-    g.add_argument("--wrt", help="comma-separated inputs to differentiate with respect to (default: float inputs)")
+    g.add_argument(
+        "--wrt", help="comma-separated inputs to differentiate with respect to (default: float inputs)"
+    )
     g.add_argument("--emit", action="store_true", help="print the gradient program instead of running it")
     g.add_argument("--inputs", help="an .npz archive with one array per input")
-    g.add_argument("--shape", action="append", default=[], metavar="NAME=2x3[:dtype]",
-                   help="make up a random small-integer input of this shape (repeatable)")
+    g.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=2x3[:dtype]",
+        help="make up a random small-integer input of this shape (repeatable)",
+    )
     g.add_argument("--seed", type=int, default=0, help="seed for made-up inputs (default 0)")
     g.add_argument("--precision", choices=("native", "float64", "exact"), default="native")
     g.add_argument("--output", help="write grad_<Input> arrays to this .npz archive")
+    e = sub.add_parser("emit", help="print a program after a transform stage")
+    e.add_argument("file")
+    e.add_argument("--stage", choices=("tile", "reduced", "defracted", "flat"), required=True)
+    e.add_argument("--inputs", help="an .npz archive giving the input shapes and dtypes")
+    e.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=2x3[:dtype]",
+        help="an input shape (repeatable); shapes fix every size the transforms need",
+    )
     return p
+
+
+def cmd_emit(args) -> int:
+    import numpy as np
+
+    from tile.bind import bind
+    from tile.dtypes import DType
+    from tile.inputs import gather_inputs, load_npz
+    from tile.transforms import apply_stage
+    from tile.transforms.emit import format_stage
+    from tile.typed import TensorType
+
+    program = parse_file(args.file)
+    given = load_npz(args.inputs) if args.inputs else {}
+    arrays = gather_inputs(program, given, args.shape)
+    types = {k: TensorType(DType.of(np.asarray(v).dtype), tuple(np.shape(v))) for k, v in arrays.items()}
+    print(format_stage(apply_stage(bind(program, types), args.stage)), end="")
+    return 0
 
 
 def cmd_grad(args) -> int:
@@ -66,8 +109,10 @@ def cmd_grad(args) -> int:
     if args.output:
         import numpy as np
 
-        np.savez(args.output, **{f"grad_{k}": (v.astype(np.float64) if v.dtype == object else v)
-                                 for k, v in grads.items()})
+        np.savez(
+            args.output,
+            **{f"grad_{k}": (v.astype(np.float64) if v.dtype == object else v) for k, v in grads.items()},
+        )
     return 0
 
 
@@ -92,7 +137,7 @@ def cmd_check(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"check": cmd_check, "grad": cmd_grad}[args.command](args)
+        return {"check": cmd_check, "grad": cmd_grad, "emit": cmd_emit}[args.command](args)
     except OSError as e:
         print(f"error: cannot read {args.file}: {e.strerror}", file=sys.stderr)
         return 2

@@ -26,13 +26,17 @@ def parse_shape_spec(spec: str) -> tuple[str, tuple[int, ...], DType]:
     try:
         dtype = DType(dtype_text) if dtype_text else DType.FLOAT32
     except ValueError:
-        raise TileInputError(f"unknown dtype '{dtype_text}' in --shape '{spec}'",
-                             hint="use bool, int8..int64, uint8..uint64 or float16/32/64") from None
+        raise TileInputError(
+            f"unknown dtype '{dtype_text}' in --shape '{spec}'",
+            hint="use bool, int8..int64, uint8..uint64 or float16/32/64",
+        ) from None
     try:
         shape = tuple(int(d) for d in dims_text.lower().split("x")) if dims_text.strip() else ()
     except ValueError:
-        raise TileInputError(f"bad sizes '{dims_text}' in --shape '{spec}'",
-                             hint="sizes are integers separated by 'x', e.g. 2x3") from None
+        raise TileInputError(
+            f"bad sizes '{dims_text}' in --shape '{spec}'",
+            hint="sizes are integers separated by 'x', e.g. 2x3",
+        ) from None
     if any(d < 0 for d in shape):
         raise TileInputError(f"negative size in --shape '{spec}'")
     return name.strip(), shape, dtype
@@ -43,14 +47,17 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
     try:
         data = np.load(path, allow_pickle=False)
     except FileNotFoundError:
-        raise TileInputError(f"input file '{path}' does not exist",
-                             hint="check the path; the file is an .npz archive, " + hint) from None
+        raise TileInputError(
+            f"input file '{path}' does not exist", hint="check the path; the file is an .npz archive, " + hint
+        ) from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile):
-        raise TileInputError(f"cannot read '{path}' as an .npz archive (it is not a numpy file)",
-                             hint=hint) from None
+        raise TileInputError(
+            f"cannot read '{path}' as an .npz archive (it is not a numpy file)", hint=hint
+        ) from None
     if not isinstance(data, np.lib.npyio.NpzFile):
-        raise TileInputError(f"'{path}' holds a single array (.npy), not an .npz archive of named inputs",
-                             hint=hint)
+        raise TileInputError(
+            f"'{path}' holds a single array (.npy), not an .npz archive of named inputs", hint=hint
+        )
     try:
         with data:
             return {k: data[k] for k in data.files}
@@ -66,8 +73,9 @@ def random_array(shape: tuple[int, ...], dtype: DType, rng: np.random.Generator)
     return rng.integers(lo, lo + 7, shape).astype(dtype.numpy)
 
 
-def gather_inputs(program: ast.Program, given: Mapping[str, np.ndarray], shape_specs: list[str],
-                  seed: int = 0) -> dict[str, np.ndarray]:
+def gather_inputs(
+    program: ast.Program, given: Mapping[str, np.ndarray], shape_specs: list[str], seed: int = 0
+) -> dict[str, np.ndarray]:
     """The arrays for every input of ``program``: given ones first, the rest made up."""
     specs = {}
     for spec in shape_specs:
@@ -76,8 +84,10 @@ def gather_inputs(program: ast.Program, given: Mapping[str, np.ndarray], shape_s
     declared = {i.name: i for i in program.inputs}
     for name in list(specs):
         if name not in declared:
-            raise TileInputError(f"--shape names '{name}', which is not an input",
-                                 hint=f"the inputs are: {', '.join(declared) or '(none)'}")
+            raise TileInputError(
+                f"--shape names '{name}', which is not an input",
+                hint=f"the inputs are: {', '.join(declared) or '(none)'}",
+            )
     out = dict(given)
     dims: dict[str, int] = {}
     for name, arr in out.items():
@@ -97,9 +107,12 @@ def gather_inputs(program: ast.Program, given: Mapping[str, np.ndarray], shape_s
         else:
             unknown = [d for d in (decl.dims or ()) if d not in dims]
             why = f" ({', '.join(unknown)} unknown)" if unknown else " (it has no declared dimensions)"
-            raise TileInputError(f"no array for input '{name}'{why}", decl.span,
-                                 hint=f"put '{name}' in the --inputs npz or give --shape "
-                                 f"{name}={'x'.join(['2'] * len(decl.dims or (1, 2)))}")
+            raise TileInputError(
+                f"no array for input '{name}'{why}",
+                decl.span,
+                hint=f"put '{name}' in the --inputs npz or give --shape "
+                f"{name}={'x'.join(['2'] * len(decl.dims or (1, 2)))}",
+            )
         out[name] = random_array(shape, dtype, rng)
         if decl.dims is not None and len(decl.dims) == len(shape):
             for d, s in zip(decl.dims, shape):

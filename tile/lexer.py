@@ -21,9 +21,36 @@ KEYWORDS = frozenset({"function", "default", "no_defract"})
 
 # Longest first, so `==` wins over `=` and `->` over `-`.
 OPERATORS = (
-    "[[", "]]", "->", "==", "!=", "<=", ">=", "<<", ">>",
-    "+", "-", "*", "/", "=", "<", ">", "[", "]", "(", ")", "{", "}",
-    ",", ":", ";", "?", "&", "|", "^", "~",
+    "[[",
+    "]]",
+    "->",
+    "==",
+    "!=",
+    "<=",
+    ">=",
+    "<<",
+    ">>",
+    "+",
+    "-",
+    "*",
+    "/",
+    "=",
+    "<",
+    ">",
+    "[",
+    "]",
+    "(",
+    ")",
+    "{",
+    "}",
+    ",",
+    ":",
+    ";",
+    "?",
+    "&",
+    "|",
+    "^",
+    "~",
 )
 
 _NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
@@ -80,8 +107,10 @@ def tokenize(source: Source) -> list[Token]:
             end = m.end()
             if end < n and text[end] == "." and not (m.group(1) or m.group(2)):
                 raise TileSyntaxError(
-                    f"malformed number '{text[pos:end + 1]}'", span(pos, end + 1 - pos),
-                    hint=f"write '{text[pos:end]}.0' (a float needs digits after the point)")
+                    f"malformed number '{text[pos : end + 1]}'",
+                    span(pos, end + 1 - pos),
+                    hint=f"write '{text[pos:end]}.0' (a float needs digits after the point)",
+                )
             kind = "FLOAT" if (m.group(1) or m.group(2)) else "INT"
             tokens.append(Token(kind, text[pos:end], span(pos, end - pos)))
             pos = end
@@ -90,8 +119,10 @@ def tokenize(source: Source) -> list[Token]:
             m = _NUMBER.match(text, pos + 1)
             assert m is not None
             raise TileSyntaxError(
-                f"malformed number '.{m.group(0)}'", span(pos, m.end() - pos),
-                hint=f"write '0.{m.group(0)}' (a float needs a digit before the point)")
+                f"malformed number '.{m.group(0)}'",
+                span(pos, m.end() - pos),
+                hint=f"write '0.{m.group(0)}' (a float needs a digit before the point)",
+            )
         if ch.isalpha():
             m = _NAME.match(text, pos)
             assert m is not None

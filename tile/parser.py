@@ -36,8 +36,13 @@ from tile import ast
 from tile.errors import Source, Span, TileSyntaxError
 from tile.lexer import Token, tokenize
 
-_AGG = {"+": ast.AggOp.SUM, "*": ast.AggOp.PROD, ">": ast.AggOp.MAX, "<": ast.AggOp.MIN,
-        "=": ast.AggOp.ASSIGN}
+_AGG = {
+    "+": ast.AggOp.SUM,
+    "*": ast.AggOp.PROD,
+    ">": ast.AggOp.MAX,
+    "<": ast.AggOp.MIN,
+    "=": ast.AggOp.ASSIGN,
+}
 _COMB = {"*": ast.CombOp.MUL, "+": ast.CombOp.ADD, "==": ast.CombOp.EQ}
 
 
@@ -95,7 +100,8 @@ class _Parser:
     def expect_kind(self, kind: str, what: str, hint: str | None = None) -> Token:
         if self.tok.kind != kind:
             if kind == "ID" and self.tok.kind == "IDX":
-                hint = hint or f"tensor and dimension names start with an upper-case letter: '{self.tok.text.capitalize()}'"
+                upper = self.tok.text.capitalize()
+                hint = hint or f"tensor and dimension names start with an upper-case letter: '{upper}'"
             raise self.error(what, hint=hint)
         return self.advance()
 
@@ -121,15 +127,18 @@ class _Parser:
         stmts: list[ast.Statement] = []
         while not self.tok.is_op("}"):
             if self.tok.kind == "EOF":
-                raise self.error("'}' to close the function body",
-                                 hint="the function body runs from '{' to a matching '}'")
+                raise self.error(
+                    "'}' to close the function body", hint="the function body runs from '{' to a matching '}'"
+                )
             stmt = self.statement()
             if stmt is not None:
                 stmts.append(stmt)
         self.advance()
         if self.tok.kind != "EOF":
-            raise self.error("end of file after the function body",
-                             hint="a file holds one function; remove what follows its closing '}'")
+            raise self.error(
+                "end of file after the function body",
+                hint="a file holds one function; remove what follows its closing '}'",
+            )
         return ast.Program(tuple(inputs), tuple(outputs), tuple(stmts), self.source)
 
     def input(self) -> ast.Input:
@@ -142,17 +151,22 @@ class _Parser:
             while self.accept_op(","):
                 dims.append(self.expect_kind("ID", "a dimension name"))
         close = self.expect_op("]", hint="input dimensions are names, e.g. `I[N, M]`")
-        return ast.Input(name.text, tuple(d.text for d in dims), name.span.to(close.span),
-                         tuple(d.span for d in dims))
+        return ast.Input(
+            name.text, tuple(d.text for d in dims), name.span.to(close.span), tuple(d.span for d in dims)
+        )
 
     def output(self) -> ast.Output:
         if self.tok.is_op("["):
-            raise self.error("an output name", hint="outputs have no dimensions in the header; "
-                             "they are given where the output is computed")
+            raise self.error(
+                "an output name",
+                hint="outputs have no dimensions in the header; they are given where the output is computed",
+            )
         name = self.expect_kind("ID", "an output name")
         if self.tok.is_op("["):
-            raise self.error("',' or ')'", hint="outputs have no dimensions in the header; "
-                             "they are given where the output is computed")
+            raise self.error(
+                "',' or ')'",
+                hint="outputs have no dimensions in the header; they are given where the output is computed",
+            )
         return ast.Output(name.text, name.span)
 
     # ------------------------------------------------------------------- statements
@@ -163,8 +177,10 @@ class _Parser:
             return None
         if self.tok.kind == "IDX" and self.peek().is_op("=", "["):
             raise TileSyntaxError(
-                f"'{self.tok.text}' cannot be assigned: it is an index name", self.tok.span,
-                hint=f"tensor names start with an upper-case letter: '{self.tok.text.capitalize()}'")
+                f"'{self.tok.text}' cannot be assigned: it is an index name",
+                self.tok.span,
+                hint=f"tensor names start with an upper-case letter: '{self.tok.text.capitalize()}'",
+            )
         name = self.expect_kind("ID", "a statement (`Name = ...;` or `Name[...] = op(...);`)")
         if self.tok.is_op("["):
             stmt: ast.Statement = self.contraction(name)
@@ -175,8 +191,9 @@ class _Parser:
         else:
             raise self.error("'=' or '['")
         if not self.tok.is_op(";"):
-            raise self.error("';' at the end of the statement",
-                             hint="every Tile statement ends with a semicolon")
+            raise self.error(
+                "';' at the end of the statement", hint="every Tile statement ends with a semicolon"
+            )
         self.advance()
         return stmt
 
@@ -219,9 +236,11 @@ class _Parser:
             agg_tok = self.tok
             if not (agg_tok.kind == "OP" and agg_tok.text in _AGG and self.peek().is_op("(")):
                 raise self.error(
-                    "an aggregation '+(', '*(', '>(', '<(' or '=('", agg_tok,
+                    "an aggregation '+(', '*(', '>(', '<(' or '=('",
+                    agg_tok,
                     hint=f"a contraction aggregates its values, e.g. `{name.text}[...] = +(A[...])`; "
-                    f"write `{name.text} = ...` (no brackets) for an elementwise statement")
+                    f"write `{name.text} = ...` (no brackets) for an elementwise statement",
+                )
             self.advance()
         agg = ast.AggOp.ASSIGN if agg_tok.text == "==" else _AGG[agg_tok.text]
         self.expect_op("(")
@@ -232,15 +251,20 @@ class _Parser:
             operands.append(self.operand())
             if self.tok.is_op("?"):
                 if comb is not ast.CombOp.EQ:
-                    raise TileSyntaxError("the conditional form is `A[...] == B[...] ? C[...]`",
-                                          self.tok.span, hint="compare the operands with `==`")
+                    raise TileSyntaxError(
+                        "the conditional form is `A[...] == B[...] ? C[...]`",
+                        self.tok.span,
+                        hint="compare the operands with `==`",
+                    )
                 self.advance()
                 operands.append(self.operand())
                 comb = ast.CombOp.COND
         elif not self.tok.is_op(")"):
-            raise self.error("')' or a combination '*', '+' or '=='",
-                             hint="a contraction combines at most two tensors with `*` or `+` "
-                             "(or `A == B ? C`); do other arithmetic in an elementwise statement")
+            raise self.error(
+                "')' or a combination '*', '+' or '=='",
+                hint="a contraction combines at most two tensors with `*` or `+` "
+                "(or `A == B ? C`); do other arithmetic in an elementwise statement",
+            )
         self.expect_op(")")
         constraints: list[ast.Constraint] = []
         while self.accept_op(","):
@@ -253,19 +277,33 @@ class _Parser:
             else:
                 d = self.expect_kind("ID", "the name of the default tensor")
                 default, default_span = d.text, d.span
-        return ast.Contraction(output, tuple(sizes) if sizes is not None else None, agg, comb,
-                               tuple(operands), tuple(constraints), default, no_defract,
-                               name.span.to(self.toks[self.pos - 1].span), default_span)
+        return ast.Contraction(
+            output,
+            tuple(sizes) if sizes is not None else None,
+            agg,
+            comb,
+            tuple(operands),
+            tuple(constraints),
+            default,
+            no_defract,
+            name.span.to(self.toks[self.pos - 1].span),
+            default_span,
+        )
 
     def operand(self) -> ast.TensorRef:
         if self.tok.kind in ("INT", "FLOAT"):
-            raise self.error("a tensor like `A[i, j]`",
-                             hint="constants cannot appear inside a contraction; scale the result "
-                             "in an elementwise statement")
+            raise self.error(
+                "a tensor like `A[i, j]`",
+                hint="constants cannot appear inside a contraction; scale the result "
+                "in an elementwise statement",
+            )
         name = self.expect_kind("ID", "a tensor like `A[i, j]`")
         if not self.tok.is_op("["):
-            raise self.error("'['", hint=f"tensors in a contraction are indexed: `{name.text}[i, ...]`; "
-                             f"a 0-D tensor is `{name.text}[]`")
+            raise self.error(
+                "'['",
+                hint=f"tensors in a contraction are indexed: `{name.text}[i, ...]`; "
+                f"a 0-D tensor is `{name.text}[]`",
+            )
         self.advance()
         indices: list[ast.Expr] = []
         if not self.tok.is_op("]"):
@@ -279,8 +317,10 @@ class _Parser:
         poly = self.poly()
         if self.tok.is_op("<=", ">", ">="):
             raise TileSyntaxError(
-                f"constraints are written `poly < bound`, not with '{self.tok.text}'", self.tok.span,
-                hint="`j < N` means 0 <= j < N; write `j < N + 1` for j <= N")
+                f"constraints are written `poly < bound`, not with '{self.tok.text}'",
+                self.tok.span,
+                hint="`j < N` means 0 <= j < N; write `j < N + 1` for j <= N",
+            )
         self.expect_op("<", hint="a constraint is `poly < bound`, meaning 0 <= poly < bound")
         bound = self.poly()
         return ast.Constraint(poly, bound, _start_span(poly).to(_end_span(bound)))
@@ -298,9 +338,14 @@ class _Parser:
 
     # Binary levels from loosest to tightest; non-associative levels take at most one operator.
     _LEVELS: tuple[tuple[tuple[str, ...], bool], ...] = (
-        (("|",), True), (("^",), True), (("&",), True),
-        (("==", "!="), False), (("<", ">", "<=", ">="), False),
-        (("<<", ">>"), True), (("+", "-"), True), (("*", "/"), True),
+        (("|",), True),
+        (("^",), True),
+        (("&",), True),
+        (("==", "!="), False),
+        (("<", ">", "<=", ">="), False),
+        (("<<", ">>"), True),
+        (("+", "-"), True),
+        (("*", "/"), True),
     )
     _POLY_LEVEL = 6
 
@@ -318,8 +363,10 @@ class _Parser:
             lhs = ast.Binary(op.text, lhs, rhs, _start_span(lhs).to(_end_span(rhs)))
             if not assoc and self.tok.kind == "OP" and self.tok.text in ops:
                 raise TileSyntaxError(
-                    f"'{op.text}' and '{self.tok.text}' cannot be chained", self.tok.span,
-                    hint="add parentheses, e.g. `(A < B) == C`")
+                    f"'{op.text}' and '{self.tok.text}' cannot be chained",
+                    self.tok.span,
+                    hint="add parentheses, e.g. `(A < B) == C`",
+                )
         return lhs
 
     def unary(self) -> ast.Expr:
@@ -341,8 +388,12 @@ class _Parser:
             self.advance()
             lit = ast.IntLit(int(tok.text), tok.span)
             nxt = self.tok
-            if nxt.kind == "IDX" and nxt.span.line == tok.span.line and \
-                    nxt.span.col == tok.span.col + tok.span.length and not self.peek().is_op("("):
+            if (
+                nxt.kind == "IDX"
+                and nxt.span.line == tok.span.line
+                and nxt.span.col == tok.span.col + tok.span.length
+                and not self.peek().is_op("(")
+            ):
                 self.advance()  # `2i` is 2 * i, as in the original grammar
                 return ast.Binary("*", lit, ast.Name(nxt.text, nxt.span), tok.span.to(nxt.span))
             return lit
@@ -352,13 +403,18 @@ class _Parser:
         if tok.kind == "ID":
             self.advance()
             if self.tok.is_op("("):
-                raise TileSyntaxError(f"'{tok.text}' is not a function", tok.span,
-                                      hint="function names are lower-case, e.g. `exp(X)`")
+                raise TileSyntaxError(
+                    f"'{tok.text}' is not a function",
+                    tok.span,
+                    hint="function names are lower-case, e.g. `exp(X)`",
+                )
             if self.tok.is_op("["):
                 raise TileSyntaxError(
-                    f"'{tok.text}[...]' cannot be indexed here", self.tok.span,
+                    f"'{tok.text}[...]' cannot be indexed here",
+                    self.tok.span,
                     hint="elementwise statements use whole tensors (`O = A + B;`); index tensors "
-                    "in a contraction (`O[i: N] = +(A[i]);`)")
+                    "in a contraction (`O[i: N] = +(A[i]);`)",
+                )
             return ast.Name(tok.text, tok.span)
         if tok.kind == "IDX":
             self.advance()

@@ -10,8 +10,23 @@ from __future__ import annotations
 from tile import ast
 
 # Binding strength of each operator (higher binds tighter); mirrors tile.parser._LEVELS.
-_LEVEL = {"|": 1, "^": 2, "&": 3, "==": 4, "!=": 4, "<": 5, ">": 5, "<=": 5, ">=": 5,
-          "<<": 6, ">>": 6, "+": 7, "-": 7, "*": 8, "/": 8}
+_LEVEL = {
+    "|": 1,
+    "^": 2,
+    "&": 3,
+    "==": 4,
+    "!=": 4,
+    "<": 5,
+    ">": 5,
+    "<=": 5,
+    ">=": 5,
+    "<<": 6,
+    ">>": 6,
+    "+": 7,
+    "-": 7,
+    "*": 8,
+    "/": 8,
+}
 _NONASSOC = {4, 5}
 _UNARY, _PRIMARY = 9, 10
 
@@ -67,6 +82,15 @@ def format_ref(r: ast.TensorRef) -> str:
     return f"{r.name}[{', '.join(format_expr(i) for i in r.indices)}]"
 
 
+def format_combination(comb: ast.CombOp, operands: list[str]) -> str:
+    """The inside of ``agg(...)``: ``A[..]``, ``A[..] * B[..]`` or ``A[..] == B[..] ? C[..]``."""
+    if comb is ast.CombOp.NONE:
+        return operands[0]
+    if comb is ast.CombOp.COND:
+        return f"{operands[0]} == {operands[1]} ? {operands[2]}"
+    return f" {comb.value} ".join(operands)
+
+
 def format_statement(s: ast.Statement) -> str:
     """One statement, with its semicolon."""
     if isinstance(s, ast.Assignment):
@@ -76,13 +100,7 @@ def format_statement(s: ast.Statement) -> str:
         out = f"{out}: {', '.join(format_expr(x) for x in s.sizes)}"
     elif s.sizes is not None and s.output.indices:
         out = f"{out}:"
-    if s.comb is ast.CombOp.NONE:
-        body = format_ref(s.operands[0])
-    elif s.comb is ast.CombOp.COND:
-        a, b, c = s.operands
-        body = f"{format_ref(a)} == {format_ref(b)} ? {format_ref(c)}"
-    else:
-        body = f" {s.comb.value} ".join(format_ref(o) for o in s.operands)
+    body = format_combination(s.comb, [format_ref(o) for o in s.operands])
     text = f"{s.output.name}[{out}] = {s.agg.value}({body})"
     for c in s.constraints:
         text += f", {format_expr(c.poly)} < {format_expr(c.bound)}"

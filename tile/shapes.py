@@ -73,8 +73,9 @@ def may_equal(a: Size, b: Size, notes: list[str] | None, what: str) -> bool:
     return True
 
 
-def broadcast(shapes: list[tuple[Size, ...] | None], names: list[str], span: Span,
-              notes: list[str] | None = None) -> tuple[Size, ...] | None:
+def broadcast(
+    shapes: list[tuple[Size, ...] | None], names: list[str], span: Span, notes: list[str] | None = None
+) -> tuple[Size, ...] | None:
     """Right-aligned broadcasting; ``None`` (unknown rank) is contagious.
 
     Two different concrete sizes (neither 1) are an error; two symbolic sizes that may differ are
@@ -99,11 +100,14 @@ def broadcast(shapes: list[tuple[Size, ...] | None], names: list[str], span: Spa
             elif not same_size(chosen, d):
                 if is_concrete(chosen) and is_concrete(d):
                     desc = " and ".join(
-                        f"{n}[{', '.join(str(x) for x in sh)}]" for n, sh in zip(names, shapes))
+                        f"{n}[{', '.join(str(x) for x in sh)}]" for n, sh in zip(names, shapes)
+                    )
                     raise TileShapeError(
-                        f"shapes do not broadcast: {desc} differ in dimension {k - rank}", span,
+                        f"shapes do not broadcast: {desc} differ in dimension {k - rank}",
+                        span,
                         hint="sizes must be equal or 1 (aligned from the right); reshape or index "
-                        "one of them in a contraction")
+                        "one of them in a contraction",
+                    )
                 if notes is not None:
                     notes.append(f"assumed {chosen} == {d} (broadcast at line {span.line})")
         out.append(chosen)
@@ -122,3 +126,12 @@ def fmt_shape(shape: tuple[Size, ...] | None) -> str:
     if shape is None:
         return "(any rank)"
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def row_major_strides(shape: tuple[int, ...]) -> list[int]:
+    """Element strides of a dense row-major array of ``shape``."""
+    out, s = [], 1
+    for d in reversed(shape):
+        out.append(s)
+        s *= d
+    return out[::-1]

@@ -33,22 +33,36 @@ Emit = Callable[[ast.Statement], None]
 class ContractionGrad:
     """Emits the gradient statements of one contraction; returns contributions per tensor."""
 
-    def __init__(self, namer: Namer, emit: Emit, sizes: Callable[[str], tuple[ast.Expr, ...]],
-                 ones_like: Callable[[str], str], is_float: Callable[[str], bool]):
+    def __init__(
+        self,
+        namer: Namer,
+        emit: Emit,
+        sizes: Callable[[str], tuple[ast.Expr, ...]],
+        ones_like: Callable[[str], str],
+        is_float: Callable[[str], bool],
+    ):
         self.namer = namer
         self.emit = emit
         self.sizes = sizes
         self.ones_like = ones_like
         self.is_float = is_float
 
-    def contraction(self, name: str, sizes: tuple[ast.Expr, ...], out: list[ast.Expr],
-                    operands: tuple[ast.TensorRef, ...], comb: ast.CombOp,
-                    constraints: tuple[ast.Constraint, ...], agg: ast.AggOp = ast.AggOp.SUM) -> ast.Name:
+    def contraction(
+        self,
+        name: str,
+        sizes: tuple[ast.Expr, ...],
+        out: list[ast.Expr],
+        operands: tuple[ast.TensorRef, ...],
+        comb: ast.CombOp,
+        constraints: tuple[ast.Constraint, ...],
+        agg: ast.AggOp = ast.AggOp.SUM,
+    ) -> ast.Name:
         self.emit(ast.Contraction(ref(name, out), sizes, agg, comb, operands, constraints))
         return ast.Name(name)
 
-    def grads(self, s: ast.Contraction, t: TContraction, g: str, base: Callable[[str], str]
-              ) -> list[tuple[str, ast.Expr]]:
+    def grads(
+        self, s: ast.Contraction, t: TContraction, g: str, base: Callable[[str], str]
+    ) -> list[tuple[str, ast.Expr]]:
         """``[(tensor, contribution)]`` for the contraction ``s`` whose output adjoint is ``g``."""
         out: list[tuple[str, ast.Expr]] = []
         so = list(s.output.indices)
@@ -72,22 +86,32 @@ class ContractionGrad:
                     body, comb = (dout, ref(self.ones_like(other.name), other.indices)), ast.CombOp.MUL
                 else:
                     body, comb = (dout,), ast.CombOp.NONE
-                out.append((op.name, self.contraction(base(op.name), self.sizes(op.name), list(op.indices),
-                                                      body, comb, cons)))
+                out.append(
+                    (
+                        op.name,
+                        self.contraction(
+                            base(op.name), self.sizes(op.name), list(op.indices), body, comb, cons
+                        ),
+                    )
+                )
         elif s.agg in (ast.AggOp.MAX, ast.AggOp.MIN):
             if s.comb is not ast.CombOp.NONE:
                 raise TileTypeError(
-                    f"no derivative for a '{s.agg.value}' contraction of several tensors", s.span,
+                    f"no derivative for a '{s.agg.value}' contraction of several tensors",
+                    s.span,
                     hint="compute the combination in its own contraction (or elementwise) first, then "
-                    "take the maximum or minimum of that single tensor")
+                    "take the maximum or minimum of that single tensor",
+                )
             (op,) = ops
             if self.is_float(op.name):
                 out.append((op.name, self.extreme(s, t, op, g, base(op.name))))
         else:  # PROD
             if s.comb is not ast.CombOp.NONE:
                 raise TileTypeError(
-                    "no derivative for a '*' aggregation of several tensors", s.span,
-                    hint="compute the combination in its own contraction first, then take the product")
+                    "no derivative for a '*' aggregation of several tensors",
+                    s.span,
+                    hint="compute the combination in its own contraction first, then take the product",
+                )
             (op,) = ops
             if self.is_float(op.name):
                 out.append((op.name, self.product(s, op, g)))
@@ -102,16 +126,25 @@ class ContractionGrad:
         so = list(s.output.indices)
         if _injective(t):
             body = (op, ref(s.name, so), ref(g, so))
-            return self.contraction(name, self.sizes(op.name), list(op.indices), body, ast.CombOp.COND,
-                                    s.constraints)
+            return self.contraction(
+                name, self.sizes(op.name), list(op.indices), body, ast.CombOp.COND, s.constraints
+            )
         hits = self.namer.fresh(f"{s.name}_ties")
         ones = ref(self.ones_like(s.name), so)
-        self.contraction(hits, self.sizes(op.name) + self.sizes(s.name), [*op.indices, *so],
-                         (op, ref(s.name, so), ones), ast.CombOp.COND, s.constraints, ast.AggOp.MAX)
+        self.contraction(
+            hits,
+            self.sizes(op.name) + self.sizes(s.name),
+            [*op.indices, *so],
+            (op, ref(s.name, so), ones),
+            ast.CombOp.COND,
+            s.constraints,
+            ast.AggOp.MAX,
+        )
         xs = [ast.Name(f"x{k}") for k in range(len(op.indices))]
         os = [ast.Name(f"o{k}") for k in range(len(so))]
-        return self.contraction(name, self.sizes(op.name), xs, (ref(hits, [*xs, *os]), ref(g, os)),
-                                ast.CombOp.MUL, ())
+        return self.contraction(
+            name, self.sizes(op.name), xs, (ref(hits, [*xs, *os]), ref(g, os)), ast.CombOp.MUL, ()
+        )
 
     def product(self, s: ast.Contraction, op: ast.TensorRef, g: str) -> ast.Expr:
         x = ast.Name(op.name)
@@ -123,24 +156,54 @@ class ContractionGrad:
         self.emit(ast.Assignment(is_zero, binary("==", x, zero)))
         nonzero = self.namer.fresh(f"{op.name}_nz")
         self.emit(ast.Assignment(nonzero, cond(binary("==", x, zero), lit(1), x)))
-        count = self.contraction(self.namer.fresh(f"{s.name}_zeros"), osizes, so,
-                                 (ref(is_zero, op.indices),), ast.CombOp.NONE, cons)
-        prod = self.contraction(self.namer.fresh(f"{s.name}_prodnz"), osizes, so,
-                                (ref(nonzero, op.indices),), ast.CombOp.NONE, cons, ast.AggOp.PROD)
+        count = self.contraction(
+            self.namer.fresh(f"{s.name}_zeros"),
+            osizes,
+            so,
+            (ref(is_zero, op.indices),),
+            ast.CombOp.NONE,
+            cons,
+        )
+        prod = self.contraction(
+            self.namer.fresh(f"{s.name}_prodnz"),
+            osizes,
+            so,
+            (ref(nonzero, op.indices),),
+            ast.CombOp.NONE,
+            cons,
+            ast.AggOp.PROD,
+        )
         parts = []
         for zeros in (0, 1):
             scaled = self.namer.fresh(f"{g}_z{zeros}")
-            self.emit(ast.Assignment(scaled, mul(ast.Name(g), cond(binary("==", count, lit(zeros)), prod, zero))))
-            parts.append(self.contraction(self.namer.fresh(f"D{op.name}_z{zeros}"), self.sizes(op.name),
-                                          list(op.indices), (ref(scaled, so),), ast.CombOp.NONE, cons))
+            self.emit(
+                ast.Assignment(scaled, mul(ast.Name(g), cond(binary("==", count, lit(zeros)), prod, zero)))
+            )
+            parts.append(
+                self.contraction(
+                    self.namer.fresh(f"D{op.name}_z{zeros}"),
+                    self.sizes(op.name),
+                    list(op.indices),
+                    (ref(scaled, so),),
+                    ast.CombOp.NONE,
+                    cons,
+                )
+            )
         return cond(binary("==", x, zero), parts[1], div(parts[0], x))
 
     def default_grad(self, s: ast.Contraction, g: str) -> ast.Expr:
         """``DO`` where nothing writes the output, 0 where the contraction does."""
         ones = tuple(ref(self.ones_like(op.name), op.indices) for op in s.operands)
         comb = {1: ast.CombOp.NONE, 2: ast.CombOp.MUL, 3: ast.CombOp.COND}[len(ones)]
-        written = self.contraction(self.namer.fresh(f"{s.name}_written"), self.sizes(s.name),
-                                   list(s.output.indices), ones, comb, s.constraints, ast.AggOp.MAX)
+        written = self.contraction(
+            self.namer.fresh(f"{s.name}_written"),
+            self.sizes(s.name),
+            list(s.output.indices),
+            ones,
+            comb,
+            s.constraints,
+            ast.AggOp.MAX,
+        )
         return cond(written, lit(0), ast.Name(g))
 
 

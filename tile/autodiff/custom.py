@@ -43,8 +43,10 @@ def inline_custom(rev, stmt: ast.Statement, source: str | ast.Program, g: str) -
         else:
             raise TileNameError(
                 f"the custom gradient of '{stmt.name}' takes '{inp.name}', which is neither a tensor of the "
-                f"program nor {adjoint_param}", inp.span,
-                hint=f"name its inputs after the program's tensors, and the adjoint {adjoint_param}")
+                f"program nor {adjoint_param}",
+                inp.span,
+                hint=f"name its inputs after the program's tensors, and the adjoint {adjoint_param}",
+            )
         shape = rev.types[target].shape
         for k, dim in enumerate(inp.dims or ()):
             if shape is not None and k < len(shape):
@@ -54,15 +56,19 @@ def inline_custom(rev, stmt: ast.Statement, source: str | ast.Program, g: str) -
         x = out.name[1:] if out.name.startswith("D") else None
         if x is None:
             raise TileNameError(
-                f"the custom gradient of '{stmt.name}' returns '{out.name}', which is not named D<X>", out.span,
+                f"the custom gradient of '{stmt.name}' returns '{out.name}', which is not named D<X>",
+                out.span,
                 hint=f"name each output D<X> after a tensor X read by {stmt.name}: "
-                f"{', '.join('D' + r for r in sorted(reads)) or '(none)'}")
+                f"{', '.join('D' + r for r in sorted(reads)) or '(none)'}",
+            )
         if x not in reads:
             raise TileNameError(
-                f"the custom gradient of '{stmt.name}' returns '{out.name}', but '{stmt.name}' reads no float "
-                f"tensor '{x}'", out.span,
+                f"the custom gradient of '{stmt.name}' returns '{out.name}', but '{stmt.name}' reads "
+                f"no float tensor '{x}'",
+                out.span,
                 hint=f"return D<X> for tensors X read by {stmt.name}: "
-                f"{', '.join('D' + r for r in sorted(reads)) or '(none)'}")
+                f"{', '.join('D' + r for r in sorted(reads)) or '(none)'}",
+            )
         outputs[out.name] = x
     _check_shapes(rev, stmt, fn, outputs)
     for s in fn.stmts:
@@ -85,7 +91,10 @@ def _check_shapes(rev, stmt: ast.Statement, fn: ast.Program, outputs: dict[str, 
         if len(want) != len(got) or not all(same_size(a, b) for a, b in zip(want, got)):
             raise TileShapeError(
                 f"the custom gradient '{out.name}' has shape {fmt_shape(got)} but '{outputs[out.name]}' has "
-                f"shape {fmt_shape(want)}", out.span, hint="a gradient has the shape of its tensor")
+                f"shape {fmt_shape(want)}",
+                out.span,
+                hint="a gradient has the shape of its tensor",
+            )
 
 
 def _sub(e: ast.Expr, subst: dict[str, ast.Expr]) -> ast.Expr:
@@ -115,8 +124,10 @@ def _rename_statement(s: ast.Statement, subst: dict[str, ast.Expr]) -> ast.State
     if isinstance(s, ast.Assignment):
         return ast.Assignment(_tensor(s.name, subst), _sub(s.expr, subst))
     return dataclasses.replace(
-        s, output=_ref(s.output, subst),
+        s,
+        output=_ref(s.output, subst),
         sizes=None if s.sizes is None else tuple(_sub(x, subst) for x in s.sizes),
         operands=tuple(_ref(o, subst) for o in s.operands),
         constraints=tuple(ast.Constraint(_sub(c.poly, subst), _sub(c.bound, subst)) for c in s.constraints),
-        default=None if s.default is None else _tensor(s.default, subst))
+        default=None if s.default is None else _tensor(s.default, subst),
+    )

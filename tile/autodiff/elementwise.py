@@ -15,11 +15,30 @@ from __future__ import annotations
 from tile import ast
 from tile.autodiff.build import add, call, cond, div, lit, mul, neg, sub
 
-ZERO_GRADIENT = frozenset({
-    "cmp_eq", "cmp_ne", "cmp_lt", "cmp_gt", "cmp_le", "cmp_ge",
-    "bit_and", "bit_or", "bit_xor", "bit_not", "bit_left", "bit_right",
-    "floor", "ceil", "round", "as_int", "as_uint", "as_bool", "index", "shape",
-})
+ZERO_GRADIENT = frozenset(
+    {
+        "cmp_eq",
+        "cmp_ne",
+        "cmp_lt",
+        "cmp_gt",
+        "cmp_le",
+        "cmp_ge",
+        "bit_and",
+        "bit_or",
+        "bit_xor",
+        "bit_not",
+        "bit_left",
+        "bit_right",
+        "floor",
+        "ceil",
+        "round",
+        "as_int",
+        "as_uint",
+        "as_bool",
+        "index",
+        "shape",
+    }
+)
 STRUCTURAL = frozenset({"reshape", "gather", "scatter", "builtin_softmax", "builtin_logsoftmax"})
 
 _ZERO = lit(0)
@@ -44,13 +63,19 @@ def local_adjoints(fn: str, args: list[ast.Expr], y: ast.Expr, g: ast.Expr) -> l
         "as_float": lambda: [g],
         "abs": lambda: [cond(ast.Binary("<", a[0], _ZERO), neg(g), g)],
         "relu": lambda: [cond(ast.Binary(">", a[0], _ZERO), g, _ZERO)],
-        "max": lambda: [cond(ast.Binary(">=", a[0], a[1]), g, _ZERO),
-                        cond(ast.Binary(">=", a[0], a[1]), _ZERO, g)],
-        "min": lambda: [cond(ast.Binary("<=", a[0], a[1]), g, _ZERO),
-                        cond(ast.Binary("<=", a[0], a[1]), _ZERO, g)],
+        "max": lambda: [
+            cond(ast.Binary(">=", a[0], a[1]), g, _ZERO),
+            cond(ast.Binary(">=", a[0], a[1]), _ZERO, g),
+        ],
+        "min": lambda: [
+            cond(ast.Binary("<=", a[0], a[1]), g, _ZERO),
+            cond(ast.Binary("<=", a[0], a[1]), _ZERO, g),
+        ],
         "cond": lambda: [None, cond(a[0], g, _ZERO), cond(a[0], _ZERO, g)],
-        "pow": lambda: [mul(mul(g, a[1]), call("pow", a[0], sub(a[1], _ONE))),
-                        mul(mul(g, call("log", a[0])), y)],
+        "pow": lambda: [
+            mul(mul(g, a[1]), call("pow", a[0], sub(a[1], _ONE))),
+            mul(mul(g, call("log", a[0])), y),
+        ],
         "exp": lambda: [mul(g, y)],
         "log": lambda: [div(g, a[0])],
         "sqrt": lambda: [div(g, mul(lit(2), y))],

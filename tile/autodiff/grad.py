@@ -27,10 +27,15 @@ from tile.shapes import is_concrete, same_size
 from tile.typed import BoundProgram, Size, TCall, TConst, TContraction, TExpr, TRef
 
 
-def grad(program: str | ast.Program, wrt: Sequence[str] | None = None, seed: Sequence[str] | None = None,
-         *, custom: Mapping[str, str | ast.Program] | None = None,
-         dtypes: Mapping[str, DType] | None = None,
-         shapes: Mapping[str, tuple[int, ...]] | None = None) -> ast.Program:
+def grad(
+    program: str | ast.Program,
+    wrt: Sequence[str] | None = None,
+    seed: Sequence[str] | None = None,
+    *,
+    custom: Mapping[str, str | ast.Program] | None = None,
+    dtypes: Mapping[str, DType] | None = None,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+) -> ast.Program:
     """The gradient program of ``program``.
 
     ``wrt``: the inputs to differentiate with respect to (default: every float input).
@@ -55,10 +60,15 @@ class Gradient:
     notes: tuple[str, ...] = ()
 
 
-def gradient(program: str | ast.Program, wrt: Sequence[str] | None = None, seed: Sequence[str] | None = None,
-             *, custom: Mapping[str, str | ast.Program] | None = None,
-             dtypes: Mapping[str, DType] | None = None,
-             shapes: Mapping[str, tuple[int, ...]] | None = None) -> Gradient:
+def gradient(
+    program: str | ast.Program,
+    wrt: Sequence[str] | None = None,
+    seed: Sequence[str] | None = None,
+    *,
+    custom: Mapping[str, str | ast.Program] | None = None,
+    dtypes: Mapping[str, DType] | None = None,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+) -> Gradient:
     """``grad`` with the cotangent and gradient names it chose."""
     if isinstance(program, str):
         program = parse(program)
@@ -76,21 +86,33 @@ class _Reverse:
             wrt = [n for n in inputs if self.is_float(n)]
         for n in wrt:
             if n not in inputs:
-                raise TileNameError(f"cannot differentiate with respect to '{n}': it is not an input", None,
-                                    hint=f"the inputs are: {', '.join(inputs)}")
+                raise TileNameError(
+                    f"cannot differentiate with respect to '{n}': it is not an input",
+                    None,
+                    hint=f"the inputs are: {', '.join(inputs)}",
+                )
             if not self.is_float(n):
-                raise TileTypeError(f"cannot differentiate with respect to '{n}' of type "
-                                    f"{self.types[n].dtype}: only float inputs have gradients", None)
+                raise TileTypeError(
+                    f"cannot differentiate with respect to '{n}' of type "
+                    f"{self.types[n].dtype}: only float inputs have gradients",
+                    None,
+                )
         outputs = list(program.output_names)
         for n in seed or ():
             if n not in outputs:
-                raise TileNameError(f"cannot seed '{n}': it is not an output", None,
-                                    hint=f"the outputs are: {', '.join(outputs)}")
+                raise TileNameError(
+                    f"cannot seed '{n}': it is not an output",
+                    None,
+                    hint=f"the outputs are: {', '.join(outputs)}",
+                )
         computed = {s.name for s in program.stmts}
         for n in custom:
             if n not in computed:
-                raise TileNameError(f"custom gradient for '{n}', which no statement computes", None,
-                                    hint=f"custom gradients replace a statement's: {', '.join(sorted(computed))}")
+                raise TileNameError(
+                    f"custom gradient for '{n}', which no statement computes",
+                    None,
+                    hint=f"custom gradients replace a statement's: {', '.join(sorted(computed))}",
+                )
         self.wrt = list(wrt)
         self.seed = list(seed) if seed is not None else outputs
         self.custom = custom
@@ -131,15 +153,20 @@ class _Reverse:
     def sizes(self, tensor: str) -> tuple[ast.Expr, ...]:
         shape = self.types[tensor].shape
         if shape is None:
-            raise TileTypeError(f"the rank of '{tensor}' is unknown, so its gradient cannot be written", None,
-                                hint=f"declare its dimensions, e.g. {tensor}[N, M]")
+            raise TileTypeError(
+                f"the rank of '{tensor}' is unknown, so its gradient cannot be written",
+                None,
+                hint=f"declare its dimensions, e.g. {tensor}[N, M]",
+            )
         return tuple(size_expr(d) for d in shape)
 
     def ones_like(self, tensor: str) -> str:
         if tensor not in self.ones:
             name = self.namer.fresh(f"One_{tensor}")
             if self.types[tensor].rank:
-                expr = ast.Binary("+", ast.Binary("*", call("index", ast.Name(tensor), lit(0)), lit(0)), lit(1))
+                expr = ast.Binary(
+                    "+", ast.Binary("*", call("index", ast.Name(tensor), lit(0)), lit(0)), lit(1)
+                )
             else:
                 expr = lit(1)
             self.emit(ast.Assignment(name, expr))
@@ -169,8 +196,13 @@ class _Reverse:
             elif isinstance(stmt, ast.Assignment):
                 # With one tensor read (and constants), nothing can broadcast, even at unknown rank.
                 self.single_leaf = len(_leaves(self.tstmts[stmt.name].expr)) <= 1
-                self.backprop(stmt.expr, self.tstmts[stmt.name].expr, ast.Name(g),
-                              self.types[stmt.name].shape, stmt.name)
+                self.backprop(
+                    stmt.expr,
+                    self.tstmts[stmt.name].expr,
+                    ast.Name(g),
+                    self.types[stmt.name].shape,
+                    stmt.name,
+                )
             else:
                 t = self.tstmts[stmt.name]
                 assert isinstance(t, TContraction)
@@ -185,8 +217,12 @@ class _Reverse:
         stmts = inline_aliases(dead_code([*self.p.stmts, *self.back], outputs), self.temps)
         inputs = tuple(self.declare(i) for i in self.p.inputs) + tuple(cotangents)
         result = ast.Program(inputs, tuple(ast.Output(o) for o in outputs), tuple(stmts))
-        return Gradient(self.fix_dtypes(result, outputs), cot_names, dict(zip(self.wrt, outputs)),
-                        tuple(dict.fromkeys(self.notes)))
+        return Gradient(
+            self.fix_dtypes(result, outputs),
+            cot_names,
+            dict(zip(self.wrt, outputs)),
+            tuple(dict.fromkeys(self.notes)),
+        )
 
     def cotangent_dims(self, out: str, name: str) -> tuple[str, ...] | None:
         """``DO`` is declared with ``O``'s dims where they are plain names, fresh ones elsewhere."""
@@ -218,7 +254,9 @@ class _Reverse:
     def fix_dtypes(self, program: ast.Program, outputs: list[str]) -> ast.Program:
         """Each gradient gets its input's dtype (a float32 literal may have widened a float16)."""
         dtypes = {n: t.dtype for n, t in self.b.inputs}
-        shapes = {n: t.shape for n, t in self.b.inputs if t.shape is not None and all(map(is_concrete, t.shape))}
+        shapes = {
+            n: t.shape for n, t in self.b.inputs if t.shape is not None and all(map(is_concrete, t.shape))
+        }
         for out, cot in self.cot_names.items():
             t = self.types[out]
             dtypes[cot] = t.dtype
@@ -256,8 +294,10 @@ class _Reverse:
     def reduce_to(self, g: ast.Expr, gshape, tshape, tensor: str | None = None) -> ast.Expr:
         if gshape is None or tshape is None:
             if not (gshape is None and tshape is None and self.single_leaf):
-                self.notes.append(f"assumed the adjoint of '{tensor}' needs no broadcast reduction (its rank "
-                                  "is unknown); derive with shapes=... to be exact")
+                self.notes.append(
+                    f"assumed the adjoint of '{tensor}' needs no broadcast reduction (its rank "
+                    "is unknown); derive with shapes=... to be exact"
+                )
             return g
         if len(gshape) == len(tshape) and all(same_size(a, b) for a, b in zip(gshape, tshape)):
             return g
@@ -273,8 +313,15 @@ class _Reverse:
             out_idx.append(lit(0) if broadcast else ast.Name(f"i{k + off}"))
         name = self.part_name(tensor) if tensor else self.namer.fresh("G")
         sizes = tuple(size_expr(d) for d in tshape)
-        self.emit(ast.Contraction(ref(name, out_idx), sizes, ast.AggOp.SUM, ast.CombOp.NONE,
-                                  (ref(g.name, [ast.Name(f"i{k}") for k in range(len(gshape))]),)))
+        self.emit(
+            ast.Contraction(
+                ref(name, out_idx),
+                sizes,
+                ast.AggOp.SUM,
+                ast.CombOp.NONE,
+                (ref(g.name, [ast.Name(f"i{k}") for k in range(len(gshape))]),),
+            )
+        )
         return ast.Name(name)
 
     # ------------------------------------------------------------------ elementwise
@@ -298,8 +345,9 @@ class _Reverse:
             if lg is not None:
                 self.backprop(a, ta, lg, gshape, None)
 
-    def structural(self, te: TCall, e: ast.Expr, args: list[ast.Expr], y: ast.Expr,
-                   g: ast.Expr) -> list[ast.Expr | None]:
+    def structural(
+        self, te: TCall, e: ast.Expr, args: list[ast.Expr], y: ast.Expr, g: ast.Expr
+    ) -> list[ast.Expr | None]:
         fn = te.fn
         if fn == "reshape":
             return [call("reshape", g, *(size_expr(d) for d in te.args[0].type.shape))]
@@ -316,8 +364,15 @@ class _Reverse:
             self.emit(ast.Assignment(tmp, src))
             src = ast.Name(tmp)
         total = self.namer.fresh(f"{src.name}_rowsum")
-        self.emit(ast.Contraction(ref(total, [ast.Name("r"), lit(0)]), (rows, lit(1)), ast.AggOp.SUM,
-                                  ast.CombOp.NONE, (ref(src.name, [ast.Name("r"), ast.Name("c")]),)))
+        self.emit(
+            ast.Contraction(
+                ref(total, [ast.Name("r"), lit(0)]),
+                (rows, lit(1)),
+                ast.AggOp.SUM,
+                ast.CombOp.NONE,
+                (ref(src.name, [ast.Name("r"), ast.Name("c")]),),
+            )
+        )
         if fn == "builtin_softmax":
             return [ast.Binary("*", y, ast.Binary("-", g, ast.Name(total)))]
         return [ast.Binary("-", g, ast.Binary("*", call("exp", y), ast.Name(total)))]
@@ -340,4 +395,3 @@ def _tensor_args(e: ast.Expr, n: int) -> list[ast.Expr]:
         return [e.cond, e.then, e.other]
     assert isinstance(e, ast.Call)
     return list(e.args[:n])
-

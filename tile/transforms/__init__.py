@@ -37,5 +37,14 @@ def apply_stage(bound: BoundProgram, stage: str) -> BoundProgram:
     return dataclasses.replace(bound, stmts=stmts)
 
 
-__all__ = ["STAGES", "FlatContraction", "apply_stage", "as_contraction", "defract", "flatten", "format_flat",
-           "reduce", "transform"]
+__all__ = [
+    "STAGES",
+    "FlatContraction",
+    "apply_stage",
+    "as_contraction",
+    "defract",
+    "flatten",
+    "format_flat",
+    "reduce",
+    "transform",
+]

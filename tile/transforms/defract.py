@@ -50,8 +50,11 @@ def defract(c: TContraction) -> TContraction:
     polys = [r.poly for r in ranges(c)]
     g = _lattice_basis(polys, names)  # (n+1)x(n+1) lower triangular; index 0 is w = 1
     if g[0][0] != 1:
-        raise TileIndexError(f"no index tuple of '{c.name}' makes every index expression an integer",
-                             c.span, hint="check the fractional coefficients and offsets")
+        raise TileIndexError(
+            f"no index tuple of '{c.name}' makes every index expression an integer",
+            c.span,
+            hint="check the fractional coefficients and offsets",
+        )
     rows, digits = _digits(g, n)
     env = {}
     for i, x in enumerate(names):
@@ -62,11 +65,12 @@ def defract(c: TContraction) -> TContraction:
         return dataclasses.replace(acc, polys=tuple(_integral(p.substitute(env), c) for p in acc.polys))
 
     constraints = [TConstraint(_integral(k.poly.substitute(env), c), k.bound, k.span) for k in c.constraints]
-    for var, (owner, size) in digits.items():
+    for var, (_, size) in digits.items():
         if size is not None:
             constraints.append(TConstraint(Affine.var(_name(names, digits, var)), size, c.span))
-    return dataclasses.replace(c, output=sub(c.output), operands=tuple(sub(a) for a in c.operands),
-                               constraints=tuple(constraints))
+    return dataclasses.replace(
+        c, output=sub(c.output), operands=tuple(sub(a) for a in c.operands), constraints=tuple(constraints)
+    )
 
 
 def _integral(p: Affine, c: TContraction) -> Affine:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from tile.ast import CombOp
-from tile.printer import format_statement
+from tile.printer import format_combination, format_statement
 from tile.transforms.flat import FlatContraction, format_flat
 from tile.typed import BoundProgram, TAccess, TContraction
 
@@ -17,14 +16,7 @@ def format_contraction(c: TContraction) -> str:
     idx = ", ".join(str(p) for p in c.output.polys)
     sizes = ", ".join(str(d) for d in c.type.shape)
     out = f"{c.name}[{idx}: {sizes}]" if c.output.polys else f"{c.name}[]"
-    ops = c.operands
-    if c.comb is CombOp.NONE:
-        body = _ref(ops[0])
-    elif c.comb is CombOp.COND:
-        body = f"{_ref(ops[0])} == {_ref(ops[1])} ? {_ref(ops[2])}"
-    else:
-        body = f" {c.comb.value} ".join(_ref(o) for o in ops)
-    text = f"{out} = {c.agg.value}({body})"
+    text = f"{out} = {c.agg.value}({format_combination(c.comb, [_ref(o) for o in c.operands])})"
     for k in c.constraints:
         text += f", {k.poly} < {k.bound}"
     if c.no_defract:

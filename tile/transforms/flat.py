@@ -21,6 +21,7 @@ from tile.affine import Affine
 from tile.ast import AggOp, CombOp
 from tile.bounds import index_box, merge_parallel, ranges, remove_implied
 from tile.errors import TileIndexError
+from tile.shapes import row_major_strides
 from tile.typed import TAccess, TConstraint, TContraction, TensorType
 
 
@@ -58,22 +59,16 @@ class FlatContraction:
         return tuple(n for n, s in zip(self.names, self.output.strides) if s)
 
 
-def _strides(shape: tuple[int, ...]) -> list[int]:
-    out, s = [], 1
-    for d in reversed(shape):
-        out.append(s)
-        s *= d
-    return out[::-1]
-
-
 def flatten(c: TContraction) -> FlatContraction:
     """The flat form of ``c``, whose index expressions must have integer coefficients."""
     conds = ranges(c)
     bad = next((r for r in conds if not r.poly.is_integral), None)
     if bad is not None:
         raise TileIndexError(
-            f"cannot flatten '{c.name}': {bad.origin} has fractional coefficients ({bad.poly})", bad.span,
-            hint="run reduce and defract first (python -m tile emit F.tile --stage defracted)")
+            f"cannot flatten '{c.name}': {bad.origin} has fractional coefficients ({bad.poly})",
+            bad.span,
+            hint="run reduce and defract first (python -m tile emit F.tile --stage defracted)",
+        )
     box = index_box(c)
     names = tuple(v for v in c.index_names if box[v][0] < box[v][1])
     fixed = {v: lo for v, (lo, hi) in box.items() if lo == hi}
@@ -84,7 +79,7 @@ def flatten(c: TContraction) -> FlatContraction:
         shape = acc.type.shape
         offset = Fraction(0)
         strides = [Fraction(0)] * len(names)
-        for st, p in zip(_strides(shape), acc.polys):
+        for st, p in zip(row_major_strides(shape), acc.polys):
             q = p.substitute(shift)
             offset += st * q.const
             for k, v in enumerate(names):
@@ -94,11 +89,23 @@ def flatten(c: TContraction) -> FlatContraction:
     kept = []
     for r in remove_implied(merge_parallel(conds), box):
         q = r.poly.substitute(shift)
-        kept.append(FlatConstraint(tuple(int(q.coeff(v)) for v in names), int(r.lo - q.const),
-                                   int(r.hi - q.const), r.origin))
-    return FlatContraction(c.name, c.type, c.agg, c.comb, names,
-                           tuple(box[v][1] - box[v][0] + 1 for v in names), access(c.output),
-                           tuple(access(a) for a in c.operands), tuple(kept), c.default)
+        kept.append(
+            FlatConstraint(
+                tuple(int(q.coeff(v)) for v in names), int(r.lo - q.const), int(r.hi - q.const), r.origin
+            )
+        )
+    return FlatContraction(
+        c.name,
+        c.type,
+        c.agg,
+        c.comb,
+        names,
+        tuple(box[v][1] - box[v][0] + 1 for v in names),
+        access(c.output),
+        tuple(access(a) for a in c.operands),
+        tuple(kept),
+        c.default,
+    )
 
 
 def as_contraction(f: FlatContraction) -> TContraction:
@@ -111,25 +118,32 @@ def as_contraction(f: FlatContraction) -> TContraction:
         poly = Affine.build(dict(zip(f.names, a.strides)), a.offset)
         return TAccess(a.tensor, (poly,), TensorType(a.type.dtype, (n,)))
 
-    cons = [TConstraint(Affine.build(dict(zip(f.names, k.coeffs)), -k.lo), k.hi - k.lo + 1) for k in f.constraints]
+    cons = [
+        TConstraint(Affine.build(dict(zip(f.names, k.coeffs)), -k.lo), k.hi - k.lo + 1) for k in f.constraints
+    ]
     cons += [TConstraint(Affine.var(v), r) for v, r in zip(f.names, f.ranges)]
     out = acc(f.output)
-    return TContraction(f.name, out.type, f.agg, f.comb, out, tuple(acc(a) for a in f.operands), tuple(cons),
-                        f.default, True)
+    return TContraction(
+        f.name, out.type, f.agg, f.comb, out, tuple(acc(a) for a in f.operands), tuple(cons), f.default, True
+    )
 
 
 def format_flat(f: FlatContraction) -> str:
     """A readable table of the flat form."""
     w = max([len(n) for n in f.names] + [5])
-    lines = [f"flat {f.name}: {f.type}  agg {f.agg.value}  comb {f.comb.value or '(none)'}"
-             + (f"  default {f.default}" if f.default else "")]
+    lines = [
+        f"flat {f.name}: {f.type}  agg {f.agg.value}  comb {f.comb.value or '(none)'}"
+        + (f"  default {f.default}" if f.default else "")
+    ]
     lines.append("  " + "index".ljust(w) + "  range  owns-output")
     for n, r, s in zip(f.names, f.ranges, f.output.strides):
         lines.append("  " + n.ljust(w) + f"  {r:<5}  {'yes' if s else ''}".rstrip())
     tw = max(len(a.tensor) for a in (f.output, *f.operands))
     lines.append("  " + "tensor".ljust(max(tw, 6)) + "  offset  strides (" + ", ".join(f.names) + ")")
     for a in (f.output, *f.operands):
-        lines.append("  " + a.tensor.ljust(max(tw, 6)) + f"  {a.offset:<6}  " + ", ".join(map(str, a.strides)))
+        lines.append(
+            "  " + a.tensor.ljust(max(tw, 6)) + f"  {a.offset:<6}  " + ", ".join(map(str, a.strides))
+        )
     for k in f.constraints:
         lhs = str(Affine.build(dict(zip(f.names, k.coeffs))))
         lines.append(f"  constraint {k.lo} <= {lhs} <= {k.hi}   ({k.origin})")

@@ -60,14 +60,19 @@ def reduce(c: TContraction, prefix: str = "v") -> TContraction:
     if len(basis) < n:
         raise TileIndexError(
             f"cannot reduce '{c.name}': its conditions do not determine all {n} indices (underspecified)",
-            c.span, hint="every index must be fixed by the output indices and the tensor and constraint "
-            "conditions together; add a constraint or write the output with single indices")
+            c.span,
+            hint="every index must be fixed by the output indices and the tensor and constraint "
+            "conditions together; add a constraint or write the output with single indices",
+        )
     new = [f"{prefix}{k}" for k in range(n)]
     inv = inverse(rows)
     # old x = inv · (v - const), with v_k standing for the basis polynomial k (constant included)
-    env = {x: Affine.build({new[k]: inv[i][k] for k in range(n)}, -sum(inv[i][k] * basis[k].const
-                                                                         for k in range(n)))
-           for i, x in enumerate(names)}
+    env = {
+        x: Affine.build(
+            {new[k]: inv[i][k] for k in range(n)}, -sum(inv[i][k] * basis[k].const for k in range(n))
+        )
+        for i, x in enumerate(names)
+    }
 
     def sub(acc: TAccess) -> TAccess:
         return dataclasses.replace(acc, polys=tuple(p.substitute(env) for p in acc.polys))
@@ -78,8 +83,9 @@ def reduce(c: TContraction, prefix: str = "v") -> TContraction:
         if not any(_forces_integer(r.poly, x) for r in conds):
             lo, hi = box[x]
             constraints.append(TConstraint(env[x] - lo, hi - lo + 1, c.span))
-    return dataclasses.replace(c, output=sub(c.output), operands=tuple(sub(a) for a in c.operands),
-                               constraints=tuple(constraints))
+    return dataclasses.replace(
+        c, output=sub(c.output), operands=tuple(sub(a) for a in c.operands), constraints=tuple(constraints)
+    )
 
 
 def _forces_integer(p: Affine, x: str) -> bool:
