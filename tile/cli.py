@@ -137,10 +137,13 @@ def cmd_check(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"check": cmd_check, "grad": cmd_grad, "emit": cmd_emit}[args.command](args)
+        with open(args.file, encoding="utf-8"):
+            pass
     except OSError as e:
         print(f"error: cannot read {args.file}: {e.strerror}", file=sys.stderr)
         return 2
+    try:
+        return {"check": cmd_check, "grad": cmd_grad, "emit": cmd_emit}[args.command](args)
     except TileError as e:
         print(e, file=sys.stderr)
         return 1
