@@ -38,7 +38,9 @@ from tile.typed import TAccess, TConstraint, TContraction
 
 
 def needs_defract(c: TContraction) -> bool:
-    return not c.no_defract and not all(r.poly.is_integral for r in ranges(c))
+    """Whether any condition has a fractional coefficient (``no_defract`` only skips ``reduce``,
+    as in the original: fractions must go before a contraction can be flattened)."""
+    return not all(r.poly.is_integral for r in ranges(c))
 
 
 def defract(c: TContraction) -> TContraction:
