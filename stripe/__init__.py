@@ -1,1 +1,1 @@
-"""Stripe: the polyhedral IR (placeholder until its issue lands)."""
+"""Stripe: the polyhedral IR (data model in ir.py)."""
