@@ -1,0 +1,257 @@
+"""Lowering a bound Tile program to Stripe.
+
+``lower(bound)`` gives the ``#program`` block: every tensor a buffer (dense, row-major), the
+``#main`` block refining them, and per operation one or more ``#kernel`` blocks:
+
+* **contractions** are reduced and defracted first (``tile.transforms``), so every index
+  expression has integer coefficients; the block's indexes are the exact index box (shifted to
+  start at 0), its constraints the conditions the box does not imply, one ``in`` refinement per
+  operand and an ``out`` refinement aggregating with the contraction's op. Unwritten elements
+  must end up 0 (or the ``default``), and written ones the plain aggregate, so:
+  ``+`` stores into a zeroed output; ``=`` into a zeroed output or a copy of the default;
+  the others (and ``+`` with a default) aggregate into a temporary started at the aggregation's
+  identity, mark the elements they write in a mask, and a final block selects
+  ``mask ? aggregate : default-or-0``.
+* **elementwise** statements become a block over the output's shape, broadcasting by zero
+  accesses, with one ``Intrinsic`` per operation; ``index`` becomes ``load_index``.
+* **reshape, gather, scatter, shape** and the **softmaxes** become ``Special`` statements in
+  blocks of their own (hoisted out of elementwise expressions into temporaries).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from stripe.ir import (Block, Constant, Index, Intrinsic, Load, LoadIndex, RefDir, Refinement, Special, Store,
+                       TensorShape)
+from tile.affine import Affine
+from tile.ast import AggOp, CombOp
+from tile.bounds import index_box, merge_parallel, poly_interval, ranges
+from tile.dtypes import DType
+from tile.transforms import transform
+from tile.transforms.emit import format_contraction
+from tile.typed import BoundProgram, TAssign, TCall, TConst, TContraction, TensorType, TExpr, TRef
+
+SPECIALS = frozenset({"reshape", "gather", "scatter", "shape", "builtin_softmax", "builtin_logsoftmax"})
+_AGG = {AggOp.SUM: "add", AggOp.PROD: "mul", AggOp.MAX: "max", AggOp.MIN: "min", AggOp.ASSIGN: "assign"}
+_COMB = {CombOp.NONE: "none", CombOp.MUL: "mul", CombOp.ADD: "add", CombOp.EQ: "eq", CombOp.COND: "cond"}
+
+
+def lower(bound: BoundProgram, name: str = "program") -> Block:
+    """The Stripe program of a bound (concrete-shaped) Tile program."""
+    return _Lowering(bound).program(name)
+
+
+class _Lowering:
+    def __init__(self, bound: BoundProgram):
+        self.b = bound
+        self.types: dict[str, TensorType] = dict(bound.types)
+        self.kernels: list[Block] = []
+        self.temps: list[str] = []
+
+    # --------------------------------------------------------------------- buffers
+    def shape(self, tensor: str) -> TensorShape:
+        t = self.types[tensor]
+        return TensorShape.dense(t.dtype, tuple(int(d) for d in t.shape))
+
+    def temp(self, base: str, t: TensorType) -> str:
+        name, k = base, 1
+        while name in self.types:
+            name, k = f"{base}_{k}", k + 1
+        self.types[name] = t
+        self.temps.append(name)
+        return name
+
+    def full_ref(self, tensor: str, direction: RefDir, agg: str = "") -> Refinement:
+        shape = self.shape(tensor)
+        return Refinement(direction, tensor, tuple(Affine() for _ in shape.dims), shape, agg_op=agg)
+
+    def program(self, name: str) -> Block:
+        for stmt in self.b.stmts:
+            if isinstance(stmt, TAssign):
+                self.assignment(stmt.name, stmt.expr)
+            else:
+                self.contraction(stmt)
+        inputs = [n for n, _ in self.b.inputs]
+        outputs = list(self.b.outputs)
+        buffers = [*inputs, *(s.name for s in self.b.stmts), *self.temps]
+        root_refs, main_refs = [], []
+        for t in buffers:
+            role = {"user", "input"} if t in inputs else {"user", "output"} if t in outputs else {"tmp"}
+            root_refs.append(Refinement(RefDir.NONE, t, tuple(Affine() for _ in self.shape(t).dims),
+                                        self.shape(t), tags=frozenset(role)))
+            direction = RefDir.IN if t in inputs else RefDir.OUT if t in outputs else RefDir.INOUT
+            main_refs.append(self.full_ref(t, direction))
+        main = Block("main", refs=tuple(main_refs), stmts=tuple(self.kernels), tags=frozenset({"main"}))
+        return Block(name, refs=tuple(root_refs), stmts=(main,), tags=frozenset({"program"}))
+
+    def special(self, fn: str, inputs: list[str], output: str, params: tuple[int, ...] = ()) -> None:
+        refs = [self.full_ref(t, RefDir.IN) for t in dict.fromkeys(inputs)]
+        refs.append(self.full_ref(output, RefDir.OUT, "assign"))
+        stmt = Special(fn, tuple(inputs), (output,), params)
+        self.kernels.append(Block(f"k{len(self.kernels)}_{output}", refs=tuple(refs), stmts=(stmt,),
+                                  tags=frozenset({"kernel", "special", fn})))
+
+    # -------------------------------------------------------------------- elementwise
+    def assignment(self, out: str, expr: TExpr) -> None:
+        expr = self.hoist(expr)
+        if isinstance(expr, TCall) and expr.fn in SPECIALS:
+            args = [self.materialize(a) for a in expr.args]
+            self.special(expr.fn, args, out, expr.params)
+            return
+        shape = tuple(int(d) for d in self.types[out].shape)
+        idxs = tuple(Index(f"i{k}", d) for k, d in enumerate(shape))
+        refs: dict[str, Refinement] = {}
+        stmts: list = []
+        fns: set[str] = set()
+
+        def access(tensor: str) -> tuple[Affine, ...]:
+            sizes = tuple(int(d) for d in self.types[tensor].shape)
+            off = len(shape) - len(sizes)
+            return tuple(Affine() if s == 1 and shape[k + off] != 1 else Affine.var(f"i{k + off}")
+                         for k, s in enumerate(sizes))
+
+        def scalar(e: TExpr) -> str:
+            if isinstance(e, TRef):
+                if e.name not in refs:
+                    refs[e.name] = Refinement(RefDir.IN, e.name, access(e.name), self.shape(e.name).scalar_view())
+                    stmts.append(Load(e.name, f"${e.name}"))
+                return f"${e.name}"
+            into = f"$t{len(stmts)}"
+            if isinstance(e, TConst):
+                stmts.append(_constant(into, e))
+                return into
+            if e.fn == "index":
+                tsizes = tuple(int(d) for d in e.args[0].type.shape)
+                pos = e.params[0] + len(shape) - len(tsizes)
+                affine = Affine() if tsizes[e.params[0]] == 1 and shape[pos] != 1 else Affine.var(f"i{pos}")
+                stmts.append(LoadIndex(affine, into))
+                out_i32 = f"$t{len(stmts)}"
+                stmts.append(Intrinsic("as_int", (into,), (out_i32,), DType.INT32, (32,)))
+                return out_i32
+            args = tuple(scalar(a) for a in e.args)
+            fns.add(e.fn)
+            into = f"$t{len(stmts)}"
+            stmts.append(Intrinsic(e.fn, args, (into,), e.type.dtype, tuple(e.params)))
+            return into
+
+        value = scalar(expr)
+        dtype = self.types[out].dtype
+        if isinstance(expr, TRef) or (isinstance(expr, TConst)):
+            conv = f"$t{len(stmts)}"
+            stmts.append(Intrinsic("assign", (value,), (conv,), dtype))
+            value = conv
+        out_ref = Refinement(RefDir.OUT, out, tuple(Affine.var(f"i{k}") for k in range(len(shape))),
+                             self.shape(out).scalar_view(), agg_op="assign")
+        stmts.append(Store(value, out))
+        tags = {"kernel", "eltwise", *(f"eltwise_{f}" for f in sorted(fns))}
+        self.kernels.append(Block(f"k{len(self.kernels)}_{out}", idxs, (), (*refs.values(), out_ref),
+                                  tuple(stmts), frozenset(tags)))
+
+    def hoist(self, e: TExpr, root: bool = True) -> TExpr:
+        """Special calls nested inside an expression become temporaries of their own."""
+        if not isinstance(e, TCall):
+            return e
+        call = TCall(e.fn, tuple(self.hoist(a, False) for a in e.args), e.type, e.params, e.span)
+        if not root and call.fn in SPECIALS:
+            return TRef(self.materialize(call), call.type)
+        return call
+
+    def materialize(self, e: TExpr) -> str:
+        """``e`` in a buffer: a tensor's own, or a temporary holding its value."""
+        if isinstance(e, TRef):
+            return e.name
+        name = self.temp("T", e.type)
+        self.assignment(name, e)
+        return name
+
+    # -------------------------------------------------------------------- contractions
+    def contraction(self, c: TContraction) -> None:
+        out = c.name
+        if any(int(d) == 0 for d in c.type.shape) or any(
+                any(int(d) == 0 for d in a.type.shape) for a in c.operands):
+            self.init(out, c.default)  # nothing is aggregated: 0 or the default everywhere
+            return
+        d = transform(c, "defracted")
+        box = index_box(d)
+        names = list(d.index_names)
+        shift = {v: Affine.var(v) + box[v][0] for v in names}
+        idxs = tuple(Index(v, box[v][1] - box[v][0] + 1) for v in sorted(names))
+        shifted = {v: (0, box[v][1] - box[v][0]) for v in names}
+        constraints = []
+        for r in merge_parallel(ranges(d)):
+            q = r.poly.substitute(shift)
+            lo, hi = poly_interval(q, shifted)
+            if lo < r.lo:
+                constraints.append(q - r.lo)
+            if hi > r.hi:
+                constraints.append(Affine.constant(r.hi) - q)
+        direct = (c.agg is AggOp.SUM and c.default is None) or c.agg is AggOp.ASSIGN
+        target = out
+        mask = None
+        if direct:
+            self.init(out, c.default if c.agg is AggOp.ASSIGN else None)
+        else:
+            target = self.temp(f"{out}_acc", c.type)
+            mask = self.temp(f"{out}_written", TensorType(DType.BOOL, c.type.shape))
+            self.special(f"agg_init_{_AGG[c.agg]}", [], target)
+            self.special("zero", [], mask)
+        refs, stmts = [], []
+        loaded = []
+        for k, acc in enumerate(d.operands):
+            into = acc.tensor if all(a.tensor != acc.tensor for a in d.operands[:k]) else f"{acc.tensor}_{k}"
+            refs.append(Refinement(RefDir.IN, into, tuple(p.substitute(shift) for p in acc.polys),
+                                   self.shape(acc.tensor).scalar_view(), from_=None if into == acc.tensor
+                                   else acc.tensor))
+            stmts.append(Load(into, f"${into}"))
+            loaded.append(f"${into}")
+        value = self.combine(c, loaded, stmts)
+        out_access = tuple(p.substitute(shift) for p in d.output.polys)
+        refs.append(Refinement(RefDir.OUT, target, out_access, self.shape(target).scalar_view(),
+                               agg_op=_AGG[c.agg]))
+        stmts.append(Store(value, target))
+        if mask is not None:
+            refs.append(Refinement(RefDir.OUT, mask, out_access, self.shape(mask).scalar_view(), agg_op="assign"))
+            stmts.append(Constant("$one", 1, DType.BOOL))
+            stmts.append(Store("$one", mask))
+        tags = {"kernel", "contraction", f"agg_op_{_AGG[c.agg]}", f"comb_op_{_COMB[c.comb]}"}
+        self.kernels.append(Block(f"k{len(self.kernels)}_{out}", idxs, tuple(constraints), tuple(refs),
+                                  tuple(stmts), frozenset(tags), (format_contraction(d),)))
+        if mask is not None:
+            self.select(out, mask, target, c.default)
+
+    def combine(self, c: TContraction, loaded: list[str], stmts: list) -> str:
+        dtype = c.type.dtype
+        if c.comb is CombOp.NONE:
+            stmts.append(Intrinsic("assign", (loaded[0],), ("$v",), dtype))
+        elif c.comb in (CombOp.MUL, CombOp.ADD):
+            stmts.append(Intrinsic(_COMB[c.comb], tuple(loaded), ("$v",), dtype))
+        elif c.comb is CombOp.EQ:
+            stmts.append(Intrinsic("cmp_eq", tuple(loaded), ("$eq",), DType.BOOL))
+            stmts.append(Intrinsic("assign", ("$eq",), ("$v",), dtype))
+        else:
+            stmts.append(Intrinsic("cmp_eq", tuple(loaded[:2]), ("$eq",), DType.BOOL))
+            stmts.append(Constant("$zero", 0, dtype))
+            stmts.append(Intrinsic("cond", ("$eq", loaded[2], "$zero"), ("$v",), dtype))
+        return "$v"
+
+    def init(self, out: str, default: str | None) -> None:
+        if default is None:
+            self.special("zero", [], out)
+        else:
+            self.special("copy", [default], out)
+
+    def select(self, out: str, mask: str, acc: str, default: str | None) -> None:
+        """``out = mask ? acc : (default or 0)``, elementwise."""
+        t = self.types[out]
+        other: TExpr = TRef(default, self.types[default]) if default else TConst(0, TensorType(t.dtype, ()))
+        expr = TCall("cond", (TRef(mask, self.types[mask]), TRef(acc, self.types[acc]), other), t)
+        self.assignment(out, expr)
+
+
+def _constant(into: str, e: TConst) -> Constant:
+    v = e.value
+    if e.type.dtype.is_float:
+        return Constant(into, float(Fraction(v)), DType.FLOAT64)  # the nearest double, as the interpreter
+    return Constant(into, int(v), e.type.dtype)
+
