@@ -24,6 +24,15 @@ elementwise builtin of ``tile.builtins`` by name, or ``assign``, on scalars, com
 
 Affines reuse ``tile.affine.Affine`` (exact), and must have integer coefficients here.
 
+Buffers other than inputs start as zeros. A refinement with dir NONE and no ``from_`` that names
+nothing in the enclosing block is a local allocation: a fresh zero buffer for each point of its
+block. A refinement whose dtype differs from its buffer's converts on load and store. Specials
+overwrite their outputs (they ignore ``agg_op``); their operands are whole views: ``zero(O)``,
+``copy(I -> O)``, ``agg_init_<op>(O)``, ``reshape(I -> O)``, ``gather(D, I -> O)``,
+``scatter(V, I[, L] -> O)``, ``shape(T -> O)``, ``builtin_softmax(X -> O)``,
+``builtin_logsoftmax(X -> O)``. Float ``Constant`` values are doubles: a lowered Tile literal is
+the double nearest its decimal (the Tile interpreter's ``exact`` mode keeps the decimal exact).
+
 A **program** is a root block tagged ``program`` whose refinements (dir NONE) are every buffer,
 tagged ``user`` plus ``input`` or ``output`` for the Tile function's parameters, or ``tmp``;
 its one statement is the block tagged ``main``, which refines them (``in``, ``out``, ``inout``)
