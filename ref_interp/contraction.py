@@ -73,11 +73,13 @@ def evaluate(
     nx: Numerics,
     max_points: int | None = None,
     box: dict[str, tuple[int, int]] | None = None,
+    report_shape: tuple[int, ...] | None = None,
 ) -> np.ndarray:
     """The value of contraction ``c`` given every tensor it reads in ``env`` (in ``nx`` storage).
 
     ``box`` may give index bounds already known to hold every valid tuple (the flat form's ranges);
-    otherwise they are computed exactly from the conditions.
+    otherwise they are computed exactly from the conditions. ``report_shape`` is the shape error
+    messages name output elements in (the flat form evaluates a 1-D view of the output).
     """
     shape = c.type.shape
     dtype = c.type.dtype
@@ -140,7 +142,7 @@ def evaluate(
                 ),
                 np.zeros(len(sel), np.int64),
             )
-            _check_single_writer(c, out_flat, lin, writer, names, box, extents, shape)
+            _check_single_writer(c, out_flat, lin, writer, names, box, extents, report_shape or shape)
             acc[out_flat] = values
         else:
             _aggregate(c.agg, acc, out_flat, values)

@@ -90,7 +90,7 @@ def run(
         elif isinstance(stmt, FlatContraction):
             flat_env = {k: v.reshape(-1) for k, v in env.items()}
             box = {v: (0, r - 1) for v, r in zip(stmt.names, stmt.ranges)}
-            value = contraction.evaluate(as_contraction(stmt), flat_env, nx, max_points, box)
+            value = contraction.evaluate(as_contraction(stmt), flat_env, nx, max_points, box, stmt.type.shape)
             env[stmt.name] = value.reshape(stmt.type.shape)
         else:
             env[stmt.name] = contraction.evaluate(stmt, env, nx, max_points)

@@ -328,7 +328,9 @@ def _direction(poly: Affine) -> tuple[tuple[tuple[str, Fraction], ...], Fraction
 def merge_parallel(conds: list[Range]) -> list[Range]:
     """Intersect conditions whose polynomials are multiples of one another (plus constants).
 
-    ``0 <= 2*i + 1 <= 9`` and ``0 <= i <= 6`` become one range on ``i``: ``-1/2 <= i <= 4``. The
+    ``0 <= 2*i + 1 <= 9`` and ``0 <= i <= 6`` become one range on ``2*i + 1``: ``0 <= 2*i + 1 <= 9``
+    (``i <= 6`` allows 13, so it adds nothing); bounds are rounded inward, since every condition's
+    polynomial must be an integer at a valid tuple. The
     merged range keeps the first condition's polynomial form, origin and span; constant
     conditions are kept as they are.
     """
@@ -356,6 +358,8 @@ def merge_parallel(conds: list[Range]) -> list[Range]:
             lo_t = a if lo_t is None else max(lo_t, a)
             hi_t = b if hi_t is None else min(hi_t, b)
         lo, hi = sorted((lo_t * s0 + first.poly.const, hi_t * s0 + first.poly.const))
+        # Every condition's polynomial must be an integer at a valid tuple: round inward.
+        lo, hi = Fraction(math.ceil(lo)), Fraction(math.floor(hi))
         origin = (
             first.origin if len(members) == 1 else f"{first.origin} (merged with {len(members) - 1} more)"
         )

@@ -14,13 +14,13 @@ each output location to one thread without atomics. ``owns_outputs`` checks this
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from tile.affine import Affine
 from tile.ast import AggOp, CombOp
 from tile.bounds import index_box, merge_parallel, ranges, remove_implied
-from tile.errors import TileIndexError
+from tile.errors import Span, TileIndexError
 from tile.shapes import row_major_strides
 from tile.typed import TAccess, TConstraint, TContraction, TensorType
 
@@ -53,6 +53,7 @@ class FlatContraction:
     operands: tuple[FlatAccess, ...]
     constraints: tuple[FlatConstraint, ...]
     default: str | None
+    span: Span = field(default=Span(0, 0), compare=False, repr=False)
 
     @property
     def output_indices(self) -> tuple[str, ...]:
@@ -105,6 +106,7 @@ def flatten(c: TContraction) -> FlatContraction:
         tuple(access(a) for a in c.operands),
         tuple(kept),
         c.default,
+        c.span,
     )
 
 
@@ -124,7 +126,8 @@ def as_contraction(f: FlatContraction) -> TContraction:
     cons += [TConstraint(Affine.var(v), r) for v, r in zip(f.names, f.ranges)]
     out = acc(f.output)
     return TContraction(
-        f.name, out.type, f.agg, f.comb, out, tuple(acc(a) for a in f.operands), tuple(cons), f.default, True
+        f.name, out.type, f.agg, f.comb, out, tuple(acc(a) for a in f.operands), tuple(cons), f.default, True,
+        f.span,
     )
 
 
