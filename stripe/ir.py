@@ -51,9 +51,18 @@ AGG_OPS = ("", "assign", "add", "mul", "max", "min")
 
 # Short dtype spellings of the text format (as in the slides: ``i8``, ``fp32``).
 DTYPE_NAMES = {
-    DType.BOOL: "bool", DType.INT8: "i8", DType.INT16: "i16", DType.INT32: "i32", DType.INT64: "i64",
-    DType.UINT8: "u8", DType.UINT16: "u16", DType.UINT32: "u32", DType.UINT64: "u64",
-    DType.FLOAT16: "fp16", DType.FLOAT32: "fp32", DType.FLOAT64: "fp64",
+    DType.BOOL: "bool",
+    DType.INT8: "i8",
+    DType.INT16: "i16",
+    DType.INT32: "i32",
+    DType.INT64: "i64",
+    DType.UINT8: "u8",
+    DType.UINT16: "u16",
+    DType.UINT32: "u32",
+    DType.UINT64: "u64",
+    DType.FLOAT16: "fp16",
+    DType.FLOAT32: "fp32",
+    DType.FLOAT64: "fp64",
 }
 DTYPES_BY_NAME = {v: k for k, v in DTYPE_NAMES.items()}
 
@@ -220,6 +229,25 @@ def walk(block: Block):
             yield from walk(s)
 
 
-__all__ = ["AGG_OPS", "DTYPE_NAMES", "DTYPES_BY_NAME", "Affine", "Block", "Constant", "Dim", "Index",
-           "Intrinsic", "Load", "LoadIndex", "Location", "RefDir", "Refinement", "Special", "Statement", "Store",
-           "TensorShape", "walk", "with_stmts"]
+__all__ = [
+    "AGG_OPS",
+    "DTYPE_NAMES",
+    "DTYPES_BY_NAME",
+    "Affine",
+    "Block",
+    "Constant",
+    "Dim",
+    "Index",
+    "Intrinsic",
+    "Load",
+    "LoadIndex",
+    "Location",
+    "RefDir",
+    "Refinement",
+    "Special",
+    "Statement",
+    "Store",
+    "TensorShape",
+    "walk",
+    "with_stmts",
+]

@@ -22,8 +22,19 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from stripe.ir import (Block, Constant, Index, Intrinsic, Load, LoadIndex, RefDir, Refinement, Special, Store,
-                       TensorShape)
+from stripe.ir import (
+    Block,
+    Constant,
+    Index,
+    Intrinsic,
+    Load,
+    LoadIndex,
+    RefDir,
+    Refinement,
+    Special,
+    Store,
+    TensorShape,
+)
 from tile.affine import Affine
 from tile.ast import AggOp, CombOp
 from tile.bounds import index_box, merge_parallel, poly_interval, ranges
@@ -78,8 +89,15 @@ class _Lowering:
         root_refs, main_refs = [], []
         for t in buffers:
             role = {"user", "input"} if t in inputs else {"user", "output"} if t in outputs else {"tmp"}
-            root_refs.append(Refinement(RefDir.NONE, t, tuple(Affine() for _ in self.shape(t).dims),
-                                        self.shape(t), tags=frozenset(role)))
+            root_refs.append(
+                Refinement(
+                    RefDir.NONE,
+                    t,
+                    tuple(Affine() for _ in self.shape(t).dims),
+                    self.shape(t),
+                    tags=frozenset(role),
+                )
+            )
             direction = RefDir.IN if t in inputs else RefDir.OUT if t in outputs else RefDir.INOUT
             main_refs.append(self.full_ref(t, direction))
         main = Block("main", refs=tuple(main_refs), stmts=tuple(self.kernels), tags=frozenset({"main"}))
@@ -89,8 +107,14 @@ class _Lowering:
         refs = [self.full_ref(t, RefDir.IN) for t in dict.fromkeys(inputs)]
         refs.append(self.full_ref(output, RefDir.OUT, "assign"))
         stmt = Special(fn, tuple(inputs), (output,), params)
-        self.kernels.append(Block(f"k{len(self.kernels)}_{output}", refs=tuple(refs), stmts=(stmt,),
-                                  tags=frozenset({"kernel", "special", fn})))
+        self.kernels.append(
+            Block(
+                f"k{len(self.kernels)}_{output}",
+                refs=tuple(refs),
+                stmts=(stmt,),
+                tags=frozenset({"kernel", "special", fn}),
+            )
+        )
 
     # -------------------------------------------------------------------- elementwise
     def assignment(self, out: str, expr: TExpr) -> None:
@@ -108,13 +132,17 @@ class _Lowering:
         def access(tensor: str) -> tuple[Affine, ...]:
             sizes = tuple(int(d) for d in self.types[tensor].shape)
             off = len(shape) - len(sizes)
-            return tuple(Affine() if s == 1 and shape[k + off] != 1 else Affine.var(f"i{k + off}")
-                         for k, s in enumerate(sizes))
+            return tuple(
+                Affine() if s == 1 and shape[k + off] != 1 else Affine.var(f"i{k + off}")
+                for k, s in enumerate(sizes)
+            )
 
         def scalar(e: TExpr) -> str:
             if isinstance(e, TRef):
                 if e.name not in refs:
-                    refs[e.name] = Refinement(RefDir.IN, e.name, access(e.name), self.shape(e.name).scalar_view())
+                    refs[e.name] = Refinement(
+                        RefDir.IN, e.name, access(e.name), self.shape(e.name).scalar_view()
+                    )
                     stmts.append(Load(e.name, f"${e.name}"))
                 return f"${e.name}"
             into = f"$t{len(stmts)}"
@@ -141,12 +169,25 @@ class _Lowering:
             conv = f"$t{len(stmts)}"
             stmts.append(Intrinsic("assign", (value,), (conv,), dtype))
             value = conv
-        out_ref = Refinement(RefDir.OUT, out, tuple(Affine.var(f"i{k}") for k in range(len(shape))),
-                             self.shape(out).scalar_view(), agg_op="assign")
+        out_ref = Refinement(
+            RefDir.OUT,
+            out,
+            tuple(Affine.var(f"i{k}") for k in range(len(shape))),
+            self.shape(out).scalar_view(),
+            agg_op="assign",
+        )
         stmts.append(Store(value, out))
         tags = {"kernel", "eltwise", *(f"eltwise_{f}" for f in sorted(fns))}
-        self.kernels.append(Block(f"k{len(self.kernels)}_{out}", idxs, (), (*refs.values(), out_ref),
-                                  tuple(stmts), frozenset(tags)))
+        self.kernels.append(
+            Block(
+                f"k{len(self.kernels)}_{out}",
+                idxs,
+                (),
+                (*refs.values(), out_ref),
+                tuple(stmts),
+                frozenset(tags),
+            )
+        )
 
     def hoist(self, e: TExpr, root: bool = True) -> TExpr:
         """Special calls nested inside an expression become temporaries of their own."""
@@ -169,7 +210,8 @@ class _Lowering:
     def contraction(self, c: TContraction) -> None:
         out = c.name
         if any(int(d) == 0 for d in c.type.shape) or any(
-                any(int(d) == 0 for d in a.type.shape) for a in c.operands):
+            any(int(d) == 0 for d in a.type.shape) for a in c.operands
+        ):
             self.init(out, c.default)  # nothing is aggregated: 0 or the default everywhere
             return
         d = transform(c, "defracted")
@@ -200,23 +242,41 @@ class _Lowering:
         loaded = []
         for k, acc in enumerate(d.operands):
             into = acc.tensor if all(a.tensor != acc.tensor for a in d.operands[:k]) else f"{acc.tensor}_{k}"
-            refs.append(Refinement(RefDir.IN, into, tuple(p.substitute(shift) for p in acc.polys),
-                                   self.shape(acc.tensor).scalar_view(), from_=None if into == acc.tensor
-                                   else acc.tensor))
+            refs.append(
+                Refinement(
+                    RefDir.IN,
+                    into,
+                    tuple(p.substitute(shift) for p in acc.polys),
+                    self.shape(acc.tensor).scalar_view(),
+                    from_=None if into == acc.tensor else acc.tensor,
+                )
+            )
             stmts.append(Load(into, f"${into}"))
             loaded.append(f"${into}")
         value = self.combine(c, loaded, stmts)
         out_access = tuple(p.substitute(shift) for p in d.output.polys)
-        refs.append(Refinement(RefDir.OUT, target, out_access, self.shape(target).scalar_view(),
-                               agg_op=_AGG[c.agg]))
+        refs.append(
+            Refinement(RefDir.OUT, target, out_access, self.shape(target).scalar_view(), agg_op=_AGG[c.agg])
+        )
         stmts.append(Store(value, target))
         if mask is not None:
-            refs.append(Refinement(RefDir.OUT, mask, out_access, self.shape(mask).scalar_view(), agg_op="assign"))
+            refs.append(
+                Refinement(RefDir.OUT, mask, out_access, self.shape(mask).scalar_view(), agg_op="assign")
+            )
             stmts.append(Constant("$one", 1, DType.BOOL))
             stmts.append(Store("$one", mask))
         tags = {"kernel", "contraction", f"agg_op_{_AGG[c.agg]}", f"comb_op_{_COMB[c.comb]}"}
-        self.kernels.append(Block(f"k{len(self.kernels)}_{out}", idxs, tuple(constraints), tuple(refs),
-                                  tuple(stmts), frozenset(tags), (format_contraction(d),)))
+        self.kernels.append(
+            Block(
+                f"k{len(self.kernels)}_{out}",
+                idxs,
+                tuple(constraints),
+                tuple(refs),
+                tuple(stmts),
+                frozenset(tags),
+                (format_contraction(d),),
+            )
+        )
         if mask is not None:
             self.select(out, mask, target, c.default)
 
@@ -254,4 +314,3 @@ def _constant(into: str, e: TConst) -> Constant:
     if e.type.dtype.is_float:
         return Constant(into, float(Fraction(v)), DType.FLOAT64)  # the nearest double, as the interpreter
     return Constant(into, int(v), e.type.dtype)
-

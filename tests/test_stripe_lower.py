@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
 
 import ref_interp
 import tile
@@ -19,8 +18,12 @@ from tile.affine import Affine
 from tile.bind import bind
 from tile.errors import TileIndexError, TileRuntimeError
 
-SETTINGS = settings(derandomize=True, deadline=None, max_examples=80,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+SETTINGS = settings(
+    derandomize=True,
+    deadline=None,
+    max_examples=80,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 
 SLIDES_CONV = """function (I[X, Y, C1], K1[KX, KY, C1, C2]) -> (O1) {
     O1[x, y, co : X, Y, C2] = +(I[-1 + kx + x, -1 + ky + y, ci] * K1[kx, ky, ci, co]);
@@ -56,7 +59,14 @@ def test_slides_conv_lowers_to_the_slides_block():
     prog, _ = lowered(SLIDES_CONV, ins)
     (k,) = kernels(prog, "contraction")
     assert k.has_tags("agg_op_add", "comb_op_mul")
-    assert [(i.name, i.range) for i in k.idxs] == [("ci", 4), ("co", 3), ("kx", 3), ("ky", 3), ("x", 8), ("y", 8)]
+    assert [(i.name, i.range) for i in k.idxs] == [
+        ("ci", 4),
+        ("co", 3),
+        ("kx", 3),
+        ("ky", 3),
+        ("x", 8),
+        ("y", 8),
+    ]
     assert set(k.constraints) == {aff("kx + x - 1"), aff("8 - kx - x"), aff("ky + y - 1"), aff("8 - ky - y")}
     refs = {r.into: r for r in k.refs}
     out, i, k1 = refs["O1"], refs["I"], refs["K1"]
@@ -72,25 +82,48 @@ def test_slides_conv_lowers_to_the_slides_block():
     # the program structure: #program -> #main -> kernels; zero-fill before the sum
     assert prog.has_tags("program") and prog.stmts[0].has_tags("main")
     assert [s.name for s in prog.stmts[0].stmts[0].stmts if isinstance(s, Special)] == ["zero"]
-    assert {r.into: sorted(r.tags) for r in prog.refs} == {"I": ["input", "user"], "K1": ["input", "user"],
-                                                           "O1": ["output", "user"]}
+    assert {r.into: sorted(r.tags) for r in prog.refs} == {
+        "I": ["input", "user"],
+        "K1": ["input", "user"],
+        "O1": ["output", "user"],
+    }
     rng = np.random.default_rng(0)
-    ins = {"I": rng.integers(-3, 4, (8, 8, 4)).astype(np.int8), "K1": rng.integers(-3, 4, (3, 3, 4, 3)).astype(np.int8)}
+    ins = {
+        "I": rng.integers(-3, 4, (8, 8, 4)).astype(np.int8),
+        "K1": rng.integers(-3, 4, (3, 3, 4, 3)).astype(np.int8),
+    }
     assert_same(ref_interp.run(SLIDES_CONV, ins), run_stripe(prog, ins))
 
 
 PROGRAMS = [
-    ("function (X[N, M], B[M]) -> (Y, Z) { T = relu(X * 2 + B) + index(X, 1); Y[i: N] = >(T[i, j]); "
-     "Z = reshape(exp(T), M, N) * 2; }", {"X": (2, 3), "B": (3,)}),
-    ("function (DO[N, OH, OW, CO], K[KH, KW, CI, CO]) -> (DI) { DI[n, 3*y + 2*j, 3*x + 2*i, ci: N, 3*OH, "
-     "3*OW, CI] = +(DO[n, y, x, co] * K[j, i, ci, co]); }", {"DO": (2, 3, 3, 7), "K": (2, 2, 5, 7)}),
-    ("function (I[N], D[N]) -> (O, P, Q) { O[i: N] = +(I[i/2]) default D; P[2*i: N] = <(I[i]); "
-     "Q[] = *(I[i]), i < 3; }", {"I": (6,), "D": (6,)}),
-    ("function (A[N], B[N], C[N]) -> (O, E) { O[i: N] = +(A[i] == B[j] ? C[j]); E[i: N] = >(A[i] == B[i]); }",
-     {"A": (5,), "B": (5,), "C": (5,)}),
-    ("function (D[N, M], I[K]) -> (O, S) { O = gather(D, I) * 2; S = scatter(O, I, D); }", {"D": (4, 3), "I": None}),
-    ("function (X[R, C]) -> (Y, L) { Y = builtin_softmax(X, R, C); L = builtin_logsoftmax(X, R, C); }",
-     {"X": (2, 3)}),
+    (
+        "function (X[N, M], B[M]) -> (Y, Z) { T = relu(X * 2 + B) + index(X, 1); Y[i: N] = >(T[i, j]); "
+        "Z = reshape(exp(T), M, N) * 2; }",
+        {"X": (2, 3), "B": (3,)},
+    ),
+    (
+        "function (DO[N, OH, OW, CO], K[KH, KW, CI, CO]) -> (DI) { DI[n, 3*y + 2*j, 3*x + 2*i, ci: N, 3*OH, "
+        "3*OW, CI] = +(DO[n, y, x, co] * K[j, i, ci, co]); }",
+        {"DO": (2, 3, 3, 7), "K": (2, 2, 5, 7)},
+    ),
+    (
+        "function (I[N], D[N]) -> (O, P, Q) { O[i: N] = +(I[i/2]) default D; P[2*i: N] = <(I[i]); "
+        "Q[] = *(I[i]), i < 3; }",
+        {"I": (6,), "D": (6,)},
+    ),
+    (
+        "function (A[N], B[N], C[N]) -> (O, E) { O[i: N] = +(A[i] == B[j] ? C[j]); "
+        "E[i: N] = >(A[i] == B[i]); }",
+        {"A": (5,), "B": (5,), "C": (5,)},
+    ),
+    (
+        "function (D[N, M], I[K]) -> (O, S) { O = gather(D, I) * 2; S = scatter(O, I, D); }",
+        {"D": (4, 3), "I": None},
+    ),
+    (
+        "function (X[R, C]) -> (Y, L) { Y = builtin_softmax(X, R, C); L = builtin_logsoftmax(X, R, C); }",
+        {"X": (2, 3)},
+    ),
     ("function (X[N]) -> (Y, Z, W) { Y = N; Z = shape(X); W = 2.5; }", {"X": (3,)}),
     ("function (A[N]) -> (O) { O[i: N] = =(A[i]) default A; }", {"A": (0,)}),
     ("function (A[N], B[M]) -> (O) { O[i, j: N, M] = +(A[i] + B[j]); }", {"A": (3,), "B": (0,)}),
@@ -100,8 +133,10 @@ PROGRAMS = [
 @pytest.mark.parametrize("src, shapes", PROGRAMS, ids=range(len(PROGRAMS)))
 def test_hand_written_programs_match_tile(src, shapes):
     rng = np.random.default_rng(3)
-    ins = {k: (np.array([0, 3, 3, 7], np.int32) if s is None else rng.integers(-3, 4, s).astype(np.float32))
-           for k, s in shapes.items()}
+    ins = {
+        k: (np.array([0, 3, 3, 7], np.int32) if s is None else rng.integers(-3, 4, s).astype(np.float32))
+        for k, s in shapes.items()
+    }
     prog, b = lowered(src, ins)
     assert_same(ref_interp.run(b, ins), run_stripe(prog, ins))
 
@@ -127,17 +162,27 @@ def test_random_elementwise_chains_match_tile_exactly(case):
     assert_same(ref_interp.run(b, inputs), run_stripe(prog, inputs))
 
 
-@pytest.mark.parametrize("src, shapes", [
-    ("function (I[N, H, W, CI], K[KH, KW, CI, CO]) -> (O) { O[n, y, x, co: N, H/3, W/3, CO] = "
-     "+(I[n, 3*y + 2*j, 3*x + 2*i, ci] * K[j, i, ci, co]); }", {"I": (1, 7, 8, 2), "K": (2, 2, 2, 3)}),
-    ("function (X[N], B[M, N]) -> (Y) { T = tanh(X * 2) + B; Y[] = >(T[i, j]); }", {"X": (3,), "B": (2, 3)}),
-    ("function (X[N]) -> (Y) { Y[] = *(X[i]); }", {"X": (4,)}),
-])
+@pytest.mark.parametrize(
+    "src, shapes",
+    [
+        (
+            "function (I[N, H, W, CI], K[KH, KW, CI, CO]) -> (O) { O[n, y, x, co: N, H/3, W/3, CO] = "
+            "+(I[n, 3*y + 2*j, 3*x + 2*i, ci] * K[j, i, ci, co]); }",
+            {"I": (1, 7, 8, 2), "K": (2, 2, 2, 3)},
+        ),
+        (
+            "function (X[N], B[M, N]) -> (Y) { T = tanh(X * 2) + B; Y[] = >(T[i, j]); }",
+            {"X": (3,), "B": (2, 3)},
+        ),
+        ("function (X[N]) -> (Y) { Y[] = *(X[i]); }", {"X": (4,)}),
+    ],
+)
 def test_gradient_programs_match_tile(src, shapes):
     rng = np.random.default_rng(5)
     ins = {k: rng.integers(-2, 3, s).astype(np.float64) for k, s in shapes.items()}
-    g = tile.gradient(src, shapes={k: v.shape for k, v in ins.items()},
-                      dtypes={k: tile.dtypes.DType.FLOAT64 for k in ins})
+    g = tile.gradient(
+        src, shapes={k: v.shape for k, v in ins.items()}, dtypes={k: tile.dtypes.DType.FLOAT64 for k in ins}
+    )
     fwd = ref_interp.run(src, ins)
     feed = {**ins, **{cot: np.ones(fwd[o].shape) for o, cot in g.cotangents.items()}}
     prog, b = lowered(tile.printer.format_program(g.program), feed)
