@@ -12,7 +12,7 @@ from ref_interp.numerics import Numerics
 from tile import ast
 from tile.bind import bind
 from tile.dtypes import DType
-from tile.errors import TileInputError
+from tile.errors import TileIndexError, TileInputError
 from tile.parser import parse
 from tile.transforms import FlatContraction, apply_stage, as_contraction
 from tile.typed import BoundProgram, TAssign, TCall, TConst, TensorType, TExpr, TRef
@@ -79,6 +79,7 @@ def run(
     else:
         prog = as_program(program, name)
         bound = bind(prog, input_types(prog, inputs))
+    written = {s.name: s for s in bound.stmts}  # as written, for locating errors of later stages
     bound = apply_stage(bound, stage)
     env: dict[str, np.ndarray] = {}
     for in_name, t in bound.inputs:
@@ -90,7 +91,13 @@ def run(
         elif isinstance(stmt, FlatContraction):
             flat_env = {k: v.reshape(-1) for k, v in env.items()}
             box = {v: (0, r - 1) for v, r in zip(stmt.names, stmt.ranges)}
-            value = contraction.evaluate(as_contraction(stmt), flat_env, nx, max_points, box, stmt.type.shape)
+            try:
+                value = contraction.evaluate(as_contraction(stmt), flat_env, nx, max_points, box, stmt.type.shape)
+            except TileIndexError:
+                # The flat form has lost the source's conditions: let the contraction as written
+                # name the one that empties the index space (it is empty too).
+                contraction.evaluate(written[stmt.name], env, nx, max_points)
+                raise
             env[stmt.name] = value.reshape(stmt.type.shape)
         else:
             env[stmt.name] = contraction.evaluate(stmt, env, nx, max_points)

@@ -1,0 +1,172 @@
+"""The hardware abstraction layer: what a backend implements to run Stripe programs.
+
+In the spirit of the original HAL (``../shared/seeds/hardware-interface-hal.txt``), everything is
+asynchronous: ``Kernel.run`` and ``Executor.copy`` take the events they must wait for and return
+an ``Event`` at once; ``Event.wait()`` blocks and ``Event.duration`` reports the time it took.
+
+A backend provides a ``Device`` (description and capabilities), whose ``compiler`` builds a
+``Library`` from the kernels of a program and whose ``executor`` allocates ``Buffer``s, copies
+between them and prepares a library's kernels for running.
+"""
+
+from __future__ import annotations
+
+import abc
+import concurrent.futures as cf
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tile.dtypes import DType
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    dtypes: frozenset[DType]
+    fp64: bool = True
+    fp16: bool = True
+    atomics: bool = False
+
+    def supports(self, dtype: DType) -> bool:
+        return dtype in self.dtypes
+
+
+class Event:
+    """Completion of one asynchronous operation, with its duration once done."""
+
+    def __init__(self, future: cf.Future | None = None, duration: float = 0.0):
+        self._future = future
+        self._duration = duration
+
+    @staticmethod
+    def done(duration: float = 0.0) -> Event:
+        return Event(None, duration)
+
+    def wait(self) -> Event:
+        if self._future is not None:
+            self._duration = self._future.result()
+            self._future = None
+        return self
+
+    @property
+    def complete(self) -> bool:
+        return self._future is None or self._future.done()
+
+    @property
+    def duration(self) -> float:
+        """Seconds the operation ran (waits for it)."""
+        self.wait()
+        return self._duration
+
+
+def wait_all(events: Sequence[Event]) -> None:
+    for e in events:
+        e.wait()
+
+
+class Buffer:
+    """Device memory holding ``size`` bytes; ``map_current`` / ``map_discard`` give a host view."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    @abc.abstractmethod
+    def map_current(self, deps: Sequence[Event] = ()) -> np.ndarray:
+        """A host view of the current contents (uint8), after ``deps``."""
+
+    @abc.abstractmethod
+    def map_discard(self, deps: Sequence[Event] = ()) -> np.ndarray:
+        """A host view whose old contents may be discarded (for writing inputs)."""
+
+    def unmap(self, view: np.ndarray) -> Event:
+        """Make host writes to ``view`` visible to the device."""
+        return Event.done()
+
+
+@dataclass
+class KernelInfo:
+    """One kernel of a program, as the compiler receives it: a Stripe block and its buffers."""
+
+    name: str
+    block: object  # stripe.ir.Block
+    buffers: tuple[str, ...]  # the names of the refinements it uses, in parameter order
+    flops: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class Library:
+    """Compiled kernels, one per ``KernelInfo``; ``source`` is the generated code (for TILE_DEBUG=3)."""
+
+    kernels: list[KernelInfo]
+    source: str = ""
+    handle: object = None
+    build_seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+class Kernel(abc.ABC):
+    info: KernelInfo
+
+    @abc.abstractmethod
+    def run(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
+        """Run on ``params`` (one buffer per ``info.buffers``) once ``deps`` completed."""
+
+
+class Compiler(abc.ABC):
+    @abc.abstractmethod
+    def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library: ...
+
+
+class Executor(abc.ABC):
+    @abc.abstractmethod
+    def allocate(self, size: int) -> Buffer: ...
+
+    @abc.abstractmethod
+    def copy(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, length: int,
+             deps: Sequence[Event] = ()) -> Event: ...
+
+    @abc.abstractmethod
+    def prepare(self, library: Library, index: int) -> Kernel: ...
+
+
+class Device(abc.ABC):
+    id: str  # e.g. "llvm_cpu.0", "opencl_gpu.0"
+    description: str
+    capabilities: Capabilities
+    compiler: Compiler
+    executor: Executor
+
+
+class HostBuffer(Buffer):
+    """A buffer in host memory (for CPU devices): mapping is free."""
+
+    def __init__(self, size: int):
+        super().__init__(size)
+        self.data = np.zeros(max(size, 1), dtype=np.uint8)
+
+    def map_current(self, deps: Sequence[Event] = ()) -> np.ndarray:
+        wait_all(deps)
+        return self.data[: self.size]
+
+    def map_discard(self, deps: Sequence[Event] = ()) -> np.ndarray:
+        wait_all(deps)
+        return self.data[: self.size]
+
+    @property
+    def address(self) -> int:
+        return self.data.ctypes.data
+
+
+def timed(pool: cf.Executor, deps: Sequence[Event], work: Callable[[], None]) -> Event:
+    """Run ``work`` on ``pool`` after ``deps``; the event's duration is the work's own time."""
+
+    def task() -> float:
+        wait_all(deps)
+        t = time.perf_counter()
+        work()
+        return time.perf_counter() - t
+
+    return Event(pool.submit(task))

@@ -1,0 +1,80 @@
+"""Running a bound Tile program on a device: lower to Stripe, build once, run many times."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+
+import numpy as np
+
+from backends.hal import Device, Event, KernelInfo
+from stripe.ir import Block, walk
+from stripe.lower import lower
+from tile.typed import BoundProgram
+
+
+def _buffer_names(kernel: Block) -> tuple[str, ...]:
+    names: dict[str, None] = {}
+    for r in kernel.refs:
+        names.setdefault(r.from_ or r.into)
+    return tuple(names)
+
+
+def _flops(kernel: Block) -> int:
+    return kernel.index_space * (2 if kernel.has_tags("contraction") else 1)
+
+
+class CompiledProgram:
+    """A program built for one device and one set of input shapes and dtypes."""
+
+    def __init__(self, bound: BoundProgram, device: Device, settings: Mapping | None = None):
+        self.bound = bound
+        self.device = device
+        self.program = lower(bound)
+        main = self.program.stmts[0]
+        self.infos = [KernelInfo(k.name, k, _buffer_names(k), _flops(k)) for k in main.stmts]
+        start = time.perf_counter()
+        self.library = device.compiler.build(self.infos, dict(settings or {}))
+        self.build_seconds = time.perf_counter() - start
+        self.kernels = [device.executor.prepare(self.library, i) for i in range(len(self.infos))]
+        self.buffers = {r.into: r.shape for r in self.program.refs}
+        self.inputs = [r.into for r in self.program.refs if "input" in r.tags]
+        self.outputs = list(bound.outputs)
+        if os.environ.get("TILE_DEBUG", "0") >= "3":
+            print(self.library.source)
+
+    def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        ex = self.device.executor
+        bufs = {}
+        for name, shape in self.buffers.items():
+            nbytes = shape.elements * shape.dtype.numpy.itemsize
+            buf = ex.allocate(nbytes)
+            view = buf.map_discard()
+            if name in inputs:
+                arr = np.ascontiguousarray(np.asarray(inputs[name]).astype(shape.dtype.numpy, copy=False))
+                view[:] = arr.reshape(-1).view(np.uint8)
+            else:
+                view[:] = 0
+            buf.unmap(view)
+            bufs[name] = buf
+        event: list[Event] = []
+        debug = os.environ.get("TILE_DEBUG", "0") >= "1"
+        for info, kernel in zip(self.infos, self.kernels):
+            done = kernel.run([bufs[b] for b in info.buffers], event)
+            event = [done]
+            if debug:
+                secs = done.duration
+                print(f"kernel {info.name}: {secs * 1e3:.3f} ms, {info.flops / max(secs, 1e-12) / 1e9:.2f} GFLOP/s")
+        for e in event:
+            e.wait()
+        out = {}
+        for name in self.outputs:
+            shape = self.buffers[name]
+            raw = bufs[name].map_current()
+            out[name] = raw.view(shape.dtype.numpy)[: shape.elements].reshape(shape.sizes).copy()
+        return out
+
+
+def kernels_of(program: Block) -> list[Block]:
+    return [b for b in walk(program) if b.has_tags("kernel")]
