@@ -12,46 +12,15 @@ from ref_interp.numerics import Numerics
 from tile import ast
 from tile.bind import bind
 from tile.dtypes import DType
-from tile.errors import TileIndexError, TileInputError
+from tile.errors import TileIndexError
+from tile.inputs import input_types
 from tile.parser import parse
 from tile.transforms import FlatContraction, apply_stage, as_contraction
-from tile.typed import BoundProgram, TAssign, TCall, TConst, TensorType, TExpr, TRef
+from tile.typed import BoundProgram, TAssign, TCall, TConst, TExpr, TRef
 
 
 def as_program(source: str | ast.Program, name: str = "<string>") -> ast.Program:
     return parse(source, name) if isinstance(source, str) else source
-
-
-def input_types(program: ast.Program, inputs: Mapping[str, np.ndarray]) -> dict[str, TensorType]:
-    """The Tile type of each given array; unknown, missing and unsupported inputs are errors."""
-    declared = {i.name: i for i in program.inputs}
-    for name in inputs:
-        if name not in declared:
-            raise TileInputError(
-                f"an array was given for '{name}', which is not an input of this program",
-                None,
-                hint=f"the inputs are: {', '.join(declared) or '(none)'}",
-            )
-    types = {}
-    for name, decl in declared.items():
-        if name not in inputs:
-            dims = f"[{', '.join(decl.dims)}]" if decl.dims is not None else ""
-            raise TileInputError(
-                f"no array given for input '{name}{dims}'",
-                decl.span,
-                hint="pass one array per declared input",
-            )
-        arr = np.asarray(inputs[name])
-        try:
-            dt = DType.of(arr.dtype)
-        except TypeError:
-            raise TileInputError(
-                f"input '{name}' has dtype {arr.dtype}, which Tile does not have",
-                decl.span,
-                hint="use bool, int8..int64, uint8..uint64 or float16/32/64 arrays",
-            ) from None
-        types[name] = TensorType(dt, tuple(int(d) for d in arr.shape))
-    return types
 
 
 def run(
@@ -92,7 +61,9 @@ def run(
             flat_env = {k: v.reshape(-1) for k, v in env.items()}
             box = {v: (0, r - 1) for v, r in zip(stmt.names, stmt.ranges)}
             try:
-                value = contraction.evaluate(as_contraction(stmt), flat_env, nx, max_points, box, stmt.type.shape)
+                value = contraction.evaluate(
+                    as_contraction(stmt), flat_env, nx, max_points, box, stmt.type.shape
+                )
             except TileIndexError:
                 # The flat form has lost the source's conditions: let the contraction as written
                 # name the one that empties the index space (it is empty too).

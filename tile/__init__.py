@@ -1,6 +1,6 @@
-"""Tile: PlaidML's tensor language — parser, types, shapes, exact bounds and the CLI."""
+"""Tile: PlaidML's tensor language — parse, bind, grad, compile for a device."""
 
-from tile.api import grad_values
+from tile.api import Executable, compile, grad_values
 from tile.ast import Program
 from tile.autodiff import grad, gradient
 from tile.bind import bind, bind_symbolic
@@ -8,10 +8,12 @@ from tile.errors import TileError
 from tile.parser import parse, parse_file
 
 __all__ = [
+    "Executable",
     "Program",
     "TileError",
     "bind",
     "bind_symbolic",
+    "compile",
     "grad",
     "grad_values",
     "gradient",

@@ -41,3 +41,53 @@ def grad_values(
         feed[cot] = np.asarray(given) if given is not None else np.ones(value.shape, dtype=dtype)
     result = ref_interp.run(g.program, feed, precision)
     return {x: result[name] for x, name in g.gradients.items()}
+
+
+class Executable:
+    """A Tile program ready to run on a device; call it with the input arrays.
+
+    It is compiled on first use for each set of input shapes and dtypes (Tile sizes come from the
+    inputs), and the compiled kernels are kept for later calls; backends also cache them on disk.
+    """
+
+    def __init__(self, program: ast.Program, device: str, settings: Mapping | None):
+        self.program = program
+        self.device = device
+        self.settings = dict(settings or {})
+        self._compiled: dict[tuple, object] = {}
+
+    def __call__(
+        self, inputs: Mapping[str, np.ndarray] | None = None, **arrays: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        from tile.bind import bind
+        from tile.inputs import input_types
+
+        given = {**(inputs or {}), **arrays}
+        given = {k: np.asarray(v) for k, v in given.items()}
+        if self.device == "interp":
+            import ref_interp
+
+            return ref_interp.run(self.program, given, self.settings.get("precision", "native"))
+        types = input_types(self.program, given)
+        key = tuple(sorted((k, t.dtype.value, t.shape) for k, t in types.items()))
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            from backends import registry
+            from backends.runner import CompiledProgram
+
+            compiled = CompiledProgram(bind(self.program, types), registry.get(self.device), self.settings)
+            self._compiled[key] = compiled
+        return compiled(given)
+
+
+def compile(
+    program: str | ast.Program, device: str = "llvm_cpu.0", settings: Mapping | None = None
+) -> Executable:
+    """``program`` for ``device`` (an id from ``python -m tile devices``; ``"interp"`` is the
+    reference interpreter). ``settings``: ``{"cache": False}`` bypasses the kernel cache."""
+    prog = parse(program) if isinstance(program, str) else program
+    if device != "interp":
+        from backends import registry
+
+        registry.get(device)  # fail now, with the list of devices, rather than at the first call
+    return Executable(prog, device, settings)

@@ -5,8 +5,11 @@
 * ``grad F.tile [--wrt A,B] [--emit] [--inputs IN.npz] [--shape ...] [--output GRADS.npz]`` —
   ``--emit`` prints the gradient program; otherwise the interpreter computes the gradient of the
   sum of the outputs and prints (and saves) arrays named ``grad_<Input>``.
-* ``emit F.tile --stage reduced|defracted|flat [--inputs IN.npz] [--shape ...]`` — print the
-  program after a transform (sizes are those of the given or made-up inputs).
+* ``emit F.tile --stage reduced|defracted|flat|stripe [--inputs IN.npz] [--shape ...]`` — print
+  the program after a transform or lowered to Stripe (sizes from the given or made-up inputs).
+* ``devices`` — every target: ``interp`` and each compiled device (``llvm_cpu.0``, ...).
+* ``run F.tile --target ID [--inputs IN.npz] [--shape ...] [--output OUT.npz] [--no-cache]`` —
+  compile for a target and run.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--output", help="write grad_<Input> arrays to this .npz archive")
     e = sub.add_parser("emit", help="print a program after a transform stage")
     e.add_argument("file")
-    e.add_argument("--stage", choices=("tile", "reduced", "defracted", "flat"), required=True)
+    e.add_argument("--stage", choices=("tile", "reduced", "defracted", "flat", "stripe"), required=True)
     e.add_argument("--inputs", help="an .npz archive giving the input shapes and dtypes")
     e.add_argument(
         "--shape",
@@ -60,7 +63,60 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=2x3[:dtype]",
         help="an input shape (repeatable); shapes fix every size the transforms need",
     )
+    sub.add_parser("devices", help="list every target: the interpreter and compiled devices")
+    r = sub.add_parser("run", help="compile a .tile program for a target and run it")
+    r.add_argument("file")
+    r.add_argument("--target", default="llvm_cpu.0", help="a device id from `devices` (default llvm_cpu.0)")
+    r.add_argument("--inputs", help="an .npz archive with one array per input")
+    r.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=2x3[:dtype]",
+        help="make up a random small-integer input of this shape (repeatable)",
+    )
+    r.add_argument("--seed", type=int, default=0, help="seed for made-up inputs (default 0)")
+    r.add_argument("--output", help="write every output to this .npz archive")
+    r.add_argument("--no-cache", action="store_true", help="compile afresh, bypassing the kernel cache")
     return p
+
+
+def cmd_devices(args) -> int:
+    from backends import registry
+
+    print("interp       the exact reference interpreter (all dtypes)")
+    for dev_id, dev in registry.devices().items():
+        caps = dev.capabilities
+        print(
+            f"{dev_id:<12} {dev.description} (fp64: {'yes' if caps.fp64 else 'no'}, "
+            f"fp16: {'yes' if caps.fp16 else 'no'})"
+        )
+    for kind, why in registry.unavailable().items():
+        print(f"{kind + '.*':<12} unavailable: {why}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    import numpy as np
+
+    from tile.api import compile as compile_program
+    from tile.inputs import describe, gather_inputs, load_npz
+
+    program = parse_file(args.file)
+    given = load_npz(args.inputs) if args.inputs else {}
+    inputs = gather_inputs(program, given, args.shape, args.seed)
+    try:
+        exe = compile_program(program, args.target, {"cache": not args.no_cache})
+    except KeyError as e:
+        print(f"error: {e.args[0]}", file=sys.stderr)
+        return 2
+    outputs = exe(inputs)
+    for name, arr in outputs.items():
+        print(f"{name}: {arr.dtype}{list(arr.shape)}")
+        print("  " + describe(arr).replace("\n", "\n  "))
+    if args.output:
+        np.savez(args.output, **outputs)
+    return 0
 
 
 def cmd_emit(args) -> int:
@@ -77,7 +133,14 @@ def cmd_emit(args) -> int:
     given = load_npz(args.inputs) if args.inputs else {}
     arrays = gather_inputs(program, given, args.shape)
     types = {k: TensorType(DType.of(np.asarray(v).dtype), tuple(np.shape(v))) for k, v in arrays.items()}
-    print(format_stage(apply_stage(bind(program, types), args.stage)), end="")
+    bound = bind(program, types)
+    if args.stage == "stripe":
+        from stripe.lower import lower
+        from stripe.printer import format_block
+
+        print(format_block(lower(bound)))
+        return 0
+    print(format_stage(apply_stage(bound, args.stage)), end="")
     return 0
 
 
@@ -137,13 +200,21 @@ def cmd_check(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        with open(args.file, encoding="utf-8"):
-            pass
+        if hasattr(args, "file"):
+            with open(args.file, encoding="utf-8"):
+                pass
     except OSError as e:
         print(f"error: cannot read {args.file}: {e.strerror}", file=sys.stderr)
         return 2
     try:
-        return {"check": cmd_check, "grad": cmd_grad, "emit": cmd_emit}[args.command](args)
+        commands = {
+            "check": cmd_check,
+            "grad": cmd_grad,
+            "emit": cmd_emit,
+            "devices": cmd_devices,
+            "run": cmd_run,
+        }
+        return commands[args.command](args)
     except TileError as e:
         print(e, file=sys.stderr)
         return 1

@@ -15,6 +15,7 @@ import numpy as np
 from tile import ast
 from tile.dtypes import DType
 from tile.errors import TileInputError
+from tile.typed import TensorType
 
 
 def parse_shape_spec(spec: str) -> tuple[str, tuple[int, ...], DType]:
@@ -129,3 +130,35 @@ def describe(arr: np.ndarray, limit: int = 6) -> str:
     flat = arr.reshape(-1)
     head = ", ".join(str(x) for x in flat[:limit].tolist())
     return f"[{head}, ...] ({arr.size} elements)"
+
+
+def input_types(program: ast.Program, inputs: Mapping[str, np.ndarray]) -> dict[str, TensorType]:
+    """The Tile type of each given array; unknown, missing and unsupported inputs are errors."""
+    declared = {i.name: i for i in program.inputs}
+    for name in inputs:
+        if name not in declared:
+            raise TileInputError(
+                f"an array was given for '{name}', which is not an input of this program",
+                None,
+                hint=f"the inputs are: {', '.join(declared) or '(none)'}",
+            )
+    types = {}
+    for name, decl in declared.items():
+        if name not in inputs:
+            dims = f"[{', '.join(decl.dims)}]" if decl.dims is not None else ""
+            raise TileInputError(
+                f"no array given for input '{name}{dims}'",
+                decl.span,
+                hint="pass one array per declared input",
+            )
+        arr = np.asarray(inputs[name])
+        try:
+            dt = DType.of(arr.dtype)
+        except TypeError:
+            raise TileInputError(
+                f"input '{name}' has dtype {arr.dtype}, which Tile does not have",
+                decl.span,
+                hint="use bool, int8..int64, uint8..uint64 or float16/32/64 arrays",
+            ) from None
+        types[name] = TensorType(dt, tuple(int(d) for d in arr.shape))
+    return types
