@@ -125,8 +125,15 @@ class Executor(abc.ABC):
     def allocate(self, size: int) -> Buffer: ...
 
     @abc.abstractmethod
-    def copy(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, length: int,
-             deps: Sequence[Event] = ()) -> Event: ...
+    def copy(
+        self,
+        src: Buffer,
+        src_offset: int,
+        dst: Buffer,
+        dst_offset: int,
+        length: int,
+        deps: Sequence[Event] = (),
+    ) -> Event: ...
 
     @abc.abstractmethod
     def prepare(self, library: Library, index: int) -> Kernel: ...

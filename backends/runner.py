@@ -65,7 +65,9 @@ class CompiledProgram:
             event = [done]
             if debug:
                 secs = done.duration
-                print(f"kernel {info.name}: {secs * 1e3:.3f} ms, {info.flops / max(secs, 1e-12) / 1e9:.2f} GFLOP/s")
+                print(
+                    f"kernel {info.name}: {secs * 1e3:.3f} ms, {info.flops / max(secs, 1e-12) / 1e9:.2f} GFLOP/s"
+                )
         for e in event:
             e.wait()
         out = {}
