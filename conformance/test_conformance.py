@@ -19,7 +19,7 @@ def check(case: Case, device) -> None:
     except tile.TileError:
         assume(False)  # not a valid program for these inputs (empty, double write, ...)
         return
-    for name, t in bound.types.items():
+    for t in bound.types.values():
         if not device.capabilities.supports(t.dtype):
             assume(False)
     got = tile.compile(prog, device.id)(case.inputs)
