@@ -65,9 +65,8 @@ class CompiledProgram:
             event = [done]
             if debug:
                 secs = done.duration
-                print(
-                    f"kernel {info.name}: {secs * 1e3:.3f} ms, {info.flops / max(secs, 1e-12) / 1e9:.2f} GFLOP/s"
-                )
+                rate = info.flops / max(secs, 1e-12) / 1e9
+                print(f"kernel {info.name}: {secs * 1e3:.3f} ms, {rate:.2f} GFLOP/s")
         for e in event:
             e.wait()
         out = {}
