@@ -1,6 +1,19 @@
-"""Benchmark setup: BLAS threads pinned so reference timings are comparable run to run."""
+"""Benchmark setup: BLAS threads pinned so reference timings are comparable run to run, and the
+``--target`` option (default: every compiled device)."""
 
 import os
 
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(var, "1")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--target", action="append", default=[], help="device id(s) to benchmark")
+
+
+def pytest_generate_tests(metafunc):
+    if "target" in metafunc.fixturenames:
+        from backends import registry
+
+        asked = metafunc.config.getoption("--target") or list(registry.devices()) or ["llvm_cpu.0"]
+        metafunc.parametrize("target", asked)
