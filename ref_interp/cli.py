@@ -12,7 +12,7 @@ import numpy as np
 from ref_interp.numerics import PRECISIONS
 from ref_interp.run import run
 from tile.errors import TileError, TileInputError, TilePrecisionWarning
-from tile.inputs import describe, gather_inputs, load_npz
+from tile.inputs import add_input_arguments, describe, gather_inputs, load_npz
 from tile.parser import parse
 
 
@@ -23,15 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="evaluate a .tile program")
     r.add_argument("file", help="the .tile program")
-    r.add_argument("--inputs", help="an .npz archive with one array per input")
-    r.add_argument(
-        "--shape",
-        action="append",
-        default=[],
-        metavar="NAME=2x3[:dtype]",
-        help="make up a random small-integer input of this shape (repeatable)",
-    )
-    r.add_argument("--seed", type=int, default=0, help="seed for made-up inputs (default 0)")
+    add_input_arguments(r)
     r.add_argument("--precision", choices=PRECISIONS, default="native")
     r.add_argument("--output", help="write every output to this .npz archive")
     r.add_argument(

@@ -19,7 +19,7 @@ import sys
 
 from tile.bind import bind_symbolic
 from tile.errors import TileError
-from tile.inputs import parse_shape_spec
+from tile.inputs import add_input_arguments, parse_shape_spec
 from tile.parser import parse_file
 
 
@@ -37,45 +37,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g = sub.add_parser("grad", help="differentiate a .tile program (Tile to Tile)")
     g.add_argument("file")
+    add_input_arguments(g)
     g.add_argument(
         "--wrt", help="comma-separated inputs to differentiate with respect to (default: float inputs)"
     )
     g.add_argument("--emit", action="store_true", help="print the gradient program instead of running it")
-    g.add_argument("--inputs", help="an .npz archive with one array per input")
-    g.add_argument(
-        "--shape",
-        action="append",
-        default=[],
-        metavar="NAME=2x3[:dtype]",
-        help="make up a random small-integer input of this shape (repeatable)",
-    )
-    g.add_argument("--seed", type=int, default=0, help="seed for made-up inputs (default 0)")
     g.add_argument("--precision", choices=("native", "float64", "exact"), default="native")
     g.add_argument("--output", help="write grad_<Input> arrays to this .npz archive")
     e = sub.add_parser("emit", help="print a program after a transform stage")
     e.add_argument("file")
     e.add_argument("--stage", choices=("tile", "reduced", "defracted", "flat", "stripe"), required=True)
-    e.add_argument("--inputs", help="an .npz archive giving the input shapes and dtypes")
-    e.add_argument(
-        "--shape",
-        action="append",
-        default=[],
-        metavar="NAME=2x3[:dtype]",
-        help="an input shape (repeatable); shapes fix every size the transforms need",
-    )
+    add_input_arguments(e, "an .npz archive giving the input shapes and dtypes")
     sub.add_parser("devices", help="list every target: the interpreter and compiled devices")
     r = sub.add_parser("run", help="compile a .tile program for a target and run it")
     r.add_argument("file")
+    add_input_arguments(r)
     r.add_argument("--target", default="llvm_cpu.0", help="a device id from `devices` (default llvm_cpu.0)")
-    r.add_argument("--inputs", help="an .npz archive with one array per input")
-    r.add_argument(
-        "--shape",
-        action="append",
-        default=[],
-        metavar="NAME=2x3[:dtype]",
-        help="make up a random small-integer input of this shape (repeatable)",
-    )
-    r.add_argument("--seed", type=int, default=0, help="seed for made-up inputs (default 0)")
     r.add_argument("--output", help="write every output to this .npz archive")
     r.add_argument("--no-cache", action="store_true", help="compile afresh, bypassing the kernel cache")
     return p

@@ -162,3 +162,11 @@ def input_types(program: ast.Program, inputs: Mapping[str, np.ndarray]) -> dict[
             ) from None
         types[name] = TensorType(dt, tuple(int(d) for d in arr.shape))
     return types
+
+
+def add_input_arguments(parser, inputs_help: str = "an .npz archive with one array per input") -> None:
+    """The ``--inputs``, ``--shape`` and ``--seed`` options every command that runs a program takes."""
+    parser.add_argument("--inputs", help=inputs_help)
+    parser.add_argument("--shape", action="append", default=[], metavar="NAME=2x3[:dtype]",
+                        help="make up a random small-integer input of this shape (repeatable)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for made-up inputs (default 0)")
