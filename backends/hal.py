@@ -92,6 +92,7 @@ class KernelInfo:
     name: str
     block: object  # stripe.ir.Block
     buffers: tuple[str, ...]  # the names of the refinements it uses, in parameter order
+    buffer_dtypes: tuple[DType, ...] = ()  # each buffer's element type (as allocated)
     flops: int = 0
     bytes: int = 0
 

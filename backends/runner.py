@@ -14,10 +14,12 @@ from stripe.lower import lower
 from tile.typed import BoundProgram
 
 
-def _buffer_names(kernel: Block) -> tuple[str, ...]:
+def _buffer_names(kernel: Block, buffers: Mapping) -> tuple[str, ...]:
+    """The program buffers a kernel uses, in first-use order (its own scratch buffers excluded)."""
     names: dict[str, None] = {}
     for r in kernel.refs:
-        names.setdefault(r.from_ or r.into)
+        if (r.from_ or r.into) in buffers:
+            names.setdefault(r.from_ or r.into)
     return tuple(names)
 
 
@@ -33,12 +35,16 @@ class CompiledProgram:
         self.device = device
         self.program = lower(bound)
         main = self.program.stmts[0]
-        self.infos = [KernelInfo(k.name, k, _buffer_names(k), _flops(k)) for k in main.stmts]
+        self.buffers = {r.into: r.shape for r in self.program.refs}
+        self.infos = []
+        for k in main.stmts:
+            names = _buffer_names(k, self.buffers)
+            dtypes = tuple(self.buffers[n].dtype for n in names)
+            self.infos.append(KernelInfo(k.name, k, names, dtypes, _flops(k)))
         start = time.perf_counter()
         self.library = device.compiler.build(self.infos, dict(settings or {}))
         self.build_seconds = time.perf_counter() - start
         self.kernels = [device.executor.prepare(self.library, i) for i in range(len(self.infos))]
-        self.buffers = {r.into: r.shape for r in self.program.refs}
         self.inputs = [r.into for r in self.program.refs if "input" in r.tags]
         self.outputs = list(bound.outputs)
         if os.environ.get("TILE_DEBUG", "0") >= "3":

@@ -16,13 +16,21 @@ PROFILES = {
         max_examples=40,
         derandomize=True,
         deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.filter_too_much,
+            HealthCheck.function_scoped_fixture,
+        ],
     ),
     # By hand: many thousands of examples across the families.
     "thorough": dict(
         max_examples=3000,
         deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.filter_too_much,
+            HealthCheck.function_scoped_fixture,
+        ],
     ),
 }
 for _name, _kw in PROFILES.items():

@@ -1,0 +1,77 @@
+"""A disk cache of compiled object code, so a program built before loads without running LLVM.
+
+Entries live in ``$TILE_CACHE_DIR`` (else ``~/.cache/tile/llvm``), one ``<key>.o`` per module.
+The key is the SHA-256 of everything that decides the machine code: the generated (unoptimized)
+IR text, the build settings, the llvmlite and LLVM versions, and the host CPU's name and feature
+string (plus a format number bumped when the backend's conventions change). MCJIT's object cache
+hooks do the work: ``getbuffer`` hands it a stored object instead of compiling, ``notify`` stores a
+freshly compiled one. Writes go to a temporary file renamed into place, so concurrent builders
+never see half an entry; an unreadable or unwritable cache is simply a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import llvmlite
+import llvmlite.binding as llvm
+
+FORMAT = 1
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("TILE_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "tile" / "llvm"
+
+
+def cache_key(ir_text: str, settings: dict, cpu: str, features: str) -> str:
+    meta = {
+        "format": FORMAT,
+        "settings": {k: v for k, v in settings.items() if k != "cache"},
+        "llvmlite": llvmlite.__version__,
+        "llvm": list(llvm.llvm_version_info),
+        "cpu": cpu,
+        "features": features,
+    }
+    h = hashlib.sha256(json.dumps(meta, sort_keys=True, default=str).encode())
+    h.update(b"\0")
+    h.update(ir_text.encode())
+    return h.hexdigest()
+
+
+class ObjectCache:
+    """One module's entry; ``enabled=False`` makes every lookup a miss and stores nothing."""
+
+    def __init__(self, key: str, enabled: bool = True):
+        self.key = key
+        self.enabled = enabled
+        self.path = cache_dir() / f"{key}.o"
+        self.hit = False
+        self.stored = False
+
+    def load(self) -> bytes | None:
+        if not self.enabled:
+            return None
+        try:
+            data = self.path.read_bytes()
+        except OSError:
+            return None
+        self.hit = bool(data)
+        return data or None
+
+    def store(self, data: bytes) -> None:
+        if not self.enabled or self.hit:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-", suffix=".o")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.path)
+            self.stored = True
+        except OSError:
+            pass

@@ -1,0 +1,329 @@
+"""Stripe kernels to one LLVM module: blocks become loop nests, refinements pointer offsets.
+
+For kernel ``k`` the module defines ``void tile_k<k>_<name>(ptr bufs, i64 lo, i64 hi)``: ``bufs``
+holds one pointer per ``KernelInfo.buffers`` entry, and the call runs the points whose *split*
+index (the outermost loop of the kernel's ``Schedule``) lies in ``[lo, hi)`` — all points when
+``lo, hi`` cover its range; a kernel without indexes runs its one point whatever ``lo, hi``. It
+calls an internal function taking the buffers as ``noalias`` arguments (distinct buffers never
+overlap; the executor checks it), which lets LLVM keep accumulators in registers and vectorize.
+
+A block runs, per point (``stripe.ir`` semantics): index values ``start + counter`` with
+``start`` the index's affine of the parent's values; constraints ``affine >= 0`` as guards placed
+at the shallowest loop that binds their indexes; refinements as element offsets (``base`` = the
+parent's base + Σ access_d * parent stride_d; at kernel level the parent is the buffer, whose
+strides are the refinement's own and whose dtype comes from ``buffer_dtypes``); then
+its statements in order. A refinement naming nothing of its parent (dir none, no ``from_``) is a
+zero-filled stack allocation per point. Stores go through the refinement's ``agg_op`` in the
+buffer's dtype, as the interpreter's ``ufunc.at`` does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from llvmlite import ir
+
+from backends.hal import KernelInfo
+from backends.llvm.intrinsics import binary, emit_intrinsic
+from backends.llvm.loops import View, for_range
+from backends.llvm.scalars import F64, I64, PTR, VOID, Emitter, Scalar, i64, mem_type
+from backends.llvm.schedule import Schedule
+from backends.llvm.specials import emit_special
+from stripe.ir import Block, Constant, Intrinsic, Load, LoadIndex, RefDir, Refinement, Special, Store
+from tile.affine import Affine
+from tile.dtypes import DType
+from tile.errors import TileRuntimeError
+
+AGG_OPS = ("", "assign", "add", "mul", "max", "min")
+
+
+def kernel_symbol(index: int, info: KernelInfo) -> str:
+    return f"tile_k{index}_{re.sub(r'[^A-Za-z0-9_]', '_', info.name)[:48]}"
+
+
+def _where(block: Block) -> str:
+    if block.name:
+        return f"block '{block.name}'"
+    tags = " ".join(f"#{t}" for t in sorted(block.tags))
+    return f"a block {tags}" if tags else "an unnamed block"
+
+
+def _error(block: Block, message: str, hint: str) -> TileRuntimeError:
+    return TileRuntimeError(f"{_where(block)}: {message}", None, hint=hint)
+
+
+class KernelCodegen:
+    """Generates one kernel's functions into ``em.module``."""
+
+    def __init__(
+        self, em: Emitter, index: int, info: KernelInfo, schedule: Schedule, buffer_dtypes: dict[str, DType]
+    ):
+        self.em = em
+        self.buffer_dtypes = buffer_dtypes
+        self.info = info
+        self.block: Block = info.block  # type: ignore[assignment]
+        self.schedule = schedule
+        self.symbol = kernel_symbol(index, info)
+
+    # ---------------------------------------------------------------------- functions
+    def build(self) -> ir.Function:
+        n = len(self.info.buffers)
+        body_ty = ir.FunctionType(VOID, [PTR] * n + [I64, I64])
+        body = ir.Function(self.em.module, body_ty, f"{self.symbol}.body")
+        body.linkage = "internal"
+        body.attributes.add("noinline")
+        body.attributes.add("nounwind")
+        for a in body.args[:n]:
+            a.add_attribute("noalias")
+        self.em.alloca_block = body.append_basic_block("allocas")
+        start = body.append_basic_block("entry")
+        self.em.builder = ir.IRBuilder(start)
+        self.ptrs = dict(zip(self.info.buffers, body.args[:n]))
+        self.buf_dtypes = dict(self.buffer_dtypes)
+        for r in self.block.refs:
+            if r.source in self.ptrs:
+                self.buf_dtypes.setdefault(r.source, r.shape.dtype)
+        self.kernel_block(body.args[n], body.args[n + 1])
+        self.em.builder.ret_void()
+        ir.IRBuilder(self.em.alloca_block).branch(start)
+
+        fn = ir.Function(self.em.module, ir.FunctionType(VOID, [PTR, I64, I64]), self.symbol)
+        fn.attributes.add("nounwind")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        bufs, lo, hi = fn.args
+        ptrs = [b.load(b.gep(bufs, [i64(k)], source_etype=PTR), typ=PTR) for k in range(n)]
+        b.call(body, [*ptrs, lo, hi])
+        b.ret_void()
+        return fn
+
+    # ------------------------------------------------------------------------- blocks
+    def affine(self, aff: Affine, vals: dict[str, ir.Value], block: Block, what: str) -> ir.Value:
+        if not aff.is_integral:
+            raise _error(block, f"{what}: the affine '{aff}' has a non-integer coefficient", "defract first")
+        b = self.em.builder
+        out: ir.Value = i64(int(aff.const))
+        for v, c in aff.terms:
+            if v not in vals:
+                known = ", ".join(vals) or "none"
+                raise _error(
+                    block,
+                    f"{what}: '{aff}' uses '{v}', not an index here (known: {known})",
+                    "affines use the block's own indexes (an index's affine: its parent's)",
+                )
+            term = vals[v] if c == 1 else b.mul(vals[v], i64(int(c)))
+            out = term if isinstance(out, ir.Constant) and out.constant == 0 else b.add(out, term)
+        return out
+
+    def kernel_block(self, lo: ir.Value, hi: ir.Value) -> None:
+        block = self.block
+        starts = []
+        for ix in block.idxs:
+            if ix.affine is not None and not ix.affine.is_constant:
+                raise _error(
+                    block, f"kernel index '{ix.name}' has the affine '{ix.affine}'", "kernels start at 0"
+                )
+            starts.append(i64(int(ix.affine.const)) if ix.affine is not None else i64(0))
+        self.loops(block, self.schedule.order, starts, None, (lo, hi))
+
+    def loops(
+        self,
+        block: Block,
+        order: Sequence[int],
+        starts: list[ir.Value],
+        parent_views: dict[str, View] | None,
+        bounds: tuple[ir.Value, ir.Value] | None,
+    ) -> None:
+        """The loop nest of ``block`` in ``order``, the outermost loop over ``bounds`` if given."""
+        em = self.em
+        idxs = block.idxs
+        level = {ix.name: order.index(k) for k, ix in enumerate(idxs)}
+        guards: dict[int, list[Affine]] = {}
+        for c in block.constraints:
+            deepest = max((level.get(v, len(order) - 1) for v in c.vars), default=-1)
+            guards.setdefault(deepest, []).append(c)
+
+        def guarded(depth: int, vals: dict[str, ir.Value], then) -> None:
+            conds = guards.get(depth, [])
+            if not conds:
+                then()
+                return
+            b = em.builder
+            ok = None
+            for c in conds:
+                test = b.icmp_signed(">=", self.affine(c, vals, block, "a constraint"), i64(0))
+                ok = test if ok is None else b.and_(ok, test)
+            with b.if_then(ok):
+                then()
+
+        def nest(depth: int, vals: dict[str, ir.Value]) -> None:
+            if depth == len(order):
+                self.point(block, vals, parent_views)
+                return
+            k = order[depth]
+            ix = idxs[k]
+            lo, hi = bounds if (depth == 0 and bounds is not None) else (i64(0), i64(ix.range))
+
+            def body(counter: ir.Value) -> None:
+                value = counter if _is_zero(starts[k]) else em.builder.add(starts[k], counter)
+                inner = {**vals, ix.name: value}
+                guarded(depth, inner, lambda: nest(depth + 1, inner))
+
+            for_range(em, lo, hi, body)
+
+        guarded(-1, {}, lambda: nest(0, {}))
+
+    def nested(self, block: Block, parent_vals: dict[str, ir.Value], views: dict[str, View]) -> None:
+        starts = [
+            i64(0) if ix.affine is None else self.affine(ix.affine, parent_vals, block, f"index '{ix.name}'")
+            for ix in block.idxs
+        ]
+        self.loops(block, tuple(range(len(block.idxs))), starts, views, None)
+
+    # -------------------------------------------------------------------------- views
+    def view(self, block: Block, r: Refinement, vals, parent_views: dict[str, View] | None) -> View:
+        em = self.em
+        b = em.builder
+        if parent_views is None and r.source in self.ptrs:
+            ptr, buf_dt, base, pdims = self.ptrs[r.source], self.buf_dtypes[r.source], i64(0), r.shape.dims
+        elif parent_views is not None and r.source in parent_views:
+            p = parent_views[r.source]
+            ptr, buf_dt, base, pdims = p.ptr, p.buf_dtype, p.base, p.dims
+        elif r.dir is RefDir.NONE and r.from_ is None:
+            return self.local(r)
+        else:
+            raise _error(
+                block,
+                f"refinement '{r.into}' refines '{r.source}', which the enclosing block does not have",
+                "refine a refinement of the enclosing block (kernels: one of KernelInfo.buffers)",
+            )
+        if len(r.access) != len(pdims):
+            raise _error(
+                block,
+                f"refinement '{r.into}' has {len(r.access)} access affines but '{r.source}' has rank "
+                f"{len(pdims)}",
+                "give one access affine per dimension of the parent",
+            )
+        for a, d in zip(r.access, pdims):
+            if a.is_constant and a.const == 0:
+                continue
+            off = self.affine(a, vals, block, f"the access of '{r.into}'")
+            base = b.add(base, b.mul(off, i64(d.stride)) if d.stride != 1 else off)
+        return View(r.into, ptr, buf_dt, base, r.shape.dims, r.shape.dtype, r.agg_op)
+
+    def local(self, r: Refinement) -> View:
+        """A fresh zero-filled buffer for this point, on the stack."""
+        em = self.em
+        dims = r.shape.dims
+        if any(d.stride < 0 for d in dims):
+            raise TileRuntimeError(
+                f"local buffer '{r.into}' has a negative stride", None, hint="allocations use strides >= 0"
+            )
+        extent = 0 if any(d.size == 0 for d in dims) else 1 + sum((d.size - 1) * d.stride for d in dims)
+        typ = mem_type(r.shape.dtype)
+        slot = em.alloca(typ, max(extent, 1))
+        nbytes = max(extent, 1) * r.shape.dtype.numpy.itemsize
+        memset = em.module.declare_intrinsic("llvm.memset", [PTR, I64])
+        em.builder.call(
+            memset, [slot, ir.Constant(ir.IntType(8), 0), i64(nbytes), ir.Constant(ir.IntType(1), 0)]
+        )
+        return View(r.into, slot, r.shape.dtype, i64(0), dims, r.shape.dtype, r.agg_op)
+
+    # ---------------------------------------------------------------------- statements
+    def point(self, block: Block, vals: dict[str, ir.Value], parent_views: dict[str, View] | None) -> None:
+        em = self.em
+        views = {r.into: self.view(block, r, vals, parent_views) for r in block.refs}
+        scalars: dict[str, Scalar] = {}
+
+        def get(name: str) -> Scalar:
+            if name not in scalars:
+                raise _error(block, f"uses scalar '{name}' before it is assigned", "assign each scalar first")
+            return scalars[name]
+
+        def put(name: str, s: Scalar) -> None:
+            if name in scalars:
+                raise _error(block, f"assigns scalar '{name}' twice", "scalars are assigned once")
+            scalars[name] = s
+
+        def ref(name: str, stmt) -> View:
+            if name not in views:
+                raise _error(
+                    block,
+                    f"{type(stmt).__name__} names refinement '{name}', which the block does not have",
+                    "add the refinement to the block",
+                )
+            return views[name]
+
+        for stmt in block.stmts:
+            if isinstance(stmt, Load):
+                v = ref(stmt.from_, stmt)
+                put(stmt.into, Scalar(v.read(em, v.base), v.dtype, v.dtype))
+            elif isinstance(stmt, Store):
+                self.store(block, ref(stmt.into, stmt), get(stmt.from_))
+            elif isinstance(stmt, LoadIndex):
+                value = self.affine(stmt.affine, vals, block, f"load_index into '{stmt.into}'")
+                put(stmt.into, Scalar(value, DType.INT64, DType.INT64))
+            elif isinstance(stmt, Constant):
+                if stmt.dtype.is_float:
+                    put(stmt.into, Scalar(ir.Constant(F64, float(stmt.value)), DType.FLOAT64, stmt.dtype))
+                else:
+                    put(stmt.into, Scalar(em.const(stmt.value, stmt.dtype), stmt.dtype, stmt.dtype))
+            elif isinstance(stmt, Intrinsic):
+                if len(stmt.outputs) != 1:
+                    raise _error(block, f"intrinsic '{stmt.name}' must have one output", "one scalar")
+                args = [get(x) for x in stmt.inputs]
+                value = emit_intrinsic(em, stmt.name, args, stmt.dtype, _where(block))
+                put(stmt.outputs[0], Scalar(value, stmt.dtype, stmt.dtype))
+            elif isinstance(stmt, Special):
+                emit_special(em, stmt, views, _where(block))
+            elif isinstance(stmt, Block):
+                self.nested(stmt, vals, views)
+            else:
+                raise _error(block, f"unknown statement {stmt!r}", "see stripe.ir.Statement")
+
+    def store(self, block: Block, v: View, s: Scalar) -> None:
+        em = self.em
+        if v.agg_op not in AGG_OPS:
+            raise _error(
+                block,
+                f"refinement '{v.name}' has unknown agg_op '{v.agg_op}'",
+                "agg_op is one of assign, add, mul, max, min",
+            )
+        value = em.convert(em.to(s, v.dtype), v.dtype, v.buf_dtype)
+        if v.agg_op in ("", "assign"):
+            em.store(value, v.ptr, v.base, v.buf_dtype)
+            return
+        current = em.load(v.ptr, v.base, v.buf_dtype)
+        em.store(binary(em, v.agg_op, current, value, v.buf_dtype), v.ptr, v.base, v.buf_dtype)
+
+
+def _is_zero(v: ir.Value) -> bool:
+    return isinstance(v, ir.Constant) and v.constant == 0
+
+
+def buffer_dtypes(info: KernelInfo, given: dict) -> dict[str, DType]:
+    """Each buffer's element type: ``info.buffer_dtypes`` (one per buffer) if the runner set it,
+    else the ``buffer_dtypes`` setting (name -> dtype), else (in ``KernelCodegen``) the dtype of the
+    kernel's first refinement of it."""
+    per_kernel = getattr(info, "buffer_dtypes", ())
+    if per_kernel:
+        return {b: DType(str(d)) for b, d in zip(info.buffers, per_kernel)}
+    return {b: DType(str(given[b])) for b in info.buffers if b in given}
+
+
+def generate(
+    kernels: Sequence[KernelInfo],
+    schedules: Sequence[Schedule],
+    f16c: bool,
+    triple: str,
+    layout: str,
+    dtypes: dict | None = None,
+) -> str:
+    """The LLVM IR text of the module holding every kernel (``dtypes``: buffer name -> dtype)."""
+    module = ir.Module(name="tile")
+    module.triple = triple
+    module.data_layout = layout
+    em = Emitter(module, f16c)
+    for k, (info, sched) in enumerate(zip(kernels, schedules)):
+        KernelCodegen(em, k, info, sched, buffer_dtypes(info, dtypes or {})).build()
+    return str(module)

@@ -1,0 +1,270 @@
+"""The LLVM CPU device: HAL compiler, executor and kernels over an MCJIT module and a thread pool.
+
+``build`` generates one module for all kernels (``codegen``), optimizes it at ``-O3`` for the host
+CPU (unless the object cache has it) and keeps the execution engine in ``Library.handle``.
+``Kernel.run`` returns at once; a dispatcher thread waits for the dependencies, then calls the
+kernel function — split into one contiguous chunk of the split index per pool thread when the
+kernel's ``Schedule`` allows it and the kernel is big enough, else whole on the dispatcher.
+ctypes releases the GIL during the calls, so the chunks run in parallel.
+
+Settings (all optional): ``cache`` (False: no disk cache), ``opt`` (0-3, default 3), ``parallel``
+(False: one thread), ``reorder`` (False: Stripe's loop order; split only on the first index),
+``threads`` (chunks per kernel, default the pool's size), ``min_parallel_points`` (smaller kernels
+run whole, default 16384), ``soft_half`` (float16 conversions in integer code instead of F16C),
+``buffer_dtypes`` (buffer name -> dtype, for kernels whose refinements convert from their buffer's
+type; by default a buffer holds the type of the kernel's first refinement of it).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import ctypes
+import ctypes.util
+import os
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+
+from backends.hal import (
+    Buffer,
+    Capabilities,
+    Compiler,
+    Device,
+    Event,
+    Executor,
+    HostBuffer,
+    Kernel,
+    KernelInfo,
+    Library,
+    timed,
+)
+from backends.llvm.cache import ObjectCache, cache_key
+from backends.llvm.codegen import generate, kernel_symbol
+from backends.llvm.schedule import Schedule, plan
+from tile.dtypes import DType
+
+_KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+_init_lock = threading.Lock()
+_target: tuple[str, str] | None = None
+
+
+def _host() -> tuple[str, str]:
+    """The host CPU's name and feature string (LLVM initialized once)."""
+    global _target
+    with _init_lock:
+        if _target is None:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            libm = ctypes.util.find_library("m")
+            if libm:
+                llvm.load_library_permanently(libm)
+            cpu = llvm.get_host_cpu_name()
+            features = llvm.get_host_cpu_features().flatten()
+            _target = (cpu, features)
+        return _target
+
+
+def _target_machine(cpu: str, features: str) -> llvm.TargetMachine:
+    """A fresh host target machine: the MCJIT engine takes ownership of the one it is given."""
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    return target.create_target_machine(cpu=cpu, features=features, opt=3, codemodel="jitdefault")
+
+
+class WorkerPool:
+    """Fixed worker threads, each with its own queue: chunk ``k`` of a call runs on worker
+    ``k % size``, so a split kernel is spread over the threads deterministically."""
+
+    def __init__(self, size: int):
+        self.size = max(1, size)
+        self._queues: list[queue.SimpleQueue] = []
+        self._lock = threading.Lock()
+
+    def _start(self) -> None:
+        with self._lock:
+            while len(self._queues) < self.size:
+                q: queue.SimpleQueue = queue.SimpleQueue()
+                threading.Thread(target=self._work, args=(q,), daemon=True, name="tile-llvm").start()
+                self._queues.append(q)
+
+    @staticmethod
+    def _work(q: queue.SimpleQueue) -> None:
+        while True:
+            fn, args, fut = q.get()
+            try:
+                fn(*args)
+                fut.set_result(threading.get_ident())
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
+                fut.set_exception(e)
+
+    def map(self, fn, chunks: Sequence[tuple]) -> list[int]:
+        """Run ``fn(*chunk)`` for every chunk; return the thread id that ran each."""
+        self._start()
+        futures = []
+        for k, args in enumerate(chunks):
+            fut: cf.Future = cf.Future()
+            self._queues[k % self.size].put((fn, args, fut))
+            futures.append(fut)
+        return [f.result() for f in futures]
+
+
+@dataclass
+class _Jit:
+    """What must stay alive while the kernels may run: the engine owns the machine code."""
+
+    engine: llvm.ExecutionEngine
+    module: llvm.ModuleRef
+    functions: list
+    schedules: list[Schedule]
+    settings: dict
+
+
+class LlvmCompiler(Compiler):
+    def __init__(self, threads: int):
+        self.threads = threads
+
+    def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library:
+        start = time.perf_counter()
+        settings = dict(settings or {})
+        cpu, features = _host()
+        tm = _target_machine(cpu, features)
+        threads = int(settings.get("threads", self.threads))
+        schedules = [
+            plan(k.block, tuple(k.buffers), threads, bool(settings.get("reorder", True))) for k in kernels
+        ]
+        f16c = "+f16c" in features.split(",") and not settings.get("soft_half", False)
+        dtypes = settings.get("buffer_dtypes") or {}
+        text = generate(kernels, schedules, f16c, llvm.get_process_triple(), str(tm.target_data), dtypes)
+        cache = ObjectCache(cache_key(text, settings, cpu, features), bool(settings.get("cache", True)))
+        cached = cache.load()
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+        if cached is None:
+            opt = int(settings.get("opt", 3))
+            pto = llvm.create_pipeline_tuning_options(speed_level=opt)
+            pto.loop_vectorization = opt >= 2
+            pto.slp_vectorization = opt >= 2
+            pb = llvm.create_pass_builder(tm, pto)
+            pb.getModulePassManager().run(mod, pb)
+        engine = llvm.create_mcjit_compiler(mod, tm)
+        engine.set_object_cache(lambda _m, data: cache.store(data), lambda _m: cached)
+        engine.finalize_object()
+        functions = [
+            _KERNEL_FN(engine.get_function_address(kernel_symbol(k, info))) for k, info in enumerate(kernels)
+        ]
+        status = "off" if not cache.enabled else "hit" if cache.hit else "miss"
+        return Library(
+            list(kernels),
+            source=text,
+            handle=_Jit(engine, mod, functions, schedules, settings),
+            build_seconds=time.perf_counter() - start,
+            extra={
+                "cache": status,
+                "cache_key": cache.key,
+                "cache_path": str(cache.path),
+                "schedules": schedules,
+            },
+        )
+
+
+class LlvmKernel(Kernel):
+    def __init__(self, library: Library, index: int, pool: WorkerPool, dispatcher: cf.Executor):
+        jit: _Jit = library.handle
+        self.library = library  # keeps the engine alive
+        self.info = library.kernels[index]
+        self.fn = jit.functions[index]
+        self.schedule: Schedule = jit.schedules[index]
+        self.pool = pool
+        self.dispatcher = dispatcher
+        s = jit.settings
+        self.parallel = bool(s.get("parallel", True)) and self.schedule.split
+        self.chunks = max(1, int(s.get("threads", pool.size)))
+        self.min_points = int(s.get("min_parallel_points", 1 << 14))
+        self.last_threads: list[int] = []  # thread ids that ran the chunks of the last run
+
+    def ranges(self) -> list[tuple[int, int]]:
+        """The ``[lo, hi)`` chunks of the split index one run calls the kernel function with."""
+        n = self.schedule.split_range
+        block = self.info.block
+        points = block.index_space  # type: ignore[attr-defined]
+        if not self.parallel or n < 2 or points < self.min_points:
+            return [(0, n)]
+        k = min(self.chunks, n)
+        return [(n * j // k, n * (j + 1) // k) for j in range(k)]
+
+    def run(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
+        if len(params) != len(self.info.buffers):
+            raise ValueError(
+                f"kernel '{self.info.name}' takes {len(self.info.buffers)} buffers, got {len(params)}"
+            )
+        for p in params:
+            if not isinstance(p, HostBuffer):
+                raise TypeError(f"the LLVM CPU device runs on HostBuffers, not {type(p).__name__}")
+        addresses = [p.address for p in params]
+        if len(set(addresses)) != len(addresses):
+            raise ValueError(f"kernel '{self.info.name}' needs distinct buffers (they are noalias)")
+        table = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
+        chunks = self.ranges()
+        held = list(params)  # alive until the run is over
+
+        def work() -> None:
+            assert held is not None
+            if len(chunks) == 1:
+                self.fn(table, *chunks[0])
+                self.last_threads = [threading.get_ident()]
+            else:
+                self.last_threads = self.pool.map(self.fn, [(table, lo, hi) for lo, hi in chunks])
+
+        return timed(self.dispatcher, deps, work)
+
+
+class LlvmExecutor(Executor):
+    def __init__(self, pool: WorkerPool):
+        self.pool = pool
+        # one dispatcher thread: runs and copies start in submission order (so never deadlock
+        # on dependencies, which are always earlier events)
+        self.dispatcher = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tile-llvm-dispatch")
+
+    def allocate(self, size: int) -> HostBuffer:
+        return HostBuffer(size)
+
+    def copy(
+        self,
+        src: Buffer,
+        src_offset: int,
+        dst: Buffer,
+        dst_offset: int,
+        length: int,
+        deps: Sequence[Event] = (),
+    ) -> Event:
+        def work() -> None:
+            s = src.map_current()
+            d = dst.map_discard()
+            d[dst_offset : dst_offset + length] = s[src_offset : src_offset + length]
+
+        return timed(self.dispatcher, deps, work)
+
+    def prepare(self, library: Library, index: int) -> LlvmKernel:
+        return LlvmKernel(library, index, self.pool, self.dispatcher)
+
+
+class LlvmCpuDevice(Device):
+    """The host CPU through LLVM's JIT: every Tile dtype, fp16 and fp64."""
+
+    id = "llvm_cpu.0"
+
+    def __init__(self, threads: int | None = None):
+        n = threads or os.cpu_count() or 1
+        cpu, _ = _host()
+        major, minor, _ = llvm.llvm_version_info
+        self.description = f"LLVM {major}.{minor} JIT for the host CPU ({cpu}), {n} threads"
+        self.capabilities = Capabilities(frozenset(DType), fp64=True, fp16=True, atomics=False)
+        self.pool = WorkerPool(n)
+        self.compiler = LlvmCompiler(n)
+        self.executor = LlvmExecutor(self.pool)
+
+
+__all__ = ["LlvmCpuDevice", "LlvmKernel", "WorkerPool"]

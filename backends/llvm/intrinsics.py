@@ -1,0 +1,198 @@
+"""Every elementwise builtin of ``tile.builtins`` as LLVM IR, with Tile's exact semantics.
+
+``emit_intrinsic(em, stmt, args)`` mirrors ``ref_interp.elementwise``: operands are converted to
+the intrinsic's ``dtype`` (comparisons: to the promotion of their declared dtypes; ``cond``: the
+condition to bool), then
+
+* integer arithmetic wraps; integer ``/`` truncates toward zero, ``x / 0`` is 0 and
+  ``INT_MIN / -1`` wraps (neither reaches ``sdiv``, which would trap);
+* float ``/`` is IEEE; ``max``/``min`` propagate nan (the first operand's when both are nan);
+* ``round`` is numpy's ``trunc(x) + (|x - trunc(x)| >= 0.5 ? sign(x) : 0)`` (half away from zero);
+* shift counts are taken modulo the width; ``>>`` is arithmetic on signed types;
+* float functions call the C library (``expf`` for float32 and float16, ``exp`` for float64); a
+  float16 operation computes in float and rounds once, as numpy does, and ``sigmoid`` is
+  ``1 / (1 + exp(-x))`` rounded after every step, as the interpreter evaluates it.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from backends.llvm.scalars import F32, F64, Emitter, Scalar
+from tile.builtins import BUILTINS
+from tile.dtypes import DType, promote
+from tile.errors import TileRuntimeError
+
+_CMP = {"cmp_eq": "==", "cmp_ne": "!=", "cmp_lt": "<", "cmp_gt": ">", "cmp_le": "<=", "cmp_ge": ">="}
+_CASTS = ("as_float", "as_int", "as_uint", "as_bool", "ident", "assign")
+# the C library functions, by builtin (float32 and float16 use the ``f`` suffixed one)
+_LIBM = {
+    "exp": "exp",
+    "log": "log",
+    "sin": "sin",
+    "cos": "cos",
+    "tan": "tan",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "tanh": "tanh",
+    "asin": "asin",
+    "acos": "acos",
+    "atan": "atan",
+    "asinh": "asinh",
+    "acosh": "acosh",
+    "atanh": "atanh",
+}
+_LLVM_UNARY = {"sqrt": "llvm.sqrt", "floor": "llvm.floor", "ceil": "llvm.ceil"}
+STRUCTURAL = frozenset(
+    {"index", "shape", "reshape", "gather", "scatter", "builtin_softmax", "builtin_logsoftmax"}
+)
+SUPPORTED = frozenset(
+    {*_CMP, *_CASTS, *_LIBM, *_LLVM_UNARY, "round", "sigmoid", "pow", "cond", "bit_left", "bit_right"}
+    | {"add", "sub", "mul", "div", "neg", "abs", "relu", "max", "min", "bit_and", "bit_or", "bit_xor"}
+    | {"bit_not"}
+)
+
+
+def emit_intrinsic(em: Emitter, name: str, args: list[Scalar], dt: DType, where: str) -> ir.Value:
+    """The value (a register of ``dt``) of builtin ``name`` applied to ``args``."""
+    if name not in SUPPORTED:
+        hint = (
+            "whole-tensor operations are Specials"
+            if name in STRUCTURAL
+            else "intrinsics are the elementwise builtins of tile.builtins, or assign"
+        )
+        raise TileRuntimeError(f"{where}: unknown intrinsic '{name}'", None, hint=hint)
+    want = 1 if name == "assign" else BUILTINS[name].tensors
+    if len(args) != want:
+        raise TileRuntimeError(
+            f"{where}: intrinsic '{name}' takes {want} input(s), got {len(args)}",
+            None,
+            hint="check the intrinsic's inputs",
+        )
+    b = em.builder
+    if name in _CMP:
+        common = promote(args[0].declared, args[1].declared)
+        x, y = (em.to(a, common) for a in args)
+        return compare(em, _CMP[name], x, y, common)
+    if name == "cond":
+        c = em.to(args[0], DType.BOOL)
+        return b.select(c, em.to(args[1], dt), em.to(args[2], dt))
+    if name in _CASTS:
+        return em.to(args[0], dt)
+    if name in ("bit_left", "bit_right"):
+        work = DType.INT32 if dt is DType.BOOL else dt
+        x = em.to(args[0], work)
+        count = b.and_(em.to(args[1], work), em.const(work.bits - 1, work))
+        if name == "bit_left":
+            out = b.shl(x, count)
+        else:
+            out = b.ashr(x, count) if work.is_signed else b.lshr(x, count)
+        return em.convert(out, work, dt)
+    if dt is DType.BOOL and name in ("add", "sub", "mul", "div", "neg"):
+        # not produced by Tile's typing (bool arithmetic is int32); as numpy: + is or, * is and
+        inner = emit_intrinsic(em, name, args, DType.INT32, where)
+        return em.convert(inner, DType.INT32, DType.BOOL)
+    xs = [em.to(a, dt) for a in args]
+    if name in ("add", "sub", "mul", "div", "max", "min"):
+        return binary(em, name, xs[0], xs[1], dt)
+    if name in ("bit_and", "bit_or", "bit_xor"):
+        return {"bit_and": b.and_, "bit_or": b.or_, "bit_xor": b.xor}[name](xs[0], xs[1])
+    if name == "bit_not":
+        return b.not_(xs[0])
+    x = xs[0]
+    if name == "neg":
+        return b.fneg(x) if dt.is_float else b.sub(em.zero(dt), x)
+    if name == "abs":
+        if dt.is_float:
+            return em.unary_intrinsic("llvm.fabs", x)
+        if dt is DType.BOOL or not dt.is_signed:
+            return x
+        return b.select(b.icmp_signed("<", x, em.zero(dt)), b.sub(em.zero(dt), x), x)
+    if name == "relu":
+        if dt.is_float:
+            return b.select(b.fcmp_ordered("<", x, em.zero(dt)), em.zero(dt), x)
+        if dt is DType.BOOL or not dt.is_signed:
+            return x
+        return b.select(b.icmp_signed("<", x, em.zero(dt)), em.zero(dt), x)
+    if not dt.is_float:
+        # a float builtin with an integer result type (never produced by Tile's typing):
+        # compute in float64 and convert back
+        out = float_fn(em, name, [em.convert(v, dt, DType.FLOAT64) for v in xs], DType.FLOAT64)
+        return em.convert(out, DType.FLOAT64, dt)
+    return float_fn(em, name, xs, dt)
+
+
+def compare(em: Emitter, op: str, x: ir.Value, y: ir.Value, dt: DType) -> ir.Value:
+    b = em.builder
+    if dt.is_float:
+        return b.fcmp_unordered(op, x, y) if op == "!=" else b.fcmp_ordered(op, x, y)
+    if dt.is_signed:
+        return b.icmp_signed(op, x, y)
+    return b.icmp_unsigned(op, x, y)  # unsigned and bool (False < True)
+
+
+def binary(em: Emitter, op: str, x: ir.Value, y: ir.Value, dt: DType) -> ir.Value:
+    """``add sub mul div max min`` of two registers of ``dt`` (also the aggregations' combine)."""
+    b = em.builder
+    if dt is DType.BOOL:
+        if op in ("add", "max"):
+            return b.or_(x, y)
+        if op in ("mul", "min"):
+            return b.and_(x, y)
+    if op in ("max", "min"):
+        if dt.is_float:
+            pick = b.fcmp_ordered(">=" if op == "max" else "<=", x, y)
+            out = b.select(pick, x, y)
+            out = b.select(b.fcmp_unordered("uno", y, y), y, out)
+            return b.select(b.fcmp_unordered("uno", x, x), x, out)
+        pick = compare(em, ">=" if op == "max" else "<=", x, y, dt)
+        return b.select(pick, x, y)
+    if dt.is_float:
+        fn = {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[op]
+        out = fn(x, y)
+        return em.round_half(out) if dt is DType.FLOAT16 else out
+    if op != "div":
+        return {"add": b.add, "sub": b.sub, "mul": b.mul}[op](x, y)
+    zero = em.zero(dt)
+    y_zero = b.icmp_unsigned("==", y, zero)
+    if not dt.is_signed:
+        q = b.udiv(x, b.select(y_zero, em.const(1, dt), y))
+        return b.select(y_zero, zero, q)
+    minus_one = b.icmp_signed("==", y, em.const(-1, dt))
+    q = b.sdiv(x, b.select(b.or_(y_zero, minus_one), em.const(1, dt), y))
+    return b.select(y_zero, zero, b.select(minus_one, b.sub(zero, x), q))
+
+
+def float_fn(em: Emitter, name: str, xs: list[ir.Value], dt: DType) -> ir.Value:
+    """A float builtin on registers of float ``dt`` (float16: computed in float, rounded once)."""
+    b = em.builder
+    x = xs[0]
+    half = dt is DType.FLOAT16
+
+    def done(v: ir.Value) -> ir.Value:
+        return em.round_half(v) if half else v
+
+    if name in _LLVM_UNARY:
+        return done(em.unary_intrinsic(_LLVM_UNARY[name], x))
+    if name in _LIBM:
+        return done(libm(em, _LIBM[name], [x]))
+    if name == "pow":
+        return done(libm(em, "pow", xs))
+    if name == "sigmoid":
+        one = em.const(1, dt)
+        e = done(libm(em, "exp", [b.fneg(x)]))
+        return done(b.fdiv(one, done(b.fadd(one, e))))
+    assert name == "round", name
+    t = em.unary_intrinsic("llvm.trunc", x)
+    frac = em.unary_intrinsic("llvm.fabs", b.fsub(x, t))
+    one, zero = em.const(1, dt), em.zero(dt)
+    sign = b.select(b.fcmp_ordered(">", x, zero), one, b.select(b.fcmp_ordered("<", x, zero), b.fneg(one), x))
+    step = b.select(b.fcmp_ordered(">=", frac, em.const(0.5, dt)), sign, zero)
+    return done(b.fadd(t, step))
+
+
+def libm(em: Emitter, fn: str, args: list[ir.Value]) -> ir.Value:
+    typ = args[0].type
+    name = fn if typ == F64 else f"{fn}f"
+    assert typ in (F32, F64)
+    return em.call(name, typ, args)

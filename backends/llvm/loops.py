@@ -1,0 +1,97 @@
+"""Views of buffers and the loop helpers the code generator and the specials share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from backends.llvm.scalars import I64, Emitter, i64
+from stripe.ir import Dim
+from tile.dtypes import DType
+
+
+@dataclass(frozen=True)
+class View:
+    """A refinement at the current point: element ``base + Σ k_d * stride_d`` of buffer ``ptr``.
+
+    ``buf_dtype`` is how the buffer's memory holds elements, ``dtype`` the refinement's type:
+    reads convert from the first to the second, writes back.
+    """
+
+    name: str
+    ptr: ir.Value
+    buf_dtype: DType
+    base: ir.Value  # i64 element offset
+    dims: tuple[Dim, ...]
+    dtype: DType
+    agg_op: str
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(d.size for d in self.dims)
+
+    @property
+    def elements(self) -> int:
+        n = 1
+        for d in self.dims:
+            n *= d.size
+        return n
+
+    def at(self, em: Emitter, coords: Sequence[ir.Value]) -> ir.Value:
+        """The buffer position of the element at ``coords`` (i64 values, one per dimension)."""
+        pos = self.base
+        for c, d in zip(coords, self.dims):
+            if d.stride:
+                pos = em.builder.add(pos, em.builder.mul(c, i64(d.stride)))
+        return pos
+
+    def read(self, em: Emitter, pos: ir.Value) -> ir.Value:
+        return em.convert(em.load(self.ptr, pos, self.buf_dtype), self.buf_dtype, self.dtype)
+
+    def write(self, em: Emitter, pos: ir.Value, value: ir.Value) -> None:
+        """Overwrite one element with ``value`` (a register of the view's dtype)."""
+        em.store(em.convert(value, self.dtype, self.buf_dtype), self.ptr, pos, self.buf_dtype)
+
+
+def for_range(em: Emitter, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value], None]) -> None:
+    """``for (i = lo; i < hi; i++) body(i)`` with the builder left after the loop."""
+    b = em.builder
+    fn = b.block.function
+    head, loop, done = (fn.append_basic_block() for _ in range(3))
+    entry = b.block
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    i.add_incoming(lo, entry)
+    b.cbranch(b.icmp_signed("<", i, hi), loop, done)
+    b.position_at_end(loop)
+    body(i)
+    i.add_incoming(b.add(i, i64(1), flags=["nsw"]), b.block)
+    b.branch(head)
+    b.position_at_end(done)
+
+
+def for_box(em: Emitter, sizes: Sequence[int], body: Callable[[list[ir.Value]], None]) -> None:
+    """Nested loops over ``sizes`` (row-major: the first size outermost)."""
+
+    def level(k: int, coords: list[ir.Value]) -> None:
+        if k == len(sizes):
+            body(coords)
+            return
+        for_range(em, i64(0), i64(sizes[k]), lambda c: level(k + 1, [*coords, c]))
+
+    level(0, [])
+
+
+def unravel(em: Emitter, flat: ir.Value, sizes: Sequence[int]) -> list[ir.Value]:
+    """Row-major coordinates of the flat position ``flat`` in a box of ``sizes``."""
+    b = em.builder
+    coords = []
+    inner = 1
+    for s in reversed(sizes):
+        c = b.udiv(flat, i64(inner)) if inner != 1 else flat
+        coords.append(b.urem(c, i64(s)) if s else i64(0))
+        inner *= max(s, 1)
+    return list(reversed(coords))

@@ -1,0 +1,277 @@
+"""Scalars in LLVM IR: how each Tile dtype is held, loaded, stored and converted.
+
+Representation (the backend's one convention, used by every other module):
+
+* **registers**: ``bool`` is ``i1``; integers are ``iN`` (signedness lives in the dtype, not the
+  type); ``float32``/``float64`` are ``float``/``double``; ``float16`` is a ``float`` that always
+  holds a value exactly representable in half precision (every float16 operation computes in
+  ``float`` and rounds back, which is what numpy does, and never needs LLVM's ``half`` arithmetic).
+* **memory**: ``bool`` is one byte (0 or 1, as numpy stores it); ``float16`` is its IEEE bits in an
+  ``i16``; the others as in registers.
+
+Conversions follow ``ref_interp.numerics`` exactly: to bool is ``x != 0`` (nan is true); float to
+integer truncates toward zero and wraps modulo 2**bits, nan and ±inf giving 0 (through an exact
+reduction modulo 2**64, see ``_ftoi64``); integers wrap; every rounding to float16 is a single
+correct rounding (double -> float16 goes through float rounded to odd, which makes the second
+rounding exact).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from llvmlite import ir
+
+from tile.dtypes import DType
+
+I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
+F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+
+
+def reg_type(dt: DType) -> ir.Type:
+    if dt is DType.BOOL:
+        return I1
+    if dt.is_float:
+        return F64 if dt is DType.FLOAT64 else F32
+    return ir.IntType(dt.bits)
+
+
+def mem_type(dt: DType) -> ir.Type:
+    if dt is DType.BOOL:
+        return I8
+    if dt is DType.FLOAT16:
+        return I16
+    return reg_type(dt)
+
+
+def i64(n: int) -> ir.Constant:
+    return ir.Constant(I64, int(n))
+
+
+def wrap_int(value: int, bits: int) -> int:
+    """``value`` modulo 2**bits, as the signed number LLVM's text format wants."""
+    v = int(value) % (1 << bits)
+    return v - (1 << bits) if v >= 1 << (bits - 1) else v
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A ``$scalar``: its register value, the dtype it is held in (conversions start from there) and
+    the dtype Stripe declared (type rules use it). They differ only for float ``Constant``s, which
+    stay double until an operation converts them, as in the interpreter."""
+
+    value: ir.Value
+    dtype: DType
+    declared: DType
+
+
+class Emitter:
+    """Builds scalar code into ``self.builder``; owns the module's helper and libm declarations."""
+
+    def __init__(self, module: ir.Module, f16c: bool):
+        self.module = module
+        self.f16c = f16c
+        self.builder: ir.IRBuilder = None  # type: ignore[assignment]  # set per function
+        self.alloca_block: ir.Block = None  # type: ignore[assignment]  # set per function
+        self._fns: dict[str, ir.Function] = {}
+
+    # ------------------------------------------------------------------ declarations
+    def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        """A function of the process (libm) or an LLVM intrinsic, declared once."""
+        if name not in self._fns:
+            if name.startswith("llvm."):
+                base, _, _ = name.rpartition(".")
+                self._fns[name] = self.module.declare_intrinsic(base, [args[0]])
+            else:
+                self._fns[name] = ir.Function(self.module, ir.FunctionType(ret, args), name)
+        return self._fns[name]
+
+    def call(self, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
+        fn = self.declare(name, ret, [a.type for a in args])
+        if not name.startswith("llvm."):
+            # a C library call stays that call: no folding pow(2, x) into exp2(x) and the like
+            fn.attributes.add("nobuiltin")
+        return self.builder.call(fn, args)
+
+    def unary_intrinsic(self, base: str, x: ir.Value) -> ir.Value:
+        suffix = "f64" if x.type == F64 else "f32"
+        return self.call(f"{base}.{suffix}", x.type, [x])
+
+    def _helper(self, name: str, ret: ir.Type, args: list[ir.Type], body) -> ir.Function:
+        """An internal always-inlined function, built once by ``body(builder, fn)``."""
+        if name not in self._fns:
+            fn = ir.Function(self.module, ir.FunctionType(ret, args), name)
+            fn.linkage = "internal"
+            fn.attributes.add("alwaysinline")
+            body(ir.IRBuilder(fn.append_basic_block("entry")), fn)
+            self._fns[name] = fn
+        return self._fns[name]
+
+    def alloca(self, typ: ir.Type, count: int | None = None) -> ir.Value:
+        """A stack slot in the function's alloca block (``self.alloca_block``, which the code
+        generator branches from to the function's body when it is done); mem2reg promotes scalars."""
+        b = ir.IRBuilder(self.alloca_block)
+        slot = b.alloca(typ, size=None if count is None else i64(count))
+        slot.type = PTR  # llvmlite types allocas as typed pointers; LLVM 17+ only has ``ptr``
+        return slot
+
+    # ------------------------------------------------------------------------ memory
+    def load(self, ptr: ir.Value, index: ir.Value, dt: DType) -> ir.Value:
+        b = self.builder
+        raw = b.load(b.gep(ptr, [index], inbounds=True, source_etype=mem_type(dt)), typ=mem_type(dt))
+        if dt is DType.BOOL:
+            return b.icmp_unsigned("!=", raw, ir.Constant(I8, 0))
+        if dt is DType.FLOAT16:
+            return self.h2f(raw)
+        return raw
+
+    def store(self, value: ir.Value, ptr: ir.Value, index: ir.Value, dt: DType) -> None:
+        b = self.builder
+        if dt is DType.BOOL:
+            value = b.zext(value, I8)
+        elif dt is DType.FLOAT16:
+            value = self.f2h(value)
+        b.store(value, b.gep(ptr, [index], inbounds=True, source_etype=mem_type(dt)))
+
+    # ---------------------------------------------------------------------- constants
+    def const(self, value, dt: DType) -> ir.Constant:
+        """``value`` (int, float, bool) converted to ``dt`` as a register constant."""
+        if dt is DType.BOOL:
+            return ir.Constant(I1, int(bool(value)))
+        if dt.is_float:
+            v = float(np.asarray(value, dtype=dt.numpy))  # rounds like numpy (float16 included)
+            return ir.Constant(reg_type(dt), v)
+        return ir.Constant(reg_type(dt), wrap_int(int(value), dt.bits))
+
+    def zero(self, dt: DType) -> ir.Constant:
+        return self.const(0, dt)
+
+    # -------------------------------------------------------------------- float16
+    def f2h(self, x: ir.Value) -> ir.Value:
+        """float -> float16 bits, rounding to nearest even."""
+        if self.f16c:
+            return self.builder.bitcast(self.builder.fptrunc(x, F16), I16)
+        return self.builder.call(self._helper("tile.f2h", I16, [F32], _soft_f2h), [x])
+
+    def h2f(self, h: ir.Value) -> ir.Value:
+        """float16 bits -> float (exact)."""
+        if self.f16c:
+            return self.builder.fpext(self.builder.bitcast(h, F16), F32)
+        return self.builder.call(self._helper("tile.h2f", F32, [I16], _soft_h2f), [h])
+
+    def round_half(self, x: ir.Value) -> ir.Value:
+        """A float rounded to the nearest float16 value (kept in a float register)."""
+        return self.h2f(self.f2h(x))
+
+    def round_to_odd_f32(self, d: ir.Value) -> ir.Value:
+        """double -> float, truncating and setting the last bit when inexact (round to odd)."""
+        b = self.builder
+        f = b.fptrunc(d, F32)
+        fabs = self.unary_intrinsic("llvm.fabs", b.fpext(f, F64))
+        bits = b.bitcast(f, I32)
+        too_big = b.fcmp_ordered(">", fabs, self.unary_intrinsic("llvm.fabs", d))
+        bits = b.select(too_big, b.sub(bits, ir.Constant(I32, 1)), bits)
+        inexact = b.fcmp_ordered("!=", b.fpext(b.bitcast(bits, F32), F64), d)
+        bits = b.select(inexact, b.or_(bits, ir.Constant(I32, 1)), bits)
+        return b.bitcast(bits, F32)
+
+    # ------------------------------------------------------------------ conversions
+    def convert(self, v: ir.Value, src: DType, dst: DType) -> ir.Value:
+        """Tile's conversion of a register value from ``src`` to ``dst``."""
+        b = self.builder
+        if src is dst:
+            return v
+        if dst is DType.BOOL:
+            if src.is_float:
+                return b.fcmp_unordered("!=", v, self.zero(src))
+            return b.icmp_unsigned("!=", v, self.zero(src))
+        if dst.is_float:
+            if not src.is_float:
+                wide = F64 if dst is DType.FLOAT64 else F32
+                signed = src.is_signed and src is not DType.BOOL
+                out = b.sitofp(v, wide) if signed else b.uitofp(v, wide)
+                # |int| < 65520 converts exactly to float, larger ones stay >= 65520 (-> inf)
+                return self.round_half(out) if dst is DType.FLOAT16 else out
+            if dst is DType.FLOAT64:
+                return b.fpext(v, F64)
+            if src is DType.FLOAT64:
+                if dst is DType.FLOAT32:
+                    return b.fptrunc(v, F32)
+                return self.round_half(self.round_to_odd_f32(v))
+            # float16 <-> float32 (both float registers)
+            return v if dst is DType.FLOAT32 else self.round_half(v)
+        to = reg_type(dst)
+        if src is DType.BOOL:
+            return b.zext(v, to)
+        if src.is_float:
+            d = v if src is DType.FLOAT64 else b.fpext(v, F64)
+            out = b.call(self._helper("tile.ftoi64", I64, [F64], _ftoi64), [d])
+            return out if dst.bits == 64 else b.trunc(out, to)
+        if src.bits == dst.bits:
+            return v
+        if src.bits > dst.bits:
+            return b.trunc(v, to)
+        return b.sext(v, to) if src.is_signed else b.zext(v, to)
+
+    def to(self, s: Scalar, dst: DType) -> ir.Value:
+        return self.convert(s.value, s.dtype, dst)
+
+
+# --------------------------------------------------------------------- helper bodies
+def _ftoi64(b: ir.IRBuilder, fn: ir.Function) -> None:
+    """double -> int64 modulo 2**64: truncate toward zero; nan and ±inf give 0.
+
+    Below 2**63 in magnitude ``fptosi`` is exact. Above, the value is ``mantissa << e`` with
+    ``e >= 11``, so its residue modulo 2**64 is that shift done in 64-bit integers (0 once e >= 64).
+    """
+    (d,) = fn.args
+    fabs = b.call(fn.module.declare_intrinsic("llvm.fabs", [F64]), [d])
+    t = b.call(fn.module.declare_intrinsic("llvm.trunc", [F64]), [d])
+    small = b.fcmp_ordered("<", fabs, ir.Constant(F64, 2.0**63))
+    finite = b.fcmp_ordered("<", fabs, ir.Constant(F64, float("inf")))
+    direct = b.fptosi(b.select(small, t, ir.Constant(F64, 0.0)), I64)
+    bits = b.bitcast(t, I64)
+    e = b.sub(b.and_(b.lshr(bits, i64(52)), i64(0x7FF)), i64(1075))
+    mant = b.or_(b.and_(bits, i64((1 << 52) - 1)), i64(1 << 52))
+    in_range = b.and_(b.icmp_signed(">=", e, i64(0)), b.icmp_signed("<", e, i64(64)))
+    shifted = b.shl(mant, b.select(in_range, e, i64(0)))
+    big = b.select(in_range, shifted, i64(0))
+    big = b.select(b.icmp_signed("<", bits, i64(0)), b.sub(i64(0), big), big)
+    b.ret(b.select(finite, b.select(small, direct, big), i64(0)))
+
+
+def _soft_f2h(b: ir.IRBuilder, fn: ir.Function) -> None:
+    """float -> float16 bits with round to nearest even, in integer arithmetic (no F16C)."""
+    (f,) = fn.args
+    c32 = lambda n: ir.Constant(I32, n)  # noqa: E731
+    x = b.bitcast(f, I32)
+    sign = b.trunc(b.lshr(b.and_(x, c32(0x80000000)), c32(16)), I16)
+    a = b.and_(x, c32(0x7FFFFFFF))
+    nan = b.or_(c32(0x7E00), b.and_(b.lshr(a, c32(13)), c32(0x3FF)))
+    special = b.select(b.icmp_unsigned(">", a, c32(0x7F800000)), nan, c32(0x7C00))
+    # subnormal halves: adding 0.5 rounds |f| to a multiple of 2**-24 (RNE) in the low bits
+    sub = b.sub(b.bitcast(b.fadd(b.bitcast(a, F32), ir.Constant(F32, 0.5)), I32), c32(0x3F000000))
+    odd = b.and_(b.lshr(a, c32(13)), c32(1))
+    normal = b.lshr(b.add(b.add(a, c32(((15 - 127) << 23) + 0xFFF)), odd), c32(13))
+    out = b.select(b.icmp_unsigned("<", a, c32(0x38800000)), sub, normal)
+    out = b.select(b.icmp_unsigned(">=", a, c32(0x477FF000)), c32(0x7C00), out)
+    out = b.select(b.icmp_unsigned(">=", a, c32(0x7F800000)), special, out)
+    b.ret(b.or_(b.trunc(out, I16), sign))
+
+
+def _soft_h2f(b: ir.IRBuilder, fn: ir.Function) -> None:
+    """float16 bits -> float, exactly, in integer arithmetic (no F16C)."""
+    (h,) = fn.args
+    c32 = lambda n: ir.Constant(I32, n)  # noqa: E731
+    x = b.zext(h, I32)
+    sign = b.shl(b.and_(x, c32(0x8000)), c32(16))
+    em = b.and_(x, c32(0x7FFF))
+    inf_nan = b.or_(c32(0x7F800000), b.shl(b.and_(em, c32(0x3FF)), c32(13)))
+    normal = b.add(b.shl(em, c32(13)), c32((127 - 15) << 23))
+    sub = b.bitcast(b.fmul(b.uitofp(em, F32), ir.Constant(F32, 2.0**-24)), I32)
+    out = b.select(b.icmp_unsigned("<", em, c32(0x400)), sub, normal)
+    out = b.select(b.icmp_unsigned(">=", em, c32(0x7C00)), inf_nan, out)
+    b.ret(b.bitcast(b.or_(out, sign), F32))
