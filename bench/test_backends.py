@@ -1,5 +1,6 @@
-"""Compiled targets against numpy, measured in the same run: GFLOP/s (GB/s for elementwise) and the
-ratio (numpy time / target time; above 1 means faster than numpy). Compile time is reported apart.
+"""Compiled targets against a reference measured in the same run — numpy on the CPU, PyTorch (fp32,
+TF32 off) for GPU targets: GFLOP/s (GB/s for elementwise) and the ratio (reference time / target
+time; above 1 means faster than the reference). Compile time is reported apart.
 
 Run: ``python -m pytest bench/ --benchmark-only [--target ID]`` (default: every compiled device).
 """
@@ -64,6 +65,35 @@ def _cases():
 CASES = _cases()
 
 
+def _torch_reference(case: str, inputs: dict):
+    """The same computation in PyTorch on the GPU (TF32 off), or None when there is no CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = {k: torch.from_numpy(v).cuda() for k, v in inputs.items()}
+    if case.startswith("matmul"):
+        fn = lambda: torch.mm(dev["A"], dev["B"])  # noqa: E731
+    elif case.startswith("conv"):
+        x = dev["I"].permute(0, 3, 1, 2).contiguous()
+        w = dev["K"].permute(3, 2, 0, 1).contiguous()
+        fn = lambda: torch.nn.functional.conv2d(x, w, padding=1)  # noqa: E731
+    else:
+        fn = lambda: torch.relu(dev["X"] * 2 + 1) / (1 + torch.exp(-dev["X"]))  # noqa: E731
+
+    def run():
+        out = fn()
+        torch.cuda.synchronize()
+        return out
+
+    run()
+    return run
+
+
 def _best(fn, repeat=3):
     best = float("inf")
     for _ in range(repeat):
@@ -89,18 +119,22 @@ def test_target(benchmark, target, case):
     (got,) = out.values()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     ours = benchmark.stats.stats.min
-    ref = _best(lambda: reference(inputs))
+    # A GPU target is compared with PyTorch on the GPU; everything else with numpy.
+    torch_run = _torch_reference(case, inputs) if "gpu" in target else None
+    ref_name = "pytorch" if torch_run else "numpy"
+    ref = _best(torch_run if torch_run else lambda: reference(inputs), repeat=5 if torch_run else 3)
     scale = 1e9
     benchmark.extra_info.update(
         {
             "rate": work / ours / scale,
             "unit": unit,
-            "numpy_rate": work / ref / scale,
-            "ratio_to_numpy": ref / ours,
+            "reference": ref_name,
+            "reference_rate": work / ref / scale,
+            "ratio": ref / ours,
             "compile_s": compile_s,
         }
     )
     print(
-        f"\n{target} {case}: {work / ours / scale:.2f} {unit} (numpy {work / ref / scale:.2f}), "
+        f"\n{target} {case}: {work / ours / scale:.2f} {unit} ({ref_name} {work / ref / scale:.2f}), "
         f"ratio {ref / ours:.3f}, compile {compile_s:.2f} s"
     )
