@@ -17,10 +17,14 @@ Rules:
   taken over the enclosing block's box. For each dim ``d`` of a view, with parent size ``P`` and
   view size ``S``, ``S <= P`` and every value ``a`` of the access must satisfy ``0 <= a`` and
   ``a + S <= P``. Without constraints the access range is its interval over the index box
-  (``tile.bounds.poly_interval``). With constraints it is the exact rational projection of the
-  polyhedron box ∩ constraints onto the access (Fourier–Motzkin, ``tile.bounds``), rounded inward
-  to integers, so the usual padding constraints (``-1 + kx + x >= 0``) make their accesses valid.
-  Blocks whose index space is empty, views with a zero size and local allocations are not checked.
+  (``tile.bounds.poly_interval``). With constraints only the points meeting them count, so the
+  usual padding constraints (``-1 + kx + x >= 0``) make their accesses valid: a box of at most
+  ``ENUM_LIMIT`` points is checked exactly, point by point; a larger one by projecting box ∩
+  constraints onto the access with integer Fourier–Motzkin (each derived inequality divided by its
+  gcd, its constant floored), whose bounds are never tighter than the truth, so a valid block is
+  never rejected. A projection growing past ``FM_LIMIT`` inequalities is given up, and that dim
+  gets only the ``S <= P`` check. The box is tightened the same way before nested blocks use it.
+  Blocks with no valid point, views with a zero size and local allocations get no bounds check.
 * Statements: scalars start with ``$``, are defined once (``load``, ``load_index``, constants,
   intrinsic outputs) before any use (``store``, intrinsic inputs), and are local to their block.
   Loads, stores and specials name refinements of their block; nothing stores into (or is a
@@ -31,7 +35,8 @@ Rules:
 from __future__ import annotations
 
 import math
-from fractions import Fraction
+
+import numpy as np
 
 from stripe.ir import (
     AGG_OPS,
@@ -46,15 +51,16 @@ from stripe.ir import (
     Statement,
     Store,
 )
-from stripe.printer import fmt_affine, fmt_ref
+from stripe.printer import fmt_affine, fmt_ref, fmt_stmt
 from tile.affine import Affine
-from tile.bounds import Range, feasible, poly_interval, rational_bounds
+from tile.bounds import poly_interval
 from tile.builtins import BUILTINS
-from tile.errors import Span, TileError
+from tile.errors import TileError
 
 Box = dict[str, tuple[int, int]]
-_NOWHERE = Span(0, 0)
 _T = "\0access"  # the projected variable; no index can have this name
+FM_LIMIT = 300  # inequalities; past it a projection gives up (and its check is skipped)
+ENUM_LIMIT = 200_000  # index points; a constrained block up to this size is checked point by point
 
 
 class StripeError(TileError):
@@ -73,6 +79,7 @@ class _Checker:
         self.path, self.parent, self.b = path, parent, block
         self.parent_box = parent_box
         self.idx_names = {i.name for i in block.idxs}
+        self.points: dict[str, np.ndarray] | None = None  # every valid index point, when few enough
 
     def fail(self, message: str, hint: str) -> StripeError:
         return StripeError(f"in block {self.path}: {message}", None, hint)
@@ -122,27 +129,35 @@ class _Checker:
             box[i.name] = (int(lo), int(hi) + i.range - 1)
         if not self.b.constraints:
             return box
-        conds = self.conditions(box)
-        if not feasible(conds, list(box)):
+        self.points = enumerate_points(box, self.b.constraints)
+        if self.points is not None:
+            if not len(next(iter(self.points.values()))):
+                return None  # no point meets the constraints
+            return {v: (int(p.min()), int(p.max())) for v, p in self.points.items()}
+        try:
+            tight = {v: project(self.ineqs(box), Affine.var(v)) for v in box}
+        except Empty:
             return None
-        bounds = rational_bounds(conds, list(box))
-        return {v: (math.ceil(bounds[v][0]), math.floor(bounds[v][1])) for v in box}
+        return {v: tight[v] or box[v] for v in box}
 
-    def conditions(self, box: Box) -> list[Range]:
-        conds = [Range(Affine.var(v), Fraction(lo), Fraction(hi), v, _NOWHERE) for v, (lo, hi) in box.items()]
-        for c in self.b.constraints:
-            hi = max(poly_interval(c, box)[1], Fraction(0))
-            conds.append(Range(c, Fraction(0), hi, "constraint", _NOWHERE))
-        return conds
+    def ineqs(self, box: Box) -> list[Ineq]:
+        out = [ineq(c) for c in self.b.constraints]
+        for v, (lo, hi) in box.items():
+            out += [ineq(Affine.var(v) - lo), ineq(hi - Affine.var(v))]
+        return [i for i in out if i is not None]
 
-    def access_range(self, a: Affine, box: Box) -> tuple[int, int]:
+    def access_range(self, a: Affine, box: Box) -> tuple[int, int] | None:
+        """The access's least and greatest value over the block's points (None: too costly to tell)."""
         if not self.b.constraints or a.is_constant:
             lo, hi = poly_interval(a, box)
             return int(lo), int(hi)
-        equal = Range(a - Affine.var(_T), Fraction(0), Fraction(0), "access", _NOWHERE)
-        conds = [*self.conditions(box), equal]
-        lo, hi = rational_bounds(conds, [*box, _T])[_T]
-        return math.ceil(lo), math.floor(hi)
+        if self.points is not None and small(a):
+            values = evaluate(a, self.points)
+            return int(values.min()), int(values.max())
+        try:
+            return project(self.ineqs(box), a)
+        except Empty:  # pragma: no cover - box() already found the block empty
+            return None
 
     # ------------------------------------------------------------------ refinements
     def check_refs(self, box: Box | None) -> None:
@@ -204,7 +219,10 @@ class _Checker:
                     f"{what}: dim {d} has size {view.size}, larger than its parent's {par.size}",
                     "a view fits inside the ref it refines",
                 )
-            lo, hi = self.access_range(a, box)
+            span = self.access_range(a, box)
+            if span is None:
+                continue
+            lo, hi = span
             if lo < 0 or hi + view.size > par.size:
                 raise self.fail(
                     f"{what}: dim {d} covers [{lo}, {hi + view.size - 1}] over the index space, outside "
@@ -218,7 +236,7 @@ class _Checker:
         defined: set[str] = set()
 
         def at(k: int, s: Statement) -> str:
-            return f"{at(k, s)}"
+            return f"statement {k} (`{fmt_stmt(s)}`)"
 
         def ref(name: str, k: int, s: Statement, writes: bool) -> None:
             if name not in refs:
@@ -282,6 +300,110 @@ class _Checker:
                     ref(o, k, s, True)
             else:
                 raise self.fail(f"statement {k} is not a Stripe statement: {s!r}", "see stripe.ir.Statement")
+
+
+# ---------------------------------------------------------------------- enumeration
+def enumerate_points(box: Box, constraints: tuple[Affine, ...]) -> dict[str, np.ndarray] | None:
+    """The index points of ``box`` meeting every constraint, as one array per index; None when the
+    box has more than ``ENUM_LIMIT`` points or coefficients too large for int64."""
+    sizes = [hi - lo + 1 for lo, hi in box.values()]
+    if math.prod(sizes) > ENUM_LIMIT or not box:
+        return None
+    if any(abs(x) > 2**20 for lo, hi in box.values() for x in (lo, hi)) or not all(map(small, constraints)):
+        return None
+    axes = [np.arange(lo, hi + 1, dtype=np.int64) for lo, hi in box.values()]
+    grid = {v: g.ravel() for v, g in zip(box, np.meshgrid(*axes, indexing="ij"))}
+    keep = np.ones(math.prod(sizes), dtype=bool)
+    for k in constraints:
+        keep &= evaluate(k, grid) >= 0
+    return {v: g[keep] for v, g in grid.items()}
+
+
+def small(a: Affine) -> bool:
+    """Whether ``a`` evaluates in int64 without overflow over points with coordinates below 2**20."""
+    return abs(a.const) < 2**40 and all(abs(c) < 2**30 for _, c in a.terms) and len(a.terms) < 256
+
+
+def evaluate(a: Affine, points: dict[str, np.ndarray]) -> np.ndarray:
+    n = len(next(iter(points.values())))
+    out = np.full(n, int(a.const), dtype=np.int64)
+    for v, c in a.terms:
+        out += int(c) * points[v]
+    return out
+
+
+# ---------------------------------------------------------------------- integer Fourier–Motzkin
+# An inequality ``sum(a_v * v) + c >= 0`` over integer points, as (sorted integer coefficients, c).
+Ineq = tuple[tuple[tuple[str, int], ...], int]
+
+
+class Empty(Exception):
+    """The polyhedron has no integer point."""
+
+
+def ineq(a: Affine) -> Ineq | None:
+    """``a >= 0`` divided by the gcd of its coefficients, the constant floored (sound for integer
+    points, and it tightens); None when it always holds; ``Empty`` when it never does."""
+    coeffs = {v: int(c) for v, c in a.terms}
+    const = int(a.const)
+    if not coeffs:
+        if const < 0:
+            raise Empty
+        return None
+    g = math.gcd(*coeffs.values())
+    return tuple(sorted((v, c // g) for v, c in coeffs.items())), const // g
+
+
+def project(ineqs: list[Ineq], target: Affine) -> tuple[int, int] | None:
+    """The least and greatest integer value ``target`` may take (an over-approximation: the real
+    shadow with gcd tightening); None when elimination grows past ``FM_LIMIT`` inequalities."""
+    work = [*ineqs, ineq(Affine.var(_T) - target), ineq(target - Affine.var(_T))]
+    rows: dict[tuple, int] = {}
+    for i in work:
+        if i is not None and (i[0] not in rows or i[1] < rows[i[0]]):
+            rows[i[0]] = i[1]
+    while True:
+        if len(rows) > FM_LIMIT:
+            return None
+        others = {v for coeffs in rows for v, _ in coeffs if v != _T}
+        if not others:
+            break
+        var = min(sorted(others), key=lambda v: _cost(rows, v))
+        rows = _eliminate(rows, var)
+    lo = hi = None
+    for coeffs, const in rows.items():
+        ((_, a),) = coeffs  # only the target is left, with coefficient +-1 after tightening
+        if a > 0:
+            lo = -const if lo is None else max(lo, -const)
+        else:
+            hi = const if hi is None else min(hi, const)
+    assert lo is not None and hi is not None, "the index box bounds every access"
+    if lo > hi:
+        raise Empty
+    return lo, hi
+
+
+def _cost(rows: dict[tuple, int], v: str) -> int:
+    p = sum(1 for coeffs in rows if dict(coeffs).get(v, 0) > 0)
+    n = sum(1 for coeffs in rows if dict(coeffs).get(v, 0) < 0)
+    return p * n - p - n
+
+
+def _eliminate(rows: dict[tuple, int], var: str) -> dict[tuple, int]:
+    pos, neg, out = [], [], {}
+    for coeffs, const in rows.items():
+        a = dict(coeffs).get(var, 0)
+        if a == 0:
+            out[coeffs] = const
+        else:
+            (pos if a > 0 else neg).append((dict(coeffs), const, a))
+    for pc, pk, pa in pos:
+        for nc, nk, na in neg:
+            merged = {v: pc.get(v, 0) * -na + nc.get(v, 0) * pa for v in set(pc) | set(nc) if v != var}
+            i = ineq(Affine.build(merged, pk * -na + nk * pa))
+            if i is not None and (i[0] not in out or i[1] < out[i[0]]):
+                out[i[0]] = i[1]
+    return out
 
 
 __all__ = ["StripeError", "verify"]
