@@ -12,7 +12,7 @@ import numpy as np
 from ref_interp.numerics import PRECISIONS
 from ref_interp.run import run
 from tile.errors import TileError, TileInputError, TilePrecisionWarning
-from tile.inputs import add_input_arguments, describe, gather_inputs, load_npz
+from tile.inputs import add_input_arguments, describe, gather_inputs, load_npz, random_array
 from tile.parser import parse
 
 
@@ -21,8 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m ref_interp", description="The exact Tile reference interpreter."
     )
     sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="evaluate a .tile program")
-    r.add_argument("file", help="the .tile program")
+    r = sub.add_parser("run", help="evaluate a .tile program, or a .stripe program")
+    r.add_argument("file", help="the .tile (or .stripe) program")
     add_input_arguments(r)
     r.add_argument("--precision", choices=PRECISIONS, default="native")
     r.add_argument("--output", help="write every output to this .npz archive")
@@ -41,6 +41,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _run_stripe(text: str, args, given: dict) -> tuple[dict, dict]:
+    """A Stripe program: its inputs' sizes are in the program, so missing ones are made up."""
+    from ref_interp.stripe_exec import run_stripe, stripe_input_names
+    from stripe.parser import parse_stripe
+    from stripe.verify import verify
+
+    block = parse_stripe(text, args.file)
+    verify(block)
+    rng = np.random.default_rng(args.seed)
+    inputs = dict(given)
+    for name, sizes, dtype in stripe_input_names(block):
+        if name not in inputs:
+            inputs[name] = random_array(sizes, dtype, rng)
+    return inputs, run_stripe(block, inputs, args.precision, max_points=args.max_points)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -52,10 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", TilePrecisionWarning)
-            program = parse(text, args.file)
             given = load_npz(args.inputs) if args.inputs else {}
-            inputs = gather_inputs(program, given, args.shape, args.seed)
-            outputs = run(program, inputs, args.precision, max_points=args.max_points, stage=args.stage)
+            if args.file.endswith(".stripe"):
+                inputs, outputs = _run_stripe(text, args, given)
+            else:
+                program = parse(text, args.file)
+                inputs = gather_inputs(program, given, args.shape, args.seed)
+                outputs = run(program, inputs, args.precision, max_points=args.max_points, stage=args.stage)
     except TileError as e:
         print(e, file=sys.stderr)
         return 1

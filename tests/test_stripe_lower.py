@@ -12,6 +12,9 @@ from ref_interp.run import input_types
 from ref_interp.stripe_exec import run_stripe
 from stripe.ir import Block, Intrinsic, Load, RefDir, Special, Store, walk
 from stripe.lower import lower
+from stripe.parser import parse_stripe
+from stripe.printer import format_block
+from stripe.verify import verify
 from tests.test_autodiff_properties import chain_case
 from tests.test_bruteforce import cases
 from tile.affine import Affine
@@ -31,9 +34,13 @@ SLIDES_CONV = """function (I[X, Y, C1], K1[KX, KY, C1, C2]) -> (O1) {
 
 
 def lowered(src: str, inputs: dict) -> tuple[Block, object]:
+    """The lowered program, checked on the way: it verifies and its text round-trips exactly."""
     p = tile.parse(src)
     b = bind(p, input_types(p, inputs))
-    return lower(b), b
+    prog = lower(b)
+    verify(prog)
+    assert parse_stripe(format_block(prog)) == prog
+    return prog, b
 
 
 def kernels(program: Block, *tags: str) -> list[Block]:
@@ -187,3 +194,31 @@ def test_gradient_programs_match_tile(src, shapes):
     feed = {**ins, **{cot: np.ones(fwd[o].shape) for o, cot in g.cotangents.items()}}
     prog, b = lowered(tile.printer.format_program(g.program), feed)
     assert_same(ref_interp.run(b, feed), run_stripe(prog, feed))
+
+
+def test_stripe_text_runs_from_the_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    src, shapes = PROGRAMS[1]
+    ins = {k: np.random.default_rng(1).integers(-3, 4, s).astype(np.float32) for k, s in shapes.items()}
+    prog, b = lowered(src, ins)
+    (tmp_path / "p.stripe").write_text(format_block(prog))
+    np.savez(tmp_path / "in.npz", **ins)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ref_interp",
+            "run",
+            str(tmp_path / "p.stripe"),
+            "--inputs",
+            str(tmp_path / "in.npz"),
+            "--output",
+            str(tmp_path / "out.npz"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["DI"], ref_interp.run(b, ins)["DI"])
