@@ -1,72 +1,29 @@
-"""Compiled targets against a reference measured in the same run — numpy on the CPU, PyTorch (fp32,
-TF32 off) for GPU targets: GFLOP/s (GB/s for elementwise) and the ratio (reference time / target
-time; above 1 means faster than the reference). Compile time is reported apart.
+"""Compiled targets on every case of ``bench/cases.py``, against a reference measured in the same
+run: numpy on CPU targets, PyTorch (fp32, TF32 off) on GPU targets when torch has CUDA, and
+PlaidML 0.7 besides where it imports. Records GFLOP/s or GB/s and the ratio (reference time /
+target time; above 1 means faster than the reference). Compile time is measured apart.
 
-Run: ``python -m pytest bench/ --benchmark-only [--target ID]`` (default: every compiled device).
+Run: ``python -m pytest bench/ --benchmark-only [--target ID] [--benchmark-json=RUN.json]``
+(default: every compiled device), then ``python -m bench report RUN.json``.
 """
 
 from __future__ import annotations
 
 import time
 
-import numpy as np
 import pytest
 
 import tile
+from bench.cases import Case, Inputs, best_of, cases, plaidml_reference, record, rounds_for
 
-MATMUL = "function (A[M, L], B[L, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]); }"
-CONV = """function (I[N, H, W, CI], K[KH, KW, CI, CO]) -> (O) {
-    O[n, x, y, co: N, H, W, CO] = +(I[n, x + kx - 1, y + ky - 1, ci] * K[kx, ky, ci, co]);
-}"""
-CHAIN = "function (X) -> (Y) { Y = relu(X * 2 + 1) / (1 + exp(-X)); }"
+CASES = cases("compiled")
 
 
-def chain_ref(x):
-    """numpy's version of CHAIN."""
-    return np.maximum(x * 2 + 1, 0) / (1 + np.exp(-x))
-
-
-def _conv_ref(i, k):
-    n, h, w, _ = i.shape
-    p = np.pad(i, ((0, 0), (1, 1), (1, 1), (0, 0)))
-    out = np.zeros((n, h, w, k.shape[3]), np.float32)
-    for a in range(3):
-        for b in range(3):
-            out += np.einsum("nxyc,cd->nxyd", p[:, a : a + h, b : b + w], k[a, b], optimize=True)
-    return out
-
-
-def _cases():
-    r = np.random.default_rng(0)
-    out = {}
-    for n in (256, 512, 1024):
-        a, b = (r.integers(-3, 4, (n, n)).astype(np.float32) for _ in range(2))
-        out[f"matmul_{n}"] = (MATMUL, {"A": a, "B": b}, lambda x: x["A"] @ x["B"], 2 * n**3, "GFLOP/s")
-    i = r.integers(-3, 4, (1, 56, 56, 64)).astype(np.float32)
-    k = r.integers(-3, 4, (3, 3, 64, 64)).astype(np.float32)
-    out["conv3x3_56x56x64_to64"] = (
-        CONV,
-        {"I": i, "K": k},
-        lambda x: _conv_ref(x["I"], x["K"]),
-        2 * 56 * 56 * 64 * 9 * 64,
-        "GFLOP/s",
-    )
-    x = r.integers(-3, 4, (1 << 22,)).astype(np.float32)
-    out["eltwise_chain_4M"] = (
-        CHAIN,
-        {"X": x},
-        lambda v: chain_ref(v["X"]),
-        8 * (1 << 22),
-        "GB/s",
-    )
-    return out
-
-
-CASES = _cases()
-
-
-def _torch_reference(case: str, inputs: dict):
-    """The same computation in PyTorch on the GPU (TF32 off), or None when there is no CUDA."""
+def _torch_reference(case: Case, inputs: Inputs):
+    """The same computation in PyTorch on the GPU (TF32 off), or None when there is no CUDA
+    (or the case has no PyTorch version)."""
+    if case.family.torch is None:
+        return None
     try:
         import torch
     except ImportError:
@@ -75,15 +32,7 @@ def _torch_reference(case: str, inputs: dict):
         return None
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    dev = {k: torch.from_numpy(v).cuda() for k, v in inputs.items()}
-    if case.startswith("matmul"):
-        fn = lambda: torch.mm(dev["A"], dev["B"])  # noqa: E731
-    elif case.startswith("conv"):
-        x = dev["I"].permute(0, 3, 1, 2).contiguous()
-        w = dev["K"].permute(3, 2, 0, 1).contiguous()
-        fn = lambda: torch.nn.functional.conv2d(x, w, padding=1)  # noqa: E731
-    else:
-        fn = lambda: torch.relu(dev["X"] * 2 + 1) / (1 + torch.exp(-dev["X"]))  # noqa: E731
+    fn = case.family.torch({k: torch.from_numpy(v).cuda() for k, v in inputs.items()})
 
     def run():
         out = fn()
@@ -94,47 +43,39 @@ def _torch_reference(case: str, inputs: dict):
     return run
 
 
-def _best(fn, repeat=3):
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_target(benchmark, target, case):
     from backends import registry
 
     if target not in registry.devices():
-        pytest.skip(f"device {target} unavailable: {registry.unavailable()}")
-    src, inputs, reference, work, unit = CASES[case]
+        pytest.skip(f"device {target} unavailable: {registry.unavailable() or 'not registered'}")
+    inputs = case.inputs()
+    want = case.reference(inputs)
     t0 = time.perf_counter()
-    exe = tile.compile(src, target, {"cache": False})
+    exe = tile.compile(case.family.source, target, {"cache": False})
     exe(inputs)  # the first call compiles for these shapes
     compile_s = time.perf_counter() - t0
-    out = benchmark.pedantic(lambda: exe(inputs), rounds=3, warmup_rounds=1)
-    want = reference(inputs)
+    t0 = time.perf_counter()
+    exe(inputs)
+    once = time.perf_counter() - t0
+    out = benchmark.pedantic(lambda: exe(inputs), rounds=rounds_for(once), warmup_rounds=1)
     (got,) = out.values()
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    case.check(got, want, inputs)
     ours = benchmark.stats.stats.min
+
     # A GPU target is compared with PyTorch on the GPU; everything else with numpy.
+    references: dict[str, float] = {}
     torch_run = _torch_reference(case, inputs) if "gpu" in target else None
-    ref_name = "pytorch" if torch_run else "numpy"
-    ref = _best(torch_run if torch_run else lambda: reference(inputs), repeat=5 if torch_run else 3)
-    scale = 1e9
-    benchmark.extra_info.update(
-        {
-            "rate": work / ours / scale,
-            "unit": unit,
-            "reference": ref_name,
-            "reference_rate": work / ref / scale,
-            "ratio": ref / ours,
-            "compile_s": compile_s,
-        }
-    )
-    print(
-        f"\n{target} {case}: {work / ours / scale:.2f} {unit} ({ref_name} {work / ref / scale:.2f}), "
-        f"ratio {ref / ours:.3f}, compile {compile_s:.2f} s"
-    )
+    if torch_run is not None:
+        got = torch_run()
+        case.check((got.permute(0, 2, 3, 1) if case.family.torch_nchw else got).cpu().numpy(), want, inputs)
+        references["pytorch"] = best_of(torch_run, least=5)
+    else:
+        references["numpy"] = best_of(lambda: case.reference(inputs))
+    notes = {}
+    plaidml_s, why = plaidml_reference(case, inputs)
+    if plaidml_s is not None:
+        references["plaidml"] = plaidml_s
+    else:
+        notes["plaidml_skipped"] = why
+    record(benchmark, case, target, inputs, ours, compile_s, references, notes)
