@@ -38,7 +38,7 @@ from stripe.ir import (
 from tile.affine import Affine
 from tile.ast import AggOp, CombOp
 from tile.bounds import index_box, merge_parallel, poly_interval, ranges
-from tile.dtypes import DType
+from tile.dtypes import DType, promote
 from tile.transforms import transform
 from tile.transforms.emit import format_contraction
 from tile.typed import BoundProgram, TAssign, TCall, TConst, TContraction, TensorType, TExpr, TRef
@@ -158,6 +158,19 @@ class _Lowering:
                 stmts.append(Intrinsic("as_int", (into,), (out_i32,), DType.INT32, (32,)))
                 return out_i32
             args = tuple(scalar(a) for a in e.args)
+            if e.fn.startswith("cmp_"):
+                # A comparison works in its operands' promoted Tile type. A float literal's scalar is
+                # a double (its exact value travels until used), but its Tile type is float32: so
+                # `X_f32 == 0.1` compares with float32(0.1). Convert such operands first.
+                common = promote(e.args[0].type.dtype, e.args[1].type.dtype)
+                fixed = []
+                for a, s in zip(e.args, args):
+                    if isinstance(a, TConst) and a.type.dtype.is_float and common is not DType.FLOAT64:
+                        conv = f"$t{len(stmts)}"
+                        stmts.append(Intrinsic("assign", (s,), (conv,), common))
+                        s = conv
+                    fixed.append(s)
+                args = tuple(fixed)
             fns.add(e.fn)
             into = f"$t{len(stmts)}"
             stmts.append(Intrinsic(e.fn, args, (into,), e.type.dtype, tuple(e.params)))

@@ -222,3 +222,15 @@ def test_stripe_text_runs_from_the_command_line(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["DI"], ref_interp.run(b, ins)["DI"])
+
+
+def test_comparison_with_a_float_literal_keeps_tile_typing():
+    # X == 0.1 compares in promote(float32, float32): the literal is float32(0.1) there, while
+    # X64 * 0.1 multiplies by the double nearest 0.1 (the literal's value travels exactly until used).
+    x = np.array([0.1, 0.2, np.nextafter(np.float32(0.1), np.float32(1))], np.float32)
+    ins = {"X": x, "Y": x.astype(np.float64)}
+    src = "function (X, Y) -> (O, P, Q) { O = X == 0.1; P = X <= 0.1; Q = Y * 0.1; }"
+    prog, b = lowered(src, ins)
+    want = ref_interp.run(b, ins)
+    np.testing.assert_array_equal(want["O"], [True, False, False])
+    assert_same(want, run_stripe(prog, ins))
