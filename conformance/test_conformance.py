@@ -1,40 +1,62 @@
-"""Every program family, compiled for the target, against the reference interpreter."""
+"""Every program family, compiled for the target, against the reference interpreter.
+
+A failing example is written to ``conformance/failures/`` (see ``report.py``) and the assertion
+message ends with its folder and the command that reruns it.
+"""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import assume, given
 
 import ref_interp
 import tile
+from conformance import report
 from conformance.strategies import Case, contractions, defracted, elementwise, gradients
+from tile.dtypes import DType
 from tile.inputs import input_types
 
 
 def check(case: Case, device) -> None:
+    key = report.STATS.current or (case.family, device.id)  # counted under the running test
     try:
         prog = tile.parse(case.source)
         bound = tile.bind(prog, input_types(prog, case.inputs))
         want = ref_interp.run(bound, case.inputs)
     except tile.TileError:
+        report.STATS.invalid(key)
         assume(False)  # not a valid program for these inputs (empty, double write, ...)
         return
     for t in bound.types.values():
         if not device.capabilities.supports(t.dtype):
+            report.STATS.unsupported_example(key, f"{t.dtype} unsupported")
             assume(False)
-    got = tile.compile(prog, device.id)(case.inputs)
-    assert set(got) == set(want)
-    for name in want:
-        w, g = want[name], got[name]
-        assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, g.shape, w.dtype, w.shape)
-        if case.exact or w.dtype.kind not in "fc":
-            np.testing.assert_array_equal(g, w, err_msg=f"{name} of\n{case.source}")
-        else:
-            # the coarsest float type anywhere in the program bounds how far rounding can differ
-            eps = max(np.finfo(t.dtype.numpy).eps for t in bound.types.values() if t.dtype.is_float)
-            tol = case.ulps * eps * max(case.length, 1) * np.maximum(1.0, np.abs(w.astype(np.float64)))
-            bad = ~((np.abs(g.astype(np.float64) - w) <= tol) | (np.isnan(g) & np.isnan(w)) | (g == w))
-            assert not bad.any(), f"{name}: {g[bad]} vs {w[bad]} of\n{case.source}"
+    # the coarsest float type anywhere in the program bounds how far rounding can differ
+    floats = [np.finfo(t.dtype.numpy).eps for t in bound.types.values() if t.dtype.is_float]
+    tol = report.Tolerance(case.exact, case.ulps, case.length, float(max(floats, default=0.0)))
+    report.STATS.example(key)
+    got = None
+    try:
+        got = tile.compile(prog, device.id)(case.inputs)
+    except Exception as e:  # a target that crashes on a valid program fails like a wrong answer
+        problem = f"{device.id} raised {type(e).__name__}: {e}"
+    else:
+        problem = report.compare(want, got, tol)
+    if problem is not None:
+        folder = report.write_failure(case, device.id, want, got, problem, tol)
+        raise AssertionError(
+            f"{problem}\nprogram:\n{case.source}\n"
+            f"written to {folder}/ (case.tile, inputs.npz, expected.npz); reproduce with:\n"
+            f"    {report.reproduce_command(folder, device.id)}"
+        )
+
+
+def needs(device, dtype: DType, why: str) -> None:
+    """Skip a family whose every program uses ``dtype`` when the target lacks it."""
+    caps = device.capabilities
+    if not caps.supports(dtype) or (dtype == DType.FLOAT64 and not caps.fp64):
+        pytest.skip(f"{device.id} has no {dtype}: {why}")
 
 
 @given(contractions())
@@ -49,6 +71,7 @@ def test_elementwise(device, case):
 
 @given(gradients())
 def test_gradients(device, case):
+    needs(device, DType.FLOAT64, "gradient programs are checked in float64")
     check(case, device)
 
 

@@ -1,0 +1,212 @@
+"""Failure artifacts and the end-of-session summary of the conformance suite.
+
+A failing example (a mismatch, or the target raising) is written to
+``<failures>/<family>-<target>-<hash>/``: ``case.tile`` (the program, headed by comments saying how
+it failed and how to rerun it), ``inputs.npz``, ``expected.npz`` (the interpreter's outputs),
+``got.npz`` (the target's, when it produced any) and ``case.json`` (the tolerance and the problem).
+``python -m conformance.reproduce DIR [--target ID]`` reruns it and diffs against expected.npz.
+
+``check`` writes a directory on every failing call, so directories pile up while Hypothesis
+shrinks; when the test's report is made (``prune``), those its final message does not name are
+removed, leaving the shrunk example(s) Hypothesis reports. The hash is of the program and inputs,
+so a rerun of the same example overwrites its directory.
+
+``STATS`` counts, per family and target, examples compared, examples not run (and why), failing
+tests and seconds; under pytest-xdist each worker sends its counts to the controller, which merges
+them before printing the summary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+FAILURES = Path(__file__).resolve().parent / "failures"  # --conformance-failures changes it
+
+
+@dataclass
+class Tolerance:
+    """How closely a target must match: exactly, or within ``ulps * eps * length * max(1, |want|)``."""
+
+    exact: bool = True
+    ulps: float = 0.0
+    length: int = 1
+    eps: float = 0.0  # epsilon of the coarsest float type in the program
+
+
+def compare(want: dict, got: dict, tol: Tolerance) -> str | None:
+    """The first difference between the interpreter's outputs and a target's, or None."""
+    if set(got) != set(want):
+        return f"outputs differ: expected {sorted(want)}, got {sorted(got)}"
+    for name in want:
+        w, g = np.asarray(want[name]), np.asarray(got[name])
+        if g.dtype != w.dtype or g.shape != w.shape:
+            return f"{name}: expected {w.dtype}{list(w.shape)}, got {g.dtype}{list(g.shape)}"
+        if tol.exact or w.dtype.kind not in "fc":
+            bad = ~((g == w) | (_isnan(g) & _isnan(w)))
+        else:
+            w64, g64 = w.astype(np.float64), g.astype(np.float64)
+            limit = tol.ulps * tol.eps * max(tol.length, 1) * np.maximum(1.0, np.abs(w64))
+            with np.errstate(invalid="ignore"):  # inf - inf: the == term decides
+                close = np.abs(g64 - w64) <= limit
+            bad = ~(close | (np.isnan(g64) & np.isnan(w64)) | (g64 == w64))
+        if bad.any():
+            where = [tuple(int(i) for i in ix) for ix in zip(*np.nonzero(bad))] if w.ndim else [()]
+            first = ", ".join(
+                f"{name}{list(ix)}: expected {w[ix].tolist()!r}, got {g[ix].tolist()!r}" for ix in where[:3]
+            )
+            more = f" (and {len(where) - 3} more)" if len(where) > 3 else ""
+            return f"{name}: {len(where)} of {w.size} elements differ: {first}{more}"
+    return None
+
+
+def _isnan(a: np.ndarray) -> np.ndarray:
+    return np.isnan(a) if a.dtype.kind in "fc" else np.zeros(a.shape, bool)
+
+
+def _display(path: Path) -> str:
+    """Relative to the working directory when inside it (short, and what the user typed from)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def reproduce_command(path: str, target: str) -> str:
+    return f"python -m conformance.reproduce {path} --target {target}"
+
+
+def write_failure(case, target: str, want: dict, got: dict | None, problem: str, tol: Tolerance) -> str:
+    """Write one failing example; returns its directory as shown to the user."""
+    digest = hashlib.sha1(case.source.encode())
+    for k in sorted(case.inputs):
+        a = np.ascontiguousarray(case.inputs[k])
+        digest.update(f"{k}:{a.dtype}:{a.shape}".encode())
+        digest.update(a.tobytes())
+    folder = FAILURES / f"{case.family}-{target}-{digest.hexdigest()[:10]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    shown = _display(folder)
+    header = [
+        f"// conformance failure: family {case.family}, target {target}",
+        *(f"// {line}" for line in problem.splitlines()),
+        f"// reproduce: {reproduce_command(shown, target)}",
+        f"// or run it: python -m tile run {shown}/case.tile --target {target} --inputs {shown}/inputs.npz"
+        " --output got.npz   (compare with expected.npz)",
+    ]
+    (folder / "case.tile").write_text("\n".join(header) + "\n" + case.source.rstrip() + "\n")
+    np.savez(folder / "inputs.npz", **case.inputs)
+    np.savez(folder / "expected.npz", **want)
+    if got is not None:
+        np.savez(folder / "got.npz", **got)
+    elif (folder / "got.npz").exists():
+        (folder / "got.npz").unlink()
+    meta = {"family": case.family, "target": target, "problem": problem, "tolerance": asdict(tol)}
+    (folder / "case.json").write_text(json.dumps(meta, indent=2) + "\n")
+    STATS.written.append((shown, target, str(folder)))
+    return shown
+
+
+# ---------------------------------------------------------------------------------- summary
+
+
+@dataclass
+class Row:
+    tests: int = 0
+    examples: int = 0
+    invalid: int = 0  # the interpreter rejects the drawn program for its inputs
+    unsupported: int = 0  # the target lacks a dtype the program uses
+    failed: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class Stats:
+    rows: dict[tuple[str, str], Row] = field(default_factory=dict)
+    unsupported: Counter = field(default_factory=Counter)  # (target, reason) -> examples
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (directory, target)
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (family, target, reason)
+    current: tuple[str, str] | None = None  # (family, target) of the running conformance test
+    written: list[tuple[str, str, str]] = field(default_factory=list)  # (shown, target, path) this test
+
+    def row(self, key: tuple[str, str]) -> Row:
+        return self.rows.setdefault(key, Row())
+
+    def example(self, key: tuple[str, str]) -> None:
+        self.row(key).examples += 1
+
+    def invalid(self, key: tuple[str, str]) -> None:
+        self.row(key).invalid += 1
+
+    def unsupported_example(self, key: tuple[str, str], reason: str) -> None:
+        self.row(key).unsupported += 1
+        self.unsupported[(key[1], reason)] += 1
+
+    def finish_test(self, key: tuple[str, str], failed: bool, seconds: float, message: str) -> None:
+        """Record a finished test; remove the failure directories its final report does not name."""
+        row = self.row(key)
+        row.tests += 1
+        row.failed += failed
+        row.seconds += seconds
+        named = [w for w in self.written if failed and w[0] in message]
+        for _, _, path in set(self.written) - set(named):
+            shutil.rmtree(path, ignore_errors=True)
+        self.failures.extend((shown, target) for shown, target, _ in dict.fromkeys(named))
+        self.written.clear()
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "rows": [[*k, asdict(v)] for k, v in self.rows.items()],
+                "unsupported": [[*k, n] for k, n in self.unsupported.items()],
+                "failures": self.failures,
+                "skipped": self.skipped,
+            }
+        )
+
+    def merge(self, text: str) -> None:
+        data = json.loads(text)
+        for family, target, r in data["rows"]:
+            row = self.row((family, target))
+            for k, v in r.items():
+                setattr(row, k, getattr(row, k) + v)
+        for target, reason, n in data["unsupported"]:
+            self.unsupported[(target, reason)] += n
+        self.failures.extend(tuple(f) for f in data["failures"])
+        self.skipped.extend(tuple(s) for s in data["skipped"])
+
+    def lines(self, profile: str) -> list[str]:
+        if not self.rows and not self.skipped:
+            return []
+        head = ("family", "target", "tests", "examples", "invalid", "unsupported", "failed", "seconds")
+        table = [head]
+        for (family, target), r in sorted(self.rows.items()):
+            cells = (r.tests, r.examples, r.invalid, r.unsupported, r.failed, f"{r.seconds:.1f}")
+            table.append((family, target, *map(str, cells)))
+        widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+        out = [
+            "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+            for row in table
+        ]
+        for family, target, reason in sorted(set(self.skipped)):
+            out.append(f"skipped {family} on {target}: {reason}")
+        for (target, reason), n in sorted(self.unsupported.items()):
+            out.append(f"not run on {target}: {n} example(s), {reason}")
+        for folder, target in self.failures:
+            out.append(f"failing example: {folder}  ->  {reproduce_command(folder, target)}")
+        rows = self.rows.values()
+        examples, failed = sum(r.examples for r in rows), sum(r.failed for r in rows)
+        seconds = sum(r.seconds for r in rows)
+        out.append(
+            f"total: {examples} examples compared, {failed} failing test(s), {seconds:.1f} s "
+            f"(profile {profile}; 'invalid' examples are programs the interpreter rejects)"
+        )
+        return out
+
+
+STATS = Stats()

@@ -1,0 +1,71 @@
+"""``python -m conformance.reproduce DIR [--target ID]``: rerun a failing conformance example.
+
+DIR is a folder the conformance suite wrote (``case.tile``, ``inputs.npz``, ``expected.npz``,
+``case.json``). The program runs on the target (default: the one that failed) and its outputs are
+compared with ``expected.npz`` under the suite's tolerance. Exit status 0: the target now matches;
+1: it still differs (the difference is printed); 2: the folder is unusable or the target unknown.
+``--save got.npz`` keeps what the target produced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from conformance.report import Tolerance, compare
+
+
+def _load(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m conformance.reproduce", description=__doc__.split("\n")[0])
+    p.add_argument("dir", help="a folder under conformance/failures/")
+    p.add_argument("--target", help="device id (default: the target that failed; 'interp' allowed)")
+    p.add_argument("--save", metavar="OUT.npz", help="write the target's outputs here")
+    args = p.parse_args(argv)
+
+    import tile
+
+    folder = Path(args.dir)
+    try:
+        meta = json.loads((folder / "case.json").read_text())
+        source = (folder / "case.tile").read_text()
+        inputs = _load(folder / "inputs.npz")
+        want = _load(folder / "expected.npz")
+    except (OSError, ValueError) as e:
+        print(f"error: {folder} is not a conformance failure folder: {e}", file=sys.stderr)
+        return 2
+    target = args.target or meta["target"]
+    tol = Tolerance(**meta["tolerance"])
+    try:
+        exe = tile.compile(source, target)
+    except KeyError as e:
+        print(f"error: {e.args[0]}", file=sys.stderr)
+        return 2
+    print(
+        f"{folder}: family {meta['family']}, recorded on {meta['target']}: {meta['problem'].splitlines()[0]}"
+    )
+    try:
+        got = exe(inputs)
+    except Exception as e:  # the target crashing is what the folder may be about
+        print(f"{target} raised {type(e).__name__}: {e}")
+        return 1
+    if args.save:
+        np.savez(args.save, **got)
+    problem = compare(want, got, tol)
+    if problem is None:
+        print(f"{target} matches expected.npz")
+        return 0
+    print(f"{target} differs from expected.npz: {problem}")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
