@@ -21,6 +21,22 @@ def _discover() -> dict[str, Device]:
     else:
         dev = LlvmCpuDevice()
         found[dev.id] = dev
+    try:
+        import pyopencl as cl
+
+        from backends.opencl import discover as discover_opencl
+    except ImportError as e:  # pyopencl missing or broken
+        _why_not["opencl"] = f"pyopencl is not importable ({e})"
+    else:
+        try:
+            opencl = discover_opencl(_why_not)
+        except cl.Error as e:  # no ICD loader or no platform
+            _why_not["opencl"] = f"no OpenCL platform ({e})"
+        else:
+            if not opencl and not any(k.startswith("opencl") for k in _why_not):
+                _why_not["opencl"] = "no OpenCL device on any platform"
+            for dev in opencl:
+                found[dev.id] = dev
     return found
 
 

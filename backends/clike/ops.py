@@ -1,0 +1,215 @@
+"""Every elementwise builtin of ``tile.builtins`` as a C expression, with Tile's exact semantics.
+
+``intrinsic(t, tmp, name, args, dt)`` mirrors ``ref_interp.elementwise`` (and the LLVM backend's
+``intrinsics``): operands are converted to ``dt`` (comparisons: to the promotion of their declared
+dtypes; ``cond``: the condition to bool), then
+
+* integer ``+ - *`` wrap (computed in the unsigned type of the width); ``/`` truncates toward zero,
+  ``x / 0`` is 0 and ``INT_MIN / -1`` wraps (neither reaches the C division, which would trap);
+* float ``/`` is IEEE and correctly rounded (``CTarget.fdiv``); ``max``/``min`` propagate nan (the
+  first operand's when both are nan); ``round`` is ``trunc(x) + (|x - trunc(x)| >= 0.5 ? sign : 0)``;
+* shift counts are taken modulo the width; ``>>`` is arithmetic on signed types;
+* float16 computes in float and rounds after every operation, ``sigmoid`` after every step.
+
+``tmp(expr, dt)`` binds an expression to a fresh variable (operands used more than once are bound
+first, so each is evaluated once). Transcendental functions are the C library's (OpenCL's
+built-ins): within the platform's documented ulps of numpy, not bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from backends.clike.target import CTarget, Value, unsigned_of
+from tile.builtins import BUILTINS
+from tile.dtypes import DType, promote
+from tile.errors import TileRuntimeError
+
+Tmp = Callable[[str, DType], str]
+
+CMP = {"cmp_eq": "==", "cmp_ne": "!=", "cmp_lt": "<", "cmp_gt": ">", "cmp_le": "<=", "cmp_ge": ">="}
+_MIRROR = {"==": "==", "!=": "!=", "<": ">", ">": "<", "<=": ">=", ">=": "<="}
+CASTS = ("as_float", "as_int", "as_uint", "as_bool", "ident", "assign")
+LIBM = ("exp", "log", "sin", "cos", "tan", "sinh", "cosh", "tanh", "asin", "acos", "atan")
+LIBM += ("asinh", "acosh", "atanh")
+STRUCTURAL = frozenset(
+    {"index", "shape", "reshape", "gather", "scatter", "builtin_softmax", "builtin_logsoftmax"}
+)
+ARITH = ("add", "sub", "mul", "div", "neg", "abs", "relu", "max", "min")
+BITS = ("bit_and", "bit_or", "bit_xor", "bit_not", "bit_left", "bit_right")
+SUPPORTED = frozenset(
+    {*CMP, *CASTS, *LIBM, *ARITH, *BITS, "sqrt", "floor", "ceil", "round", "sigmoid", "pow", "cond"}
+)
+
+
+def intrinsic(t: CTarget, tmp: Tmp, name: str, args: list[Value], dt: DType, where: str) -> str:
+    """The C expression (a register of ``dt``) of builtin ``name`` applied to ``args``."""
+    if name not in SUPPORTED:
+        hint = (
+            "whole-tensor operations are Specials"
+            if name in STRUCTURAL
+            else "intrinsics are the elementwise builtins of tile.builtins, or assign"
+        )
+        raise TileRuntimeError(f"{where}: unknown intrinsic '{name}'", None, hint=hint)
+    want = 1 if name == "assign" else BUILTINS[name].tensors
+    if len(args) != want:
+        raise TileRuntimeError(
+            f"{where}: intrinsic '{name}' takes {want} input(s), got {len(args)}",
+            None,
+            hint="check the intrinsic's inputs",
+        )
+    if name in CMP:
+        return compare(t, CMP[name], args[0], args[1])
+    if name == "cond":
+        c = t.to(args[0], DType.BOOL)
+        return f"({c} ? {t.to(args[1], dt)} : {t.to(args[2], dt)})"
+    if name in CASTS:
+        return t.to(args[0], dt)
+    if name in ("bit_left", "bit_right"):
+        work = DType.INT32 if dt is DType.BOOL else dt
+        x = tmp(t.to(args[0], work), work)
+        count = f"({t.to(args[1], work)} & {work.bits - 1})"
+        if name == "bit_left":
+            u = t.reg(unsigned_of(work))
+            out = t.cast(work, f"(({u}){x} << {count})")
+        else:
+            out = t.cast(work, f"({x} >> {count})")
+        return t.convert(out, work, dt)
+    if dt is DType.BOOL and name in ("add", "sub", "mul", "div", "neg"):
+        # not produced by Tile's typing (bool arithmetic is int32); as numpy: + is or, * is and
+        inner = tmp(intrinsic(t, tmp, name, args, DType.INT32, where), DType.INT32)
+        return t.convert(inner, DType.INT32, DType.BOOL)
+    xs = [_bound(t, tmp, a, dt) for a in args]
+    if name in ("add", "sub", "mul", "div", "max", "min"):
+        return binary(t, name, xs[0], xs[1], dt)
+    if name in ("bit_and", "bit_or", "bit_xor"):
+        op = {"bit_and": "&", "bit_or": "|", "bit_xor": "^"}[name]
+        return t.cast(dt, f"({xs[0]} {op} {xs[1]})")
+    x = xs[0]
+    if name == "bit_not":
+        return f"(!{x})" if dt is DType.BOOL else t.cast(dt, f"(~{x})")
+    zero = t.literal(0, dt)
+    if name == "neg":
+        return f"(-{x})" if dt.is_float else _wrapping(t, f"{t.literal(0, dt)}", "-", x, dt)
+    if name in ("abs", "relu"):
+        if dt.is_float and name == "abs":
+            return t.math("fabs", dt, [x])
+        if dt is DType.BOOL or not dt.is_signed:
+            return x
+        below = _wrapping(t, zero, "-", x, dt) if name == "abs" else zero
+        return f"({x} < {zero} ? {below} : {x})"
+    if not dt.is_float:
+        # a float builtin with an integer result type (never produced by Tile's typing):
+        # computed in float64 and converted back
+        wide = [t.convert(v, dt, DType.FLOAT64) for v in xs]
+        out = tmp(float_fn(t, tmp, name, [tmp(w, DType.FLOAT64) for w in wide], DType.FLOAT64), DType.FLOAT64)
+        return t.convert(out, DType.FLOAT64, dt)
+    return float_fn(t, tmp, name, xs, dt)
+
+
+def _bound(t: CTarget, tmp: Tmp, v: Value, dt: DType) -> str:
+    expr = t.to(v, dt)
+    return expr if v.const is not None or expr == v.expr else tmp(expr, dt)
+
+
+def _wrapping(t: CTarget, x: str, op: str, y: str, dt: DType) -> str:
+    """Integer ``x op y`` wrapping modulo 2**bits (no signed overflow, which C leaves undefined)."""
+    u = t.reg(unsigned_of(dt))
+    return t.cast(dt, f"(({u}){x} {op} ({u}){y})")
+
+
+def compare(t: CTarget, op: str, a: Value, b: Value) -> str:
+    common = promote(a.declared, b.declared)
+    if common is DType.FLOAT64:
+        # a float32/float16 register against a double constant: decided in float, exactly, so a
+        # float literal in a comparison needs no double arithmetic
+        if b.const is not None and a.const is None and a.dtype in (DType.FLOAT32, DType.FLOAT16):
+            return _float_vs_const(t, op, a.expr, float(b.const))
+        if a.const is not None and b.const is None and b.dtype in (DType.FLOAT32, DType.FLOAT16):
+            return _float_vs_const(t, _MIRROR[op], b.expr, float(a.const))
+    return f"({t.to(a, common)} {op} {t.to(b, common)})"
+
+
+def _float_vs_const(t: CTarget, op: str, x: str, c: float) -> str:
+    """``x op c`` for a float register ``x`` and a double ``c``, in float arithmetic."""
+    if c != c:
+        return "1" if op == "!=" else "0"
+    with np.errstate(over="ignore"):
+        f = np.float32(c)
+    if float(f) == c:
+        return f"({x} {op} {t.float_literal(float(f), DType.FLOAT32)})"
+    # c lies strictly between two adjacent floats lo < c < hi
+    if float(f) < c:
+        lo, hi = f, np.nextafter(f, np.float32(np.inf))
+    else:
+        lo, hi = np.nextafter(f, np.float32(-np.inf)), f
+    if op in ("<", "<="):
+        return f"({x} <= {t.float_literal(float(lo), DType.FLOAT32)})"
+    if op in (">", ">="):
+        return f"({x} >= {t.float_literal(float(hi), DType.FLOAT32)})"
+    return "1" if op == "!=" else "0"
+
+
+def binary(t: CTarget, op: str, x: str, y: str, dt: DType) -> str:
+    """``add sub mul div max min`` of two register expressions of ``dt`` (also the aggregations'
+    combine); ``x`` and ``y`` are variables or literals (they may be used more than once)."""
+    if dt is DType.BOOL:
+        if op in ("add", "max"):
+            return f"({x} | {y})"
+        if op in ("mul", "min"):
+            return f"({x} & {y})"
+    if op in ("max", "min"):
+        pick = f"({x} {'>=' if op == 'max' else '<='} {y} ? {x} : {y})"
+        if dt.is_float:
+            return f"({t.isnan(x)} ? {x} : {t.isnan(y)} ? {y} : {pick})"
+        return pick
+    sym = {"add": "+", "sub": "-", "mul": "*", "div": "/"}[op]
+    if dt.is_float:
+        work = DType.FLOAT32 if dt is DType.FLOAT16 else dt
+        out = t.fdiv(x, y, work) if op == "div" else f"({x} {sym} {y})"
+        return t.round_half(out) if dt is DType.FLOAT16 else out
+    if op != "div":
+        return _wrapping(t, x, sym, y, dt)
+    zero = t.literal(0, dt)
+    if not dt.is_signed:
+        return f"({y} == {zero} ? {zero} : {t.cast(dt, f'({x} / {y})')})"
+    neg = _wrapping(t, zero, "-", x, dt)
+    return f"({y} == {zero} ? {zero} : {y} == {t.literal(-1, dt)} ? {neg} : {t.cast(dt, f'({x} / {y})')})"
+
+
+def float_fn(t: CTarget, tmp: Tmp, name: str, xs: list[str], dt: DType) -> str:
+    """A float builtin on register expressions of float ``dt`` (float16: computed in float, rounded
+    once per step)."""
+    half = dt is DType.FLOAT16
+    work = DType.FLOAT32 if half else dt
+    x = xs[0]
+
+    def done(e: str) -> str:
+        return t.round_half(e) if half else e
+
+    def fn(f: str, args: list[str]) -> str:
+        fast = t.native(f, work, args) if t.fast_math and work is DType.FLOAT32 else None
+        return fast or t.math(f, work, args)
+
+    if name == "sqrt":
+        fast = t.native("sqrt", work, [x]) if t.fast_math and work is DType.FLOAT32 else None
+        return done(fast or t.fsqrt(x, work))
+    if name in ("floor", "ceil"):
+        return t.math(name, work, [x])
+    if name in LIBM:
+        return done(fn(name, [x]))
+    if name == "pow":
+        return done(t.math("pow", work, xs))
+    one = t.literal(1, dt)
+    if name == "sigmoid":
+        e = tmp(done(fn("exp", [f"(-{x})"])), dt)
+        s = tmp(done(f"({one} + {e})"), dt)
+        return done(t.fdiv(one, s, work))
+    assert name == "round", name
+    zero = t.literal(0, dt)
+    tr = tmp(t.math("trunc", work, [x]), dt)
+    frac = t.math("fabs", work, [f"({x} - {tr})"])
+    sign = f"({x} > {zero} ? {one} : {x} < {zero} ? {t.literal(-1, dt)} : {x})"
+    return f"({tr} + ({frac} >= {t.literal(0.5, dt)} ? {sign} : {zero}))"

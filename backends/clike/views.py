@@ -1,0 +1,76 @@
+"""Views of buffers at a point, and the naming and error helpers the code generator shares."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from backends.clike.target import CTarget
+from backends.hal import KernelInfo
+from stripe.ir import Block, Dim
+from tile.dtypes import DType
+from tile.errors import TileRuntimeError
+
+
+def kernel_symbol(index: int, info: KernelInfo) -> str:
+    return f"tile_k{index}_{re.sub(r'[^A-Za-z0-9_]', '_', info.name)[:48]}"
+
+
+def where(block: Block) -> str:
+    if block.name:
+        return f"block '{block.name}'"
+    tags = " ".join(f"#{t}" for t in sorted(block.tags))
+    return f"a block {tags}" if tags else "an unnamed block"
+
+
+def error(block: Block, message: str, hint: str) -> TileRuntimeError:
+    return TileRuntimeError(f"{where(block)}: {message}", None, hint=hint)
+
+
+@dataclass(frozen=True)
+class View:
+    """A refinement at the current point: element ``base + Σ k_d * stride_d`` of ``ptr``, a buffer
+    holding ``buf_dtype`` (in memory format, or registers when ``local``) seen as ``dtype``."""
+
+    name: str
+    ptr: str
+    buf_dtype: DType
+    base: str
+    dims: tuple[Dim, ...]
+    dtype: DType
+    agg_op: str
+    local: bool = False
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(d.size for d in self.dims)
+
+    @property
+    def elements(self) -> int:
+        n = 1
+        for d in self.dims:
+            n *= d.size
+        return n
+
+    def at(self, coords: list[str]) -> str:
+        """The offset of the element at ``coords`` (C integer expressions, one per dimension)."""
+        terms = [self.base] if self.base != "0" else []
+        for c, d in zip(coords, self.dims):
+            if d.stride and c != "0":
+                terms.append(c if d.stride == 1 else f"{c} * {d.stride}")
+        return " + ".join(terms) or "0"
+
+    def load_raw(self, t: CTarget, off: str) -> str:
+        return f"{self.ptr}[{off}]" if self.local else t.load(self.ptr, off, self.buf_dtype)
+
+    def store_raw(self, t: CTarget, off: str, value: str) -> str:
+        return (
+            f"{self.ptr}[{off}] = {value};" if self.local else t.store(self.ptr, off, value, self.buf_dtype)
+        )
+
+    def read(self, t: CTarget, off: str) -> str:
+        return t.convert(self.load_raw(t, off), self.buf_dtype, self.dtype)
+
+    def write(self, t: CTarget, off: str, value: str) -> str:
+        """The statement overwriting one element with ``value`` (a register of the view's dtype)."""
+        return self.store_raw(t, off, t.convert(value, self.dtype, self.buf_dtype))

@@ -1,0 +1,169 @@
+"""The OpenCL compiler: Stripe kernels -> one OpenCL C program, built off the critical path.
+
+``build`` generates the source at once (``backends.clike`` with the ``OpenCLTarget`` dialect),
+refuses a program that needs float16 or float64 the device lacks (``DeviceTypeError``, a
+``TileTypeError``), and hands the driver's compilation to the device's build pool: the ``Library``
+comes back immediately and its kernels wait for the program only when they first run, so the runner
+allocates and uploads buffers meanwhile. A program binary found in the disk cache (``cache``) is
+loaded instead of compiled.
+
+Settings (all optional): ``cache`` (False: no disk cache), ``async`` (False: build before
+returning), ``fast_math`` (``mad`` for multiply-accumulate and ``native_*`` functions: faster, not
+exact), ``local_size`` (work-group size, default 64), ``buffer_dtypes`` (buffer name -> dtype, for
+``KernelInfo``s without ``buffer_dtypes``). Float ``/`` and ``sqrt`` are correctly rounded: with
+``-cl-fp32-correctly-rounded-divide-sqrt`` where the device supports it, else through double.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
+
+import pyopencl as cl
+
+from backends.clike import generate
+from backends.hal import Compiler, KernelInfo, Library
+from backends.opencl.cache import BinaryCache, cache_key
+from backends.opencl.target import OpenCLTarget
+from tile.dtypes import DType
+from tile.errors import TileTypeError
+
+if TYPE_CHECKING:
+    from backends.opencl.device import OpenCLDevice
+
+
+class DeviceTypeError(TileTypeError):
+    """A program needs an element type (float16, float64) that the device does not have."""
+
+
+def quiet_build(program: cl.Program, options: list[str]) -> cl.Program:
+    """Build without pyopencl's own source cache, and without its warning about a non-empty build
+    log (drivers log notes such as NVIDIA's "kernel, so overriding noinline attribute")."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cl.CompilerWarning)
+        return program.build(options=options, cache_dir=False)
+
+
+class ProgramHandle:
+    """A program being built: ``program()`` waits for it (and re-raises a build failure)."""
+
+    def __init__(
+        self, device: OpenCLDevice, source: str, options: list[str], cache: BinaryCache, extra: dict
+    ):
+        self.device = device
+        self.source = source
+        self.options = options
+        self.cache = cache
+        self.extra = extra  # the Library's: "cache" becomes hit/miss/off once built
+        self.names: list[str] = []
+        self.work_items: list[int] = []
+        self.future: Future | None = None
+        self._program: cl.Program | None = None
+        self._lock = threading.Lock()
+
+    def build(self) -> cl.Program:
+        dev = self.device
+        ctx = dev.context
+        status = "off" if not self.cache.enabled else "miss"
+        start = time.perf_counter()
+        program = None
+        binary = self.cache.load()
+        if binary is not None:
+            try:
+                program = quiet_build(cl.Program(ctx, [dev.cl_device], [binary]), self.options)
+                status = "hit"
+            except cl.Error:
+                program = None  # a stale or foreign binary: compile
+        if program is None:
+            try:
+                program = quiet_build(cl.Program(ctx, self.source), self.options)
+            except cl.Error as e:
+                raise RuntimeError(
+                    f"OpenCL could not build the generated program for {dev.id} ({dev.name}): {e}\n"
+                    "(TILE_DEBUG=3 prints the source)"
+                ) from None
+            if status == "miss":
+                binaries = program.get_info(cl.program_info.BINARIES)
+                if binaries and binaries[0]:
+                    self.cache.store(bytes(binaries[0]))
+        self.extra["cache"] = status
+        self.extra["driver_build_seconds"] = time.perf_counter() - start
+        return program
+
+    def start(self, asynchronous: bool) -> None:
+        if asynchronous:
+            self.future = self.device.build_pool.submit(self.build)
+        else:
+            self._program = self.build()
+
+    def program(self) -> cl.Program:
+        with self._lock:
+            if self._program is None:
+                assert self.future is not None
+                self._program = self.future.result()
+            return self._program
+
+
+class OpenCLCompiler(Compiler):
+    def __init__(self, device: OpenCLDevice):
+        self.device = device
+
+    def target(self, settings: dict) -> OpenCLTarget:
+        dev = self.device
+        return OpenCLTarget(
+            fp64=dev.fp64,
+            fp16=dev.fp16,
+            exact_div=dev.exact_div,
+            fast_math=bool(settings.get("fast_math", False)),
+            half_extension=dev.half_extension,
+        )
+
+    def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library:
+        start = time.perf_counter()
+        settings = dict(settings or {})
+        dev = self.device
+        t = self.target(settings)
+        sources = generate(t, list(kernels), settings.get("buffer_dtypes") or {})
+        self.check(t)
+        helpers = t.helper_source()
+        text = "\n\n".join(["\n".join(t.header())] + helpers + [s.text for s in sources]) + "\n"
+        options = ["-cl-fp32-correctly-rounded-divide-sqrt"] if dev.exact_div else []
+        cache = BinaryCache(
+            cache_key(text, " ".join(options), settings, dev.identity), settings.get("cache", True)
+        )
+        extra = {
+            "cache": "off" if not cache.enabled else "pending",
+            "cache_key": cache.key,
+            "cache_path": str(cache.path),
+            "work_items": [s.work_items for s in sources],
+            "owned": [s.owned for s in sources],
+            "options": options,
+            "local_size": int(settings.get("local_size", 64)),
+        }
+        handle = ProgramHandle(dev, text, options, cache, extra)
+        handle.names = [s.name for s in sources]
+        handle.work_items = [s.work_items for s in sources]
+        handle.start(bool(settings.get("async", True)))
+        return Library(
+            list(kernels), source=text, handle=handle, build_seconds=time.perf_counter() - start, extra=extra
+        )
+
+    def check(self, t: OpenCLTarget) -> None:
+        """Refuse a program whose types the device lacks, naming the first place that needs one."""
+        dev = self.device
+        for dt, have, ext in (
+            (DType.FLOAT64, dev.fp64, "cl_khr_fp64"),
+            (DType.FLOAT16, dev.fp16, "cl_khr_fp16"),
+        ):
+            if dt in t.uses and not have:
+                raise DeviceTypeError(
+                    f"{t.uses[dt]} needs {dt}, which device {dev.id} ({dev.name}) does not support "
+                    f"(its driver reports no {ext})",
+                    None,
+                    hint=f"run it on a device with {dt} (python -m tile devices), or convert with "
+                    f"as_float(X, 32)",
+                )

@@ -1,0 +1,139 @@
+"""OpenCL devices: every device of every platform, by a stable id, with what its driver supports.
+
+``discover()`` lists each OpenCL device as ``opencl_<kind>.<n>`` (kind ``gpu``, ``cpu`` or
+``accelerator``; ``n`` counts the devices of that kind across the platforms in platform order), so
+ids stay the same from run to run on one machine. Capabilities come from the driver: float64 when
+``double_fp_config`` is non-zero, float16 when the device has ``cl_khr_fp16``. The context and the
+(in-order, profiling) command queue are made on first use, so listing devices stays cheap.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+
+import pyopencl as cl
+
+from backends.hal import Capabilities, Device
+from backends.opencl.compiler import OpenCLCompiler, quiet_build
+from backends.opencl.executor import OpenCLExecutor
+from tile.dtypes import DType
+
+_KINDS = (
+    (cl.device_type.GPU, "gpu"),
+    (cl.device_type.CPU, "cpu"),
+    (cl.device_type.ACCELERATOR, "accelerator"),
+)
+
+
+def _kind(d: cl.Device) -> str:
+    for flag, name in _KINDS:
+        if d.type & flag:
+            return name
+    return "other"
+
+
+class OpenCLDevice(Device):
+    """One OpenCL device. ``fp16``/``fp64`` override what the driver reports (for tests: the
+    generated code needs only core OpenCL for float16 storage, through ``vload_half``)."""
+
+    def __init__(
+        self, cl_device: cl.Device, device_id: str, fp16: bool | None = None, fp64: bool | None = None
+    ):
+        d = cl_device
+        self.cl_device = d
+        self.id = device_id
+        self.name = d.name.strip()
+        extensions = set(d.extensions.split())
+        try:
+            double_config = d.double_fp_config
+        except cl.Error:
+            double_config = 0
+        self.half_extension = "cl_khr_fp16" in extensions
+        self.fp64 = bool(double_config) if fp64 is None else fp64
+        self.fp16 = self.half_extension if fp16 is None else fp16
+        self.exact_div = bool(d.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT)
+        dtypes = {
+            dt
+            for dt in DType
+            if (dt is not DType.FLOAT16 or self.fp16) and (dt is not DType.FLOAT64 or self.fp64)
+        }
+        atomics = "cl_khr_global_int32_base_atomics" in extensions or not d.version.startswith("OpenCL 1.0")
+        self.capabilities = Capabilities(frozenset(dtypes), fp64=self.fp64, fp16=self.fp16, atomics=atomics)
+        platform = d.platform
+        self.identity = {
+            "name": self.name,
+            "vendor": d.vendor.strip(),
+            "version": d.version.strip(),
+            "driver": d.driver_version.strip(),
+            "platform": platform.name.strip(),
+            "platform_version": platform.version.strip(),
+            "fp16": self.fp16,
+            "fp64": self.fp64,
+        }
+        self.description = (
+            f"{self.name} through OpenCL ({platform.name.strip()}, {d.version.strip()}, driver "
+            f"{d.driver_version.strip()})"
+        )
+        self.max_work_group = int(d.max_work_group_size)
+        self._lock = threading.Lock()
+        self._context: cl.Context | None = None
+        self._queue: cl.CommandQueue | None = None
+        self.build_pool = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"tile-{device_id}-build")
+        self.compiler = OpenCLCompiler(self)
+        self.executor = OpenCLExecutor(self)
+
+    @property
+    def context(self) -> cl.Context:
+        with self._lock:
+            if self._context is None:
+                self._context = cl.Context([self.cl_device])
+            return self._context
+
+    @property
+    def queue(self) -> cl.CommandQueue:
+        ctx = self.context
+        with self._lock:
+            if self._queue is None:
+                props = cl.command_queue_properties.PROFILING_ENABLE
+                self._queue = cl.CommandQueue(ctx, self.cl_device, properties=props)
+            return self._queue
+
+    def probe(self) -> str | None:
+        """Why the device cannot compile a trivial kernel (None: it can)."""
+        try:
+            quiet_build(cl.Program(self.context, _PROBE), [])
+        except cl.Error as e:
+            first = next((ln.strip() for ln in str(e).splitlines() if "error" in ln.lower()), str(e))
+            return f"its OpenCL compiler fails on a trivial kernel: {first[:200]}"
+        return None
+
+    def __repr__(self) -> str:
+        return f"OpenCLDevice({self.id!r}, {self.name!r})"
+
+
+_PROBE = "__kernel void tile_probe(__global int* a) { a[get_global_id(0)] = 1; }"
+
+
+def discover(unusable: dict[str, str] | None = None) -> list[OpenCLDevice]:
+    """Every device of every OpenCL platform that can compile a kernel (``cl.Error`` when there is
+    no platform at all). A device whose compiler fails keeps its id but is left out, with the
+    reason in ``unusable`` (a broken driver is not a device)."""
+    counts: dict[str, int] = {}
+    found = []
+    for platform in cl.get_platforms():
+        try:
+            devices = platform.get_devices()
+        except cl.Error:  # a platform without devices
+            continue
+        for d in devices:
+            kind = _kind(d)
+            n = counts.get(kind, 0)
+            counts[kind] = n + 1
+            dev = OpenCLDevice(d, f"opencl_{kind}.{n}")
+            why = dev.probe()
+            if why is None:
+                found.append(dev)
+            elif unusable is not None:
+                unusable[dev.id] = f"{dev.name}: {why}"
+    return found

@@ -1,0 +1,184 @@
+"""The OpenCL executor: device buffers, copies and kernel launches on one in-order profiling queue.
+
+Every operation is enqueued at once and returns a ``CLEvent`` (a ``backends.hal.Event`` over the
+OpenCL event, whose ``duration`` is the device's own start-to-end profile). Dependencies that are
+OpenCL events of the same device go into the command's wait list; any other event is waited for on
+the host first. A ``CLBuffer`` maps by copying: ``map_current`` reads the contents into a host
+array, ``map_discard`` hands out a fresh one, and ``unmap`` writes a mapped array back (an array
+of zeros becomes a fill on the device).
+
+A kernel launches ``ceil(work_items / local) * local`` work-items in groups of ``local``
+(``local_size`` setting, default 64, at most what the device allows); those past ``work_items``
+return at once. A kernel with no work-item enqueues a marker, so events stay ordered.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyopencl as cl
+
+from backends.hal import Buffer, Event, Executor, Kernel, Library
+from backends.opencl.compiler import ProgramHandle
+
+if TYPE_CHECKING:
+    from backends.opencl.device import OpenCLDevice
+
+
+class CLEvent(Event):
+    """An OpenCL event; ``duration`` comes from OpenCL profiling (seconds)."""
+
+    def __init__(self, event: cl.Event, device: OpenCLDevice):
+        super().__init__(None)
+        self.cl_event = event
+        self.device = device
+
+    def wait(self) -> CLEvent:
+        self.cl_event.wait()
+        return self
+
+    @property
+    def complete(self) -> bool:
+        return self.cl_event.command_execution_status == cl.command_execution_status.COMPLETE
+
+    @property
+    def duration(self) -> float:
+        self.wait()
+        try:
+            p = self.cl_event.profile
+            return max(0, p.end - p.start) * 1e-9
+        except cl.Error:  # markers may carry no profile
+            return 0.0
+
+
+def wait_list(device: OpenCLDevice, deps: Sequence[Event]) -> list[cl.Event]:
+    """The OpenCL events of ``device`` among ``deps``; the others are waited for here."""
+    out = []
+    for e in deps:
+        if isinstance(e, CLEvent) and e.device is device:
+            out.append(e.cl_event)
+        else:
+            e.wait()
+    return out
+
+
+class CLBuffer(Buffer):
+    def __init__(self, device: OpenCLDevice, size: int):
+        super().__init__(size)
+        self.device = device
+        self.buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE, max(size, 1))
+
+    def map_current(self, deps: Sequence[Event] = ()) -> np.ndarray:
+        host = np.empty(self.size, dtype=np.uint8)
+        waits = wait_list(self.device, deps)
+        if self.size:
+            cl.enqueue_copy(self.device.queue, host, self.buf, wait_for=waits, is_blocking=True)
+        return host
+
+    def map_discard(self, deps: Sequence[Event] = ()) -> np.ndarray:
+        for e in deps:
+            e.wait()
+        return np.zeros(self.size, dtype=np.uint8)
+
+    def unmap(self, view: np.ndarray) -> Event:
+        data = np.ascontiguousarray(view, dtype=np.uint8).reshape(-1)
+        if not data.size:
+            return Event.done()
+        assert data.size == self.size, (data.size, self.size)
+        if not data.any():  # zeros (a fresh output or temporary): filled on the device, not copied
+            ev = cl.enqueue_fill_buffer(self.device.queue, self.buf, np.uint8(0), 0, self.size)
+        else:
+            ev = cl.enqueue_copy(self.device.queue, self.buf, data, is_blocking=False)
+        return CLEvent(ev, self.device)
+
+
+class OpenCLKernel(Kernel):
+    def __init__(self, device: OpenCLDevice, library: Library, index: int):
+        self.device = device
+        self.library = library
+        self.info = library.kernels[index]
+        self.handle: ProgramHandle = library.handle
+        self.name = self.handle.names[index]
+        self.work_items = self.handle.work_items[index]
+        self.local = 1
+        self._kernel: cl.Kernel | None = None
+        self._lock = threading.Lock()
+
+    def kernel(self) -> cl.Kernel:
+        """The OpenCL kernel (waits for the program's build the first time)."""
+        with self._lock:
+            if self._kernel is None:
+                k = cl.Kernel(self.handle.program(), self.name)
+                wg = k.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device.cl_device)
+                want = int(self.library.extra.get("local_size", 64))
+                self.local = max(1, min(want, int(wg), self.device.max_work_group))
+                self._kernel = k
+            return self._kernel
+
+    def run(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
+        if len(params) != len(self.info.buffers):
+            raise ValueError(
+                f"kernel '{self.info.name}' takes {len(self.info.buffers)} buffers, got {len(params)}"
+            )
+        for p in params:
+            if not isinstance(p, CLBuffer) or p.device is not self.device:
+                raise TypeError(f"kernel '{self.info.name}' runs on CLBuffers of {self.device.id}")
+        if len({id(p) for p in params}) != len(params):
+            raise ValueError(f"kernel '{self.info.name}' needs distinct buffers (they are restrict)")
+        k = self.kernel()
+        queue = self.device.queue
+        waits = wait_list(self.device, deps)
+        if self.work_items == 0:
+            return CLEvent(cl.enqueue_marker(queue, wait_for=waits or None), self.device)
+        size = -(-self.work_items // self.local) * self.local
+        with self._lock:
+            k.set_args(*(p.buf for p in params))
+            ev = cl.enqueue_nd_range_kernel(queue, k, (size,), (self.local,), wait_for=waits or None)
+        return CLEvent(ev, self.device)
+
+
+class OpenCLExecutor(Executor):
+    def __init__(self, device: OpenCLDevice):
+        self.device = device
+
+    def allocate(self, size: int) -> CLBuffer:
+        return CLBuffer(self.device, size)
+
+    def copy(
+        self,
+        src: Buffer,
+        src_offset: int,
+        dst: Buffer,
+        dst_offset: int,
+        length: int,
+        deps: Sequence[Event] = (),
+    ) -> Event:
+        if not isinstance(src, CLBuffer) or not isinstance(dst, CLBuffer):
+            raise TypeError("OpenCL copies are between CLBuffers")
+        if (
+            src_offset < 0
+            or dst_offset < 0
+            or src_offset + length > src.size
+            or dst_offset + length > dst.size
+        ):
+            raise ValueError(f"copy of {length} bytes at {src_offset} -> {dst_offset} is out of bounds")
+        queue = self.device.queue
+        waits = wait_list(self.device, deps)
+        if length == 0:
+            return CLEvent(cl.enqueue_marker(queue, wait_for=waits or None), self.device)
+        ev = cl.enqueue_copy(
+            queue,
+            dst.buf,
+            src.buf,
+            byte_count=length,
+            src_offset=src_offset,
+            dst_offset=dst_offset,
+            wait_for=waits or None,
+        )
+        return CLEvent(ev, self.device)
+
+    def prepare(self, library: Library, index: int) -> OpenCLKernel:
+        return OpenCLKernel(self.device, library, index)

@@ -1,0 +1,90 @@
+"""Shared helpers of the OpenCL backend tests (``tests/test_opencl_*.py``); not a test module.
+
+The tests run on ``$TILE_OPENCL_TEST_DEVICE`` if set, else on the first usable OpenCL device
+(``opencl_cpu.0`` when there is one: PoCL), and skip, with the registry's reason, when there is
+none. ``HALF`` is the same device with float16 forced on:
+the generated code stores float16 through the core ``vload_half``/``vstore_half_rte``, so its
+float16 paths can be checked on a device without ``cl_khr_fp16``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+import pytest
+
+import ref_interp
+import tile
+from backends import registry
+from backends.runner import CompiledProgram
+from tests.llvm_runner import assert_same
+from tile.bind import bind
+from tile.inputs import input_types
+
+
+def _device_id() -> str | None:
+    ids = [d for d in registry.devices() if d.startswith("opencl_")]
+    asked = os.environ.get("TILE_OPENCL_TEST_DEVICE")
+    if asked:
+        return asked if asked in ids else None
+    return "opencl_cpu.0" if "opencl_cpu.0" in ids else (ids[0] if ids else None)
+
+
+DEVICE_ID = _device_id()
+_WHY = {k: v for k, v in registry.unavailable().items() if k.startswith("opencl")}
+requires_opencl = pytest.mark.skipif(
+    DEVICE_ID is None, reason=f"no usable OpenCL device: {_WHY or 'none registered'}"
+)
+
+
+def device():
+    return registry.get(DEVICE_ID)
+
+
+@functools.cache
+def half_device():
+    """The test device with float16 allowed whatever its driver says."""
+    from backends.opencl import OpenCLDevice
+
+    base = device()
+    return OpenCLDevice(base.cl_device, base.id, fp16=True)
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path_factory, monkeypatch):
+    """Program binaries go to the test session's temporary directory, not the user's cache."""
+    monkeypatch.setenv("TILE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "opencl-cache"))
+
+
+def run(src: str, inputs: dict, dev=None, settings: dict | None = None) -> dict:
+    """``src`` on ``dev`` (default: ``tile.compile`` for the test device id)."""
+    if dev is None:
+        return tile.compile(src, DEVICE_ID, settings)(inputs)
+    prog = tile.parse(src)
+    return CompiledProgram(bind(prog, input_types(prog, inputs)), dev, settings)(inputs)
+
+
+def check(src: str, inputs: dict, dev=None, settings: dict | None = None, ulps: int = 0) -> dict:
+    """The device's outputs equal the Tile interpreter's (exactly, or within ``ulps``)."""
+    got = run(src, inputs, dev, settings)
+    assert_same(got, ref_interp.run(src, inputs), ulps)
+    return got
+
+
+def ints(rng: np.random.Generator, shape, lo=-3, hi=4, dtype=np.float32) -> np.ndarray:
+    return rng.integers(lo, hi, shape).astype(dtype)
+
+
+__all__ = [
+    "DEVICE_ID",
+    "assert_same",
+    "check",
+    "device",
+    "half_device",
+    "ints",
+    "private_cache",
+    "requires_opencl",
+    "run",
+]
