@@ -11,21 +11,18 @@ never see half an entry; an unreadable or unwritable cache is simply a miss.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import tempfile
 from pathlib import Path
 
 import llvmlite
 import llvmlite.binding as llvm
 
+from backends import diskcache
+
 FORMAT = 1
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("TILE_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "tile" / "llvm"
+    return diskcache.cache_dir("llvm")
 
 
 def cache_key(ir_text: str, settings: dict, cpu: str, features: str) -> str:
@@ -37,10 +34,7 @@ def cache_key(ir_text: str, settings: dict, cpu: str, features: str) -> str:
         "cpu": cpu,
         "features": features,
     }
-    h = hashlib.sha256(json.dumps(meta, sort_keys=True, default=str).encode())
-    h.update(b"\0")
-    h.update(ir_text.encode())
-    return h.hexdigest()
+    return diskcache.digest(meta, ir_text)
 
 
 class ObjectCache:
@@ -56,22 +50,11 @@ class ObjectCache:
     def load(self) -> bytes | None:
         if not self.enabled:
             return None
-        try:
-            data = self.path.read_bytes()
-        except OSError:
-            return None
-        self.hit = bool(data)
-        return data or None
+        data = diskcache.read_entry(self.path)
+        self.hit = data is not None
+        return data
 
     def store(self, data: bytes) -> None:
         if not self.enabled or self.hit:
             return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-", suffix=".o")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, self.path)
-            self.stored = True
-        except OSError:
-            pass
+        self.stored = diskcache.write_entry(self.path, data)

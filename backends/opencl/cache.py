@@ -10,18 +10,15 @@ binary the driver refuses, is simply a miss.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import tempfile
 from pathlib import Path
+
+from backends import diskcache
 
 FORMAT = 1
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("TILE_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "tile" / "opencl"
+    return diskcache.cache_dir("opencl")
 
 
 def cache_key(source: str, options: str, settings: dict, device: dict) -> str:
@@ -31,10 +28,7 @@ def cache_key(source: str, options: str, settings: dict, device: dict) -> str:
         "settings": {k: v for k, v in settings.items() if k not in ("cache", "async")},
         "device": device,
     }
-    h = hashlib.sha256(json.dumps(meta, sort_keys=True, default=str).encode())
-    h.update(b"\0")
-    h.update(source.encode())
-    return h.hexdigest()
+    return diskcache.digest(meta, source)
 
 
 class BinaryCache:
@@ -48,21 +42,9 @@ class BinaryCache:
     def load(self) -> bytes | None:
         if not self.enabled:
             return None
-        try:
-            data = self.path.read_bytes()
-        except OSError:
-            return None
-        return data or None
+        return diskcache.read_entry(self.path)
 
     def store(self, data: bytes) -> bool:
         if not self.enabled or not data:
             return False
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-", suffix=".clbin")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, self.path)
-            return True
-        except OSError:
-            return False
+        return diskcache.write_entry(self.path, data)
