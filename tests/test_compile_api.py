@@ -112,6 +112,13 @@ def test_devices_command_lists_interp_and_devices():
         assert d in r.stdout
 
 
+def test_devices_require_fails_only_for_a_missing_kind():
+    assert _cli("devices", "--require", "interp").returncode == 0
+    r = _cli("devices", "--require", "interp", "--require", "no_such_kind")
+    assert r.returncode == 1
+    assert "no available device whose id starts with 'no_such_kind'" in r.stderr
+
+
 @pytest.mark.skipif("llvm_cpu.0" not in DEVICES, reason=f"llvm_cpu.0 unavailable: {registry.unavailable()}")
 def test_run_command_writes_the_outputs_and_uses_the_cache_dir(tmp_path):
     import os

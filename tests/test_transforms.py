@@ -378,3 +378,16 @@ def test_cli_emit_and_run_stages(tmp_path):
     np.testing.assert_array_equal(results["flat"], results["tile"])
     np.testing.assert_array_equal(results["tile"], seed_expected(do, k).astype(np.float32))
     assert results["flat"].dtype == np.float32
+
+
+def test_cli_emit_flat_tile_runs_to_the_same_answer(tmp_path):
+    f = tmp_path / "seed.tile"
+    f.write_text(SEED)
+    do, k = ints(SEED_SHAPES["DO"]), ints(SEED_SHAPES["K"])
+    np.savez(tmp_path / "in.npz", DO=do, K=k)
+    text = cli("tile", "emit", f, "--stage", "flat-tile", "--inputs", tmp_path / "in.npz")
+    assert "DO_1d = reshape(DO, " in text  # the flat form reads 1-D views, not the tensors
+    flat = tmp_path / "flat.tile"
+    flat.write_text(text)
+    cli("ref_interp", "run", flat, "--inputs", tmp_path / "in.npz", "--output", tmp_path / "out.npz")
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["DI"], seed_expected(do, k).astype(np.float32))

@@ -31,7 +31,7 @@ from tile.bounds import ranges
 from tile.dtypes import DType
 from tile.errors import TileIndexError
 from tile.transforms import STAGES, apply_stage, transform
-from tile.transforms.emit import format_stage
+from tile.transforms.emit import format_flat_program, format_stage
 from tile.typed import TContraction, TensorType
 
 PROPS = settings(derandomize=True, deadline=None, max_examples=400,
@@ -152,3 +152,6 @@ def test_printed_stages_reparse_to_the_same_meaning(case):
     for stage in ("reduced", "defracted"):
         text = format_stage(apply_stage(b, stage))
         assert_exact(ref_interp.run(text, inputs, "exact")["O"], result.value)
+    # the flat stage as Tile over 1-D views (constraints carry every bound the views lose)
+    text = format_flat_program(apply_stage(b, "flat"))
+    assert_exact(ref_interp.run(text, inputs, "exact")["O"], result.value)

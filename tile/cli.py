@@ -5,8 +5,9 @@
 * ``grad F.tile [--wrt A,B] [--emit] [--inputs IN.npz] [--shape ...] [--output GRADS.npz]`` —
   ``--emit`` prints the gradient program; otherwise the interpreter computes the gradient of the
   sum of the outputs and prints (and saves) arrays named ``grad_<Input>``.
-* ``emit F.tile --stage reduced|defracted|flat|stripe [--inputs IN.npz] [--shape ...]`` — print
-  the program after a transform or lowered to Stripe (sizes from the given or made-up inputs).
+* ``emit F.tile --stage reduced|defracted|flat|flat-tile|stripe [--inputs IN.npz] [--shape ...]`` —
+  print the program after a transform or lowered to Stripe (sizes from the given or made-up
+  inputs); ``flat-tile`` is the flat stage as runnable Tile over 1-D views of the tensors.
 * ``devices`` — every target: ``interp`` and each compiled device (``llvm_cpu.0``, ...).
 * ``run F.tile --target ID [--inputs IN.npz] [--shape ...] [--output OUT.npz] [--no-cache]`` —
   compile for a target and run.
@@ -46,9 +47,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--output", help="write grad_<Input> arrays to this .npz archive")
     e = sub.add_parser("emit", help="print a program after a transform stage")
     e.add_argument("file")
-    e.add_argument("--stage", choices=("tile", "reduced", "defracted", "flat", "stripe"), required=True)
+    e.add_argument("--stage", choices=("tile", "reduced", "defracted", "flat", "flat-tile", "stripe"), required=True)
     add_input_arguments(e, "an .npz archive giving the input shapes and dtypes")
-    sub.add_parser("devices", help="list every target: the interpreter and compiled devices")
+    d = sub.add_parser("devices", help="list every target: the interpreter and compiled devices")
+    d.add_argument(
+        "--require",
+        metavar="PREFIX",
+        action="append",
+        default=[],
+        help="exit with status 1 unless a device id starts with PREFIX (e.g. opencl_cpu); repeatable",
+    )
     r = sub.add_parser("run", help="compile a .tile program for a target and run it")
     r.add_argument("file")
     add_input_arguments(r)
@@ -70,7 +78,10 @@ def cmd_devices(args) -> int:
         )
     for kind, why in registry.unavailable().items():
         print(f"{kind + '.*':<12} unavailable: {why}")
-    return 0
+    missing = [p for p in args.require if not any(i.startswith(p) for i in registry.ids())]
+    for prefix in missing:
+        print(f"error: no available device whose id starts with '{prefix}'", file=sys.stderr)
+    return 1 if missing else 0
 
 
 def cmd_run(args) -> int:
@@ -103,7 +114,7 @@ def cmd_emit(args) -> int:
     from tile.dtypes import DType
     from tile.inputs import gather_inputs, load_npz
     from tile.transforms import apply_stage
-    from tile.transforms.emit import format_stage
+    from tile.transforms.emit import format_flat_program, format_stage
     from tile.typed import TensorType
 
     program = parse_file(args.file)
@@ -116,6 +127,9 @@ def cmd_emit(args) -> int:
         from stripe.printer import format_block
 
         print(format_block(lower(bound)))
+        return 0
+    if args.stage == "flat-tile":
+        print(format_flat_program(apply_stage(bound, "flat")), end="")
         return 0
     print(format_stage(apply_stage(bound, args.stage)), end="")
     return 0

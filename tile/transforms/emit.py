@@ -43,3 +43,60 @@ def format_stage(bound: BoundProgram) -> str:
             lines.append("    " + format_statement(ast_stmt))
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def format_flat_program(bound: BoundProgram) -> str:
+    """The flat stage as a runnable Tile program: every tensor a flat contraction touches is viewed
+    as 1-D (``A_1d = reshape(A, n)``), each contraction indexes those views with its offsets and
+    strides under its remaining constraints, and its result is reshaped back (a scalar result is
+    assigned from its one element, since ``reshape`` has no rank-0 form). It computes what the
+    source computes, which is what the conformance suite's ``flat`` family checks on every target.
+    ``bound`` must be at the flat stage (``apply_stage(bound, "flat")``)."""
+    from tile.printer import format_program
+    from tile.transforms.flat import as_contraction
+
+    taken = set(bound.types) | {n for n, _ in bound.inputs}
+
+    def fresh(name: str) -> str:
+        view = f"{name}_1d"
+        while view in taken:
+            view += "_"
+        taken.add(view)
+        return view
+
+    views: dict[str, str] = {}
+    lines = [format_program(bound.program).splitlines()[0]]
+
+    def view(name: str) -> str:
+        if name not in views:
+            views[name] = fresh(name)
+            n = 1
+            for d in bound.types[name].shape:
+                n *= d
+            lines.append(f"    {views[name]} = reshape({name}, {n});")
+        return views[name]
+
+    for ast_stmt, stmt in zip(bound.program.stmts, bound.stmts):
+        if not isinstance(stmt, FlatContraction):
+            lines.append("    " + format_statement(ast_stmt))
+            continue
+        c = as_contraction(stmt)
+        out = fresh(c.name)
+        renamed = TContraction(
+            out,
+            c.type,
+            c.agg,
+            c.comb,
+            TAccess(out, c.output.polys, c.output.type),
+            tuple(TAccess(view(a.tensor), a.polys, a.type) for a in c.operands),
+            c.constraints,
+            None if c.default is None else view(c.default),
+            c.no_defract,
+        )
+        lines.append("    " + format_contraction(renamed))
+        if stmt.type.shape:
+            lines.append(f"    {c.name} = reshape({out}, {', '.join(map(str, stmt.type.shape))});")
+        else:  # reshape has no rank-0 form; a scalar is the one element, assigned
+            lines.append(f"    {c.name}[] = =({out}[0]);")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
