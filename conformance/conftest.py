@@ -1,5 +1,6 @@
 """Conformance options: ``--target=ID`` (repeatable; ``all`` for every device),
-``--conformance-profile=ci|thorough`` and ``--conformance-failures=DIR``.
+``--conformance-profile=ci|thorough``, ``--conformance-examples=N`` (overrides the profile's count)
+and ``--conformance-failures=DIR``.
 
 Without ``--target`` every available compiled device is checked (none: the tests skip with the
 reason). Targets come from ``backends.registry``, so a new backend is validated as soon as it
@@ -61,6 +62,12 @@ def pytest_addoption(parser):
         help="Hypothesis profile for the conformance suite (default: ci)",
     )
     group.addoption(
+        "--conformance-examples",
+        type=int,
+        metavar="N",
+        help="examples per family and target, overriding the profile's count",
+    )
+    group.addoption(
         "--conformance-failures",
         metavar="DIR",
         help="where failing examples are written (default: conformance/failures)",
@@ -87,7 +94,12 @@ _CONFIG: list = []  # the session's config, for the hooks that are not given it
 
 def pytest_configure(config):
     _CONFIG[:] = [config]
-    settings.load_profile(f"conformance-{config.getoption('--conformance-profile')}")
+    profile = f"conformance-{config.getoption('--conformance-profile')}"
+    if config.getoption("--conformance-examples"):
+        n = config.getoption("--conformance-examples")
+        settings.register_profile(f"{profile}-{n}", settings.get_profile(profile), max_examples=n)
+        profile = f"{profile}-{n}"
+    settings.load_profile(profile)
     if config.getoption("--conformance-failures"):
         reporting.FAILURES = Path(config.getoption("--conformance-failures")).resolve()
 

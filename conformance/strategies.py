@@ -5,12 +5,16 @@ interpreter (``exact``: integer-valued data whose every intermediate is exact in
 otherwise a tolerance in units of the output type's epsilon, scaled by the reduction length).
 
 Families:
-* ``contractions`` — rank 0–3 outputs, affine and rational index polynomials (strides, dilations,
+* ``contractions`` — rank 0–5 outputs, affine and rational index polynomials (strides, dilations,
   padding, skipping, reversal), constraints, output sizes smaller and larger than natural, every
-  aggregation and combination, ``default``;
-* ``elementwise`` — chains over every elementwise builtin with broadcasting and several dtypes;
-* ``gradients`` — gradient programs of drawn contractions and chains (``tile.grad``);
-* ``defracted`` — drawn contractions printed after reduce and defract, re-parsed.
+  aggregation and combination, ``default``; six dtypes, now and then mixed within one program;
+* ``elementwise`` — chains over every elementwise builtin with broadcasting and mixed dtypes, and
+  chains through the structural builtins (reshape, shape, gather, scatter, softmaxes, casts);
+* ``mixed`` — contractions and elementwise statements feeding each other, several outputs;
+* ``gradients`` — gradient programs of drawn contractions, chains and mixed programs
+  (``tile.gradient``);
+* ``defracted`` — drawn contractions and mixed programs printed after reduce and defract;
+* ``flat`` — the same printed at the flat stage as Tile over 1-D views of every tensor.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from hypothesis import assume
 from hypothesis import strategies as st
 
 AGGS = ["+", "*", ">", "<", "="]
@@ -142,11 +147,73 @@ def general(draw):
 
 
 @st.composite
+def high_rank(draw):
+    """Rank 3–5 outputs over up to 6 index variables: transposes, broadcasts, partial reductions,
+    an occasional shifted/strided/rational access, sizes off natural, every aggregation."""
+    out_rank = draw(st.integers(3, 5))
+    vs = [f"i{d}" for d in range(out_rank + draw(st.integers(0, 6 - out_rank)))]
+    permute = draw(st.integers(0, 2)) == 0  # a transpose or broadcast: every element written once
+    if permute:
+        vs = vs[:out_rank]
+    outs, summed = vs[:out_rank], vs[out_rank:]
+    size = {v: draw(st.integers(1, 3)) for v in vs}
+    comb = draw(st.sampled_from(["", "*", "+"]))
+    names = ["A"] if comb == "" else ["A", "B"]
+    reads: dict[str, list[str]] = {n: [] for n in names}
+    for v in summed:  # a summed index must be read somewhere, or nothing bounds it
+        reads[draw(st.sampled_from(names))].append(v)
+    for v in outs:
+        for n in names:
+            if draw(st.booleans()):
+                reads[n].append(v)
+    polys, shapes = {}, {}
+    for n in names:
+        vars_ = draw(st.permutations(reads[n]))[:5] or [draw(st.sampled_from(outs))]
+        ps, dims = [], []
+        for v in vars_:
+            form = "v" if permute else draw(st.sampled_from(["v", "v", "v", "v+1", "2v", "v/2", "v+w"]))
+            w = draw(st.sampled_from(vs))
+            text, top = {
+                "v": (v, size[v] - 1),
+                "v+1": (f"{v} + 1", size[v]),
+                "2v": (f"2*{v}", 2 * size[v] - 2),
+                "v/2": (f"{v}/2", (size[v] - 1) // 2),
+                "v+w": (f"{v} + {w}", size[v] + size[w] - 2),
+            }[form]
+            ps.append(text)
+            dims.append(max(1, top + 1 - draw(st.integers(0, 1))))  # sometimes one short: skipping
+        polys[n], shapes[n] = ps, tuple(dims)
+    injective = not summed and all(p in outs for n in names for p in polys[n])
+    agg = draw(st.sampled_from(["=", "="] + AGGS if injective else AGGS[:-1]))
+    sizes = [max(1, size[v] + draw(st.integers(-1, 1))) for v in outs]
+    cons = [f"{v} < {size[v]}" for v in summed if draw(st.integers(0, 3)) == 0]
+    default = draw(st.integers(0, 3)) == 0
+    refs = [f"{n}[{', '.join(polys[n])}]" for n in names]
+    body = refs[0] if comb == "" else f" {comb} ".join(refs)
+    tail = "".join(f", {c}" for c in cons) + (" default D" if default else "")
+    header = ", ".join(names + (["D"] if default else []))
+    src = (
+        f"function ({header}) -> (O) {{ O[{', '.join(outs)}: {', '.join(map(str, sizes))}] = "
+        f"{agg}({body}){tail}; }}"
+    )
+    if default:
+        shapes["D"] = tuple(sizes)
+    return src, shapes, int(np.prod([size[v] for v in summed]))
+
+
+CONTRACTION_DTYPES = [np.float32, np.int32, np.float64, np.int8, np.uint8, np.int64]
+
+
+@st.composite
 def contractions(draw) -> Case:
-    src, shapes, length = draw(st.one_of(conv_like(), general()))
+    src, shapes, length = draw(st.one_of(conv_like(), general(), high_rank()))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    dtype = draw(st.sampled_from([np.float32, np.int32, np.float64]))
-    inputs = {n: _array(rng, s, dtype) for n, s in shapes.items()}
+    dtype = draw(st.sampled_from(CONTRACTION_DTYPES))
+    mixed_types = draw(st.integers(0, 3)) == 0  # now and then each input its own type: promotion
+    inputs = {
+        n: _array(rng, s, draw(st.sampled_from(CONTRACTION_DTYPES)) if mixed_types else dtype)
+        for n, s in shapes.items()
+    }
     return Case("contraction", src, inputs, length=length)
 
 
@@ -200,12 +267,27 @@ UNARY_FLOAT = [
 ]
 
 
+def _partner(draw, names: dict[str, tuple], shape: tuple) -> str:
+    """A name whose shape broadcasts with ``shape``."""
+    ok = []
+    for n, s in names.items():
+        try:
+            np.broadcast_shapes(s, shape)
+        except ValueError:
+            continue
+        ok.append(n)
+    return draw(st.sampled_from(ok))
+
+
 @st.composite
-def elementwise(draw) -> Case:
+def chain(draw) -> Case:
+    """Elementwise statements over every arithmetic, comparison, bit and float builtin."""
     n, m = draw(st.integers(1, 4)), draw(st.integers(1, 4))
     shapes = {"X": (n, m), "Y": draw(st.sampled_from([(n, m), (m,), (1, m), (n, 1), ()]))}
     int_mode = draw(st.booleans())
     dtype = draw(st.sampled_from(INT_DTYPES if int_mode else FLOAT_DTYPES))
+    # now and then Y has its own type, so every promotion rule meets the targets
+    y_dtype = draw(st.sampled_from(INT_DTYPES if int_mode else FLOAT_DTYPES + INT_DTYPES[:1]))
     pool = UNARY_EXACT + BINARY_EXACT + (INT_ONLY if int_mode else []) + ([] if int_mode else UNARY_FLOAT)
     names, stmts, inexact = ["X", "Y"], [], False
     for k in range(draw(st.integers(1, 4))):
@@ -216,8 +298,141 @@ def elementwise(draw) -> Case:
         names.append(f"T{k}")
     src = f"function (X, Y) -> ({names[-1]}) {{ {' '.join(stmts)} }}"
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    inputs = {k: _array(rng, s, dtype) for k, s in shapes.items()}
+    inputs = {"X": _array(rng, shapes["X"], dtype), "Y": _array(rng, shapes["Y"], y_dtype)}
     return Case("elementwise", src, inputs, exact=not inexact, ulps=8.0)
+
+
+CASTS = ["as_uint({0}, 8)", "as_uint({0}, 16)", "as_uint({0}, 32)", "as_int({0}, 16)", "as_bool({0})",
+         "ident({0})", "as_float({0}, 32)", "as_float({0}, 16)"]
+
+
+@st.composite
+def structural(draw) -> Case:
+    """Chains through the structural builtins — reshape, shape, gather and scatter (with indices
+    out of range, which clamp), the row softmaxes — and the casts (as_uint of negatives wraps)."""
+    n, m = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    shapes: dict[str, tuple] = {"X": (n, m), "I": (draw(st.integers(1, 4)),)}
+    dtype = draw(st.sampled_from(FLOAT_DTYPES + INT_DTYPES))
+    stmts, inexact, length = [], False, 1
+    for k in range(draw(st.integers(1, 4))):
+        name = f"T{k}"
+        a = draw(st.sampled_from([x for x, s in shapes.items() if x != "I"]))
+        sa = shapes[a]
+        ops = ["reshape", "shape", "cast", "binary"] + (["gather", "scatter"] if sa else [])
+        ops += ["softmax"] if len(sa) == 2 else []
+        op = draw(st.sampled_from(ops))
+        if op == "reshape":
+            size = int(np.prod(sa))
+            new = draw(st.sampled_from([(size,), (1, size), tuple(reversed(sa)) or (1,), (size, 1)]))
+            expr, shape = f"reshape({a}, {', '.join(map(str, new))})", new
+        elif op == "shape":
+            expr, shape = f"shape({a})", (len(sa),)
+        elif op == "cast":
+            expr, shape = draw(st.sampled_from(CASTS)).format(a), sa
+        elif op == "binary":
+            b = _partner(draw, {x: s for x, s in shapes.items() if x != "I"}, sa)
+            expr = draw(st.sampled_from(BINARY_EXACT)).format(a, b)
+            shape = np.broadcast_shapes(sa, shapes[b])
+        elif op == "gather":
+            idx = draw(st.sampled_from(["I"] + [x for x, s in shapes.items() if x != "I" and len(s) <= 2]))
+            ix = idx if idx == "I" else f"as_int({idx}, 32)"
+            expr, shape = f"gather({a}, {ix})", shapes[idx] + sa[1:]
+        elif op == "scatter":
+            like = draw(st.sampled_from([x for x, s in shapes.items() if s]))
+            ix = draw(st.sampled_from([f"as_int({a}, 32)", f"index({a}, 0)"]))
+            expr, shape = f"scatter({a}, {ix}, {like})", (shapes[like][0],)
+            length = max(length, int(np.prod(sa)))  # duplicates add up
+        else:
+            fn = draw(st.sampled_from(["builtin_softmax", "builtin_logsoftmax"]))
+            expr, shape, inexact = f"{fn}({a}, {sa[0]}, {sa[1]})", sa, True
+            length = max(length, sa[1])
+        if len(shape) > 4 or int(np.prod(shape)) > 256:
+            break
+        stmts.append(f"{name} = {expr};")
+        shapes[name] = tuple(shape)
+    assume(stmts)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    inputs = {"X": _array(rng, shapes["X"], dtype), "I": _array(rng, shapes["I"], np.int32, -1, n)}
+    src = f"function (X, I) -> ({stmts[-1].split(' ')[0]}) {{ {' '.join(stmts)} }}"
+    return Case("elementwise", src, inputs, exact=not inexact, ulps=16.0, length=length)
+
+
+def elementwise() -> st.SearchStrategy[Case]:
+    return st.one_of(chain(), structural())
+
+
+# ------------------------------------------------------------------------------- mixed programs
+@st.composite
+def mixed(draw) -> Case:
+    """Contractions and elementwise statements feeding each other — reductions along an axis,
+    transposes, matmuls with new inputs, shifted windows, unary and broadcast binary builtins —
+    with an intermediate sometimes returned as a second output."""
+    dtype = draw(st.sampled_from([np.float32, np.float64, np.int32]))
+    is_float = np.dtype(dtype).kind == "f"
+    shapes = {"X": tuple(draw(st.integers(1, 4)) for _ in range(draw(st.integers(1, 3))))}
+    cur, stmts, inexact, length = "X", [], False, 1
+    made: list[str] = []
+    for k in range(draw(st.integers(2, 4))):
+        name, sc = f"T{k}", shapes[cur]
+        r = len(sc)
+        idx = [f"i{d}" for d in range(r)]
+        kinds = ["unary", "binary"] + (["reduce", "matmul", "window"] if r else [])
+        kinds += ["transpose"] if r > 1 else []
+        kind = draw(st.sampled_from(kinds))
+        if kind == "reduce":
+            axis = draw(st.integers(0, r - 1))
+            keep = [d for d in range(r) if d != axis]
+            shape = tuple(sc[d] for d in keep)
+            out = ", ".join(idx[d] for d in keep)
+            spec = f"{name}[{out}: {', '.join(map(str, shape))}]" if keep else f"{name}[]"
+            agg = draw(st.sampled_from(["+", ">", "<"]))
+            stmt = f"{spec} = {agg}({cur}[{', '.join(idx)}]);"
+            length *= sc[axis]
+        elif kind == "transpose":
+            perm = draw(st.permutations(range(r)))
+            shape = tuple(sc[p] for p in perm)
+            stmt = (
+                f"{name}[{', '.join(idx[p] for p in perm)}: {', '.join(map(str, shape))}] = "
+                f"=({cur}[{', '.join(idx)}]);"
+            )
+        elif kind == "matmul":
+            w, cols = f"W{k}", draw(st.integers(1, 3))
+            shapes[w] = (sc[-1], cols)
+            shape = sc[:-1] + (cols,)
+            lead = idx[:-1]
+            stmt = (
+                f"{name}[{', '.join(lead + ['j'])}: {', '.join(map(str, shape))}] = "
+                f"+({cur}[{', '.join(lead + ['q'])}] * {w}[q, j]);"
+            )
+            length *= sc[-1]
+        elif kind == "window":
+            width, agg = draw(st.integers(2, 3)), draw(st.sampled_from(["+", ">"]))
+            shape = sc
+            stmt = (
+                f"{name}[{', '.join(idx)}: {', '.join(map(str, sc))}] = "
+                f"{agg}({cur}[{', '.join(idx[:-1] + [idx[-1] + ' + q'])}]), q < {width};"
+            )
+            length *= width
+        elif kind == "unary":
+            template = draw(st.sampled_from(UNARY_EXACT[:-1] + (UNARY_FLOAT if is_float else [])))
+            inexact |= template in UNARY_FLOAT
+            stmt, shape = f"{name} = {template.format(cur)};", sc
+        else:
+            b = f"B{k}"
+            shapes[b] = draw(st.sampled_from([sc, sc[1:], sc[-1:], ()]))
+            template = draw(st.sampled_from(BINARY_EXACT))
+            inexact |= "/" in template and is_float  # a quotient summed later rounds in any order
+            stmt, shape = f"{name} = {template.format(cur, b)};", sc
+        stmts.append(stmt)
+        shapes[name] = tuple(shape)
+        made.append(name)
+        cur = name
+    outs = [cur] + ([draw(st.sampled_from(made[:-1]))] if len(made) > 1 and draw(st.booleans()) else [])
+    ins = [n for n in shapes if n not in made]
+    src = f"function ({', '.join(ins)}) -> ({', '.join(outs)}) {{ {' '.join(stmts)} }}"
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    inputs = {n: _array(rng, shapes[n], dtype) for n in ins}
+    return Case("mixed", src, inputs, exact=not inexact, ulps=64.0, length=length)
 
 
 # ------------------------------------------------------------------------- derived programs
@@ -226,7 +441,7 @@ def gradients(draw) -> Case:
     import tile
     from tile.printer import format_program
 
-    base = draw(st.one_of(contractions(), elementwise()))
+    base = draw(st.one_of(contractions(), elementwise(), mixed()))
     floats = {k: v.astype(np.float64) for k, v in base.inputs.items()}
     try:
         g = tile.gradient(
@@ -253,28 +468,43 @@ def gradients(draw) -> Case:
     return Case("gradient", format_program(g.program), feed, exact=base.exact, ulps=64.0, length=base.length)
 
 
-@st.composite
-def defracted(draw) -> Case:
-    from hypothesis import assume
-
+def _staged(draw, stage: str) -> tuple[Case, str]:
+    """A drawn contraction or mixed program, and its text after ``stage`` (flat: as Tile over 1-D
+    views, see ``tile.transforms.emit.format_flat_program``)."""
     import tile
-    from ref_interp.run import input_types
+    from tile.inputs import input_types
     from tile.transforms import apply_stage
-    from tile.transforms.emit import format_stage
+    from tile.transforms.emit import format_flat_program, format_stage
+    from tile.typed import TAssign
 
-    base = draw(contractions())
+    base = draw(st.one_of(contractions(), mixed()))
     try:
         prog = tile.parse(base.source)
-        bound = tile.bind(prog, input_types(prog, base.inputs))
-        text = format_stage(apply_stage(bound, "defracted"))
+        bound = apply_stage(tile.bind(prog, input_types(prog, base.inputs)), stage)
+        text = format_flat_program(bound) if stage == "flat" else format_stage(bound)
+        assume(any(not isinstance(x, TAssign) for x in bound.stmts))  # else the stage changes nothing
     except tile.TileError:
         assume(False)
+    return base, text
+
+
+@st.composite
+def defracted(draw) -> Case:
+    base, text = _staged(draw, "defracted")
     return Case("defracted", text, base.inputs, base.exact, base.ulps, base.length)
+
+
+@st.composite
+def flat(draw) -> Case:
+    base, text = _staged(draw, "flat")
+    return Case("flat", text, base.inputs, base.exact, base.ulps, base.length)
 
 
 FAMILIES = {
     "contractions": contractions,
     "elementwise": elementwise,
+    "mixed": mixed,
     "gradients": gradients,
     "defracted": defracted,
+    "flat": flat,
 }

@@ -13,7 +13,7 @@ from hypothesis import assume, given
 import ref_interp
 import tile
 from conformance import report
-from conformance.strategies import Case, contractions, defracted, elementwise, gradients
+from conformance.strategies import Case, contractions, defracted, elementwise, flat, gradients, mixed
 from tile.dtypes import DType
 from tile.inputs import input_types
 
@@ -69,6 +69,11 @@ def test_elementwise(device, case):
     check(case, device)
 
 
+@given(mixed())
+def test_mixed(device, case):
+    check(case, device)
+
+
 @given(gradients())
 def test_gradients(device, case):
     needs(device, DType.FLOAT64, "gradient programs are checked in float64")
@@ -77,4 +82,9 @@ def test_gradients(device, case):
 
 @given(defracted())
 def test_defracted(device, case):
+    check(case, device)
+
+
+@given(flat())
+def test_flat(device, case):
     check(case, device)

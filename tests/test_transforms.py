@@ -390,4 +390,5 @@ def test_cli_emit_flat_tile_runs_to_the_same_answer(tmp_path):
     flat = tmp_path / "flat.tile"
     flat.write_text(text)
     cli("ref_interp", "run", flat, "--inputs", tmp_path / "in.npz", "--output", tmp_path / "out.npz")
-    np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["DI"], seed_expected(do, k).astype(np.float32))
+    want = seed_expected(do, k).astype(np.float32)
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["DI"], want)

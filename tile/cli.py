@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--output", help="write grad_<Input> arrays to this .npz archive")
     e = sub.add_parser("emit", help="print a program after a transform stage")
     e.add_argument("file")
-    e.add_argument("--stage", choices=("tile", "reduced", "defracted", "flat", "flat-tile", "stripe"), required=True)
+    stages = ("tile", "reduced", "defracted", "flat", "flat-tile", "stripe")
+    e.add_argument("--stage", choices=stages, required=True)
     add_input_arguments(e, "an .npz archive giving the input shapes and dtypes")
     d = sub.add_parser("devices", help="list every target: the interpreter and compiled devices")
     d.add_argument(
