@@ -10,6 +10,9 @@ from hypothesis import HealthCheck, given, settings
 import ref_interp
 import tile
 from conformance import strategies
+from tile.builtins import BUILTINS
+from tile.inputs import input_types
+from tile.typed import TAssign, TCall
 
 
 def draw_many(strategy, n: int) -> list:
@@ -69,3 +72,25 @@ def test_drawn_programs_are_mostly_valid():
             except tile.TileError:
                 invalid += 1
         assert invalid <= len(cases) // 10, family
+
+
+def _calls(expr, found: set) -> None:
+    if isinstance(expr, TCall):
+        found.add(expr.fn)
+    for child in getattr(expr, "args", ()):
+        _calls(child, found)
+
+
+def test_every_elementwise_builtin_is_drawn():
+    found: set = set()
+    for family in ("elementwise", "mixed"):
+        for c in draw_many(strategies.FAMILIES[family](), 600):
+            prog = tile.parse(c.source)
+            try:
+                bound = tile.bind(prog, input_types(prog, c.inputs))
+            except tile.TileError:  # a few drawn chains are ill-typed: the suite skips those
+                continue
+            for stmt in bound.stmts:
+                if isinstance(stmt, TAssign):
+                    _calls(stmt.expr, found)
+    assert set(BUILTINS) - found == set()
