@@ -22,7 +22,7 @@ from conformance import report as reporting  # (pytest names a hook argument `re
 PROFILES = {
     # CI: derandomized and small, so the default test run stays well under its time budget.
     "ci": dict(
-        max_examples=40,
+        max_examples=60,
         derandomize=True,
         deadline=None,
         suppress_health_check=[
