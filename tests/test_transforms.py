@@ -28,7 +28,8 @@ from tile.ast import CombOp
 from tile.bind import bind
 from tile.dtypes import DType
 from tile.errors import TileError, TileIndexError, TileRuntimeError
-from tile.transforms import STAGES, FlatContraction, defract, flatten, reduce, transform
+from tile.transforms import STAGES, FlatContraction, apply_stage, defract, flatten, reduce, transform
+from tile.transforms.emit import format_flat_program
 from tile.typed import TContraction, TensorType
 
 REPO = Path(__file__).resolve().parents[1]
@@ -392,3 +393,15 @@ def test_cli_emit_flat_tile_runs_to_the_same_answer(tmp_path):
     cli("ref_interp", "run", flat, "--inputs", tmp_path / "in.npz", "--output", tmp_path / "out.npz")
     want = seed_expected(do, k).astype(np.float32)
     np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["DI"], want)
+
+
+def test_flat_tile_refuses_an_index_only_constraints_use():
+    # O[2i + j] over A[i, j]: flattening leaves a digit that only a constraint reads
+    src = "function (A[N, M]) -> (O) { O[2*i + j: 4] = +(A[i, j]); }"
+    prog = tile.parse(src)
+    b = tile.bind(prog, {"A": TensorType(DType.FLOAT32, (2, 2))})
+    with pytest.raises(TileIndexError, match="only its constraints use") as e:
+        format_flat_program(apply_stage(b, "flat"))
+    assert "O[2*i + j: 4]" in str(e.value)  # located at the contraction, with a caret
+    a = ints((2, 2))
+    np.testing.assert_array_equal(ref_interp.run(src, {"A": a}, stage="flat")["O"], a.reshape(-1))

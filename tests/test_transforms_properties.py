@@ -153,5 +153,12 @@ def test_printed_stages_reparse_to_the_same_meaning(case):
         text = format_stage(apply_stage(b, stage))
         assert_exact(ref_interp.run(text, inputs, "exact")["O"], result.value)
     # the flat stage as Tile over 1-D views (constraints carry every bound the views lose)
-    text = format_flat_program(apply_stage(b, "flat"))
+    flat = apply_stage(b, "flat")
+    try:
+        text = format_flat_program(flat)
+    except TileIndexError as e:  # a digit only constraints use: no Tile spelling, said plainly
+        (f,) = flat.stmts
+        hidden = [n for k, n in enumerate(f.names) if not any(a.strides[k] for a in (f.output, *f.operands))]
+        assert hidden and all(n in e.message for n in hidden), e
+        return
     assert_exact(ref_interp.run(text, inputs, "exact")["O"], result.value)

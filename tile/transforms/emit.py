@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tile.errors import TileIndexError
 from tile.printer import format_combination, format_statement
 from tile.transforms.flat import FlatContraction, format_flat
 from tile.typed import BoundProgram, TAccess, TContraction
@@ -51,6 +52,8 @@ def format_flat_program(bound: BoundProgram) -> str:
     strides under its remaining constraints, and its result is reshaped back (a scalar result is
     assigned from its one element, since ``reshape`` has no rank-0 form). It computes what the
     source computes, which is what the conformance suite's ``flat`` family checks on every target.
+    A flat contraction with an index that only its constraints use (a defract digit that no
+    stride reads) has no Tile spelling: that raises ``TileIndexError``.
     ``bound`` must be at the flat stage (``apply_stage(bound, "flat")``)."""
     from tile.printer import format_program
     from tile.transforms.flat import as_contraction
@@ -80,6 +83,15 @@ def format_flat_program(bound: BoundProgram) -> str:
         if not isinstance(stmt, FlatContraction):
             lines.append("    " + format_statement(ast_stmt))
             continue
+        accesses = (stmt.output, *stmt.operands)
+        hidden = [n for k, n in enumerate(stmt.names) if not any(a.strides[k] for a in accesses)]
+        if hidden:
+            raise TileIndexError(
+                f"the flat form of '{stmt.name}' has an index ({', '.join(hidden)}) that only its "
+                "constraints use, which Tile syntax cannot state",
+                stmt.span,
+                hint="print it with --stage flat (the table) instead; backends run it as it is",
+            )
         c = as_contraction(stmt)
         out = fresh(c.name)
         renamed = TContraction(
