@@ -23,9 +23,8 @@ from collections.abc import Callable
 import numpy as np
 
 from backends.clike.target import CTarget, Value, unsigned_of
-from tile.builtins import BUILTINS
+from stripe.specials import check_intrinsic
 from tile.dtypes import DType, promote
-from tile.errors import TileRuntimeError
 
 Tmp = Callable[[str, DType], str]
 
@@ -34,9 +33,6 @@ _MIRROR = {"==": "==", "!=": "!=", "<": ">", ">": "<", "<=": ">=", ">=": "<="}
 CASTS = ("as_float", "as_int", "as_uint", "as_bool", "ident", "assign")
 LIBM = ("exp", "log", "sin", "cos", "tan", "sinh", "cosh", "tanh", "asin", "acos", "atan")
 LIBM += ("asinh", "acosh", "atanh")
-STRUCTURAL = frozenset(
-    {"index", "shape", "reshape", "gather", "scatter", "builtin_softmax", "builtin_logsoftmax"}
-)
 ARITH = ("add", "sub", "mul", "div", "neg", "abs", "relu", "max", "min")
 BITS = ("bit_and", "bit_or", "bit_xor", "bit_not", "bit_left", "bit_right")
 SUPPORTED = frozenset(
@@ -46,20 +42,7 @@ SUPPORTED = frozenset(
 
 def intrinsic(t: CTarget, tmp: Tmp, name: str, args: list[Value], dt: DType, where: str) -> str:
     """The C expression (a register of ``dt``) of builtin ``name`` applied to ``args``."""
-    if name not in SUPPORTED:
-        hint = (
-            "whole-tensor operations are Specials"
-            if name in STRUCTURAL
-            else "intrinsics are the elementwise builtins of tile.builtins, or assign"
-        )
-        raise TileRuntimeError(f"{where}: unknown intrinsic '{name}'", None, hint=hint)
-    want = 1 if name == "assign" else BUILTINS[name].tensors
-    if len(args) != want:
-        raise TileRuntimeError(
-            f"{where}: intrinsic '{name}' takes {want} input(s), got {len(args)}",
-            None,
-            hint="check the intrinsic's inputs",
-        )
+    check_intrinsic(name, len(args), SUPPORTED, where)
     if name in CMP:
         return compare(t, CMP[name], args[0], args[1])
     if name == "cond":

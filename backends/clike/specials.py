@@ -19,46 +19,12 @@ import numpy as np
 
 from backends.clike.ops import binary, float_fn
 from stripe.ir import Special
+from stripe.specials import BACKEND, Checked, check, identity
 from tile.dtypes import DType
-from tile.errors import TileRuntimeError
 
 if TYPE_CHECKING:
     from backends.clike.kernel import KernelEmitter
     from backends.clike.views import View
-
-AGG_INIT = ("add", "mul", "max", "min")
-KNOWN = (
-    "known specials: zero, copy, reshape, shape, gather, scatter, builtin_softmax, "
-    "builtin_logsoftmax, agg_init_add|mul|max|min"
-)
-
-
-def identity(op: str, dt: DType):
-    """The identity of an aggregation in ``dt``: 0, 1, the lowest value (max) or the highest (min)."""
-    if op in ("add", "mul"):
-        return 0 if op == "add" else 1
-    low = op == "max"
-    if dt is DType.BOOL:
-        return not low
-    if dt.is_float:
-        return -np.inf if low else np.inf
-    info = np.iinfo(dt.numpy)
-    return int(info.min if low else info.max)
-
-
-def _fail(stmt: Special, where: str, message: str, hint: str) -> TileRuntimeError:
-    return TileRuntimeError(f"special '{stmt.name}' in {where}: {message}", None, hint=hint)
-
-
-def _arity(stmt: Special, where: str, n_in: tuple[int, ...], n_out: int) -> None:
-    if len(stmt.inputs) not in n_in or len(stmt.outputs) != n_out:
-        want = " or ".join(map(str, n_in))
-        raise _fail(
-            stmt,
-            where,
-            f"takes {want} input(s) and {n_out} output(s), got {len(stmt.inputs)} and {len(stmt.outputs)}",
-            "check the special's refinement lists",
-        )
 
 
 class _Loops:
@@ -104,73 +70,24 @@ class _Loops:
 
 def emit_special(em: KernelEmitter, stmt: Special, views: dict[str, View], where: str, parallel: bool) -> int:
     """Emit ``stmt``; return the number of work-items it needs (1 unless ``parallel``)."""
-    for n in (*stmt.inputs, *stmt.outputs):
-        if n not in views:
-            raise _fail(stmt, where, f"names refinement '{n}', which the block does not have", "add it")
-    ins = [views[n] for n in stmt.inputs]
-    outs = [views[n] for n in stmt.outputs]
-    lp = _Loops(em, parallel and len(outs) == 1)
-    t = em.t
-    name = stmt.name
-    if name == "zero" or name.startswith("agg_init_"):
-        op = "add" if name == "zero" else name[len("agg_init_") :]
-        if op not in AGG_INIT:
-            raise _fail(stmt, where, f"unknown aggregation '{op}'", "use agg_init_add|mul|max|min")
-        for o in outs:
-            value = t.literal(identity(op, o.dtype), o.dtype)
-            lp.each(
-                o.elements,
-                lambda f, o=o, value=value: em.line(o.write(t, o.at(lp.unravel(f, o.sizes)), value)),
-            )
-    elif name in ("copy", "reshape"):
-        _arity(stmt, where, (1,), 1)
-        _copy(em, lp, stmt, where, ins[0], outs[0])
-    elif name == "shape":
-        _arity(stmt, where, (1,), 1)
-        (src,), (dst,) = ins, outs
-        if dst.sizes != (len(src.dims),):
-            raise _fail(
-                stmt,
-                where,
-                f"the output must have sizes ({len(src.dims)},), not {dst.sizes}",
-                "shape(T) is a vector of T's sizes",
-            )
-        for k, s in enumerate(src.sizes):
-            em.line(dst.write(t, dst.at([str(k)]), t.const(s, DType.INT32, dst.dtype)))
-    elif name == "gather":
-        _arity(stmt, where, (2,), 1)
-        _gather(em, lp, stmt, where, ins, outs[0])
-    elif name == "scatter":
-        _arity(stmt, where, (2, 3), 1)
-        _scatter(em, lp, stmt, where, ins, outs[0])
-    elif name in ("builtin_softmax", "builtin_logsoftmax"):
-        _arity(stmt, where, (1,), 1)
-        (x,), (o,) = ins, outs
-        if len(x.dims) != 2 or o.sizes != x.sizes or (stmt.int_params and tuple(stmt.int_params) != x.sizes):
-            raise _fail(
-                stmt,
-                where,
-                f"needs a 2-D input and an output of the same sizes (and int params R, C "
-                f"equal to them), got {x.sizes} -> {o.sizes} with params {stmt.int_params}",
-                "softmax works row-wise on a (R, C) view",
-            )
-        if not o.dtype.is_float:
-            raise _fail(stmt, where, f"the output must be float, not {o.dtype}", "softmax gives floats")
-        _softmax(em, lp, x, o, name == "builtin_logsoftmax")
-    else:
-        raise _fail(stmt, where, "is not a special this backend knows", KNOWN)
+    sp = check(stmt, views, where, BACKEND)
+    lp = _Loops(em, parallel and len(sp.outs) == 1)
+    _EMIT[sp.kind](em, lp, sp)
     return lp.work
 
 
-def _copy(em: KernelEmitter, lp: _Loops, stmt: Special, where: str, src: View, dst: View) -> None:
-    same = src.sizes == dst.sizes if stmt.name == "copy" else src.elements == dst.elements
-    if not same:
-        raise _fail(
-            stmt,
-            where,
-            f"'{src.name}' has sizes {src.sizes} but '{dst.name}' has {dst.sizes}",
-            "copy needs equal sizes; reshape needs equal element counts",
+def _fill(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
+    t = em.t
+    for o in sp.outs:
+        value = t.literal(identity(sp.op, o.dtype), o.dtype)
+        lp.each(
+            o.elements,
+            lambda f, o=o, value=value: em.line(o.write(t, o.at(lp.unravel(f, o.sizes)), value)),
         )
+
+
+def _copy(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
+    (src,), (dst,) = sp.ins, sp.outs
     t = em.t
 
     def move(flat: str) -> None:
@@ -180,6 +97,13 @@ def _copy(em: KernelEmitter, lp: _Loops, stmt: Special, where: str, src: View, d
         em.line(dst.write(t, dst.at(dc), t.convert(v, src.dtype, dst.dtype)))
 
     lp.each(dst.elements, move)
+
+
+def _shape(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
+    (src,), (dst,) = sp.ins, sp.outs
+    t = em.t
+    for k, s in enumerate(src.sizes):
+        em.line(dst.write(t, dst.at([str(k)]), t.const(s, DType.INT32, dst.dtype)))
 
 
 def clamp_index(em: KernelEmitter, v: str, dt: DType, n: int) -> str:
@@ -195,24 +119,8 @@ def clamp_index(em: KernelEmitter, v: str, dt: DType, n: int) -> str:
     return em.declare(DType.INT64, f"{v} > {top} ? {n - 1} : {wide}", "row")
 
 
-def _gather(em: KernelEmitter, lp: _Loops, stmt: Special, where: str, ins: list[View], out: View) -> None:
-    data, idx = ins
-    if not idx.dtype.is_int:
-        raise _fail(
-            stmt,
-            where,
-            f"the index refinement '{idx.name}' must be integer, not {idx.dtype}",
-            "convert the indices with as_int first",
-        )
-    if not data.dims or out.sizes != idx.sizes + data.sizes[1:]:
-        raise _fail(
-            stmt,
-            where,
-            f"gather of {data.sizes} by {idx.sizes} cannot give {out.sizes}",
-            "the output's sizes are the index's sizes followed by the data's after the first",
-        )
-    if data.sizes[0] == 0 and idx.elements > 0:
-        raise _fail(stmt, where, f"gathers from '{data.name}', whose first size is 0", "gather needs a row")
+def _gather(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
+    (data, idx), (out,) = sp.ins, sp.outs
     r = len(idx.dims)
     t = em.t
 
@@ -225,24 +133,9 @@ def _gather(em: KernelEmitter, lp: _Loops, stmt: Special, where: str, ins: list[
     lp.each(out.elements, body)
 
 
-def _scatter(em: KernelEmitter, lp: _Loops, stmt: Special, where: str, ins: list[View], out: View) -> None:
-    values, idx = ins[:2]
-    length = ins[2].sizes[0] if len(ins) == 3 and ins[2].dims else (out.sizes[0] if out.dims else -1)
+def _scatter(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
+    (values, idx), (out,), length = sp.ins[:2], sp.outs, sp.length
     r = len(idx.dims)
-    if not idx.dtype.is_int:
-        raise _fail(
-            stmt,
-            where,
-            f"the index refinement '{idx.name}' must be integer, not {idx.dtype}",
-            "convert the indices with as_int first",
-        )
-    if values.sizes[:r] != idx.sizes or out.sizes != (length, *values.sizes[r:]):
-        raise _fail(
-            stmt,
-            where,
-            f"scatter of {values.sizes} by {idx.sizes} cannot give {out.sizes}",
-            "scatter(V, I[, L]): the output is (L's first size, *V's sizes after I's rank)",
-        )
     t = em.t
     trailing = values.sizes[r:]
     cols = int(np.prod(trailing, dtype=np.int64))
@@ -265,7 +158,8 @@ def _scatter(em: KernelEmitter, lp: _Loops, stmt: Special, where: str, ins: list
     lp.each(cols, column)
 
 
-def _softmax(em: KernelEmitter, lp: _Loops, x: View, o: View, log: bool) -> None:
+def _softmax(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
+    (x,), (o,), log = sp.ins, sp.outs, sp.log
     rows, cols = x.sizes
     if rows == 0 or cols == 0:
         lp.work = 0 if lp.parallel else lp.work
@@ -305,3 +199,6 @@ def _softmax(em: KernelEmitter, lp: _Loops, x: View, o: View, log: bool) -> None
         lp.loop(0, cols, out)
 
     lp.each(rows, per_row)
+
+
+_EMIT = dict(fill=_fill, copy=_copy, shape=_shape, gather=_gather, scatter=_scatter, softmax=_softmax)

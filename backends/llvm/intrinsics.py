@@ -19,9 +19,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from backends.llvm.scalars import F32, F64, Emitter, Scalar
-from tile.builtins import BUILTINS
+from stripe.specials import check_intrinsic
 from tile.dtypes import DType, promote
-from tile.errors import TileRuntimeError
 
 _CMP = {"cmp_eq": "==", "cmp_ne": "!=", "cmp_lt": "<", "cmp_gt": ">", "cmp_le": "<=", "cmp_ge": ">="}
 _CASTS = ("as_float", "as_int", "as_uint", "as_bool", "ident", "assign")
@@ -43,9 +42,6 @@ _LIBM = {
     "atanh": "atanh",
 }
 _LLVM_UNARY = {"sqrt": "llvm.sqrt", "floor": "llvm.floor", "ceil": "llvm.ceil"}
-STRUCTURAL = frozenset(
-    {"index", "shape", "reshape", "gather", "scatter", "builtin_softmax", "builtin_logsoftmax"}
-)
 SUPPORTED = frozenset(
     {*_CMP, *_CASTS, *_LIBM, *_LLVM_UNARY, "round", "sigmoid", "pow", "cond", "bit_left", "bit_right"}
     | {"add", "sub", "mul", "div", "neg", "abs", "relu", "max", "min", "bit_and", "bit_or", "bit_xor"}
@@ -55,20 +51,7 @@ SUPPORTED = frozenset(
 
 def emit_intrinsic(em: Emitter, name: str, args: list[Scalar], dt: DType, where: str) -> ir.Value:
     """The value (a register of ``dt``) of builtin ``name`` applied to ``args``."""
-    if name not in SUPPORTED:
-        hint = (
-            "whole-tensor operations are Specials"
-            if name in STRUCTURAL
-            else "intrinsics are the elementwise builtins of tile.builtins, or assign"
-        )
-        raise TileRuntimeError(f"{where}: unknown intrinsic '{name}'", None, hint=hint)
-    want = 1 if name == "assign" else BUILTINS[name].tensors
-    if len(args) != want:
-        raise TileRuntimeError(
-            f"{where}: intrinsic '{name}' takes {want} input(s), got {len(args)}",
-            None,
-            hint="check the intrinsic's inputs",
-        )
+    check_intrinsic(name, len(args), SUPPORTED, where)
     b = em.builder
     if name in _CMP:
         common = promote(args[0].declared, args[1].declared)

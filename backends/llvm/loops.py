@@ -9,11 +9,12 @@ from llvmlite import ir
 
 from backends.llvm.scalars import I64, Emitter, i64
 from stripe.ir import Dim
+from stripe.specials import Shaped
 from tile.dtypes import DType
 
 
 @dataclass(frozen=True)
-class View:
+class View(Shaped):
     """A refinement at the current point: element ``base + Σ k_d * stride_d`` of buffer ``ptr``.
 
     ``buf_dtype`` is how the buffer's memory holds elements, ``dtype`` the refinement's type:
@@ -27,17 +28,6 @@ class View:
     dims: tuple[Dim, ...]
     dtype: DType
     agg_op: str
-
-    @property
-    def sizes(self) -> tuple[int, ...]:
-        return tuple(d.size for d in self.dims)
-
-    @property
-    def elements(self) -> int:
-        n = 1
-        for d in self.dims:
-            n *= d.size
-        return n
 
     def at(self, em: Emitter, coords: Sequence[ir.Value]) -> ir.Value:
         """The buffer position of the element at ``coords`` (i64 values, one per dimension)."""

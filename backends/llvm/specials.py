@@ -12,45 +12,14 @@ its buffer's dtype (always, for lowered programs). Softmax works row by row: the
 
 from __future__ import annotations
 
-import numpy as np
 from llvmlite import ir
 
 from backends.llvm.intrinsics import binary, float_fn
 from backends.llvm.loops import View, for_box, for_range, unravel
 from backends.llvm.scalars import I64, Emitter, i64, reg_type
 from stripe.ir import Special
+from stripe.specials import BACKEND, Checked, check, identity
 from tile.dtypes import DType
-from tile.errors import TileRuntimeError
-
-AGG_INIT = ("add", "mul", "max", "min")
-
-
-def identity(em: Emitter, op: str, dt: DType) -> ir.Constant:
-    """The identity of an aggregation in ``dt``: 0, 1, the lowest value (max) or the highest (min)."""
-    if op in ("add", "mul"):
-        return em.const(0 if op == "add" else 1, dt)
-    low = op == "max"
-    if dt is DType.BOOL:
-        return em.const(not low, dt)
-    if dt.is_float:
-        return em.const(-np.inf if low else np.inf, dt)
-    info = np.iinfo(dt.numpy)
-    return em.const(int(info.min if low else info.max), dt)
-
-
-def _fail(stmt: Special, where: str, message: str, hint: str) -> TileRuntimeError:
-    return TileRuntimeError(f"special '{stmt.name}' in {where}: {message}", None, hint=hint)
-
-
-def _arity(stmt: Special, where: str, n_in: tuple[int, ...], n_out: int) -> None:
-    if len(stmt.inputs) not in n_in or len(stmt.outputs) != n_out:
-        want = " or ".join(map(str, n_in))
-        raise _fail(
-            stmt,
-            where,
-            f"takes {want} input(s) and {n_out} output(s), got {len(stmt.inputs)} and {len(stmt.outputs)}",
-            "check the special's refinement lists",
-        )
 
 
 def fill(em: Emitter, view: View, value: ir.Value) -> None:
@@ -58,77 +27,17 @@ def fill(em: Emitter, view: View, value: ir.Value) -> None:
 
 
 def emit_special(em: Emitter, stmt: Special, views: dict[str, View], where: str) -> None:
-    for n in (*stmt.inputs, *stmt.outputs):
-        if n not in views:
-            raise _fail(stmt, where, f"names refinement '{n}', which the block does not have", "add it")
-    ins = [views[n] for n in stmt.inputs]
-    outs = [views[n] for n in stmt.outputs]
-    name = stmt.name
-    if name == "zero" or name.startswith("agg_init_"):
-        op = "add" if name == "zero" else name[len("agg_init_") :]
-        if op not in AGG_INIT:
-            raise _fail(stmt, where, f"unknown aggregation '{op}'", "use agg_init_add|mul|max|min")
-        for o in outs:
-            fill(em, o, identity(em, op, o.dtype))
-        return
-    if name in ("copy", "reshape"):
-        _arity(stmt, where, (1,), 1)
-        _copy(em, stmt, where, ins[0], outs[0])
-        return
-    if name == "shape":
-        _arity(stmt, where, (1,), 1)
-        (src,), (dst,) = ins, outs
-        if dst.sizes != (len(src.dims),):
-            raise _fail(
-                stmt,
-                where,
-                f"the output must have sizes ({len(src.dims)},), not {dst.sizes}",
-                "shape(T) is a vector of T's sizes",
-            )
-        for k, s in enumerate(src.sizes):
-            dst.write(em, dst.at(em, [i64(k)]), em.convert(em.const(s, DType.INT32), DType.INT32, dst.dtype))
-        return
-    if name == "gather":
-        _arity(stmt, where, (2,), 1)
-        _gather(em, stmt, where, ins, outs[0])
-        return
-    if name == "scatter":
-        _arity(stmt, where, (2, 3), 1)
-        _scatter(em, stmt, where, ins, outs[0])
-        return
-    if name in ("builtin_softmax", "builtin_logsoftmax"):
-        _arity(stmt, where, (1,), 1)
-        (x,), (o,) = ins, outs
-        if len(x.dims) != 2 or o.sizes != x.sizes or (stmt.int_params and tuple(stmt.int_params) != x.sizes):
-            raise _fail(
-                stmt,
-                where,
-                f"needs a 2-D input and an output of the same sizes (and int params R, C "
-                f"equal to them), got {x.sizes} -> {o.sizes} with params {stmt.int_params}",
-                "softmax works row-wise on a (R, C) view",
-            )
-        if not o.dtype.is_float:
-            raise _fail(stmt, where, f"the output must be float, not {o.dtype}", "softmax gives floats")
-        _softmax(em, x, o, name == "builtin_logsoftmax")
-        return
-    raise _fail(
-        stmt,
-        where,
-        "is not a special this backend knows",
-        "known specials: zero, copy, reshape, shape, gather, scatter, builtin_softmax, "
-        "builtin_logsoftmax, agg_init_add|mul|max|min",
-    )
+    sp = check(stmt, views, where, BACKEND)
+    _EMIT[sp.kind](em, sp)
 
 
-def _copy(em: Emitter, stmt: Special, where: str, src: View, dst: View) -> None:
-    same = src.sizes == dst.sizes if stmt.name == "copy" else src.elements == dst.elements
-    if not same:
-        raise _fail(
-            stmt,
-            where,
-            f"'{src.name}' has sizes {src.sizes} but '{dst.name}' has {dst.sizes}",
-            "copy needs equal sizes; reshape needs equal element counts",
-        )
+def _fill(em: Emitter, sp: Checked[View]) -> None:
+    for o in sp.outs:
+        fill(em, o, em.const(identity(sp.op, o.dtype), o.dtype))
+
+
+def _copy(em: Emitter, sp: Checked[View]) -> None:
+    (src,), (dst,) = sp.ins, sp.outs
 
     def move(src_coords, dst_coords) -> None:
         v = src.read(em, src.at(em, src_coords))
@@ -139,6 +48,12 @@ def _copy(em: Emitter, stmt: Special, where: str, src: View, dst: View) -> None:
     else:
         body = lambda f: move(unravel(em, f, src.sizes), unravel(em, f, dst.sizes))  # noqa: E731
         for_range(em, i64(0), i64(dst.elements), body)
+
+
+def _shape(em: Emitter, sp: Checked[View]) -> None:
+    (src,), (dst,) = sp.ins, sp.outs
+    for k, s in enumerate(src.sizes):
+        dst.write(em, dst.at(em, [i64(k)]), em.convert(em.const(s, DType.INT32), DType.INT32, dst.dtype))
 
 
 def clamp_index(em: Emitter, v: ir.Value, dt: DType, n: int) -> ir.Value:
@@ -153,24 +68,8 @@ def clamp_index(em: Emitter, v: ir.Value, dt: DType, n: int) -> ir.Value:
     return b.select(b.icmp_unsigned(">", v, top), top, v)
 
 
-def _gather(em: Emitter, stmt: Special, where: str, ins: list[View], out: View) -> None:
-    data, idx = ins
-    if not idx.dtype.is_int:
-        raise _fail(
-            stmt,
-            where,
-            f"the index refinement '{idx.name}' must be integer, not {idx.dtype}",
-            "convert the indices with as_int first",
-        )
-    if not data.dims or out.sizes != idx.sizes + data.sizes[1:]:
-        raise _fail(
-            stmt,
-            where,
-            f"gather of {data.sizes} by {idx.sizes} cannot give {out.sizes}",
-            "the output's sizes are the index's sizes followed by the data's after the first",
-        )
-    if data.sizes[0] == 0 and idx.elements > 0:
-        raise _fail(stmt, where, f"gathers from '{data.name}', whose first size is 0", "gather needs a row")
+def _gather(em: Emitter, sp: Checked[View]) -> None:
+    (data, idx), (out,) = sp.ins, sp.outs
     r = len(idx.dims)
 
     def body(c: list[ir.Value]) -> None:
@@ -181,24 +80,9 @@ def _gather(em: Emitter, stmt: Special, where: str, ins: list[View], out: View) 
     for_box(em, out.sizes, body)
 
 
-def _scatter(em: Emitter, stmt: Special, where: str, ins: list[View], out: View) -> None:
-    values, idx = ins[:2]
-    length = ins[2].sizes[0] if len(ins) == 3 and ins[2].dims else (out.sizes[0] if out.dims else -1)
+def _scatter(em: Emitter, sp: Checked[View]) -> None:
+    (values, idx), (out,), length = sp.ins[:2], sp.outs, sp.length
     r = len(idx.dims)
-    if not idx.dtype.is_int:
-        raise _fail(
-            stmt,
-            where,
-            f"the index refinement '{idx.name}' must be integer, not {idx.dtype}",
-            "convert the indices with as_int first",
-        )
-    if values.sizes[:r] != idx.sizes or out.sizes != (length, *values.sizes[r:]):
-        raise _fail(
-            stmt,
-            where,
-            f"scatter of {values.sizes} by {idx.sizes} cannot give {out.sizes}",
-            "scatter(V, I[, L]): the output is (L's first size, *V's sizes after I's rank)",
-        )
     fill(em, out, em.zero(out.dtype))
     if length == 0:
         return
@@ -212,7 +96,8 @@ def _scatter(em: Emitter, stmt: Special, where: str, ins: list[View], out: View)
     for_box(em, values.sizes, body)
 
 
-def _softmax(em: Emitter, x: View, o: View, log: bool) -> None:
+def _softmax(em: Emitter, sp: Checked[View]) -> None:
+    (x,), (o,), log = sp.ins, sp.outs, sp.log
     rows, cols = x.sizes
     if rows == 0 or cols == 0:
         return
@@ -255,3 +140,6 @@ def _softmax(em: Emitter, x: View, o: View, log: bool) -> None:
         for_range(em, i64(0), i64(cols), out)
 
     for_range(em, i64(0), i64(rows), per_row)
+
+
+_EMIT = dict(fill=_fill, copy=_copy, shape=_shape, gather=_gather, scatter=_scatter, softmax=_softmax)
