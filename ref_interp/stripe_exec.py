@@ -51,6 +51,7 @@ from stripe.ir import (
     Special,
     Store,
 )
+from stripe.specials import STRUCTURAL
 from tile.affine import Affine
 from tile.builtins import BUILTINS
 from tile.dtypes import DType
@@ -59,10 +60,6 @@ from tile.typed import TCall, TensorType, TRef
 
 CHUNK = 1 << 20
 
-# Builtins that act on whole tensors: Stripe spells them as Specials, never as Intrinsics.
-_STRUCTURAL = frozenset(
-    {"index", "shape", "reshape", "gather", "scatter", "builtin_softmax", "builtin_logsoftmax"}
-)
 _VECTOR_STMTS = (Load, Store, LoadIndex, Constant, Intrinsic)
 
 
@@ -405,10 +402,10 @@ class _Machine:
             if len(args) != 1:
                 raise _error(block, "intrinsic 'assign' takes one input", "assign copies one scalar")
             return self.nx.cast(args[0][0], stmt.dtype)
-        if stmt.name not in IMPLS or stmt.name in _STRUCTURAL:
+        if stmt.name not in IMPLS or stmt.name in STRUCTURAL:
             hint = (
                 "whole-tensor operations are Specials"
-                if stmt.name in _STRUCTURAL
+                if stmt.name in STRUCTURAL
                 else "intrinsics are the elementwise builtins of tile.builtins, or assign"
             )
             raise _error(block, f"unknown intrinsic '{stmt.name}'", hint)

@@ -15,8 +15,8 @@ import numpy as np
 
 from ref_interp.elementwise import apply
 from ref_interp.numerics import Numerics
-from stripe.ir import Dim, Special
-from stripe.specials import INTERPRETER, Checked, Shaped, check, identity
+from stripe.ir import Dim, Shaped, Special
+from stripe.specials import INTERPRETER, Checked, check, identity
 from tile.dtypes import DType
 from tile.errors import TileRuntimeError
 from tile.typed import TCall, TensorType, TRef

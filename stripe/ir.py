@@ -88,9 +88,10 @@ class Dim:
     stride: int
 
 
-@dataclass(frozen=True, slots=True)
-class TensorShape:
-    dtype: DType
+class Shaped:
+    """``sizes`` and ``elements`` of anything with ``dims`` (shapes, and the executors' views)."""
+
+    __slots__ = ()
     dims: tuple[Dim, ...]
 
     @property
@@ -103,6 +104,12 @@ class TensorShape:
         for d in self.dims:
             n *= d.size
         return n
+
+
+@dataclass(frozen=True, slots=True)
+class TensorShape(Shaped):
+    dtype: DType
+    dims: tuple[Dim, ...]
 
     @staticmethod
     def dense(dtype: DType, sizes: tuple[int, ...]) -> TensorShape:

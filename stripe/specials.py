@@ -20,7 +20,7 @@ evaluates or emits code for it. The rules:
   same sizes, int params (if any) equal to them; code generators also need a float output.
 
 Views are the executors' own classes; the rules read only ``name``, ``dims``, ``sizes``,
-``dtype`` and ``elements`` (``Shaped`` derives the last two from ``dims``). Errors are
+``dtype`` and ``elements`` (``stripe.ir.Shaped`` derives the last two from ``dims``). Errors are
 ``TileRuntimeError``s "special 'NAME' in WHERE: ..." with a hint. The texts where the interpreter
 and the code generators have always differed are kept, in ``INTERPRETER`` and ``BACKEND``.
 
@@ -36,7 +36,7 @@ from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from stripe.ir import Dim, Special, TensorShape
+from stripe.ir import Dim, Special
 from tile.builtins import BUILTINS
 from tile.dtypes import DType
 from tile.errors import TileRuntimeError
@@ -50,15 +50,6 @@ KNOWN = (
 STRUCTURAL = frozenset(
     {"index", "shape", "reshape", "gather", "scatter", "builtin_softmax", "builtin_logsoftmax"}
 )
-
-
-class Shaped:
-    """A view's shape as the rules read it: ``TensorShape``'s ``sizes`` and ``elements`` of ``dims``."""
-
-    __slots__ = ()
-    dims: tuple[Dim, ...]
-    sizes = TensorShape.sizes  # both read only ``dims``
-    elements = TensorShape.elements
 
 
 class ViewLike(Protocol):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from backends.clike.target import CTarget
 from backends.hal import KernelInfo
-from stripe.ir import Block, Dim
+from stripe.ir import Block, Dim, Shaped
 from tile.dtypes import DType
 from tile.errors import TileRuntimeError
 
@@ -28,7 +28,7 @@ def error(block: Block, message: str, hint: str) -> TileRuntimeError:
 
 
 @dataclass(frozen=True)
-class View:
+class View(Shaped):
     """A refinement at the current point: element ``base + Σ k_d * stride_d`` of ``ptr``, a buffer
     holding ``buf_dtype`` (in memory format, or registers when ``local``) seen as ``dtype``."""
 
@@ -40,17 +40,6 @@ class View:
     dtype: DType
     agg_op: str
     local: bool = False
-
-    @property
-    def sizes(self) -> tuple[int, ...]:
-        return tuple(d.size for d in self.dims)
-
-    @property
-    def elements(self) -> int:
-        n = 1
-        for d in self.dims:
-            n *= d.size
-        return n
 
     def at(self, coords: list[str]) -> str:
         """The offset of the element at ``coords`` (C integer expressions, one per dimension)."""

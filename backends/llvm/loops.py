@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from backends.llvm.scalars import I64, Emitter, i64
-from stripe.ir import Dim
-from stripe.specials import Shaped
+from stripe.ir import Dim, Shaped
 from tile.dtypes import DType
 
 
