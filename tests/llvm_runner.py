@@ -1,15 +1,15 @@
 """A tiny runner for the LLVM backend tests: lower, build, run every ``#main`` kernel, compare.
 
-Not a test module: ``tests/test_llvm_*.py`` import it. It drives the HAL exactly as a runner does
-(one ``HostBuffer`` per root refinement, inputs written through ``map_discard``, each kernel's
-``run`` chained on the previous kernel's event) and compares with the Stripe interpreter and the
-Tile interpreter.
+Not a test module: ``tests/test_llvm_*.py`` import it, and ``tests/test_opencl_stripe.py`` runs
+its programs through ``build`` and ``execute`` on the OpenCL device. It drives the HAL exactly as
+a runner does (one buffer per root refinement, inputs written through ``map_discard`` and
+``unmap``, each kernel's ``run`` chained on the previous events) and compares with the Stripe
+interpreter and the Tile interpreter.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import ref_interp
 import tile
@@ -22,12 +22,6 @@ from tile.bind import bind
 from tile.inputs import input_types
 
 DEVICE = LlvmCpuDevice()
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path_factory, monkeypatch):
-    """Compiled objects go to the test session's temporary directory, not the user's cache."""
-    monkeypatch.setenv("TILE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "llvm-cache"))
 
 
 def buffer_names(kernel: Block, roots: frozenset[str] | None = None) -> tuple[str, ...]:
@@ -59,15 +53,16 @@ def execute(program: Block, inputs: dict, settings: dict | None = None, device=D
         library, infos = build(program, settings, device)
     infos = library.kernels
     ex = device.executor
-    bufs = {}
+    bufs, events = {}, []
     for r in program.refs:
         buf = ex.allocate(r.shape.elements * r.shape.dtype.numpy.itemsize)
+        view = buf.map_discard()
         if r.into in inputs:
             arr = np.ascontiguousarray(np.asarray(inputs[r.into]).astype(r.shape.dtype.numpy))
-            buf.map_discard()[:] = arr.reshape(-1).view(np.uint8)
+            view[:] = arr.reshape(-1).view(np.uint8)
+        events.append(buf.unmap(view))  # a done event for host buffers; the upload for OpenCL
         bufs[r.into] = buf
     kernels = [ex.prepare(library, i) for i in range(len(infos))]
-    events = []
     for info, k in zip(infos, kernels):
         events = [k.run([bufs[b] for b in info.buffers], events)]
     outs = {}

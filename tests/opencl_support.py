@@ -52,12 +52,6 @@ def half_device():
     return OpenCLDevice(base.cl_device, base.id, fp16=True)
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path_factory, monkeypatch):
-    """Program binaries go to the test session's temporary directory, not the user's cache."""
-    monkeypatch.setenv("TILE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "opencl-cache"))
-
-
 def run(src: str, inputs: dict, dev=None, settings: dict | None = None) -> dict:
     """``src`` on ``dev`` (default: ``tile.compile`` for the test device id)."""
     if dev is None:
@@ -84,7 +78,6 @@ __all__ = [
     "device",
     "half_device",
     "ints",
-    "private_cache",
     "requires_opencl",
     "run",
 ]

@@ -128,30 +128,12 @@ def test_run_command_writes_the_outputs_and_uses_the_cache_dir(tmp_path):
     ins = _inputs(PROGRAMS["matmul"][1])
     np.savez(tmp_path / "in.npz", **ins)
     env = {**os.environ, "TILE_CACHE_DIR": str(tmp_path / "cache")}
-    r = _cli(
-        "run",
-        str(prog),
-        "--target",
-        "llvm_cpu.0",
-        "--inputs",
-        str(tmp_path / "in.npz"),
-        "--output",
-        str(tmp_path / "out.npz"),
-        env=env,
-    )
+    run = ["run", str(prog), "--target", "llvm_cpu.0", "--inputs", str(tmp_path / "in.npz")]
+    r = _cli(*run, "--output", str(tmp_path / "out.npz"), env=env)
     assert r.returncode == 0, r.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["C"], ins["A"] @ ins["B"])
     assert any((tmp_path / "cache").rglob("*")), "the kernel cache was not written under TILE_CACHE_DIR"
-    r = _cli(
-        "run",
-        str(prog),
-        "--target",
-        "llvm_cpu.0",
-        "--inputs",
-        str(tmp_path / "in.npz"),
-        "--no-cache",
-        env=env,
-    )
+    r = _cli(*run, "--no-cache", env=env)
     assert r.returncode == 0, r.stderr
     bad = _cli("run", str(prog), "--target", "nope.0", "--inputs", str(tmp_path / "in.npz"))
     assert bad.returncode == 2 and "available" in bad.stderr

@@ -1,5 +1,6 @@
-"""One test per kind of user error: each is a located ``TileError`` with the right class, a
-``file:line:col`` header, the source line, a caret under the offending text, and a hint."""
+"""One case per kind of user error (a row of ``LOCATED``, or a test of its own where the kind needs
+more): each is a located ``TileError`` with the right class, a ``file:line:col`` header, the
+source line, a caret under the offending text, and a hint."""
 
 from __future__ import annotations
 
@@ -50,138 +51,124 @@ def prog(header: str, *stmts: str) -> str:
     return "\n".join([f"function {header} {{", *(f"  {s}" for s in stmts), "}"])
 
 
-# ------------------------------------------------------------------------------ syntax
-def test_syntax_error():
-    e = fails(TileSyntaxError, prog("(A[N]) -> (O)", "O = A + .5;"), {"A": F3}, 2, 11, ".5")
-    assert "0.5" in e.hint
+A3 = {"A": F3}
+# name: (error class, program header, statements, inputs, line, col, the located text,
+#        parts of the message, parts of the hint)
+LOCATED = {
+    # syntax
+    "syntax_error": (TileSyntaxError, "(A[N]) -> (O)", ["O = A + .5;"], A3, 2, 11, ".5", [], ["0.5"]),
+    # names
+    "unknown_name_with_did_you_mean": (
+        TileNameError, "(Input[N]) -> (O)", ["O = Inptu * 2;"], {"Input": F3}, 2, 7, "Inptu",
+        ["'Inptu'"], ["did you mean 'Input'"],
+    ),
+    "name_used_before_its_definition": (
+        TileNameError, "(A[N]) -> (O)", ["O = A + X;", "X = A;"], A3, 2, 11, "X", ["'X'", "line 3"], [],
+    ),
+    "unknown_name_in_a_contraction": (
+        TileNameError, "(Input[N]) -> (O)", ["O[i: N] = +(Inpt[i]);"], {"Input": F3}, 2, 15, "Inpt[i]",
+        [], ["did you mean 'Input'"],
+    ),
+    "reused_name": (
+        TileNameError, "(A[N]) -> (O)", ["X = A + 1;", "X = A;", "O = X;"], A3, 3, 3, "X = A",
+        ["'X'", "line 2"], [],
+    ),
+    "reused_input_name": (
+        TileNameError, "(A[N]) -> (O)", ["A[i: N] = +(A[i]);", "O = A;"], A3, 2, 3, "A[i: N]", [], [],
+    ),
+    "unknown_function_with_did_you_mean": (
+        TileNameError, "(A[N]) -> (O)", ["O = expp(A);"], A3, 2, 7, "expp(A)", ["'expp'"],
+        ["did you mean 'exp'"],
+    ),
+    "output_never_computed": (
+        TileNameError, "(A[N]) -> (O, P)", ["O = A;"], A3, 1, 24, "P", ["'P'", "never computed"], [],
+    ),
+    "output_that_is_an_input": (
+        TileNameError, "(A[N]) -> (A)", ["O = A;"], A3, 1, 21, "A", ["'A'", "input"], [],
+    ),
+    # ranks, shapes
+    "rank_mismatch_in_a_contraction": (
+        TileShapeError, "(A[N]) -> (O)", ["O[i: N] = +(A[i, j]);"], A3, 2, 15, "A[i, j]",
+        ["rank 1", "2 index"], [],
+    ),
+    "rank_mismatch_between_declaration_and_array": (
+        TileInputError, "(A[N, M]) -> (O)", ["O = A;"], A3, 1, 11, "A[N, M]", ["2 dimension", "(3,)"], [],
+    ),
+    "shared_dimension_with_different_sizes": (
+        TileInputError, "(A[N], B[N]) -> (O)", ["O = A + B;"], {"A": F3, "B": F4}, 1, 19, "N",
+        ["'N'", "3", "4", "'B'"], [],
+    ),
+    "broadcasting_mismatch": (
+        TileShapeError, "(A[N], B[M]) -> (O)", ["O = A + B;"], {"A": F3, "B": F4}, 2, 7, "A + B",
+        ["broadcast", "3", "4"], [],
+    ),
+    "bad_reshape_count": (
+        TileShapeError, "(A[N]) -> (O)", ["O = reshape(A, 2, 2);"], A3, 2, 7, "reshape(A, 2, 2)",
+        ["element count"], [],
+    ),
+    "missing_output_sizes": (
+        TileShapeError, "(A[N]) -> (O)", ["O[i] = +(A[i]);"], A3, 2, 3, "O[i]", ["size"], ["O[i, j: M, N]"],
+    ),
+    "negative_output_size": (
+        TileShapeError, "(A[N]) -> (O)", ["O[i: N - 5] = +(A[i]);"], A3, 2, 8, "N - 5",
+        ["-2", "negative"], [],
+    ),
+    # types
+    "bit_op_on_float": (TileTypeError, "(A[N]) -> (O)", ["O = A & 1;"], A3, 2, 7, "A & 1", ["float32"], []),
+    "bit_not_on_float": (TileTypeError, "(A[N]) -> (O)", ["O = ~A;"], A3, 2, 7, "~A", [], []),
+    "wrong_builtin_arity": (
+        TileTypeError, "(A[N]) -> (O)", ["O = exp(A, A);"], A3, 2, 7, "exp(A, A)", ["'exp'", "1", "2"], [],
+    ),
+    "builtin_without_its_parameter": (
+        TileTypeError, "(A[N]) -> (O)", ["O = as_int(A);"], A3, 2, 7, "as_int(A)", ["'as_int'", "2"], [],
+    ),
+    # index spaces
+    "non_linear_index_polynomial": (
+        TileIndexError, "(A[N]) -> (O)", ["O[i: N] = +(A[i * j]);"], A3, 2, 17, "i * j", [], [],
+    ),
+    "unbounded_index": (
+        TileIndexError, "(A[N], B[N]) -> (O)", ["O[i: N] = +(A[i] * B[j - k]);"], {"A": F3, "B": F3}, 2, 24,
+        "j - k", ["'j'", "unbounded"], [],
+    ),
+    "empty_contraction_by_a_constraint": (
+        TileIndexError, "(A[N]) -> (O)", ["O[i: N] = +(A[i]), i < 0;"], A3, 2, 22, "i < 0", ["i < 0"], [],
+    ),
+    "empty_contraction_tensor_never_in_range": (
+        TileIndexError, "(A[N]) -> (O)", ["O[i: N] = +(A[i + 5]);"], A3, 2, 17, "i + 5",
+        ["'A'", "size 3"], [],
+    ),
+    "index_only_in_a_constraint": (
+        TileIndexError, "(A[N]) -> (O)", ["O[i: N] = +(A[i]), j < 2;"], A3, 2, 22, "j",
+        ["'j'", "constraint"], [],
+    ),
+    # evaluation
+    "duplicate_assign_names_element_and_both_tuples": (
+        TileRuntimeError, "(A[N, M]) -> (O)", ["O[i: N] = =(A[i, j]);"],
+        {"A": np.arange(6, dtype=np.float32).reshape(3, 2)}, 2, 3, "O[i: N] = =(A[i, j])",
+        ["`=` writes O[0] more than once: from (i=0, j=0) and (i=0, j=1)"], [],
+    ),
+    # inputs
+    "missing_input_array": (
+        TileInputError, "(A[N], B[N]) -> (O)", ["O = A;"], A3, 1, 17, "B[N]", ["'B"], [],
+    ),
+    "bad_input_dtype": (
+        TileInputError, "(A[N]) -> (O)", ["O = A;"], {"A": np.zeros(3, np.complex64)}, 1, 11, "A[N]",
+        ["complex64"], [],
+    ),
+}
 
 
-# ------------------------------------------------------------------------------- names
-def test_unknown_name_with_did_you_mean():
-    e = fails(TileNameError, prog("(Input[N]) -> (O)", "O = Inptu * 2;"), {"Input": F3}, 2, 7, "Inptu")
-    assert "'Inptu'" in e.message and "did you mean 'Input'" in e.hint
+@pytest.mark.parametrize("name", LOCATED)
+def test_located_error(name):
+    cls, header, stmts, inputs, line, col, text, in_message, in_hint = LOCATED[name]
+    e = fails(cls, prog(header, *stmts), inputs, line, col, text)
+    for part in in_message:
+        assert part in e.message, (part, e.message)
+    for part in in_hint:
+        assert part in e.hint, (part, e.hint)
 
 
-def test_name_used_before_its_definition():
-    e = fails(TileNameError, prog("(A[N]) -> (O)", "O = A + X;", "X = A;"), {"A": F3}, 2, 11, "X")
-    assert "'X'" in e.message and "line 3" in e.message
-
-
-def test_unknown_name_in_a_contraction():
-    e = fails(TileNameError, prog("(Input[N]) -> (O)", "O[i: N] = +(Inpt[i]);"), {"Input": F3}, 2, 15,
-              "Inpt[i]")
-    assert "did you mean 'Input'" in e.hint
-
-
-def test_reused_name():
-    src = prog("(A[N]) -> (O)", "X = A + 1;", "X = A;", "O = X;")
-    e = fails(TileNameError, src, {"A": F3}, 3, 3, "X = A")
-    assert "'X'" in e.message and "line 2" in e.message
-
-
-def test_reused_input_name():
-    fails(TileNameError, prog("(A[N]) -> (O)", "A[i: N] = +(A[i]);", "O = A;"), {"A": F3}, 2, 3, "A[i: N]")
-
-
-def test_unknown_function_with_did_you_mean():
-    e = fails(TileNameError, prog("(A[N]) -> (O)", "O = expp(A);"), {"A": F3}, 2, 7, "expp(A)")
-    assert "'expp'" in e.message and "did you mean 'exp'" in e.hint
-
-
-def test_output_never_computed():
-    e = fails(TileNameError, prog("(A[N]) -> (O, P)", "O = A;"), {"A": F3}, 1, 24, "P")
-    assert "'P'" in e.message and "never computed" in e.message
-
-
-def test_output_that_is_an_input():
-    e = fails(TileNameError, prog("(A[N]) -> (A)", "O = A;"), {"A": F3}, 1, 21, "A")
-    assert "'A'" in e.message and "input" in e.message
-
-
-# ------------------------------------------------------------------------ ranks, shapes
-def test_rank_mismatch_in_a_contraction():
-    e = fails(TileShapeError, prog("(A[N]) -> (O)", "O[i: N] = +(A[i, j]);"), {"A": F3}, 2, 15, "A[i, j]")
-    assert "rank 1" in e.message and "2 index" in e.message
-
-
-def test_rank_mismatch_between_declaration_and_array():
-    e = fails(TileInputError, prog("(A[N, M]) -> (O)", "O = A;"), {"A": F3}, 1, 11, "A[N, M]")
-    assert "2 dimension" in e.message and "(3,)" in e.message
-
-
-def test_shared_dimension_with_different_sizes():
-    e = fails(TileInputError, prog("(A[N], B[N]) -> (O)", "O = A + B;"), {"A": F3, "B": F4}, 1, 19, "N")
-    assert "'N'" in e.message and "3" in e.message and "4" in e.message and "'B'" in e.message
-
-
-def test_broadcasting_mismatch():
-    e = fails(TileShapeError, prog("(A[N], B[M]) -> (O)", "O = A + B;"), {"A": F3, "B": F4}, 2, 7, "A + B")
-    assert "broadcast" in e.message and "3" in e.message and "4" in e.message
-
-
-def test_bad_reshape_count():
-    e = fails(TileShapeError, prog("(A[N]) -> (O)", "O = reshape(A, 2, 2);"), {"A": F3}, 2, 7,
-              "reshape(A, 2, 2)")
-    assert "element count" in e.message
-
-
-def test_missing_output_sizes():
-    e = fails(TileShapeError, prog("(A[N]) -> (O)", "O[i] = +(A[i]);"), {"A": F3}, 2, 3, "O[i]")
-    assert "size" in e.message and "O[i, j: M, N]" in e.hint
-
-
-def test_negative_output_size():
-    e = fails(TileShapeError, prog("(A[N]) -> (O)", "O[i: N - 5] = +(A[i]);"), {"A": F3}, 2, 8, "N - 5")
-    assert "-2" in e.message and "negative" in e.message
-
-
-# --------------------------------------------------------------------------------- types
-def test_bit_op_on_float():
-    e = fails(TileTypeError, prog("(A[N]) -> (O)", "O = A & 1;"), {"A": F3}, 2, 7, "A & 1")
-    assert "float32" in e.message
-    fails(TileTypeError, prog("(A[N]) -> (O)", "O = ~A;"), {"A": F3}, 2, 7, "~A")
-
-
-def test_wrong_builtin_arity():
-    e = fails(TileTypeError, prog("(A[N]) -> (O)", "O = exp(A, A);"), {"A": F3}, 2, 7, "exp(A, A)")
-    assert "'exp'" in e.message and "1" in e.message and "2" in e.message
-    e = fails(TileTypeError, prog("(A[N]) -> (O)", "O = as_int(A);"), {"A": F3}, 2, 7, "as_int(A)")
-    assert "'as_int'" in e.message and "2" in e.message
-
-
-# ------------------------------------------------------------------------- index spaces
-def test_non_linear_index_polynomial():
-    fails(TileIndexError, prog("(A[N]) -> (O)", "O[i: N] = +(A[i * j]);"), {"A": F3}, 2, 17, "i * j")
-
-
-def test_unbounded_index():
-    e = fails(TileIndexError, prog("(A[N], B[N]) -> (O)", "O[i: N] = +(A[i] * B[j - k]);"),
-              {"A": F3, "B": F3}, 2, 24, "j - k")
-    assert "'j'" in e.message and "unbounded" in e.message
-
-
-def test_empty_contraction_by_a_constraint():
-    e = fails(TileIndexError, prog("(A[N]) -> (O)", "O[i: N] = +(A[i]), i < 0;"), {"A": F3}, 2, 22, "i < 0")
-    assert "i < 0" in e.message
-
-
-def test_empty_contraction_tensor_never_in_range():
-    e = fails(TileIndexError, prog("(A[N]) -> (O)", "O[i: N] = +(A[i + 5]);"), {"A": F3}, 2, 17, "i + 5")
-    assert "'A'" in e.message and "size 3" in e.message
-
-
-def test_index_only_in_a_constraint():
-    e = fails(TileIndexError, prog("(A[N]) -> (O)", "O[i: N] = +(A[i]), j < 2;"), {"A": F3}, 2, 22, "j")
-    assert "'j'" in e.message and "constraint" in e.message
-
-
-# --------------------------------------------------------------------------- evaluation
-def test_duplicate_assign_names_element_and_both_tuples():
-    e = fails(TileRuntimeError, prog("(A[N, M]) -> (O)", "O[i: N] = =(A[i, j]);"),
-              {"A": np.arange(6, dtype=np.float32).reshape(3, 2)}, 2, 3, "O[i: N] = =(A[i, j])")
-    assert "`=` writes O[0] more than once: from (i=0, j=0) and (i=0, j=1)" in e.message
-
-
+# ------------------------------------------------------------------------ evaluation, inputs
 @pytest.mark.parametrize("chunk", [1 << 20, 1])
 def test_duplicate_assign_on_a_later_element(monkeypatch, chunk):
     """With ``CHUNK = 1`` the two writers are found in different chunks of the enumeration."""
@@ -201,18 +188,6 @@ def test_index_space_over_max_points(monkeypatch):
     e = fails(TileRuntimeError, src, {"A": F3}, 2, 3, text)
     assert "20" in e.message
     assert run(src, {"A": F3}, max_points=27)["O"].shape == (3, 3, 3)
-
-
-# ------------------------------------------------------------------------------- inputs
-def test_missing_input_array():
-    e = fails(TileInputError, prog("(A[N], B[N]) -> (O)", "O = A;"), {"A": F3}, 1, 17, "B[N]")
-    assert "'B" in e.message
-
-
-def test_bad_input_dtype():
-    c64 = np.zeros(3, np.complex64)
-    e = fails(TileInputError, prog("(A[N]) -> (O)", "O = A;"), {"A": c64}, 1, 11, "A[N]")
-    assert "complex64" in e.message
 
 
 def test_extra_input_array():

@@ -18,21 +18,14 @@ import ref_interp
 from backends.hal import Capabilities, HostBuffer
 from backends.llvm import LlvmCpuDevice
 from ref_interp.stripe_exec import run_stripe
-from tests.llvm_runner import (
-    DEVICE,
-    assert_same,
-    build,
-    check,
-    execute,
-    lowered,
-    private_cache,  # noqa: F401  (autouse fixture)
-)
+from tests.llvm_runner import DEVICE, assert_same, build, check, execute, lowered
 from tests.test_autodiff_properties import chain_case
 from tests.test_bruteforce import cases
 from tests.test_transforms import SEED, SEED_SHAPES, seed_expected
 from tile.dtypes import DType
 from tile.errors import TileIndexError, TileRuntimeError
 
+pytestmark = pytest.mark.usefixtures("private_cache")
 RNG = np.random.default_rng(7)
 
 

@@ -28,16 +28,7 @@ from backends.opencl.executor import CLBuffer, CLEvent
 from backends.runner import CompiledProgram
 from ref_interp.stripe_exec import run_stripe
 from tests.llvm_runner import buffer_names, lowered
-from tests.opencl_support import (
-    DEVICE_ID,
-    assert_same,
-    check,
-    device,
-    ints,
-    private_cache,  # noqa: F401  (autouse fixture)
-    requires_opencl,
-    run,
-)
+from tests.opencl_support import DEVICE_ID, assert_same, check, device, ints, requires_opencl, run
 from tests.test_llvm_backend import CONV_PAD, CONV_STRIDED, _strided_windows, conv_same
 from tests.test_transforms import SEED, SEED_SHAPES, seed_expected
 from tile.autodiff import gradient
@@ -46,7 +37,7 @@ from tile.dtypes import DType
 from tile.errors import TileTypeError
 from tile.inputs import input_types
 
-pytestmark = requires_opencl
+pytestmark = [requires_opencl, pytest.mark.usefixtures("private_cache")]
 RNG = np.random.default_rng(5)
 
 

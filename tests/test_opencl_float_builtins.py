@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.opencl_support import private_cache, requires_opencl  # noqa: F401  (autouse fixture)
+from tests.opencl_support import requires_opencl
 from tests.test_opencl_builtins import CONVERSIONS, FLOAT_FUNCTIONS, check_builtin
 
-pytestmark = requires_opencl
+pytestmark = [requires_opencl, pytest.mark.usefixtures("private_cache")]
 
 
 def test_the_float_functions_are_the_floaty_builtins():

@@ -13,22 +13,8 @@ from hypothesis import strategies as st
 
 import stripe.verify
 from ref_interp.run import input_types
-from stripe.ir import (
-    AGG_OPS,
-    Block,
-    Constant,
-    Dim,
-    Index,
-    Intrinsic,
-    Load,
-    LoadIndex,
-    Location,
-    RefDir,
-    Refinement,
-    Special,
-    Store,
-    TensorShape,
-)
+from stripe import ir
+from stripe.ir import AGG_OPS, Block, Dim, Location, RefDir, Refinement, TensorShape
 from stripe.lower import lower
 from stripe.parser import parse_stripe
 from stripe.printer import format_block, format_program
@@ -90,8 +76,8 @@ def test_conv_program_parses_to_the_expected_tree_and_prints_back_verbatim():
     assert [(i.name, i.range) for i in k.idxs][:2] == [("ci", 2), ("co", 4)]
     assert k.comments == ("O[n, x, y, co: 1, 14, 14, 4] = +(I[n, x + kx, y + ky, ci] * K[kx, ky, ci, co])",)
     assert k.ref("I").access[1] == aff(kx=1, x=1) and k.ref("I").shape == dense.scalar_view()
-    mul = Intrinsic("mul", ("$I", "$K"), ("$O",), DType.FLOAT32)
-    assert k.stmts == (Load("I", "$I"), Load("K", "$K"), mul, Store("$O", "O"))
+    mul = ir.Intrinsic("mul", ("$I", "$K"), ("$O",), DType.FLOAT32)
+    assert k.stmts == (ir.Load("I", "$I"), ir.Load("K", "$K"), mul, ir.Store("$O", "O"))
     assert format_block(b) == CONV and format_program(b) == CONV
     verify(b)
 
@@ -119,12 +105,13 @@ def r8(d: RefDir, name: str, access: tuple[Affine, ...], *dims: tuple[int, int],
     return Refinement(d, name, access, shape, agg_op=agg, location=Location("DRAM", (aff(),)))
 
 
-def idxs(**ranges: int) -> tuple[Index, ...]:
-    return tuple(Index(n, r) for n, r in ranges.items())
+def idxs(**ranges: int) -> tuple[ir.Index, ...]:
+    return tuple(ir.Index(n, r) for n, r in ranges.items())
 
 
 def slides_after() -> Block:
-    body = (Load("I", "$I"), Load("K1", "$K1"), Intrinsic("mul", ("$I", "$K1"), ("$O1",), DType.INT8))
+    mul = ir.Intrinsic("mul", ("$I", "$K1"), ("$O1",), DType.INT8)
+    body = (ir.Load("I", "$I"), ir.Load("K1", "$K1"), mul)
     inner_refs = (
         r8(RefDir.OUT, "O1", (aff(x=1), aff(y=1), aff(co=1)), (1, 65536), (1, 64), (1, 1), agg="add"),
         r8(RefDir.IN, "I", (aff(-1, kx=1, x=1), aff(-1, ky=1, y=1), aff(ci=1)), (1, 32768), (1, 32), (1, 1)),
@@ -132,7 +119,7 @@ def slides_after() -> Block:
            (1, 32)),
     )
     inner = Block("kernel_0", idxs(ci=32, co=64, kx=3, ky=3, x=4, y=4), (), inner_refs,
-                  (*body, Store("$O1", "O1")), frozenset({"CONV_inner"}))
+                  (*body, ir.Store("$O1", "O1")), frozenset({"CONV_inner"}))
     outer_refs = (
         r8(RefDir.OUT, "O1", (aff(x=4), aff(y=4), aff(co=16)), (4, 65536), (4, 64), (16, 1), agg="add"),
         r8(RefDir.IN, "I", (aff(kx=1, x=4), aff(ky=1, y=4), aff(ci=32)), (4, 32768), (4, 32), (32, 1)),
@@ -217,19 +204,19 @@ def everything() -> Block:
                    TensorShape(DType.UINT64, (Dim(-1, 0),)), agg_op="sum"),
     )
     stmts = (
-        Load("X", "$x"), LoadIndex(aff(-1, i=2, j=1), "$i"), Constant("$c", 1.5, DType.FLOAT32),
-        Constant("$n", -7, DType.INT64), Constant("$t", True, DType.BOOL),
-        Constant("$z", -0.0, DType.FLOAT64), Constant("$e", 1e-300, DType.FLOAT64),
-        Constant("$inf", -math.inf, DType.FLOAT32),
-        Intrinsic("add", ("$x", "$c"), ("$y",), DType.FLOAT32),
-        Intrinsic("as_int", ("$y",), ("$q",), DType.INT8, (8, -1)),
-        Intrinsic("load", (), (), DType.UINT8), Intrinsic("f", ("$a",), ("$b", "$c2"), DType.INT16),
-        Store("$y", "O"), Special("reshape", ("I",), ("O",), (2, -3), ("row major", 'q"\\')),
-        Special("zero", (), ("O",)), Special("store", ("a",), ("b",)), Special("sync", (), ()),
+        ir.Load("X", "$x"), ir.LoadIndex(aff(-1, i=2, j=1), "$i"), ir.Constant("$c", 1.5, DType.FLOAT32),
+        ir.Constant("$n", -7, DType.INT64), ir.Constant("$t", True, DType.BOOL),
+        ir.Constant("$z", -0.0, DType.FLOAT64), ir.Constant("$e", 1e-300, DType.FLOAT64),
+        ir.Constant("$inf", -math.inf, DType.FLOAT32),
+        ir.Intrinsic("add", ("$x", "$c"), ("$y",), DType.FLOAT32),
+        ir.Intrinsic("as_int", ("$y",), ("$q",), DType.INT8, (8, -1)),
+        ir.Intrinsic("load", (), (), DType.UINT8), ir.Intrinsic("f", ("$a",), ("$b", "$c2"), DType.INT16),
+        ir.Store("$y", "O"), ir.Special("reshape", ("I",), ("O",), (2, -3), ("row major", 'q"\\')),
+        ir.Special("zero", (), ("O",)), ir.Special("store", ("a",), ("b",)), ir.Special("sync", (), ()),
         Block(), Block(comments=("",)),
     )
     return Block(
-        "all", (Index("i", 4), Index("j", 0, aff(3, i=-2)), Index("block", 1, aff())),
+        "all", (ir.Index("i", 4), ir.Index("j", 0, aff(3, i=-2)), ir.Index("block", 1, aff())),
         (aff(-1, i=1, j=1), aff(5)), refs, stmts, frozenset({"kernel"}),
         ("plain", "  padded ", '"quoted"', "two\nlines", ""),
         Location("GPU", (aff(),)), (("m", 3), ("r", 0.1), ("s", "a\tb"), ("f", False), ("m", 4)),
@@ -283,7 +270,7 @@ def test_every_statement_kind_and_optional_field_prints_as_documented_and_round_
     assert format_block(everything()) == EVERYTHING
     assert parse_stripe(EVERYTHING) == everything()
     z = parse_stripe(EVERYTHING).stmts[5]
-    assert isinstance(z, Constant) and math.copysign(1, z.value) == -1
+    assert isinstance(z, ir.Constant) and math.copysign(1, z.value) == -1
     same = replace(everything(), refs=everything().refs[1:2])
     assert replace(same.refs[0], from_=None) != same.refs[0]  # `O = O` keeps from_ set to its own name
     assert "out<[0]> O[0, 0]" in format_block(replace(same, refs=(replace(same.refs[0], from_=None),)))
@@ -291,7 +278,7 @@ def test_every_statement_kind_and_optional_field_prints_as_documented_and_round_
 
 def test_floats_and_ints_keep_their_exact_value_and_type():
     values = [0.1, 1 / 3, 5e-324, 1.7976931348623157e308, 2.0, 1e16, math.inf, 2**64 + 1, -(2**63), 0, False]
-    b = Block(stmts=tuple(Constant(f"$v{k}", v, DType.FLOAT64) for k, v in enumerate(values)))
+    b = Block(stmts=tuple(ir.Constant(f"$v{k}", v, DType.FLOAT64) for k, v in enumerate(values)))
     back = parse_stripe(roundtrip(b))
     assert [(type(s.value), s.value) for s in back.stmts] == [(type(v), v) for v in values]
 
@@ -299,9 +286,9 @@ def test_floats_and_ints_keep_their_exact_value_and_type():
 def test_parser_accepts_slides_spellings_and_ignores_stray_comments():
     text = "// a file comment\n0: block [] ( // n\n) {\n  // a note\n  0: $a = (i32)1; 1: $b = (i32)2;\n}\n"
     assert parse_stripe(text) == Block(
-        "n", stmts=(Constant("$a", 1, DType.INT32), Constant("$b", 2, DType.INT32))
+        "n", stmts=(ir.Constant("$a", 1, DType.INT32), ir.Constant("$b", 2, DType.INT32))
     )
-    assert parse_stripe("block [x:2 = 3*y / 3 - 2 * 1] () {}").idxs == (Index("x", 2, aff(-2, y=1)),)
+    assert parse_stripe("block [x:2 = 3*y / 3 - 2 * 1] () {}").idxs == (ir.Index("x", 2, aff(-2, y=1)),)
     assert parse_stripe("block [] ( x*2 + 1/2*y - 0 >= 0 ) {}").constraints == (
         aff(Fraction(0), x=2, y=Fraction(1, 2)),
     )
@@ -328,15 +315,16 @@ SHAPES = st.builds(TensorShape, DTYPES, tuples(st.builds(Dim, INTS, INTS)))
 REFS = st.builds(Refinement, st.sampled_from(list(RefDir)), NAMES, tuples(AFFINES), SHAPES, st.none() | NAMES,
                  st.sampled_from(AGG_OPS) | NAMES, LOCS, st.booleans(), st.frozensets(NAMES, max_size=3))
 STMTS = st.one_of(
-    st.builds(Load, NAMES, NAMES), st.builds(Store, NAMES, NAMES), st.builds(LoadIndex, AFFINES, NAMES),
-    st.builds(Constant, NAMES, VALUES, DTYPES),
-    st.builds(Intrinsic, NAMES, tuples(NAMES), tuples(NAMES), DTYPES, tuples(INTS)),
-    st.builds(Special, NAMES, tuples(NAMES), tuples(NAMES), tuples(INTS), tuples(st.text(max_size=4))),
+    st.builds(ir.Load, NAMES, NAMES), st.builds(ir.Store, NAMES, NAMES),
+    st.builds(ir.LoadIndex, AFFINES, NAMES),
+    st.builds(ir.Constant, NAMES, VALUES, DTYPES),
+    st.builds(ir.Intrinsic, NAMES, tuples(NAMES), tuples(NAMES), DTYPES, tuples(INTS)),
+    st.builds(ir.Special, NAMES, tuples(NAMES), tuples(NAMES), tuples(INTS), tuples(st.text(max_size=4))),
 )
 
 
 def blocks(stmts):
-    idxs = tuples(st.builds(Index, NAMES, INTS, st.none() | AFFINES))
+    idxs = tuples(st.builds(ir.Index, NAMES, INTS, st.none() | AFFINES))
     return st.builds(Block, TEXTS, idxs, tuples(AFFINES, 2), tuples(REFS), tuples(stmts, 4),
                      st.frozensets(NAMES, max_size=3), tuples(TEXTS, 2), LOCS,
                      tuples(st.tuples(NAMES, VALUES | st.text(max_size=4)), 2))

@@ -1,0 +1,151 @@
+"""The builtin programs shared by the LLVM and OpenCL builtin tests; not a test module.
+
+One program per builtin applies it to a batch of dtype combinations (one output each). Inputs are
+integer-valued with each type's extremes mixed in, and for floats 0, ±inf, nan, halves and values
+that overflow narrower types, so conversions, wrap-around, division by zero, nan propagation and
+rounding are all exercised. ``STRUCTURAL`` holds one program per structural builtin and
+``float16_case`` the float16 conversions and arithmetic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tile.builtins import BUILTINS
+
+RNG = np.random.default_rng(11)
+ALL = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
+ALL += ["float16", "float32", "float64"]
+FLOATS = ("float16", "float32", "float64")
+MIXED = [("int8", "uint32"), ("uint32", "int32"), ("float16", "int64"), ("uint8", "int8")]
+MIXED += [("int32", "float64"), ("bool", "int8"), ("uint64", "int64"), ("float32", "float16")]
+COND = [("int8", "float32", "int16"), ("float64", "uint8", "int64"), ("bool", "float16", "float16")]
+COND += [("float32", "int32", "uint32"), ("uint64", "bool", "bool"), ("float16", "float64", "int8")]
+BITS = {"bit_and", "bit_or", "bit_xor", "bit_not", "bit_left", "bit_right"}
+WIDTHS = {"as_float": (16, 32, 64), "as_int": (8, 16, 32, 64), "as_uint": (8, 16, 32, 64)}
+SHAPES = [(4, 6), (6,), (4, 1)]
+FLOAT_EDGES = [0.0, np.inf, -np.inf, np.nan, 300.75, -1e4, 2.5, -2.5, 0.5, -0.5, 1e10, 7e4, -129.0]
+
+
+def values(dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return RNG.integers(0, 2, shape).astype(bool)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        v = RNG.integers(max(int(info.min), -6), 7, shape).astype(dt)
+        edges = [info.min, info.max, 0, 1, info.max - 1] + ([-1, info.min + 1] if dt.kind == "i" else [])
+    else:
+        v = RNG.integers(-6, 7, shape).astype(dt)
+        edges = FLOAT_EDGES
+    flat = v.reshape(-1)
+    with np.errstate(over="ignore"):
+        for k, e in enumerate(edges[: (flat.size + 1) // 2]):
+            flat[2 * k] = np.asarray(e).astype(dt)
+    return v
+
+
+def combos(name: str) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
+    """(operand dtypes, params) cases of one builtin."""
+    n = BUILTINS[name].tensors
+    if n == 3:
+        out = COND
+    elif n == 2:
+        out = [(d, d) for d in ALL] + MIXED
+    else:
+        out = [(d,) for d in ALL]
+    if name in BITS:
+        out = [c for c in out if not any(d in FLOATS for d in c)]
+    params = [(w,) for w in WIDTHS.get(name, ())] or [()]
+    return [(c, p) for c in out for p in params]
+
+
+def program(name: str, cases) -> tuple[str, dict]:
+    ins, stmts, outs = {}, [], []
+    for k, (dts, params) in enumerate(cases):
+        args = []
+        for t, dt in enumerate(dts):
+            arg = f"{'ABC'[t]}{k}"
+            ins[arg] = values(dt, SHAPES[t])
+            args.append(arg)
+        stmts.append(f"O{k} = {name}({', '.join(args + [str(p) for p in params])});")
+        outs.append(f"O{k}")
+    src = f"function ({', '.join(ins)}) -> ({', '.join(outs)}) {{\n  " + "\n  ".join(stmts) + "\n}"
+    return src, ins
+
+
+ELEMENTWISE = [n for n in BUILTINS if n not in ("index", "shape", "reshape", "gather", "scatter")]
+ELEMENTWISE = [n for n in ELEMENTWISE if not n.startswith("builtin_")]
+
+STRUCTURAL = [
+    ("index", "function (A[N, M]) -> (O) { O = index(A, 0) * 10 + index(A, 1); }", {"A": ("int8", (3, 4))}),
+    ("shape", "function (A) -> (O, P) { O = shape(A); P = shape(O) + 1; }", {"A": ("float16", (2, 0, 5))}),
+    (
+        "reshape",
+        "function (A) -> (O, P) { O = reshape(A, 6, 2); P = reshape(A, 12); }",
+        {"A": ("uint64", (3, 4))},
+    ),
+    (
+        "gather",
+        "function (D, I) -> (O) { O = gather(D, I); }",
+        {"D": ("float16", (5, 3)), "I": ("int64", (2, 3))},
+    ),
+    (
+        "scatter",
+        "function (V, I, L) -> (O) { O = scatter(V, I, L); }",
+        {"V": ("int16", (6, 2)), "I": ("uint8", (6,)), "L": ("bool", (5, 9))},
+    ),
+    (
+        "builtin_softmax",
+        "function (X[R, C]) -> (O) { O = builtin_softmax(X, R, C); }",
+        {"X": ("int8", (1, 1))},
+    ),
+    (
+        "builtin_logsoftmax",
+        "function (X[R, C]) -> (O) { O = builtin_logsoftmax(X, R, C); }",
+        {"X": ("float64", (3, 1))},
+    ),
+]
+
+
+def float16_case() -> tuple[str, dict[str, np.ndarray]]:
+    """float16 from and to every type (single roundings, subnormals, overflow to inf) and float16
+    arithmetic; ``O3[-5]`` is 65519.9 (rounds down to 65504) and ``O3[-4]`` 65520 (up to inf)."""
+    src = """function (H, G, I, U, D, F, B) -> (O1, O2, O3, O4, O5, O6, O7, O8, O9, O10) {
+        O1 = as_float(I, 16); O2 = as_float(U, 16); O3 = as_float(D, 16); O4 = as_float(F, 16);
+        O5 = as_float(B, 16); O6 = as_int(H, 8); O7 = as_uint(H, 64); O8 = as_float(H, 64);
+        O9 = H / G + sqrt(H); O10 = round(H * 0.3);
+    }"""
+    tiny = [6.1e-5, 5.96e-8, 2.98e-8, 2.99e-8, 65504, 65519.9, 65520, -3e-6, 1.00048828125, 1.000732421875]
+    ins = {
+        "H": np.concatenate([values("float16", (24,)), np.float16([6.1e-5, 5.96e-8, 65504, -3e-6])]),
+        "G": values("float16", (28,)),
+        "I": values("int32", (28,)),
+        "U": values("uint64", (28,)),
+        "D": np.concatenate([values("float64", (18,)), tiny]),
+        "F": np.concatenate([values("float32", (18,)), np.float32(tiny)]),
+        "B": values("bool", (28,)),
+    }
+    return src, ins
+
+
+def structural_inputs(name: str, spec: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The inputs of a ``STRUCTURAL`` program (scatter's values from ``rng``, wide enough to wrap)."""
+    ins = {k: values(dt, shape) for k, (dt, shape) in spec.items()}
+    if name == "scatter":
+        ins["V"] = rng.integers(-1000, 1000, (6, 2)).astype(np.int16)  # int16 sums wrap
+    return ins
+
+
+def check_structural(name: str, ins: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> None:
+    """The closed forms: gather and scatter clamp their indices, and a one-column logsoftmax is
+    log(1) == 0 exactly, except inf - inf."""
+    if name == "gather":
+        np.testing.assert_array_equal(got["O"], ins["D"][np.clip(ins["I"], 0, 4)])
+    if name == "scatter":
+        want = np.zeros((5, 2), np.int16)
+        np.add.at(want, np.clip(ins["I"].astype(np.int64), 0, 4), ins["V"])
+        np.testing.assert_array_equal(got["O"], want)
+    if name == "builtin_logsoftmax":
+        x = ins["X"]
+        np.testing.assert_array_equal(got["O"], np.where(np.isfinite(x), 0.0, np.nan))

@@ -1,0 +1,13 @@
+"""Fixtures shared by the test modules that ask for them (``pytest.mark.usefixtures``)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def private_cache(request, tmp_path_factory, monkeypatch):
+    """Compiled objects (LLVM) and program binaries (OpenCL) go to the test session's temporary
+    directory, not the user's cache: ``opencl-cache`` for ``test_opencl_*`` modules, else ``llvm-cache``."""
+    backend = "opencl" if "opencl" in request.module.__name__ else "llvm"
+    monkeypatch.setenv("TILE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / f"{backend}-cache"))
