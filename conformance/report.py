@@ -82,8 +82,11 @@ def reproduce_command(path: str, target: str) -> str:
     return f"python -m conformance.reproduce {path} --target {target}"
 
 
-def write_failure(case, target: str, want: dict, got: dict | None, problem: str, tol: Tolerance) -> str:
-    """Write one failing example; returns its directory as shown to the user."""
+def write_failure(
+    case, target: str, want: dict, got: dict | None, problem: str, tol: Tolerance, refusal: str | None = None
+) -> str:
+    """Write one failing example; returns its directory as shown to the user. ``refusal``: the
+    interpreter's error (``Class: message``) where it refuses the program and the target did not."""
     digest = hashlib.sha1(case.source.encode())
     for k in sorted(case.inputs):
         a = np.ascontiguousarray(case.inputs[k])
@@ -107,6 +110,8 @@ def write_failure(case, target: str, want: dict, got: dict | None, problem: str,
     elif (folder / "got.npz").exists():
         (folder / "got.npz").unlink()
     meta = {"family": case.family, "target": target, "problem": problem, "tolerance": asdict(tol)}
+    if refusal is not None:
+        meta["refusal"] = refusal
     (folder / "case.json").write_text(json.dumps(meta, indent=2) + "\n")
     STATS.written.append((shown, target, str(folder)))
     return shown
@@ -204,7 +209,8 @@ class Stats:
         seconds = sum(r.seconds for r in rows)
         out.append(
             f"total: {examples} examples compared, {failed} failing test(s), {seconds:.1f} s "
-            f"(profile {profile}; 'invalid' examples are programs the interpreter rejects)"
+            f"(profile {profile}; 'invalid' examples are programs the interpreter refuses, which each target"
+            " must refuse with the same error)"
         )
         return out
 

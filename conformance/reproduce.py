@@ -52,10 +52,20 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{folder}: family {meta['family']}, recorded on {meta['target']}: {meta['problem'].splitlines()[0]}"
     )
+    refusal = meta.get("refusal")  # the interpreter refuses this program: the target must too
     try:
         got = exe(inputs)
+    except tile.TileError as e:
+        if refusal is not None and refusal == f"{type(e).__name__}: {e.message}":
+            print(f"{target} refuses it with the interpreter's error")
+            return 0
+        print(f"{target} raised {type(e).__name__}: {e}")
+        return 1
     except Exception as e:  # the target crashing is what the folder may be about
         print(f"{target} raised {type(e).__name__}: {e}")
+        return 1
+    if refusal is not None:
+        print(f"{target} answered where the interpreter refuses it ({refusal.splitlines()[0]})")
         return 1
     if args.save:
         np.savez(args.save, **got)

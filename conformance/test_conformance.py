@@ -23,15 +23,21 @@ def check(case: Case, device) -> None:
     try:
         prog = tile.parse(case.source)
         bound = tile.bind(prog, input_types(prog, case.inputs))
-        want = ref_interp.run(bound, case.inputs)
     except tile.TileError:
         report.STATS.invalid(key)
-        assume(False)  # not a valid program for these inputs (empty, double write, ...)
+        assume(False)  # not a valid program for these inputs: no target sees it
         return
     for t in bound.types.values():
         if not device.capabilities.supports(t.dtype):
             report.STATS.unsupported_example(key, f"{t.dtype} unsupported")
             assume(False)
+    try:
+        want = ref_interp.run(bound, case.inputs)
+    except tile.TileError as e:
+        report.STATS.invalid(key)
+        refuses_alike(case, device, prog, e)
+        assume(False)  # refused alike (an empty index space, a double `=` write, ...)
+        return
     # the coarsest float type anywhere in the program bounds how far rounding can differ
     floats = [np.finfo(t.dtype.numpy).eps for t in bound.types.values() if t.dtype.is_float]
     tol = report.Tolerance(case.exact, case.ulps, case.length, float(max(floats, default=0.0)))
@@ -50,6 +56,31 @@ def check(case: Case, device) -> None:
             f"written to {folder}/ (case.tile, inputs.npz, expected.npz); reproduce with:\n"
             f"    {report.reproduce_command(folder, device.id)}"
         )
+
+
+def refuses_alike(case: Case, device, prog, error: tile.TileError) -> None:
+    """A program the interpreter refuses for its inputs must be refused by the target with the same
+    located error, not answered."""
+    if "more than the interpreter's limit" in error.message:
+        return  # the interpreter's own memory guard, not a language rule
+    refusal = f"{type(error).__name__}: {error.message}"
+    head = f"the interpreter refuses it with {refusal}\nbut {device.id}"
+    got = None
+    try:
+        got = tile.compile(prog, device.id)(case.inputs)
+    except tile.TileError as e:
+        if f"{type(e).__name__}: {e.message}" == refusal:
+            return
+        problem = f"{head} raised {type(e).__name__}: {e.message}"
+    except Exception as e:
+        problem = f"{head} raised {type(e).__name__}: {e}"
+    else:
+        problem = f"{head} answered"
+    folder = report.write_failure(case, device.id, {}, got, problem, report.Tolerance(), refusal)
+    raise AssertionError(
+        f"{problem}\nprogram:\n{case.source}\nwritten to {folder}/; reproduce with:\n"
+        f"    {report.reproduce_command(folder, device.id)}"
+    )
 
 
 def needs(device, dtype: DType, why: str) -> None:

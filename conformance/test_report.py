@@ -233,3 +233,34 @@ def test_capabilities_skip_with_the_reason(broken):
     assert report.STATS.row(("elementwise", "nofp64_cpu.0")).unsupported == 1
     assert report.STATS.unsupported == {("nofp64_cpu.0", "float64 unsupported"): 1}
     assert not broken.exists()
+
+
+DOUBLE_WRITE = "function (A[N]) -> (O) { O[i: 2] = =(A[i + j]), j < 2; }"
+
+
+def test_a_program_the_interpreter_refuses_must_be_refused_alike(broken, capsys):
+    from hypothesis.errors import UnsatisfiedAssumption
+
+    import tile.tuples
+    from conformance.test_conformance import check
+
+    case = Case("contraction", DOUBLE_WRITE, {"A": np.arange(4, dtype=np.float32)})
+    with pytest.raises(UnsatisfiedAssumption):  # refused alike: not an example, not a failure
+        check(case, registry.get("llvm_cpu.0"))
+    assert not broken.exists()
+    # a target that answers instead (as compiled programs did before they checked `=`) fails
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tile.tuples, "check_assignments", lambda bound: None)
+        with pytest.raises(AssertionError) as err:
+            check(case, registry.get("llvm_cpu.0"))
+        (folder,) = broken.iterdir()
+        capsys.readouterr()
+        assert reproduce.main([str(folder)]) == 1
+        assert "llvm_cpu.0 answered where the interpreter refuses it" in capsys.readouterr().out
+    message = str(err.value)
+    assert "the interpreter refuses it with TileRuntimeError: `=` writes O[0] more than once" in message
+    assert "but llvm_cpu.0 answered" in message
+    meta = json.loads((folder / "case.json").read_text())
+    assert meta["refusal"].startswith("TileRuntimeError: `=` writes O[0] more than once")
+    assert reproduce.main([str(folder)]) == 0  # with the check in place it refuses alike
+    assert "refuses it with the interpreter's error" in capsys.readouterr().out

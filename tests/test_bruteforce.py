@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import ref_interp
-import ref_interp.contraction
+import tile.tuples
 from tests.bruteforce import AGGS, COMBS, OPERANDS, Poly, Spec, evaluate, index_box
 from tile.errors import TileIndexError, TileRuntimeError
 
@@ -166,10 +166,10 @@ def test_random_contractions_in_float64_and_exact_modes(case, precision):
 @settings(max_examples=300, **SETTINGS)
 @given(cases(), st.sampled_from([1, 2, 5, 16]))
 def test_random_contractions_with_tiny_enumeration_chunks(case, chunk):
-    # The interpreter enumerates its index box in chunks of CHUNK points; tiny chunks exercise the
-    # splitting (outer indices iterated, one index cut into steps) on every generated contraction.
+    # The interpreter enumerates its index box (tile.tuples) in chunks of CHUNK points; tiny chunks
+    # exercise the splitting (outer indices iterated, one index cut into steps) on every contraction.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ref_interp.contraction, "CHUNK", chunk)
+        mp.setattr(tile.tuples, "CHUNK", chunk)
         check_against_bruteforce(*case)
 
 

@@ -145,3 +145,52 @@ def test_emit_stripe_prints_the_program(tmp_path):
     r = _cli("emit", str(prog), "--stage", "stripe", "--shape", "A=2x3", "--shape", "B=3x4")
     assert r.returncode == 0, r.stderr
     assert "#program" in r.stdout and "#main" in r.stdout and "#contraction" in r.stdout
+
+
+# ------------------------------------------------------------- what the interpreter refuses
+DOUBLE_WRITE = "function (A[N]) -> (O) { O[i: 2] = =(A[i + j]), j < 2; }"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_programs_refuse_a_double_assignment_like_the_interpreter(device):
+    a = np.arange(4, dtype=np.float32)
+    with pytest.raises(tile.TileError) as want:
+        ref_interp.run(DOUBLE_WRITE, {"A": a})
+    with pytest.raises(type(want.value)) as got:
+        tile.compile(DOUBLE_WRITE, device)(A=a)
+    assert got.value.message == want.value.message == (
+        "`=` writes O[0] more than once: from (i=0, j=0) and (i=0, j=1)"
+    )
+    assert str(got.value) == str(want.value)  # the same location and caret
+
+
+def _bound(src: str, **shapes):
+    from tile.typed import TensorType
+
+    prog = tile.parse(src)
+    return tile.bind(prog, {k: TensorType(tile.dtypes.DType.FLOAT32, s) for k, s in shapes.items()})
+
+
+def test_single_writer_check_needs_no_enumeration_when_each_element_has_one_tuple(monkeypatch):
+    from tile import tuples
+
+    def enumerate_nothing(*args, **kwargs):
+        raise AssertionError("enumerated")
+
+    monkeypatch.setattr(tuples, "blocks", enumerate_nothing)
+    # a transpose of a large tensor and a strided copy: after reduce nothing is summed over
+    tuples.check_assignments(_bound("function (A[N, M]) -> (O) { O[j, i: M, N] = =(A[i, j]); }", A=(5000, 4000)))
+    tuples.check_assignments(_bound("function (A[N]) -> (O) { O[2*i: 10] = =(A[i]); }", A=(5,)))
+    with pytest.raises(AssertionError, match="enumerated"):  # a summed index: it must look
+        tuples.check_assignments(_bound(DOUBLE_WRITE, A=(4,)))
+
+
+def test_single_writer_check_passes_a_summed_index_with_one_valid_value():
+    from tile import tuples
+
+    # j is summed over, but the constraint 0 <= j - i < 1 leaves one j per i: written once each
+    ok = _bound("function (A[N]) -> (O) { O[i: 2] = =(A[i + j]), j - i < 1; }", A=(4,))
+    tuples.check_assignments(ok)
+    np.testing.assert_array_equal(ref_interp.run(ok.program, {"A": np.arange(4.0)})["O"], [0.0, 2.0])
+    # past its enumeration budget the check gives up rather than refuse a valid program
+    tuples.check_assignments(_bound(DOUBLE_WRITE, A=(4,)), max_points=1)

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ref_interp import contraction, run
+from ref_interp import run
+from tile import tuples
 from tile.errors import (
     TileError,
     TileIndexError,
@@ -172,7 +173,7 @@ def test_located_error(name):
 @pytest.mark.parametrize("chunk", [1 << 20, 1])
 def test_duplicate_assign_on_a_later_element(monkeypatch, chunk):
     """With ``CHUNK = 1`` the two writers are found in different chunks of the enumeration."""
-    monkeypatch.setattr(contraction, "CHUNK", chunk)
+    monkeypatch.setattr(tuples, "CHUNK", chunk)
     a = np.arange(4, dtype=np.int32).reshape(2, 2)
     e = fails(TileRuntimeError, prog("(A[N, N]) -> (O)", "O[i + j: 3] = =(A[i, j]);"), {"A": a}, 2, 3,
               "O[i + j: 3] = =(A[i, j])")

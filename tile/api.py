@@ -74,8 +74,11 @@ class Executable:
         if compiled is None:
             from backends import registry
             from backends.runner import CompiledProgram
+            from tile.tuples import check_assignments
 
-            compiled = CompiledProgram(bind(self.program, types), registry.get(self.device), self.settings)
+            bound = bind(self.program, types)
+            check_assignments(bound)  # what the interpreter refuses for these shapes, refused here too
+            compiled = CompiledProgram(bound, registry.get(self.device), self.settings)
             self._compiled[key] = compiled
         return compiled(given)
 
