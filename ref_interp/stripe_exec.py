@@ -56,6 +56,7 @@ from tile.affine import Affine
 from tile.builtins import BUILTINS
 from tile.dtypes import DType
 from tile.errors import TileInputError, TileRuntimeError
+from tile.tuples import grids
 from tile.typed import TCall, TensorType, TRef
 
 CHUNK = 1 << 20
@@ -173,37 +174,9 @@ def _offset(access: tuple[Affine, ...], strides: tuple[int, ...]) -> Affine:
 
 
 def _chunks(starts: list[int], ranges: list[int]) -> Iterator[tuple[list[np.ndarray], tuple[int, ...]]]:
-    """Cover the index box with grids of at most ``CHUNK`` points, in row-major order.
-
-    Yields ``(vals, grid)``: per index, an int64 array broadcastable to ``grid`` (a scalar for the
-    outer indexes iterated in Python, an ``arange`` along its own axis for the others).
-    """
-    n = len(ranges)
-    k, inner = n, 1
-    while k > 0 and inner * ranges[k - 1] <= CHUNK:
-        k -= 1
-        inner *= ranges[k]
-    if k == 0:
-        yield _grid(starts, ranges, []), tuple(ranges)
-        return
-    split = k - 1  # cut into steps; the indexes before it are iterated one value at a time
-    step = max(1, CHUNK // inner)
-    outer_ranges = [range(s, s + r) for s, r in zip(starts[:split], ranges[:split])]
-    for outer in itertools.product(*outer_ranges):
-        lo, hi = starts[split], starts[split] + ranges[split]
-        for s in range(lo, hi, step):
-            part = min(hi, s + step) - s
-            vals = _grid([s, *starts[split + 1 :]], [part, *ranges[split + 1 :]], list(outer))
-            yield vals, (part, *ranges[split + 1 :])
-
-
-def _grid(starts: list[int], ranges: list[int], outer: list[int]) -> list[np.ndarray]:
-    vals = [np.asarray(v, dtype=np.int64) for v in outer]
-    for axis, (s, r) in enumerate(zip(starts, ranges)):
-        shape = [1] * len(ranges)
-        shape[axis] = r
-        vals.append(np.arange(s, s + r, dtype=np.int64).reshape(shape))
-    return vals
+    """Cover the index box with grids of at most ``CHUNK`` points, in row-major order (see
+    ``tile.tuples.grids``)."""
+    return grids([(s, s + r - 1) for s, r in zip(starts, ranges)], list(ranges), CHUNK)
 
 
 def _aggregate(op: str, data: np.ndarray, where: np.ndarray, values: np.ndarray) -> None:

@@ -179,7 +179,8 @@ def test_single_writer_check_needs_no_enumeration_when_each_element_has_one_tupl
 
     monkeypatch.setattr(tuples, "blocks", enumerate_nothing)
     # a transpose of a large tensor and a strided copy: after reduce nothing is summed over
-    tuples.check_assignments(_bound("function (A[N, M]) -> (O) { O[j, i: M, N] = =(A[i, j]); }", A=(5000, 4000)))
+    transpose = "function (A[N, M]) -> (O) { O[j, i: M, N] = =(A[i, j]); }"
+    tuples.check_assignments(_bound(transpose, A=(5000, 4000)))
     tuples.check_assignments(_bound("function (A[N]) -> (O) { O[2*i: 10] = =(A[i]); }", A=(5,)))
     with pytest.raises(AssertionError, match="enumerated"):  # a summed index: it must look
         tuples.check_assignments(_bound(DOUBLE_WRITE, A=(4,)))

@@ -81,7 +81,7 @@ class Space:
     def fail_empty(self) -> None:
         """Raise the located error naming the first condition that rules out every point."""
         alive = np.zeros(len(self.conds), dtype=np.int64)
-        for vals, grid in _grids(self.box, self.extents):
+        for vals, grid in grids(self.box, self.extents):
             ok = np.ones(grid, dtype=bool)
             for k, cond in enumerate(self.conds):
                 v = cond.value(vals)
@@ -129,7 +129,7 @@ def blocks(sp: Space, accesses: int | None = None) -> Iterator[Block]:
     c = sp.c
     accs = [c.output, *c.operands][:accesses]
     strides = [row_major_strides(a.type.shape) for a in accs]
-    for vals, grid in _grids(sp.box, sp.extents):
+    for vals, grid in grids(sp.box, sp.extents):
         ok = np.ones(grid, dtype=bool)
         idx_values = []
         for cond in sp.conds:
@@ -151,22 +151,23 @@ def blocks(sp: Space, accesses: int | None = None) -> Iterator[Block]:
         yield Block(vals, grid, sel, flats)
 
 
-def _grids(box: list[tuple[int, int]], extents: list[int]):
-    """Cover the box with grids of at most ``CHUNK`` points.
+def grids(box: list[tuple[int, int]], extents: list[int], chunk: int | None = None):
+    """Cover the box with grids of at most ``chunk`` points (default ``CHUNK``), in row-major order.
 
     Yields ``(vals, grid)``: one array per index, broadcastable to the ``grid`` shape (scalars
     for the outer indices iterated in Python, an ``arange`` along its own axis for the others).
     """
+    chunk = CHUNK if chunk is None else chunk
     n = len(extents)
     k, inner = n, 1
-    while k > 0 and inner * extents[k - 1] <= CHUNK:
+    while k > 0 and inner * extents[k - 1] <= chunk:
         k -= 1
         inner *= extents[k]
     if k == 0:
         yield _grid_vals(box, 0, [], None), tuple(extents)
         return
     split = k - 1  # the index whose range is cut into steps; those before it are iterated
-    step = max(1, CHUNK // inner)
+    step = max(1, chunk // inner)
     outer_ranges = [range(lo, hi + 1) for lo, hi in box[:split]]
     for outer in itertools.product(*outer_ranges):
         lo, hi = box[split]
