@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 AGGS = ["+", "*", ">", "<", "="]
 INT_DTYPES = [np.int32, np.int8, np.int64, np.uint8]
-FLOAT_DTYPES = [np.float32, np.float64]
+FLOAT_DTYPES = [np.float32, np.float64, np.float16]
 
 
 @dataclass

@@ -2,14 +2,12 @@
 
 The tests run on ``$TILE_OPENCL_TEST_DEVICE`` if set, else on the first usable OpenCL device
 (``opencl_cpu.0`` when there is one: PoCL), and skip, with the registry's reason, when there is
-none. ``HALF`` is the same device with float16 forced on:
-the generated code stores float16 through the core ``vload_half``/``vstore_half_rte``, so its
-float16 paths can be checked on a device without ``cl_khr_fp16``.
+none. float16 needs no ``cl_khr_fp16`` (it is stored through the core ``vload_half``/
+``vstore_half_rte``), so its paths are checked on every device.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 
 import numpy as np
@@ -43,15 +41,6 @@ def device():
     return registry.get(DEVICE_ID)
 
 
-@functools.cache
-def half_device():
-    """The test device with float16 allowed whatever its driver says."""
-    from backends.opencl import OpenCLDevice
-
-    base = device()
-    return OpenCLDevice(base.cl_device, base.id, fp16=True)
-
-
 def run(src: str, inputs: dict, dev=None, settings: dict | None = None) -> dict:
     """``src`` on ``dev`` (default: ``tile.compile`` for the test device id)."""
     if dev is None:
@@ -76,7 +65,6 @@ __all__ = [
     "assert_same",
     "check",
     "device",
-    "half_device",
     "ints",
     "requires_opencl",
     "run",

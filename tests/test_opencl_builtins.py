@@ -6,8 +6,9 @@ integer-valued with each type's extremes and, for floats, 0, ±inf, nan, halves 
 overflow narrower types). Results must be
 equal bit for bit, except OpenCL's transcendental functions, which the OpenCL specification allows a
 few units in the last place (exp/log 3, sin/cos/sinh/cosh/asin/acos/asinh/acosh 4, tan/tanh/atan/
-atanh 5, pow 16; numpy is itself within an ulp) and, in float16, one. Cases with float16 run on the
-device with float16 forced on (``opencl_support.half_device``); the others through ``tile.compile``.
+atanh 5, pow 16; numpy is itself within an ulp) and, in float16, one. Every case runs through
+``tile.compile`` (float16 needs no ``cl_khr_fp16``: it is computed in float and stored with
+``vload_half``/``vstore_half_rte``).
 The float functions and conversions are in ``test_opencl_float_builtins.py`` (two files keep each
 under a minute with a cold compiler cache).
 """
@@ -20,7 +21,7 @@ import pytest
 import ref_interp
 from tests import builtin_cases
 from tests.builtin_cases import ELEMENTWISE, STRUCTURAL
-from tests.opencl_support import assert_same, half_device, requires_opencl, run
+from tests.opencl_support import assert_same, requires_opencl, run
 from tile.builtins import BUILTINS
 
 pytestmark = [requires_opencl, pytest.mark.usefixtures("private_cache")]
@@ -51,25 +52,15 @@ def cases_of(name: str) -> list:
 
 def check_builtin(name: str) -> None:
     cases = cases_of(name)
-
-    def half(case) -> bool:
-        return "float16" in case[0] or (name == "as_float" and case[1] == (16,))
-
-    groups = [([c for c in cases if not half(c)], None), ([c for c in cases if half(c)], half_device())]
-    for group, dev in groups:
-        if not group:
-            continue
-        src, ins = builtin_cases.program(name, group)
-        got = run(src, ins, dev)
-        want = ref_interp.run(src, ins)
-        try:
-            for k in want:
-                ulps = 0 if name not in ULPS else 1 if want[k].dtype == np.float16 else ULPS[name] + 1
-                assert_same({k: got[k]}, {k: want[k]}, ulps)
-        except AssertionError as e:
-            raise AssertionError(
-                f"{name}: outputs O<k> are the cases {list(enumerate(group))}\n{e}"
-            ) from None
+    src, ins = builtin_cases.program(name, cases)
+    got = run(src, ins)
+    want = ref_interp.run(src, ins)
+    try:
+        for k in want:
+            ulps = 0 if name not in ULPS else 1 if want[k].dtype == np.float16 else ULPS[name] + 1
+            assert_same({k: got[k]}, {k: want[k]}, ulps)
+    except AssertionError as e:
+        raise AssertionError(f"{name}: outputs O<k> are the cases {list(enumerate(cases))}\n{e}") from None
 
 
 @pytest.mark.parametrize("name", OTHERS)
@@ -80,8 +71,7 @@ def test_elementwise_builtin(name):
 @pytest.mark.parametrize("name, src, spec", STRUCTURAL, ids=[n for n, _, _ in STRUCTURAL])
 def test_structural_builtin(name, src, spec):
     ins = builtin_cases.structural_inputs(name, spec, np.random.default_rng(3))
-    dev = half_device() if any(dt == "float16" for dt, _ in spec.values()) else None
-    got = run(src, ins, dev)
+    got = run(src, ins)
     assert_same(got, ref_interp.run(src, ins))
     builtin_cases.check_structural(name, ins, got)
 
@@ -90,6 +80,6 @@ def test_float16_conversions_and_arithmetic():
     """float16 through vload_half/vstore_half_rte: single correct roundings from every type,
     subnormals, overflow to inf, and arithmetic rounded after every operation."""
     src, ins = builtin_cases.float16_case()
-    got = run(src, ins, half_device())
+    got = run(src, ins)
     assert_same(got, ref_interp.run(src, ins))
     assert got["O3"][-5] == np.float16(65504) and np.isinf(got["O3"][-4])  # 65519.9 rounds down, 65520 up

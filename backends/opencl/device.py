@@ -34,8 +34,11 @@ def _kind(d: cl.Device) -> str:
 
 
 class OpenCLDevice(Device):
-    """One OpenCL device. ``fp16``/``fp64`` override what the driver reports (for tests: the
-    generated code needs only core OpenCL for float16 storage, through ``vload_half``)."""
+    """One OpenCL device. float64 is there when the driver reports a double configuration.
+    float16 is always there: the generated code keeps float16 values in float registers, rounds
+    once per operation and reaches memory through the core ``vload_half``/``vstore_half_rte``, so it
+    needs no ``cl_khr_fp16`` (``half_extension`` records whether the driver has it anyway).
+    ``fp16``/``fp64`` override both (tests use them for the refusal path)."""
 
     def __init__(
         self, cl_device: cl.Device, device_id: str, fp16: bool | None = None, fp64: bool | None = None
@@ -51,7 +54,7 @@ class OpenCLDevice(Device):
             double_config = 0
         self.half_extension = "cl_khr_fp16" in extensions
         self.fp64 = bool(double_config) if fp64 is None else fp64
-        self.fp16 = self.half_extension if fp16 is None else fp16
+        self.fp16 = True if fp16 is None else fp16
         self.exact_div = bool(d.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT)
         dtypes = {
             dt
