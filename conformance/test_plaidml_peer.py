@@ -2,7 +2,7 @@
 
 Skipped, with the reason, where PlaidML 0.7.0 is not installed or does not run. Otherwise:
 
-* drawn contractions and elementwise programs run on PlaidML (``llvm_cpu.0``) and on the
+* drawn contractions, elementwise and mixed programs run on PlaidML (``llvm_cpu.0``) and on the
   interpreter and must agree, except where a documented deviation applies; the test names the
   deviation (a Hypothesis event: ``pytest --hypothesis-show-statistics``). In a contraction, the
   elements no tuple writes may hold the aggregation identity there (§10.1), checked element by
@@ -30,7 +30,7 @@ import ref_interp
 import tile
 from conformance import plaidml_peer
 from conformance.report import Tolerance, compare
-from conformance.strategies import contractions, elementwise
+from conformance.strategies import contractions, elementwise, mixed
 from tile import ast
 from tile.affine import Affine
 from tile.dtypes import promote_all
@@ -94,6 +94,8 @@ def contraction_deviations(c: TContraction) -> list[str]:
         found.append("§10.30 `<` aggregation of unsigned integers gives 0 in PlaidML")
     if c.agg in (ast.AggOp.MAX, ast.AggOp.MIN) and dtype.numpy == np.float16:
         found.append("§10.31 `>`/`<` aggregation of float16 aborts PlaidML")
+    if c.agg != ast.AggOp.ASSIGN and any(o.type.dtype.numpy.kind == "b" for o in c.operands):
+        found.append("§10.41 aggregating bools aborts PlaidML (`+` counts them as int32 here)")
     if c.comb == ast.CombOp.COND and promote_all([o.type.dtype for o in c.operands]) != dtype:
         found.append("§10.40 `A == B ? C` has the common type of A, B and C in PlaidML, not C's")
     return found
@@ -207,7 +209,8 @@ def elementwise_deviations(bound, values: dict[str, np.ndarray]) -> list[str]:
     found = []
     unsigned_bits = set()  # tensors PlaidML computed with & | ^ ~ on signed ints
     for s in bound.stmts:
-        assert isinstance(s, TAssign)
+        if not isinstance(s, TAssign):  # (a contraction of a mixed program: see mixed_deviations)
+            continue
         if _signed_bits(s.expr):
             unsigned_bits.add(s.name)
         for call in _calls(s.expr):
@@ -237,6 +240,8 @@ def elementwise_deviations(bound, values: dict[str, np.ndarray]) -> list[str]:
                     found.append("§10.16 PlaidML truncates a float condition to an integer first")
                 elif v is None or ((v != 0) & (v % 2 == 0)).any():
                     found.append("§10.39 an integer condition is its lowest bit in PlaidML (2 is false)")
+            if call.fn.startswith("builtin_") and call.args[0].type.dtype.numpy == np.float16:
+                found.append("§10.31 `>` aggregation of float16 aborts PlaidML (softmax takes a row max)")
             if call.fn == "as_float" and call.params[0] == 16:
                 found.append("§10.38 as_float(x, 16) aborts PlaidML")
             if call.fn in ("gather", "scatter"):
@@ -262,6 +267,37 @@ def test_drawn_elementwise_agree(peer, case):
     everything = dataclasses.replace(prog, outputs=tuple(ast.Output(s.name) for s in prog.stmts))
     values = {**case.inputs, **ref_interp.run(everything, case.inputs)}
     known = elementwise_deviations(bound, values)
+    got = _on_peer(peer, case.source, case.inputs)
+    floats = [np.finfo(t.dtype.numpy).eps for t in bound.types.values() if t.dtype.is_float]
+    tol = Tolerance(case.exact, case.ulps, case.length, float(max(floats, default=0.0)))
+    problem = str(got) if isinstance(got, Exception) else compare(want, got, tol)
+    if problem is not None:
+        assert known, f"PlaidML differs and no documented deviation explains it: {problem}\n{case.source}"
+        event(f"expected difference: {known[0]}")
+
+
+def mixed_deviations(bound, values: dict[str, np.ndarray]) -> list[str]:
+    """The documented deviations of a program mixing contractions and elementwise statements."""
+    found = elementwise_deviations(bound, values)
+    for c in bound.stmts:
+        if isinstance(c, TContraction):
+            found += contraction_deviations(c)
+            if c.agg in (ast.AggOp.MAX, ast.AggOp.MIN) and any(
+                np.isnan(values[a.tensor]).any() for a in c.operands if values[a.tensor].dtype.kind == "f"
+            ):
+                found.append("§10.32 `>`/`<` aggregations ignore nan in PlaidML")
+    return found
+
+
+@given(mixed())
+def test_drawn_mixed_programs_agree(peer, case):
+    try:
+        prog, bound, want = _ours(case.source, case.inputs)
+    except tile.TileError:
+        reject()
+    everything = dataclasses.replace(prog, outputs=tuple(ast.Output(s.name) for s in prog.stmts))
+    values = {**case.inputs, **ref_interp.run(everything, case.inputs)}
+    known = mixed_deviations(bound, values)
     got = _on_peer(peer, case.source, case.inputs)
     floats = [np.finfo(t.dtype.numpy).eps for t in bound.types.values() if t.dtype.is_float]
     tol = Tolerance(case.exact, case.ulps, case.length, float(max(floats, default=0.0)))
@@ -461,6 +497,11 @@ DEVIATIONS = {
                                 V("float32", [10]), V("float32", [10])),
     "40-select-combination-type": (fn("A, B, C", "O[] = +(A[i] == B[i] ? C[i]);"),
                                    {"A": f32(2), "B": f32(2), "C": i32(3)}, V("float32", 3), V("int32", 3)),
+    "31-float16-softmax-aborts": (fn("A", "O = builtin_softmax(A, 1, 2);"),
+                                  {"A": np.array([[0, 0]], np.float16)}, ABORT, V("float16", [[0.5, 0.5]])),
+    "41-sum-of-bools-aborts": (fn("A", "O[] = +(A[i]);"), {"A": b(1, 0, 1)}, ABORT, V("int32", 2)),
+    "41-assign-of-bools-runs": (fn("A[N]", "O[i: N] = =(A[i]);"), {"A": b(1, 0, 1)},
+                                V("bool", [1, 0, 1]), V("bool", [1, 0, 1])),
     "39-int-condition-is-its-low-bit": (fn("C", "O = as_bool(C);"), {"C": i32(0, 1, 2, 3, -2, 256)},
                                         V("bool", [0, 1, 0, 1, 0, 0]), V("bool", [0, 1, 1, 1, 1, 1])),
     "39-int-select-is-its-low-bit": (fn("C", "O = C ? 1 : 0;"), {"C": i32(2, 3)},
