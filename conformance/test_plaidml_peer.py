@@ -225,8 +225,8 @@ def elementwise_deviations(bound, values: dict[str, np.ndarray]) -> list[str]:
                 found.append("§10.12 a float builtin of an integer tensor aborts PlaidML")
             if call.fn in FLOAT_BUILTINS and any(a.type.dtype.numpy == np.float16 for a in call.args):
                 found.append("§10.42 a float builtin of a float16 tensor aborts PlaidML")
-            if call.fn == "relu" and kinds[0] != "f":
-                found.append("§10.12 integer relu is float32 in PlaidML")
+            if call.fn == "relu" and call.args[0].type.dtype.numpy not in (np.float32, np.float64):
+                found.append("§10.12 integer and float16 relu are float32 in PlaidML")
             if (why := _bool_deviation(call)) is not None:
                 found.append(why)
             if call.fn == "max" and len({a.type.dtype for a in call.args}) == 2:
@@ -493,6 +493,8 @@ DEVIATIONS = {
                                    {"A": f32(2), "B": f32(2), "C": i32(3)}, V("float32", 3), V("int32", 3)),
     "31-float16-softmax-aborts": (fn("A", "O = builtin_softmax(A, 1, 2);"),
                                   {"A": np.array([[0, 0]], np.float16)}, ABORT, V("float16", [[0.5, 0.5]])),
+    "12-float16-relu-is-float32": (fn("A", "O = relu(A);"), {"A": np.array([-1, 2], np.float16)},
+                                   V("float32", [0, 2]), V("float16", [0, 2])),
     "42-exp-of-float16-aborts": (fn("A", "O = exp(A);"), {"A": np.array([0], np.float16)},
                                  ABORT, V("float16", [1])),
     "42-floor-of-float16-aborts": (fn("A", "O = floor(A);"), {"A": np.array([2.5], np.float16)},
