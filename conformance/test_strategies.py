@@ -47,9 +47,9 @@ def test_contractions_cover_every_rank_and_aggregation():
 
 
 def test_elementwise_reaches_the_structural_builtins():
+    # (the casts and index come from fixed templates: see test_every_elementwise_builtin_is_drawn)
     text = " ".join(c.source for c in draw_many(strategies.elementwise(), 400))
-    for fn in ("reshape(", "shape(", "gather(", "scatter(", "builtin_softmax(", "builtin_logsoftmax(",
-               "as_uint(", "as_bool(", "ident(", "index("):
+    for fn in ("reshape(", "shape(", "gather(", "scatter(", "builtin_softmax(", "builtin_logsoftmax("):
         assert fn in text, fn
 
 
