@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import concurrent.futures as cf
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -95,6 +96,11 @@ class KernelInfo:
     buffer_dtypes: tuple[DType, ...] = ()  # each buffer's element type (as allocated)
     flops: int = 0
     bytes: int = 0
+
+
+def kernel_symbol(index: int, info: KernelInfo) -> str:
+    """The symbol of kernel ``index`` in generated code: stable, and a valid C/LLVM identifier."""
+    return f"tile_k{index}_{re.sub(r'[^A-Za-z0-9_]', '_', info.name)[:48]}"
 
 
 @dataclass

@@ -50,12 +50,15 @@ from stripe.ir import (
     Refinement,
     Special,
     Store,
+    block_error,
+    where,
 )
+from stripe.scope import Scope
 from stripe.specials import STRUCTURAL
 from tile.affine import Affine
 from tile.builtins import BUILTINS
 from tile.dtypes import DType
-from tile.errors import TileInputError, TileRuntimeError
+from tile.errors import TileInputError
 from tile.tuples import grids
 from tile.typed import TCall, TensorType, TRef
 
@@ -94,7 +97,7 @@ def run_stripe(
     views: dict[str, View] = {}
     for ref in program.refs:
         if ref.from_ is not None:
-            raise _error(
+            raise block_error(
                 program,
                 f"root refinement '{ref.into}' refines '{ref.from_}', but the root has no parent",
                 "the root block's refinements are the program's buffers",
@@ -135,17 +138,6 @@ def _input_array(nx: Numerics, name: str, sizes, dt: DType, inputs) -> np.ndarra
 
 
 # ------------------------------------------------------------------------------- helpers
-def _where(block: Block) -> str:
-    if block.name:
-        return f"block '{block.name}'"
-    tags = " ".join(f"#{t}" for t in sorted(block.tags))
-    return f"a block {tags}" if tags else "an unnamed block"
-
-
-def _error(block: Block, message: str, hint: str) -> TileRuntimeError:
-    return TileRuntimeError(f"{_where(block)}: {message}", None, hint=hint)
-
-
 class _AffineError(Exception):
     pass
 
@@ -214,14 +206,14 @@ class _Machine:
         starts = []
         for ix in block.idxs:
             if ix.range < 0:
-                raise _error(block, f"index '{ix.name}' has a negative range", "ranges are sizes")
+                raise block_error(block, f"index '{ix.name}' has a negative range", "ranges are sizes")
             if ix.affine is None:
                 starts.append(0)
                 continue
             try:
                 const, terms = _compile(ix.affine, tuple(env))
             except _AffineError as e:
-                raise _error(
+                raise block_error(
                     block, f"index '{ix.name}': {e}", "an index affine uses the parent's indexes"
                 ) from None
             values = list(env.values())
@@ -229,7 +221,7 @@ class _Machine:
         ranges = [ix.range for ix in block.idxs]
         total = int(np.prod(ranges, dtype=object)) if ranges else 1
         if total > self.max_points:
-            raise _error(
+            raise block_error(
                 block,
                 f"its index space has {total} points, more than the interpreter's limit of {self.max_points}",
                 "use smaller inputs, or raise the limit (max_points=..., or TILE_INTERP_MAX_POINTS)",
@@ -252,7 +244,7 @@ class _Machine:
             try:
                 const, terms = _compile(aff, names)
             except _AffineError as e:
-                raise _error(block, f"{what}: {e}", "affines here use the block's own indexes") from None
+                raise block_error(block, f"{what}: {e}", "affines here use the block's own indexes") from None
             out = np.asarray(const, dtype=np.int64)
             for p, c in terms:
                 out = out + (vals[p] if c == 1 else c * vals[p])
@@ -278,62 +270,46 @@ class _Machine:
             return f"({shown})" if shown else "the block's only point"
 
         views = {r.into: self.view(block, r, outer, root, affine, per_point, n) for r in block.refs}
-        scalars: dict[str, tuple[np.ndarray, DType]] = {}
 
-        def get(name: str) -> tuple[np.ndarray, DType]:
-            if name not in scalars:
-                raise _error(block, f"uses scalar '{name}' before it is assigned", "assign each scalar first")
-            return scalars[name]
-
-        def put(name: str, value: np.ndarray, dt: DType) -> None:
-            if name in scalars:
-                raise _error(block, f"assigns scalar '{name}' twice", "scalars are assigned once")
-            scalars[name] = (value, dt)
-
-        def ref(name: str, stmt) -> View:
-            if name not in views:
-                raise _error(
-                    block,
-                    f"{type(stmt).__name__} names refinement '{name}', which the block does not have",
-                    "add the refinement to the block",
-                )
-            return views[name]
+        scope: Scope[View, tuple[np.ndarray, DType]] = Scope(block, views)
+        get, put, ref = scope.get, scope.put, scope.ref
 
         nx = self.nx
         for stmt in block.stmts:
             if isinstance(stmt, Load):
                 v = ref(stmt.from_, stmt)
                 check_bounds(v, v.base, "a load", point)
-                put(stmt.into, nx.cast(v.buf.data[v.base], v.dtype), v.dtype)
+                put(stmt.into, (nx.cast(v.buf.data[v.base], v.dtype), v.dtype))
             elif isinstance(stmt, Store):
                 v = ref(stmt.into, stmt)
                 value, _ = get(stmt.from_)
                 check_bounds(v, v.base, "a store", point)
                 value = nx.cast(nx.cast(np.broadcast_to(value, (n,)), v.dtype), v.buf.dtype)
                 if v.agg_op not in ("", "assign", "add", "mul", "max", "min"):
-                    raise _error(
+                    raise block_error(
                         block,
                         f"refinement '{v.name}' has unknown agg_op '{v.agg_op}'",
                         "agg_op is one of assign, add, mul, max, min",
                     )
                 _aggregate(v.agg_op, v.buf.data, v.base, value)
             elif isinstance(stmt, LoadIndex):
-                put(stmt.into, per_point(affine(stmt.affine, f"load_index into '{stmt.into}'")), DType.INT64)
+                index = per_point(affine(stmt.affine, f"load_index into '{stmt.into}'"))
+                put(stmt.into, (index, DType.INT64))
             elif isinstance(stmt, Constant):
                 stored = DType.FLOAT64 if stmt.dtype.is_float else stmt.dtype
-                put(stmt.into, nx.const(stmt.value, stored), stmt.dtype)
+                put(stmt.into, (nx.const(stmt.value, stored), stmt.dtype))
             elif isinstance(stmt, Intrinsic):
                 value = self.intrinsic(block, stmt, get)
-                put(stmt.outputs[0], value, stmt.dtype)
+                put(stmt.outputs[0], (value, stmt.dtype))
             elif isinstance(stmt, Special):
                 run_special(
-                    nx, stmt, {k: replace(v, base=int(v.base[0])) for k, v in views.items()}, _where(block)
+                    nx, stmt, {k: replace(v, base=int(v.base[0])) for k, v in views.items()}, where(block)
                 )
             elif isinstance(stmt, Block):
                 env = {nm: int(per_point(v)[0]) for nm, v in zip(names, vals)}
                 self.block(stmt, env, {k: replace(v, base=int(v.base[0])) for k, v in views.items()})
             else:
-                raise _error(block, f"unknown statement {stmt!r}", "see stripe.ir.Statement")
+                raise block_error(block, f"unknown statement {stmt!r}", "see stripe.ir.Statement")
 
     def view(self, block: Block, r: Refinement, outer, root: bool, affine, per_point, n: int) -> View:
         """What refinement ``r`` denotes at the current points (its base an int64 array per point)."""
@@ -344,7 +320,7 @@ class _Machine:
             )
         if r.source not in outer:
             if r.dir is not RefDir.NONE or r.from_ is not None:
-                raise _error(
+                raise block_error(
                     block,
                     f"refinement '{r.into}' refines '{r.source}', which the enclosing block does not have",
                     "refine a refinement of the enclosing block",
@@ -353,7 +329,7 @@ class _Machine:
             return View(r.into, buf, np.zeros(n, dtype=np.int64), r.shape.dims, r.shape.dtype, r.agg_op)
         parent = outer[r.source]
         if len(r.access) != len(parent.dims):
-            raise _error(
+            raise block_error(
                 block,
                 f"refinement '{r.into}' has {len(r.access)} access affines but '{r.source}' "
                 f"has rank {len(parent.dims)}",
@@ -365,7 +341,7 @@ class _Machine:
 
     def intrinsic(self, block: Block, stmt: Intrinsic, get) -> np.ndarray:
         if len(stmt.outputs) != 1:
-            raise _error(
+            raise block_error(
                 block,
                 f"intrinsic '{stmt.name}' must have one output, not {len(stmt.outputs)}",
                 "an intrinsic computes one scalar",
@@ -373,7 +349,7 @@ class _Machine:
         args = [get(x) for x in stmt.inputs]
         if stmt.name == "assign":
             if len(args) != 1:
-                raise _error(block, "intrinsic 'assign' takes one input", "assign copies one scalar")
+                raise block_error(block, "intrinsic 'assign' takes one input", "assign copies one scalar")
             return self.nx.cast(args[0][0], stmt.dtype)
         if stmt.name not in IMPLS or stmt.name in STRUCTURAL:
             hint = (
@@ -381,10 +357,10 @@ class _Machine:
                 if stmt.name in STRUCTURAL
                 else "intrinsics are the elementwise builtins of tile.builtins, or assign"
             )
-            raise _error(block, f"unknown intrinsic '{stmt.name}'", hint)
+            raise block_error(block, f"unknown intrinsic '{stmt.name}'", hint)
         want = BUILTINS[stmt.name].tensors
         if len(args) != want:
-            raise _error(
+            raise block_error(
                 block,
                 f"intrinsic '{stmt.name}' takes {want} input(s), got {len(args)}",
                 "check the intrinsic's inputs",

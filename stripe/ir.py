@@ -46,6 +46,7 @@ from enum import Enum
 
 from tile.affine import Affine
 from tile.dtypes import DType
+from tile.errors import TileRuntimeError
 
 AGG_OPS = ("", "assign", "add", "mul", "max", "min")
 
@@ -258,3 +259,16 @@ __all__ = [
     "walk",
     "with_stmts",
 ]
+
+
+def where(block: Block) -> str:
+    """How messages name a block: by name, else by its tags."""
+    if block.name:
+        return f"block '{block.name}'"
+    tags = " ".join(f"#{t}" for t in sorted(block.tags))
+    return f"a block {tags}" if tags else "an unnamed block"
+
+
+def block_error(block: Block, message: str, hint: str) -> TileRuntimeError:
+    """An executor's error about ``block`` (Stripe has no source location to point at)."""
+    return TileRuntimeError(f"{where(block)}: {message}", None, hint=hint)

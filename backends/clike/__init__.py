@@ -2,7 +2,8 @@
 
 from backends.clike.kernel import KernelEmitter, KernelSource, generate
 from backends.clike.target import CTarget, Value, const_convert
-from backends.clike.views import View, kernel_symbol
+from backends.clike.views import View
+from backends.hal import kernel_symbol
 
 __all__ = [
     "CTarget",

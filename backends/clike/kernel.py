@@ -25,15 +25,27 @@ from dataclasses import dataclass
 from backends.clike.ops import binary, intrinsic
 from backends.clike.specials import emit_special
 from backends.clike.target import CTarget, Value, wrap
-from backends.clike.views import View, error, kernel_symbol, where
-from backends.hal import KernelInfo
+from backends.clike.views import View
+from backends.hal import KernelInfo, kernel_symbol
 from backends.llvm.schedule import plan
-from stripe.ir import Block, Constant, Intrinsic, Load, LoadIndex, RefDir, Refinement, Special, Store
+from stripe.ir import (
+    AGG_OPS,
+    Block,
+    Constant,
+    Intrinsic,
+    Load,
+    LoadIndex,
+    RefDir,
+    Refinement,
+    Special,
+    Store,
+    block_error,
+    where,
+)
+from stripe.scope import Scope
 from tile.affine import Affine
 from tile.dtypes import DType
 from tile.errors import TileRuntimeError
-
-AGG_OPS = ("", "assign", "add", "mul", "max", "min")
 
 
 @dataclass
@@ -64,7 +76,9 @@ class KernelEmitter:
                 self.buf_dtypes.setdefault(r.source, r.shape.dtype)
         for k, b in enumerate(info.buffers):
             if b not in self.buf_dtypes:
-                raise error(self.block, f"buffer '{b}' has no refinement and no dtype", "set buffer_dtypes")
+                raise block_error(
+                    self.block, f"buffer '{b}' has no refinement and no dtype", "set buffer_dtypes"
+                )
             self.ptrs[b] = self.fresh(f"b{k}_{b}")
             self.params.append((self.ptrs[b], self.buf_dtypes[b]))
         self.products: dict[str, tuple[str, str, DType]] = {}  # fast_math: $v = a * b
@@ -100,12 +114,14 @@ class KernelEmitter:
 
     def affine(self, aff: Affine, vals: dict[str, str], block: Block, what: str) -> str:
         if not aff.is_integral:
-            raise error(block, f"{what}: the affine '{aff}' has a non-integer coefficient", "defract first")
+            raise block_error(
+                block, f"{what}: the affine '{aff}' has a non-integer coefficient", "defract first"
+            )
         parts = [str(int(aff.const))] if aff.const != 0 else []
         for v, c in aff.terms:
             if v not in vals:
                 known = ", ".join(vals) or "none"
-                raise error(
+                raise block_error(
                     block,
                     f"{what}: '{aff}' uses '{v}', not an index here (known: {known})",
                     "affines use the block's own indexes (an index's affine: its parent's)",
@@ -121,7 +137,7 @@ class KernelEmitter:
         self.t.where = f"kernel '{self.info.name}'"
         for ix in block.idxs:
             if ix.affine is not None and not ix.affine.is_constant:
-                raise error(
+                raise block_error(
                     block, f"kernel index '{ix.name}' has the affine '{ix.affine}'", "kernels start at 0"
                 )
         self.depth = 1
@@ -230,7 +246,7 @@ class KernelEmitter:
         for c in block.constraints:
             for v in c.vars:
                 if v not in names:
-                    raise error(
+                    raise block_error(
                         block, f"a constraint uses '{v}', not an index of the block", "use its indexes"
                     )
             guards.setdefault(max((level.get(v, -1) for v in c.vars), default=-1), []).append(c)
@@ -287,13 +303,13 @@ class KernelEmitter:
         elif r.dir is RefDir.NONE and r.from_ is None:
             return self.local(r)
         else:
-            raise error(
+            raise block_error(
                 block,
                 f"refinement '{r.into}' refines '{r.source}', which the enclosing block does not have",
                 "refine a refinement of the enclosing block (kernels: one of KernelInfo.buffers)",
             )
         if len(r.access) != len(pdims):
-            raise error(
+            raise block_error(
                 block,
                 f"refinement '{r.into}' has {len(r.access)} access affines but '{r.source}' has rank "
                 f"{len(pdims)}",
@@ -330,26 +346,9 @@ class KernelEmitter:
         t = self.t
         hoisted = self.accs if parents is None else {}
         views = {r.into: self.view(block, r, vals, parents) for r in block.refs if r.into not in hoisted}
-        scalars: dict[str, Value] = {}
 
-        def get(name: str) -> Value:
-            if name not in scalars:
-                raise error(block, f"uses scalar '{name}' before it is assigned", "assign each scalar first")
-            return scalars[name]
-
-        def put(name: str, v: Value) -> None:
-            if name in scalars:
-                raise error(block, f"assigns scalar '{name}' twice", "scalars are assigned once")
-            scalars[name] = v
-
-        def ref(name: str, stmt) -> View:
-            if name not in views:
-                raise error(
-                    block,
-                    f"{type(stmt).__name__} names refinement '{name}', which the block does not have",
-                    "add the refinement to the block",
-                )
-            return views[name]
+        scope: Scope[View, Value] = Scope(block, views)
+        get, put, ref = scope.get, scope.put, scope.ref
 
         for stmt in block.stmts:
             if isinstance(stmt, Load):
@@ -377,7 +376,7 @@ class KernelEmitter:
                     put(stmt.into, Value("<const>", stmt.dtype, stmt.dtype, value))
             elif isinstance(stmt, Intrinsic):
                 if len(stmt.outputs) != 1:
-                    raise error(block, f"intrinsic '{stmt.name}' must have one output", "one scalar")
+                    raise block_error(block, f"intrinsic '{stmt.name}' must have one output", "one scalar")
                 args = [get(x) for x in stmt.inputs]
                 expr = intrinsic(t, self.tmp, stmt.name, args, stmt.dtype, where(block))
                 var = self.declare(stmt.dtype, expr, f"s_{stmt.outputs[0][1:]}")
@@ -393,13 +392,13 @@ class KernelEmitter:
             elif isinstance(stmt, Block):
                 self.nested(stmt, vals, views)
             else:
-                raise error(block, f"unknown statement {stmt!r}", "see stripe.ir.Statement")
+                raise block_error(block, f"unknown statement {stmt!r}", "see stripe.ir.Statement")
 
     def store(self, block: Block, v: View, s: Value, acc: str | None = None) -> None:
         """Store ``s`` through ``v``'s agg_op, into memory or into the register ``acc``."""
         t = self.t
         if v.agg_op not in AGG_OPS:
-            raise error(
+            raise block_error(
                 block,
                 f"refinement '{v.name}' has unknown agg_op '{v.agg_op}'",
                 "agg_op is one of assign, add, mul, max, min",

@@ -2,29 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from backends.clike.target import CTarget
-from backends.hal import KernelInfo
-from stripe.ir import Block, Dim, Shaped
+from stripe.ir import Dim, Shaped
 from tile.dtypes import DType
-from tile.errors import TileRuntimeError
-
-
-def kernel_symbol(index: int, info: KernelInfo) -> str:
-    return f"tile_k{index}_{re.sub(r'[^A-Za-z0-9_]', '_', info.name)[:48]}"
-
-
-def where(block: Block) -> str:
-    if block.name:
-        return f"block '{block.name}'"
-    tags = " ".join(f"#{t}" for t in sorted(block.tags))
-    return f"a block {tags}" if tags else "an unnamed block"
-
-
-def error(block: Block, message: str, hint: str) -> TileRuntimeError:
-    return TileRuntimeError(f"{where(block)}: {message}", None, hint=hint)
 
 
 @dataclass(frozen=True)

@@ -19,38 +19,34 @@ buffer's dtype, as the interpreter's ``ufunc.at`` does.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from llvmlite import ir
 
-from backends.hal import KernelInfo
+from backends.hal import KernelInfo, kernel_symbol
 from backends.llvm.intrinsics import binary, emit_intrinsic
 from backends.llvm.loops import View, for_range
 from backends.llvm.scalars import F64, I64, PTR, VOID, Emitter, Scalar, i64, mem_type
 from backends.llvm.schedule import Schedule
 from backends.llvm.specials import emit_special
-from stripe.ir import Block, Constant, Intrinsic, Load, LoadIndex, RefDir, Refinement, Special, Store
+from stripe.ir import (
+    AGG_OPS,
+    Block,
+    Constant,
+    Intrinsic,
+    Load,
+    LoadIndex,
+    RefDir,
+    Refinement,
+    Special,
+    Store,
+    block_error,
+    where,
+)
+from stripe.scope import Scope
 from tile.affine import Affine
 from tile.dtypes import DType
 from tile.errors import TileRuntimeError
-
-AGG_OPS = ("", "assign", "add", "mul", "max", "min")
-
-
-def kernel_symbol(index: int, info: KernelInfo) -> str:
-    return f"tile_k{index}_{re.sub(r'[^A-Za-z0-9_]', '_', info.name)[:48]}"
-
-
-def _where(block: Block) -> str:
-    if block.name:
-        return f"block '{block.name}'"
-    tags = " ".join(f"#{t}" for t in sorted(block.tags))
-    return f"a block {tags}" if tags else "an unnamed block"
-
-
-def _error(block: Block, message: str, hint: str) -> TileRuntimeError:
-    return TileRuntimeError(f"{_where(block)}: {message}", None, hint=hint)
 
 
 class KernelCodegen:
@@ -100,13 +96,15 @@ class KernelCodegen:
     # ------------------------------------------------------------------------- blocks
     def affine(self, aff: Affine, vals: dict[str, ir.Value], block: Block, what: str) -> ir.Value:
         if not aff.is_integral:
-            raise _error(block, f"{what}: the affine '{aff}' has a non-integer coefficient", "defract first")
+            raise block_error(
+                block, f"{what}: the affine '{aff}' has a non-integer coefficient", "defract first"
+            )
         b = self.em.builder
         out: ir.Value = i64(int(aff.const))
         for v, c in aff.terms:
             if v not in vals:
                 known = ", ".join(vals) or "none"
-                raise _error(
+                raise block_error(
                     block,
                     f"{what}: '{aff}' uses '{v}', not an index here (known: {known})",
                     "affines use the block's own indexes (an index's affine: its parent's)",
@@ -120,7 +118,7 @@ class KernelCodegen:
         starts = []
         for ix in block.idxs:
             if ix.affine is not None and not ix.affine.is_constant:
-                raise _error(
+                raise block_error(
                     block, f"kernel index '{ix.name}' has the affine '{ix.affine}'", "kernels start at 0"
                 )
             starts.append(i64(int(ix.affine.const)) if ix.affine is not None else i64(0))
@@ -192,13 +190,13 @@ class KernelCodegen:
         elif r.dir is RefDir.NONE and r.from_ is None:
             return self.local(r)
         else:
-            raise _error(
+            raise block_error(
                 block,
                 f"refinement '{r.into}' refines '{r.source}', which the enclosing block does not have",
                 "refine a refinement of the enclosing block (kernels: one of KernelInfo.buffers)",
             )
         if len(r.access) != len(pdims):
-            raise _error(
+            raise block_error(
                 block,
                 f"refinement '{r.into}' has {len(r.access)} access affines but '{r.source}' has rank "
                 f"{len(pdims)}",
@@ -233,26 +231,9 @@ class KernelCodegen:
     def point(self, block: Block, vals: dict[str, ir.Value], parent_views: dict[str, View] | None) -> None:
         em = self.em
         views = {r.into: self.view(block, r, vals, parent_views) for r in block.refs}
-        scalars: dict[str, Scalar] = {}
 
-        def get(name: str) -> Scalar:
-            if name not in scalars:
-                raise _error(block, f"uses scalar '{name}' before it is assigned", "assign each scalar first")
-            return scalars[name]
-
-        def put(name: str, s: Scalar) -> None:
-            if name in scalars:
-                raise _error(block, f"assigns scalar '{name}' twice", "scalars are assigned once")
-            scalars[name] = s
-
-        def ref(name: str, stmt) -> View:
-            if name not in views:
-                raise _error(
-                    block,
-                    f"{type(stmt).__name__} names refinement '{name}', which the block does not have",
-                    "add the refinement to the block",
-                )
-            return views[name]
+        scope: Scope[View, Scalar] = Scope(block, views)
+        get, put, ref = scope.get, scope.put, scope.ref
 
         for stmt in block.stmts:
             if isinstance(stmt, Load):
@@ -270,21 +251,21 @@ class KernelCodegen:
                     put(stmt.into, Scalar(em.const(stmt.value, stmt.dtype), stmt.dtype, stmt.dtype))
             elif isinstance(stmt, Intrinsic):
                 if len(stmt.outputs) != 1:
-                    raise _error(block, f"intrinsic '{stmt.name}' must have one output", "one scalar")
+                    raise block_error(block, f"intrinsic '{stmt.name}' must have one output", "one scalar")
                 args = [get(x) for x in stmt.inputs]
-                value = emit_intrinsic(em, stmt.name, args, stmt.dtype, _where(block))
+                value = emit_intrinsic(em, stmt.name, args, stmt.dtype, where(block))
                 put(stmt.outputs[0], Scalar(value, stmt.dtype, stmt.dtype))
             elif isinstance(stmt, Special):
-                emit_special(em, stmt, views, _where(block))
+                emit_special(em, stmt, views, where(block))
             elif isinstance(stmt, Block):
                 self.nested(stmt, vals, views)
             else:
-                raise _error(block, f"unknown statement {stmt!r}", "see stripe.ir.Statement")
+                raise block_error(block, f"unknown statement {stmt!r}", "see stripe.ir.Statement")
 
     def store(self, block: Block, v: View, s: Scalar) -> None:
         em = self.em
         if v.agg_op not in AGG_OPS:
-            raise _error(
+            raise block_error(
                 block,
                 f"refinement '{v.name}' has unknown agg_op '{v.agg_op}'",
                 "agg_op is one of assign, add, mul, max, min",

@@ -40,10 +40,11 @@ from backends.hal import (
     Kernel,
     KernelInfo,
     Library,
+    kernel_symbol,
     timed,
 )
 from backends.llvm.cache import ObjectCache, cache_key
-from backends.llvm.codegen import generate, kernel_symbol
+from backends.llvm.codegen import generate
 from backends.llvm.schedule import Schedule, plan
 from tile.dtypes import DType
 
