@@ -43,7 +43,7 @@ from tile.errors import (
     TileTypeError,
 )
 from tile.inputs import input_types
-from tile.typed import TAssign, TCall, TConst, TContraction, TExpr, TRef
+from tile.typed import TAssign, TCall, TConst, TContraction, TExpr, TRef, calls
 
 
 @pytest.fixture(scope="module")
@@ -197,13 +197,6 @@ def _signed_bits(e: TExpr) -> bool:
     )
 
 
-def _calls(e: TExpr):
-    if isinstance(e, TCall):
-        yield e
-        for a in e.args:
-            yield from _calls(a)
-
-
 def elementwise_deviations(bound, values: dict[str, np.ndarray]) -> list[str]:
     """The documented deviations a typed elementwise program can show (values: every tensor)."""
     found = []
@@ -213,7 +206,7 @@ def elementwise_deviations(bound, values: dict[str, np.ndarray]) -> list[str]:
             continue
         if _signed_bits(s.expr):
             unsigned_bits.add(s.name)
-        for call in _calls(s.expr):
+        for call in calls(s.expr):
             for a in call.args:
                 bits = _signed_bits(a) or (isinstance(a, TRef) and a.name in unsigned_bits)
                 if bits:

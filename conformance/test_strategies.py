@@ -13,7 +13,7 @@ import tile
 from conformance import strategies
 from tile.builtins import BUILTINS
 from tile.inputs import input_types
-from tile.typed import TCall
+from tile.typed import calls
 
 
 def draw_many(strategy, n: int) -> list:
@@ -77,13 +77,6 @@ def test_drawn_programs_are_mostly_valid():
         assert invalid <= len(cases) // 10, family
 
 
-def _calls(expr, found: set) -> None:
-    if isinstance(expr, TCall):
-        found.add(expr.fn)
-    for child in getattr(expr, "args", ()):
-        _calls(child, found)
-
-
 def test_every_elementwise_builtin_is_drawn():
     """Each builtin is in a template the chains draw from, or in a drawn structural program."""
     found: set = set()
@@ -93,9 +86,9 @@ def test_every_elementwise_builtin_is_drawn():
             src = f"function (X, Y) -> (T) {{ T = {t.format('X', 'Y')}; }}"
             prog = tile.parse(src)
             ins = {"X": np.ones((2, 3), dtype), "Y": np.ones((2, 3), dtype)}
-            _calls(tile.bind(prog, input_types(prog, ins)).stmts[0].expr, found)
+            found.update(c.fn for c in calls(tile.bind(prog, input_types(prog, ins)).stmts[0].expr))
     for c in draw_many(strategies.structural(), 300):
         prog = tile.parse(c.source)
         for stmt in tile.bind(prog, input_types(prog, c.inputs)).stmts:
-            _calls(stmt.expr, found)
+            found.update(c.fn for c in calls(stmt.expr))
     assert set(BUILTINS) - found == set()

@@ -69,6 +69,14 @@ class TCall:
 TExpr = TConst | TRef | TCall
 
 
+def calls(e: TExpr):
+    """Every builtin call in ``e``, outermost first."""
+    if isinstance(e, TCall):
+        yield e
+        for a in e.args:
+            yield from calls(a)
+
+
 @dataclass(frozen=True, slots=True)
 class TAccess:
     """One tensor's access in a contraction: an exact affine polynomial per dimension."""
