@@ -15,6 +15,7 @@ import tile
 from conformance import report
 from conformance.strategies import Case, contractions, defracted, elementwise, flat, gradients, mixed
 from tile.dtypes import DType
+from tile.errors import TileLimitError
 from tile.inputs import input_types
 
 
@@ -61,8 +62,8 @@ def check(case: Case, device) -> None:
 def refuses_alike(case: Case, device, prog, error: tile.TileError) -> None:
     """A program the interpreter refuses for its inputs must be refused by the target with the same
     located error, not answered."""
-    if "more than the interpreter's limit" in error.message:
-        return  # the interpreter's own memory guard, not a language rule
+    if isinstance(error, TileLimitError):
+        return  # the interpreter's own resource bound, not a language rule
     refusal = f"{type(error).__name__}: {error.message}"
     head = f"the interpreter refuses it with {refusal}\nbut {device.id}"
     got = None

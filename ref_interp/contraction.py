@@ -16,7 +16,7 @@ import numpy as np
 from ref_interp.numerics import Numerics
 from tile.ast import AggOp, CombOp
 from tile.dtypes import DType, promote
-from tile.errors import TileRuntimeError
+from tile.errors import TileLimitError
 from tile.tuples import SingleWriter, blocks, space
 from tile.typed import TContraction
 
@@ -50,7 +50,7 @@ def evaluate(
     sp = space(c, box)
     limit = max_points if max_points is not None else max_points_default()
     if sp.points > limit:
-        raise TileRuntimeError(
+        raise TileLimitError(
             f"the index space of '{c.name}' has {sp.points} points, more than the interpreter's limit "
             f"of {limit}",
             c.span,

@@ -58,7 +58,7 @@ from stripe.specials import STRUCTURAL
 from tile.affine import Affine
 from tile.builtins import BUILTINS
 from tile.dtypes import DType
-from tile.errors import TileInputError
+from tile.errors import TileInputError, TileLimitError
 from tile.tuples import grids
 from tile.typed import TCall, TensorType, TRef
 
@@ -221,10 +221,11 @@ class _Machine:
         ranges = [ix.range for ix in block.idxs]
         total = int(np.prod(ranges, dtype=object)) if ranges else 1
         if total > self.max_points:
-            raise block_error(
-                block,
-                f"its index space has {total} points, more than the interpreter's limit of {self.max_points}",
-                "use smaller inputs, or raise the limit (max_points=..., or TILE_INTERP_MAX_POINTS)",
+            raise TileLimitError(
+                f"{where(block)}: its index space has {total} points, more than the interpreter's limit "
+                f"of {self.max_points}",
+                None,
+                hint="use smaller inputs, or raise the limit (max_points=..., or TILE_INTERP_MAX_POINTS)",
             )
         if total == 0:
             return

@@ -104,6 +104,11 @@ class TileRuntimeError(TileError):
     kind = "runtime error"
 
 
+class TileLimitError(TileRuntimeError):
+    """The reference interpreter's own bound on an index space (``max_points``): a resource
+    limit of that tool, not a rule of the language, so compiled targets need not share it."""
+
+
 class TileInputError(TileError):
     """Input arrays that do not fit the program (missing, wrong rank or size, bad npz)."""
 
