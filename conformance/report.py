@@ -82,6 +82,11 @@ def reproduce_command(path: str, target: str) -> str:
     return f"python -m conformance.reproduce {path} --target {target}"
 
 
+def refusal_text(error) -> str:
+    """How a failure folder records an error a program must be refused with: class and message."""
+    return f"{type(error).__name__}: {error.message}"
+
+
 def write_failure(
     case, target: str, want: dict, got: dict | None, problem: str, tol: Tolerance, refusal: str | None = None
 ) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from conformance.report import Tolerance, compare
+from conformance.report import Tolerance, compare, refusal_text
 
 
 def _load(path: Path) -> dict[str, np.ndarray]:
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         got = exe(inputs)
     except tile.TileError as e:
-        if refusal is not None and refusal == f"{type(e).__name__}: {e.message}":
+        if refusal is not None and refusal == refusal_text(e):
             print(f"{target} refuses it with the interpreter's error")
             return 0
         print(f"{target} raised {type(e).__name__}: {e}")

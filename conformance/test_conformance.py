@@ -64,13 +64,13 @@ def refuses_alike(case: Case, device, prog, error: tile.TileError) -> None:
     located error, not answered."""
     if isinstance(error, TileLimitError):
         return  # the interpreter's own resource bound, not a language rule
-    refusal = f"{type(error).__name__}: {error.message}"
+    refusal = report.refusal_text(error)
     head = f"the interpreter refuses it with {refusal}\nbut {device.id}"
     got = None
     try:
         got = tile.compile(prog, device.id)(case.inputs)
     except tile.TileError as e:
-        if f"{type(e).__name__}: {e.message}" == refusal:
+        if report.refusal_text(e) == refusal:
             return
         problem = f"{head} raised {type(e).__name__}: {e.message}"
     except Exception as e:
