@@ -51,12 +51,17 @@ def check(case: Case, device) -> None:
     else:
         problem = report.compare(want, got, tol)
     if problem is not None:
-        folder = report.write_failure(case, device.id, want, got, problem, tol)
-        raise AssertionError(
-            f"{problem}\nprogram:\n{case.source}\n"
-            f"written to {folder}/ (case.tile, inputs.npz, expected.npz); reproduce with:\n"
-            f"    {report.reproduce_command(folder, device.id)}"
-        )
+        fail(case, device, problem, want, got, tol)
+
+
+def fail(case: Case, device, problem: str, want: dict, got, tol, refusal: str | None = None) -> None:
+    """Write the failing example and raise, ending with the command that reproduces it."""
+    folder = report.write_failure(case, device.id, want, got, problem, tol, refusal)
+    raise AssertionError(
+        f"{problem}\nprogram:\n{case.source}\n"
+        f"written to {folder}/ (case.tile, inputs.npz, expected.npz); reproduce with:\n"
+        f"    {report.reproduce_command(folder, device.id)}"
+    )
 
 
 def refuses_alike(case: Case, device, prog, error: tile.TileError) -> None:
@@ -77,11 +82,7 @@ def refuses_alike(case: Case, device, prog, error: tile.TileError) -> None:
         problem = f"{head} raised {type(e).__name__}: {e}"
     else:
         problem = f"{head} answered"
-    folder = report.write_failure(case, device.id, {}, got, problem, report.Tolerance(), refusal)
-    raise AssertionError(
-        f"{problem}\nprogram:\n{case.source}\nwritten to {folder}/; reproduce with:\n"
-        f"    {report.reproduce_command(folder, device.id)}"
-    )
+    fail(case, device, problem, {}, got, report.Tolerance(), refusal)
 
 
 def needs(device, dtype: DType, why: str) -> None:
