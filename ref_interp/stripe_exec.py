@@ -53,7 +53,7 @@ from stripe.ir import (
     block_error,
     where,
 )
-from stripe.scope import Scope
+from stripe.scope import Scope, check_access_rank, missing_parent
 from stripe.specials import STRUCTURAL
 from tile.affine import Affine
 from tile.builtins import BUILTINS
@@ -321,21 +321,11 @@ class _Machine:
             )
         if r.source not in outer:
             if r.dir is not RefDir.NONE or r.from_ is not None:
-                raise block_error(
-                    block,
-                    f"refinement '{r.into}' refines '{r.source}', which the enclosing block does not have",
-                    "refine a refinement of the enclosing block",
-                )
+                raise missing_parent(block, r, "refine a refinement of the enclosing block")
             buf = new_buffer(self.nx, r.into, r.shape.dtype, r.shape.dims)
             return View(r.into, buf, np.zeros(n, dtype=np.int64), r.shape.dims, r.shape.dtype, r.agg_op)
         parent = outer[r.source]
-        if len(r.access) != len(parent.dims):
-            raise block_error(
-                block,
-                f"refinement '{r.into}' has {len(r.access)} access affines but '{r.source}' "
-                f"has rank {len(parent.dims)}",
-                "give one access affine per dimension of the parent",
-            )
+        check_access_rank(block, r, len(parent.dims))
         off = _offset(r.access, tuple(d.stride for d in parent.dims))
         base = parent.base + per_point(affine(off, f"the access of '{r.into}'"))
         return View(r.into, parent.buf, base, r.shape.dims, r.shape.dtype, r.agg_op)

@@ -43,7 +43,7 @@ from stripe.ir import (
     block_error,
     where,
 )
-from stripe.scope import Scope
+from stripe.scope import Scope, check_access_rank, missing_parent
 from tile.affine import Affine
 from tile.dtypes import DType
 from tile.errors import TileRuntimeError
@@ -190,18 +190,9 @@ class KernelCodegen:
         elif r.dir is RefDir.NONE and r.from_ is None:
             return self.local(r)
         else:
-            raise block_error(
-                block,
-                f"refinement '{r.into}' refines '{r.source}', which the enclosing block does not have",
-                "refine a refinement of the enclosing block (kernels: one of KernelInfo.buffers)",
-            )
-        if len(r.access) != len(pdims):
-            raise block_error(
-                block,
-                f"refinement '{r.into}' has {len(r.access)} access affines but '{r.source}' has rank "
-                f"{len(pdims)}",
-                "give one access affine per dimension of the parent",
-            )
+            hint = "refine a refinement of the enclosing block (kernels: one of KernelInfo.buffers)"
+            raise missing_parent(block, r, hint)
+        check_access_rank(block, r, len(pdims))
         for a, d in zip(r.access, pdims):
             if a.is_constant and a.const == 0:
                 continue
