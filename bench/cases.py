@@ -419,6 +419,15 @@ def plaidml_reference(case: Case, inputs: Inputs) -> tuple[float | None, str]:
     return _plaidml_seen[case.id]
 
 
+def add_plaidml_reference(case: Case, inputs: Inputs, references: dict, notes: dict) -> None:
+    """PlaidML's seconds as ``references["plaidml"]``, or why not as ``notes["plaidml_skipped"]``."""
+    seconds, why = plaidml_reference(case, inputs)
+    if seconds is not None:
+        references["plaidml"] = seconds
+    else:
+        notes["plaidml_skipped"] = why
+
+
 def _time_plaidml(case: Case, inputs: Inputs) -> tuple[float | None, str]:
     try:
         from conformance import plaidml_peer

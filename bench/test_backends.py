@@ -14,7 +14,7 @@ import time
 import pytest
 
 import tile
-from bench.cases import Case, Inputs, best_of, cases, plaidml_reference, record, rounds_for
+from bench.cases import Case, Inputs, add_plaidml_reference, best_of, cases, record, rounds_for
 
 CASES = cases("compiled")
 
@@ -73,9 +73,5 @@ def test_target(benchmark, target, case):
     else:
         references["numpy"] = best_of(lambda: case.reference(inputs))
     notes = {}
-    plaidml_s, why = plaidml_reference(case, inputs)
-    if plaidml_s is not None:
-        references["plaidml"] = plaidml_s
-    else:
-        notes["plaidml_skipped"] = why
+    add_plaidml_reference(case, inputs, references, notes)
     record(benchmark, case, target, inputs, ours, compile_s, references, notes)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 import ref_interp
-from bench.cases import best_of, cases, plaidml_reference, record, rounds_for
+from bench.cases import add_plaidml_reference, best_of, cases, record, rounds_for
 from tile.bind import bind
 from tile.inputs import input_types
 from tile.parser import parse
@@ -38,9 +38,5 @@ def test_interpreter(benchmark, case):
     case.check(got, want, inputs)
     references = {"numpy": best_of(lambda: case.reference(inputs))}
     notes = {}
-    plaidml_s, why = plaidml_reference(case, inputs)
-    if plaidml_s is not None:
-        references["plaidml"] = plaidml_s
-    else:
-        notes["plaidml_skipped"] = why
+    add_plaidml_reference(case, inputs, references, notes)
     record(benchmark, case, "interp", inputs, benchmark.stats.stats.min, compile_s, references, notes)
