@@ -14,9 +14,16 @@ Rules:
   constraints, ``load_index``); an index's affine uses the enclosing block's index names (at the
   root: none). Index names are unique and ranges are not negative.
 * Bounds: each index ranges over ``[min(start), max(start) + range - 1]`` where the start's range is
-  taken over the enclosing block's box. For each dim ``d`` of a view, with parent size ``P`` and
-  view size ``S``, ``S <= P`` and every value ``a`` of the access must satisfy ``0 <= a`` and
-  ``a + S <= P``. Without constraints the access range is its interval over the index box
+  taken over the enclosing block's box. Every view fits its parent's size (``S <= P`` per dim).
+  Bounds are checked where memory is touched: for a refinement that a statement of its block uses
+  (or that no nested block refines further), each dim's *position* — the sum of the accesses along
+  its chain of refinements up to the buffer, where the strides agree — must satisfy
+  ``0 <= pos`` and ``pos + S <= P`` of the buffer. So a tile view of an outer block may overhang
+  the buffer (the last, partial tile; a convolution's halo) as long as the constraints of the
+  nested block that reads it keep every load and store inside. A parent's index reaches the
+  nested position through a range-1 passthrough index (``X:1 = X``); other parent indexes count
+  with their whole range. Where a view's stride differs from its parent's, its dim is checked
+  against the parent view instead. Without constraints the access range is its interval over the index box
   (``tile.bounds.poly_interval``). With constraints only the points meeting them count, so the
   usual padding constraints (``-1 + kx + x >= 0``) make their accesses valid: a box of at most
   ``ENUM_LIMIT`` points is checked exactly, point by point; a larger one by projecting box ∩
@@ -35,6 +42,7 @@ Rules:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -71,13 +79,41 @@ class StripeError(TileError):
 
 def verify(block: Block) -> None:
     """Check the tree rooted at ``block``; raise ``StripeError`` at the first broken rule."""
-    _Checker(block.name or "<root>", None, block, {}).run()
+    _Checker(block.name or "<root>", None, block, {}, {}).run()
+
+
+@dataclass(frozen=True)
+class _Pos:
+    """Where one dim of a view starts in the buffer (or view) it is checked against: ``affine`` of
+    the block's indexes plus a constant in ``[lo, hi]`` (parent indexes not passed through)."""
+
+    buffer: str
+    size: int  # that buffer's size in this dim
+    affine: Affine
+    lo: int = 0
+    hi: int = 0
+    # The same position bounded another way: ``own`` (this view's access alone) plus the parent
+    # position's whole range in ``[own_lo, own_hi]``; the checks take the tighter of the two.
+    own: Affine | None = None
+    own_lo: int = 0
+    own_hi: int = 0
 
 
 class _Checker:
-    def __init__(self, path: str, parent: Block | None, block: Block, parent_box: Box | None):
+    def __init__(
+        self,
+        path: str,
+        parent: Block | None,
+        block: Block,
+        parent_box: Box | None,
+        parent_pos: dict[str, tuple[_Pos, ...]],
+        parent_range=None,
+    ):
         self.path, self.parent, self.b = path, parent, block
         self.parent_box = parent_box
+        self.parent_pos = parent_pos
+        self.parent_range = parent_range  # the enclosing checker's access_range over its points
+        self.pos: dict[str, tuple[_Pos, ...]] = {}
         self.idx_names = {i.name for i in block.idxs}
         self.points: dict[str, np.ndarray] | None = None  # every valid index point, when few enough
 
@@ -162,6 +198,7 @@ class _Checker:
     # ------------------------------------------------------------------ refinements
     def check_refs(self, box: Box | None) -> None:
         seen: set[str] = set()
+        touched = self.touched()
         for r in self.b.refs:
             what = f"refinement '{r.into}' (`{fmt_ref(r)}`)"
             if r.into in seen:
@@ -178,8 +215,59 @@ class _Checker:
             for a in r.access:
                 self.affine(a, self.idx_names, what, "the block's indexes")
             parent_ref = self.parent_ref(r, what)
-            if parent_ref is not None and box is not None:
-                self.check_bounds(r, parent_ref, box, what)
+            self.pos[r.into] = self.position(r, parent_ref)
+            if parent_ref is not None:
+                self.check_sizes(r, parent_ref, what)
+                if box is not None and r.into in touched:
+                    self.check_bounds(r, box, what)
+
+    def touched(self) -> set[str]:
+        """Refinements whose bounds are checked here: used by a statement of this block, or not
+        refined by any nested block (a nested block checks the positions it touches itself)."""
+        used: set[str] = set()
+        refined: set[str] = set()
+        for s in self.b.stmts:
+            if isinstance(s, Block):
+                refined.update(r.source for r in s.refs)
+            elif isinstance(s, Load):
+                used.add(s.from_)
+            elif isinstance(s, Store):
+                used.add(s.into)
+            elif isinstance(s, Special):
+                used.update(s.inputs)
+                used.update(s.outputs)
+        return used | {r.into for r in self.b.refs if r.into not in refined}
+
+    def position(self, r: Refinement, src: Refinement | None) -> tuple[_Pos, ...]:
+        """Each dim's start in its buffer, as an affine of this block's indexes (see the docstring)."""
+        if src is None or self.parent_box is None:  # a buffer, a local allocation, or never run
+            return tuple(_Pos(r.into, d.size, Affine()) for d in r.shape.dims)
+        through = {
+            i.affine.vars[0]: Affine.var(i.name)
+            for i in self.b.idxs
+            if i.range == 1 and i.affine is not None and len(i.affine.vars) == 1
+            and i.affine == Affine.var(i.affine.vars[0])
+        }
+        parent = self.parent_pos.get(src.into)
+        out = []
+        for d, (a, view, par) in enumerate(zip(r.access, r.shape.dims, src.shape.dims)):
+            p = parent[d] if parent is not None and d < len(parent) else None
+            if p is None or view.stride != par.stride:
+                out.append(_Pos(src.into, par.size, a))
+                continue
+            kept = Affine.build({v: c for v, c in p.affine.coeffs.items() if v in through})
+            rest = p.affine - kept
+            span = self.parent_range(rest) if self.parent_range and not rest.is_constant else None
+            if span is None:
+                span = poly_interval(rest, self.parent_box) if self.parent_box else (0, 0)
+            lo, hi = span
+            whole = self.parent_range(p.affine) if self.parent_range and p.affine.vars else None
+            whole = whole or poly_interval(p.affine, self.parent_box or {})
+            out.append(
+                _Pos(p.buffer, p.size, a + kept.substitute(through), p.lo + int(lo), p.hi + int(hi),
+                     a, p.lo + int(whole[0]), p.hi + int(whole[1]))
+            )
+        return tuple(out)
 
     def parent_ref(self, r: Refinement, what: str) -> Refinement | None:
         if self.parent is None:
@@ -210,23 +298,32 @@ class _Checker:
             )
         return src
 
-    def check_bounds(self, r: Refinement, src: Refinement, box: Box, what: str) -> None:
+    def check_sizes(self, r: Refinement, src: Refinement, what: str) -> None:
         if any(d.size == 0 for d in r.shape.dims):
             return
-        for d, (a, view, par) in enumerate(zip(r.access, r.shape.dims, src.shape.dims)):
+        for d, (view, par) in enumerate(zip(r.shape.dims, src.shape.dims)):
             if view.size > par.size:
                 raise self.fail(
                     f"{what}: dim {d} has size {view.size}, larger than its parent's {par.size}",
                     "a view fits inside the ref it refines",
                 )
-            span = self.access_range(a, box)
+
+    def check_bounds(self, r: Refinement, box: Box, what: str) -> None:
+        if any(d.size == 0 for d in r.shape.dims):
+            return
+        for d, (view, pos) in enumerate(zip(r.shape.dims, self.pos[r.into])):
+            span = self.access_range(pos.affine, box)
             if span is None:
                 continue
-            lo, hi = span
-            if lo < 0 or hi + view.size > par.size:
+            lo, hi = span[0] + pos.lo, span[1] + pos.hi
+            if pos.own is not None and (lo < 0 or hi + view.size > pos.size):
+                other = self.access_range(pos.own, box)
+                if other is not None:
+                    lo, hi = max(lo, other[0] + pos.own_lo), min(hi, other[1] + pos.own_hi)
+            if lo < 0 or hi + view.size > pos.size:
                 raise self.fail(
                     f"{what}: dim {d} covers [{lo}, {hi + view.size - 1}] over the index space, outside "
-                    f"[0, {par.size - 1}] of '{src.into}'",
+                    f"[0, {pos.size - 1}] of '{pos.buffer}'",
                     "shrink the index ranges or add the constraints that keep the access in bounds",
                 )
 
@@ -270,7 +367,10 @@ class _Checker:
         for k, s in enumerate(self.b.stmts):
             if isinstance(s, Block):
                 label = s.name or f"[{k}]"
-                _Checker(f"{self.path}/{label}", self.b, s, box).run()
+                inner = _Checker(f"{self.path}/{label}", self.b, s, box, self.pos)
+                if box is not None:
+                    inner.parent_range = lambda a, box=box: self.access_range(a, box)
+                inner.run()
             elif isinstance(s, Load):
                 ref(s.from_, k, s, False)
                 define(s.into, k, s)
