@@ -1,0 +1,208 @@
+"""Walking and rebuilding block trees, so each pass states only its rewrite.
+
+* ``matches(block, reqs)``: a block is selected when it carries every tag in ``reqs`` (the seed's
+  ``reqs``; an empty list selects every block).
+* ``rewrite(root, fn, reqs)``: top-down; each selected block is replaced by ``fn(block, ctx)``
+  (a ``Block``; a list of statements spliced into the parent in its place; or ``None`` for no
+  change), and what ``fn`` returns is not visited again, so a pass never re-applies itself to
+  the blocks it created. Blocks that are not selected are descended into.
+* ``Context`` is where a block sits: its enclosing blocks, outermost first, and lookups through
+  them (``ctx.parent``, ``ctx.ref_chain(name)``).
+* Small facts passes share: which refinements a block reads and writes (at any depth), fresh
+  names, and renaming index variables inside a block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from stripe.ir import (
+    Block,
+    Constant,
+    Index,
+    Intrinsic,
+    Load,
+    LoadIndex,
+    Refinement,
+    Special,
+    Statement,
+    Store,
+)
+from tile.affine import Affine
+
+
+def matches(block: Block, reqs: Iterable[str]) -> bool:
+    return all(t in block.tags for t in reqs)
+
+
+@dataclass(frozen=True)
+class Context:
+    parents: tuple[Block, ...] = ()  # outermost first
+
+    @property
+    def parent(self) -> Block | None:
+        return self.parents[-1] if self.parents else None
+
+    def inside(self, block: Block) -> Context:
+        return Context((*self.parents, block))
+
+    def ref_chain(self, block: Block, name: str) -> list[Refinement]:
+        """``block``'s refinement ``name`` followed by each parent it refines, up to the root buffer."""
+        chain = [block.ref(name)]
+        for p in reversed(self.parents):
+            src = chain[-1].source
+            found = next((r for r in p.refs if r.into == src), None)
+            if found is None:
+                break
+            chain.append(found)
+        return chain
+
+
+Replacement = Block | Sequence[Statement] | None
+
+
+def rewrite(
+    root: Block,
+    fn: Callable[[Block, Context], Replacement],
+    reqs: Iterable[str] = (),
+    *,
+    nested: bool = False,
+) -> Block:
+    """``root`` with every selected block replaced by ``fn``'s result (see the module docstring).
+    With ``nested=True`` the blocks inside a replacement are visited too (for passes like
+    ``locate_block`` that only annotate and cannot re-apply themselves)."""
+    reqs = tuple(reqs)
+
+    def visit(block: Block, ctx: Context) -> list[Statement]:
+        if matches(block, reqs):
+            out = fn(block, ctx)
+            if out is None:
+                return [descend(block, ctx)]
+            out = [out] if isinstance(out, Block) else list(out)
+            if nested:
+                out = [descend(s, ctx) if isinstance(s, Block) else s for s in out]
+            return out
+        return [descend(block, ctx)]
+
+    def descend(block: Block, ctx: Context) -> Block:
+        inner = ctx.inside(block)
+        stmts: list[Statement] = []
+        changed = False
+        for s in block.stmts:
+            if isinstance(s, Block):
+                new = visit(s, inner)
+                changed = changed or len(new) != 1 or new[0] is not s
+                stmts.extend(new)
+            else:
+                stmts.append(s)
+        return replace(block, stmts=tuple(stmts)) if changed else block
+
+    result = visit(root, Context())
+    assert len(result) == 1 and isinstance(result[0], Block), "the root must stay one block"
+    return result[0]
+
+
+# ------------------------------------------------------------------------------ analysis
+def reads_writes(block: Block) -> tuple[set[str], set[str]]:
+    """The names of ``block``'s own refinements that it (or any nested block) reads and writes."""
+    reads: set[str] = set()
+    writes: set[str] = set()
+    for s in block.stmts:
+        if isinstance(s, Load):
+            reads.add(s.from_)
+        elif isinstance(s, Store):
+            writes.add(s.into)
+        elif isinstance(s, Special):
+            reads.update(s.inputs)
+            writes.update(s.outputs)
+        elif isinstance(s, Block):
+            r, w = reads_writes(s)
+            for ref in s.refs:
+                if ref.into in r:
+                    reads.add(ref.source)
+                if ref.into in w:
+                    writes.add(ref.source)
+    return reads, writes
+
+
+def fresh(base: str, taken: Iterable[str]) -> str:
+    """``base``, or ``base_1``, ``base_2``, ... : the first not in ``taken``."""
+    taken = set(taken)
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    return name
+
+
+def scalars_of(block: Block) -> set[str]:
+    """Scalar names a block's own statements define."""
+    out: set[str] = set()
+    for s in block.stmts:
+        if isinstance(s, (Load, LoadIndex, Constant)):
+            out.add(s.into)
+        elif isinstance(s, Intrinsic):
+            out.update(s.outputs)
+    return out
+
+
+def substitute_indexes(block: Block, env: dict[str, Affine]) -> Block:
+    """``block`` with its own index variables replaced by affines in every place they are used
+    (constraints, accesses, ``load_index``, nested blocks' index affines). The index list itself
+    is left to the caller."""
+
+    def sub(a: Affine) -> Affine:
+        return a.substitute(env)
+
+    refs = tuple(replace(r, access=tuple(sub(a) for a in r.access)) for r in block.refs)
+    stmts: list[Statement] = []
+    for s in block.stmts:
+        if isinstance(s, LoadIndex):
+            s = replace(s, affine=sub(s.affine))
+        elif isinstance(s, Block):
+            s = replace(
+                s,
+                idxs=tuple(
+                    replace(i, affine=sub(i.affine)) if i.affine is not None else i for i in s.idxs
+                ),
+            )
+        stmts.append(s)
+    return replace(block, constraints=tuple(sub(c) for c in block.constraints), refs=refs, stmts=tuple(stmts))
+
+
+def rename_refs(block: Block, names: dict[str, str]) -> Block:
+    """``block`` with its own refinements renamed (``into``) and every statement using them,
+    nested blocks' ``from_`` included."""
+    if not names:
+        return block
+    refs = tuple(replace(r, into=names.get(r.into, r.into)) for r in block.refs)
+    stmts: list[Statement] = []
+    for s in block.stmts:
+        if isinstance(s, Load):
+            s = replace(s, from_=names.get(s.from_, s.from_))
+        elif isinstance(s, Store):
+            s = replace(s, into=names.get(s.into, s.into))
+        elif isinstance(s, Special):
+            s = replace(
+                s,
+                inputs=tuple(names.get(n, n) for n in s.inputs),
+                outputs=tuple(names.get(n, n) for n in s.outputs),
+            )
+        elif isinstance(s, Block):
+            s = replace(
+                s,
+                refs=tuple(
+                    replace(r, from_=names[r.source]) if r.source in names else r for r in s.refs
+                ),
+            )
+        stmts.append(s)
+    return replace(block, refs=refs, stmts=tuple(stmts))
+
+
+def index_names(block: Block) -> set[str]:
+    return {i.name for i in block.idxs}
+
+
+def passthrough(name: str) -> Index:
+    """The range-1 index ``name:1 = name``: an enclosing index's value, visible in a nested block."""
+    return Index(name, 1, Affine.var(name))
