@@ -152,6 +152,12 @@ class Device(abc.ABC):
     capabilities: Capabilities
     compiler: Compiler
     executor: Executor
+    optimizer: str = ""  # the built-in Stripe optimizer config (stripe/targets/<optimizer>.json)
+
+    def hardware(self, hw):
+        """The config's hardware model (``stripe.hardware.Hardware``) with the sizes this device
+        reports filled in; the config's defaults where it reports nothing."""
+        return hw
 
 
 class HostBuffer(Buffer):

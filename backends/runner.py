@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 
 from backends.hal import Device, Event, KernelInfo
+from stripe.config import TargetConfig, load_config, target_config
 from stripe.ir import Block, walk
 from stripe.lower import lower
+from stripe.passes import optimize
 from tile.typed import BoundProgram
 
 
@@ -27,13 +30,29 @@ def _flops(kernel: Block) -> int:
     return kernel.index_space * (2 if kernel.has_tags("contraction") else 1)
 
 
+def device_config(device: Device, settings: Mapping | None = None) -> TargetConfig:
+    """The optimizer config a device compiles with: ``settings["config"]`` (a path) or the
+    device's built-in one, with the sizes the device reports filled into its hardware model."""
+    settings = settings or {}
+    path = settings.get("config")
+    config = load_config(path) if path else target_config(device.optimizer or device.id)
+    return replace(config, hardware=device.hardware(config.hardware))
+
+
 class CompiledProgram:
-    """A program built for one device and one set of input shapes and dtypes."""
+    """A program built for one device and one set of input shapes and dtypes: lowered to Stripe,
+    optimized by the device's config (``settings``: ``config`` a config file, ``strict`` to keep
+    every aggregation in the interpreter's order, ``optimize=False`` to skip the passes)."""
 
     def __init__(self, bound: BoundProgram, device: Device, settings: Mapping | None = None):
         self.bound = bound
         self.device = device
-        self.program = lower(bound)
+        settings = dict(settings or {})
+        self.lowered = lower(bound)
+        self.config = device_config(device, settings)
+        self.program = self.lowered
+        if settings.get("optimize", True):
+            self.program = optimize(self.lowered, self.config, strict=bool(settings.get("strict", False)))
         main = self.program.stmts[0]
         self.buffers = {r.into: r.shape for r in self.program.refs}
         self.infos = []

@@ -87,10 +87,16 @@ def compile(
     program: str | ast.Program, device: str = "llvm_cpu.0", settings: Mapping | None = None
 ) -> Executable:
     """``program`` for ``device`` (an id from ``python -m tile devices``; ``"interp"`` is the
-    reference interpreter). ``settings``: ``{"cache": False}`` bypasses the kernel cache."""
+    reference interpreter). ``settings``: ``{"cache": False}`` bypasses the kernel cache;
+    ``{"config": "F.json"}`` optimizes with that target config instead of the device's built-in
+    one; ``{"strict": True}`` skips the passes that may reorder aggregation, so float results are
+    bit-identical to the interpreter's order (docs/semantics.md §8.1); ``{"optimize": False}``
+    compiles the lowered program as it is. A bad config file fails here, not at the first call."""
     prog = parse(program) if isinstance(program, str) else program
     if device != "interp":
         from backends import registry
 
-        registry.get(device)  # fail now, with the list of devices, rather than at the first call
+        from backends.runner import device_config
+
+        device_config(registry.get(device), settings)  # fail now: an unknown device, a bad config
     return Executable(prog, device, settings)

@@ -5,9 +5,11 @@
 * ``grad F.tile [--wrt A,B] [--emit] [--inputs IN.npz] [--shape ...] [--output GRADS.npz]`` —
   ``--emit`` prints the gradient program; otherwise the interpreter computes the gradient of the
   sum of the outputs and prints (and saves) arrays named ``grad_<Input>``.
-* ``emit F.tile --stage reduced|defracted|flat|flat-tile|stripe [--inputs IN.npz] [--shape ...]`` —
-  print the program after a transform or lowered to Stripe (sizes from the given or made-up
-  inputs); ``flat-tile`` is the flat stage as runnable Tile over 1-D views of the tensors.
+* ``emit F.tile --stage reduced|defracted|flat|flat-tile|stripe|optimized [--inputs IN.npz] [--shape ...]``
+  — print the program after a transform, lowered to Stripe, or optimized by a target's passes
+  (``--target ID`` or ``--config F.json``, ``--after STEP``, ``--strict``, ``--report`` for the
+  cost model's estimate); sizes come from the given or made-up inputs; ``flat-tile`` is the flat
+  stage as runnable Tile over 1-D views of the tensors.
 * ``devices`` — every target: ``interp`` and each compiled device (``llvm_cpu.0``, ...).
 * ``run F.tile --target ID [--inputs IN.npz] [--shape ...] [--output OUT.npz] [--no-cache]`` —
   compile for a target and run.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 from tile.bind import bind_symbolic
 from tile.errors import TileError
@@ -47,9 +50,21 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--output", help="write grad_<Input> arrays to this .npz archive")
     e = sub.add_parser("emit", help="print a program after a transform stage")
     e.add_argument("file")
-    stages = ("tile", "reduced", "defracted", "flat", "flat-tile", "stripe")
+    stages = ("tile", "reduced", "defracted", "flat", "flat-tile", "stripe", "optimized")
     e.add_argument("--stage", choices=stages, required=True)
     add_input_arguments(e, "an .npz archive giving the input shapes and dtypes")
+    e.add_argument(
+        "--target",
+        default="llvm_cpu.0",
+        help="optimized: whose built-in config (llvm_cpu, opencl_gpu, accel; a device id works, and "
+        "its reported sizes are used when it is present)",
+    )
+    e.add_argument("--config", metavar="F.json", help="optimized: your own target config file")
+    e.add_argument("--after", metavar="STEP", help="optimized: stop after this pass step (name or pass)")
+    e.add_argument("--strict", action="store_true", help="optimized: skip passes that reorder aggregation")
+    e.add_argument(
+        "--report", action="store_true", help="optimized: also print the cost model's estimate per kernel"
+    )
     d = sub.add_parser("devices", help="list every target: the interpreter and compiled devices")
     d.add_argument(
         "--require",
@@ -64,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--target", default="llvm_cpu.0", help="a device id from `devices` (default llvm_cpu.0)")
     r.add_argument("--output", help="write every output to this .npz archive")
     r.add_argument("--no-cache", action="store_true", help="compile afresh, bypassing the kernel cache")
+    r.add_argument("--config", metavar="F.json", help="optimize with this target config file")
+    r.add_argument("--strict", action="store_true", help="keep every aggregation in the interpreter's order")
     return p
 
 
@@ -95,7 +112,10 @@ def cmd_run(args) -> int:
     given = load_npz(args.inputs) if args.inputs else {}
     inputs = gather_inputs(program, given, args.shape, args.seed)
     try:
-        exe = compile_program(program, args.target, {"cache": not args.no_cache})
+        settings = {"cache": not args.no_cache, "strict": args.strict}
+        if args.config:
+            settings["config"] = args.config
+        exe = compile_program(program, args.target, settings)
     except KeyError as e:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return 2
@@ -129,11 +149,47 @@ def cmd_emit(args) -> int:
 
         print(format_block(lower(bound)))
         return 0
+    if args.stage == "optimized":
+        return emit_optimized(bound, args)
     if args.stage == "flat-tile":
         print(format_flat_program(apply_stage(bound, "flat")), end="")
         return 0
     print(format_stage(apply_stage(bound, args.stage)), end="")
     return 0
+
+
+def emit_optimized(bound, args) -> int:
+    from stripe.config import load_config, target_config
+    from stripe.lower import lower
+    from stripe.passes import optimize
+    from stripe.printer import format_block
+
+    if args.config:
+        config = load_config(args.config)
+    else:
+        config = target_config(args.target)
+        device = _present_device(args.target)
+        if device is not None:
+            config = replace(config, hardware=device.hardware(config.hardware))
+    program = optimize(lower(bound), config, after=args.after, strict=args.strict)
+    print(format_block(program))
+    if args.report:
+        from stripe.cost import estimate
+
+        print(estimate(program, config.hardware).format())
+    return 0
+
+
+def _present_device(target: str):
+    """The device ``target`` names when it is a device id that works here, else None."""
+    if "." not in target:
+        return None
+    from backends import registry
+
+    try:
+        return registry.get(target)
+    except KeyError:
+        return None
 
 
 def cmd_grad(args) -> int:

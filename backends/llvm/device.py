@@ -17,6 +17,8 @@ type; by default a buffer holds the type of the kernel's first refinement of it)
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import concurrent.futures as cf
 import ctypes
 import ctypes.util
@@ -256,6 +258,7 @@ class LlvmCpuDevice(Device):
     """The host CPU through LLVM's JIT: every Tile dtype, fp16 and fp64."""
 
     id = "llvm_cpu.0"
+    optimizer = "llvm_cpu"
 
     def __init__(self, threads: int | None = None):
         n = threads or os.cpu_count() or 1
@@ -266,6 +269,11 @@ class LlvmCpuDevice(Device):
         self.pool = WorkerPool(n)
         self.compiler = LlvmCompiler(n)
         self.executor = LlvmExecutor(self.pool)
+
+    def hardware(self, hw):
+        """Cores: one execution unit per worker thread."""
+        units = {k: replace(u, count=self.pool.size) for k, u in hw.exec_units.items()}
+        return replace(hw, exec_units=units)
 
 
 __all__ = ["LlvmCpuDevice", "LlvmKernel", "WorkerPool"]

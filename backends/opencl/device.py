@@ -9,6 +9,8 @@ ids stay the same from run to run on one machine. Capabilities come from the dri
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import concurrent.futures as cf
 import threading
 
@@ -85,6 +87,23 @@ class OpenCLDevice(Device):
         self.build_pool = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"tile-{device_id}-build")
         self.compiler = OpenCLCompiler(self)
         self.executor = OpenCLExecutor(self)
+
+    optimizer = "opencl_gpu"
+
+    def hardware(self, hw):
+        """From the device query: ``__local`` memory size, work-group size, compute units, clock."""
+        d = self.cl_device
+        mems = dict(hw.mem_units)
+        if "LOCAL" in mems:
+            mems["LOCAL"] = replace(mems["LOCAL"], size_KiB=int(d.local_mem_size) / 1024)
+        if "GLOBAL" in mems:
+            mems["GLOBAL"] = replace(mems["GLOBAL"], size_KiB=int(d.global_mem_size) / 1024)
+        units = {
+            k: replace(u, count=int(d.max_compute_units), threads=self.max_work_group)
+            for k, u in hw.exec_units.items()
+        }
+        clock = float(d.max_clock_frequency or hw.clock_mhz)
+        return replace(hw, clock_mhz=clock, mem_units=mems, exec_units=units)
 
     @property
     def context(self) -> cl.Context:
