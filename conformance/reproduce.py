@@ -27,7 +27,11 @@ def _load(path: Path) -> dict[str, np.ndarray]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m conformance.reproduce", description=__doc__.split("\n")[0])
     p.add_argument("dir", help="a folder under conformance/failures/")
-    p.add_argument("--target", help="device id (default: the target that failed; 'interp' allowed)")
+    p.add_argument(
+        "--target",
+        help="device id (default: the target that failed; 'interp' allowed; 'stripe:CONFIG@STEP' runs the "
+        "program optimized up to that pass step in the Stripe interpreter)",
+    )
     p.add_argument("--save", metavar="OUT.npz", help="write the target's outputs here")
     args = p.parse_args(argv)
 
@@ -45,7 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     target = args.target or meta["target"]
     tol = Tolerance(**meta["tolerance"])
     try:
-        exe = tile.compile(source, target)
+        if target.startswith("stripe:"):
+            from conformance.optimized import StripeTarget
+
+            exe = StripeTarget(source, target)
+        else:
+            exe = tile.compile(source, target)
     except KeyError as e:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return 2

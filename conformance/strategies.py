@@ -14,7 +14,9 @@ Families:
 * ``gradients`` — gradient programs of drawn contractions, chains and mixed programs
   (``tile.gradient``);
 * ``defracted`` — drawn contractions and mixed programs printed after reduce and defract;
-* ``flat`` — the same printed at the flat stage as Tile over 1-D views of every tensor.
+* ``flat`` — the same printed at the flat stage as Tile over 1-D views of every tensor;
+* ``optimized`` — contractions, chains and mixed programs through every target config's passes,
+  each pass checked by the Stripe interpreter (``conformance.optimized``), then on the target.
 """
 
 from __future__ import annotations
@@ -500,6 +502,14 @@ def flat(draw) -> Case:
     return Case("flat", text, base.inputs, base.exact, base.ulps, base.length)
 
 
+@st.composite
+def optimized(draw) -> Case:
+    """A contraction, elementwise chain or mixed program whose every config's passes are checked
+    (``conformance.optimized``) before the target runs it."""
+    base = draw(st.one_of(contractions(), elementwise(), mixed()))
+    return Case("optimized", base.source, base.inputs, base.exact, base.ulps, base.length)
+
+
 FAMILIES = {
     "contractions": contractions,
     "elementwise": elementwise,
@@ -507,4 +517,5 @@ FAMILIES = {
     "gradients": gradients,
     "defracted": defracted,
     "flat": flat,
+    "optimized": optimized,
 }

@@ -13,13 +13,25 @@ from hypothesis import assume, given
 import ref_interp
 import tile
 from conformance import report
-from conformance.strategies import Case, contractions, defracted, elementwise, flat, gradients, mixed
+from conformance.optimized import check_passes
+from conformance.strategies import (
+    Case,
+    contractions,
+    defracted,
+    elementwise,
+    flat,
+    gradients,
+    mixed,
+    optimized,
+)
 from tile.dtypes import DType
 from tile.errors import TileLimitError
 from tile.inputs import input_types
 
 
-def check(case: Case, device) -> None:
+def check(case: Case, device, passes: bool = False) -> None:
+    """``case`` on ``device`` against the interpreter; with ``passes``, first every config's passes
+    through the Stripe interpreter (``conformance.optimized``)."""
     key = report.STATS.current or (case.family, device.id)  # counted under the running test
     try:
         prog = tile.parse(case.source)
@@ -43,6 +55,12 @@ def check(case: Case, device) -> None:
     floats = [np.finfo(t.dtype.numpy).eps for t in bound.types.values() if t.dtype.is_float]
     tol = report.Tolerance(case.exact, case.ulps, case.length, float(max(floats, default=0.0)))
     report.STATS.example(key)
+    if passes:
+
+        def pass_failure(target: str, problem: str, want_: dict, got_) -> None:
+            fail(case, target, problem, want_, got_, tol)
+
+        check_passes(bound, case.inputs, tol, pass_failure)
     got = None
     try:
         got = tile.compile(prog, device.id)(case.inputs)
@@ -51,16 +69,16 @@ def check(case: Case, device) -> None:
     else:
         problem = report.compare(want, got, tol)
     if problem is not None:
-        fail(case, device, problem, want, got, tol)
+        fail(case, device.id, problem, want, got, tol)
 
 
-def fail(case: Case, device, problem: str, want: dict, got, tol, refusal: str | None = None) -> None:
+def fail(case: Case, target: str, problem: str, want: dict, got, tol, refusal: str | None = None) -> None:
     """Write the failing example and raise, ending with the command that reproduces it."""
-    folder = report.write_failure(case, device.id, want, got, problem, tol, refusal)
+    folder = report.write_failure(case, target, want, got, problem, tol, refusal)
     raise AssertionError(
         f"{problem}\nprogram:\n{case.source}\n"
         f"written to {folder}/ (case.tile, inputs.npz, expected.npz); reproduce with:\n"
-        f"    {report.reproduce_command(folder, device.id)}"
+        f"    {report.reproduce_command(folder, target)}"
     )
 
 
@@ -82,7 +100,7 @@ def refuses_alike(case: Case, device, prog, error: tile.TileError) -> None:
         problem = f"{head} raised {type(e).__name__}: {e}"
     else:
         problem = f"{head} answered"
-    fail(case, device, problem, {}, got, report.Tolerance(), refusal)
+    fail(case, device.id, problem, {}, got, report.Tolerance(), refusal)
 
 
 def needs(device, dtype: DType, why: str) -> None:
@@ -121,3 +139,8 @@ def test_defracted(device, case):
 @given(flat())
 def test_flat(device, case):
     check(case, device)
+
+
+@given(optimized())
+def test_optimized(device, case):
+    check(case, device, passes=True)

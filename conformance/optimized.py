@@ -1,0 +1,107 @@
+"""The ``optimized`` family: every target config's passes keep a program's meaning.
+
+For a drawn program (contractions, elementwise chains, mixed programs), the exact Stripe
+interpreter runs the lowered program once, then the program after **each pass** of every
+built-in config (``stripe/targets/*.json``) and of a *small* variant of each (every memory shrunk
+to ``SMALL_BYTES`` and every unit to a few threads, so that the tiny conformance shapes get tiled,
+cached and scheduled for real), with ``stripe.verify`` after every pass. Each result must equal
+the lowered program's: exactly on integer-valued data, within the reduction-length tolerance
+where float rounding may differ (passes may reorder aggregation, semantics §8.1). The accelerator
+config has no hardware; this is where its optimized programs are checked. The compiled target
+then runs the program optimized by its own config (``test_conformance.check``).
+
+A failure is recorded against the target ``stripe:<config>@<step>``, which
+``python -m conformance.reproduce`` understands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+
+import numpy as np
+
+from stripe.config import TargetConfig, builtin_names, target_config
+
+SMALL_BYTES = 256
+
+
+@lru_cache(maxsize=1)
+def configs() -> tuple[TargetConfig, ...]:
+    out = []
+    for name in builtin_names():
+        cfg = target_config(name)
+        out += [cfg, small(cfg)]
+    return tuple(out)
+
+
+def small(cfg: TargetConfig) -> TargetConfig:
+    hw = cfg.hardware
+    mems = {k: replace(m, size_KiB=SMALL_BYTES / 1024) for k, m in hw.mem_units.items()}
+    units = {k: replace(u, count=min(u.count, 2), threads=min(u.threads, 4)) for k, u in hw.exec_units.items()}
+    return replace(cfg, name=f"{cfg.name}-small", hardware=replace(hw, mem_units=mems, exec_units=units))
+
+
+def config_named(name: str) -> TargetConfig:
+    for cfg in configs():
+        if cfg.name == name:
+            return cfg
+    raise KeyError(f"no config '{name}' (known: {', '.join(c.name for c in configs())})")
+
+
+def after_step(bound, config: TargetConfig, step: str | None):
+    """The lowered program, optimized by ``config`` up to and including ``step`` (None: all)."""
+    from stripe.lower import lower
+    from stripe.passes import optimize
+
+    return optimize(lower(bound), config, after=step, check=True)
+
+
+def check_passes(bound, inputs: dict[str, np.ndarray], tol, on_failure) -> None:
+    """Run every config's passes over ``bound``'s lowered program; ``on_failure(target, problem,
+    want, got)`` is called at the first pass whose result differs (or that fails to verify/run)."""
+    from conformance.report import compare
+    from ref_interp.stripe_exec import run_stripe
+    from stripe.lower import lower
+    from stripe.passes import steps
+
+    lowered = lower(bound)
+    want = run_stripe(lowered, inputs)
+    for cfg in configs():
+        it = steps(lowered, cfg, check=True)
+        for spec in cfg.passes:  # steps() yields once per pass, in this order
+            target = f"stripe:{cfg.name}@{spec.name}"
+            try:
+                _, program, _ = next(it)
+            except Exception as e:  # a pass that crashes or breaks verify is a failure too
+                on_failure(target, f"pass step {spec.name} raised {type(e).__name__}: {e}", want, None)
+                return
+            try:
+                got = run_stripe(program, inputs)
+            except Exception as e:
+                on_failure(target, f"the optimized program raised {type(e).__name__}: {e}", want, None)
+                return
+            problem = compare(want, got, tol)
+            if problem is not None:
+                on_failure(target, f"after pass step {spec.name} ({spec.pass_}): {problem}", want, got)
+                return
+
+
+class StripeTarget:
+    """``stripe:<config>@<step>`` as a target: the program optimized up to that step, run by the
+    Stripe interpreter (what ``python -m conformance.reproduce`` runs for such a folder)."""
+
+    def __init__(self, source: str, target: str):
+        name, _, step = target.removeprefix("stripe:").partition("@")
+        self.source = source
+        self.config = config_named(name)
+        self.step = step or None
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import tile
+        from ref_interp.stripe_exec import run_stripe
+        from tile.inputs import input_types
+
+        prog = tile.parse(self.source)
+        bound = tile.bind(prog, input_types(prog, inputs))
+        return run_stripe(after_step(bound, self.config, self.step), inputs)
