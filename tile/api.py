@@ -90,7 +90,7 @@ def compile(
     reference interpreter). ``settings``: ``{"cache": False}`` bypasses the kernel cache;
     ``{"config": "F.json"}`` optimizes with that target config instead of the device's built-in
     one; ``{"strict": True}`` skips the passes that may reorder aggregation, so float results are
-    bit-identical to the interpreter's order (docs/semantics.md §8.1); ``{"optimize": False}``
+    bit-identical to the interpreter's order (docs/semantics.md §8.3); ``{"optimize": False}``
     compiles the lowered program as it is. A bad config file fails here, not at the first call."""
     prog = parse(program) if isinstance(program, str) else program
     if device != "interp":
