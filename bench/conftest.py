@@ -13,6 +13,11 @@ def pytest_addoption(parser):
         parser.addoption("--target", action="append", default=[], help="device id(s) to benchmark")
     except (ValueError, argparse.ArgumentError):
         pass  # conformance/conftest.py defines the same option when both folders run together
+    parser.addoption(
+        "--no-optimize",
+        action="store_true",
+        help="compile the lowered Stripe as it is, without the target config's passes (to see what they do)",
+    )
 
 
 def pytest_generate_tests(metafunc):

@@ -4,7 +4,8 @@ PlaidML 0.7 besides where it imports. Records GFLOP/s or GB/s and the ratio (ref
 target time; above 1 means faster than the reference). Compile time is measured apart.
 
 Run: ``python -m pytest bench/ --benchmark-only [--target ID] [--benchmark-json=RUN.json]``
-(default: every compiled device), then ``python -m bench report RUN.json``.
+(default: every compiled device), then ``python -m bench report RUN.json``. ``--no-optimize``
+compiles the lowered program without the target config's passes (to measure what they do).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def _torch_reference(case: Case, inputs: Inputs):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_target(benchmark, target, case):
+def test_target(benchmark, target, case, request):
     from backends import registry
 
     if target not in registry.devices():
@@ -52,7 +53,8 @@ def test_target(benchmark, target, case):
     inputs = case.inputs()
     want = case.reference(inputs)
     t0 = time.perf_counter()
-    exe = tile.compile(case.family.source, target, {"cache": False})
+    optimized = not request.config.getoption("--no-optimize")
+    exe = tile.compile(case.family.source, target, {"cache": False, "optimize": optimized})
     exe(inputs)  # the first call compiles for these shapes
     compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -72,6 +74,6 @@ def test_target(benchmark, target, case):
         references["pytorch"] = best_of(torch_run, least=5)
     else:
         references["numpy"] = best_of(lambda: case.reference(inputs))
-    notes = {}
+    notes = {"optimized": optimized}
     add_plaidml_reference(case, inputs, references, notes)
     record(benchmark, case, target, inputs, ours, compile_s, references, notes)
