@@ -1,0 +1,158 @@
+"""``autotile``: split leaf blocks into tiles that fit a memory, choosing the tile sizes that the
+cost model (``stripe.cost.TileModel``) says move the fewest bytes per flop.
+
+The search: each index's candidate tile sizes are the powers of two below its range and the range
+itself (with ``only_po2=False`` also the range's divisors), capped by ``max_sizes``. Starting from
+all ones, a hill climb repeatedly takes the best move that raises one index to one of its next
+``LOOKAHEAD`` candidates, among moves that keep the footprint within the memory and at least
+``min_outer`` outer points over the output's indexes, while the cost strictly improves. Each step
+prices at most ``indexes x LOOKAHEAD`` candidates and there are at most ``Σ candidates`` steps, so
+a 6-index convolution with ranges of 1024 takes milliseconds. ``TILE_DEBUG=2`` prints the best
+candidates seen, ranked, to stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field, replace
+
+from stripe import cost
+from stripe.config import ConfigError
+from stripe.hardware import Hardware
+from stripe.ir import Block, Constant, Intrinsic, Load, LoadIndex, RefDir, Store
+from stripe.passes.registry import register
+from stripe.passes.rewrite import Context, reads_writes, rewrite
+from stripe.passes.tiling import can_split, split
+
+LOOKAHEAD = 3  # how many larger candidates of one index a hill-climbing step tries
+
+
+@dataclass(frozen=True)
+class AutotileConfig:
+    reqs: tuple[str, ...]
+    memory: str  # a mem_units name: every tile must fit one of them
+    outer_set: tuple[str, ...] = ()  # tags added to the outer (tile-loop) block
+    inner_set: tuple[str, ...] = ()  # tags of the inner (one-tile) block
+    only_po2: bool = False  # tile sizes powers of two (or the whole range)
+    max_sizes: dict[str, int] = field(default_factory=dict)  # index name -> largest tile
+    min_outer: int = 0  # outer points over the output's indexes to keep (0: the exec unit count)
+    split_reductions: bool = True  # False: indexes the output does not use stay whole
+
+
+@register("autotile", AutotileConfig, reorders=True)
+def autotile(program: Block, cfg: AutotileConfig, hw: Hardware) -> Block:
+    """Matches leaf blocks with every tag in ``reqs`` (statements only loads, stores, intrinsics,
+    constants and ``load_index``; indexes without affines; every refinement a view of the
+    enclosing block's, none both read and written). Replaces each by ``tiling.split`` with the
+    tile sizes the cost model ranks best: the outer block keeps the name, tags (plus
+    ``outer_set``), comments and location; the inner block gets ``inner_set`` and the location.
+    Guarantees: the footprint of one tile's refinements (lines of the memory ``memory``) fits
+    that memory; tile sizes respect ``only_po2`` and ``max_sizes``; at least ``min_outer`` outer
+    points over the output's indexes when the block has that many. Every point still runs once
+    with the same elements, but tile by tile, so an element's aggregation may receive its values
+    in another order (``reorders``). A block stays as it was when no tiling fits, or the best is
+    the whole block or single points."""
+    if cfg.memory not in hw.mem_units:
+        raise ConfigError(
+            f"autotile: the hardware has no memory '{cfg.memory}'",
+            None,
+            f"'memory' names one of its mem_units: {', '.join(sorted(hw.mem_units))}",
+        )
+    debug = os.environ.get("TILE_DEBUG", "0") >= "2"
+
+    def fn(block: Block, ctx: Context) -> Block | None:
+        parent = ctx.parent
+        if parent is None or not _tileable(block, parent):
+            return None
+        parent_sizes = {r.into: parent.ref(r.source).shape.sizes for r in block.refs}
+        model = cost.TileModel(block, hw, cfg.memory, parent_sizes)
+        best, seen = search(model, cfg, hw)
+        if debug:
+            print(f"=== autotile {block.name}: {len(seen)} candidates", file=sys.stderr)
+            print(model.table(seen), file=sys.stderr)
+        if (
+            best is None
+            or all(t == r for t, r in zip(best.tiles, model.ranges))
+            or all(t == 1 for t in best.tiles)
+        ):
+            return None
+        tiles = dict(zip(model.names, best.tiles))
+        out = split(
+            block,
+            tiles,
+            outer_tags=set(cfg.outer_set),
+            inner_tags=set(cfg.inner_set),
+            parent_sizes=parent_sizes,
+        )
+        inner = replace(out.stmts[0], location=block.location)
+        return replace(out, stmts=(inner,))
+
+    return rewrite(program, fn, cfg.reqs)
+
+
+def _tileable(block: Block, parent: Block) -> bool:
+    if not can_split(block):
+        return False
+    if not all(isinstance(s, (Load, Store, Intrinsic, Constant, LoadIndex)) for s in block.stmts):
+        return False
+    names = {r.into for r in parent.refs}
+    reads, writes = reads_writes(block)
+    for r in block.refs:
+        if r.source not in names or (r.dir is RefDir.NONE and r.from_ is None and r.into not in names):
+            return False
+        if r.into in reads and r.into in writes:
+            return False
+    return True
+
+
+def candidates(rng: int, only_po2: bool, cap: int | None) -> list[int]:
+    """Tile sizes for an index of range ``rng``, ascending (always starting at 1)."""
+    sizes = {rng}
+    p = 1
+    while p < rng:
+        sizes.add(p)
+        p *= 2
+    if not only_po2:
+        sizes.update(d for d in range(1, rng + 1) if rng % d == 0)
+    if cap is not None:
+        sizes = {s for s in sizes if s <= max(1, cap)}
+    return sorted(sizes | {1})
+
+
+def search(model: cost.TileModel, cfg: AutotileConfig, hw: Hardware):
+    """The best ``TileCost`` found by the hill climb (None when not even single points fit) and
+    every candidate priced that met the limits."""
+    owned = model.owned
+    cands = []
+    for k, (name, rng) in enumerate(zip(model.names, model.ranges)):
+        if not cfg.split_reductions and k not in owned:
+            cands.append([rng])
+        else:
+            cands.append(candidates(rng, cfg.only_po2, cfg.max_sizes.get(name)))
+    want = cfg.min_outer or sum(u.count for u in hw.exec_units.values())
+    want = min(want, model.max_parallel())
+    seen: dict[tuple[int, ...], cost.TileCost | None] = {}
+
+    def price(pos: tuple[int, ...]) -> cost.TileCost | None:
+        tiles = tuple(c[p] for c, p in zip(cands, pos))
+        if tiles not in seen:
+            got = model.evaluate(tiles)
+            seen[tiles] = got if got.footprint <= model.capacity and got.parallel >= want else None
+        return seen[tiles]
+
+    pos = tuple(0 for _ in cands)
+    best = price(pos)
+    if best is None:
+        return None, []
+    while True:
+        step = None
+        for k, c in enumerate(cands):
+            for p in range(pos[k] + 1, min(len(c), pos[k] + 1 + LOOKAHEAD)):
+                trial = (*pos[:k], p, *pos[k + 1 :])
+                got = price(trial)
+                if got is not None and got.key() < (step or best).key():
+                    step, step_pos = got, trial
+        if step is None:
+            return best, [c for c in seen.values() if c is not None]
+        best, pos = step, step_pos
