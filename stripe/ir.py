@@ -13,7 +13,10 @@ block's indexes, and its ``shape`` gives the element type and ``(size, stride)``
 (strides in elements of the underlying buffer). The root block's refinements, with ``dir`` NONE
 and no ``from_``, are the program's buffers (dense row-major, access all zero). A refinement with
 an ``agg_op`` accumulates what is stored into it: ``add``, ``mul``, ``max``, ``min``, or ``assign``
-(overwrite).
+(overwrite). A refinement's ``offset`` (None until memory placement sets it) is the byte offset of
+an allocation (a root buffer or a local allocation) in the arena of its location: allocations of
+one location that are live at the same time never overlap. Executors ignore it; placement is a
+promise about addresses that a backend may use instead of allocating each buffer on its own.
 
 Statements: ``Load`` a scalar from a refinement's base element, ``Store`` a scalar to it (through
 its ``agg_op``), ``LoadIndex`` an affine of the block's indexes, ``Constant``, ``Intrinsic`` (an
@@ -137,6 +140,7 @@ class Refinement:
     location: Location | None = None
     is_const: bool = False
     tags: frozenset[str] = frozenset()
+    offset: int | None = None  # the arena byte offset memory placement gave an allocation
 
     @property
     def source(self) -> str:

@@ -8,7 +8,7 @@ grammar, with the details of names, numbers and comments, is in ``stripe.printer
     block    := {'#' name ['=' value]} 'block' [loc] '[' [index {',' index}] ']'
                 '(' [NAMECOMMENT] {COMMENT | affine '>=' '0' | ref} ')' '{' {INT ':' stmt [';']} '}'
     index    := name ':' int ['=' affine]
-    ref      := {'#' name} dir [loc] ['const'] name ['=' name]
+    ref      := {'#' name} dir [loc] ['const'] [OFFSET] name ['=' name]
                 '[' [affine {',' affine}] ']' [':' name] DTYPE '(' [int ':' int {',' int ':' int}] ')'
     loc      := '<' [name] ['[' affine {',' affine} ']'] '>'
     stmt     := block | name '=' ('load' '(' name ')' | 'store' '(' name ')' | 'load_index' '(' affine ')')
@@ -52,6 +52,7 @@ from tile.errors import Source, Span, TileSyntaxError
 _TOKEN = re.compile(
     r"""(?P<ws>[ \t\r\n]+)
       | (?P<COMMENT>//[^\n]*)
+      | (?P<OFFSET>@0x[0-9a-fA-F]+)
       | (?P<FLOAT>\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+)
       | (?P<INT>\d+)
       | (?P<NAME>[A-Za-z_$][A-Za-z0-9_$']*)
@@ -66,7 +67,7 @@ _STMT_KEYWORDS = ("load", "store", "load_index")
 
 @dataclass(frozen=True, slots=True)
 class Token:
-    kind: str  # COMMENT NAME QNAME STRING INT FLOAT OP EOF
+    kind: str  # COMMENT NAME QNAME STRING INT FLOAT OFFSET OP EOF
     text: str
     span: Span
 
@@ -391,6 +392,7 @@ class _Parser:
         is_const = self.tok.is_kw("const")
         if is_const:
             self.advance()
+        offset = int(self.advance().text[3:], 16) if self.tok.kind == "OFFSET" else None
         into = self.name("the refinement's name")
         from_ = self.name("the name of the refined parent") if self.accept("=") else None
         self.expect("[", "the access follows the name: `I[x, y + 1]` (`[]` for a scalar)")
@@ -414,6 +416,7 @@ class _Parser:
             location,
             is_const,
             frozenset(tags),
+            offset,
         )
 
     def dim(self) -> Dim:

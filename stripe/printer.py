@@ -31,7 +31,7 @@ end of its line; a ``;`` after a statement is optional, as in the slides)::
                 '(' [NAMECOMMENT] {COMMENT | affine '>=' '0' | ref} ')' '{' {INT ':' stmt [';']} '}'
     mark     := '#' name ['=' value]              tags (sorted), then attrs (in order)
     index    := name ':' int ['=' affine]         the affine is of the enclosing block's indexes
-    ref      := {'#' name} dir [loc] ['const'] name ['=' name]
+    ref      := {'#' name} dir [loc] ['const'] [OFFSET] name ['=' name]
                 '[' [affine {',' affine}] ']' [':' name] DTYPE '(' [int ':' int {',' int ':' int}] ')'
     dir      := 'none' | 'in' | 'out' | 'inout'
     loc      := '<' [name] ['[' affine {',' affine} ']'] '>'
@@ -48,6 +48,8 @@ end of its line; a ``;`` after a statement is optional, as in the slides)::
   header are the block's ``comments``; comments elsewhere are ignored.
 * A ref prints ``into = from`` whenever ``from_`` is set (even to ``into`` itself), ``:agg_op``
   when it is not empty, and ``DTYPE(size:stride, ...)`` with the short names of ``ir.DTYPE_NAMES``.
+* ``OFFSET`` is ``@0x`` and lowercase hex digits (``@0x1c0``): a refinement's placement ``offset``
+  in bytes, written only when it is set.
 * A name is ``[A-Za-z_$][A-Za-z0-9_$']*``; any other string, or a keyword (``block none in out
   inout const load store load_index``), is written between backticks with JSON escapes
   (`` `my name` ``), so every string round-trips. Function names are quoted the same way, so a
@@ -142,6 +144,9 @@ def fmt_ref(r: Refinement) -> str:
     parts.append(r.dir.value + fmt_location(r.location))
     if r.is_const:
         parts.append("const")
+    if r.offset is not None:
+        assert r.offset >= 0, f"a negative placement offset: {r.offset}"
+        parts.append(f"@{r.offset:#x}")
     parts.append(fmt_name(r.into))
     if r.from_ is not None:
         parts += ["=", fmt_name(r.from_)]

@@ -201,7 +201,7 @@ def everything() -> Block:
         Refinement(RefDir.INOUT, "X", (aff(2, i=3), aff(j=-1)), shape, "I", "max", sram, True,
                    frozenset({"t", "a b"})),
         Refinement(RefDir.OUT, "O", (aff(), aff()), shape, from_="O", location=Location("", (aff(),))),
-        Refinement(RefDir.NONE, "in", (), TensorShape(DType.BOOL, ()), location=Location("DRAM")),
+        Refinement(RefDir.NONE, "in", (), TensorShape(DType.BOOL, ()), location=Location("DRAM"), offset=448),
         Refinement(RefDir.IN, "odd`\n", (aff(Fraction(1, 2), **{"k'": Fraction(-2, 3)}),),
                    TensorShape(DType.UINT64, (Dim(-1, 0),)), agg_op="sum"),
     )
@@ -237,7 +237,7 @@ EVERYTHING = (
     5 >= 0
     #`a b` #t inout<SRAM[i, 1]> const X = I[3*i + 2, -j]:max fp16(3:4, 4:1)
     out<[0]> O = O[0, 0] fp16(3:4, 4:1)
-    none<DRAM> `in`[] bool()
+    none<DRAM> @0x1c0 `in`[] bool()
     in `odd\u0060\n`[-2/3*k' + 1/2]:sum u64(-1:0)
 ) {
   0: $x = load(X)
@@ -315,7 +315,8 @@ def tuples(s, n=3):
 LOCS = st.none() | st.builds(Location, NAMES, tuples(AFFINES, 2))
 SHAPES = st.builds(TensorShape, DTYPES, tuples(st.builds(Dim, INTS, INTS)))
 REFS = st.builds(Refinement, st.sampled_from(list(RefDir)), NAMES, tuples(AFFINES), SHAPES, st.none() | NAMES,
-                 st.sampled_from(AGG_OPS) | NAMES, LOCS, st.booleans(), st.frozensets(NAMES, max_size=3))
+                 st.sampled_from(AGG_OPS) | NAMES, LOCS, st.booleans(), st.frozensets(NAMES, max_size=3),
+                 st.none() | st.integers(0, 2**40))
 STMTS = st.one_of(
     st.builds(ir.Load, NAMES, NAMES), st.builds(ir.Store, NAMES, NAMES),
     st.builds(ir.LoadIndex, AFFINES, NAMES),
