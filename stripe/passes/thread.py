@@ -1,0 +1,251 @@
+"""``thread``: map a block onto a GPU, its work-groups and the work-items of one work-group.
+
+Only an index that the output **owns** may be spread over work-items or work-groups: the rule of
+``backends/llvm/schedule.py``, restated here because ``stripe`` may not import a backend. For every
+buffer the block writes, every store's element offset (an affine of the block's and nested blocks'
+indexes, through the chain of views) must have the same non-zero coefficient ``c`` for the index
+and the same coefficients for the indexes owned before it, and ``|c|`` must exceed the spread of
+the rest (every other index over its range, and the constants). Owned indexes are found greedily,
+in index order. Two points that write one element then agree on every owned index, so running
+different owned values at once never races, and the order in which one element receives its
+values (the not-owned indexes, in Stripe order) is the interpreter's: the pass does not reorder.
+
+Shapes produced (``gpu_group`` / ``gpu_thread`` stand for ``outer_set`` / ``inner_set``):
+
+* a **leaf** block ``[i:64, j:64, k:64]`` with ``threads=16`` (``i``, ``j`` owned):
+  ``#gpu_group [i:64, j:4, k:1] { #gpu_thread #threads=16 [i:1, j:16, k:64] }``. The owned
+  indexes are tiled so that the inner block's owned product is at most ``threads``, the
+  contiguous one (smallest output stride) filled first; a not-owned index stays whole in the
+  inner block, a loop every work-item runs.
+* an **outer/inner pair** (autotile's output: a block whose one statement is a leaf block): the
+  outer block becomes the ``gpu_group``, the inner one the ``gpu_thread`` when its owned product
+  fits; otherwise the inner block is split again and the middle block is a loop every work-item
+  runs.
+
+Attrs say what the OpenCL generator needs: ``threads`` (work-items per group: the product of the
+thread indexes' ranges) and ``thread_idxs`` (comma-separated) on the ``gpu_thread`` block, and
+``group_idxs`` on the ``gpu_group`` block (its other indexes are loops run by the whole group).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from stripe.hardware import Hardware
+from stripe.ir import Block, Dim, RefDir, Special, Store
+from stripe.passes.registry import register
+from stripe.passes.rewrite import Context, rewrite
+from stripe.passes.tiling import can_split, split
+from tile.affine import Affine
+
+
+@dataclass(frozen=True)
+class ThreadConfig:
+    reqs: tuple[str, ...]
+    threads: int = 0  # work-items per work-group; 0: the hardware's (the least over exec units)
+    outer_set: tuple[str, ...] = ("gpu_group",)
+    inner_set: tuple[str, ...] = ("gpu_thread",)
+
+
+@register("thread", ThreadConfig, reorders=False)
+def thread(program: Block, cfg: ThreadConfig, hw: Hardware) -> Block:
+    """Matches blocks carrying every tag in ``reqs`` that are a leaf (no nested blocks or
+    specials, indexes without affines, no local allocations) or an outer block holding exactly
+    one such leaf, with at least one index owned by the output and not mapped already. Rewrites
+    them as the module docstring shows. Guarantees: the only changes are tags, attrs and
+    ``tiling.split`` of owned indexes (every point runs once with the same accesses, and the
+    points writing one element keep their order); the block keeps its name and tags. Other
+    blocks are unchanged."""
+    threads = cfg.threads or min((u.threads for u in hw.exec_units.values()), default=1)
+    threads = max(1, threads)
+    group_tags, thread_tags = frozenset(cfg.outer_set), frozenset(cfg.inner_set)
+
+    def fn(block: Block, ctx: Context) -> Block | None:
+        if block.tags & (group_tags | thread_tags):
+            return None  # mapped already
+        parent = ctx.parent
+        if _is_leaf(block, parent):
+            return _map_leaf(block, parent, threads, group_tags, thread_tags)
+        if (
+            can_split(block)
+            and len(block.stmts) == 1
+            and isinstance(block.stmts[0], Block)
+            and _is_leaf(block.stmts[0], block, need_split=False)
+            and not block.stmts[0].tags & thread_tags
+            and _no_locals(block, parent)
+        ):
+            return _map_pair(block, parent, threads, group_tags, thread_tags)
+        return None
+
+    return rewrite(program, fn, cfg.reqs)
+
+
+def _map_leaf(block: Block, parent: Block | None, threads: int, group_tags, thread_tags) -> Block | None:
+    analysis = Ownership(block, parent)
+    owned = [ix.name for ix in block.idxs if analysis.owns(0, ix.name)]
+    if not owned:
+        return None
+    tiles = _thread_tiles(block, owned, analysis, 0, threads)
+    out = split(
+        block, tiles, outer_tags=group_tags, inner_tags=thread_tags, parent_sizes=_sizes(block, parent)
+    )
+    inner = _thread_attrs(out.stmts[0], owned)
+    return replace(out, stmts=(inner,), attrs=out.attrs + (("group_idxs", ",".join(owned)),))
+
+
+def _map_pair(block: Block, parent: Block | None, threads: int, group_tags, thread_tags) -> Block | None:
+    leaf = block.stmts[0]
+    analysis = Ownership(block, parent)
+    owned = [ix.name for ix in leaf.idxs if ix.affine is None and analysis.owns(1, ix.name)]
+    if not owned:
+        return None
+    group_owned = [ix.name for ix in block.idxs if analysis.owns(0, ix.name)]
+    product = 1
+    for ix in leaf.idxs:
+        if ix.name in owned:
+            product *= ix.range
+    if product <= threads:
+        inner = _thread_attrs(replace(leaf, tags=leaf.tags | thread_tags), owned)
+    elif can_split(leaf):
+        tiles = _thread_tiles(leaf, owned, analysis, 1, threads)
+        middle = split(leaf, tiles, inner_tags=thread_tags, parent_sizes=_sizes(leaf, block))
+        inner = replace(middle, stmts=(_thread_attrs(middle.stmts[0], owned),))
+    else:
+        return None  # the leaf has passthrough indexes, which split cannot tile again
+    return replace(
+        block,
+        stmts=(inner,),
+        tags=block.tags | group_tags,
+        attrs=block.attrs + (("group_idxs", ",".join(group_owned)),),
+    )
+
+
+def _thread_attrs(inner: Block, owned: list[str]) -> Block:
+    count = 1
+    for ix in inner.idxs:
+        if ix.name in owned and ix.affine is None:
+            count *= ix.range
+    return replace(inner, attrs=inner.attrs + (("threads", count), ("thread_idxs", ",".join(owned))))
+
+
+def _thread_tiles(
+    block: Block, owned: list[str], analysis: Ownership, depth: int, threads: int
+) -> dict[str, int]:
+    """Tiles for ``block``'s owned indexes whose product is at most ``threads``: the most
+    contiguous index first (smallest output stride); a range that fits is taken whole, else its
+    largest divisor within the budget when that fills at least half of it (no idle work-items),
+    else the budget (the remainder excluded by ``split``'s constraints). Other indexes stay whole."""
+    ranges = {ix.name: ix.range for ix in block.idxs}
+    order = sorted(owned, key=lambda v: (analysis.stride(depth, v), -owned.index(v)))
+    budget = threads
+    tiles = {}
+    for v in order:
+        r = ranges[v]
+        if r <= budget:
+            t = r
+        else:
+            d = max(d for d in range(1, budget + 1) if r % d == 0)
+            t = d if 2 * d >= budget else budget
+        tiles[v] = t
+        budget //= t
+    return tiles
+
+
+def _sizes(block: Block, parent: Block | None) -> dict[str, tuple[int, ...]]:
+    if parent is None:
+        return {}
+    views = {r.into: r for r in parent.refs}
+    return {r.into: views[r.source].shape.sizes for r in block.refs if r.source in views}
+
+
+def _no_locals(block: Block, parent: Block | None) -> bool:
+    names = {r.into for r in parent.refs} if parent is not None else set()
+    return all(r.dir is not RefDir.NONE or r.source in names for r in block.refs)
+
+
+def _is_leaf(block: Block, parent: Block | None, need_split: bool = True) -> bool:
+    """No nested blocks or specials, and no local allocation (a fresh buffer per point that a
+    split would share among a whole tile)."""
+    if need_split and not can_split(block):
+        return False
+    if not block.idxs or any(isinstance(s, (Block, Special)) for s in block.stmts):
+        return False
+    return _no_locals(block, parent)
+
+
+# ------------------------------------------------------------------------------ ownership
+class Ownership:
+    """Which indexes of a block (depth 0) and of the blocks nested in it (depth 1, ...) the
+    output owns (see the module docstring)."""
+
+    def __init__(self, block: Block, parent: Block | None):
+        self.ranges: dict[str, int] = {}
+        self.keys: dict[tuple[int, str], str] = {}  # (depth, index name) -> variable
+        self.writes: dict[str, list[Affine]] = {}  # buffer -> offsets
+        views = {r.into: r.shape.dims for r in parent.refs} if parent is not None else {}
+        top = {r.source: (r.source, Affine(), views.get(r.source)) for r in block.refs}
+        self._visit(block, {}, top, 0)
+        self.owned: list[str] = []
+        grew = True
+        while grew:
+            grew = False
+            for key in self.keys.values():
+                if key not in self.owned and self._owns(key):
+                    self.owned.append(key)
+                    grew = True
+                    break
+
+    def owns(self, depth: int, name: str) -> bool:
+        key = self.keys.get((depth, name))
+        return key is not None and key in self.owned
+
+    def stride(self, depth: int, name: str) -> int:
+        key = self.keys[(depth, name)]
+        return max((abs(int(o.coeff(key))) for ws in self.writes.values() for o in ws), default=0)
+
+    def _visit(self, block: Block, env: dict[str, Affine], parents: dict, depth: int) -> None:
+        """``parents``: per name a ref of ``block`` may refine, (buffer, base offset, dims whose
+        strides its access uses); a dims of None means the ref's own (a top-level view)."""
+        own: dict[str, Affine] = {}
+        for ix in block.idxs:
+            key = f"{depth}.{len(self.ranges)}/{ix.name}"
+            self.ranges[key] = ix.range
+            self.keys.setdefault((depth, ix.name), key)
+            start = Affine() if ix.affine is None else ix.affine.substitute(env)
+            own[ix.name] = start + Affine.var(key)
+        views: dict[str, tuple[str, Affine, tuple[Dim, ...]]] = {}
+        for r in block.refs:
+            if r.source not in parents:
+                continue  # a local allocation: private to its point
+            buf, base, dims = parents[r.source]
+            dims = dims if dims is not None else r.shape.dims
+            for a, d in zip(r.access, dims):
+                base = base + a.substitute(own) * d.stride
+            views[r.into] = (buf, base, r.shape.dims)
+        for s in block.stmts:
+            if isinstance(s, Store) and s.into in views:
+                buf, base, _ = views[s.into]
+                self.writes.setdefault(buf, []).append(base)
+            elif isinstance(s, Block):
+                self._visit(s, own, views, depth + 1)
+
+    def _owns(self, v: str) -> bool:
+        fixed = {v, *self.owned}
+        for offsets in self.writes.values():
+            c = offsets[0].coeff(v)
+            if c == 0:
+                return False
+            if any(len({o.coeff(u) for o in offsets}) != 1 for u in fixed):
+                return False
+            lo = hi = None
+            for o in offsets:
+                olo = ohi = o.const
+                for u, cu in o.terms:
+                    if u not in fixed:
+                        span = cu * (self.ranges[u] - 1)
+                        olo, ohi = olo + min(0, span), ohi + max(0, span)
+                lo = olo if lo is None else min(lo, olo)
+                hi = ohi if hi is None else max(hi, ohi)
+            if abs(c) <= hi - lo:
+                return False
+        return True
