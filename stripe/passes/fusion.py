@@ -1,0 +1,401 @@
+"""``fusion``: run two adjacent blocks, a producer A and a consumer B, on one outer index space.
+
+The form (the seed's "Fusing Contractions" AFTER picture): when B reads a buffer ``T`` that A
+writes, pairs ``(a, b)`` of an A index and a B index that address the same dim of ``T`` (plain
+``a + c`` in A's write, ``b + c`` in B's read, the same range) become the indexes of an outer
+block (with B's names); per outer point the block runs A' (A's points with ``a = b``) and then B'
+(B's points with that ``b``). A' and B' keep their other indexes, their constraints and their
+statements; where their constraints or ``load_index`` need a fused value they get a passthrough
+``b_o:1 = b``. Every refinement splits as in ``tiling``: the outer one holds the part of the access
+that depends on fused indexes (plus the constant and the least value of the rest), sized to what
+one outer point touches, the inner one the rest. A's and B's outer refinements of one buffer merge
+into one when they differ only by constants (else B's is renamed); ``T``'s covers exactly one outer
+point: the fused dims' element, the other dims whole.
+
+Why the meaning is kept (what the pass checks, refusing otherwise):
+
+* every element of ``T`` that A writes fixes every fused index (A's write has ``a + c`` in some dim
+  for each fused ``a``), and B reads that element only at the outer point with those values
+  (``b + c`` in the same dims); the other dims use no fused index on either side. So all of A's
+  writes to what B' reads at an outer point are done before it, and none come later;
+* every other write of A and of B also fixes every fused index, so points writing one element
+  stay in one outer point and keep their order (the pass does not reorder aggregation);
+* B writes nothing A reads or writes; a buffer a block both reads and writes has one refinement
+  that fixes every index of that block (its points touch disjoint elements);
+* no local allocations, specials, index affines or aliased buffers in the parent.
+
+A may itself be a block this pass built (its statements are blocks): it is then fused on all of its
+indexes and its inner blocks join the new outer block, so chains stay one level deep. B must be a
+leaf block. Inner blocks keep their tags except ``kernel``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from stripe.hardware import Hardware
+from stripe.ir import (
+    Block,
+    Constant,
+    Dim,
+    Index,
+    Intrinsic,
+    Load,
+    LoadIndex,
+    RefDir,
+    Refinement,
+    Statement,
+    Store,
+    TensorShape,
+)
+from stripe.passes.registry import register
+from stripe.passes.rewrite import (
+    Context,
+    fresh,
+    matches,
+    reads_writes,
+    rename_refs,
+    rewrite,
+    substitute_indexes,
+)
+from tile.affine import Affine
+from tile.bounds import poly_interval
+
+_LEAF = (Load, Store, LoadIndex, Constant, Intrinsic)
+
+
+@dataclass(frozen=True)
+class FusionConfig:
+    parent_reqs: tuple[str, ...] = ("main",)  # blocks whose statement lists are scanned
+    a_reqs: tuple[str, ...] = ()  # tags the first (producer) block must carry
+    b_reqs: tuple[str, ...] = ()  # tags the second (consumer) block must carry
+    fused_set: tuple[str, ...] = ("fused",)  # tags added to the fused outer block
+    max_refs: int | None = None  # refuse when the fused block would have more refinements
+
+
+@register("fusion", FusionConfig, reorders=False)
+def fusion(program: Block, cfg: FusionConfig, hw: Hardware) -> Block:
+    """Matches blocks with every tag in ``parent_reqs`` and scans their statements: each adjacent
+    pair of blocks A (tags ``a_reqs``) then B (tags ``b_reqs``) that the module docstring's checks
+    accept becomes one outer block named ``A.name+B.name`` with tags A's ∪ B's ∪ ``fused_set``
+    holding A' and B'; the result is tried again with the next statement, so chains fuse.
+    Guarantees: every point of A and of B runs once, with the same elements, and every element
+    receives its writes in the same order as before; pairs that fail a check stay as they were."""
+
+    def fn(parent: Block, ctx: Context) -> Block | None:
+        if not _unaliased(parent, ctx):
+            return None
+        stmts: list[Statement] = list(parent.stmts)
+        changed, i = False, 0
+        while i + 1 < len(stmts):
+            a, b = stmts[i], stmts[i + 1]
+            fused = None
+            if isinstance(a, Block) and isinstance(b, Block):
+                if matches(a, cfg.a_reqs) and matches(b, cfg.b_reqs):
+                    fused = fuse_pair(parent, a, b, cfg)
+            if fused is None:
+                i += 1
+                continue
+            stmts[i : i + 2] = [fused]
+            changed = True
+        return replace(parent, stmts=tuple(stmts)) if changed else None
+
+    return rewrite(program, fn, cfg.parent_reqs)
+
+
+def _unaliased(parent: Block, ctx: Context) -> bool:
+    """No two refinements of ``parent`` view the same root buffer (so names compare buffers)."""
+    roots = [ctx.ref_chain(parent, r.into)[-1].into for r in parent.refs]
+    return len(roots) == len(set(roots))
+
+
+# ------------------------------------------------------------------------------ analysis
+def _kind(block: Block, parent_refs: set[str]) -> str | None:
+    """``leaf`` (only scalar statements), ``nest`` (only leaf blocks, as this pass builds them), or
+    None for anything the pass does not handle."""
+    if "special" in block.tags or not block.idxs:
+        return None
+    if any(i.affine is not None or i.range <= 0 for i in block.idxs):
+        return None
+    if any(r.source not in parent_refs for r in block.refs):
+        return None  # a local allocation (fresh per point of the block): leave it alone
+    if all(isinstance(s, _LEAF) for s in block.stmts):
+        return "leaf"
+    if block.constraints or not all(isinstance(s, Block) for s in block.stmts):
+        return None
+    names = {r.into for r in block.refs}
+    for child in block.stmts:
+        if not all(isinstance(s, _LEAF) for s in child.stmts):
+            return None
+        free = {i.name for i in child.idxs if i.affine is None}
+        for r in child.refs:
+            if r.source not in names or any(v not in free for a in r.access for v in a.vars):
+                return None
+    return "nest"
+
+
+def _fixed(block: Block, ref: Refinement) -> dict[int, tuple[str, object]]:
+    """Dims ``d`` where ``ref``'s access is ``v + c`` for an index ``v`` of ``block`` and no nested
+    view adds a variable there: ``{d: (v, c)}``. Such a dim's element fixes ``v``."""
+    idx = {i.name for i in block.idxs}
+    out = {}
+    for d, a in enumerate(ref.access):
+        if len(a.terms) == 1 and a.terms[0][1] == 1 and a.terms[0][0] in idx:
+            out[d] = (a.terms[0][0], a.const)
+    for child in block.stmts:
+        if isinstance(child, Block):
+            for r in child.refs:
+                if r.source == ref.into:
+                    out = {d: f for d, f in out.items() if r.access[d].is_constant}
+    return out
+
+
+def _by_source(block: Block) -> tuple[dict[str, list[Refinement]], dict[str, list[Refinement]]]:
+    """The block's refinements that are read and written, by the parent refinement they view."""
+    reads, writes = reads_writes(block)
+    r_out: dict[str, list[Refinement]] = {}
+    w_out: dict[str, list[Refinement]] = {}
+    for r in block.refs:
+        if r.into in reads:
+            r_out.setdefault(r.source, []).append(r)
+        if r.into in writes:
+            w_out.setdefault(r.source, []).append(r)
+    return r_out, w_out
+
+
+def _disjoint_points(block: Block, refs: list[Refinement]) -> bool:
+    """One refinement whose element fixes every index: the block's points touch disjoint elements."""
+    if len(refs) != 1:
+        return False
+    return {v for v, _ in _fixed(block, refs[0]).values()} >= {i.name for i in block.idxs}
+
+
+def fused_pairs(a: Block, b: Block, parent_refs: set[str]) -> list[tuple[str, str]] | None:
+    """The ``(A index, B index)`` pairs A and B can be fused on (B's index order), or None."""
+    ka, kb = _kind(a, parent_refs), _kind(b, parent_refs)
+    if ka is None or kb != "leaf":
+        return None
+    ra, wa = _by_source(a)
+    rb, wb = _by_source(b)
+    if set(wb) & (set(ra) | set(wa)):
+        return None  # B writes what A reads or writes
+    for blk, reads, writes in ((a, ra, wa), (b, rb, wb)):
+        for src in set(reads) & set(writes):
+            if not _disjoint_points(blk, [r for r in blk.refs if r.source == src]):
+                return None
+    ts = sorted(set(wa) & set(rb))
+    if not ts:
+        return None
+    range_a = {i.name: i.range for i in a.idxs}
+    range_b = {i.name: i.range for i in b.idxs}
+
+    # Candidates: per T, the dims where A writes a + c and every read of B is b + c.
+    cand: dict[str, dict[int, tuple[str, str]]] = {}
+    writer: dict[str, Refinement] = {}
+    readers: dict[str, list[Refinement]] = {}
+    for t in ts:
+        a_refs = [r for r in a.refs if r.source == t]
+        if len(a_refs) != 1:
+            return None
+        writer[t] = a_refs[0]
+        readers[t] = [r for r in b.refs if r.source == t]
+        per: dict[int, tuple[str, str]] = {}
+        b_fixed = [_fixed(b, r) for r in readers[t]]
+        for d, (av, c) in _fixed(a, writer[t]).items():
+            seen = {f.get(d) for f in b_fixed}
+            if len(seen) != 1 or None in seen:
+                continue
+            bv, bc = seen.pop()
+            if bc == c and range_a[av] == range_b[bv]:
+                per[d] = (av, bv)
+        cand[t] = per
+    pairs = set.intersection(*(set(cand[t].values()) for t in ts))
+    a_count: dict[str, int] = {}
+    b_count: dict[str, int] = {}
+    for av, bv in pairs:
+        a_count[av] = a_count.get(av, 0) + 1
+        b_count[bv] = b_count.get(bv, 0) + 1
+    pairs = {p for p in pairs if a_count[p[0]] == 1 and b_count[p[1]] == 1}
+
+    while pairs:
+        bad: set[tuple[str, str]] = set()
+        for t in ts:  # the dims of T that no fused index addresses use no fused index
+            dims = {d for d, p in cand[t].items() if p in pairs}
+            for d, acc in enumerate(writer[t].access):
+                if d not in dims:
+                    bad |= {p for p in pairs if p[0] in acc.vars}
+                    for r in readers[t]:
+                        bad |= {p for p in pairs if p[1] in r.access[d].vars}
+        for blk, writes, side in ((a, wa, 0), (b, wb, 1)):  # every write fixes every fused index
+            for refs in writes.values():
+                for r in refs:
+                    fixed = {v for v, _ in _fixed(blk, r).values()}
+                    bad |= {p for p in pairs if p[side] not in fixed}
+        if not bad:
+            break
+        pairs -= bad
+    if not pairs:
+        return None
+    if ka == "nest" and {p[0] for p in pairs} != set(range_a):
+        return None
+    order = [i.name for i in b.idxs]
+    return sorted(pairs, key=lambda p: order.index(p[1]))
+
+
+# ------------------------------------------------------------------------------ rewrite
+def fuse_pair(parent: Block, a: Block, b: Block, cfg: FusionConfig) -> Block | None:
+    """The fused block of A then B, or None where the checks refuse (see the module docstring)."""
+    parent_refs = {r.into for r in parent.refs}
+    pairs = fused_pairs(a, b, parent_refs)
+    if pairs is None:
+        return None
+    sizes = {r.into: r.shape.sizes for r in parent.refs}
+    to_outer = {av: bv for av, bv in pairs}
+    part_a = _lift(a, to_outer) if _kind(a, parent_refs) == "nest" else _split(a, to_outer, sizes)
+    part_b = _split(b, {bv: bv for _, bv in pairs}, sizes)
+    _, wa = _by_source(a)
+    rb, _ = _by_source(b)
+    refs, stmts = _merge(part_a, part_b, set(wa) & set(rb), sizes)
+    if cfg.max_refs is not None and len(refs) > cfg.max_refs:
+        return None
+    range_b = {i.name: i.range for i in b.idxs}
+    return Block(
+        name=f"{a.name}+{b.name}",
+        idxs=tuple(Index(bv, range_b[bv]) for _, bv in pairs),
+        refs=tuple(refs),
+        stmts=tuple(stmts),
+        tags=a.tags | b.tags | frozenset(cfg.fused_set),
+    )
+
+
+Part = tuple[list[Refinement], list[Block]]  # outer refinements (outer index names), inner blocks
+
+
+def _split(block: Block, to_outer: dict[str, str], parent_sizes: dict[str, tuple[int, ...]]) -> Part:
+    """A leaf block as outer refinements and the inner block over its non-fused indexes."""
+    inner_idxs = [i for i in block.idxs if i.name not in to_outer]
+    used: set[str] = set()
+    for c in block.constraints:
+        used.update(c.vars)
+    for s in block.stmts:
+        if isinstance(s, LoadIndex):
+            used.update(s.affine.vars)
+    taken = {i.name for i in inner_idxs}
+    through: list[Index] = []
+    env: dict[str, Affine] = {}
+    for i in block.idxs:
+        if i.name in to_outer and i.name in used:
+            name = fresh(f"{to_outer[i.name]}_o", taken)
+            taken.add(name)
+            through.append(Index(name, 1, Affine.var(to_outer[i.name])))
+            env[i.name] = Affine.var(name)
+
+    box = {i.name: (0, i.range - 1) for i in inner_idxs}
+    outer_refs, inner_refs = [], []
+    for r in block.refs:
+        o_acc, i_acc, dims = [], [], []
+        for d, acc in enumerate(r.access):
+            fused = Affine.build({to_outer[v]: acc.coeff(v) for v in acc.vars if v in to_outer})
+            rest = Affine.build({v: acc.coeff(v) for v in acc.vars if v not in to_outer})
+            lo, hi = (int(x) for x in poly_interval(rest, box))
+            o_acc.append(fused + acc.const + lo)
+            i_acc.append(rest - lo)
+            size = min(hi - lo + r.shape.dims[d].size, parent_sizes[r.source][d])
+            dims.append(Dim(size, r.shape.dims[d].stride))
+        outer_refs.append(replace(r, access=tuple(o_acc), shape=TensorShape(r.shape.dtype, tuple(dims))))
+        inner_refs.append(replace(r, access=tuple(i_acc), from_=None))
+    inner = replace(block, idxs=tuple(inner_idxs), refs=tuple(inner_refs), tags=block.tags - {"kernel"})
+    inner = substitute_indexes(inner, env)
+    return outer_refs, [replace(inner, idxs=tuple(inner_idxs) + tuple(through))]
+
+
+def _lift(block: Block, to_outer: dict[str, str]) -> Part:
+    """A block this pass built, fused on all its indexes: its refinements and inner blocks, with its
+    index names replaced by the outer ones."""
+    renamed = substitute_indexes(block, {v: Affine.var(o) for v, o in to_outer.items()})
+    return list(renamed.refs), [s for s in renamed.stmts if isinstance(s, Block)]
+
+
+def _mergeable(x: Refinement, y: Refinement) -> bool:
+    return (
+        x.source == y.source
+        and x.shape.dtype == y.shape.dtype
+        and [d.stride for d in x.shape.dims] == [d.stride for d in y.shape.dims]
+        and x.location == y.location
+        and all(p - p.const == q - q.const for p, q in zip(x.access, y.access))
+    )
+
+
+def _merge(part_a: Part, part_b: Part, ts: set[str], parent_sizes: dict[str, tuple[int, ...]]) -> Part:
+    """The outer block's refinements and statements: A's and B's refinements, one per buffer where
+    they differ only by constants (the inner views shifted to match), B's renamed otherwise. A
+    buffer in ``ts`` (written by A, read by B) is viewed whole in its dims without fused indexes."""
+    refs_a, stmts_a = part_a
+    refs_b, stmts_b = part_b
+    own_a = {r.into: r for r in refs_a}
+    taken = set(own_a) | {r.into for r in refs_b}
+    renames = {}
+    for r in refs_b:
+        if r.into in own_a and not _mergeable(own_a[r.into], r):
+            renames[r.into] = fresh(r.into, taken)
+            taken.add(renames[r.into])
+    if renames:
+        refs_b = [replace(r, from_=r.source) if r.into in renames else r for r in refs_b]
+        wrapped = rename_refs(Block(refs=tuple(refs_b), stmts=tuple(stmts_b)), renames)
+        refs_b, stmts_b = list(wrapped.refs), list(wrapped.stmts)
+
+    own_b = {r.into: r for r in refs_b}
+    out = []
+    for r in refs_a + [r for r in refs_b if r.into not in own_a]:
+        group = [x for x in (own_a.get(r.into), own_b.get(r.into)) if x is not None]
+        if len(group) == 1 and r.source not in ts:
+            out.append(r)
+            continue
+        starts, dims, access = [], [], []
+        for d, acc in enumerate(r.access):
+            var = acc - acc.const
+            lo = min(int(x.access[d].const) for x in group)
+            hi = max(int(x.access[d].const) + x.shape.dims[d].size for x in group)
+            if r.source in ts and var.is_constant:
+                lo, hi = 0, parent_sizes[r.source][d]
+            starts.append(lo)
+            access.append(var + lo)
+            dims.append(Dim(min(hi - lo, parent_sizes[r.source][d]), r.shape.dims[d].stride))
+        stmts_a = _shift(stmts_a, own_a.get(r.into), starts)
+        stmts_b = _shift(stmts_b, own_b.get(r.into), starts)
+        out.append(
+            replace(
+                r,
+                dir=_join(x.dir for x in group),
+                access=tuple(access),
+                shape=TensorShape(r.shape.dtype, tuple(dims)),
+                agg_op=r.agg_op if all(x.agg_op == r.agg_op for x in group) else "",
+                is_const=all(x.is_const for x in group),
+                tags=frozenset().union(*(x.tags for x in group)),
+            )
+        )
+    return out, stmts_a + stmts_b
+
+
+def _join(dirs: Iterable[RefDir]) -> RefDir:
+    found = set(dirs)
+    return found.pop() if len(found) == 1 else RefDir.INOUT
+
+
+def _shift(stmts: list[Block], ref: Refinement | None, starts: list[int]) -> list[Block]:
+    """``stmts`` with the views of ``ref`` moved so that positions stay the same once ``ref``'s
+    constant offsets become ``starts``."""
+    if ref is None:
+        return stmts
+    delta = [int(a.const) - s for a, s in zip(ref.access, starts)]
+    if not any(delta):
+        return stmts
+    out = []
+    for s in stmts:
+        refs = tuple(
+            replace(r, access=tuple(a + k for a, k in zip(r.access, delta))) if r.source == ref.into else r
+            for r in s.refs
+        )
+        out.append(replace(s, refs=refs))
+    return out
