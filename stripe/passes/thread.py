@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from stripe.hardware import Hardware
-from stripe.ir import Block, Dim, RefDir, Special, Store
+from stripe.ir import Block, Dim, Index, RefDir, Special, Store
 from stripe.passes.registry import register
 from stripe.passes.rewrite import Context, rewrite
 from stripe.passes.tiling import can_split, split
@@ -106,18 +106,43 @@ def _map_pair(block: Block, parent: Block | None, threads: int, group_tags, thre
             product *= ix.range
     if product <= threads:
         inner = _thread_attrs(replace(leaf, tags=leaf.tags | thread_tags), owned)
-    elif can_split(leaf):
-        tiles = _thread_tiles(leaf, owned, analysis, 1, threads)
-        middle = split(leaf, tiles, inner_tags=thread_tags, parent_sizes=_sizes(leaf, block))
-        inner = replace(middle, stmts=(_thread_attrs(middle.stmts[0], owned),))
     else:
-        return None  # the leaf has passthrough indexes, which split cannot tile again
+        tiles = _thread_tiles(leaf, owned, analysis, 1, threads)
+        middle = split_through(leaf, tiles, thread_tags, _sizes(leaf, block))
+        if middle is None:
+            return None
+        inner = replace(middle, stmts=(_thread_attrs(middle.stmts[0], owned),))
     return replace(
         block,
         stmts=(inner,),
         tags=block.tags | group_tags,
         attrs=block.attrs + (("group_idxs", ",".join(group_owned)),),
     )
+
+
+def split_through(
+    leaf: Block, tiles: dict[str, int], inner_tags: frozenset[str], parent_sizes: dict
+) -> Block | None:
+    """``tiling.split`` of a leaf that may have passthrough indexes (``v_o:1 = v``, as a split
+    with remainders leaves them), when they are used only in constraints and ``load_index``:
+    each is split as a plain range-1 index, then made a passthrough again in the outer block and
+    a passthrough of that one in the inner block, so the constraints still read the tile number.
+    None when a passthrough is used in an access (the outer block would count it twice)."""
+    through = {ix.name: ix.affine for ix in leaf.idxs if ix.affine is not None}
+    if not through:
+        return split(leaf, tiles, inner_tags=inner_tags, parent_sizes=parent_sizes)
+    if any(leaf.idxs[k].range != 1 for k, ix in enumerate(leaf.idxs) if ix.name in through):
+        return None
+    if any(v in through for r in leaf.refs for a in r.access for v in a.vars):
+        return None
+    plain = replace(leaf, idxs=tuple(Index(ix.name, ix.range) for ix in leaf.idxs))
+    out = split(plain, {**tiles, **{v: 1 for v in through}}, inner_tags=inner_tags, parent_sizes=parent_sizes)
+    inner = out.stmts[0]
+    inner_idxs = tuple(
+        Index(ix.name, 1, Affine.var(ix.name)) if ix.name in through else ix for ix in inner.idxs
+    )
+    outer_idxs = tuple(Index(ix.name, 1, through[ix.name]) if ix.name in through else ix for ix in out.idxs)
+    return replace(out, idxs=outer_idxs, stmts=(replace(inner, idxs=inner_idxs),))
 
 
 def _thread_attrs(inner: Block, owned: list[str]) -> Block:
@@ -176,28 +201,40 @@ def _is_leaf(block: Block, parent: Block | None, need_split: bool = True) -> boo
 # ------------------------------------------------------------------------------ ownership
 class Ownership:
     """Which indexes of a block (depth 0) and of the blocks nested in it (depth 1, ...) the
-    output owns (see the module docstring)."""
+    output owns (see the module docstring).
+
+    A split index (tile number ``V`` outside, ``v`` of range ``t`` inside, with the same name) is
+    judged as the one index ``w = t*V + v`` when every write uses it so (``c_V = t * c_v``), with
+    the range the split's remainder constraint ``r - 1 - t*V - v >= 0`` leaves: a partial last
+    tile would otherwise seem to overlap the next row. ``w`` owned makes both owned, because
+    ``0 <= v < t`` gives ``V`` and ``v`` from ``w``. (Used on a leaf or an outer/inner pair, where
+    every store is in the innermost block, so every constraint limits every write.)"""
 
     def __init__(self, block: Block, parent: Block | None):
         self.ranges: dict[str, int] = {}
         self.keys: dict[tuple[int, str], str] = {}  # (depth, index name) -> variable
         self.writes: dict[str, list[Affine]] = {}  # buffer -> offsets
+        self.constraints: list[Affine] = []
         views = {r.into: r.shape.dims for r in parent.refs} if parent is not None else {}
         top = {r.source: (r.source, Affine(), views.get(r.source)) for r in block.refs}
         self._visit(block, {}, top, 0)
+        self.members = {key: (key,) for key in self.ranges}  # variable -> the keys it stands for
+        self.var_ranges = dict(self.ranges)
+        self.offsets = {buf: list(ws) for buf, ws in self.writes.items()}
+        self._merge_tiles()
         self.owned: list[str] = []
         grew = True
         while grew:
             grew = False
-            for key in self.keys.values():
-                if key not in self.owned and self._owns(key):
-                    self.owned.append(key)
+            for var in self.var_ranges:
+                if var not in self.owned and self._owns(var):
+                    self.owned.append(var)
                     grew = True
                     break
+        self.owned_keys = {k for var in self.owned for k in self.members[var]}
 
     def owns(self, depth: int, name: str) -> bool:
-        key = self.keys.get((depth, name))
-        return key is not None and key in self.owned
+        return self.keys.get((depth, name)) in self.owned_keys
 
     def stride(self, depth: int, name: str) -> int:
         key = self.keys[(depth, name)]
@@ -213,6 +250,7 @@ class Ownership:
             self.keys.setdefault((depth, ix.name), key)
             start = Affine() if ix.affine is None else ix.affine.substitute(env)
             own[ix.name] = start + Affine.var(key)
+        self.constraints.extend(c.substitute(own) for c in block.constraints)
         views: dict[str, tuple[str, Affine, tuple[Dim, ...]]] = {}
         for r in block.refs:
             if r.source not in parents:
@@ -229,9 +267,33 @@ class Ownership:
             elif isinstance(s, Block):
                 self._visit(s, own, views, depth + 1)
 
+    def _merge_tiles(self) -> None:
+        for (depth, name), a in list(self.keys.items()):
+            b = self.keys.get((depth + 1, name))
+            if b is None or a not in self.var_ranges or b not in self.var_ranges:
+                continue
+            t = self.ranges[b]
+            every = [o for ws in self.offsets.values() for o in ws]
+            if any(o.coeff(a) != t * o.coeff(b) for o in every):
+                continue
+            bound = t * self.ranges[a]
+            for c in self.constraints:
+                live = {v: k for v, k in c.terms if self.ranges.get(v, 0) > 1}
+                if live == {a: -t, b: -1}:
+                    bound = min(bound, int(c.const) + 1)
+            var = f"{a}+{b}"
+            self.members[var] = (a, b)
+            self.var_ranges = {
+                (var if u == a else u): (max(bound, 1) if u == a else r)
+                for u, r in self.var_ranges.items()
+                if u != b
+            }
+            env = {a: Affine(), b: Affine.var(var)}
+            self.offsets = {buf: [o.substitute(env) for o in ws] for buf, ws in self.offsets.items()}
+
     def _owns(self, v: str) -> bool:
         fixed = {v, *self.owned}
-        for offsets in self.writes.values():
+        for offsets in self.offsets.values():
             c = offsets[0].coeff(v)
             if c == 0:
                 return False
@@ -242,7 +304,7 @@ class Ownership:
                 olo = ohi = o.const
                 for u, cu in o.terms:
                     if u not in fixed:
-                        span = cu * (self.ranges[u] - 1)
+                        span = cu * (self.var_ranges[u] - 1)
                         olo, ohi = olo + min(0, span), ohi + max(0, span)
                 lo = olo if lo is None else min(lo, olo)
                 hi = ohi if hi is None else max(hi, ohi)
