@@ -24,9 +24,10 @@ Why the meaning is kept (what the pass checks, refusing otherwise):
   that fixes every index of that block (its points touch disjoint elements);
 * no local allocations, specials, index affines or aliased buffers in the parent.
 
-A may itself be a block this pass built (its statements are blocks): it is then fused on all of its
-indexes and its inner blocks join the new outer block, so chains stay one level deep. B must be a
-leaf block. Inner blocks keep their tags except ``kernel``.
+A or B may itself be a block this pass built (its statements are leaf blocks): it is then fused on
+all of its indexes and its inner blocks join the new outer block, so chains stay one level deep.
+Inner blocks keep their tags except ``kernel``. Special kernels between A and B that commute with A
+(initialisers of other buffers, as before a contraction) move before A so that A and B meet.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def fusion(program: Block, cfg: FusionConfig, hw: Hardware) -> Block:
     """Matches blocks with every tag in ``parent_reqs`` and scans their statements: each adjacent
     pair of blocks A (tags ``a_reqs``) then B (tags ``b_reqs``) that the module docstring's checks
     accept becomes one outer block named ``A.name+B.name`` with tags A's ∪ B's ∪ ``fused_set``
-    holding A' and B'; the result is tried again with the next statement, so chains fuse.
+    holding A' and B'; the result is tried again with the statements before and after it, so
+    chains fuse.
     Guarantees: every point of A and of B runs once, with the same elements, and every element
     receives its writes in the same order as before; pairs that fail a check stay as they were."""
 
@@ -89,19 +91,32 @@ def fusion(program: Block, cfg: FusionConfig, hw: Hardware) -> Block:
         stmts: list[Statement] = list(parent.stmts)
         changed, i = False, 0
         while i + 1 < len(stmts):
-            a, b = stmts[i], stmts[i + 1]
-            fused = None
+            a, j = stmts[i], i + 1
+            # Initialisers between A and B (zero/copy kernels of other buffers) move before A.
+            while j + 1 < len(stmts) and _hoistable(stmts[j], a):
+                j += 1
+            b, fused = stmts[j], None
             if isinstance(a, Block) and isinstance(b, Block):
                 if matches(a, cfg.a_reqs) and matches(b, cfg.b_reqs):
                     fused = fuse_pair(parent, a, b, cfg)
             if fused is None:
                 i += 1
                 continue
-            stmts[i : i + 2] = [fused]
+            stmts[i : j + 1] = [*stmts[i + 1 : j], fused]
+            i = max(j - 2, 0)  # the fused block may now fuse with the one before it, too
             changed = True
         return replace(parent, stmts=tuple(stmts)) if changed else None
 
     return rewrite(program, fn, cfg.parent_reqs)
+
+
+def _hoistable(s: Statement, a: Statement) -> bool:
+    """``s`` is a special kernel that commutes with ``a``: neither writes what the other touches."""
+    if not (isinstance(s, Block) and isinstance(a, Block) and "special" in s.tags):
+        return False
+    rs, ws = (set(x) for x in _by_source(s))
+    ra, wa = (set(x) for x in _by_source(a))
+    return not (ws & (ra | wa) or rs & wa)
 
 
 def _unaliased(parent: Block, ctx: Context) -> bool:
@@ -174,7 +189,7 @@ def _disjoint_points(block: Block, refs: list[Refinement]) -> bool:
 def fused_pairs(a: Block, b: Block, parent_refs: set[str]) -> list[tuple[str, str]] | None:
     """The ``(A index, B index)`` pairs A and B can be fused on (B's index order), or None."""
     ka, kb = _kind(a, parent_refs), _kind(b, parent_refs)
-    if ka is None or kb != "leaf":
+    if ka is None or kb is None:
         return None
     ra, wa = _by_source(a)
     rb, wb = _by_source(b)
@@ -237,8 +252,10 @@ def fused_pairs(a: Block, b: Block, parent_refs: set[str]) -> list[tuple[str, st
         pairs -= bad
     if not pairs:
         return None
-    if ka == "nest" and {p[0] for p in pairs} != set(range_a):
-        return None
+    if (ka == "nest" and {p[0] for p in pairs} != set(range_a)) or (
+        kb == "nest" and {p[1] for p in pairs} != set(range_b)
+    ):
+        return None  # a nest is fused on all of its indexes, so its inner blocks can move up
     order = [i.name for i in b.idxs]
     return sorted(pairs, key=lambda p: order.index(p[1]))
 
@@ -253,7 +270,8 @@ def fuse_pair(parent: Block, a: Block, b: Block, cfg: FusionConfig) -> Block | N
     sizes = {r.into: r.shape.sizes for r in parent.refs}
     to_outer = {av: bv for av, bv in pairs}
     part_a = _lift(a, to_outer) if _kind(a, parent_refs) == "nest" else _split(a, to_outer, sizes)
-    part_b = _split(b, {bv: bv for _, bv in pairs}, sizes)
+    to_b = {bv: bv for _, bv in pairs}
+    part_b = _lift(b, to_b) if _kind(b, parent_refs) == "nest" else _split(b, to_b, sizes)
     _, wa = _by_source(a)
     rb, _ = _by_source(b)
     refs, stmts = _merge(part_a, part_b, set(wa) & set(rb), sizes)
