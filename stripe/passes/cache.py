@@ -135,8 +135,10 @@ def chain_of(ctx: Context, block: Block, ref: str) -> Chain | None:
         box = bufs[-1 - k]
         if any(not a.is_integral for a in r.access):
             return None
-        spans = [(lo + a, hi + b) for (lo, hi), (a, b) in zip(spans, (_span(a, box) for a in r.access),
-                                                               strict=True)]
+        spans = [
+            (lo + a, hi + b)
+            for (lo, hi), (a, b) in zip(spans, (_span(a, box) for a in r.access), strict=True)
+        ]
         consts = consts and all(a.is_constant for a in r.access)
     fixed = tuple(lo for lo, _ in spans) if consts else None
     return Chain(buf.shape.sizes, buf.shape.dtype, tuple(spans), fixed)
@@ -238,9 +240,10 @@ def transfer(
     )
 
 
-def restaged(consumer: Block, ref: str, local: str, region: Region) -> Block:
+def restaged(consumer: Block, ref: str, local: str, region: Region, location: Location | None) -> Block:
     """``consumer`` with each refinement of the parent's ``ref`` refining ``local`` instead: access
-    minus the region's origin, strides (here and in every nested view below) the allocation's."""
+    minus the region's origin, strides (here and in every nested view below) the allocation's,
+    and the allocation's ``location``."""
     strides = dense_strides(region.sizes)
     refs = []
     for r in consumer.refs:
@@ -248,6 +251,7 @@ def restaged(consumer: Block, ref: str, local: str, region: Region) -> Block:
             r = replace(
                 r,
                 from_=local,
+                location=location,
                 access=tuple(a - o for a, o in zip(r.access, region.origin, strict=True)),
                 shape=_restrided(r.shape, strides),
             )
@@ -278,8 +282,9 @@ def _restride_below(block: Block, ref: str, strides: tuple[int, ...]) -> Block:
 def allocation(name: str, region: Region, dtype, location: Location | None) -> Refinement:
     """A dense allocation (dir none) holding a region."""
     shape = TensorShape.dense(dtype, region.sizes)
-    return Refinement(RefDir.NONE, name, tuple(Affine.constant(0) for _ in region.sizes), shape,
-                      location=location)
+    return Refinement(
+        RefDir.NONE, name, tuple(Affine.constant(0) for _ in region.sizes), shape, location=location
+    )
 
 
 def aliased(ctx: Context, block: Block, ref: str) -> bool:
@@ -297,8 +302,11 @@ def aliased(ctx: Context, block: Block, ref: str) -> bool:
 
 
 def _is_alloc(r: Refinement, parent: Block | None) -> bool:
-    return r.dir is RefDir.NONE and r.from_ is None and (parent is None or all(q.into != r.into
-                                                                               for q in parent.refs))
+    return (
+        r.dir is RefDir.NONE
+        and r.from_ is None
+        and (parent is None or all(q.into != r.into for q in parent.refs))
+    )
 
 
 # ------------------------------------------------------------------------------ the pass
@@ -357,14 +365,21 @@ def cache(program: Block, cfg: CacheConfig, hw: Hardware) -> Block:
                 chain = chain_of(ctx, b, r.into)
                 region = Region(r.into, (0,) * len(r.access), r.shape.sizes)
                 local = fresh(f"{r.into}_c", taken)
-                x = transfer(b, box, chain, region, local, copy_out=kind == "out",
-                             agg="add" if kind == "out" else "assign",
-                             dress=replace(dress, name=f"{local} {'->' if kind == 'out' else '<-'} {r.into}"))
+                x = transfer(
+                    b,
+                    box,
+                    chain,
+                    region,
+                    local,
+                    copy_out=kind == "out",
+                    agg="add" if kind == "out" else "assign",
+                    dress=replace(dress, name=f"{local} {'->' if kind == 'out' else '<-'} {r.into}"),
+                )
                 if x is None:
                     continue
                 taken.add(local)
                 allocs.append(allocation(local, region, chain.dtype, mem))
-                s = restaged(s, r.into, local, region)
+                s = restaged(s, r.into, local, region, mem)
                 (after if kind == "out" else before).append(x)
             stmts += [*before, s, *after]
         if not allocs:

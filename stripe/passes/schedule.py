@@ -1,0 +1,352 @@
+"""``schedule``: run a block's sub-blocks on data staged in a small memory, with swap-in and
+swap-out transfer blocks, keeping what the next sub-blocks reuse resident while it fits.
+
+The staging primitive (regions, transfer blocks, restaging a consumer) is ``stripe.passes.cache``'s;
+this module decides which regions are resident when, the way PlaidML's SchedulePass does: walk the
+sub-blocks in order, load what each needs, evict the resident region used farthest in the future
+(Belady) when the memory is full, and write back what was written before anything else reads the
+buffer and at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from stripe.hardware import Hardware
+from stripe.ir import Block, Load, Location, RefDir, Refinement, Special, Statement, Store
+from stripe.passes.cache import (
+    Box,
+    Region,
+    Transfer,
+    aliased,
+    allocation,
+    boxes,
+    chain_of,
+    footprint,
+    restaged,
+    transfer,
+)
+from stripe.passes.locate import LocSpec
+from stripe.passes.registry import register
+from stripe.passes.rewrite import Context, fresh, reads_writes, rewrite
+from tile.affine import Affine
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    reqs: tuple[str, ...]
+    mem_loc: LocSpec
+    mem_KiB: float  # the size of one bank of mem_loc
+    xfer_loc: LocSpec
+    alignment: int = 1  # bytes: each staged region's size is rounded up to it
+    num_banks: int | None = None  # banks of mem_KiB each; staged regions get location units [bank]
+    allow_out_of_range_accesses: bool = True  # the seed's flag; regions are always clipped to the buffer
+
+
+@dataclass
+class _Resident:
+    region: Region
+    name: str  # the allocation's name in the scheduled block
+    bytes: int
+    bank: int
+    dirty: bool = False
+
+
+@dataclass(frozen=True)
+class _Need:
+    """What one statement of the scheduled block touches: regions to stage (by parent ref) and the
+    parent refs it reads and writes. ``why`` says why it is left unstaged (empty: staged)."""
+
+    regions: dict[str, Region]
+    reads: frozenset[str]
+    writes: frozenset[str]
+    why: str = ""
+    overwritten: frozenset[str] = frozenset()  # regions the block overwrites whole, unread
+
+
+@register("schedule", ScheduleConfig)
+def schedule(program: Block, cfg: ScheduleConfig, hw: Hardware) -> Block:
+    """Matches blocks S with every tag in ``reqs`` (``main``). For each statement block K of S in
+    order, the region of each of S's buffers that K (and what it nests) can touch, clipped to the
+    buffer, is staged into a dense allocation in ``mem_loc``: a ``#xfer #swap_in`` block (location
+    ``xfer_loc``) copies it in, K refines the allocation instead (accesses shifted, strides dense),
+    and a region K wrote is copied back by a ``#xfer #swap_out`` block before anything else uses
+    that buffer unstaged, before another region of it is staged, when evicted, and at the end of S.
+    A region stays resident for the next sub-blocks that need exactly that region while all
+    resident regions (sizes rounded up to ``alignment``) fit ``num_banks`` banks of ``mem_KiB``;
+    when one does not fit, the resident region used farthest in the future is evicted.
+
+    A sub-block is left unstaged (with a comment saying why) when its own regions do not fit, or
+    when a buffer it uses cannot be staged (a view with other strides than its buffer, a buffer
+    seen through two refinements, an access of S that is not constant). When S is ``main`` the
+    allocations are program buffers tagged ``tmp`` (in ``mem_loc``, refined ``inout`` by main) and
+    the transfer blocks are tagged ``kernel`` too, so every statement of main stays a kernel;
+    elsewhere they are allocations of S.
+
+    Guarantees: every sub-block reads and writes the same values in the same order (a staged
+    region holds the buffer's current elements, writes land there and are copied back before any
+    other reader), so the meaning is exact, floats included."""
+    cap = int(cfg.mem_KiB * 1024)
+    banks = cfg.num_banks or 1
+    new_roots: list[Refinement] = []
+
+    def fn(s_block: Block, ctx: Context) -> Block | None:
+        at_main = "main" in s_block.tags and len(ctx.parents) == 1
+        bxs = boxes(ctx, s_block)
+        if bxs is None:
+            return None
+        sched = _Scheduler(cfg, ctx, s_block, bxs[-1], cap, banks, at_main)
+        out = sched.run()
+        if out is None:
+            return None
+        new_roots.extend(sched.roots)
+        return out
+
+    out = rewrite(program, fn, cfg.reqs)
+    if new_roots:
+        out = replace(out, refs=out.refs + tuple(new_roots))
+    return out
+
+
+class _Scheduler:
+    def __init__(self, cfg, ctx: Context, block: Block, box: Box, cap: int, banks: int, at_main: bool):
+        self.cfg, self.ctx, self.block, self.box = cfg, ctx, block, box
+        self.cap, self.banks, self.at_main = cap, banks, at_main
+        self.taken = {r.into for r in block.refs} | {r.into for p in ctx.parents for r in p.refs}
+        self.resident: dict[str, _Resident] = {}
+        self.out: list[Statement] = []
+        self.refs: list[Refinement] = []
+        self.roots: list[Refinement] = []
+        self.staged_any = False
+        self.needs = [self.need(s) for s in block.stmts]
+
+    # -------------------------------------------------------------------- analysis
+    def need(self, s: Statement) -> _Need:
+        if not isinstance(s, Block):
+            reads, writes = _stmt_refs(s)
+            return _Need({}, reads, writes, "not a block")
+        mine = {r.into for r in self.block.refs if not self._own(r)}
+        r_names, w_names = reads_writes(s)
+        src = {v.into: v.source for v in s.refs}
+        reads = frozenset(src[n] for n in r_names if src.get(n) in mine)
+        writes = frozenset(src[n] for n in w_names if src.get(n) in mine)
+        regions: dict[str, Region] = {}
+        why = ""
+        for p in sorted({v.source for v in s.refs if v.source in mine}):
+            reg = self.region(s, p)
+            if isinstance(reg, str):
+                why = why or reg
+            elif reg is not None:
+                regions[p] = reg
+        if not why and regions:
+            total = [self.nbytes(r) for r in regions.values()]
+            if not self.fits_empty(total):
+                why = f"its footprint of {sum(total)} bytes does not fit {self.cfg.mem_KiB} KiB"
+        fresh_writes = frozenset(p for p in regions if _overwrites(s, p, regions[p], reads))
+        return _Need(regions, reads, writes, why, fresh_writes)
+
+    def _own(self, r: Refinement) -> bool:
+        parent = self.ctx.parent
+        return (
+            r.dir is RefDir.NONE
+            and r.from_ is None
+            and (parent is None or all(q.into != r.into for q in parent.refs))
+        )
+
+    def region(self, s: Block, p: str) -> Region | str | None:
+        """The clipped region of ``p`` that ``s`` may touch; None if none; a reason if unknown."""
+        ref = self.block.ref(p)
+        chain = chain_of(self.ctx, self.block, p)
+        if chain is None or chain.fixed is None or not all(a.is_constant for a in ref.access):
+            return f"{p} is not a constant view of its buffer"
+        if aliased(self.ctx, self.block, p):
+            return f"{p}'s buffer has another view"
+        base = [int(a.const) + f for a, f in zip(ref.access, chain.fixed, strict=True)]
+        spans = None
+        strides = tuple(d.stride for d in ref.shape.dims)
+        views = [v for v in s.refs if v.source == p]
+        for v in views:
+            if tuple(d.stride for d in v.shape.dims) != strides:
+                return f"a view of {p} has other strides"
+            fp = footprint(s, v.into, self.box)
+            if fp is None:
+                return f"what {s.name or 'the block'} touches of {p} is unknown"
+            if fp:
+                spans = (
+                    fp
+                    if spans is None
+                    else [(min(a, c), max(b, d)) for (a, b), (c, d) in zip(spans, fp, strict=True)]
+                )
+        if spans is None:
+            return None
+        origin, sizes = [], []
+        for (lo, hi), b, n in zip(spans, base, chain.sizes, strict=True):
+            lo, hi = max(lo + b, 0), min(hi + b, n - 1)
+            if hi < lo:
+                return None
+            origin.append(lo - b)
+            sizes.append(hi - lo + 1)
+        if any(d.size > n for v in views for d, n in zip(v.shape.dims, sizes, strict=True)):
+            return f"a view of {p} is larger than the buffer"
+        return Region(p, tuple(origin), tuple(sizes))
+
+    def nbytes(self, region: Region) -> int:
+        size = region.elements * self.block.ref(region.ref).shape.dtype.numpy.itemsize
+        a = max(1, self.cfg.alignment)
+        return -(-size // a) * a
+
+    # -------------------------------------------------------------------- placement in banks
+    def free(self, bank: int) -> int:
+        return self.cap - sum(r.bytes for r in self.resident.values() if r.bank == bank)
+
+    def bank_for(self, size: int) -> int | None:
+        best = max(range(self.banks), key=lambda b: (self.free(b), -b))
+        return best if self.free(best) >= size else None
+
+    def fits_empty(self, sizes: list[int]) -> bool:
+        room = [self.cap] * self.banks
+        for size in sorted(sizes, reverse=True):
+            k = max(range(self.banks), key=lambda b: room[b])
+            if room[k] < size:
+                return False
+            room[k] -= size
+        return True
+
+    def next_use(self, p: str, region: Region, after: int) -> float:
+        for j in range(after + 1, len(self.needs)):
+            n = self.needs[j]
+            if p in n.regions or p in n.reads or p in n.writes:
+                return j if n.regions.get(p) == region and not n.why else float("inf")
+        return float("inf")
+
+    # -------------------------------------------------------------------- emitting
+    def location(self, bank: int) -> Location:
+        if self.cfg.num_banks is None:
+            return self.cfg.mem_loc.location()
+        return Location(self.cfg.mem_loc.name, (Affine.constant(bank),))
+
+    def xfer(self, res: _Resident, *, out: bool) -> None:
+        chain = chain_of(self.ctx, self.block, res.region.ref)
+        tags = {"xfer", "swap_out" if out else "swap_in"} | ({"kernel"} if self.at_main else set())
+        name = f"{'swap_out' if out else 'swap_in'} {res.name}"
+        dress = Transfer(frozenset(tags), self.cfg.xfer_loc.location(), name)
+        x = transfer(
+            self.block, self.box, chain, res.region, res.name, copy_out=out, agg="assign", dress=dress
+        )
+        assert x is not None, "a region clipped to its buffer needs no position from above"
+        self.out.append(x)
+
+    def evict(self, p: str) -> None:
+        res = self.resident.pop(p)
+        if res.dirty:
+            self.xfer(res, out=True)
+
+    def load(self, region: Region, bank: int, overwritten: frozenset[str]) -> _Resident:
+        p = region.ref
+        name = fresh(f"{p}_s", self.taken)
+        self.taken.add(name)
+        dtype = self.block.ref(p).shape.dtype
+        alloc = allocation(name, region, dtype, self.location(bank))
+        if self.at_main:
+            self.roots.append(replace(alloc, tags=frozenset({"tmp"})))
+            self.refs.append(replace(alloc, dir=RefDir.INOUT))
+        else:
+            self.refs.append(alloc)
+        res = _Resident(region, name, self.nbytes(region), bank)
+        self.resident[p] = res
+        if p not in overwritten:
+            self.xfer(res, out=False)
+        return res
+
+    def run(self) -> Block | None:
+        for k, s in enumerate(self.block.stmts):
+            need = self.needs[k]
+            if need.why or not need.regions:
+                self.unstaged(s, need, need.why)
+            else:
+                self.staged(k, s, need)
+        for p in sorted(self.resident):
+            self.evict(p)
+        if not self.staged_any:
+            return None
+        return replace(self.block, refs=self.block.refs + tuple(self.refs), stmts=tuple(self.out))
+
+    def sync(self, p: str, writes: bool) -> None:
+        """Before ``p``'s buffer is used unstaged: write back its resident region if dirty, and
+        forget it if the use writes the buffer (the copy would go stale)."""
+        res = self.resident.get(p)
+        if res is None:
+            return
+        if res.dirty:
+            self.xfer(res, out=True)
+            res.dirty = False
+        if writes:
+            del self.resident[p]
+
+    def unstaged(self, s: Statement, need: _Need, why: str) -> None:
+        for p in sorted(need.reads | need.writes | set(need.regions)):
+            self.sync(p, p in need.writes)
+        if why and isinstance(s, Block):
+            s = replace(s, comments=(*s.comments, f"schedule: not staged: {why}"))
+        self.out.append(s)
+
+    def staged(self, k: int, s: Block, need: _Need) -> None:
+        for p, region in need.regions.items():
+            if p in self.resident and self.resident[p].region != region:
+                self.evict(p)
+        # a buffer used but with no region to stage (nothing of it inside the buffer) is unstaged
+        for p in sorted((need.reads | need.writes) - set(need.regions)):
+            self.sync(p, p in need.writes)
+        todo = sorted(
+            (r for p, r in need.regions.items() if p not in self.resident),
+            key=lambda r: (-self.nbytes(r), r.ref),
+        )
+        for region in todo:
+            bank = self.bank_for(self.nbytes(region))
+            while bank is None:
+                others = [p for p in self.resident if p not in need.regions]
+                if not others:
+                    break
+                victim = max(others, key=lambda p: (self.next_use(p, self.resident[p].region, k), p))
+                self.evict(victim)
+                bank = self.bank_for(self.nbytes(region))
+            if bank is None:  # fragmented banks: start over from empty ones (fits_empty said so)
+                for p in sorted(self.resident):
+                    self.evict(p)
+                todo = sorted(need.regions.values(), key=lambda r: (-self.nbytes(r), r.ref))
+                for again in todo:
+                    self.load(again, self.bank_for(self.nbytes(again)), need.overwritten)
+                break
+            self.load(region, bank, need.overwritten)
+        for p in need.regions:
+            res = self.resident[p]
+            s = restaged(s, p, res.name, need.regions[p], self.location(res.bank))
+            if p in need.writes:
+                self.resident[p].dirty = True
+        self.out.append(s)
+        self.staged_any = True
+
+
+def _stmt_refs(s: Statement) -> tuple[frozenset[str], frozenset[str]]:
+    """The refinements a non-block statement reads and writes."""
+    if isinstance(s, Load):
+        return frozenset({s.from_}), frozenset()
+    if isinstance(s, Store):
+        return frozenset(), frozenset({s.into})
+    if isinstance(s, Special):
+        return frozenset(s.inputs), frozenset(s.outputs)
+    return frozenset(), frozenset()
+
+
+def _overwrites(s: Block, p: str, region: Region, reads: frozenset[str]) -> bool:
+    """Whether ``s`` overwrites the whole ``region`` before reading any of it: only specials (they
+    write every element of their outputs), one view of ``p``, exactly the region, not read."""
+    views = [v for v in s.refs if v.source == p]
+    return (
+        p not in reads
+        and len(views) == 1
+        and all(isinstance(t, Special) for t in s.stmts)
+        and any(views[0].into in t.outputs for t in s.stmts)
+        and tuple(int(a.const) if a.is_constant else None for a in views[0].access) == region.origin
+        and views[0].shape.sizes == region.sizes
+    )
