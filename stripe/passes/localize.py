@@ -1,0 +1,245 @@
+"""``localize``: move a temporary that one nested block uses into it, as a small local allocation.
+
+In a selected block P (and, recursively, in every block inside it) a *temporary* is a refinement
+whose contents nothing outside P can observe: in a child of the root (``#main``) a refinement of a
+root buffer tagged ``tmp`` (never ``input``/``output``), elsewhere a local allocation. When exactly
+one statement block K of P uses a temporary T (other statements of P may only be blocks or specials
+that ``zero`` it: a fresh allocation starts at zero, so they become unnecessary and are removed),
+T moves into K: K's refinement of T becomes a local allocation (dir none, no ``from_``, K's view's
+sizes with dense row-major strides, its ``agg_op``, tags and location), K's access is dropped, and
+T leaves P (and the root, when it was a program buffer). Nested views of it in K keep their
+accesses (they were relative to K's view) but take the new dense strides.
+
+Why this keeps the meaning (the pass checks each point, refusing otherwise):
+
+* a local allocation is a fresh zero buffer per point of K, so no data may flow between points
+  of K through T: either K has one point, or different points of K touch disjoint elements. The
+  proof used: every index of K with range > 1 appears alone in one dim of K's access of T with a
+  coefficient at least that dim's view size, in a dim no other such index uses, and everything K's
+  nested blocks touch lies inside K's view (their accesses' intervals over their boxes);
+* T's storage and K's view have the same dtype and strides along the whole chain (no conversion
+  or reinterpretation is lost), the buffer's strides are dense, and no special in K touches T;
+* for a local allocation (whose accesses ``verify`` does not bound) K's view must also fit the
+  allocation; for a program buffer ``verify`` already keeps every touched element inside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from stripe.hardware import Hardware
+from stripe.ir import Block, Dim, RefDir, Refinement, Special, Statement, TensorShape
+from stripe.passes.cleanup import box_of, drop_unused_tmps, index_box, is_local, uses
+from stripe.passes.registry import register
+from stripe.passes.rewrite import Context, rewrite
+from tile.affine import Affine
+from tile.bounds import poly_interval
+
+Box = dict[str, tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class LocalizeConfig:
+    reqs: tuple[str, ...] = ("main",)
+
+
+@register("localize", LocalizeConfig)
+def localize(program: Block, cfg: LocalizeConfig, hw: Hardware) -> Block:
+    """Matches blocks with every tag in ``reqs``; in each, and in every block inside it, moves each
+    temporary used by a single nested block into that block as a local allocation shrunk to its
+    view (see the module docstring for the checks). Guarantees: outputs are unchanged; inputs and
+    outputs are never localized; ``#main``'s statements stay ``#kernel`` blocks."""
+
+    def fn(block: Block, ctx: Context) -> Block | None:
+        out = _localize_tree(block, ctx.parents)
+        return None if out is block else out
+
+    return drop_unused_tmps(rewrite(program, fn, cfg.reqs))
+
+
+def _localize_tree(block: Block, parents: tuple[Block, ...]) -> Block:
+    """``block`` with its temporaries localized, then each nested block done the same way."""
+    block = _localize_block(block, parents)
+    inner = (*parents, block)
+    stmts = tuple(_localize_tree(s, inner) if isinstance(s, Block) else s for s in block.stmts)
+    return block if stmts == block.stmts else replace(block, stmts=stmts)
+
+
+def _temporaries(block: Block, parents: tuple[Block, ...]) -> list[tuple[Refinement, list[Refinement]]]:
+    """``(ref, chain up to its buffer)`` for each temporary of ``block``."""
+    parent = parents[-1] if parents else None
+    out = []
+    if len(parents) == 1:
+        root = parents[0]
+        for r in block.refs:
+            buf = next((b for b in root.refs if b.into == r.source), None)
+            if buf is None or "tmp" not in buf.tags or {"input", "output"} & buf.tags:
+                continue
+            if any(not a.is_constant or a.const != 0 for a in r.access):
+                continue
+            out.append((r, [r, buf]))
+    elif parents:
+        out = [(r, [r]) for r in block.refs if is_local(r, parent)]
+    return out
+
+
+def _is_zero_fill(s: Statement, name: str) -> bool:
+    """A statement that only zero-fills ``name`` (a special, or a block of such specials)."""
+    if isinstance(s, Special):
+        return s.name == "zero" and not s.inputs and s.outputs == (name,)
+    if not isinstance(s, Block) or not s.stmts:
+        return False
+    own = [r for r in s.refs if r.source == name]
+    if len(own) != 1 or uses(s) != {own[0].into}:
+        return False
+    return all(_is_zero_fill(x, own[0].into) for x in s.stmts)
+
+
+def _localize_block(block: Block, parents: tuple[Block, ...]) -> Block:
+    for t, chain in _temporaries(block, parents):
+        users = [k for k, s in enumerate(block.stmts) if _touches(s, t.into)]
+        fills = [k for k in users if _is_zero_fill(block.stmts[k], t.into)]
+        rest = [k for k in users if k not in fills]
+        if len(rest) != 1 or not isinstance(block.stmts[rest[0]], Block):
+            continue
+        k = rest[0]
+        new_k = _move_into(block, parents, t, chain, block.stmts[k])
+        if new_k is None:
+            continue
+        stmts = [new_k if j == k else s for j, s in enumerate(block.stmts) if j not in fills]
+        refs = tuple(r for r in block.refs if r.into != t.into)
+        return _localize_block(replace(block, refs=refs, stmts=tuple(stmts)), parents)
+    return block
+
+
+def _touches(s: Statement, name: str) -> bool:
+    if isinstance(s, Block):
+        return any(r.source == name for r in s.refs)
+    if isinstance(s, Special):
+        return name in s.inputs or name in s.outputs
+    return getattr(s, "from_", None) == name or getattr(s, "into", None) == name
+
+
+def _dense(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    strides, n = [], 1
+    for s in reversed(sizes):
+        strides.append(n)
+        n *= s
+    return tuple(reversed(strides))
+
+
+def _move_into(
+    p: Block, parents: tuple[Block, ...], t: Refinement, chain: list[Refinement], k: Block
+) -> Block | None:
+    """``k`` holding ``t`` as a local allocation, or None when the checks fail."""
+    mine = [r for r in k.refs if r.source == t.into]
+    if len(mine) != 1:
+        return None
+    kr = mine[0]
+    buf = chain[-1]
+    strides = tuple(d.stride for d in kr.shape.dims)
+    if len(kr.access) != len(t.shape.dims) or len(kr.shape.dims) != len(buf.shape.dims):
+        return None
+    if any(
+        tuple(d.stride for d in r.shape.dims) != strides or r.shape.dtype != kr.shape.dtype for r in chain
+    ):
+        return None
+    if strides != _dense(buf.shape.sizes) or kr.into != t.into and any(r.into == kr.into for r in p.refs):
+        return None
+    box = box_of((*parents, p), k)
+    sizes = kr.shape.sizes
+    if not _inside(k, kr.into, box, sizes) or not _disjoint(k, kr, box):
+        return None
+    if len(chain) == 1:  # a local allocation: k's view must fit it
+        for a, s, full in zip(kr.access, sizes, buf.shape.sizes):
+            lo, hi = poly_interval(a, box)
+            if lo < 0 or hi + s > full:
+                return None
+    new_strides = _dense(sizes)
+    shape = TensorShape(kr.shape.dtype, tuple(Dim(s, st) for s, st in zip(sizes, new_strides)))
+    local = Refinement(
+        RefDir.NONE,
+        kr.into,
+        tuple(Affine() for _ in sizes),
+        shape,
+        agg_op=kr.agg_op,
+        location=kr.location or t.location or buf.location,
+        is_const=kr.is_const,
+        tags=kr.tags,
+    )
+    refs = tuple(local if r is kr else r for r in k.refs)
+    return replace(k, refs=refs, stmts=_restride(k.stmts, kr.into, strides, new_strides))
+
+
+def _restride(stmts, name: str, old: tuple[int, ...], new: tuple[int, ...]) -> tuple[Statement, ...]:
+    out = []
+    for s in stmts:
+        if isinstance(s, Block):
+            refs = []
+            for r in s.refs:
+                if r.source == name:
+                    dims = tuple(Dim(d.size, n) for d, n in zip(r.shape.dims, new))
+                    r = replace(r, shape=TensorShape(r.shape.dtype, dims))
+                    s = replace(s, stmts=_restride(s.stmts, r.into, old, new))
+                refs.append(r)
+            s = replace(s, refs=tuple(refs))
+        out.append(s)
+    return tuple(out)
+
+
+def _inside(block: Block, name: str, box: Box, sizes: tuple[int, ...]) -> bool:
+    """Every nested view of ``block``'s refinement ``name`` lies inside it (positions relative to
+    it, summed along the chain, over the nested boxes), keeps its strides, and no special (in
+    ``block`` or nested) touches it."""
+    want = next(r for r in block.refs if r.into == name).shape.dims
+
+    def check(b: Block, nm: str, bx: Box, lo: tuple[int, ...], hi: tuple[int, ...]) -> bool:
+        for s in b.stmts:
+            if isinstance(s, Special) and (nm in s.inputs or nm in s.outputs):
+                return False
+            if not isinstance(s, Block):
+                continue
+            sbox = index_box(s, bx)
+            if any(a > z for a, z in sbox.values()):
+                continue  # runs no point
+            for r in s.refs:
+                if r.source != nm:
+                    continue
+                if len(r.access) != len(sizes) or any(
+                    d.stride != w.stride for d, w in zip(r.shape.dims, want)
+                ):
+                    return False
+                ivs = [poly_interval(a, sbox) for a in r.access]
+                nlo = tuple(int(x + iv[0]) for x, iv in zip(lo, ivs))
+                nhi = tuple(int(x + iv[1]) for x, iv in zip(hi, ivs))
+                if any(a < 0 for a in nlo) or any(
+                    h + d.size > full for h, d, full in zip(nhi, r.shape.dims, sizes)
+                ):
+                    return False
+                if not check(s, r.into, sbox, nlo, nhi):
+                    return False
+        return True
+
+    zeros = tuple(0 for _ in sizes)
+    return check(block, name, box, zeros, zeros)
+
+
+def _disjoint(k: Block, kr: Refinement, box: Box) -> bool:
+    """Different points of ``k`` touch disjoint elements of its view ``kr`` (given that what they
+    touch lies inside the view): each index of range > 1 sits alone in its own dim, scaled by at
+    least the view's size there."""
+    many = [i.name for i in k.idxs if i.range > 1]
+    if not many:
+        return True
+    owner: dict[str, int] = {}
+    for d, a in enumerate(kr.access):
+        vs = [v for v in a.vars if v in many]  # the others are constant within one run of k
+        if not vs:
+            continue
+        if len(vs) > 1:
+            return False
+        c = abs(a.coeff(vs[0]))
+        if c < kr.shape.dims[d].size or c == 0:
+            return False
+        owner[vs[0]] = d
+    return set(owner) == set(many)
