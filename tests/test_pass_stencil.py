@@ -3,14 +3,17 @@ rule, the blocks it must leave alone, meaning on Hypothesis-drawn programs, and 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from ref_interp.stripe_exec import run_stripe
+from stripe.config import TARGETS, parse_config
 from stripe.ir import Block, RefDir, Special
 from stripe.parser import parse_stripe
-from stripe.passes import PASSES
+from stripe.passes import PASSES, optimize
 from stripe.passes.tiling import can_split
 from stripe.verify import verify
 from tests.llvm_runner import execute
@@ -344,6 +347,55 @@ def test_meaning_is_kept_on_drawn_programs():
 
     check()
     assert seen["changed"] >= seen["all"] // 2, seen
+
+
+# ------------------------------------------------------------------------------ pipeline
+# Recommended for accel: the seed's stencils at its sizes (the second completed with the channel
+# role); an index shorter than a stencil's size does not match it.
+ACCEL_STEP = {
+    "name": "tensorize",
+    "pass": "stencil",
+    "params": {
+        "reqs": ["agg_op_add", "comb_op_mul"],
+        "outer_set": ["CONV"],
+        "inner_set": ["CONV_inner"],
+        "startup_cost": 32,
+        "stencils": [
+            {
+                "idxs": [
+                    {"name": "i1", "size": 32, "outs": [-1], "ins": [-1, 0]},
+                    {"name": "c", "size": -1, "outs": [0], "ins": [-1, -1]},
+                ]
+            },
+            {
+                "idxs": [
+                    {"name": "i1", "size": 4, "outs": [-1], "ins": [-1, 0]},
+                    {"name": "i2", "size": 4, "outs": [-1], "ins": [0, -1]},
+                    {"name": "c", "size": -1, "outs": [0], "ins": [-1, -1]},
+                ]
+            },
+        ],
+    },
+}
+
+
+def test_in_the_accel_pipeline():
+    """The entry recommended for accel, read from JSON and run before its locate passes: the
+    convolution is tensorized for the CONV unit, verified after every pass, same meaning."""
+    data = json.loads((TARGETS / "accel.json").read_text())
+    cfg = parse_config(json.dumps({**data, "passes": [ACCEL_STEP, *data["passes"]]}))
+    # 8x6 image: the 4x4 stencil (co has 8 channels); 40x5 with 2 output channels: only the 32-row
+    # one fits (x in 2 tiles, the second partial).
+    for shapes, roles in (
+        ({"I": (8, 6, 4), "K": (3, 3, 4, 8)}, {"stencil_i1": "x", "stencil_i2": "co", "stencil_c": "ci"}),
+        ({"I": (40, 5, 4), "K": (1, 1, 4, 2)}, {"stencil_i1": "x", "stencil_c": "ci"}),
+    ):
+        program = lowered(CONV, shapes)
+        out = optimize(program, cfg, check=True)
+        conv = kernel(out, "k1_O")
+        assert {"CONV", "contraction"} <= conv.tags and "CONV_inner" in conv.stmts[0].tags
+        assert dict(conv.stmts[0].attrs) == roles
+        assert_same_meaning(program, out)
 
 
 # ------------------------------------------------------------------------------ LLVM

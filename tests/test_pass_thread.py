@@ -5,16 +5,19 @@ Hypothesis-drawn programs, and LLVM runs of its output."""
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from ref_interp.stripe_exec import run_stripe
+from stripe.config import TARGETS, parse_config
 from stripe.ir import Block, RefDir, Special, Store
 from stripe.parser import parse_stripe
-from stripe.passes import PASSES
+from stripe.passes import PASSES, optimize
 from stripe.passes.tiling import can_split, split
 from stripe.verify import verify
 from tests.llvm_runner import execute
@@ -371,6 +374,39 @@ def test_meaning_and_race_freedom_on_drawn_programs():
 
     check()
     assert seen["changed"] >= seen["all"] // 2 and seen["pairs"] >= 3, seen
+
+
+# ------------------------------------------------------------------------------ pipeline
+OPENCL_STEPS = [
+    {
+        "name": "tile_contractions",
+        "pass": "autotile",
+        "params": {
+            "reqs": ["contraction"],
+            "memory": "LOCAL",
+            "outer_set": ["gpu_tile"],
+            "inner_set": ["gpu_tile_inner"],
+        },
+    },
+    {"name": "threads", "pass": "thread", "params": {"reqs": ["kernel"]}},
+]
+
+
+def test_in_the_opencl_pipeline_after_autotile():
+    """The entry recommended for opencl_gpu, read from JSON: autotile's pairs become groups of
+    work-items, elementwise leaves are split; verified after every pass; same meaning."""
+    if "autotile" not in PASSES:
+        pytest.skip("no autotile pass registered")
+    data = json.loads((TARGETS / "opencl_gpu.json").read_text())
+    cfg = parse_config(json.dumps({**data, "passes": OPENCL_STEPS}))
+    src = "function (A[M, K], B[K, N]) -> (C) { T[i, j: M, N] = +(A[i, k] * B[k, j]); C = max(T, 0); }"
+    program = lowered(src, {"A": (30, 20), "B": (20, 18)})
+    out = optimize(program, cfg, check=True)
+    kernels = out.stmts[0].stmts
+    assert any("gpu_tile" in k.tags and "gpu_group" in k.tags for k in kernels)
+    assert any("eltwise" in k.tags and "gpu_group" in k.tags for k in kernels)
+    assert_same_meaning(program, out)
+    assert_race_free(out, 256)
 
 
 # ------------------------------------------------------------------------------ LLVM

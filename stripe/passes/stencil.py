@@ -107,7 +107,7 @@ def best_match(block: Block, cfg: StencilConfig) -> Match | None:
     ins = [r for r in block.refs if r.dir is RefDir.IN]
     best: Match | None = None
     for k, st in enumerate(cfg.stencils):
-        if any(len(role.outs) != len(outs) or len(role.ins) != len(ins) for role in st.idxs):
+        if not st.idxs or any(len(role.outs) != len(outs) or len(role.ins) != len(ins) for role in st.idxs):
             continue
         startup = cfg.startup_cost if st.startup_cost is None else st.startup_cost
         candidates = [

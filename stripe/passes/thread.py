@@ -20,7 +20,9 @@ Shapes produced (``gpu_group`` / ``gpu_thread`` stand for ``outer_set`` / ``inne
 * an **outer/inner pair** (autotile's output: a block whose one statement is a leaf block): the
   outer block becomes the ``gpu_group``, the inner one the ``gpu_thread`` when its owned product
   fits; otherwise the inner block is split again and the middle block is a loop every work-item
-  runs.
+  runs (``split_through`` keeps the passthroughs a split with remainders left in the leaf). An
+  index split in two by autotile is judged whole (see ``Ownership``), so partial tiles do not
+  hide that the output owns it.
 
 Attrs say what the OpenCL generator needs: ``threads`` (work-items per group: the product of the
 thread indexes' ranges) and ``thread_idxs`` (comma-separated) on the ``gpu_thread`` block, and
