@@ -107,7 +107,9 @@ def _tileable(block: Block, parent: Block) -> bool:
 
 
 def candidates(rng: int, only_po2: bool, cap: int | None) -> list[int]:
-    """Tile sizes for an index of range ``rng``, ascending (always starting at 1)."""
+    """Tile sizes for an index of range ``rng``, ascending: 1, the powers of two below ``rng``,
+    ``rng`` itself and, unless ``only_po2``, its divisors; none above ``cap``, which is one itself
+    (when ``only_po2`` allows it)."""
     sizes = {rng}
     p = 1
     while p < rng:
@@ -116,7 +118,9 @@ def candidates(rng: int, only_po2: bool, cap: int | None) -> list[int]:
     if not only_po2:
         sizes.update(d for d in range(1, rng + 1) if rng % d == 0)
     if cap is not None:
-        sizes = {s for s in sizes if s <= max(1, cap)}
+        sizes = {s for s in sizes if s <= cap}
+        if 1 < cap < rng and not (only_po2 and cap & (cap - 1)):
+            sizes.add(cap)
     return sorted(sizes | {1})
 
 
