@@ -13,7 +13,19 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from stripe.hardware import Hardware
-from stripe.ir import Block, Load, Location, RefDir, Refinement, Special, Statement, Store
+from stripe.ir import (
+    Block,
+    Constant,
+    Intrinsic,
+    Load,
+    LoadIndex,
+    Location,
+    RefDir,
+    Refinement,
+    Special,
+    Statement,
+    Store,
+)
 from stripe.passes.cache import (
     Box,
     Region,
@@ -236,9 +248,16 @@ class _Scheduler:
         assert x is not None, "a region clipped to its buffer needs no position from above"
         self.out.append(x)
 
-    def evict(self, p: str) -> None:
+    def dead(self, p: str, k: int) -> bool:
+        """Whether ``p``'s contents no longer matter from statement ``k`` on: a temporary program
+        buffer (not an output) that no statement from ``k`` on touches."""
+        if not self.at_main or "output" in self.ctx.ref_chain(self.block, p)[-1].tags:
+            return False
+        return not any(p in n.regions or p in n.reads or p in n.writes for n in self.needs[k:])
+
+    def evict(self, p: str, k: int) -> None:
         res = self.resident.pop(p)
-        if res.dirty:
+        if res.dirty and not self.dead(p, k):
             self.xfer(res, out=True)
 
     def load(self, region: Region, bank: int, overwritten: frozenset[str]) -> _Resident:
@@ -266,7 +285,7 @@ class _Scheduler:
             else:
                 self.staged(k, s, need)
         for p in sorted(self.resident):
-            self.evict(p)
+            self.evict(p, len(self.needs))
         if not self.staged_any:
             return None
         return replace(self.block, refs=self.block.refs + tuple(self.refs), stmts=tuple(self.out))
@@ -293,7 +312,7 @@ class _Scheduler:
     def staged(self, k: int, s: Block, need: _Need) -> None:
         for p, region in need.regions.items():
             if p in self.resident and self.resident[p].region != region:
-                self.evict(p)
+                self.evict(p, k)
         # a buffer used but with no region to stage (nothing of it inside the buffer) is unstaged
         for p in sorted((need.reads | need.writes) - set(need.regions)):
             self.sync(p, p in need.writes)
@@ -308,11 +327,11 @@ class _Scheduler:
                 if not others:
                     break
                 victim = max(others, key=lambda p: (self.next_use(p, self.resident[p].region, k), p))
-                self.evict(victim)
+                self.evict(victim, k)
                 bank = self.bank_for(self.nbytes(region))
             if bank is None:  # fragmented banks: start over from empty ones (fits_empty said so)
                 for p in sorted(self.resident):
-                    self.evict(p)
+                    self.evict(p, k)
                 todo = sorted(need.regions.values(), key=lambda r: (-self.nbytes(r), r.ref))
                 for again in todo:
                     self.load(again, self.bank_for(self.nbytes(again)), need.overwritten)
@@ -339,14 +358,31 @@ def _stmt_refs(s: Statement) -> tuple[frozenset[str], frozenset[str]]:
 
 
 def _overwrites(s: Block, p: str, region: Region, reads: frozenset[str]) -> bool:
-    """Whether ``s`` overwrites the whole ``region`` before reading any of it: only specials (they
-    write every element of their outputs), one view of ``p``, exactly the region, not read."""
+    """Whether ``s`` overwrites every element of ``region`` and reads none (so it needs no
+    swap-in): a block of specials whose output view is the region (specials write every element
+    of their outputs), or an unconstrained elementwise block storing with ``assign`` through a view
+    whose access is ``origin + one index of the region's size`` per dim, a different index each."""
     views = [v for v in s.refs if v.source == p]
-    return (
-        p not in reads
-        and len(views) == 1
-        and all(isinstance(t, Special) for t in s.stmts)
-        and any(views[0].into in t.outputs for t in s.stmts)
-        and tuple(int(a.const) if a.is_constant else None for a in views[0].access) == region.origin
-        and views[0].shape.sizes == region.sizes
-    )
+    if p in reads or len(views) != 1:
+        return False
+    v = views[0]
+    if all(isinstance(t, Special) for t in s.stmts):
+        return (
+            any(v.into in t.outputs for t in s.stmts)
+            and all(a.is_constant for a in v.access)
+            and tuple(int(a.const) for a in v.access) == region.origin
+            and v.shape.sizes == region.sizes
+        )
+    scalar = (Load, Store, LoadIndex, Constant, Intrinsic)
+    if s.constraints or v.agg_op not in ("", "assign") or not all(isinstance(t, scalar) for t in s.stmts):
+        return False
+    if not any(isinstance(t, Store) and t.into == v.into for t in s.stmts):
+        return False
+    ranges = {i.name: i.range for i in s.idxs if i.affine is None}
+    used = []
+    for a, origin, size in zip(v.access, region.origin, region.sizes, strict=True):
+        terms = list(a.terms)
+        if len(terms) != 1 or terms[0][1] != 1 or a.const != origin or ranges.get(terms[0][0]) != size:
+            return False
+        used.append(terms[0][0])
+    return len(set(used)) == len(used)
