@@ -203,6 +203,17 @@ def test_a_buffer_written_unstaged_is_written_back_first_and_dropped():
     assert_same_meaning(program, out)
 
 
+def test_in_a_tile_loop_only_what_is_read_is_staged():
+    program = tiled(lowered(MATMUL, {"A": (5, 4), "B": (4, 3)}), {"i": 2, "j": 2, "k": 3})
+    out = run_pass("schedule", {**SCHEDULE, "reqs": ["outer"], "mem_KiB": 0.1}, program, "accel")
+    outer = out.stmts[0].stmts[1]
+    assert [r.into for r in outer.refs if r.location is not None] == ["A_s", "B_s"]
+    assert [sorted(b.tags) for b in outer.stmts] == [["swap_in", "xfer"], ["swap_in", "xfer"], ["inner"]]
+    # the partial last tiles are copied only inside A and B
+    assert len(outer.stmts[0].constraints) == 2 and len(outer.stmts[1].constraints) == 2
+    assert_same_meaning(program, out)
+
+
 # ------------------------------------------------------------------------------ meaning
 def test_schedule_keeps_the_meaning_of_drawn_programs():
     changed = []
@@ -214,11 +225,12 @@ def test_schedule_keeps_the_meaning_of_drawn_programs():
         st.sampled_from([0.01, 0.03, 0.1, 1.0]),
         st.sampled_from([1, 16]),
         st.sampled_from([None, 2]),
+        st.sampled_from([["main"], ["outer"]]),
     )
-    def prop(case, tile, kib, alignment, banks):
+    def prop(case, tile, kib, alignment, banks, reqs):
         program, inputs = case
         before = program if tile is None else tiled(program, tile)
-        params = {**SCHEDULE, "mem_KiB": kib, "alignment": alignment, "num_banks": banks}
+        params = {**SCHEDULE, "reqs": reqs, "mem_KiB": kib, "alignment": alignment, "num_banks": banks}
         after = run_pass("schedule", params, before, "accel")
         assert all("kernel" in k.tags for k in after.stmts[0].stmts)
         assert_same_meaning(program, after, inputs)

@@ -95,6 +95,9 @@ def schedule(program: Block, cfg: ScheduleConfig, hw: Hardware) -> Block:
     the transfer blocks are tagged ``kernel`` too, so every statement of main stays a kernel;
     elsewhere they are allocations of S.
 
+    In a block S with several index points (a tile loop) only what a sub-block reads is staged:
+    points may run in parallel, and a written-back copy would undo another point's writes.
+
     Guarantees: every sub-block reads and writes the same values in the same order (a staged
     region holds the buffer's current elements, writes land there and are copied back before any
     other reader), so the meaning is exact, floats included."""
@@ -150,6 +153,10 @@ class _Scheduler:
                 why = why or reg
             elif reg is not None:
                 regions[p] = reg
+        if self.block.index_space > 1:
+            # another point of the block may write the same elements at the same time, and a
+            # copy written back whole would undo its writes: written buffers stay unstaged
+            regions = {p: r for p, r in regions.items() if p not in writes}
         if not why and regions:
             total = [self.nbytes(r) for r in regions.values()]
             if not self.fits_empty(total):
@@ -166,11 +173,14 @@ class _Scheduler:
         )
 
     def region(self, s: Block, p: str) -> Region | str | None:
-        """The clipped region of ``p`` that ``s`` may touch; None if none; a reason if unknown."""
+        """The region of ``p`` that ``s`` may touch, clipped to the buffer where ``p`` is a fixed
+        view of it; None if none; a reason if it cannot be told. Where ``p`` moves with the
+        scheduled block's indexes (a tile), the region is not clipped: its transfers are
+        constrained to the buffer instead."""
         ref = self.block.ref(p)
         chain = chain_of(self.ctx, self.block, p)
-        if chain is None or chain.fixed is None or not all(a.is_constant for a in ref.access):
-            return f"{p} is not a constant view of its buffer"
+        if chain is None or chain.fixed is None:
+            return f"{p} is not a view of its buffer at a fixed place"
         if aliased(self.ctx, self.block, p):
             return f"{p}'s buffer has another view"
         base = [int(a.const) + f for a, f in zip(ref.access, chain.fixed, strict=True)]
@@ -191,6 +201,8 @@ class _Scheduler:
                 )
         if spans is None:
             return None
+        if not all(a.is_constant for a in ref.access):
+            return Region(p, tuple(lo for lo, _ in spans), tuple(hi - lo + 1 for lo, hi in spans))
         origin, sizes = [], []
         for (lo, hi), b, n in zip(spans, base, chain.sizes, strict=True):
             lo, hi = max(lo + b, 0), min(hi + b, n - 1)
@@ -245,7 +257,7 @@ class _Scheduler:
         x = transfer(
             self.block, self.box, chain, res.region, res.name, copy_out=out, agg="assign", dress=dress
         )
-        assert x is not None, "a region clipped to its buffer needs no position from above"
+        assert x is not None, "chain.fixed gives every position above the scheduled block"
         self.out.append(x)
 
     def dead(self, p: str, k: int) -> bool:
