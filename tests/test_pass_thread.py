@@ -288,6 +288,18 @@ def assert_race_free(program: Block, threads: int | None = None) -> None:
             assert len(ids) == 1, f"{k.name}: element {element} written by work-items {sorted(ids)}"
 
 
+def test_race_check_catches_a_threaded_reduction():
+    """The enumeration is not vacuous: naming the row sum's reduction index a thread index (as a
+    wrong mapping would) is caught."""
+    out = run_pass("thread", {"reqs": ["kernel"], "threads": 16}, parse_stripe(ROWSUM_BEFORE))
+    group = out.stmts[0].stmts[0]
+    inner = group.stmts[0]
+    wrong = replace(inner, attrs=(("threads", 80), ("thread_idxs", "i,j")))
+    bad = replace(out, stmts=(replace(out.stmts[0], stmts=(replace(group, stmts=(wrong,)),)),))
+    with pytest.raises(AssertionError, match="written by work-items"):
+        assert_race_free(bad)
+
+
 def _named(block: Block, attr: str) -> list[str]:
     value = dict(block.attrs).get(attr, "")
     return [v for v in value.split(",") if v]
