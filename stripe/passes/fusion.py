@@ -60,6 +60,7 @@ from stripe.passes.rewrite import (
     rewrite,
     substitute_indexes,
 )
+from stripe.passes.tiling import split
 from tile.affine import Affine
 from tile.bounds import poly_interval
 
@@ -103,8 +104,12 @@ def fusion(program: Block, cfg: FusionConfig, hw: Hardware) -> Block:
                 i += 1
                 continue
             stmts[i : j + 1] = [*stmts[i + 1 : j], fused]
-            i = max(j - 2, 0)  # the fused block may now fuse with the one before it, too
             changed = True
+            # The fused block may now fuse with the block before it (and the specials between).
+            i = j - 2
+            while i > 0 and isinstance(stmts[i], Block) and "special" in stmts[i].tags:
+                i -= 1
+            i = max(i, 0)
         return replace(parent, stmts=tuple(stmts)) if changed else None
 
     return rewrite(program, fn, cfg.parent_reqs)
@@ -127,8 +132,9 @@ def _unaliased(parent: Block, ctx: Context) -> bool:
 
 # ------------------------------------------------------------------------------ analysis
 def _kind(block: Block, parent_refs: set[str]) -> str | None:
-    """``leaf`` (only scalar statements), ``nest`` (only leaf blocks, as this pass builds them), or
-    None for anything the pass does not handle."""
+    """``leaf`` (only scalar statements), ``nest`` (only blocks, each a leaf or a nest, whose views
+    use only their own indexes without affines: what tiling and this pass build), or None for
+    anything the pass does not handle."""
     if "special" in block.tags or not block.idxs:
         return None
     if any(i.affine is not None or i.range <= 0 for i in block.idxs):
@@ -137,32 +143,53 @@ def _kind(block: Block, parent_refs: set[str]) -> str | None:
         return None  # a local allocation (fresh per point of the block): leave it alone
     if all(isinstance(s, _LEAF) for s in block.stmts):
         return "leaf"
-    if block.constraints or not all(isinstance(s, Block) for s in block.stmts):
-        return None
+    return "nest" if _nested_ok(block) else None
+
+
+def _nested_ok(block: Block) -> bool:
+    if not block.stmts or not all(isinstance(s, Block) for s in block.stmts):
+        return False
     names = {r.into for r in block.refs}
     for child in block.stmts:
-        if not all(isinstance(s, _LEAF) for s in child.stmts):
-            return None
         free = {i.name for i in child.idxs if i.affine is None}
         for r in child.refs:
             if r.source not in names or any(v not in free for a in r.access for v in a.vars):
-                return None
-    return "nest"
+                return False  # a local allocation, or a view moved by an enclosing index
+        if not all(isinstance(s, _LEAF) for s in child.stmts) and not _nested_ok(child):
+            return False
+    return True
 
 
-def _fixed(block: Block, ref: Refinement) -> dict[int, tuple[str, object]]:
-    """Dims ``d`` where ``ref``'s access is ``v + c`` for an index ``v`` of ``block`` and no nested
-    view adds a variable there: ``{d: (v, c)}``. Such a dim's element fixes ``v``."""
+def _spread(block: Block, name: str, d: int) -> tuple[int, int]:
+    """The least and greatest offsets that blocks nested in ``block`` add, in dim ``d``, to the
+    position of its refinement ``name`` (0 for the block's own loads and stores)."""
+    lo = hi = 0
+    for child in block.stmts:
+        if isinstance(child, Block):
+            box = {i.name: (0, i.range - 1) for i in child.idxs if i.affine is None}
+            for r in child.refs:
+                if r.source == name:
+                    a, b = poly_interval(r.access[d], box)
+                    sl, sh = _spread(child, r.into, d)
+                    lo, hi = min(lo, int(a) + sl), max(hi, int(b) + sh)
+    return lo, hi
+
+
+def _fixed(block: Block, ref: Refinement) -> dict[int, tuple[str, int, object]]:
+    """Dims ``d`` where ``ref``'s access is ``c*v + k`` for an index ``v`` of ``block`` (``c >= 1``)
+    and nested views add offsets in ``[0, c)``: ``{d: (v, c, k)}``. Every element touched through
+    ``ref`` in such a dim fixes ``v`` (it is ``floor((e - k) / c)``)."""
     idx = {i.name for i in block.idxs}
     out = {}
     for d, a in enumerate(ref.access):
-        if len(a.terms) == 1 and a.terms[0][1] == 1 and a.terms[0][0] in idx:
-            out[d] = (a.terms[0][0], a.const)
-    for child in block.stmts:
-        if isinstance(child, Block):
-            for r in child.refs:
-                if r.source == ref.into:
-                    out = {d: f for d, f in out.items() if r.access[d].is_constant}
+        if len(a.terms) != 1 or a.terms[0][0] not in idx:
+            continue
+        c = a.terms[0][1]
+        if c.denominator != 1 or c < 1:
+            continue
+        lo, hi = _spread(block, ref.into, d)
+        if 0 <= lo and hi < c:
+            out[d] = (a.terms[0][0], int(c), a.const)
     return out
 
 
@@ -183,7 +210,7 @@ def _disjoint_points(block: Block, refs: list[Refinement]) -> bool:
     """One refinement whose element fixes every index: the block's points touch disjoint elements."""
     if len(refs) != 1:
         return False
-    return {v for v, _ in _fixed(block, refs[0]).values()} >= {i.name for i in block.idxs}
+    return {f[0] for f in _fixed(block, refs[0]).values()} >= {i.name for i in block.idxs}
 
 
 def fused_pairs(a: Block, b: Block, parent_refs: set[str]) -> list[tuple[str, str]] | None:
@@ -205,7 +232,7 @@ def fused_pairs(a: Block, b: Block, parent_refs: set[str]) -> list[tuple[str, st
     range_a = {i.name: i.range for i in a.idxs}
     range_b = {i.name: i.range for i in b.idxs}
 
-    # Candidates: per T, the dims where A writes a + c and every read of B is b + c.
+    # Candidates: per T, the dims where A writes c*a + k (+ [0, c)) and B reads c*b + k (+ [0, c)).
     cand: dict[str, dict[int, tuple[str, str]]] = {}
     writer: dict[str, Refinement] = {}
     readers: dict[str, list[Refinement]] = {}
@@ -217,12 +244,12 @@ def fused_pairs(a: Block, b: Block, parent_refs: set[str]) -> list[tuple[str, st
         readers[t] = [r for r in b.refs if r.source == t]
         per: dict[int, tuple[str, str]] = {}
         b_fixed = [_fixed(b, r) for r in readers[t]]
-        for d, (av, c) in _fixed(a, writer[t]).items():
+        for d, (av, c, k) in _fixed(a, writer[t]).items():
             seen = {f.get(d) for f in b_fixed}
             if len(seen) != 1 or None in seen:
                 continue
-            bv, bc = seen.pop()
-            if bc == c and range_a[av] == range_b[bv]:
+            bv, bc, bk = seen.pop()
+            if (bc, bk) == (c, k) and range_a[av] == range_b[bv]:
                 per[d] = (av, bv)
         cand[t] = per
     pairs = set.intersection(*(set(cand[t].values()) for t in ts))
@@ -245,17 +272,13 @@ def fused_pairs(a: Block, b: Block, parent_refs: set[str]) -> list[tuple[str, st
         for blk, writes, side in ((a, wa, 0), (b, wb, 1)):  # every write fixes every fused index
             for refs in writes.values():
                 for r in refs:
-                    fixed = {v for v, _ in _fixed(blk, r).values()}
+                    fixed = {f[0] for f in _fixed(blk, r).values()}
                     bad |= {p for p in pairs if p[side] not in fixed}
         if not bad:
             break
         pairs -= bad
     if not pairs:
         return None
-    if (ka == "nest" and {p[0] for p in pairs} != set(range_a)) or (
-        kb == "nest" and {p[1] for p in pairs} != set(range_b)
-    ):
-        return None  # a nest is fused on all of its indexes, so its inner blocks can move up
     order = [i.name for i in b.idxs]
     return sorted(pairs, key=lambda p: order.index(p[1]))
 
@@ -264,14 +287,18 @@ def fused_pairs(a: Block, b: Block, parent_refs: set[str]) -> list[tuple[str, st
 def fuse_pair(parent: Block, a: Block, b: Block, cfg: FusionConfig) -> Block | None:
     """The fused block of A then B, or None where the checks refuse (see the module docstring)."""
     parent_refs = {r.into for r in parent.refs}
-    pairs = fused_pairs(a, b, parent_refs)
+    sizes = {r.into: r.shape.sizes for r in parent.refs}
+    pairs = None
+    tiled = _tiled_to_match(a, b, parent_refs, sizes)
+    if tiled is not None:
+        pairs = fused_pairs(a, tiled, parent_refs)
+        b = tiled if pairs is not None else b
+    if pairs is None:
+        pairs = fused_pairs(a, b, parent_refs)
     if pairs is None:
         return None
-    sizes = {r.into: r.shape.sizes for r in parent.refs}
-    to_outer = {av: bv for av, bv in pairs}
-    part_a = _lift(a, to_outer) if _kind(a, parent_refs) == "nest" else _split(a, to_outer, sizes)
-    to_b = {bv: bv for _, bv in pairs}
-    part_b = _lift(b, to_b) if _kind(b, parent_refs) == "nest" else _split(b, to_b, sizes)
+    part_a = _part(a, {av: bv for av, bv in pairs}, sizes)
+    part_b = _part(b, {bv: bv for _, bv in pairs}, sizes)
     _, wa = _by_source(a)
     rb, _ = _by_source(b)
     refs, stmts = _merge(part_a, part_b, set(wa) & set(rb), sizes)
@@ -287,11 +314,52 @@ def fuse_pair(parent: Block, a: Block, b: Block, cfg: FusionConfig) -> Block | N
     )
 
 
+def _tiled_to_match(
+    a: Block, b: Block, parent_refs: set[str], sizes: dict[str, tuple[int, ...]]
+) -> Block | None:
+    """B split into tiles of A's (``tiling.split``) where A writes ``T`` by tiles (``c*a + k`` with
+    nested offsets in ``[0, c)``) and leaf B reads it element by element (``b + k``); None when
+    there is nothing to match."""
+    if _kind(a, parent_refs) is None or _kind(b, parent_refs) != "leaf":
+        return None
+    _, wa = _by_source(a)
+    rb, _ = _by_source(b)
+    want: dict[str, set[int]] = {}
+    for t in set(wa) & set(rb):
+        writers = [r for r in a.refs if r.source == t]
+        if len(writers) != 1:
+            return None
+        fa = _fixed(a, writers[0])
+        for r in (r for r in b.refs if r.source == t):
+            for d, (bv, bc, bk) in _fixed(b, r).items():
+                if d in fa and fa[d][1] > 1 and bc == 1 and fa[d][2] == bk:
+                    want.setdefault(bv, set()).add(fa[d][1])
+    tiles = {v: cs.pop() for v, cs in want.items() if len(cs) == 1}
+    if not tiles:
+        return None
+    out = split(
+        b,
+        tiles,
+        inner_tags=b.tags - {"kernel"},
+        parent_sizes={r.into: sizes[r.source] for r in b.refs},
+    )
+    whole = [i.name for i in b.idxs if i.name not in tiles]  # range 1 in the outer block: drop them
+    out = substitute_indexes(out, {v: Affine.constant(0) for v in whole})
+    return replace(out, idxs=tuple(i for i in out.idxs if i.name not in whole))
+
+
 Part = tuple[list[Refinement], list[Block]]  # outer refinements (outer index names), inner blocks
 
 
+def _part(block: Block, to_outer: dict[str, str], sizes: dict[str, tuple[int, ...]]) -> Part:
+    fully = {i.name for i in block.idxs} <= set(to_outer)
+    if fully and not block.constraints and all(isinstance(s, Block) for s in block.stmts):
+        return _lift(block, to_outer)
+    return _split(block, to_outer, sizes)
+
+
 def _split(block: Block, to_outer: dict[str, str], parent_sizes: dict[str, tuple[int, ...]]) -> Part:
-    """A leaf block as outer refinements and the inner block over its non-fused indexes."""
+    """A block as outer refinements and the inner block over its non-fused indexes."""
     inner_idxs = [i for i in block.idxs if i.name not in to_outer]
     used: set[str] = set()
     for c in block.constraints:
@@ -299,6 +367,10 @@ def _split(block: Block, to_outer: dict[str, str], parent_sizes: dict[str, tuple
     for s in block.stmts:
         if isinstance(s, LoadIndex):
             used.update(s.affine.vars)
+        elif isinstance(s, Block):
+            for i in s.idxs:
+                if i.affine is not None:
+                    used.update(i.affine.vars)
     taken = {i.name for i in inner_idxs}
     through: list[Index] = []
     env: dict[str, Affine] = {}
