@@ -20,7 +20,7 @@ from stripe.hardware import ExecUnit, Hardware, MemUnit
 from stripe.ir import Block, walk
 from stripe.parser import parse_stripe
 from stripe.passes import PASSES
-from stripe.passes.autotile import candidates
+from stripe.passes.autotile import _tileable, candidates, search
 from stripe.printer import format_block
 from stripe.verify import verify
 from tests.llvm_runner import execute
@@ -476,6 +476,39 @@ def test_drawn_programs_do_get_split():
 
     count()
     assert sum(seen) >= 5, seen
+
+
+def test_hill_climb_is_near_the_exhaustive_optimum():
+    ratios = []
+
+    @HYP
+    @given(st.data())
+    def compare(data):
+        program, _ = draw_program(data)
+        main = program.stmts[0]
+        for kib in (0.25, 1):
+            hw = small_l1(kib)
+            cfg = pass_params("autotile", {"reqs": ["contraction"], "memory": "L1"})
+            for k in main.stmts:
+                if "contraction" not in k.tags or not _tileable(k, main):
+                    continue
+                model = TileModel(k, hw, "L1", {r.into: main.ref(r.source).shape.sizes for r in k.refs})
+                sizes = [candidates(r, False, None) for r in model.ranges]
+                if np.prod([len(c) for c in sizes]) > 1000:
+                    continue
+                best, _ = search(model, cfg, hw)
+                want = min(2, model.max_parallel())
+                every = [model.evaluate(t) for t in itertools.product(*sizes)]
+                every = [c for c in every if c.footprint <= model.capacity and c.parallel >= want]
+                if not every:
+                    assert best is None
+                    continue
+                ratios.append(best.traffic / min(c.traffic for c in every))
+
+    compare()
+    assert len(ratios) >= 20
+    assert max(ratios) <= 1.25, sorted(ratios)[-5:]
+    assert sum(r == 1 for r in ratios) >= 0.9 * len(ratios), sorted(ratios)[-5:]
 
 
 def test_llvm_runs_tiled_matmul():

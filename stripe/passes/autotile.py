@@ -3,12 +3,13 @@ cost model (``stripe.cost.TileModel``) says move the fewest bytes per flop.
 
 The search: each index's candidate tile sizes are the powers of two below its range and the range
 itself (with ``only_po2=False`` also the range's divisors), capped by ``max_sizes``. Starting from
-all ones, a hill climb repeatedly takes the best move that raises one index to one of its next
-``LOOKAHEAD`` candidates, among moves that keep the footprint within the memory and at least
-``min_outer`` outer points over the output's indexes, while the cost strictly improves. Each step
-prices at most ``indexes x LOOKAHEAD`` candidates and there are at most ``Σ candidates`` steps, so
-a 6-index convolution with ranges of 1024 takes milliseconds. ``TILE_DEBUG=2`` prints the best
-candidates seen, ranked, to stderr.
+all ones, a hill climb repeatedly takes the best move that raises one index to any larger
+candidate, among moves that keep the footprint within the memory and at least ``min_outer`` outer
+points over the output's indexes, while the cost strictly improves. A step prices at most
+``Σ candidates`` tilings and there are at most as many steps, so a 6-index convolution with ranges
+of 1024 takes milliseconds. It is not exhaustive: on the tests' drawn programs it finds the
+optimum in most blocks and stays within a quarter of it in all.
+``TILE_DEBUG=2`` prints the best candidates seen, ranked, to stderr.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ from stripe.ir import Block, Constant, Intrinsic, Load, LoadIndex, RefDir, Store
 from stripe.passes.registry import register
 from stripe.passes.rewrite import Context, reads_writes, rewrite
 from stripe.passes.tiling import can_split, split
-
-LOOKAHEAD = 3  # how many larger candidates of one index a hill-climbing step tries
 
 
 @dataclass(frozen=True)
@@ -152,7 +151,7 @@ def search(model: cost.TileModel, cfg: AutotileConfig, hw: Hardware):
     while True:
         step = None
         for k, c in enumerate(cands):
-            for p in range(pos[k] + 1, min(len(c), pos[k] + 1 + LOOKAHEAD)):
+            for p in range(pos[k] + 1, len(c)):
                 trial = (*pos[:k], p, *pos[k + 1 :])
                 got = price(trial)
                 if got is not None and got.key() < (step or best).key():
