@@ -25,6 +25,7 @@ from stripe.ir import (
     Special,
     Statement,
     Store,
+    walk,
 )
 from stripe.passes.cache import (
     Box,
@@ -88,9 +89,10 @@ def schedule(program: Block, cfg: ScheduleConfig, hw: Hardware) -> Block:
     resident regions (sizes rounded up to ``alignment``) fit ``num_banks`` banks of ``mem_KiB``;
     when one does not fit, the resident region used farthest in the future is evicted.
 
-    A sub-block is left unstaged (with a comment saying why) when its own regions do not fit, or
-    when a buffer it uses cannot be staged (a view with other strides than its buffer, a buffer
-    seen through two refinements, an access of S that is not constant). When S is ``main`` the
+    A sub-block is left unstaged (with a comment saying why) when its own regions do not fit, when
+    it already allocates in ``mem_loc`` (``cache`` staged its tiles), or when a buffer it uses
+    cannot be staged (a view with other strides than its buffer, a buffer seen through two
+    refinements, a view above S that moves with an enclosing block's indexes). When S is ``main`` the
     allocations are program buffers tagged ``tmp`` (in ``mem_loc``, refined ``inout`` by main) and
     the transfer blocks are tagged ``kernel`` too, so every statement of main stays a kernel;
     elsewhere they are allocations of S.
@@ -153,6 +155,8 @@ class _Scheduler:
                 why = why or reg
             elif reg is not None:
                 regions[p] = reg
+        if not why and _stages_itself(s, self.cfg.mem_loc.name):
+            why = f"it stages its own data in {self.cfg.mem_loc.name}"
         if self.block.index_space > 1:
             # another point of the block may write the same elements at the same time, and a
             # copy written back whole would undo its writes: written buffers stay unstaged
@@ -356,6 +360,15 @@ class _Scheduler:
                 self.resident[p].dirty = True
         self.out.append(s)
         self.staged_any = True
+
+
+def _stages_itself(block: Block, memory: str) -> bool:
+    """Whether ``block`` or a block inside it allocates in ``memory`` (``cache`` staged its tiles)."""
+    return any(
+        r.dir is RefDir.NONE and r.from_ is None and r.location is not None and r.location.name == memory
+        for b in walk(block)
+        for r in b.refs
+    )
 
 
 def _stmt_refs(s: Statement) -> tuple[frozenset[str], frozenset[str]]:
