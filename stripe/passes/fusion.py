@@ -1,33 +1,44 @@
 """``fusion``: run two adjacent blocks, a producer A and a consumer B, on one outer index space.
 
 The form (the seed's "Fusing Contractions" AFTER picture): when B reads a buffer ``T`` that A
-writes, pairs ``(a, b)`` of an A index and a B index that address the same dim of ``T`` (plain
-``a + c`` in A's write, ``b + c`` in B's read, the same range) become the indexes of an outer
-block (with B's names); per outer point the block runs A' (A's points with ``a = b``) and then B'
-(B's points with that ``b``). A' and B' keep their other indexes, their constraints and their
-statements; where their constraints or ``load_index`` need a fused value they get a passthrough
-``b_o:1 = b``. Every refinement splits as in ``tiling``: the outer one holds the part of the access
-that depends on fused indexes (plus the constant and the least value of the rest), sized to what
-one outer point touches, the inner one the rest. A's and B's outer refinements of one buffer merge
-into one when they differ only by constants (else B's is renamed); ``T``'s covers exactly one outer
-point: the fused dims' element, the other dims whole.
+writes, pairs ``(a, b)`` of an A index and a B index that address the same dim of ``T`` (``a + k``
+in A's write and ``b + k`` in B's read, the same range) become the indexes of an outer block (with
+B's names); per outer point the block runs A' (A's points with ``a = b``) and then B' (B's points
+with that ``b``). A' and B' keep their other indexes, their constraints and their statements;
+where their constraints, ``load_index`` or nested blocks' index affines need a fused value they get
+a passthrough ``b_o:1 = b``. Every refinement splits as in ``tiling``: the outer one holds the part
+of the access that depends on fused indexes (plus the constant and the least value of the rest),
+sized to what one outer point touches (clipped to its parent), the inner one the rest. A's and B's
+outer refinements of one buffer merge into one when they differ only by constants (the inner views
+shifted to match), else B's is renamed; ``T``'s covers exactly one outer point: the fused dims'
+element (or tile), the other dims whole.
+
+Tiles: A may be a tiled block (``tiling.split``, ``autotile``): it writes ``T`` at ``c*a + k`` plus
+nested offsets in ``[0, c)``. Then a leaf B reading ``T`` at ``b + k`` is first split into tiles of
+``c`` on ``b`` (its untiled indexes left whole), and the two fuse on the tile numbers; blocks that
+are both tiled alike pair directly (same ``c`` and ``k``, same range).
 
 Why the meaning is kept (what the pass checks, refusing otherwise):
 
-* every element of ``T`` that A writes fixes every fused index (A's write has ``a + c`` in some dim
-  for each fused ``a``), and B reads that element only at the outer point with those values
-  (``b + c`` in the same dims); the other dims use no fused index on either side. So all of A's
-  writes to what B' reads at an outer point are done before it, and none come later;
+* every element of ``T`` that A writes fixes every fused index (for each fused ``a``, some dim of
+  A's write is ``c*a + k`` with nested offsets in ``[0, c)``, so ``a = floor((e - k) / c)``), and B
+  reads that element only at the outer point with those values (``c*b + k``, the same ``c`` and
+  ``k``); the other dims use no fused index on either side. So all of A's writes to what B' reads at
+  an outer point are done before it, and none come later;
 * every other write of A and of B also fixes every fused index, so points writing one element
   stay in one outer point and keep their order (the pass does not reorder aggregation);
 * B writes nothing A reads or writes; a buffer a block both reads and writes has one refinement
   that fixes every index of that block (its points touch disjoint elements);
-* no local allocations, specials, index affines or aliased buffers in the parent.
+* no local allocations, specials, index affines or aliased buffers in the parent; nested blocks'
+  views use only their own indexes (no affines), so the analysis above sees every offset.
 
-A or B may itself be a block this pass built (its statements are leaf blocks): it is then fused on
-all of its indexes and its inner blocks join the new outer block, so chains stay one level deep.
-Inner blocks keep their tags except ``kernel``. Special kernels between A and B that commute with A
-(initialisers of other buffers, as before a contraction) move before A so that A and B meet.
+A block fused on all of its indexes whose statements are blocks (one this pass built, or a tiled
+consumer) gives its inner blocks to the new outer block, so chains stay one level deep; a block
+fused on some of its indexes becomes the inner block A' (a tiled contraction keeps its reduction
+tiles there). Inner blocks keep their tags except ``kernel``. Special kernels between A and B that
+commute with A (initialisers of other buffers, as before a contraction) move before A so that A
+and B meet; after a fusion the block before is tried again, so ``A, B, C`` fuses whichever pair
+qualifies first.
 """
 
 from __future__ import annotations
