@@ -15,6 +15,7 @@ and special that the consumer runs.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from stripe.hardware import Hardware
@@ -38,7 +39,7 @@ def index_box(block: Block, outer: Box) -> Box | None:
         if i.range <= 0:
             return None
         lo, hi = (0, 0) if i.affine is None else poly_interval(i.affine, outer)
-        box[i.name] = (int(lo), int(hi) + i.range - 1)
+        box[i.name] = (math.floor(lo), math.ceil(hi) + i.range - 1)
     return box
 
 
@@ -57,7 +58,7 @@ def boxes(ctx: Context, block: Block) -> list[Box] | None:
 
 def _span(a: Affine, box: Box) -> Span:
     lo, hi = poly_interval(a, box)
-    return int(lo), int(hi)
+    return math.floor(lo), math.ceil(hi)
 
 
 def footprint(block: Block, ref: str, outer: Box) -> list[Span] | None:
@@ -324,9 +325,10 @@ class CacheConfig:
 def cache(program: Block, cfg: CacheConfig, hw: Hardware) -> Block:
     """Matches blocks B with every tag in ``reqs`` (autotile's outer blocks) and each nested block C
     of B that uses a refinement R of B: with ``"in"`` in ``dirs``, when C only reads R (C's views
-    of it are ``in``); with ``"out"``, when C's views of R are ``out`` aggregating with ``add``, R
-    too, and C does not read them. R must carry ``ref_reqs``, view its buffer with the buffer's
-    strides, and share its buffer with no other refinement of B or its ancestors.
+    of it are ``in``); with ``"out"``, when R aggregates with ``add`` and C only adds into it (its
+    views, and theirs below, are ``out`` with ``add``; no loads, no specials). R must carry
+    ``ref_reqs``, view its buffer with the buffer's strides, and share its buffer with no other
+    refinement of B or its ancestors.
 
     Rewrite: B gets a dense allocation ``R_c`` (dir none, location ``mem_loc``, R's view sizes)
     and, for ``in``, a transfer block before C (tags ``xfer_tags``, location ``xfer_loc``) copying
@@ -389,6 +391,22 @@ def cache(program: Block, cfg: CacheConfig, hw: Hardware) -> Block:
     return rewrite(program, fn, cfg.reqs)
 
 
+def _adds_only(block: Block, parents: set[str]) -> bool:
+    """Whether every use of ``block``'s views of ``parents``, down the tree, is a store through an
+    ``out`` view aggregating with ``add`` (no loads; no specials, which overwrite)."""
+    names = {v.into for v in block.refs if v.source in parents}
+    if any(v.dir is not RefDir.OUT or v.agg_op != "add" for v in block.refs if v.into in names):
+        return False
+    for s in block.stmts:
+        if isinstance(s, Load) and s.from_ in names:
+            return False
+        if isinstance(s, Special) and names & {*s.inputs, *s.outputs}:
+            return False
+        if isinstance(s, Block) and not _adds_only(s, names):
+            return False
+    return True
+
+
 def _cacheable(ctx, b: Block, r: Refinement, c: Block, cfg: CacheConfig, reads, writes, box) -> str | None:
     views = [v for v in c.refs if v.source == r.into]
     if not views or not all(t in r.tags for t in cfg.ref_reqs) or _is_alloc(r, ctx.parent):
@@ -396,12 +414,7 @@ def _cacheable(ctx, b: Block, r: Refinement, c: Block, cfg: CacheConfig, reads, 
     names = {v.into for v in views}
     if "in" in cfg.dirs and all(v.dir is RefDir.IN for v in views) and not names & writes:
         kind = "in"
-    elif (
-        "out" in cfg.dirs
-        and r.agg_op == "add"
-        and all(v.dir is RefDir.OUT and v.agg_op == "add" for v in views)
-        and not names & reads
-    ):
+    elif "out" in cfg.dirs and r.agg_op == "add" and _adds_only(c, {r.into}):
         kind = "out"
     else:
         return None
