@@ -183,6 +183,14 @@ def test_outputs_that_do_not_add_are_not_cached():
     assert out == program
 
 
+def test_an_output_assigned_below_is_not_cached():
+    # The inner view overwrites instead of adding: a zero-started copy added back would not be it.
+    text = TILED_MATMUL.replace("out C[i, j]:add fp32(1:3, 1:1)", "out C[i, j]:assign fp32(1:3, 1:1)")
+    out = check_rewrite("cache", CACHE_IN_OUT, text, None)
+    names = {r.into for b in walk(out) for r in b.refs}
+    assert {"A_c", "B_c"} <= names and "C_c" not in names
+
+
 def test_views_a_nested_block_may_overrun_are_left_alone():
     # The inner block reads A one element past its tile view: staging the view would lose it.
     program = parse_stripe(TILED_MATMUL)
