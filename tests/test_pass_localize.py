@@ -12,10 +12,12 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
-from stripe.ir import Block
+from stripe.ir import Block, RefDir, Refinement
 from stripe.parser import parse_stripe
+from stripe.passes.rewrite import fresh, passthrough, reads_writes, rename_refs
 from stripe.passes.tiling import can_split, split
 from tests.pass_support import assert_same_meaning, check_rewrite, inputs_for, programs, run_pass
+from tile.affine import Affine
 from tile.errors import TileError
 
 HYP = settings(
@@ -47,28 +49,114 @@ def wrap(program: Block, lo: int, hi: int) -> Block:
 def tile_contractions(program: Block, tile: int) -> Block:
     """Every contraction kernel split (``tiling.split``) into tiles of ``tile`` on every index."""
     main = program.stmts[0]
-    ks = tuple(
-        split(k, {i.name: tile for i in k.idxs}) if k.has_tags("contraction") and can_split(k) else k
-        for k in main.stmts
-    )
+
+    def tiled(k: Block) -> Block:
+        if not k.has_tags("contraction") or not can_split(k):
+            return k
+        sizes = {r.into: main.ref(r.source).shape.sizes for r in k.refs}
+        return split(k, {i.name: tile for i in k.idxs}, parent_sizes=sizes)
+
+    ks = tuple(tiled(k) for k in main.stmts)
     return replace(program, stmts=(replace(main, stmts=ks),))
 
 
+def _body(k: Block) -> tuple[Block, ...]:
+    """A kernel as an inner block of one point (passthroughs of its indexes, for ``load_index``) over
+    its own views (or the inner blocks of a kernel that ``fuse_eltwise`` built)."""
+    if k.has_tags("test_fused"):
+        return tuple(s for s in k.stmts if isinstance(s, Block))
+    refs = tuple(replace(r, access=tuple(Affine() for _ in r.access), from_=None) for r in k.refs)
+    idxs = tuple(passthrough(i.name) for i in k.idxs)
+    return (Block(k.name, idxs, (), refs, k.stmts, k.tags - {"kernel"}),)
+
+
+def _owns(r: Refinement, k: Block) -> bool:
+    """Each point of ``k`` has its own element: every index with range > 1 is a whole dim."""
+    dims = [a for a, d in zip(r.access, r.shape.dims) if d.size == 1]
+    return all(i.range <= 1 or Affine.var(i.name) in dims for i in k.idxs)
+
+
+def _fusable(a: Block, b: Block) -> bool:
+    if not (a.has_tags("eltwise") and b.has_tags("eltwise")) or a.idxs != b.idxs or a.constraints:
+        return False
+    if b.constraints or any(i.affine is not None for i in a.idxs):
+        return False
+    if not all(isinstance(s, Block) for s in a.stmts) and any(isinstance(s, Block) for s in a.stmts):
+        return False
+    if any(isinstance(s, Block) for s in b.stmts) or not a.idxs:
+        return False
+    ra, wa = reads_writes(a)
+    rb, wb = reads_writes(b)
+    for name in (wa & (rb | wb)) | (wb & (ra | wa)):
+        ka = [r for r in a.refs if r.source == name]
+        kb = [r for r in b.refs if r.source == name]
+        if len(ka) != 1 or len(kb) != 1 or ka[0].access != kb[0].access or ka[0].shape != kb[0].shape:
+            return False
+        if not _owns(ka[0], a):
+            return False
+    return all(r.from_ is None for r in (*a.refs, *b.refs))
+
+
+def fuse_eltwise(program: Block) -> Block:
+    """A simple elementwise fusion: two ``#eltwise`` kernels over the same indexes whose shared
+    written buffers have one identical view that each point owns (the second one moved up past
+    kernels touching none of its buffers) run, point by point, as one-point inner blocks of one
+    kernel (tagged ``test_fused``)."""
+    main = program.stmts[0]
+    out: list[Block] = []
+    for k in main.stmts:
+        # k may move up past kernels that touch none of its buffers, to the nearest fusable one
+        at = len(out) - 1
+        mine = {r.source for r in k.refs}
+        while at >= 0 and not _fusable(out[at], k) and not mine & {r.source for r in out[at].refs}:
+            at -= 1
+        if at >= 0 and _fusable(out[at], k):
+            a = out.pop(at)
+            refs = list(a.refs)
+            inner = list(_body(a))
+            (b,) = _body(k)
+            names = {r.into for r in refs}
+            for r in k.refs:
+                same = next((x for x in refs if x.into == r.into), None)
+                if same is not None and same.access == r.access and same.shape == r.shape:
+                    refs[refs.index(same)] = replace(same, dir=_join(same.dir, r.dir))
+                    continue
+                name = r.into if same is None else fresh(r.into, names)
+                names.add(name)
+                refs.append(replace(r, into=name, from_=r.from_ or (None if name == r.into else r.into)))
+                if name != r.into:
+                    b = rename_refs(b, {r.into: name})
+            tags = a.tags | k.tags | {"test_fused"}
+            out.insert(at, Block(f"{a.name}+{k.name}", a.idxs, (), tuple(refs), (*inner, b), tags))
+            continue
+        out.append(k)
+    return replace(program, stmts=(replace(main, stmts=tuple(out)),))
+
+
+def _join(x: RefDir, y: RefDir) -> RefDir:
+    return x if x is y else RefDir.INOUT
+
+
 @st.composite
-def lowerable(draw):
+def lowerable(draw, families=("contractions", "mixed", "elementwise")):
     """``programs()`` less the drawn sources that do not lower (conformance also draws refusals)."""
     try:
-        return draw(programs())
+        return draw(programs(families))
     except TileError:
         reject()
 
 
+HOWS = ("fuse", "fuse+wrap", "wrap", "tile", "tile+wrap")
+
+
 @st.composite
-def prepared(draw):
-    """``(program, inputs)``: a drawn program with kernels grouped (``wrap``) and/or contractions
-    tiled, so that localize, inline and scalarize find work."""
-    program, inputs = draw(lowerable())
-    how = draw(st.sampled_from(["wrap", "wrap", "tile", "tile+wrap"]))
+def prepared(draw, families=("contractions", "mixed", "elementwise"), hows=HOWS):
+    """``(program, inputs)``: a drawn program with elementwise kernels fused, kernels grouped
+    (``wrap``) and/or contractions tiled, so that localize, inline and scalarize find work."""
+    program, inputs = draw(lowerable(families))
+    how = draw(st.sampled_from(hows))
+    if "fuse" in how:
+        program = fuse_eltwise(program)
     if "tile" in how:
         program = tile_contractions(program, draw(st.integers(1, 2)))
     if "wrap" in how:
