@@ -17,7 +17,7 @@ from ref_interp.stripe_exec import run_stripe
 from stripe.config import ConfigError, pass_params
 from stripe.cost import TileModel, view_bytes
 from stripe.hardware import ExecUnit, Hardware, MemUnit
-from stripe.ir import Block, walk
+from stripe.ir import Block, Location, walk
 from stripe.parser import parse_stripe
 from stripe.passes import PASSES
 from stripe.passes.autotile import _tileable, candidates, search
@@ -274,6 +274,21 @@ def test_min_outer():
     out = autotile(parse_stripe(MATMUL_8), {**TILED_PARAMS, "min_outer": 1000}, TINY)
     counts = {i.name: i.range for i in tiled_blocks(out)[0].idxs}
     assert counts["m"] * counts["n"] == 64
+
+
+def test_min_outer_default_is_the_located_units_count():
+    # accel has 4 DSP + 4 CONV units. An 8x8 transpose is cheapest whole, so the tiling is the
+    # cheapest with enough outer points: 8 when the block runs anywhere, 4 when it is on CONV.
+    program = lowered("function (A[M, N]) -> (O) { O[i, j : N, M] = =(A[j, i]); }", {"A": (8, 8)})
+    main = program.stmts[0]
+    for loc, points in ((None, 8), (Location("CONV"), 4)):
+        kernel = dataclasses.replace(main.stmts[1], location=loc)
+        located = dataclasses.replace(
+            program, stmts=(dataclasses.replace(main, stmts=(main.stmts[0], kernel)),)
+        )
+        out = run_pass("autotile", {"reqs": ["contraction"], "memory": "SRAM"}, located, "accel")
+        [outer] = tiled_blocks(out)
+        assert outer.index_space == points and outer.stmts[0].location == loc
 
 
 def test_split_reductions_off_keeps_reduction_whole():

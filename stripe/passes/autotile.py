@@ -38,7 +38,7 @@ class AutotileConfig:
     inner_set: tuple[str, ...] = ()  # tags of the inner (one-tile) block
     only_po2: bool = False  # tile sizes powers of two (or the whole range)
     max_sizes: dict[str, int] = field(default_factory=dict)  # index name -> largest tile
-    min_outer: int = 0  # outer points over the output's indexes to keep (0: the exec unit count)
+    min_outer: int = 0  # outer points over the output's indexes to keep (0: the exec units' count)
     split_reductions: bool = True  # False: indexes the output does not use stay whole
 
 
@@ -51,7 +51,8 @@ def autotile(program: Block, cfg: AutotileConfig, hw: Hardware) -> Block:
     ``outer_set``), comments and location; the inner block gets ``inner_set`` and the location.
     Guarantees: the footprint of one tile's refinements (lines of the memory ``memory``) fits
     that memory; tile sizes respect ``only_po2`` and ``max_sizes``; at least ``min_outer`` outer
-    points over the output's indexes when the block has that many. Every point still runs once
+    points over the output's indexes when the block has that many (0: the count of the exec unit
+    the block's location names, else of all units). Every point still runs once
     with the same elements, but tile by tile, so an element's aggregation may receive its values
     in another order (``reorders``). A block stays as it was when no tiling fits, or the best is
     the whole block or single points."""
@@ -136,7 +137,9 @@ def search(model: cost.TileModel, cfg: AutotileConfig, hw: Hardware):
             cands.append([rng])
         else:
             cands.append(candidates(rng, cfg.only_po2, cfg.max_sizes.get(name)))
-    want = cfg.min_outer or sum(u.count for u in hw.exec_units.values())
+    loc = model.block.location.name if model.block.location is not None else None
+    units = [hw.exec_units[loc]] if loc in hw.exec_units else hw.exec_units.values()
+    want = cfg.min_outer or sum(u.count for u in units)
     want = min(want, model.max_parallel())
     seen: dict[tuple[int, ...], cost.TileCost | None] = {}
 
