@@ -79,26 +79,31 @@ class _Need:
 
 @register("schedule", ScheduleConfig)
 def schedule(program: Block, cfg: ScheduleConfig, hw: Hardware) -> Block:
-    """Matches blocks S with every tag in ``reqs`` (``main``). For each statement block K of S in
-    order, the region of each of S's buffers that K (and what it nests) can touch, clipped to the
-    buffer, is staged into a dense allocation in ``mem_loc``: a ``#xfer #swap_in`` block (location
+    """Matches blocks S with every tag in ``reqs`` (``main``, or a tile loop). For each statement
+    block K of S in order, the region of each of S's buffers that K (and what it nests) can touch
+    is staged into a dense allocation in ``mem_loc``: a ``#xfer #swap_in`` block (location
     ``xfer_loc``) copies it in, K refines the allocation instead (accesses shifted, strides dense),
     and a region K wrote is copied back by a ``#xfer #swap_out`` block before anything else uses
     that buffer unstaged, before another region of it is staged, when evicted, and at the end of S.
     A region stays resident for the next sub-blocks that need exactly that region while all
-    resident regions (sizes rounded up to ``alignment``) fit ``num_banks`` banks of ``mem_KiB``;
-    when one does not fit, the resident region used farthest in the future is evicted.
+    resident regions (sizes rounded up to ``alignment``) fit ``num_banks`` banks of ``mem_KiB``
+    (with ``num_banks`` each allocation's location gets its bank as unit); when one does not fit,
+    the resident region used farthest in the future is evicted. A region is clipped to its buffer
+    where S views the buffer at a fixed place (``main``); in a tile loop the transfers are
+    constrained to the buffer instead. No swap-in for a region K overwrites whole without reading
+    it; no swap-out for a program temporary that nothing later uses.
 
     A sub-block is left unstaged (with a comment saying why) when its own regions do not fit, when
     it already allocates in ``mem_loc`` (``cache`` staged its tiles), or when a buffer it uses
     cannot be staged (a view with other strides than its buffer, a buffer seen through two
-    refinements, a view above S that moves with an enclosing block's indexes). When S is ``main`` the
-    allocations are program buffers tagged ``tmp`` (in ``mem_loc``, refined ``inout`` by main) and
-    the transfer blocks are tagged ``kernel`` too, so every statement of main stays a kernel;
-    elsewhere they are allocations of S.
+    refinements, a view above S that moves with an enclosing block's indexes). When S is ``main``
+    the allocations are program buffers tagged ``tmp`` (in ``mem_loc``, refined ``inout`` by main)
+    and the transfer blocks are tagged ``kernel`` too, so every statement of main stays a kernel
+    that a backend runs on its own; elsewhere they are allocations of S.
 
     In a block S with several index points (a tile loop) only what a sub-block reads is staged:
     points may run in parallel, and a written-back copy would undo another point's writes.
+    ``allow_out_of_range_accesses`` is accepted for the seed's configs and changes nothing.
 
     Guarantees: every sub-block reads and writes the same values in the same order (a staged
     region holds the buffer's current elements, writes land there and are copied back before any
