@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import time
 
 import numpy as np
@@ -13,13 +14,14 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from backends import registry
 from ref_interp.stripe_exec import run_stripe
-from stripe.config import ConfigError, pass_params
+from stripe.config import TARGETS, ConfigError, parse_config, pass_params
 from stripe.cost import TileModel, view_bytes
 from stripe.hardware import ExecUnit, Hardware, MemUnit
 from stripe.ir import Block, Location, walk
 from stripe.parser import parse_stripe
-from stripe.passes import PASSES
+from stripe.passes import PASSES, optimize
 from stripe.passes.autotile import _tileable, candidates, search
 from stripe.printer import format_block
 from stripe.verify import verify
@@ -563,3 +565,85 @@ def test_every_block_keeps_kernel_tag_at_main_level():
     assert all(k.has_tags("kernel") for k in out.stmts[0].stmts)
     assert [k.name for k in out.stmts[0].stmts] == [k.name for k in program.stmts[0].stmts]
     assert sum(1 for b in walk(out) if "kernel" in b.tags) == len(program.stmts[0].stmts)
+
+
+# The entries recommended for the built-in configs (appended to each config's pass list).
+RECOMMENDED = {
+    "llvm_cpu": {
+        "name": "tile_contractions",
+        "pass": "autotile",
+        "params": {
+            "reqs": ["contraction"],
+            "memory": "L2",
+            "outer_set": ["tiled"],
+            "inner_set": ["tile"],
+            "only_po2": True,
+            "split_reductions": False,
+        },
+    },
+    "opencl_gpu": {
+        "name": "tile_contractions",
+        "pass": "autotile",
+        "params": {
+            "reqs": ["contraction"],
+            "memory": "LOCAL",
+            "outer_set": ["tiled"],
+            "inner_set": ["tile"],
+            "only_po2": True,
+        },
+    },
+    "accel": {
+        "name": "tile_conv",
+        "pass": "autotile",
+        "params": {
+            "reqs": ["contraction"],
+            "memory": "SRAM",
+            "outer_set": ["tiled"],
+            "inner_set": ["conv_inner"],
+        },
+    },
+}
+
+
+def recommended_config(target: str, kib: float | None = None):
+    config = json.loads((TARGETS / f"{target}.json").read_text())
+    config["passes"] = [*config["passes"], RECOMMENDED[target]]
+    if kib is not None:  # every memory that small: splits on small programs
+        for m in config["hardware"]["mem_units"].values():
+            m["size_KiB"] = min(m["size_KiB"], kib)
+    return parse_config(json.dumps(config))
+
+
+@pytest.mark.parametrize("target", sorted(RECOMMENDED))
+def test_recommended_entries(target):
+    conv = lowered(CONV, {"I": (11, 3), "K": (3, 3, 4)})
+    matmul = lowered(MATMUL, {"A": (33, 29), "B": (29, 17)})
+    for kib in (None, 2):
+        config = recommended_config(target, kib)
+        for program in (conv, matmul):
+            out = optimize(program, config, check=True)
+            assert_same_meaning(program, out)
+            if kib is not None:
+                assert tiled_blocks(out), format_block(out)
+
+
+def test_recommended_llvm_and_opencl_run_tiled_programs():
+    matmul = lowered(MATMUL, {"A": (33, 29), "B": (29, 17)})
+    conv = lowered(CONV, {"I": (11, 3), "K": (3, 3, 4)})
+    rng = np.random.default_rng(2)
+    devices = [("llvm_cpu", None)]
+    if "opencl_cpu.0" in registry.devices():
+        devices.append(("opencl_gpu", registry.get("opencl_cpu.0")))
+    for target, dev in devices:
+        for program in (matmul, conv):
+            out = optimize(program, recommended_config(target, 2), check=True)
+            assert tiled_blocks(out)
+            inputs = {
+                r.into: rng.integers(-3, 4, r.shape.sizes).astype(np.float32)
+                for r in program.refs
+                if "input" in r.tags
+            }
+            got, _ = execute(out, inputs) if dev is None else execute(out, inputs, device=dev)
+            want = run_stripe(program, inputs)
+            for name in want:
+                np.testing.assert_array_equal(got[name], want[name], err_msg=f"{target}: {name}")
