@@ -118,6 +118,10 @@ def test_params_select_and_limit():
     out = run_pass("fusion", {"max_refs": 4}, before)
     assert [s.name for s in out.stmts[0].stmts] == ["k0_C", "k1_C", "k2_D+k3_R"]
     assert_same_meaning(before, out)
+    # A broadcast consumer keeps a loop over i0 per outer point i1: b_fully_fused refuses it.
+    bcast = lowered("function (X[N, M], V[M]) -> (S) { W = V + 1; S = X * W; }", {"X": (2, 3), "V": (3,)})
+    assert run_pass("fusion", {}, bcast).stmts[0].stmts[0].name == "k0_W+k1_S"
+    assert run_pass("fusion", {"b_fully_fused": True}, bcast) == bcast
 
 
 ELTWISE_CHAIN = """
@@ -464,7 +468,7 @@ def test_tiled_contraction_fuses_by_tiles():
     stay in the contraction's inner block; the remainder constraints keep the partial tile inside."""
     before = lowered(MATMUL_BIAS_RELU, {"A": (3, 4), "B": (4, 4), "Bias": (4,)})
     before = tiled(before, lambda k: {"i": 2, "j": 2, "k": 2} if "contraction" in k.tags else None)
-    check_fused_kernel({}, before, TILED_FUSED, ["k0_C", "k1_C+k2_D+k3_R"])
+    check_fused_kernel({"b_fully_fused": True}, before, TILED_FUSED, ["k0_C", "k1_C+k2_D+k3_R"])
 
 
 # ------------------------------------------------------------------------------ refusals

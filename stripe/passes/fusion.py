@@ -85,6 +85,9 @@ class FusionConfig:
     b_reqs: tuple[str, ...] = ()  # tags the second (consumer) block must carry
     fused_set: tuple[str, ...] = ("fused",)  # tags added to the fused outer block
     max_refs: int | None = None  # refuse when the fused block would have more refinements
+    # Refuse unless every index of B (of its tiles, when B is tiled to match A) is fused, so B'
+    # has no loops of its own: a broadcasting consumer would rerun a whole loop per outer point.
+    b_fully_fused: bool = False
 
 
 @register("fusion", FusionConfig, reorders=False)
@@ -93,7 +96,8 @@ def fusion(program: Block, cfg: FusionConfig, hw: Hardware) -> Block:
     pair of blocks A (tags ``a_reqs``) then B (tags ``b_reqs``) that the module docstring's checks
     accept becomes one outer block named ``A.name+B.name`` with tags A's ∪ B's ∪ ``fused_set``
     holding A' and B'; the result is tried again with the statements before and after it, so
-    chains fuse.
+    chains fuse. ``max_refs`` caps the fused block's refinements; ``b_fully_fused`` refuses pairs
+    where B (or its tiles) would keep loops of its own inside the fused block.
     Guarantees: every point of A and of B runs once, with the same elements, and every element
     receives its writes in the same order as before; pairs that fail a check stay as they were."""
 
@@ -299,14 +303,14 @@ def fuse_pair(parent: Block, a: Block, b: Block, cfg: FusionConfig) -> Block | N
     """The fused block of A then B, or None where the checks refuse (see the module docstring)."""
     parent_refs = {r.into for r in parent.refs}
     sizes = {r.into: r.shape.sizes for r in parent.refs}
-    pairs = None
-    tiled = _tiled_to_match(a, b, parent_refs, sizes)
-    if tiled is not None:
-        pairs = fused_pairs(a, tiled, parent_refs)
-        b = tiled if pairs is not None else b
-    if pairs is None:
-        pairs = fused_pairs(a, b, parent_refs)
-    if pairs is None:
+    for candidate in (_tiled_to_match(a, b, parent_refs, sizes), b):  # B in A's tiles, else as is
+        if candidate is None:
+            continue
+        pairs = fused_pairs(a, candidate, parent_refs)
+        if pairs is not None and not (cfg.b_fully_fused and len(pairs) < len(candidate.idxs)):
+            b = candidate
+            break
+    else:
         return None
     part_a = _part(a, {av: bv for av, bv in pairs}, sizes)
     part_b = _part(b, {bv: bv for _, bv in pairs}, sizes)
