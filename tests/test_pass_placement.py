@@ -5,16 +5,21 @@ placed program run on the LLVM CPU backend."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import stripe
 from ref_interp.stripe_exec import run_stripe
+from stripe.config import parse_config
 from stripe.ir import Block, walk
 from stripe.parser import parse_stripe
+from stripe.passes.pipeline import optimize
 from stripe.passes.placement import check_placement
 from tests.llvm_runner import execute
 from tests.pass_support import assert_same_meaning, check_rewrite, inputs_for, lowered, run_pass
@@ -208,3 +213,87 @@ def test_placed_program_runs_on_llvm_like_the_interpreter():
     inputs = inputs_for(out, seed=7)
     got, _ = execute(out, inputs)
     np.testing.assert_array_equal(got["O"], run_stripe(program, inputs)["O"])
+
+
+# ------------------------------------------------------------------------------ the accel picture
+# The entries recommended for stripe/targets/accel.json (the seed's picture): convolutions tiled
+# to fit one SRAM, their tiles staged by DMA, the other kernels scheduled through SRAM, and
+# placement offsets in DRAM and SRAM.
+ACCEL_PASSES = [
+    {
+        "name": "loc_conv",
+        "pass": "locate_block",
+        "params": {"reqs": ["contraction"], "loc": {"name": "CONV"}},
+    },
+    {"name": "loc_eltwise", "pass": "locate_block", "params": {"reqs": ["eltwise"], "loc": {"name": "DSP"}}},
+    {
+        "name": "tile_conv",
+        "pass": "autotile",
+        "params": {
+            "reqs": ["contraction"],
+            "memory": "SRAM",
+            "outer_set": ["CONV"],
+            "inner_set": ["CONV_inner"],
+        },
+    },
+    {
+        "name": "cache_conv",
+        "pass": "cache",
+        "params": {
+            "reqs": ["CONV"],
+            "dirs": ["in", "out"],
+            "mem_loc": {"name": "SRAM"},
+            "xfer_loc": {"name": "DMA"},
+        },
+    },
+    {
+        "name": "schedule_main",
+        "pass": "schedule",
+        "params": {
+            "reqs": ["main"],
+            "mem_loc": {"name": "SRAM"},
+            "mem_KiB": 256,
+            "alignment": 16,
+            "xfer_loc": {"name": "DMA"},
+            "allow_out_of_range_accesses": True,
+            "num_banks": 4,
+        },
+    },
+    {
+        "name": "place_program",
+        "pass": "memory_placement",
+        "params": {"reqs": ["program"], "locs": [{"name": "DRAM"}], "alignment": 4},
+    },
+    {
+        "name": "place_sram",
+        "pass": "memory_placement",
+        "params": {"reqs": ["program"], "locs": [{"name": "SRAM"}], "alignment": 16},
+    },
+]
+
+CONV_RELU = """
+function (I[X, Y, C], K[KX, KY, C, CO]) -> (R) {
+    O[x, y, co : X, Y, CO] = +(I[x + kx - 1, y + ky - 1, ci] * K[kx, ky, ci, co]);
+    R = relu(O);
+}
+"""
+
+
+def test_recommended_accel_entries_stage_a_conv_through_dma_and_place_it():
+    accel = json.loads((Path(stripe.__file__).parent / "targets" / "accel.json").read_text())
+    config = parse_config(json.dumps({**accel, "passes": ACCEL_PASSES}), "accel+recommended")
+    program = lowered(CONV_RELU, {"I": (6, 6, 3), "K": (3, 3, 3, 4)})
+    out = optimize(program, config, check=True)
+    check_placement(out)
+    main = out.stmts[0]
+    assert all("kernel" in k.tags for k in main.stmts)
+    conv = next(k for k in main.stmts if "CONV" in k.tags)
+    assert [sorted(b.tags) for b in conv.stmts] == [["xfer"], ["xfer"], ["CONV_inner"], ["xfer"]]
+    assert all(b.location.name == "DMA" for b in conv.stmts if "xfer" in b.tags)
+    assert any("swap_in" in k.tags for k in main.stmts)
+    assert all(r.offset is not None for r in out.refs)
+    assert all(r.offset is not None for r in conv.refs if r.location is not None)
+    assert_same_meaning(program, out)
+    inputs = inputs_for(out, seed=11)
+    got, _ = execute(out, inputs)
+    np.testing.assert_array_equal(got["R"], run_stripe(program, inputs)["R"])

@@ -330,15 +330,16 @@ def cache(program: Block, cfg: CacheConfig, hw: Hardware) -> Block:
     ``ref_reqs``, view its buffer with the buffer's strides, and share its buffer with no other
     refinement of B or its ancestors.
 
-    Rewrite: B gets a dense allocation ``R_c`` (dir none, location ``mem_loc``, R's view sizes)
-    and, for ``in``, a transfer block before C (tags ``xfer_tags``, location ``xfer_loc``) copying
-    R into R_c; C refines R_c instead of R (same accesses, dense strides). For ``out`` C adds
-    into R_c (fresh zeros for each point of B) and a transfer block after C adds R_c into R.
+    Rewrite: B gets a dense allocation ``R_c`` (dir none, location ``mem_loc``) of the region of
+    R that C and its descendants can touch (R's view sizes for autotile's tiles; more where a
+    clipped view is overhung) and, for ``in``, a transfer block before C (tags ``xfer_tags``,
+    location ``xfer_loc``) copying R into R_c; C refines R_c instead of R (accesses shifted by the
+    region's origin, dense strides, location ``mem_loc``). For ``out`` C adds into R_c (fresh
+    zeros for each point of B) and a transfer block after C adds R_c into R.
 
-    Guarantees: C reads the same values (R_c holds R's view; a view overhanging the buffer at a
-    partial tile or padding is copied only where it is inside, by constraints, and C's own
-    constraints never reach the rest) and every element receives the same sum; the pass refuses
-    (leaves C alone) where C or its descendants could touch outside R's view. Outputs with
+    Guarantees: C reads the same values (R_c holds that region of R; where it may overhang the
+    buffer, at a partial tile or padding, the copy is constrained to the buffer, and C's own
+    constraints never reach the rest) and every element receives the same sum. Outputs with
     ``assign``, ``max``, ``min`` or ``mul`` are not cached: the copy-out would also write the
     elements C never wrote (with zeros or stale values), so it is exact only for an ``add``,
     whose untouched elements add zero. Caching an ``add`` output sums a tile's part before adding
@@ -361,11 +362,11 @@ def cache(program: Block, cfg: CacheConfig, hw: Hardware) -> Block:
             before, after = [], []
             reads, writes = reads_writes(s)
             for r in b.refs:
-                kind = _cacheable(ctx, b, r, s, cfg, reads, writes, box)
-                if kind is None:
+                found = _cacheable(ctx, b, r, s, cfg, reads, writes, box)
+                if found is None:
                     continue
+                kind, region = found
                 chain = chain_of(ctx, b, r.into)
-                region = Region(r.into, (0,) * len(r.access), r.shape.sizes)
                 local = fresh(f"{r.into}_c", taken)
                 x = transfer(
                     b,
@@ -407,7 +408,11 @@ def _adds_only(block: Block, parents: set[str]) -> bool:
     return True
 
 
-def _cacheable(ctx, b: Block, r: Refinement, c: Block, cfg: CacheConfig, reads, writes, box) -> str | None:
+def _cacheable(
+    ctx, b: Block, r: Refinement, c: Block, cfg: CacheConfig, reads, writes, box
+) -> tuple[str, Region] | None:
+    """Whether C's use of R can be cached (``"in"`` or ``"out"``), and the region of R that C can
+    touch (R's view, or more where C's views overhang it inside the buffer)."""
     views = [v for v in c.refs if v.source == r.into]
     if not views or not all(t in r.tags for t in cfg.ref_reqs) or _is_alloc(r, ctx.parent):
         return None
@@ -420,10 +425,16 @@ def _cacheable(ctx, b: Block, r: Refinement, c: Block, cfg: CacheConfig, reads, 
         return None
     if chain_of(ctx, b, r.into) is None or aliased(ctx, b, r.into):
         return None
+    spans: list[Span] = []
     for v in views:
         if tuple(d.stride for d in v.shape.dims) != tuple(d.stride for d in r.shape.dims):
             return None
         fp = footprint(c, v.into, box)
-        if fp is None or any(lo < 0 or hi > d.size - 1 for (lo, hi), d in zip(fp, r.shape.dims, strict=True)):
+        if fp is None:
             return None
-    return kind
+        spans = (
+            fp if not spans else [(min(a, c), max(b, d)) for (a, b), (c, d) in zip(spans, fp, strict=True)]
+        )
+    if not spans:
+        return None
+    return kind, Region(r.into, tuple(lo for lo, _ in spans), tuple(hi - lo + 1 for lo, hi in spans))
