@@ -48,14 +48,16 @@ def autotile(program: Block, cfg: AutotileConfig, hw: Hardware) -> Block:
     constants and ``load_index``; indexes without affines; every refinement a view of the
     enclosing block's, none both read and written). Replaces each by ``tiling.split`` with the
     tile sizes the cost model ranks best: the outer block keeps the name, tags (plus
-    ``outer_set``), comments and location; the inner block gets ``inner_set`` and the location.
-    Guarantees: the footprint of one tile's refinements (lines of the memory ``memory``) fits
+    ``outer_set``), comments and location; the inner block gets ``inner_set`` and the location
+    (unless its units name the block's indexes).
+
+    Guarantees: the footprint of one tile's refinements (in lines of the memory ``memory``) fits
     that memory; tile sizes respect ``only_po2`` and ``max_sizes``; at least ``min_outer`` outer
     points over the output's indexes when the block has that many (0: the count of the exec unit
-    the block's location names, else of all units). Every point still runs once
-    with the same elements, but tile by tile, so an element's aggregation may receive its values
-    in another order (``reorders``). A block stays as it was when no tiling fits, or the best is
-    the whole block or single points."""
+    the block's location names, else of all units). Every point still runs once with the same
+    elements, but tile by tile, so an element's aggregation may receive its values in another
+    order (``reorders``). A block stays as it was when no tiling fits, or when the best is the
+    whole block or single points."""
     if cfg.memory not in hw.mem_units:
         raise ConfigError(
             f"autotile: the hardware has no memory '{cfg.memory}'",
@@ -88,8 +90,10 @@ def autotile(program: Block, cfg: AutotileConfig, hw: Hardware) -> Block:
             inner_tags=set(cfg.inner_set),
             parent_sizes=parent_sizes,
         )
-        inner = replace(out.stmts[0], location=block.location)
-        return replace(out, stmts=(inner,))
+        loc = block.location
+        if loc is None or any(u.vars for u in loc.units):  # units of the block's own indexes
+            return out
+        return replace(out, stmts=(replace(out.stmts[0], location=loc),))
 
     return rewrite(program, fn, cfg.reqs)
 
