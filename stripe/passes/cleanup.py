@@ -140,13 +140,16 @@ def apply_inside(program: Block, reqs: tuple[str, ...], fn) -> Block:
 # ------------------------------------------------------------------------------ dead_code
 def _dead_code(block: Block, parents: tuple[Block, ...]) -> Block:
     """Backward liveness over ``block``'s statements. Live at the end: every refinement that is not
-    a local allocation (or, in a child of the root, every buffer that is not a ``tmp``)."""
+    a local allocation (or, in a child of the root, every buffer that is not a ``tmp``), and every
+    refinement sharing its source with another (aliases are not tracked apart)."""
     parent = parents[-1] if parents else None
     if len(parents) == 1:
         keep = _protected(parents[0])
         live = {r.into for r in block.refs if r.source in keep}
     else:
         live = {r.into for r in block.refs if not is_local(r, parent)}
+    sources = [r.source for r in block.refs]
+    live.update(r.into for r in block.refs if sources.count(r.source) > 1)  # aliased views
     scalars: set[str] = set()
     kept: list[Statement] = []
     for s in reversed(block.stmts):
@@ -170,13 +173,18 @@ def _dead_code(block: Block, parents: tuple[Block, ...]) -> Block:
                 continue
             live.update(s.inputs)
         elif isinstance(s, Block):
-            reads, writes = reads_writes(s)
+            reads, writes = (_sources(s, names) for names in reads_writes(s))
             if not writes & live:
                 continue
             live.update(reads)
         kept.append(s)
     kept.reverse()
     return block if tuple(kept) == block.stmts else replace(block, stmts=tuple(kept))
+
+
+def _sources(block: Block, names: set[str]) -> set[str]:
+    """What ``block``'s refinements ``names`` refine in the enclosing block."""
+    return {r.source for r in block.refs if r.into in names}
 
 
 @register("dead_code", CleanupConfig)
