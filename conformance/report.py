@@ -104,8 +104,7 @@ def write_failure(
         f"// conformance failure: family {case.family}, target {target}",
         *(f"// {line}" for line in problem.splitlines()),
         f"// reproduce: {reproduce_command(shown, target)}",
-        f"// or run it: python -m tile run {shown}/case.tile --target {target} --inputs {shown}/inputs.npz"
-        " --output got.npz   (compare with expected.npz)",
+        _run_it(shown, target),
     ]
     (folder / "case.tile").write_text("\n".join(header) + "\n" + case.source.rstrip() + "\n")
     np.savez(folder / "inputs.npz", **case.inputs)
@@ -120,6 +119,21 @@ def write_failure(
     (folder / "case.json").write_text(json.dumps(meta, indent=2) + "\n")
     STATS.written.append((shown, target, str(folder)))
     return shown
+
+
+def _run_it(shown: str, target: str) -> str:
+    """The header line saying how to look at the failing program by hand."""
+    if target.startswith("stripe:"):  # a pass of a config, checked by the Stripe interpreter
+        config, _, step = target.removeprefix("stripe:").partition("@")
+        config = config.removesuffix("-small")
+        return (
+            f"// or see it: python -m tile emit {shown}/case.tile --stage optimized --target {config} "
+            f"--after {step} --inputs {shown}/inputs.npz   (the -small variant shrinks every memory)"
+        )
+    return (
+        f"// or run it: python -m tile run {shown}/case.tile --target {target} --inputs {shown}/inputs.npz"
+        " --output got.npz   (compare with expected.npz)"
+    )
 
 
 # ---------------------------------------------------------------------------------- summary

@@ -259,7 +259,7 @@ class _Checker:
             rest = p.affine - kept
             span = self.parent_range(rest) if self.parent_range and not rest.is_constant else None
             if span is None:
-                span = poly_interval(rest, self.parent_box) if self.parent_box else (0, 0)
+                span = poly_interval(rest, self.parent_box) if self.parent_box is not None else (0, 0)
             lo, hi = span
             whole = self.parent_range(p.affine) if self.parent_range and p.affine.vars else None
             whole = whole or poly_interval(p.affine, self.parent_box or {})

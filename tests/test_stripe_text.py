@@ -496,3 +496,38 @@ def test_lowered_programs_verify_and_round_trip(src, shapes):
     prog = lower(bind(p, input_types(p, {k: np.zeros(s, np.float32) for k, s in shapes.items()})))
     verify(prog)
     roundtrip(prog)
+
+
+CHAIN = """\
+0: #program block [] ( // p
+    #input #user none A[0] fp32(3:1)
+    #output #user none B[0] fp32(3:1)
+) {
+  0: #main block [] ( // main
+      in A[0] fp32(3:1)
+      out B[0]:assign fp32(3:1)
+  ) {
+    0: #kernel block [] ( // k
+        in A[-1] fp32(3:1)
+        out B[0] fp32(3:1)
+    ) {
+      0: block [i:3, k:2] ( // inner
+          OFFSET_CONSTRAINT
+          in A[i + k] fp32(1:1)
+          out B[i]:assign fp32(1:1)
+      ) {
+        0: $a = load(A)
+        1: B = store($a)
+      }
+    }
+  }
+}
+"""
+
+
+def test_verify_adds_a_constant_offset_of_a_block_without_indexes():
+    """A view offset by -1 in a block with no indexes counts in the positions nested blocks touch
+    (it once counted as 0, because an empty index box was taken for no box)."""
+    verify(parse_stripe(CHAIN.replace("OFFSET_CONSTRAINT", "i + k - 1 >= 0\n          2 - i - k >= 0")))
+    with pytest.raises(StripeError, match=r"inner: refinement 'A'.*dim 0 covers \[-1, 2\]"):
+        verify(parse_stripe(CHAIN.replace("OFFSET_CONSTRAINT", "")))
