@@ -297,7 +297,7 @@ def _drawn_pipelines_run_on_llvm(drawn):
     local = run_passes(program, ["localize", "inline"])
     out = run_passes(local, ["scalarize", "dead_code", "prune_refs", "prune_indexes"])
     got, _ = execute(out, inputs)
-    assert_same(got, run_stripe(program, inputs))
+    assert_same(got, run_stripe(program, inputs), ulps=4)  # libm functions (exp, acos) may differ
     LLVM_SEEN["examples"] += 1
     LLVM_SEEN["scalarized"] += run_pass("scalarize", MAIN, local) != local
 
