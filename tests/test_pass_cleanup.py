@@ -119,6 +119,9 @@ PRUNED_INDEXES = PRUNED.replace("[x:1, j_o:1 = j, z:1]", "[]").replace(
 def test_dead_code():
     out = check_rewrite("dead_code", MAIN, DEAD, DEAD_CLEANED)
     assert_same_meaning(parse_stripe(DEAD), out)
+    # selecting the root (or every block) cleans the same, and never touches inputs or outputs
+    for reqs in (["program"], []):
+        check_rewrite("dead_code", {"reqs": reqs}, DEAD, DEAD_CLEANED)
 
 
 def test_prune_refs():
