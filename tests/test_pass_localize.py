@@ -335,6 +335,17 @@ def test_refusals_leave_the_program_alone():
             "    1: #kernel block [] ( // k2\n        in T[0, 0] fp32(2:3, 3:1)\n    ) {\n"
             "      0: $x = load(T)\n    }\n    2: #kernel block [j:3] ( // k1",
         ),
+        # main has a second view of T, which k2 reads
+        _variant(
+            _variant(
+                COLUMNS,
+                "      out O[0] fp32(3:1)\n  ) {",
+                "      out O[0] fp32(3:1)\n      in T2 = T[0, 0] fp32(2:3, 3:1)\n  ) {",
+            ),
+            "    1: #kernel block [j:3] ( // k1",
+            "    1: #kernel block [] ( // k2\n        in T2[0, 0] fp32(2:3, 3:1)\n    ) {\n"
+            "      0: $x = load(T2)\n    }\n    2: #kernel block [j:3] ( // k1",
+        ),
         # a copy initializes T: not a zero fill
         _variant(
             COLUMNS,

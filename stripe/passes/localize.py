@@ -71,9 +71,12 @@ def _temporaries(block: Block, parents: tuple[Block, ...]) -> list[tuple[Refinem
     out = []
     if len(parents) == 1:
         root = parents[0]
+        sources = [r.source for r in block.refs]
         for r in block.refs:
             buf = next((b for b in root.refs if b.into == r.source), None)
             if buf is None or "tmp" not in buf.tags or {"input", "output"} & buf.tags:
+                continue
+            if sources.count(r.source) > 1:  # another view of the same buffer: not tracked
                 continue
             if any(not a.is_constant or a.const != 0 for a in r.access):
                 continue
