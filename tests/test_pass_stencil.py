@@ -393,8 +393,9 @@ def test_in_the_accel_pipeline():
         program = lowered(CONV, shapes)
         out = optimize(program, cfg, check=True)
         conv = kernel(out, "k1_O")
-        assert {"CONV", "contraction"} <= conv.tags and "CONV_inner" in conv.stmts[0].tags
-        assert dict(conv.stmts[0].attrs) == roles
+        (inner,) = [s for s in conv.stmts if isinstance(s, Block) and "CONV_inner" in s.tags]
+        assert {"CONV", "contraction"} <= conv.tags  # later passes may add transfer blocks around it
+        assert dict(inner.attrs) == roles
         assert_same_meaning(program, out)
 
 
