@@ -38,7 +38,9 @@ def configs() -> tuple[TargetConfig, ...]:
 def small(cfg: TargetConfig) -> TargetConfig:
     hw = cfg.hardware
     mems = {k: replace(m, size_KiB=SMALL_BYTES / 1024) for k, m in hw.mem_units.items()}
-    units = {k: replace(u, count=min(u.count, 2), threads=min(u.threads, 4)) for k, u in hw.exec_units.items()}
+    units = {
+        k: replace(u, count=min(u.count, 2), threads=min(u.threads, 4)) for k, u in hw.exec_units.items()
+    }
     return replace(cfg, name=f"{cfg.name}-small", hardware=replace(hw, mem_units=mems, exec_units=units))
 
 

@@ -97,12 +97,15 @@ def parse_config(text: str, name: str = "<string>") -> TargetConfig:
         raise ConfigError(f"not valid JSON: {e.msg}", span, "fix the JSON syntax") from None
     reader = _Reader(src, positions(text))
     if not isinstance(data, dict):
-        raise reader.error((), "a config is a JSON object", "write {\"name\": ..., \"hardware\": ..., \"passes\": [...]}")
-    reader.keys(data, (), {"name", "hardware", "passes", "description"}, {"name", "hardware", "passes"}, "a config")
+        hint = 'write {"name": ..., "hardware": ..., "passes": [...]}'
+        raise reader.error((), "a config is a JSON object", hint)
+    required = {"name", "hardware", "passes"}
+    reader.keys(data, (), required | {"description"}, required, "a config")
     name_ = reader.convert(data["name"], str, ("name",))
     hardware = reader.convert(data["hardware"], Hardware, ("hardware",))
     passes = reader.convert(data["passes"], list, ("passes",))
-    return TargetConfig(name_, hardware, tuple(reader.pass_spec(p, ("passes", k)) for k, p in enumerate(passes)), name)
+    specs = tuple(reader.pass_spec(p, ("passes", k)) for k, p in enumerate(passes))
+    return TargetConfig(name_, hardware, specs, name)
 
 
 def pass_params(pass_name: str, params: dict) -> object:
@@ -160,7 +163,8 @@ class _Reader:
             return self.convert(value, rest[0], path, what)
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, dict):
-                raise self.error(path, f"expected an object, got {_kind(value)}", f"write {{...}} ({tp.__name__})")
+                hint = f"write {{...}} ({tp.__name__})"
+                raise self.error(path, f"expected an object, got {_kind(value)}", hint)
             hints = typing.get_type_hints(tp)
             fields = {f.name: f for f in dataclasses.fields(tp)}
             required = {

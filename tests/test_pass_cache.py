@@ -5,7 +5,7 @@ on the LLVM CPU backend."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ref_interp.stripe_exec import run_stripe
@@ -15,7 +15,6 @@ from stripe.passes.rewrite import Context, rewrite
 from stripe.passes.tiling import can_split, split
 from tests.llvm_runner import execute
 from tests.pass_support import assert_same_meaning, check_rewrite, inputs_for, lowered, programs, run_pass
-from tile.errors import TileError
 
 MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[i, j : M, N] = +(A[i, k] * B[k, j]); }"
 CACHE_IN_OUT = {
@@ -42,13 +41,6 @@ def tiled(program: Block, tiles: int | dict[str, int]) -> Block:
     return rewrite(program, fn, ["contraction"])
 
 
-@st.composite
-def lowerable(draw, families=("contractions", "mixed", "elementwise")):
-    """``programs()`` less the drawn sources that do not lower (conformance also draws refusals)."""
-    try:
-        return draw(programs(families))
-    except TileError:
-        reject()
 
 
 # 5x4 times 4x3 in tiles of i:2, j:2, k:3: the last tiles of i and k are partial, so the outer
@@ -225,7 +217,7 @@ def test_cache_keeps_the_meaning_of_tiled_programs():
 
     @SETTINGS
     @given(
-        lowerable(("contractions", "mixed")),
+        programs(("contractions", "mixed")),
         st.sampled_from([2, 3]),
         st.sampled_from([["in"], ["in", "out"]]),
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stripe.ir import Block, RefDir, Refinement
@@ -18,7 +18,6 @@ from stripe.passes.rewrite import fresh, passthrough, reads_writes, rename_refs
 from stripe.passes.tiling import can_split, split
 from tests.pass_support import assert_same_meaning, check_rewrite, inputs_for, programs, run_pass
 from tile.affine import Affine
-from tile.errors import TileError
 
 HYP = settings(
     derandomize=True,
@@ -137,13 +136,6 @@ def _join(x: RefDir, y: RefDir) -> RefDir:
     return x if x is y else RefDir.INOUT
 
 
-@st.composite
-def lowerable(draw, families=("contractions", "mixed", "elementwise")):
-    """``programs()`` less the drawn sources that do not lower (conformance also draws refusals)."""
-    try:
-        return draw(programs(families))
-    except TileError:
-        reject()
 
 
 HOWS = ("fuse", "fuse+wrap", "wrap", "tile", "tile+wrap")
@@ -153,7 +145,7 @@ HOWS = ("fuse", "fuse+wrap", "wrap", "tile", "tile+wrap")
 def prepared(draw, families=("contractions", "mixed", "elementwise"), hows=HOWS):
     """``(program, inputs)``: a drawn program with elementwise kernels fused, kernels grouped
     (``wrap``) and/or contractions tiled, so that localize, inline and scalarize find work."""
-    program, inputs = draw(lowerable(families))
+    program, inputs = draw(programs(families))
     how = draw(st.sampled_from(hows))
     if "fuse" in how:
         program = fuse_eltwise(program)

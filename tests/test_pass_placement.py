@@ -22,8 +22,8 @@ from stripe.parser import parse_stripe
 from stripe.passes.pipeline import optimize
 from stripe.passes.placement import check_placement
 from tests.llvm_runner import execute
-from tests.pass_support import assert_same_meaning, check_rewrite, inputs_for, lowered, run_pass
-from tests.test_pass_cache import CACHE_IN_OUT, MATMUL, SETTINGS, lowerable, tiled
+from tests.pass_support import assert_same_meaning, check_rewrite, inputs_for, lowered, programs, run_pass
+from tests.test_pass_cache import CACHE_IN_OUT, MATMUL, SETTINGS, tiled
 from tests.test_pass_schedule import SCHEDULE
 
 PLACE_DRAM = {"reqs": ["program"], "locs": [{"name": "DRAM"}], "alignment": 4}
@@ -188,7 +188,7 @@ def test_placement_of_drawn_optimized_programs_never_overlaps():
     changed = []
 
     @SETTINGS
-    @given(lowerable(), st.sampled_from([None, 2, 3]), st.booleans(), st.sampled_from([1, 4, 16]))
+    @given(programs(), st.sampled_from([None, 2, 3]), st.booleans(), st.sampled_from([1, 4, 16]))
     def prop(case, tile, scheduled, alignment):
         program, inputs = case
         before = program if tile is None else run_pass("cache", CACHE_IN_OUT, tiled(program, tile))

@@ -12,8 +12,8 @@ from ref_interp.stripe_exec import run_stripe
 from stripe.ir import walk
 from stripe.parser import parse_stripe
 from tests.llvm_runner import execute
-from tests.pass_support import assert_same_meaning, check_rewrite, inputs_for, lowered, run_pass
-from tests.test_pass_cache import CACHE_IN_OUT, MATMUL, SETTINGS, lowerable, tiled
+from tests.pass_support import assert_same_meaning, check_rewrite, inputs_for, lowered, programs, run_pass
+from tests.test_pass_cache import CACHE_IN_OUT, MATMUL, SETTINGS, tiled
 
 CHAIN = "function (A[N], B[N]) -> (T, O) { T = A + 1; U = T * A; O = U + B; }"
 # Three regions of 64 fp32 (256 bytes each) fit 0.75 KiB.
@@ -228,15 +228,16 @@ def test_schedule_keeps_the_meaning_of_drawn_programs():
 
     @SETTINGS
     @given(
-        lowerable(),
-        st.sampled_from([None, 2, 3]),
+        programs(),
+        # a tile loop ("outer") exists only in tiled programs
+        st.sampled_from([(None, ["main"]), (2, ["main"]), (3, ["main"]), (2, ["outer"]), (3, ["outer"])]),
         st.sampled_from([0.01, 0.03, 0.1, 1.0]),
         st.sampled_from([1, 16]),
         st.sampled_from([None, 2]),
-        st.sampled_from([["main"], ["outer"]]),
     )
-    def prop(case, tile, kib, alignment, banks, reqs):
+    def prop(case, where, kib, alignment, banks):
         program, inputs = case
+        tile, reqs = where
         before = program if tile is None else tiled(program, tile)
         params = {**SCHEDULE, "reqs": reqs, "mem_KiB": kib, "alignment": alignment, "num_banks": banks}
         after = run_pass("schedule", params, before, "accel")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ref_interp.stripe_exec import run_stripe
@@ -18,7 +18,6 @@ from stripe.passes.tiling import can_split
 from stripe.verify import verify
 from tests.llvm_runner import execute
 from tests.pass_support import assert_same_meaning, check_rewrite, lowered, programs, run_pass
-from tile.errors import TileError
 
 MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]); }"
 CONV = (
@@ -264,14 +263,6 @@ def test_remainders_are_excluded_by_constraints():
 
 
 # ------------------------------------------------------------------------------ meaning
-@st.composite
-def lowerable(draw):
-    """``programs()``, less the drawn sources that do not lower (conformance also draws programs
-    that must be refused, like an index only in a constraint)."""
-    try:
-        return draw(programs())
-    except TileError:
-        reject()
 
 
 def _leaves(program: Block) -> list[Block]:
@@ -296,7 +287,7 @@ def _code(ref, name: str) -> int | None:
 def stencil_cases(draw):
     """A drawn program and a stencil config fitted to one of its kernels (so most draws match),
     with drawn sizes (a size past the range does not match) and start-up cost."""
-    program, inputs = draw(lowerable())
+    program, inputs = draw(programs())
     stencils = []
     leaves = _leaves(program)
     if leaves:

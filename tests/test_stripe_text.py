@@ -443,8 +443,8 @@ def test_verify_accepts_good_programs(edits, bounds_by):
     ("#program block []", "#program block [z:1 = z]", "index 'z': `z` uses 'z'"),
     ("in A[2*i, j]", "in A[2*i, 1/2*j]", "`1/2*j` has a non-integer coefficient"),
     ("i0 + r >= 0", "1/2*r >= 0", "constraint `1/2*r >= 0`: `1/2*r` has a non-integer coefficient"),
-    (K_HEAD, "[i:3, j:3] ( // k\n", "inner: refinement 'A' ... dim 0 covers [0, 5] over the index space"),
-    ("[r:2, i0:1 = i]", "[r:3, i0:1 = i]", "inner: refinement 'A' ... covers [0, 4] ... outside [0, 3] of 'A'"),
+    (K_HEAD, "[i:3, j:3] ( // k\n", "inner: refinement 'A' ... dim 0 covers [0, 5] over the index"),
+    ("[r:2, i0:1 = i]", "[r:3, i0:1 = i]", "inner: refinement 'A' ... covers [0, 4] ... outside [0, 3]"),
     ("A[2*i, j] fp32(2:3, 1:1)", "A[2*i, j] fp32(2:3, 4:1)", "dim 1 has size 4, larger than its parent's 3"),
     ("in A[2*i, j]", "in A[2*i, j - 1]", "dim 1 covers [-1, 1]"),
     (K_HEAD, "[i:3, j:3] ( // k\n        2 - i >= 0\n", "dim 0 covers [0, 5]"),  # a constraint too weak

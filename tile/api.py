@@ -95,7 +95,6 @@ def compile(
     prog = parse(program) if isinstance(program, str) else program
     if device != "interp":
         from backends import registry
-
         from backends.runner import device_config
 
         device_config(registry.get(device), settings)  # fail now: an unknown device, a bad config

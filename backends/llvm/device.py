@@ -17,8 +17,6 @@ type; by default a buffer holds the type of the kernel's first refinement of it)
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import concurrent.futures as cf
 import ctypes
 import ctypes.util
@@ -27,7 +25,7 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import llvmlite.binding as llvm
 

@@ -9,10 +9,9 @@ ids stay the same from run to run on one machine. Capabilities come from the dri
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import concurrent.futures as cf
 import threading
+from dataclasses import replace
 
 import pyopencl as cl
 

@@ -62,7 +62,8 @@ def optimize(
             None,
             f"--after takes a step's name or pass: {names}",
         )
-    for spec, program, _ in steps(program, config, strict=strict, check=check):
+    result = program
+    for spec, result, _ in steps(program, config, strict=strict, check=check):  # noqa: B007
         if after is not None and after in (spec.name, spec.pass_):
             break
-    return program
+    return result
