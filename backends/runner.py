@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 
 from backends.hal import Device, Event, KernelInfo
-from stripe.config import TargetConfig, load_config, target_config
+from stripe.config import TargetConfig, builtin_names, load_config, target_config
 from stripe.ir import Block, walk
 from stripe.lower import lower
 from stripe.passes import optimize
@@ -31,12 +31,21 @@ def _flops(kernel: Block) -> int:
 
 
 def device_config(device: Device, settings: Mapping | None = None) -> TargetConfig:
-    """The optimizer config a device compiles with: ``settings["config"]`` (a path) or the
+    """The optimizer config a device compiles with: ``settings["config"]`` (a path or a built-in
+    config's name, such as ``opencl_gpu_tiled``) or the
     device's built-in one, with the sizes the device reports filled into its hardware model."""
     settings = settings or {}
-    path = settings.get("config")
-    config = load_config(path) if path else target_config(device.optimizer or device.id)
+    config = settings_config(settings.get("config")) or target_config(device.optimizer or device.id)
     return replace(config, hardware=device.hardware(config.hardware))
+
+
+def settings_config(given) -> TargetConfig | None:
+    """``settings["config"]``: a config file's path, or the name of a built-in config."""
+    if not given:
+        return None
+    if isinstance(given, str) and given in builtin_names():
+        return target_config(given)
+    return load_config(given)
 
 
 class CompiledProgram:

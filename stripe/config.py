@@ -84,7 +84,8 @@ def load_config(path: str | Path) -> TargetConfig:
     try:
         text = path.read_text()
     except OSError as e:
-        raise ConfigError(f"cannot read config file '{path}': {e.strerror}", None, "check the path") from None
+        hint = f"check the path; the built-in configs are named {', '.join(builtin_names())}"
+        raise ConfigError(f"cannot read config file '{path}': {e.strerror}", None, hint) from None
     return parse_config(text, str(path))
 
 

@@ -155,3 +155,18 @@ def test_tile_debug_2_prints_each_step_with_its_time_and_program(tmp_path):
     assert "=== where (locate_block): " in run.stderr and " ms" in run.stderr
     assert "block<CPU>" in run.stderr.split("=== where")[1]
     assert "block<CPU>" in run.stdout
+
+
+def test_compile_takes_a_config_file_or_a_builtin_name(tmp_path):
+    import numpy as np
+
+    import tile
+
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    want = a @ a.T
+    for config in ("llvm_cpu_tiled", "accel", write(tmp_path, GOOD)):
+        f = tile.compile(MATMUL, "llvm_cpu.0", settings={"config": config})
+        np.testing.assert_array_equal(f(A=a, B=a.T)["C"], want)
+    with pytest.raises(ConfigError, match="cannot read config file 'nope'") as info:
+        tile.compile(MATMUL, "llvm_cpu.0", settings={"config": "nope"})
+    assert "llvm_cpu_tiled" in info.value.hint

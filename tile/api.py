@@ -87,11 +87,16 @@ def compile(
     program: str | ast.Program, device: str = "llvm_cpu.0", settings: Mapping | None = None
 ) -> Executable:
     """``program`` for ``device`` (an id from ``python -m tile devices``; ``"interp"`` is the
-    reference interpreter). ``settings``: ``{"cache": False}`` bypasses the kernel cache;
-    ``{"config": "F.json"}`` optimizes with that target config instead of the device's built-in
-    one; ``{"strict": True}`` skips the passes that may reorder aggregation, so float results are
-    bit-identical to the interpreter's order (docs/semantics.md §8.3); ``{"optimize": False}``
-    compiles the lowered program as it is. A bad config file fails here, not at the first call."""
+    reference interpreter). ``settings``:
+
+    * ``{"cache": False}`` bypasses the kernel cache;
+    * ``{"config": "F.json"}`` optimizes with that target config (a file, or a built-in config's
+      name such as ``"opencl_gpu_tiled"``) instead of the device's own;
+    * ``{"strict": True}`` skips the passes that may reorder aggregation, so float results are
+      bit-identical to the interpreter's order (docs/semantics.md §8.3);
+    * ``{"optimize": False}`` compiles the lowered program as it is.
+
+    A bad config file fails here, not at the first call."""
     prog = parse(program) if isinstance(program, str) else program
     if device != "interp":
         from backends import registry

@@ -59,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="optimized: whose built-in config (llvm_cpu, opencl_gpu, accel; a device id works, and "
         "its reported sizes are used when it is present)",
     )
-    e.add_argument("--config", metavar="F.json", help="optimized: your own target config file")
+    e.add_argument(
+        "--config", metavar="F.json", help="optimized: your own target config file (or a built-in config)"
+    )
     e.add_argument("--after", metavar="STEP", help="optimized: stop after this pass step (name or pass)")
     e.add_argument("--strict", action="store_true", help="optimized: skip passes that reorder aggregation")
     e.add_argument(
@@ -79,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--target", default="llvm_cpu.0", help="a device id from `devices` (default llvm_cpu.0)")
     r.add_argument("--output", help="write every output to this .npz archive")
     r.add_argument("--no-cache", action="store_true", help="compile afresh, bypassing the kernel cache")
-    r.add_argument("--config", metavar="F.json", help="optimize with this target config file")
+    r.add_argument(
+        "--config", metavar="F.json", help="optimize with this config file (or a built-in: llvm_cpu_tiled)"
+    )
     r.add_argument("--strict", action="store_true", help="keep every aggregation in the interpreter's order")
     return p
 
@@ -159,13 +163,15 @@ def cmd_emit(args) -> int:
 
 
 def emit_optimized(bound, args) -> int:
-    from stripe.config import load_config, target_config
+    from stripe.config import target_config
     from stripe.lower import lower
     from stripe.passes import optimize
     from stripe.printer import format_block
 
     if args.config:
-        config = load_config(args.config)
+        from backends.runner import settings_config
+
+        config = settings_config(args.config)
     else:
         config = target_config(args.target)
         device = _present_device(args.target)
