@@ -152,7 +152,9 @@ class Device(abc.ABC):
     capabilities: Capabilities
     compiler: Compiler
     executor: Executor
-    optimizer: str = ""  # the built-in Stripe optimizer config (stripe/targets/<optimizer>.json)
+    # The built-in Stripe optimizer config (stripe/targets/<optimizer>.json) this device compiles
+    # with; empty: none, the lowered program is compiled as it is (a new backend starts so).
+    optimizer: str = ""
 
     def hardware(self, hw):
         """The config's hardware model (``stripe.hardware.Hardware``) with the sizes this device

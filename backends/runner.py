@@ -30,12 +30,17 @@ def _flops(kernel: Block) -> int:
     return kernel.index_space * (2 if kernel.has_tags("contraction") else 1)
 
 
-def device_config(device: Device, settings: Mapping | None = None) -> TargetConfig:
+def device_config(device: Device, settings: Mapping | None = None) -> TargetConfig | None:
     """The optimizer config a device compiles with: ``settings["config"]`` (a path or a built-in
     config's name, such as ``opencl_gpu_tiled``) or the
-    device's built-in one, with the sizes the device reports filled into its hardware model."""
+    device's built-in one (``Device.optimizer``; none for a backend that names none), with the
+    sizes the device reports filled into its hardware model."""
     settings = settings or {}
-    config = settings_config(settings.get("config")) or target_config(device.optimizer or device.id)
+    config = settings_config(settings.get("config"))
+    if config is None:
+        if not device.optimizer:
+            return None  # a backend with no optimizer config compiles the lowered program as it is
+        config = target_config(device.optimizer)
     return replace(config, hardware=device.hardware(config.hardware))
 
 
@@ -60,7 +65,7 @@ class CompiledProgram:
         self.lowered = lower(bound)
         self.config = device_config(device, settings)
         self.program = self.lowered
-        if settings.get("optimize", True):
+        if settings.get("optimize", True) and self.config is not None:
             self.program = optimize(self.lowered, self.config, strict=bool(settings.get("strict", False)))
         main = self.program.stmts[0]
         self.buffers = {r.into: r.shape for r in self.program.refs}
