@@ -14,6 +14,11 @@ def pytest_addoption(parser):
     except (ValueError, argparse.ArgumentError):
         pass  # conformance/conftest.py defines the same option when both folders run together
     parser.addoption(
+        "--tile-config",
+        metavar="NAME_OR_FILE",
+        help="optimize with this config (a built-in name such as llvm_cpu_tiled, or a file)",
+    )
+    parser.addoption(
         "--no-optimize",
         action="store_true",
         help="compile the lowered Stripe as it is, without the target config's passes (to see what they do)",

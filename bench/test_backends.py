@@ -5,7 +5,8 @@ target time; above 1 means faster than the reference). Compile time is measured 
 
 Run: ``python -m pytest bench/ --benchmark-only [--target ID] [--benchmark-json=RUN.json]``
 (default: every compiled device), then ``python -m bench report RUN.json``. ``--no-optimize``
-compiles the lowered program without the target config's passes (to measure what they do).
+compiles the lowered program without the target config's passes (to measure what they do);
+``--tile-config NAME`` optimizes with another config (``llvm_cpu_tiled``, a file).
 """
 
 from __future__ import annotations
@@ -54,7 +55,11 @@ def test_target(benchmark, target, case, request):
     want = case.reference(inputs)
     t0 = time.perf_counter()
     optimized = not request.config.getoption("--no-optimize")
-    exe = tile.compile(case.family.source, target, {"cache": False, "optimize": optimized})
+    settings = {"cache": False, "optimize": optimized}
+    config = request.config.getoption("--tile-config")
+    if config:
+        settings["config"] = config
+    exe = tile.compile(case.family.source, target, settings)
     exe(inputs)  # the first call compiles for these shapes
     compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -74,6 +79,6 @@ def test_target(benchmark, target, case, request):
         references["pytorch"] = best_of(torch_run, least=5)
     else:
         references["numpy"] = best_of(lambda: case.reference(inputs))
-    notes = {"optimized": optimized}
+    notes = {"optimized": optimized, "config": config or "the device's"}
     add_plaidml_reference(case, inputs, references, notes)
     record(benchmark, case, target, inputs, ours, compile_s, references, notes)
