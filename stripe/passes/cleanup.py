@@ -34,7 +34,7 @@ from stripe.ir import (
     Store,
 )
 from stripe.passes.registry import register
-from stripe.passes.rewrite import Context, reads_writes, rewrite, substitute_indexes
+from stripe.passes.rewrite import Context, index_uses, reads_writes, rewrite, substitute_indexes
 from tile.affine import Affine
 from tile.bounds import poly_interval
 
@@ -200,20 +200,7 @@ def dead_code(program: Block, cfg: CleanupConfig, hw: Hardware) -> Block:
 
 # ------------------------------------------------------------------------------ prune_indexes
 def _used_index_names(block: Block) -> set[str]:
-    names: set[str] = set()
-    for c in block.constraints:
-        names.update(c.vars)
-    for r in block.refs:
-        for a in r.access:
-            names.update(a.vars)
-    for s in block.stmts:
-        if isinstance(s, LoadIndex):
-            names.update(s.affine.vars)
-        elif isinstance(s, Block):
-            for i in s.idxs:
-                if i.affine is not None:
-                    names.update(i.affine.vars)
-    return names
+    return index_uses(block, accesses=True)
 
 
 def _prune_indexes(block: Block, parents: tuple[Block, ...]) -> Block:

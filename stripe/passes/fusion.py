@@ -65,6 +65,7 @@ from stripe.passes.registry import register
 from stripe.passes.rewrite import (
     Context,
     fresh,
+    index_uses,
     matches,
     reads_writes,
     rename_refs,
@@ -376,16 +377,7 @@ def _part(block: Block, to_outer: dict[str, str], sizes: dict[str, tuple[int, ..
 def _split(block: Block, to_outer: dict[str, str], parent_sizes: dict[str, tuple[int, ...]]) -> Part:
     """A block as outer refinements and the inner block over its non-fused indexes."""
     inner_idxs = [i for i in block.idxs if i.name not in to_outer]
-    used: set[str] = set()
-    for c in block.constraints:
-        used.update(c.vars)
-    for s in block.stmts:
-        if isinstance(s, LoadIndex):
-            used.update(s.affine.vars)
-        elif isinstance(s, Block):
-            for i in s.idxs:
-                if i.affine is not None:
-                    used.update(i.affine.vars)
+    used = index_uses(block)
     taken = {i.name for i in inner_idxs}
     through: list[Index] = []
     env: dict[str, Affine] = {}

@@ -199,6 +199,26 @@ def rename_refs(block: Block, names: dict[str, str]) -> Block:
     return replace(block, refs=refs, stmts=tuple(stmts))
 
 
+def index_uses(block: Block, *, accesses: bool = False) -> set[str]:
+    """Index names ``block`` reads outside its refinement accesses: in constraints, ``load_index``
+    and nested blocks' index affines (plus the accesses themselves with ``accesses=True``)."""
+    names: set[str] = set()
+    for c in block.constraints:
+        names.update(c.vars)
+    if accesses:
+        for r in block.refs:
+            for a in r.access:
+                names.update(a.vars)
+    for s in block.stmts:
+        if isinstance(s, LoadIndex):
+            names.update(s.affine.vars)
+        elif isinstance(s, Block):
+            for i in s.idxs:
+                if i.affine is not None:
+                    names.update(i.affine.vars)
+    return names
+
+
 def index_names(block: Block) -> set[str]:
     return {i.name for i in block.idxs}
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from stripe.ir import Block, Dim, Index, LoadIndex, Refinement, Statement, TensorShape
-from stripe.passes.rewrite import fresh, passthrough
+from stripe.passes.rewrite import fresh, index_uses, passthrough
 from tile.affine import Affine
 from tile.bounds import poly_interval
 
@@ -53,16 +53,7 @@ def split(
 
     # Which tile numbers the inner block must see: those in constraints, load_index, nested
     # blocks' index affines, or a remainder constraint.
-    used: set[str] = set()
-    for c in block.constraints:
-        used.update(c.vars)
-    for s in block.stmts:
-        if isinstance(s, LoadIndex):
-            used.update(s.affine.vars)
-        elif isinstance(s, Block):
-            for i in s.idxs:
-                if i.affine is not None:
-                    used.update(i.affine.vars)
+    used = index_uses(block)
     for i in block.idxs:
         if i.range % t[i.name]:
             used.add(i.name)
