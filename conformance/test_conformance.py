@@ -24,6 +24,7 @@ from conformance.strategies import (
     mixed,
     optimized,
 )
+from stripe.config import builtin_names
 from tile.dtypes import DType
 from tile.errors import TileLimitError
 from tile.inputs import input_types
@@ -31,7 +32,8 @@ from tile.inputs import input_types
 
 def check(case: Case, device, passes: bool = False) -> None:
     """``case`` on ``device`` against the interpreter; with ``passes``, first every config's passes
-    through the Stripe interpreter (``conformance.optimized``)."""
+    through the Stripe interpreter (``conformance.optimized``), and the target runs its tiled
+    pipeline (``<optimizer>_tiled``) besides its default one."""
     key = report.STATS.current or (case.family, device.id)  # counted under the running test
     try:
         prog = tile.parse(case.source)
@@ -61,15 +63,20 @@ def check(case: Case, device, passes: bool = False) -> None:
             fail(case, target, problem, want_, got_, tol)
 
         check_passes(bound, case.inputs, tol, pass_failure)
-    got = None
-    try:
-        got = tile.compile(prog, device.id)(case.inputs)
-    except Exception as e:  # a target that crashes on a valid program fails like a wrong answer
-        problem = f"{device.id} raised {type(e).__name__}: {e}"
-    else:
-        problem = report.compare(want, got, tol)
-    if problem is not None:
-        fail(case, device.id, problem, want, got, tol)
+    configs = [None]
+    if passes and f"{device.optimizer}_tiled" in builtin_names():
+        configs.append(f"{device.optimizer}_tiled")  # the target also runs its tiled pipeline
+    for config in configs:
+        got = None
+        try:
+            got = tile.compile(prog, device.id, {"config": config} if config else None)(case.inputs)
+        except Exception as e:  # a target that crashes on a valid program fails like a wrong answer
+            problem = f"{device.id} raised {type(e).__name__}: {e}"
+        else:
+            problem = report.compare(want, got, tol)
+        if problem is not None:
+            where = f" (with config {config})" if config else ""
+            fail(case, device.id, problem + where, want, got, tol)
 
 
 def fail(case: Case, target: str, problem: str, want: dict, got, tol, refusal: str | None = None) -> None:

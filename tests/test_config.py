@@ -170,3 +170,33 @@ def test_compile_takes_a_config_file_or_a_builtin_name(tmp_path):
     with pytest.raises(ConfigError, match="cannot read config file 'nope'") as info:
         tile.compile(MATMUL, "llvm_cpu.0", settings={"config": "nope"})
     assert "llvm_cpu_tiled" in info.value.hint
+
+
+def test_strict_keeps_float_results_bit_identical_to_the_interpreter():
+    """Tiling the reduction changes the order of a float sum; strict mode skips the passes that do
+    so, and the compiled result equals the interpreter's bit for bit."""
+    import numpy as np
+
+    import ref_interp
+    import tile
+    from backends import registry
+    from backends.runner import CompiledProgram
+    from ref_interp.run import input_types
+    from stripe.ir import walk
+    from tile.bind import bind
+
+    src = "function (A[M, L], B[L, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]); }"
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal((40, 300)) * 1e3).astype(np.float32)
+    b = rng.standard_normal((300, 30)).astype(np.float32)
+    want = ref_interp.run(src, {"A": a, "B": b})["C"]
+    settings = {"config": "llvm_cpu_tiled", "strict": True}
+    got = tile.compile(src, "llvm_cpu.0", settings)(A=a, B=b)["C"]
+    assert got.tobytes() == want.tobytes()
+    p = tile.parse(src)
+    bound = bind(p, input_types(p, {"A": a, "B": b}))
+    device = registry.get("llvm_cpu.0")
+    unoptimized = CompiledProgram(bound, device, {"optimize": False}).program
+    assert CompiledProgram(bound, device, settings).program == unoptimized
+    tiled = CompiledProgram(bound, device, {"config": "llvm_cpu_tiled"}).program
+    assert any("tile" in blk.tags for blk in walk(tiled))  # without strict, the reduction is tiled
