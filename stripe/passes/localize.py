@@ -25,6 +25,7 @@ Why this keeps the meaning (the pass checks each point, refusing otherwise):
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 
 from stripe.hardware import Hardware
@@ -70,13 +71,13 @@ def _temporaries(block: Block, parents: tuple[Block, ...]) -> list[tuple[Refinem
     parent = parents[-1] if parents else None
     out = []
     if len(parents) == 1:
-        root = parents[0]
-        sources = [r.source for r in block.refs]
+        buffers = {b.into: b for b in parents[0].refs}
+        views = Counter(r.source for r in block.refs)
         for r in block.refs:
-            buf = next((b for b in root.refs if b.into == r.source), None)
+            buf = buffers.get(r.source)
             if buf is None or "tmp" not in buf.tags or {"input", "output"} & buf.tags:
                 continue
-            if sources.count(r.source) > 1:  # another view of the same buffer: not tracked
+            if views[r.source] > 1:  # another view of the same buffer: not tracked
                 continue
             if any(not a.is_constant or a.const != 0 for a in r.access):
                 continue
@@ -99,28 +100,46 @@ def _is_zero_fill(s: Statement, name: str) -> bool:
 
 
 def _localize_block(block: Block, parents: tuple[Block, ...]) -> Block:
+    """Each temporary of ``block`` moved into its one user where it can be. Moving one changes
+    only its user (which may take others too) and drops its zero fills, so every temporary is
+    tried once against the same statement list: the work grows with temporaries plus statements,
+    not their product (long fused chains)."""
+    users_of = _users(block)
+    stmts = list(block.stmts)
+    dropped_stmts: set[int] = set()
+    dropped_refs: set[str] = set()
     for t, chain in _temporaries(block, parents):
-        users = [k for k, s in enumerate(block.stmts) if _touches(s, t.into)]
+        users = users_of.get(t.into, [])
         fills = [k for k in users if _is_zero_fill(block.stmts[k], t.into)]
         rest = [k for k in users if k not in fills]
-        if len(rest) != 1 or not isinstance(block.stmts[rest[0]], Block):
+        if len(rest) != 1 or not isinstance(stmts[rest[0]], Block):
             continue
         k = rest[0]
-        new_k = _move_into(block, parents, t, chain, block.stmts[k])
+        new_k = _move_into(block, parents, t, chain, stmts[k])
         if new_k is None:
             continue
-        stmts = [new_k if j == k else s for j, s in enumerate(block.stmts) if j not in fills]
-        refs = tuple(r for r in block.refs if r.into != t.into)
-        return _localize_block(replace(block, refs=refs, stmts=tuple(stmts)), parents)
-    return block
+        stmts[k] = new_k
+        dropped_stmts.update(fills)
+        dropped_refs.add(t.into)
+    if not dropped_refs:
+        return block
+    refs = tuple(r for r in block.refs if r.into not in dropped_refs)
+    return replace(block, refs=refs, stmts=tuple(s for j, s in enumerate(stmts) if j not in dropped_stmts))
 
 
-def _touches(s: Statement, name: str) -> bool:
-    if isinstance(s, Block):
-        return any(r.source == name for r in s.refs)
-    if isinstance(s, Special):
-        return name in s.inputs or name in s.outputs
-    return getattr(s, "from_", None) == name or getattr(s, "into", None) == name
+def _users(block: Block) -> dict[str, list[int]]:
+    """For each name, the positions of the statements of ``block`` that touch it."""
+    out: dict[str, list[int]] = {}
+    for k, s in enumerate(block.stmts):
+        if isinstance(s, Block):
+            names = {r.source for r in s.refs}
+        elif isinstance(s, Special):
+            names = {*s.inputs, *s.outputs}
+        else:
+            names = {n for n in (getattr(s, "from_", None), getattr(s, "into", None)) if n}
+        for n in names:
+            out.setdefault(n, []).append(k)
+    return out
 
 
 def _dense(sizes: tuple[int, ...]) -> tuple[int, ...]:
