@@ -106,6 +106,7 @@ def fusion(program: Block, cfg: FusionConfig, hw: Hardware) -> Block:
         if not _unaliased(parent, ctx):
             return None
         stmts: list[Statement] = list(parent.stmts)
+        views = _views(parent)  # the parent's refinements do not change while its statements fuse
         changed, i = False, 0
         while i + 1 < len(stmts):
             a, j = stmts[i], i + 1
@@ -115,7 +116,7 @@ def fusion(program: Block, cfg: FusionConfig, hw: Hardware) -> Block:
             b, fused = stmts[j], None
             if isinstance(a, Block) and isinstance(b, Block):
                 if matches(a, cfg.a_reqs) and matches(b, cfg.b_reqs):
-                    fused = fuse_pair(parent, a, b, cfg)
+                    fused = fuse_pair(parent, a, b, cfg, views)
             if fused is None:
                 i += 1
                 continue
@@ -300,10 +301,21 @@ def fused_pairs(a: Block, b: Block, parent_refs: set[str]) -> list[tuple[str, st
 
 
 # ------------------------------------------------------------------------------ rewrite
-def fuse_pair(parent: Block, a: Block, b: Block, cfg: FusionConfig) -> Block | None:
-    """The fused block of A then B, or None where the checks refuse (see the module docstring)."""
-    parent_refs = {r.into for r in parent.refs}
-    sizes = {r.into: r.shape.sizes for r in parent.refs}
+def _views(parent: Block) -> tuple[set[str], dict[str, tuple[int, ...]]]:
+    """The parent's refinement names and their sizes."""
+    return {r.into for r in parent.refs}, {r.into: r.shape.sizes for r in parent.refs}
+
+
+def fuse_pair(
+    parent: Block,
+    a: Block,
+    b: Block,
+    cfg: FusionConfig,
+    views: tuple[set[str], dict[str, tuple[int, ...]]] | None = None,
+) -> Block | None:
+    """The fused block of A then B, or None where the checks refuse (see the module docstring).
+    ``views``: ``_views(parent)``, when the caller has it."""
+    parent_refs, sizes = views or _views(parent)
     for candidate in (_tiled_to_match(a, b, parent_refs, sizes), b):  # B in A's tiles, else as is
         if candidate is None:
             continue
