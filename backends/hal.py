@@ -34,6 +34,16 @@ class Capabilities:
         return dtype in self.dtypes
 
 
+@dataclass(frozen=True)
+class MemoryLimit:
+    """How much memory a device can give one run's buffers (None: it does not say). The runner
+    refuses a program whose buffers exceed it before allocating anything."""
+
+    total: int | None = None  # bytes all of a run's buffers may take together
+    per_buffer: int | None = None  # bytes one buffer may take
+    what: str = "the device's memory"  # where the figures come from, for messages
+
+
 class Event:
     """Completion of one asynchronous operation, with its duration once done."""
 
@@ -155,6 +165,11 @@ class Device(abc.ABC):
     # The built-in Stripe optimizer config (stripe/targets/<optimizer>.json) this device compiles
     # with; empty: none, the lowered program is compiled as it is (a new backend starts so).
     optimizer: str = ""
+
+    def memory_bytes(self) -> MemoryLimit:
+        """What memory this device has for buffers now (queried at each run: it may change);
+        a backend that cannot tell says nothing, and only the settings' limits apply."""
+        return MemoryLimit()
 
     def hardware(self, hw):
         """The config's hardware model (``stripe.hardware.Hardware``) with the sizes this device

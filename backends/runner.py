@@ -9,11 +9,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from backends.hal import Device, Event, KernelInfo
+from backends.hal import Device, Event, KernelInfo, MemoryLimit
 from stripe.config import TargetConfig, builtin_names, load_config, target_config
 from stripe.ir import Block, walk
 from stripe.lower import lower
 from stripe.passes import optimize
+from tile.errors import Span, TileResourceError
 from tile.typed import BoundProgram
 
 
@@ -53,15 +54,80 @@ def settings_config(given) -> TargetConfig | None:
     return load_config(given)
 
 
+def _nbytes(shape) -> int:
+    return shape.elements * shape.dtype.numpy.itemsize
+
+
+def _gib(n: int) -> str:
+    return f"{n} bytes ({n / 2**30:.1f} GiB)" if n >= 2**30 else f"{n} bytes"
+
+
+def _span_of(bound: BoundProgram, name: str) -> Span | None:
+    """Where the program defines tensor ``name`` (its statement, or its parameter)."""
+    for st in bound.stmts:
+        if st.name == name:
+            return st.span
+    for inp in bound.program.inputs:
+        if inp.name == name:
+            return inp.span
+    return None
+
+
+def check_memory(bound: BoundProgram, buffers: Mapping, device: Device, settings: Mapping) -> None:
+    """Refuse, before allocating anything, buffers the device cannot hold: each buffer against
+    ``settings["max_buffer_bytes"]`` and the device's per-buffer and total limits, all of them
+    together against ``settings["max_total_bytes"]`` and the device's total (``memory_bytes``)."""
+    mem: MemoryLimit = device.memory_bytes()
+    per: list[tuple[int, str]] = [(n, mem.what) for n in (mem.per_buffer, mem.total) if n is not None]
+    total: list[tuple[int, str]] = [(mem.total, mem.what)] if mem.total is not None else []
+    if "max_buffer_bytes" in settings:
+        per.append((int(settings["max_buffer_bytes"]), "the max_buffer_bytes setting"))
+    if "max_total_bytes" in settings:
+        total.append((int(settings["max_total_bytes"]), "the max_total_bytes setting"))
+    hint = (
+        "use smaller inputs or output sizes, or a device with more memory; settings "
+        "max_buffer_bytes / max_total_bytes set lower limits, never higher ones"
+    )
+    sizes = {name: _nbytes(shape) for name, shape in buffers.items()}
+    if per:
+        limit, what = min(per)
+        for name, shape in buffers.items():
+            if sizes[name] > limit:
+                dims = ", ".join(str(n) for n in shape.sizes)
+                raise TileResourceError(
+                    f"tensor '{name}' ({shape.dtype.value}[{dims}]) needs {_gib(sizes[name])}, over the "
+                    f"limit of {_gib(limit)} for one buffer ({what})",
+                    _span_of(bound, name),
+                    hint,
+                )
+    if total:
+        limit, what = min(total)
+        need = sum(sizes.values())
+        if need > limit:
+            big = max(sizes, key=lambda n: sizes[n])
+            shape = buffers[big]
+            dims = ", ".join(str(n) for n in shape.sizes)
+            raise TileResourceError(
+                f"the program's {len(sizes)} buffers need {_gib(need)} together, over the limit of "
+                f"{_gib(limit)} ({what}); the largest is '{big}' ({shape.dtype.value}[{dims}], "
+                f"{_gib(sizes[big])})",
+                _span_of(bound, big),
+                hint,
+            )
+
+
 class CompiledProgram:
     """A program built for one device and one set of input shapes and dtypes: lowered to Stripe,
     optimized by the device's config (``settings``: ``config`` a config file, ``strict`` to keep
-    every aggregation in the interpreter's order, ``optimize=False`` to skip the passes)."""
+    every aggregation in the interpreter's order, ``optimize=False`` to skip the passes;
+    ``max_buffer_bytes`` / ``max_total_bytes`` to lower the memory limits ``check_memory`` applies
+    before every run's allocations)."""
 
     def __init__(self, bound: BoundProgram, device: Device, settings: Mapping | None = None):
         self.bound = bound
         self.device = device
         settings = dict(settings or {})
+        self.settings = settings
         self.lowered = lower(bound)
         self.config = device_config(device, settings)
         self.program = self.lowered
@@ -85,9 +151,10 @@ class CompiledProgram:
 
     def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         ex = self.device.executor
+        check_memory(self.bound, self.buffers, self.device, self.settings)
         bufs = {}
         for name, shape in self.buffers.items():
-            nbytes = shape.elements * shape.dtype.numpy.itemsize
+            nbytes = _nbytes(shape)
             buf = ex.allocate(nbytes)
             view = buf.map_discard()
             if name in inputs:

@@ -109,6 +109,12 @@ class TileLimitError(TileRuntimeError):
     limit of that tool, not a rule of the language, so compiled targets need not share it."""
 
 
+class TileResourceError(TileRuntimeError):
+    """A compiled target cannot hold a program's buffers: one buffer or all of them together exceed
+    the device's memory or a ``max_buffer_bytes`` / ``max_total_bytes`` setting. Raised before
+    anything is allocated."""
+
+
 class TileInputError(TileError):
     """Input arrays that do not fit the program (missing, wrong rank or size, bad npz)."""
 

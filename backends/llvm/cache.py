@@ -2,11 +2,15 @@
 
 Entries live in ``$TILE_CACHE_DIR`` (else ``~/.cache/tile/llvm``), one ``<key>.o`` per module.
 The key is the SHA-256 of everything that decides the machine code: the generated (unoptimized)
-IR text, the build settings, the llvmlite and LLVM versions, and the host CPU's name and feature
-string (plus a format number bumped when the backend's conventions change). MCJIT's object cache
-hooks do the work: ``getbuffer`` hands it a stored object instead of compiling, ``notify`` stores a
-freshly compiled one. Writes go to a temporary file renamed into place, so concurrent builders
-never see half an entry; an unreadable or unwritable cache is simply a miss.
+IR text, the build settings (all but ``cache``), the llvmlite and LLVM versions, the host CPU's
+name and feature string, the project version and a format number bumped when the backend's
+conventions change. The IR text is generated from the optimized Stripe, so it carries the input
+shapes and dtypes and whatever the optimizer config did (``backends.diskcache`` says more).
+MCJIT's object cache hooks do the work: ``getbuffer`` hands it a stored object instead of
+compiling, ``notify`` stores a freshly compiled one. Entries carry a checksummed header and are
+written through a temporary file renamed into place (``backends.diskcache``): a truncated or
+corrupted entry is rebuilt, never loaded; concurrent builders never see half an entry; an unusable
+cache directory is a miss (with one ``CacheWarning``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import llvmlite.binding as llvm
 
 from backends import diskcache
 
-FORMAT = 1
+FORMAT = 2  # 2: entries carry diskcache's checked header
 
 
 def cache_dir() -> Path:
@@ -50,11 +54,11 @@ class ObjectCache:
     def load(self) -> bytes | None:
         if not self.enabled:
             return None
-        data = diskcache.read_entry(self.path)
+        data = diskcache.read_entry(self.path, self.key)
         self.hit = data is not None
         return data
 
     def store(self, data: bytes) -> None:
         if not self.enabled or self.hit:
             return
-        self.stored = diskcache.write_entry(self.path, data)
+        self.stored = diskcache.write_entry(self.path, self.key, data)

@@ -40,6 +40,7 @@ from backends.hal import (
     Kernel,
     KernelInfo,
     Library,
+    MemoryLimit,
     kernel_symbol,
     timed,
 )
@@ -73,6 +74,38 @@ def _target_machine(cpu: str, features: str) -> llvm.TargetMachine:
     """A fresh host target machine: the MCJIT engine takes ownership of the one it is given."""
     target = llvm.Target.from_triple(llvm.get_process_triple())
     return target.create_target_machine(cpu=cpu, features=features, opt=3, codemodel="jitdefault")
+
+
+def host_available_memory() -> tuple[int | None, str]:
+    """Bytes the host can still give this process, and where that figure comes from: Linux's
+    ``MemAvailable`` (else ``sysconf``'s available pages), capped by a cgroup v2 memory limit."""
+    avail, what = None, ""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail, what = int(line.split()[1]) * 1024, "the host's available memory (MemAvailable)"
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if avail is None:
+        try:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+            what = "the host's available memory (sysconf)"
+        except (OSError, ValueError, AttributeError):
+            return None, ""
+    try:
+        cg = "/sys/fs/cgroup/"
+        with open(cg + "memory.max", encoding="ascii") as f:
+            limit = f.read().strip()
+        if limit != "max":
+            with open(cg + "memory.current", encoding="ascii") as f:
+                room = max(0, int(limit) - int(f.read().strip()))
+            if room < avail:
+                avail, what = room, "this container's memory limit (cgroup memory.max)"
+    except (OSError, ValueError):
+        pass
+    return avail, what
 
 
 class WorkerPool:
@@ -267,6 +300,11 @@ class LlvmCpuDevice(Device):
         self.pool = WorkerPool(n)
         self.compiler = LlvmCompiler(n)
         self.executor = LlvmExecutor(self.pool)
+
+    def memory_bytes(self) -> MemoryLimit:
+        """Buffers live in host memory: what the host has available now (no per-buffer limit)."""
+        avail, what = host_available_memory()
+        return MemoryLimit(total=avail, what=what) if avail is not None else MemoryLimit()
 
     def hardware(self, hw):
         """Cores: one execution unit per worker thread."""

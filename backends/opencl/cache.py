@@ -2,10 +2,14 @@
 
 Entries live in ``$TILE_CACHE_DIR`` (else ``~/.cache/tile/opencl``), one ``<key>.clbin`` per
 program. The key is the SHA-256 of everything that decides the binary: the OpenCL C source, the
-build options and settings, and the device's name, vendor, version and driver version (plus a
-format number bumped when the backend's conventions change). Writes go to a temporary file renamed
-into place, so concurrent builders never see half an entry; an unreadable or unwritable cache, or a
-binary the driver refuses, is simply a miss.
+build options and settings (all but ``cache`` and ``async``), the device's name, vendor, version
+and driver version, the project version and a format number bumped when the backend's conventions
+change. The source is generated from the optimized Stripe, so it carries the input shapes and
+dtypes and whatever the optimizer config did (``backends.diskcache`` says more). Entries carry a
+checksummed header and are written through a temporary file renamed into place: a truncated or
+corrupted entry is rebuilt, never loaded; concurrent builders never see half an entry; an unusable
+cache directory, or a binary the driver refuses, is a miss (the directory with one
+``CacheWarning``).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from pathlib import Path
 
 from backends import diskcache
 
-FORMAT = 1
+FORMAT = 2  # 2: entries carry diskcache's checked header
 
 
 def cache_dir() -> Path:
@@ -42,9 +46,9 @@ class BinaryCache:
     def load(self) -> bytes | None:
         if not self.enabled:
             return None
-        return diskcache.read_entry(self.path)
+        return diskcache.read_entry(self.path, self.key)
 
     def store(self, data: bytes) -> bool:
         if not self.enabled or not data:
             return False
-        return diskcache.write_entry(self.path, data)
+        return diskcache.write_entry(self.path, self.key, data)

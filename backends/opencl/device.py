@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pyopencl as cl
 
-from backends.hal import Capabilities, Device
+from backends.hal import Capabilities, Device, MemoryLimit
 from backends.opencl.compiler import OpenCLCompiler, quiet_build
 from backends.opencl.executor import OpenCLExecutor
 from tile.dtypes import DType
@@ -88,6 +88,15 @@ class OpenCLDevice(Device):
         self.executor = OpenCLExecutor(self)
 
     optimizer = "opencl_gpu"
+
+    def memory_bytes(self) -> MemoryLimit:
+        """The driver's ``global_mem_size`` for all buffers, ``max_mem_alloc_size`` for one."""
+        d = self.cl_device
+        return MemoryLimit(
+            total=int(d.global_mem_size),
+            per_buffer=int(d.max_mem_alloc_size),
+            what=f"{self.id}'s global memory (global_mem_size / max_mem_alloc_size)",
+        )
 
     def hardware(self, hw):
         """From the device query: ``__local`` memory size, work-group size, compute units, clock."""
