@@ -94,7 +94,10 @@ def compile(
       name such as ``"opencl_gpu_tiled"``) instead of the device's own;
     * ``{"strict": True}`` skips the passes that may reorder aggregation, so float results are
       bit-identical to the interpreter's order (docs/semantics.md §8.3);
-    * ``{"optimize": False}`` compiles the lowered program as it is.
+    * ``{"optimize": False}`` compiles the lowered program as it is;
+    * ``{"max_buffer_bytes": N, "max_total_bytes": M}`` lower the device's memory limits that
+      every buffer (and all of them together) is checked against before anything is allocated
+      (docs/semantics.md §8.4).
 
     A bad config file fails here, not at the first call."""
     prog = parse(program) if isinstance(program, str) else program
