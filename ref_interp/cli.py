@@ -13,7 +13,7 @@ from ref_interp.numerics import PRECISIONS
 from ref_interp.run import run
 from tile.errors import TileError, TileInputError, TilePrecisionWarning
 from tile.inputs import add_input_arguments, describe, gather_inputs, load_npz, random_array
-from tile.parser import parse
+from tile.parser import parse, read_source
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,11 +60,13 @@ def _run_stripe(text: str, args, given: dict) -> tuple[dict, dict]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        with open(args.file, encoding="utf-8") as f:
-            text = f.read()
+        text = read_source(args.file)
     except OSError as e:
         print(f"error: cannot read {args.file}: {e.strerror}", file=sys.stderr)
         return 2
+    except TileError as e:  # not UTF-8
+        print(e, file=sys.stderr)
+        return 1
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", TilePrecisionWarning)

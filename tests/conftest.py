@@ -11,3 +11,12 @@ def private_cache(request, tmp_path_factory, monkeypatch):
     directory, not the user's cache: ``opencl-cache`` for ``test_opencl_*`` modules, else ``llvm-cache``."""
     backend = "opencl" if "opencl" in request.module.__name__ else "llvm"
     monkeypatch.setenv("TILE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / f"{backend}-cache"))
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--fuzz-examples",
+        type=int,
+        default=500,
+        help="Hypothesis examples for each front-end fuzz test (tests/test_fuzz_frontend.py)",
+    )

@@ -18,8 +18,9 @@ class Source:
     name: str = "<string>"
 
     def line(self, lineno: int) -> str:
-        lines = self.text.splitlines()
-        return lines[lineno - 1] if 0 < lineno <= len(lines) else ""
+        # Only "\n" ends a line, as in the lexer; splitlines() would also split at "\f", "\x1c", ...
+        lines = self.text.split("\n")
+        return lines[lineno - 1].rstrip("\r") if 0 < lineno <= len(lines) else ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,7 +101,7 @@ def tokenize(source: Source) -> list[Token]:
             end = text.find("\n", pos)
             pos = n if end < 0 else end
             continue
-        if ch.isdigit():
+        if "0" <= ch <= "9":  # not str.isdigit(): that accepts '²' and other non-ASCII digits
             m = _NUMBER.match(text, pos)
             assert m is not None
             end = m.end()
@@ -115,7 +115,7 @@ def tokenize(source: Source) -> list[Token]:
             tokens.append(Token(kind, text[pos:end], span(pos, end - pos)))
             pos = end
             continue
-        if ch == "." and pos + 1 < n and text[pos + 1].isdigit():
+        if ch == "." and pos + 1 < n and "0" <= text[pos + 1] <= "9":
             m = _NUMBER.match(text, pos + 1)
             assert m is not None
             raise TileSyntaxError(
@@ -123,7 +123,7 @@ def tokenize(source: Source) -> list[Token]:
                 span(pos, m.end() - pos),
                 hint=f"write '0.{m.group(0)}' (a float needs a digit before the point)",
             )
-        if ch.isalpha():
+        if ch.isascii() and ch.isalpha():
             m = _NAME.match(text, pos)
             assert m is not None
             word = m.group(0)

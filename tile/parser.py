@@ -28,6 +28,10 @@ Grammar (``{x}`` repeats, ``[x]`` is optional; ``//`` comments are dropped by th
                  | IDX "(" [expr {"," expr}] ")" | "(" expr ")"
 
 Operator precedence is C's (``|`` below ``^`` below ``&``); the original put ``^`` below ``|``.
+
+Limits: an expression nests at most ``MAX_NESTING`` levels (see ``_Parser.enter``), so no later
+stage (binder, printer, autodiff, interpreter, all recursive over expressions) can run past
+Python's recursion limit; a file must be UTF-8 (``read_source``).
 """
 
 from __future__ import annotations
@@ -52,9 +56,40 @@ def parse(text: str, name: str = "<string>") -> ast.Program:
     return _Parser(source, tokenize(source)).program()
 
 
+# Deep enough for any program a person writes (the builtin library nests under 10 levels), shallow
+# enough that the deepest accepted expression stays far from Python's default recursion limit of
+# 1000 frames in every stage that walks it: about 6 frames a level while parsing, 2-3 in the
+# binder, printer and interpreter, more in autodiff, whose gradient expressions nest deeper than
+# the expression they differentiate.
+MAX_NESTING = 64
+
+
+def read_source(path: str) -> str:
+    """The text of a program file (see ``decode_source``); ``OSError`` is left to the caller."""
+    with open(path, "rb") as f:
+        return decode_source(f.read(), str(path))
+
+
+def decode_source(data: bytes, name: str = "<bytes>") -> str:
+    """``data`` as UTF-8 text; anything else is a ``TileSyntaxError`` at the line and column of
+    the first byte that does not decode. The one place program bytes become text."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        good = data[: e.start].decode("utf-8")
+        line = good.count("\n") + 1
+        col = len(good) - (good.rfind("\n") + 1) + 1
+        shown = Source(data.decode("utf-8", errors="replace"), name)
+        raise TileSyntaxError(
+            f"the file is not UTF-8 text: byte 0x{data[e.start]:02x} at offset {e.start} cannot be decoded",
+            Span(line, col, 1, shown),
+            hint="save the program as UTF-8 (Tile source is ASCII outside comments)",
+        ) from None
+    return text[1:] if text.startswith("\ufeff") else text  # a byte-order mark is not a character
+
+
 def parse_file(path: str) -> ast.Program:
-    with open(path, encoding="utf-8") as f:
-        return parse(f.read(), str(path))
+    return parse(read_source(path), str(path))
 
 
 def _describe(tok: Token) -> str:
@@ -68,6 +103,23 @@ class _Parser:
         self.source = source
         self.toks = tokens
         self.pos = 0
+        self.nesting = 0  # open expr()/unary() calls: bounds this parser's own recursion
+        self.depths: dict[int, int] = {}  # id(node) -> height of the tree it roots (leaves: 1)
+
+    def enter(self, tok: Token) -> None:
+        """One more level of recursion; past ``MAX_NESTING`` a located error, not a RecursionError."""
+        self.nesting += 1
+        if self.nesting > MAX_NESTING:
+            raise _too_deep(tok)
+
+    def node(self, e: ast.Expr, tok: Token, *children: ast.Expr) -> ast.Expr:
+        """Record the height of ``e``'s tree: ``A + A + ... + A`` nests without parentheses, and
+        the binder, printer, autodiff and interpreter recurse over that height."""
+        height = 1 + max((self.depths.get(id(c), 1) for c in children), default=0)
+        if height > MAX_NESTING:
+            raise _too_deep(tok)
+        self.depths[id(e)] = height
+        return e
 
     # ------------------------------------------------------------------ token helpers
     @property
@@ -327,13 +379,17 @@ class _Parser:
 
     # ------------------------------------------------------------------ expressions
     def expr(self) -> ast.Expr:
-        cond = self.binary_level(0)
+        self.enter(self.tok)
+        cond = self.binary(0)
         if self.tok.is_op("?"):
-            self.advance()
+            q = self.advance()
             then = self.expr()
             self.expect_op(":", hint="the conditional is `C ? A : B`")
             other = self.expr()
-            return ast.Ternary(cond, then, other, _start_span(cond).to(_end_span(other)))
+            cond = self.node(
+                ast.Ternary(cond, then, other, _start_span(cond).to(_end_span(other))), q, cond, then, other
+            )
+        self.nesting -= 1
         return cond
 
     # Binary levels from loosest to tightest; non-associative levels take at most one operator.
@@ -348,19 +404,21 @@ class _Parser:
         (("*", "/"), True),
     )
     _POLY_LEVEL = 6
+    _LEVEL_OF = {op: k for k, (ops, _) in enumerate(_LEVELS) for op in ops}
 
     def poly(self) -> ast.Expr:
-        return self.binary_level(self._POLY_LEVEL)
+        return self.binary(self._POLY_LEVEL)
 
-    def binary_level(self, level: int) -> ast.Expr:
-        if level == len(self._LEVELS):
-            return self.unary()
-        ops, assoc = self._LEVELS[level]
-        lhs = self.binary_level(level + 1)
-        while self.tok.kind == "OP" and self.tok.text in ops:
+    def binary(self, min_level: int) -> ast.Expr:
+        """Operators of ``_LEVELS[min_level:]`` by precedence climbing: one Python frame per
+        precedence step actually taken, not one per level, keeps ``(((...)))`` cheap to parse."""
+        lhs = self.unary()
+        while self.tok.kind == "OP" and self._LEVEL_OF.get(self.tok.text, -1) >= min_level:
+            level = self._LEVEL_OF[self.tok.text]
+            ops, assoc = self._LEVELS[level]
             op = self.advance()
-            rhs = self.binary_level(level + 1)
-            lhs = ast.Binary(op.text, lhs, rhs, _start_span(lhs).to(_end_span(rhs)))
+            rhs = self.binary(level + 1)
+            lhs = self.node(ast.Binary(op.text, lhs, rhs, _start_span(lhs).to(_end_span(rhs))), op, lhs, rhs)
             if not assoc and self.tok.kind == "OP" and self.tok.text in ops:
                 raise TileSyntaxError(
                     f"'{op.text}' and '{self.tok.text}' cannot be chained",
@@ -370,17 +428,20 @@ class _Parser:
         return lhs
 
     def unary(self) -> ast.Expr:
-        if self.tok.is_op("-", "~"):
-            op = self.advance()
-            operand = self.unary()
+        ops: list[Token] = []
+        while self.tok.is_op("-", "~"):  # a loop, not recursion: `- - - x` may be long
+            ops.append(self.advance())
+        operand = self.primary()
+        for op in reversed(ops):
             span = op.span.to(_end_span(operand))
             if op.text == "-" and isinstance(operand, ast.IntLit):
-                return ast.IntLit(-operand.value, span)  # `-3` is one literal, as in the original
-            if op.text == "-" and isinstance(operand, ast.FloatLit):
+                operand = ast.IntLit(-operand.value, span)  # `-3` is one literal, as in the original
+            elif op.text == "-" and isinstance(operand, ast.FloatLit):
                 text = operand.text[1:] if operand.text.startswith("-") else "-" + operand.text
-                return ast.FloatLit(text, span)
-            return ast.Unary(op.text, operand, span)
-        return self.primary()
+                operand = ast.FloatLit(text, span)
+            else:
+                operand = self.node(ast.Unary(op.text, operand, span), op, operand)
+        return operand
 
     def primary(self) -> ast.Expr:
         tok = self.tok
@@ -425,7 +486,7 @@ class _Parser:
                     while self.accept_op(","):
                         args.append(self.expr())
                 close = self.expect_op(")")
-                return ast.Call(tok.text, tuple(args), tok.span.to(close.span))
+                return self.node(ast.Call(tok.text, tuple(args), tok.span.to(close.span)), tok, *args)
             return ast.Name(tok.text, tok.span)
         if tok.is_op("("):
             self.advance()
@@ -433,6 +494,14 @@ class _Parser:
             self.expect_op(")")
             return inner
         raise self.error("an expression")
+
+
+def _too_deep(tok: Token) -> TileSyntaxError:
+    return TileSyntaxError(
+        f"expression nested more than {MAX_NESTING} levels deep",
+        tok.span,
+        hint="name the inner parts in statements of their own, e.g. `T = (...); O = T * T;`",
+    )
 
 
 def _start_span(e: ast.Expr) -> Span:
