@@ -74,7 +74,8 @@ class TileError(Exception):
             parts.append(head)
         if self.hint:
             parts.append(f"hint: {self.hint}")
-        return "\n".join(parts)
+        # Lone surrogates (text decoded with errors="surrogateescape") cannot be printed as UTF-8.
+        return "\n".join(parts).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class TileSyntaxError(TileError):

@@ -140,6 +140,7 @@ def tokenize(source: Source) -> list[Token]:
                 pos += len(op)
                 break
         else:
-            raise TileSyntaxError(f"unexpected character '{ch}'", span(pos, 1), hint=_hint_for(ch))
+            shown = ch if ch.isprintable() and not 0xD800 <= ord(ch) < 0xE000 else f"U+{ord(ch):04X}"
+            raise TileSyntaxError(f"unexpected character '{shown}'", span(pos, 1), hint=_hint_for(ch))
     tokens.append(Token("EOF", "", span(pos, 1)))
     return tokens
