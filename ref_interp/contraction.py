@@ -43,13 +43,11 @@ def evaluate(
     """
     shape = c.type.shape
     dtype = c.type.dtype
-    size = int(np.prod(shape, dtype=np.int64))
-    init = _initial(c, env, nx)
-    if size == 0 or any(env[a.tensor].size == 0 for a in c.operands):
-        return init.reshape(shape)  # nothing can be aggregated: 0 (or default) everywhere
-    sp = space(c, box)
+    size = int(np.prod(shape, dtype=object))  # exact: `O[i: 10**10, 10**10]` overflows int64
     limit = max_points if max_points is not None else max_points_default()
-    if sp.points > limit:
+    empty = size == 0 or any(env[a.tensor].size == 0 for a in c.operands)
+    sp = None if empty else space(c, box)
+    if sp is not None and sp.points > limit:
         raise TileLimitError(
             f"the index space of '{c.name}' has {sp.points} points, more than the interpreter's limit "
             f"of {limit}",
@@ -57,6 +55,16 @@ def evaluate(
             hint="use smaller inputs, or raise the limit (max_points=..., --max-points, or "
             "TILE_INTERP_MAX_POINTS)",
         )
+    if size > limit:  # found by the front-end fuzz: a MemoryError allocating the output
+        raise TileLimitError(
+            f"the output '{c.name}' has {size} elements, more than the interpreter's limit of {limit}",
+            c.span,
+            hint="use smaller sizes, or raise the limit (max_points=..., --max-points, or "
+            "TILE_INTERP_MAX_POINTS)",
+        )
+    init = _initial(c, env, nx)
+    if sp is None:
+        return init.reshape(shape)  # nothing can be aggregated: 0 (or default) everywhere
     operand_values = [_operand_storage(c, k, env, nx) for k in range(len(c.operands))]
     acc = _identity_buffer(c.agg, dtype, size, nx)
     written = np.zeros(size, dtype=bool)

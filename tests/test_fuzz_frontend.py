@@ -242,7 +242,9 @@ def _encodable(text: str) -> bool:
 
 # ------------------------------------------------------------------------- regression files
 CASES = sorted((Path(__file__).parent / "cases").glob("*.tile"))
-_EXPECT = re.compile(r"// expect: (?:ok|(?P<kind>[a-z ]+) (?P<loc>\d+:\d+): (?P<message>.*))")
+# `// expect: ...` holds for both command lines; `// expect run: ...` for the interpreter only
+# (`python -m tile check` accepts the file).
+_EXPECT = re.compile(r"// expect(?P<run> run)?: (?:ok|(?P<kind>[a-z ]+) (?P<loc>\d+:\d+): (?P<message>.*))")
 
 
 def test_cases_folder_has_files():
@@ -264,7 +266,9 @@ def test_case_file(path, capsys):
         check_input(path.read_bytes())
         return
     head = f"{path}:{m['loc']}: {m['kind']}: {m['message']}"
-    for code, text in ((rc, err), (interp_rc, interp_err)):
+    if m["run"]:
+        assert rc == 0, err
+    for code, text in ((rc, err), (interp_rc, interp_err))[1 if m["run"] else 0 :]:
         assert code == 1, text
         assert text.startswith(head), text
         assert "^" in text and "\nhint: " in text, text

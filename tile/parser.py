@@ -456,7 +456,8 @@ class _Parser:
                 and not self.peek().is_op("(")
             ):
                 self.advance()  # `2i` is 2 * i, as in the original grammar
-                return ast.Binary("*", lit, ast.Name(nxt.text, nxt.span), tok.span.to(nxt.span))
+                two_i = ast.Binary("*", lit, ast.Name(nxt.text, nxt.span), tok.span.to(nxt.span))
+                return self.node(two_i, tok, lit)
             return lit
         if tok.kind == "FLOAT":
             self.advance()
