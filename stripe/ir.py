@@ -110,6 +110,15 @@ class Shaped:
         return n
 
 
+def dense_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides of a buffer of ``sizes`` (the last dim contiguous)."""
+    strides, n = [], 1
+    for s in reversed(sizes):
+        strides.append(n)
+        n *= s
+    return tuple(reversed(strides))
+
+
 @dataclass(frozen=True, slots=True)
 class TensorShape(Shaped):
     dtype: DType
@@ -118,11 +127,7 @@ class TensorShape(Shaped):
     @staticmethod
     def dense(dtype: DType, sizes: tuple[int, ...]) -> TensorShape:
         """Row-major strides."""
-        dims, stride = [], 1
-        for s in reversed(sizes):
-            dims.append(Dim(s, stride))
-            stride *= s
-        return TensorShape(dtype, tuple(reversed(dims)))
+        return TensorShape(dtype, tuple(Dim(n, k) for n, k in zip(sizes, dense_strides(sizes))))
 
     def scalar_view(self) -> TensorShape:
         """Every size 1, the strides kept: the view one index point reads or writes."""
@@ -260,6 +265,7 @@ __all__ = [
     "Statement",
     "Store",
     "TensorShape",
+    "dense_strides",
     "walk",
     "with_stmts",
 ]

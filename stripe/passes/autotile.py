@@ -27,7 +27,7 @@ from stripe.hardware import Hardware
 from stripe.ir import Block, Constant, Intrinsic, Load, LoadIndex, RefDir, Store
 from stripe.passes.registry import register
 from stripe.passes.rewrite import Context, reads_writes, rewrite
-from stripe.passes.tiling import can_split, split
+from stripe.passes.tiling import can_split, parent_sizes, split
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,8 @@ def autotile(program: Block, cfg: AutotileConfig, hw: Hardware) -> Block:
         parent = ctx.parent
         if parent is None or not _tileable(block, parent):
             return None
-        parent_sizes = {r.into: parent.ref(r.source).shape.sizes for r in block.refs}
-        model = cost.TileModel(block, hw, cfg.memory, parent_sizes)
+        sizes = parent_sizes(block, parent)
+        model = cost.TileModel(block, hw, cfg.memory, sizes)
         best, seen = search(model, cfg, hw)
         if debug:
             print(f"=== autotile {block.name}: {len(seen)} candidates", file=sys.stderr)
@@ -88,7 +88,7 @@ def autotile(program: Block, cfg: AutotileConfig, hw: Hardware) -> Block:
             tiles,
             outer_tags=set(cfg.outer_set),
             inner_tags=set(cfg.inner_set),
-            parent_sizes=parent_sizes,
+            parent_sizes=sizes,
         )
         loc = block.location
         if loc is None or any(u.vars for u in loc.units):  # units of the block's own indexes

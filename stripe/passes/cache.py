@@ -19,28 +19,32 @@ import math
 from dataclasses import dataclass, replace
 
 from stripe.hardware import Hardware
-from stripe.ir import Block, Dim, Index, Load, Location, RefDir, Refinement, Special, Store, TensorShape
+from stripe.ir import (
+    Block,
+    Dim,
+    Index,
+    Load,
+    Location,
+    RefDir,
+    Refinement,
+    Special,
+    Store,
+    TensorShape,
+    dense_strides,
+)
 from stripe.passes.locate import LocSpec
 from stripe.passes.registry import register
-from stripe.passes.rewrite import Context, fresh, reads_writes, rewrite
+from stripe.passes.rewrite import Box, Context, fresh, index_box, is_allocation, reads_writes, rewrite
 from tile.affine import Affine
 from tile.bounds import poly_interval
 
-Box = dict[str, tuple[int, int]]
 Span = tuple[int, int]  # an inclusive element range
 
 
 # ------------------------------------------------------------------------------ the primitive
-def index_box(block: Block, outer: Box) -> Box | None:
-    """The range of each of ``block``'s indexes, given the box of the enclosing block's (None when
-    the block has no points)."""
-    box: Box = {}
-    for i in block.idxs:
-        if i.range <= 0:
-            return None
-        lo, hi = (0, 0) if i.affine is None else poly_interval(i.affine, outer)
-        box[i.name] = (math.floor(lo), math.ceil(hi) + i.range - 1)
-    return box
+def nonempty_box(block: Block, outer: Box) -> Box | None:
+    """``rewrite.index_box``, or None when the block has no points."""
+    return None if any(i.range <= 0 for i in block.idxs) else index_box(block, outer)
 
 
 def boxes(ctx: Context, block: Block) -> list[Box] | None:
@@ -48,7 +52,7 @@ def boxes(ctx: Context, block: Block) -> list[Box] | None:
     out: list[Box] = []
     outer: Box = {}
     for b in (*ctx.parents, block):
-        box = index_box(b, outer)
+        box = nonempty_box(b, outer)
         if box is None:
             return None
         out.append(box)
@@ -66,7 +70,7 @@ def footprint(block: Block, ref: str, outer: Box) -> list[Span] | None:
     refines) that ``block`` and its descendants may touch through ``ref``, each touching view
     counted whole; ``[]`` when nothing is touched. None when it cannot be told: a nested view's
     stride differs from its parent's, or the block has no points."""
-    box = index_box(block, outer)
+    box = nonempty_box(block, outer)
     r = block.ref(ref)
     if box is None or any(not a.is_integral for a in r.access):
         return None
@@ -145,8 +149,6 @@ def chain_of(ctx: Context, block: Block, ref: str) -> Chain | None:
     return Chain(buf.shape.sizes, buf.shape.dtype, tuple(spans), fixed)
 
 
-def dense_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(d.stride for d in TensorShape.dense(None, sizes).dims)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -294,7 +296,7 @@ def aliased(ctx: Context, block: Block, ref: str) -> bool:
     level, name = block, ref
     for p in (*reversed(ctx.parents), None):
         r = level.ref(name)
-        if any(o.into != name and o.source == r.source and not _is_alloc(o, p) for o in level.refs):
+        if any(o.into != name and o.source == r.source and not is_allocation(o, p) for o in level.refs):
             return True
         if p is None or not any(q.into == r.source for q in p.refs):
             return False
@@ -302,12 +304,6 @@ def aliased(ctx: Context, block: Block, ref: str) -> bool:
     return False
 
 
-def _is_alloc(r: Refinement, parent: Block | None) -> bool:
-    return (
-        r.dir is RefDir.NONE
-        and r.from_ is None
-        and (parent is None or all(q.into != r.into for q in parent.refs))
-    )
 
 
 # ------------------------------------------------------------------------------ the pass
@@ -414,7 +410,7 @@ def _cacheable(
     """Whether C's use of R can be cached (``"in"`` or ``"out"``), and the region of R that C can
     touch (R's view, or more where C's views overhang it inside the buffer)."""
     views = [v for v in c.refs if v.source == r.into]
-    if not views or not all(t in r.tags for t in cfg.ref_reqs) or _is_alloc(r, ctx.parent):
+    if not views or not all(t in r.tags for t in cfg.ref_reqs) or is_allocation(r, ctx.parent):
         return None
     names = {v.into for v in views}
     if "in" in cfg.dirs and all(v.dir is RefDir.IN for v in views) and not names & writes:

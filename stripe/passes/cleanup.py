@@ -12,7 +12,8 @@ Each removes what provably has no effect, so the rewritten program computes exac
 
 Program inputs and outputs (root refs tagged ``input``/``output``) are never removed, and every
 statement of ``#main`` stays a ``#kernel`` block. Shared helpers the other passes use:
-``uses``, ``box_of``, ``index_box``, ``drop_unused_tmps``, ``is_local``, ``apply_inside``.
+``uses``, ``drop_unused_tmps``, ``apply_inside`` (index boxes and allocation tests are in
+``stripe.passes.rewrite``).
 """
 
 from __future__ import annotations
@@ -27,18 +28,22 @@ from stripe.ir import (
     Intrinsic,
     Load,
     LoadIndex,
-    RefDir,
-    Refinement,
     Special,
     Statement,
     Store,
 )
 from stripe.passes.registry import register
-from stripe.passes.rewrite import Context, index_uses, reads_writes, rewrite, substitute_indexes
+from stripe.passes.rewrite import (
+    Context,
+    box_of,
+    index_uses,
+    is_local,
+    reads_writes,
+    rewrite,
+    substitute_indexes,
+)
 from tile.affine import Affine
 from tile.bounds import poly_interval
-
-Box = dict[str, tuple[int, int]]
 
 
 @dataclass(frozen=True)
@@ -47,11 +52,6 @@ class CleanupConfig:
 
 
 # ------------------------------------------------------------------------------ helpers
-def is_local(ref: Refinement, parent: Block | None) -> bool:
-    """A local allocation: dir none, no ``from_``, naming nothing of the enclosing block."""
-    if parent is None or ref.dir is not RefDir.NONE or ref.from_ is not None:
-        return False
-    return all(r.into != ref.into for r in parent.refs)
 
 
 def uses(block: Block) -> set[str]:
@@ -70,22 +70,8 @@ def uses(block: Block) -> set[str]:
     return out
 
 
-def index_box(block: Block, parent_box: Box) -> Box:
-    """The values each index of ``block`` takes, over the parent's box (``None`` never: a range-0
-    index gives an empty interval ``(lo, lo - 1)``)."""
-    box: Box = {}
-    for i in block.idxs:
-        lo, hi = (0, 0) if i.affine is None else (int(x) for x in poly_interval(i.affine, parent_box))
-        box[i.name] = (lo, hi + i.range - 1)
-    return box
 
 
-def box_of(parents: tuple[Block, ...], block: Block) -> Box:
-    """``block``'s index box, through the boxes of its enclosing blocks (outermost first)."""
-    box: Box = {}
-    for b in (*parents, block):
-        box = index_box(b, box)
-    return box
 
 
 def _protected(program: Block) -> set[str]:

@@ -29,14 +29,12 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from stripe.hardware import Hardware
-from stripe.ir import Block, Dim, RefDir, Refinement, Special, Statement, TensorShape
-from stripe.passes.cleanup import box_of, drop_unused_tmps, index_box, is_local, uses
+from stripe.ir import Block, Dim, RefDir, Refinement, Special, Statement, TensorShape, dense_strides
+from stripe.passes.cleanup import drop_unused_tmps, uses
 from stripe.passes.registry import register
-from stripe.passes.rewrite import Context, rewrite
+from stripe.passes.rewrite import Box, Context, box_of, index_box, is_local, rewrite
 from tile.affine import Affine
 from tile.bounds import poly_interval
-
-Box = dict[str, tuple[int, int]]
 
 
 @dataclass(frozen=True)
@@ -142,12 +140,6 @@ def _users(block: Block) -> dict[str, list[int]]:
     return out
 
 
-def _dense(sizes: tuple[int, ...]) -> tuple[int, ...]:
-    strides, n = [], 1
-    for s in reversed(sizes):
-        strides.append(n)
-        n *= s
-    return tuple(reversed(strides))
 
 
 def _move_into(
@@ -166,7 +158,8 @@ def _move_into(
         tuple(d.stride for d in r.shape.dims) != strides or r.shape.dtype != kr.shape.dtype for r in chain
     ):
         return None
-    if strides != _dense(buf.shape.sizes) or kr.into != t.into and any(r.into == kr.into for r in p.refs):
+    renamed_clash = kr.into != t.into and any(r.into == kr.into for r in p.refs)
+    if strides != dense_strides(buf.shape.sizes) or renamed_clash:
         return None
     box = box_of((*parents, p), k)
     sizes = kr.shape.sizes
@@ -177,7 +170,7 @@ def _move_into(
             lo, hi = poly_interval(a, box)
             if lo < 0 or hi + s > full:
                 return None
-    new_strides = _dense(sizes)
+    new_strides = dense_strides(sizes)
     shape = TensorShape(kr.shape.dtype, tuple(Dim(s, st) for s, st in zip(sizes, new_strides)))
     local = Refinement(
         RefDir.NONE,

@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from stripe.hardware import Hardware
-from stripe.ir import Block, RefDir, Refinement
+from stripe.ir import Block, Refinement
 from stripe.passes.locate import LocSpec
 from stripe.passes.registry import register
-from stripe.passes.rewrite import Context, rewrite
+from stripe.passes.rewrite import Context, is_allocation, rewrite
 
 Path = tuple[int, ...]  # statement numbers from the selected block down to a block
 
@@ -131,19 +131,13 @@ def _timeline(b: Block, path: Path, spans: dict[Path, tuple[int, int]], tick: li
 def _locals(b: Block, path: Path, parent: Block | None, spans, out: list[Alloc], skip_own=False) -> None:
     if not skip_own:
         for r in b.refs:
-            if _is_local(r, parent) and r.location is not None:
+            if is_allocation(r, parent) and r.location is not None:
                 out.append(Alloc(path, r.into, r.location.name, _extent(r), spans[path]))
     for k, s in enumerate(b.stmts):
         if isinstance(s, Block):
             _locals(s, (*path, k), b, spans, out)
 
 
-def _is_local(r: Refinement, parent: Block | None) -> bool:
-    return (
-        r.dir is RefDir.NONE
-        and r.from_ is None
-        and (parent is None or all(q.into != r.into for q in parent.refs))
-    )
 
 
 def _kernel_uses(program: Block) -> dict[str, list[Path]]:

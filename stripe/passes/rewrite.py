@@ -24,12 +24,14 @@ from stripe.ir import (
     Intrinsic,
     Load,
     LoadIndex,
+    RefDir,
     Refinement,
     Special,
     Statement,
     Store,
 )
 from tile.affine import Affine
+from tile.bounds import poly_interval
 
 
 def matches(block: Block, reqs: Iterable[str]) -> bool:
@@ -217,6 +219,40 @@ def index_uses(block: Block, *, accesses: bool = False) -> set[str]:
                 if i.affine is not None:
                     names.update(i.affine.vars)
     return names
+
+
+Box = dict[str, tuple[int, int]]
+
+
+def index_box(block: Block, parent_box: Box) -> Box:
+    """The values each index of ``block`` takes, over the parent's box (a range-0 index gives an
+    empty interval ``(lo, lo - 1)``)."""
+    box: Box = {}
+    for i in block.idxs:
+        lo, hi = (0, 0) if i.affine is None else (int(x) for x in poly_interval(i.affine, parent_box))
+        box[i.name] = (lo, hi + i.range - 1)
+    return box
+
+
+def box_of(parents: tuple[Block, ...], block: Block) -> Box:
+    """``block``'s index box, through the boxes of its enclosing blocks (outermost first)."""
+    box: Box = {}
+    for b in (*parents, block):
+        box = index_box(b, box)
+    return box
+
+
+def is_allocation(ref: Refinement, parent: Block | None) -> bool:
+    """A refinement that allocates: dir none, no ``from_``, naming nothing of the enclosing block
+    (every refinement of the root, which has none, is one: the program's buffers)."""
+    if ref.dir is not RefDir.NONE or ref.from_ is not None:
+        return False
+    return parent is None or all(r.into != ref.into for r in parent.refs)
+
+
+def is_local(ref: Refinement, parent: Block | None) -> bool:
+    """A local allocation: an allocation inside some block (not a buffer of the root)."""
+    return parent is not None and is_allocation(ref, parent)
 
 
 def index_names(block: Block) -> set[str]:

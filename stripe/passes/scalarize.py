@@ -37,9 +37,9 @@ from stripe.ir import (
     Statement,
     Store,
 )
-from stripe.passes.cleanup import apply_inside, is_local
+from stripe.passes.cleanup import apply_inside
 from stripe.passes.registry import register
-from stripe.passes.rewrite import fresh, rename_refs, scalars_of, substitute_indexes
+from stripe.passes.rewrite import fresh, is_local, rename_refs, scalars_of, substitute_indexes
 from tile.affine import Affine
 from tile.dtypes import DType
 

@@ -32,7 +32,7 @@ from stripe.hardware import Hardware
 from stripe.ir import Block, RefDir, Refinement, Special
 from stripe.passes.registry import register
 from stripe.passes.rewrite import Context, rewrite
-from stripe.passes.tiling import can_split, split
+from stripe.passes.tiling import can_split, parent_sizes, split
 
 
 @dataclass(frozen=True)
@@ -139,12 +139,6 @@ def stride_fits(code: int, ref: Refinement, idx: str) -> bool:
     return appears and flat == code
 
 
-def parent_sizes(block: Block, parent: Block | None) -> dict[str, tuple[int, ...]]:
-    """Per refinement of ``block``, the sizes of the parent view it refines (for ``split``)."""
-    if parent is None:
-        return {}
-    views = {r.into: r for r in parent.refs}
-    return {r.into: views[r.source].shape.sizes for r in block.refs if r.source in views}
 
 
 def _is_leaf(block: Block, parent: Block | None) -> bool:

@@ -36,6 +36,14 @@ def can_split(block: Block) -> bool:
     return bool(block.idxs) and all(i.affine is None and i.range > 0 for i in block.idxs)
 
 
+def parent_sizes(block: Block, parent: Block | None) -> dict[str, tuple[int, ...]]:
+    """Per refinement of ``block``, the sizes of the parent view it refines (for ``split``)."""
+    if parent is None:
+        return {}
+    views = {r.into: r for r in parent.refs}
+    return {r.into: views[r.source].shape.sizes for r in block.refs if r.source in views}
+
+
 def split(
     block: Block,
     tiles: dict[str, int],
