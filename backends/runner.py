@@ -33,9 +33,9 @@ def _flops(kernel: Block) -> int:
 
 def device_config(device: Device, settings: Mapping | None = None) -> TargetConfig | None:
     """The optimizer config a device compiles with: ``settings["config"]`` (a path or a built-in
-    config's name, such as ``opencl_gpu_tiled``) or the
-    device's built-in one (``Device.optimizer``; none for a backend that names none), with the
-    sizes the device reports filled into its hardware model."""
+    config's name, such as ``opencl_gpu_tiled``) or the device's built-in one (``Device.optimizer``;
+    none for a backend that names none), with the sizes the device reports filled into its
+    hardware model."""
     settings = settings or {}
     config = settings_config(settings.get("config"))
     if config is None:
@@ -56,6 +56,11 @@ def settings_config(given) -> TargetConfig | None:
 
 def _nbytes(shape) -> int:
     return shape.elements * shape.dtype.numpy.itemsize
+
+
+def _typed(shape) -> str:
+    """``float32[100000, 100000]``, as the memory messages show a buffer's type."""
+    return f"{shape.dtype.value}[{', '.join(str(n) for n in shape.sizes)}]"
 
 
 def _gib(n: int) -> str:
@@ -93,9 +98,8 @@ def check_memory(bound: BoundProgram, buffers: Mapping, device: Device, settings
         limit, what = min(per)
         for name, shape in buffers.items():
             if sizes[name] > limit:
-                dims = ", ".join(str(n) for n in shape.sizes)
                 raise TileResourceError(
-                    f"tensor '{name}' ({shape.dtype.value}[{dims}]) needs {_gib(sizes[name])}, over the "
+                    f"tensor '{name}' ({_typed(shape)}) needs {_gib(sizes[name])}, over the "
                     f"limit of {_gib(limit)} for one buffer ({what})",
                     _span_of(bound, name),
                     hint,
@@ -105,11 +109,9 @@ def check_memory(bound: BoundProgram, buffers: Mapping, device: Device, settings
         need = sum(sizes.values())
         if need > limit:
             big = max(sizes, key=lambda n: sizes[n])
-            shape = buffers[big]
-            dims = ", ".join(str(n) for n in shape.sizes)
             raise TileResourceError(
                 f"the program's {len(sizes)} buffers need {_gib(need)} together, over the limit of "
-                f"{_gib(limit)} ({what}); the largest is '{big}' ({shape.dtype.value}[{dims}], "
+                f"{_gib(limit)} ({what}); the largest is '{big}' ({_typed(buffers[big])}, "
                 f"{_gib(sizes[big])})",
                 _span_of(bound, big),
                 hint,

@@ -64,7 +64,7 @@ def format_expr(e: ast.Expr) -> str:
         inner = _wrap(e.operand, _level(e.operand) < _UNARY)
         # `- -x` must not print as `--x`; `-(-3)` keeps its parentheses to stay a Unary.
         if inner.startswith("-") or (isinstance(e.operand, (ast.IntLit, ast.FloatLit))):
-            inner = f"({inner})"  # not need: `inner` is the operand unwrapped (one call, not two)
+            inner = f"({inner})"  # `inner` is unwrapped here; reuse it (formatting twice was exponential)
         return f"{e.op}{inner}"
     if isinstance(e, ast.Binary):
         lvl = _LEVEL[e.op]
