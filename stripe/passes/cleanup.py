@@ -40,6 +40,7 @@ from stripe.passes.rewrite import (
     is_local,
     reads_writes,
     rewrite,
+    stmt_refs,
     substitute_indexes,
 )
 from tile.affine import Affine
@@ -58,15 +59,10 @@ def uses(block: Block) -> set[str]:
     """Names of ``block``'s refinements that its own statements use or nested blocks refine."""
     out: set[str] = set()
     for s in block.stmts:
-        if isinstance(s, Load):
-            out.add(s.from_)
-        elif isinstance(s, Store):
-            out.add(s.into)
-        elif isinstance(s, Special):
-            out.update(s.inputs)
-            out.update(s.outputs)
-        elif isinstance(s, Block):
+        if isinstance(s, Block):
             out.update(r.source for r in s.refs)
+        else:
+            out.update(*stmt_refs(s))
     return out
 
 

@@ -32,7 +32,7 @@ from stripe.hardware import Hardware
 from stripe.ir import Block, Dim, RefDir, Refinement, Special, Statement, TensorShape, dense_strides
 from stripe.passes.cleanup import drop_unused_tmps, uses
 from stripe.passes.registry import register
-from stripe.passes.rewrite import Box, Context, box_of, index_box, is_local, rewrite
+from stripe.passes.rewrite import Box, Context, box_of, index_box, is_local, rewrite, stmt_refs
 from tile.affine import Affine
 from tile.bounds import poly_interval
 
@@ -129,12 +129,7 @@ def _users(block: Block) -> dict[str, list[int]]:
     """For each name, the positions of the statements of ``block`` that touch it."""
     out: dict[str, list[int]] = {}
     for k, s in enumerate(block.stmts):
-        if isinstance(s, Block):
-            names = {r.source for r in s.refs}
-        elif isinstance(s, Special):
-            names = {*s.inputs, *s.outputs}
-        else:
-            names = {n for n in (getattr(s, "from_", None), getattr(s, "into", None)) if n}
+        names = {r.source for r in s.refs} if isinstance(s, Block) else set().union(*stmt_refs(s))
         for n in names:
             out.setdefault(n, []).append(k)
     return out

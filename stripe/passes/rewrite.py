@@ -106,25 +106,33 @@ def rewrite(
 
 
 # ------------------------------------------------------------------------------ analysis
+def stmt_refs(s: Statement) -> tuple[frozenset[str], frozenset[str]]:
+    """The refinements a statement that is not a block reads and writes."""
+    if isinstance(s, Load):
+        return frozenset({s.from_}), frozenset()
+    if isinstance(s, Store):
+        return frozenset(), frozenset({s.into})
+    if isinstance(s, Special):
+        return frozenset(s.inputs), frozenset(s.outputs)
+    return frozenset(), frozenset()
+
+
 def reads_writes(block: Block) -> tuple[set[str], set[str]]:
     """The names of ``block``'s own refinements that it (or any nested block) reads and writes."""
     reads: set[str] = set()
     writes: set[str] = set()
     for s in block.stmts:
-        if isinstance(s, Load):
-            reads.add(s.from_)
-        elif isinstance(s, Store):
-            writes.add(s.into)
-        elif isinstance(s, Special):
-            reads.update(s.inputs)
-            writes.update(s.outputs)
-        elif isinstance(s, Block):
+        if isinstance(s, Block):
             r, w = reads_writes(s)
             for ref in s.refs:
                 if ref.into in r:
                     reads.add(ref.source)
                 if ref.into in w:
                     writes.add(ref.source)
+        else:
+            r, w = stmt_refs(s)
+            reads |= r
+            writes |= w
     return reads, writes
 
 

@@ -41,7 +41,7 @@ from stripe.passes.cache import (
 )
 from stripe.passes.locate import LocSpec
 from stripe.passes.registry import register
-from stripe.passes.rewrite import Context, fresh, reads_writes, rewrite
+from stripe.passes.rewrite import Context, fresh, reads_writes, rewrite, stmt_refs
 from tile.affine import Affine
 
 
@@ -145,7 +145,7 @@ class _Scheduler:
     # -------------------------------------------------------------------- analysis
     def need(self, s: Statement) -> _Need:
         if not isinstance(s, Block):
-            reads, writes = _stmt_refs(s)
+            reads, writes = stmt_refs(s)
             return _Need({}, reads, writes, "not a block")
         mine = {r.into for r in self.block.refs if not self._own(r)}
         r_names, w_names = reads_writes(s)
@@ -376,15 +376,6 @@ def _stages_itself(block: Block, memory: str) -> bool:
     )
 
 
-def _stmt_refs(s: Statement) -> tuple[frozenset[str], frozenset[str]]:
-    """The refinements a non-block statement reads and writes."""
-    if isinstance(s, Load):
-        return frozenset({s.from_}), frozenset()
-    if isinstance(s, Store):
-        return frozenset(), frozenset({s.into})
-    if isinstance(s, Special):
-        return frozenset(s.inputs), frozenset(s.outputs)
-    return frozenset(), frozenset()
 
 
 def _overwrites(s: Block, p: str, region: Region, reads: frozenset[str]) -> bool:
