@@ -56,10 +56,6 @@ class TargetConfig:
     passes: tuple[PassSpec, ...]
     source: str = "<string>"
 
-    def with_hardware(self, **changes) -> TargetConfig:
-        """The same config with hardware fields replaced (a device's queried sizes)."""
-        return dataclasses.replace(self, hardware=dataclasses.replace(self.hardware, **changes))
-
 
 def builtin_names() -> list[str]:
     return sorted(p.stem for p in TARGETS.glob("*.json"))

@@ -149,8 +149,6 @@ def chain_of(ctx: Context, block: Block, ref: str) -> Chain | None:
     return Chain(buf.shape.sizes, buf.shape.dtype, tuple(spans), fixed)
 
 
-
-
 @dataclass(frozen=True)
 class Region:
     """Elements ``origin[d] .. origin[d] + sizes[d] - 1`` of a block's refinement ``ref``."""
@@ -302,8 +300,6 @@ def aliased(ctx: Context, block: Block, ref: str) -> bool:
             return False
         level, name = p, r.source
     return False
-
-
 
 
 # ------------------------------------------------------------------------------ the pass

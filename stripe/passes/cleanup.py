@@ -66,10 +66,6 @@ def uses(block: Block) -> set[str]:
     return out
 
 
-
-
-
-
 def _protected(program: Block) -> set[str]:
     return {r.into for r in program.refs if "tmp" not in r.tags or {"input", "output"} & r.tags}
 
@@ -181,15 +177,13 @@ def dead_code(program: Block, cfg: CleanupConfig, hw: Hardware) -> Block:
 
 
 # ------------------------------------------------------------------------------ prune_indexes
-def _used_index_names(block: Block) -> set[str]:
-    return index_uses(block, accesses=True)
 
 
 def _prune_indexes(block: Block, parents: tuple[Block, ...]) -> Block:
     zero = {i.name: Affine.constant(0) for i in block.idxs if i.range == 1 and i.affine is None}
     if zero:
         block = substitute_indexes(block, zero)
-    used = _used_index_names(block)
+    used = index_uses(block, accesses=True)
     idxs: tuple[Index, ...] = tuple(i for i in block.idxs if i.range != 1 or i.name in used)
     return block if idxs == block.idxs else replace(block, idxs=idxs)
 

@@ -42,7 +42,7 @@ class LocateMemoryConfig:
 def locate_block(program: Block, cfg: LocateBlockConfig, hw: Hardware) -> Block:
     """Matches blocks with every tag in ``reqs``; sets their ``location`` to ``loc``. Guarantees:
     nothing else changes."""
-    return rewrite(program, lambda b, ctx: _located(b, cfg.loc.location()), cfg.reqs, nested=True)
+    return rewrite(program, lambda b, ctx: replace(b, location=cfg.loc.location()), cfg.reqs, nested=True)
 
 
 @register("locate_memory", LocateMemoryConfig)
@@ -58,7 +58,3 @@ def locate_memory(program: Block, cfg: LocateMemoryConfig, hw: Hardware) -> Bloc
         return replace(b, refs=refs)
 
     return rewrite(program, fn, cfg.reqs, nested=True)
-
-
-def _located(b: Block, loc: Location) -> Block:
-    return replace(b, location=loc)

@@ -138,8 +138,6 @@ def _locals(b: Block, path: Path, parent: Block | None, spans, out: list[Alloc],
             _locals(s, (*path, k), b, spans, out)
 
 
-
-
 def _kernel_uses(program: Block) -> dict[str, list[Path]]:
     """Root buffer -> the paths of the kernels (statements of ``main``) that refine it, in order."""
     uses: dict[str, list[Path]] = {}

@@ -263,10 +263,6 @@ def is_local(ref: Refinement, parent: Block | None) -> bool:
     return parent is not None and is_allocation(ref, parent)
 
 
-def index_names(block: Block) -> set[str]:
-    return {i.name for i in block.idxs}
-
-
 def passthrough(name: str) -> Index:
     """The range-1 index ``name:1 = name``: an enclosing index's value, visible in a nested block."""
     return Index(name, 1, Affine.var(name))

@@ -376,8 +376,6 @@ def _stages_itself(block: Block, memory: str) -> bool:
     )
 
 
-
-
 def _overwrites(s: Block, p: str, region: Region, reads: frozenset[str]) -> bool:
     """Whether ``s`` overwrites every element of ``region`` and reads none (so it needs no
     swap-in): a block of specials whose output view is the region (specials write every element

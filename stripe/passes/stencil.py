@@ -139,8 +139,6 @@ def stride_fits(code: int, ref: Refinement, idx: str) -> bool:
     return appears and flat == code
 
 
-
-
 def _is_leaf(block: Block, parent: Block | None) -> bool:
     """A block ``split`` can tile without changing meaning: no nested blocks or specials, and no
     local allocation (a fresh buffer per point would become one shared by a whole tile)."""
