@@ -22,9 +22,11 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from backends.clike.contraction import match
 from backends.clike.ops import binary, intrinsic
 from backends.clike.specials import emit_special
 from backends.clike.target import CTarget, Value, wrap
+from backends.clike.tiled import GemmEmitter, choose_tiles
 from backends.clike.views import View
 from backends.hal import KernelInfo, kernel_symbol
 from backends.llvm.schedule import plan
@@ -54,6 +56,7 @@ class KernelSource:
     text: str
     work_items: int
     owned: tuple[str, ...]
+    local: int = 0  # the work-group size the kernel needs (0: any)
 
 
 class KernelEmitter:
@@ -142,6 +145,9 @@ class KernelEmitter:
                 )
         self.depth = 1
         owned: tuple[str, ...] = ()
+        tiled = self.tiled()
+        if tiled is not None:
+            return tiled
         if self.is_special_kernel():
             views = {r.into: self.view(block, r, {}, None) for r in block.refs}
             work = emit_special(self, block.stmts[0], views, where(block), parallel=True)
@@ -155,6 +161,17 @@ class KernelEmitter:
         body = [ln[4:] for ln in self.lines]
         text = self.t.kernel(self.symbol, self.params, body, work)
         return KernelSource(self.symbol, text, work, owned)
+
+    def tiled(self) -> KernelSource | None:
+        """A GEMM-shaped contraction on a target with work-groups: the tiled kernel (``tiled``)."""
+        if not self.t.workgroups:
+            return None
+        g = match(self.block, tuple(self.info.buffers), self.buf_dtypes, reorder=self.t.contract)
+        if g is None:
+            return None
+        emitter = GemmEmitter(self.t, g, self.ptrs, choose_tiles(g), self.t.contract)
+        text, work, local = emitter.source(self.symbol, self.params)
+        return KernelSource(self.symbol, text, work, (), local)
 
     def is_special_kernel(self) -> bool:
         b = self.block

@@ -93,6 +93,7 @@ class CTarget:
 
     name = "c"
     function_qualifier = "static inline "
+    workgroups = False  # has work-groups, __local memory and barriers (tiled contractions)
     TYPES = _C_TYPES
     INT_SUFFIX = {DType.INT64: "LL", DType.UINT64: "ULL", DType.UINT32: "U"}
 
@@ -101,6 +102,7 @@ class CTarget:
         self.fp16 = fp16
         self.exact_div = exact_div
         self.fast_math = fast_math
+        self.contract = False  # may fuse a*b+c into fma and reorder a float sum (not strict mode)
         self.uses: dict[DType, str] = {}  # dtype -> where it was first needed
         self.where = ""  # what is being generated, for ``uses``
         self.helpers: set[str] = set()  # helper functions the code calls

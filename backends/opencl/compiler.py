@@ -120,6 +120,7 @@ class OpenCLCompiler(Compiler):
             exact_div=dev.exact_div,
             fast_math=bool(settings.get("fast_math", False)),
             half_extension=dev.half_extension,
+            contract=not settings.get("strict", False),
         )
 
     def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library:
@@ -143,6 +144,7 @@ class OpenCLCompiler(Compiler):
             "owned": [s.owned for s in sources],
             "options": options,
             "local_size": int(settings.get("local_size", 64)),
+            "local_sizes": [s.local for s in sources],
         }
         handle = ProgramHandle(dev, text, options, cache, extra)
         handle.names = [s.name for s in sources]

@@ -83,6 +83,28 @@ class CLBuffer(Buffer):
             e.wait()
         return np.zeros(self.size, dtype=np.uint8)
 
+    def write(self, data: np.ndarray, deps: Sequence[Event] = ()) -> Event:
+        """A blocking copy from ``data`` (so the caller may change it at once), after ``deps``."""
+        data = np.ascontiguousarray(data, dtype=np.uint8).reshape(-1)
+        assert data.size == self.size, (data.size, self.size)
+        waits = wait_list(self.device, deps)
+        if not self.size:
+            return Event.done()
+        ev = cl.enqueue_copy(self.device.queue, self.buf, data, wait_for=waits or None, is_blocking=True)
+        return CLEvent(ev, self.device)
+
+    def zero(self, deps: Sequence[Event] = ()) -> Event:
+        """A fill on the device: nothing crosses the bus."""
+        waits = wait_list(self.device, deps)
+        if not self.size:
+            return Event.done()
+        queue = self.device.queue
+        ev = cl.enqueue_fill_buffer(queue, self.buf, np.uint8(0), 0, self.size, wait_for=waits or None)
+        return CLEvent(ev, self.device)
+
+    def read(self, deps: Sequence[Event] = ()) -> np.ndarray:
+        return self.map_current(deps)  # already a fresh host array
+
     def unmap(self, view: np.ndarray) -> Event:
         data = np.ascontiguousarray(view, dtype=np.uint8).reshape(-1)
         if not data.size:
@@ -100,6 +122,7 @@ class OpenCLKernel(Kernel):
         self.device = device
         self.library = library
         self.info = library.kernels[index]
+        self.index = index
         self.handle: ProgramHandle = library.handle
         self.name = self.handle.names[index]
         self.work_items = self.handle.work_items[index]
@@ -115,6 +138,9 @@ class OpenCLKernel(Kernel):
                 wg = k.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device.cl_device)
                 want = int(self.library.extra.get("local_size", 64))
                 self.local = max(1, min(want, int(wg), self.device.max_work_group))
+                need = (self.library.extra.get("local_sizes") or [])[self.index:self.index + 1]
+                if need and need[0]:  # a tiled kernel's reqd_work_group_size
+                    self.local = int(need[0])
                 self._kernel = k
             return self._kernel
 

@@ -19,6 +19,7 @@ _NATIVE = frozenset({"exp", "log", "sin", "cos", "tan", "sqrt"})
 class OpenCLTarget(CTarget):
     name = "opencl"
     function_qualifier = ""
+    workgroups = True
     TYPES = {
         DType.BOOL: "bool",
         DType.INT8: "char",
@@ -35,9 +36,10 @@ class OpenCLTarget(CTarget):
     }
     INT_SUFFIX = {DType.INT64: "L", DType.UINT64: "UL", DType.UINT32: "U"}
 
-    def __init__(self, *args, half_extension: bool = False, **kwargs):
+    def __init__(self, *args, half_extension: bool = False, contract: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.half_extension = half_extension  # the device has cl_khr_fp16 (pragma only)
+        self.contract = contract
 
     def half_mem_type(self) -> str:
         return "half"

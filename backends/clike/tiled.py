@@ -1,0 +1,253 @@
+"""A GEMM-shaped contraction (``contraction.Gemm``) as a work-group-tiled OpenCL kernel.
+
+The proven SGEMM recipe, for any contraction the matcher accepts (matmul, batched matmul,
+convolutions as implicit GEMM):
+
+* **work-groups** own a ``TM x TN`` tile of the flattened (M, N) output of one batch point;
+  ``get_group_id(0)`` enumerates (batch, M tile, N tile), N fastest.
+* **work-items** (``TM/RM x TN/RN`` of them) each own an ``RM x RN`` register block, in chunks of
+  four contiguous rows and columns (``chunk * TM*4/RM + ty*4 + i``): the ``__local`` reads are
+  ``float4``-wide and a warp's stores are contiguous along N.
+* **K** advances ``KT`` at a time. The work-group fills ``__local`` tiles ``As[KT][TM]`` and
+  ``Bs[KT][TN]`` cooperatively (element ``e = lid + r*L`` of the tile, the operand's contiguous
+  group fastest, so global loads coalesce), between barriers. The next K tile is loaded into
+  registers while the current one is multiplied (a software pipeline of depth two).
+* **edges**: sizes are known at compile time, so a guard is emitted only where a size is not a
+  multiple of its tile (rows past M, columns past N, K past its end load zero and are not stored).
+  Constraints guard loads (a zero operand) or the store, as ``contraction`` sorts them.
+
+Each output element's values are summed in flat-K order by one work-item, then added once to the
+element (which a zero kernel initialized). With ``contract`` the multiply-add is ``fma`` (one
+rounding: semantics §8.3 allows it); without it (strict mode) it is a separate multiply and add,
+and K in Stripe order, so the result is bit-identical to the interpreter (except that a point a
+constraint skips adds ``0 * y``, which differs only when ``y`` is infinite or NaN).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backends.clike.contraction import Gemm, Group, Operand
+from backends.clike.target import CTarget
+from tile.affine import Affine
+from tile.dtypes import DType
+
+INT32_SAFE = (1 << 31) - (1 << 22)
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """Work-group tile ``tm x tn``, register block ``rm x rn`` per work-item, K step ``kt``."""
+
+    tm: int
+    tn: int
+    rm: int
+    rn: int
+    kt: int
+
+    @property
+    def threads(self) -> int:
+        return (self.tm // self.rm) * (self.tn // self.rn)
+
+
+def choose_tiles(g: Gemm) -> Tiles:
+    """The largest of 128/64/32 that the output's M and N fill (8x8 per work-item at 128)."""
+
+    def side(total: int) -> tuple[int, int]:
+        return (128, 8) if total >= 128 else (64, 4) if total >= 64 else (32, 4)
+
+    tm, rm = side(g.m.total)
+    tn, rn = side(g.n.total)
+    return Tiles(tm, tn, rm, rn, 16 if g.dtype is DType.FLOAT32 else 8)
+
+
+def _span(aff: Affine, g: Gemm, ranges: dict[str, int]) -> int:
+    """The largest absolute value ``aff`` takes over the block's index box."""
+    hi = abs(int(aff.const))
+    for v, c in aff.terms:
+        s = g.starts[v]
+        hi += max(abs(int(c) * s), abs(int(c) * (s + ranges[v] - 1)))
+    return hi
+
+
+class GemmEmitter:
+    def __init__(self, t: CTarget, g: Gemm, ptrs: dict[str, str], tiles: Tiles, contract: bool):
+        self.t, self.g, self.ptrs, self.tl, self.contract = t, g, ptrs, tiles, contract
+        self.lines: list[str] = []
+        self.ranges = {ix.name: ix.range for grp in (g.m, g.n, g.k, g.batch) for ix in grp.idxs}
+        spans = [_span(o.offset, g, self.ranges) for o in (g.a, g.b, g.out)]
+        totals = [g.m.total + tiles.tm, g.n.total + tiles.tn, g.k.total + 2 * tiles.kt, g.batch.total]
+        self.int = "int" if max(spans + totals) < INT32_SAFE else "long"
+        self.T = t.reg(g.dtype)
+
+    def line(self, text: str, depth: int = 1) -> None:
+        self.lines.append("    " * depth + text)
+
+    # --------------------------------------------------------------- helpers
+    def decompose(self, grp: Group, flat: str, prefix: str, depth: int) -> dict[str, str]:
+        """Variables holding each index of ``grp`` at flattened position ``flat``."""
+        out: dict[str, str] = {}
+        inner = 1
+        for k, ix in enumerate(reversed(grp.idxs)):
+            outermost = k == len(grp.idxs) - 1
+            at = flat if inner == 1 else f"({flat} / {inner})"
+            if not outermost:
+                at = f"({at} % {ix.range})"
+            start = self.g.starts[ix.name]
+            var = f"{prefix}_{ix.name}"
+            self.line(f"const {self.int} {var} = {at}{f' + {start}' if start else ''};", depth)
+            out[ix.name] = var
+            inner *= ix.range
+        return out
+
+    def affine(self, aff: Affine, vals: dict[str, str], only: frozenset[str] | None = None) -> str:
+        """``aff`` restricted to the variables in ``only`` (all when None; the constant with all)."""
+        parts = [str(int(aff.const))] if aff.const and only is None else []
+        for v, c in aff.terms:
+            if only is not None and v not in only:
+                continue
+            c = int(c)
+            parts.append(vals[v] if c == 1 else f"{c} * {vals[v]}")
+        return "(" + " + ".join(parts) + ")" if parts else "0"
+
+    def cond(self, affs: tuple[Affine, ...] | list[Affine], vals: dict[str, str]) -> list[str]:
+        return [f"{self.affine(c, vals)} >= 0" for c in affs]
+
+    # ---------------------------------------------------------------- loads
+    def operand_plan(self, op: Operand, grp: Group, tile: int, side: str, origin: str, batch: dict[str, str]):
+        """Per loaded element ``r``: the fixed part of its address and guard, outside the K loop."""
+        g, tl = self.g, self.tl
+        per = tile * tl.kt // tl.threads
+        kfast = self.k_fastest(op, grp)
+        items = []
+        for r in range(per):
+            e = f"(lid + {r * tl.threads})"
+            if kfast:
+                mm, kk = f"({e} / {tl.kt})", f"({e} % {tl.kt})"
+            else:
+                mm, kk = f"({e} % {tile})", f"({e} / {tile})"
+            p = f"{side}{r}"
+            self.line(f"const {self.int} {p}_kk = {kk};")
+            self.line(f"const {self.int} {p}_gm = {origin} + {mm};")
+            vals = dict(batch)
+            vals.update(self.decompose(grp, f"{p}_gm", p, 1))
+            fixed = grp.names | g.batch.names
+            base = self.affine(op.offset, vals, fixed)
+            self.line(f"const {self.int} {p}_base = {base} + {int(op.offset.const)};")
+            ok = [f"{p}_gm < {grp.total}"] if grp.total % tile else []
+            self.line(f"const bool {p}_ok = {' && '.join(ok) or 'true'};")
+            pad = 4 if kfast else 0
+            items.append((p, vals, f"{p}_kk * {tile + pad} + ({p}_gm - {origin})"))
+        return items, kfast
+
+    def k_fastest(self, op: Operand, grp: Group) -> bool:
+        """Whether the operand's K elements are closer together in memory than its M (N) ones."""
+
+        def stride(names) -> int:
+            s = [abs(int(op.offset.coeff(n))) for n in names if op.offset.coeff(n) != 0]
+            return min(s) if s else 1 << 62
+
+        return stride([ix.name for ix in self.g.k.idxs]) <= stride([ix.name for ix in grp.idxs])
+
+    def load(self, op: Operand, items, k0: str, depth: int) -> None:
+        """Registers ``{p}_ld`` = the operand at each element ``p`` for the K tile at ``k0``."""
+        g = self.g
+        zero = self.t.literal(0, g.dtype)
+        ptr = self.ptrs[op.ref.source]
+        for p, vals, _ in items:
+            self.line(f"{{ const {self.int} {p}_gk = {k0} + {p}_kk;", depth)
+            kv = self.decompose(g.k, f"{p}_gk", f"{p}k", depth + 1)
+            env = {**vals, **kv}
+            conds = [f"{p}_ok"] + ([f"{p}_gk < {g.k.total}"] if g.k.total % self.tl.kt else [])
+            conds += self.cond(op.guards, env)
+            addr = f"{p}_base + {self.affine(op.offset, env, g.k.names)}"
+            self.line(f"{p}_ld = ({' && '.join(conds)}) ? {ptr}[{addr}] : {zero}; }}", depth + 1)
+
+    # --------------------------------------------------------------- kernel
+    def source(self, symbol: str, params: list[tuple[str, DType]]) -> tuple[str, int, int]:
+        g, tl, T, it = self.g, self.tl, self.T, self.int
+        txn = tl.tn // tl.rn
+        ntm, ntn = -(-g.m.total // tl.tm), -(-g.n.total // tl.tn)
+        groups = ntm * ntn * g.batch.total
+        L = tl.threads
+        T4 = f"{T}4"
+        self.line(f"__local {T4} As4[{tl.kt * (tl.tm + 4) // 4}];")
+        self.line(f"__local {T4} Bs4[{tl.kt * (tl.tn + 4) // 4}];")
+        self.line(f"__local {T}* As = (__local {T}*)As4;")
+        self.line(f"__local {T}* Bs = (__local {T}*)Bs4;")
+        self.line(f"const {it} lid = ({it})get_local_id(0);")
+        self.line(f"const {it} grp = ({it})get_group_id(0);")
+        self.line(f"const {it} tx = lid % {txn};")
+        self.line(f"const {it} ty = lid / {txn};")
+        self.line(f"const {it} m0 = (grp / {ntn}) % {ntm} * {tl.tm};")
+        self.line(f"const {it} n0 = grp % {ntn} * {tl.tn};")
+        batch = self.decompose(g.batch, f"(grp / {ntn * ntm})", "bt", 1) if g.batch.idxs else {}
+        a_items, a_kf = self.operand_plan(g.a, g.m, tl.tm, "ea", "m0", batch)
+        b_items, b_kf = self.operand_plan(g.b, g.n, tl.tn, "eb", "n0", batch)
+        a_row = tl.tm + (4 if a_kf else 0)
+        b_row = tl.tn + (4 if b_kf else 0)
+        # the __local arrays are sized for a padded row (4 more) whichever layout fills them
+        for p, _, _ in a_items + b_items:
+            self.line(f"{T} {p}_ld;")
+        zero = self.t.literal(0, g.dtype)
+        for i in range(tl.rm):
+            self.line(f"{T} " + ", ".join(f"c{i}_{j} = {zero}" for j in range(tl.rn)) + ";")
+        self.load(g.a, a_items, "0", 1)
+        self.load(g.b, b_items, "0", 1)
+        self.line(f"for ({it} k0 = 0; k0 < {g.k.total}; k0 += {tl.kt}) {{")
+        for (p, _, at), arr in [(x, "As") for x in a_items] + [(x, "Bs") for x in b_items]:
+            self.line(f"{arr}[{at}] = {p}_ld;", 2)
+        self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)
+        self.line(f"if (k0 + {tl.kt} < {g.k.total}) {{", 2)
+        self.load(g.a, a_items, f"k0 + {tl.kt}", 3)
+        self.load(g.b, b_items, f"k0 + {tl.kt}", 3)
+        self.line("}", 2)
+        self.line("#pragma unroll", 2)
+        self.line(f"for (int kk = 0; kk < {tl.kt}; kk++) {{", 2)
+        reads = (("a", "As4", a_row, tl.rm, tl.tm, "ty"), ("b", "Bs4", b_row, tl.rn, tl.tn, "tx"))
+        for name, arr, row, r, tile, lane in reads:
+            for c in range(r // 4):
+                self.line(f"const {T4} {name}v{c} = {arr}[kk * {row // 4} + {c * tile // r} + {lane}];", 3)
+        comps = ("x", "y", "z", "w")
+        for i in range(tl.rm):
+            for j in range(tl.rn):
+                a = f"av{i // 4}.{comps[i % 4]}"
+                b = f"bv{j // 4}.{comps[j % 4]}"
+                acc = f"c{i}_{j}"
+                expr = f"fma({a}, {b}, {acc})" if self.contract else f"{acc} + {a} * {b}"
+                self.line(f"{acc} = {expr};", 3)
+        self.line("}", 2)
+        self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)
+        self.line("}")
+        self.store()
+        args = ", ".join(f"__global {self.t.mem(dt)}* restrict {p}" for p, dt in params)
+        head = [
+            f"__kernel __attribute__((reqd_work_group_size({L}, 1, 1)))",
+            f"void {symbol}({args})",
+            "{",
+        ]
+        return "\n".join(head + self.lines + ["}"]), groups * L, L
+
+    def store(self) -> None:
+        g, tl = self.g, self.tl
+        out = g.out
+        ptr = self.ptrs[out.ref.source]
+        rows, cols = {}, {}
+        for i in range(tl.rm):
+            at = f"m0 + {(i // 4) * tl.tm * 4 // tl.rm + i % 4} + ty * 4"
+            self.line(f"const {self.int} r{i} = {at};")
+            rows[i] = self.decompose(g.m, f"r{i}", f"r{i}", 1)
+        for j in range(tl.rn):
+            at = f"n0 + {(j // 4) * tl.tn * 4 // tl.rn + j % 4} + tx * 4"
+            self.line(f"const {self.int} q{j} = {at};")
+            cols[j] = self.decompose(g.n, f"q{j}", f"q{j}", 1)
+        batch = {ix.name: f"bt_{ix.name}" for ix in g.batch.idxs}
+        for i in range(tl.rm):
+            for j in range(tl.rn):
+                env = {**batch, **rows[i], **cols[j]}
+                conds = [f"r{i} < {g.m.total}"] if g.m.total % tl.tm else []
+                conds += [f"q{j} < {g.n.total}"] if g.n.total % tl.tn else []
+                conds += self.cond(g.store_guards, env)
+                off = self.affine(out.offset, env)
+                st = f"{ptr}[{off}] = {ptr}[{off}] + c{i}_{j};"
+                self.line(f"if ({' && '.join(conds)}) {st}" if conds else st)
