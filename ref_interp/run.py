@@ -47,7 +47,7 @@ def run(
         bound = program
     else:
         prog = as_program(program, name)
-        bound = bind(prog, input_types(prog, inputs))
+        bound = bind(prog, input_types(prog, inputs), inputs)
     written = {s.name: s for s in bound.stmts}  # as written, for locating errors of later stages
     bound = apply_stage(bound, stage)
     env: dict[str, np.ndarray] = {}

@@ -15,7 +15,7 @@ from tile.bind import bind
 def fd_grad(program, inputs: dict, wrt: str, seed: dict | None = None, h: float = 1e-6) -> np.ndarray:
     """Central differences of ``sum(seed[O] * O)`` (seed defaults to ones) w.r.t. ``inputs[wrt]``."""
     prog = tile.parse(program) if isinstance(program, str) else program
-    bound = bind(prog, input_types(prog, inputs))
+    bound = bind(prog, input_types(prog, inputs), inputs)
     seed = seed or {}
     x = np.asarray(inputs[wrt], np.float64)
     g = np.zeros(x.shape)

@@ -68,15 +68,19 @@ class Executable:
             import ref_interp
 
             return ref_interp.run(self.program, given, self.settings.get("precision", "native"))
+        from tile.size_inputs import size_key, size_uses
+
         types = input_types(self.program, given)
         key = tuple(sorted((k, t.dtype.value, t.shape) for k, t in types.items()))
+        # The values of 0-D inputs used as sizes are shapes too: another value, another build.
+        key += size_key(size_uses(self.program), given)
         compiled = self._compiled.get(key)
         if compiled is None:
             from backends import registry
             from backends.runner import CompiledProgram
             from tile.tuples import check_assignments
 
-            bound = bind(self.program, types)
+            bound = bind(self.program, types, given)
             check_assignments(bound)  # what the interpreter refuses for these shapes, refused here too
             compiled = CompiledProgram(bound, registry.get(self.device), self.settings)
             self._compiled[key] = compiled

@@ -3,7 +3,9 @@
 ``bind(program, {name: TensorType})`` checks every rule that needs sizes (ranks, dimension
 agreement, broadcasting, linear index polynomials, output sizes) and returns the typed program.
 ``bind_symbolic(program)`` does the same with one sympy symbol per input dimension, for
-``python -m tile check`` without ``--shape``.
+``python -m tile check`` without ``--shape``. A 0-D input used as a size (``tile.size_inputs``) is
+a dimension whose value comes from its array: ``bind`` reads it from ``values``, and without one
+(always in ``bind_symbolic``) it is a symbol too.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tile.builtins import BUILTINS
 from tile.dtypes import DType, arithmetic, literal_int_type, promote
 from tile.errors import Span, TileIndexError, TileInputError, TileNameError, TileShapeError, TileTypeError
 from tile.shapes import fmt_shape, is_concrete, same_size, size_binop
+from tile.size_inputs import size_uses, size_value
 from tile.typed import (
     BoundProgram,
     Size,
@@ -39,9 +42,16 @@ from tile.typed import (
 _SCALAR_I32 = TensorType(DType.INT32, ())
 
 
-def bind(program: ast.Program, inputs: Mapping[str, TensorType]) -> BoundProgram:
-    """Type ``program`` for inputs of the given types; every input must be given."""
-    return _Binder(program, inputs).run()
+def bind(
+    program: ast.Program, inputs: Mapping[str, TensorType], values: Mapping[str, object] | None = None
+) -> BoundProgram:
+    """Type ``program`` for inputs of the given types; every input must be given.
+
+    ``values`` holds the arrays (or numbers) of the inputs, of which only the 0-D inputs used as
+    sizes are read: their values are sizes, so they are part of the typed program. A size input
+    missing from ``values`` gets a symbolic size.
+    """
+    return _Binder(program, inputs, values).run()
 
 
 def bind_symbolic(
@@ -56,6 +66,8 @@ def bind_symbolic(
     """
     dtypes = dict(dtypes or {})
     shapes = dict(shapes or {})
+    for name in size_uses(program):
+        dtypes.setdefault(name, DType.INT32)  # a size is a whole number
     known: dict[str, int] = {}  # dims fixed by the inputs whose shapes are given
     for inp in program.inputs:
         if inp.name in shapes and inp.dims is not None and len(inp.dims) == len(shapes[inp.name]):
@@ -76,9 +88,16 @@ def bind_symbolic(
 
 
 class _Binder:
-    def __init__(self, program: ast.Program, inputs: Mapping[str, TensorType]):
+    def __init__(
+        self,
+        program: ast.Program,
+        inputs: Mapping[str, TensorType],
+        values: Mapping[str, object] | None = None,
+    ):
         self.program = program
         self.given = inputs
+        self.values = values or {}
+        self.size_uses = size_uses(program)
         self.types: dict[str, TensorType] = {}
         self.consts: dict[str, Size] = {}
         self.defined: dict[str, Span] = {}
@@ -148,7 +167,10 @@ class _Binder:
             )
 
     def bind_input(self, inp: ast.Input) -> TensorType:
-        if inp.name in self.defined or inp.name in self.consts:
+        # A size input is a dimension: an earlier input may have a dimension of its name (the two
+        # must then agree, which size_input checks), as gradient programs declare `DI[N, D0, CI]`.
+        dim_first = inp.name in self.size_uses and inp.name not in self.defined
+        if inp.name in self.defined or (inp.name in self.consts and not dim_first):
             raise TileNameError(
                 f"'{inp.name}' is already defined",
                 inp.span,
@@ -169,7 +191,7 @@ class _Binder:
                     hint="pass an array of the declared rank, or fix the declaration",
                 )
             for k, (dim, dspan) in enumerate(zip(inp.dims, inp.dim_spans or [inp.span] * len(inp.dims))):
-                if dim in self.defined:
+                if dim in self.defined and dim not in self.size_uses:
                     raise TileNameError(
                         f"dimension '{dim}' has the name of a tensor",
                         dspan,
@@ -186,7 +208,35 @@ class _Binder:
                         )
                 else:
                     self.consts[dim] = size
+        if inp.name in self.size_uses:
+            t = self.size_input(inp, t)
         self.types[inp.name] = t
+        return t
+
+    def size_input(self, inp: ast.Input, t: TensorType) -> TensorType:
+        """Make the 0-D input ``inp``, used as a size, a dimension holding its array's value."""
+        use = self.size_uses[inp.name]
+        if t.shape is None:  # symbolic check of an input declared without dims: a size is 0-D
+            t = TensorType(t.dtype, ())
+        if t.shape != ():
+            raise TileShapeError(
+                f"input '{inp.name}' is used as a size ({use.what}) but has shape {fmt_shape(t.shape)}",
+                use.span,
+                hint=f"only a 0-D input can be a size: declare '{inp.name}' without dimensions and pass "
+                "one number (e.g. np.int32(8)), or use a dimension of another input",
+            )
+        if inp.name in self.values:
+            size: Size = size_value(inp.name, self.values[inp.name], use, inp.span)
+        else:
+            size = sympy.Symbol(inp.name, positive=True, integer=True)  # as a dimension's
+        if inp.name in self.consts and not same_size(self.consts[inp.name], size):
+            raise TileInputError(
+                f"input '{inp.name}' holds {size} but is {self.consts[inp.name]} as a dimension of an "
+                "earlier input",
+                inp.span,
+                hint=f"a dimension named like the size input '{inp.name}' must have its value",
+            )
+        self.consts[inp.name] = size
         return t
 
     # ----------------------------------------------------------------- statements
@@ -431,7 +481,7 @@ class _Binder:
         if isinstance(e, ast.FloatLit):
             return TConst(Fraction(e.text), TensorType(DType.FLOAT32, ()), e.span)
         if isinstance(e, ast.Name):
-            if e.name in self.types:
+            if e.name in self.types and e.name not in self.size_uses:
                 return TRef(e.name, self.types[e.name], e.span)
             if e.name in self.consts:
                 v = self.consts[e.name]

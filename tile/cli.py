@@ -146,7 +146,7 @@ def cmd_emit(args) -> int:
     given = load_npz(args.inputs) if args.inputs else {}
     arrays = gather_inputs(program, given, args.shape)
     types = {k: TensorType(DType.of(np.asarray(v).dtype), tuple(np.shape(v))) for k, v in arrays.items()}
-    bound = bind(program, types)
+    bound = bind(program, types, arrays)
     if args.stage == "stripe":
         from stripe.lower import lower
         from stripe.printer import format_block

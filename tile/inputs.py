@@ -2,7 +2,7 @@
 
 Inputs missing from the npz are filled with seeded random small integers (exact in every dtype)
 when their shape is known: from ``--shape``, from dimensions other inputs already bind, or
-because they are 0-D.
+because they are 0-D. A 0-D input used as a size gets a whole number from 0 to 6.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 from tile import ast
 from tile.dtypes import DType
 from tile.errors import TileInputError
+from tile.size_inputs import size_uses
 from tile.typed import TensorType
 
 
@@ -96,6 +97,7 @@ def gather_inputs(
         if decl is not None and decl.dims is not None and len(decl.dims) == np.ndim(arr):
             dims.update({d: int(s) for d, s in zip(decl.dims, np.shape(arr))})
     rng = np.random.default_rng(seed)
+    sizes = size_uses(program)
     # Inputs given a --shape first, so their dimensions can size the others.
     ordered = sorted(declared.items(), key=lambda kv: kv[0] not in specs)
     for name, decl in ordered:
@@ -105,6 +107,8 @@ def gather_inputs(
             shape, dtype = specs[name]
         elif decl.dims is not None and all(d in dims for d in decl.dims):
             shape, dtype = tuple(dims[d] for d in decl.dims), DType.FLOAT32
+        elif name in sizes:
+            shape, dtype = (), DType.INT32
         else:
             unknown = [d for d in (decl.dims or ()) if d not in dims]
             why = f" ({', '.join(unknown)} unknown)" if unknown else " (it has no declared dimensions)"
@@ -114,7 +118,10 @@ def gather_inputs(
                 hint=f"put '{name}' in the --inputs npz or give --shape "
                 f"{name}={'x'.join(['2'] * len(decl.dims or (1, 2)))}",
             )
-        out[name] = random_array(shape, dtype, rng)
+        if name in sizes and shape == ():  # a size input: a made-up size is a whole number 0..6
+            out[name] = np.asarray(rng.integers(0, 7), dtype=dtype.numpy)
+        else:
+            out[name] = random_array(shape, dtype, rng)
         if decl.dims is not None and len(decl.dims) == len(shape):
             for d, s in zip(decl.dims, shape):
                 dims.setdefault(d, s)

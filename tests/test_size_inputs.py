@@ -1,0 +1,276 @@
+"""0-D inputs used as sizes (docs/semantics.md §6.3): PlaidML 0.7's transposed convolutions.
+
+The programs are written the way PlaidML 0.7's op library (``plaidml/op.py``,
+``ConvolutionTranspose`` with Keras' channels-last data and kernel) generated them: the output
+size of each spatial axis is a 0-D input ``D<i>`` and the padding ``Pad<i>`` is computed from it.
+They are checked on the interpreter and on ``llvm_cpu.0`` against a numpy transcription of the
+transposed convolution, on integer-valued inputs (exact), for several sizes, strides, paddings
+and dilations.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ref_interp
+import tile
+from tests.gradcheck import assert_close, fd_grad
+from tile.api import grad_values
+from tile.errors import TileError, TileInputError, TileShapeError
+from tile.size_inputs import size_uses
+
+REPO = Path(__file__).resolve().parents[1]
+RNG = np.random.default_rng(15)
+
+
+def pad_expr(d: str, stride: int, span: int, padding: str) -> str:
+    """Pad<i> as op.py's pad_compute wrote it for a transposed convolution (``span`` is the
+    dilated kernel size); ``padding`` is valid, same_upper, same_lower or an explicit integer."""
+    if padding == "valid":
+        return "0"
+    if padding.isdigit():
+        return padding
+    out = f"({d} + {stride} - 1) / {stride}"
+    inner = f"max(0, ({out} - 1) * {stride} + {span} - {d})"
+    return f"({inner}) / 2" if padding == "same_upper" else f"(({inner}) + 1) / 2"
+
+
+def conv_transpose_source(kernel: tuple[int, ...], strides, padding: str, dilation=None) -> str:
+    rank = len(kernel)
+    dilation = dilation or (1,) * rank
+    r = range(rank)
+    pads = "".join(
+        f"Pad{i} = {pad_expr(f'D{i}', strides[i], dilation[i] * (kernel[i] - 1) + 1, padding)};\n    "
+        for i in r
+    )
+    spatial = ", ".join(f"{strides[i]}*x{i} + {dilation[i]}*k{i} - Pad{i}" for i in r)
+    return (
+        f"function (O[N, {', '.join(f'L{i}' for i in r)}, CO], K[{', '.join(f'LK{i}' for i in r)}, CI, CO], "
+        f"{', '.join(f'D{i}' for i in r)}) -> (I) {{\n"
+        f"    {pads}I[n, {spatial}, ci: N, {', '.join(f'D{i}' for i in r)}, CI] = "
+        f"+(O[n, {', '.join(f'x{i}' for i in r)}, co]*K[{', '.join(f'k{i}' for i in r)}, ci, co]);\n}}"
+    )
+
+
+def pad_value(size: int, stride: int, span: int, padding: str) -> int:
+    if padding == "valid":
+        return 0
+    if padding.isdigit():
+        return int(padding)
+    total = max(0, ((size + stride - 1) // stride - 1) * stride + span - size)
+    return total // 2 if padding == "same_upper" else (total + 1) // 2
+
+
+def conv_transpose_ref(o, k, sizes, strides, padding, dilation=None) -> np.ndarray:
+    """I[n, s*x + d*k - P, ci] += O[n, x, co] * K[k, ci, co] over the positions inside I."""
+    rank = k.ndim - 2
+    dilation = dilation or (1,) * rank
+    pads = [pad_value(sizes[i], strides[i], dilation[i] * (k.shape[i] - 1) + 1, padding) for i in range(rank)]
+    out = np.zeros((o.shape[0], *sizes, k.shape[-2]), np.float64)
+    for xs in itertools.product(*(range(n) for n in o.shape[1:-1])):
+        for ks in itertools.product(*(range(n) for n in k.shape[:-2])):
+            pos = tuple(strides[i] * xs[i] + dilation[i] * ks[i] - pads[i] for i in range(rank))
+            if all(0 <= p < s for p, s in zip(pos, sizes)):
+                out[(slice(None), *pos)] += o[(slice(None), *xs)] @ k[ks].T
+    return out
+
+
+def ints(*shape: int) -> np.ndarray:
+    return RNG.integers(-3, 4, shape).astype(np.float32)
+
+
+# (kernel, strides, padding, dilation, O's spatial sizes, output sizes D to try)
+CASES = {
+    "same_upper_s2": ((3,), (2,), "same_upper", None, (4,), [(7,), (8,)]),
+    "same_lower_s2": ((3,), (2,), "same_lower", None, (4,), [(7,), (8,)]),
+    "valid_s2": ((3,), (2,), "valid", None, (4,), [(9,), (10,)]),
+    "valid_s1": ((2,), (1,), "valid", None, (5,), [(6,), (3,)]),
+    "explicit_s3": ((3,), (3,), "1", None, (3,), [(7,), (8,), (9,)]),
+    "same_dilated": ((2,), (2,), "same_upper", (2,), (3,), [(5,), (6,)]),
+    "same_2d": ((3, 2), (2, 1), "same_upper", None, (3, 2), [(5, 2), (6, 2)]),
+    "empty_output": ((3,), (2,), "same_upper", None, (4,), [(0,)]),
+}
+
+
+def case_inputs(name: str):
+    kernel, strides, padding, dilation, spatial, sizes = CASES[name]
+    src = conv_transpose_source(kernel, strides, padding, dilation)
+    o, k = ints(2, *spatial, 3), ints(*kernel, 2, 3)
+    return src, o, k, strides, padding, dilation, sizes
+
+
+def size_arrays(size: tuple[int, ...]) -> dict[str, np.ndarray]:
+    return {f"D{i}": np.int32(s) for i, s in enumerate(size)}
+
+
+def test_generated_source_is_plaidmls():
+    want = (
+        "function (O[N, L0, CO], K[LK0, CI, CO], D0) -> (I) {\n"
+        "    Pad0 = (max(0, ((D0 + 2 - 1) / 2 - 1) * 2 + 3 - D0)) / 2;\n"
+        "    I[n, 2*x0 + 1*k0 - Pad0, ci: N, D0, CI] = +(O[n, x0, co]*K[k0, ci, co]);\n}"
+    )
+    assert conv_transpose_source((3,), (2,), "same_upper") == want
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_conv_transpose_interpreter(name):
+    src, o, k, strides, padding, dilation, sizes = case_inputs(name)
+    for size in sizes:
+        got = ref_interp.run(src, {"O": o, "K": k, **size_arrays(size)})["I"]
+        assert got.dtype == np.float32 and got.shape == (2, *size, 2)
+        np.testing.assert_array_equal(got, conv_transpose_ref(o, k, size, strides, padding, dilation))
+
+
+@pytest.mark.usefixtures("private_cache")
+@pytest.mark.parametrize("name", ["same_upper_s2", "valid_s2", "explicit_s3", "same_dilated", "same_2d"])
+def test_conv_transpose_llvm(name):
+    src, o, k, strides, padding, dilation, sizes = case_inputs(name)
+    exe = tile.compile(src, "llvm_cpu.0")
+    for size in [*sizes, sizes[0]]:  # back to the first size: its own build is still right
+        got = exe(O=o, K=k, **size_arrays(size))["I"]
+        np.testing.assert_array_equal(got, conv_transpose_ref(o, k, size, strides, padding, dilation))
+
+
+@pytest.mark.usefixtures("private_cache")
+def test_a_new_value_is_a_new_build():
+    """Same shapes, another shift: a program keyed on shapes alone would rerun the first build."""
+    src = "function (A[N], S) -> (O) { O[i: N] = +(A[i + S]); }"
+    a = np.arange(1, 7, dtype=np.float32)
+    exe = tile.compile(src, "llvm_cpu.0")
+    for s in (1, 3, 1, 0):
+        want = np.concatenate([a[s:], np.zeros(s, np.float32)])
+        np.testing.assert_array_equal(exe(A=a, S=np.int64(s))["O"], want)
+        np.testing.assert_array_equal(ref_interp.run(src, {"A": a, "S": np.int64(s)})["O"], want)
+
+
+def test_reshape_to_a_size_input():
+    """Reshape's sizes as 0-D inputs, as op.py's Reshape passed symbolic dims."""
+    src = "function (I[N], D0) -> (O) { O = reshape(I, D0, N / D0); }"
+    i = np.arange(6, dtype=np.int32)
+    for d in (1, 2, 3, 6):
+        np.testing.assert_array_equal(ref_interp.run(src, {"I": i, "D0": np.int32(d)})["O"], i.reshape(d, -1))
+
+
+def test_float_and_bool_arrays_holding_whole_numbers_are_sizes():
+    src = "function (A[N], S) -> (O) { O[i: S] = +(A[i]); }"
+    a = np.array([1, 2, 3], np.int32)
+    assert ref_interp.run(src, {"A": a, "S": np.float64(5.0)})["O"].tolist() == [1, 2, 3, 0, 0]
+    assert ref_interp.run(src, {"A": a, "S": np.bool_(True)})["O"].tolist() == [1]
+    assert ref_interp.run(src, {"A": a, "S": np.uint8(0)})["O"].shape == (0,)
+
+
+def test_a_size_input_is_an_int32_dimension_in_elementwise_code():
+    """Like a dimension: `S / 2` truncates even when S came as a float array."""
+    src = "function (A[N], S) -> (O, H, P) { O[i: S] = +(A[i]); H = S / 2; P = A * S; }"
+    out = ref_interp.run(src, {"A": np.array([1.5, 2.0], np.float32), "S": np.float32(5)})
+    assert out["H"].dtype == np.int32 and out["H"] == 2
+    assert out["P"].dtype == np.float32 and out["P"].tolist() == [7.5, 10.0]
+
+
+def test_size_uses_names_the_first_use_and_its_role():
+    prog = tile.parse(conv_transpose_source((3,), (2,), "same_upper"))
+    use = size_uses(prog)
+    assert list(use) == ["D0"]
+    assert (use["D0"].span.line, use["D0"].span.col) == (2, 22)
+    assert use["D0"].what == "through 'Pad0', in an index expression"
+    uses = size_uses(tile.parse("function (I[N], A, B, C) -> (O, P) { O = reshape(I, A); P = B + C; }"))
+    assert {n: u.what for n, u in uses.items()} == {"A": "as an argument of 'reshape'"}
+
+
+# ------------------------------------------------------------------------------ errors
+CT = conv_transpose_source((3,), (2,), "same_upper")
+ERRORS = {
+    "fraction": (np.float32(7.5), TileInputError, "holds 7.5, which is not a whole number"),
+    "negative": (np.int32(-2), TileInputError, "holds -2, which is negative"),
+    "nan": (np.float64("nan"), TileInputError, "holds nan, which is not a whole number"),
+    "infinite": (np.float32("inf"), TileInputError, "holds inf, which is not a whole number"),
+    "too_large": (np.uint64(2**63), TileInputError, "does not fit in int64"),
+    "not_0d": (np.array([7, 8], np.int32), TileShapeError, "but has shape (2,)"),
+}
+
+
+@pytest.mark.parametrize("name", ERRORS)
+def test_bad_size_values_are_located_errors(name):
+    value, cls, text = ERRORS[name]
+    with pytest.raises(TileError) as info:
+        ref_interp.run(CT, {"O": ints(1, 4, 3), "K": ints(3, 2, 3), "D0": value}, name="ct.tile")
+    e = info.value
+    assert type(e) is cls
+    assert "input 'D0' is used as a size (through 'Pad0', in an index expression)" in e.message
+    assert text in e.message
+    assert (e.span.line, e.span.col) == (2, 22) and e.hint
+    shown = str(e)
+    assert shown.startswith("ct.tile:2:22:") and "^~" in shown and "hint:" in shown
+
+
+@pytest.mark.usefixtures("private_cache")
+def test_compiled_programs_refuse_bad_sizes_too():
+    with pytest.raises(TileInputError, match="which is negative"):
+        tile.compile(CT, "llvm_cpu.0")(O=ints(1, 4, 3), K=ints(3, 2, 3), D0=np.int32(-1))
+
+
+def test_an_input_with_dimensions_cannot_be_a_size():
+    src = "function (A[N], S[M]) -> (O) {\n  O[i: S] = +(A[i]);\n}"
+    with pytest.raises(TileShapeError) as info:
+        ref_interp.run(src, {"A": np.ones(3), "S": np.ones(2)})
+    assert "input 'S' is used as a size (in an output size) but has shape (2,)" in info.value.message
+    assert (info.value.span.line, info.value.span.col) == (2, 8)
+    assert "only a 0-D input can be a size" in info.value.hint
+
+
+@pytest.mark.parametrize(
+    "src",
+    ["function (S, A[S]) -> (O) { O[i: S] = +(A[i]); }", "function (A[S], S) -> (O) { O[i: S] = +(A[i]); }"],
+)
+def test_a_dimension_named_like_a_size_input_must_agree(src):
+    a = np.array([1, 2, 3], np.int32)
+    assert ref_interp.run(src, {"A": a, "S": np.int32(3)})["O"].tolist() == [1, 2, 3]
+    with pytest.raises(TileInputError, match="'S'"):
+        ref_interp.run(src, {"A": a, "S": np.int32(4)})
+
+
+# ------------------------------------------------------------------------ tile check
+def test_check_keeps_sizes_symbolic(tmp_path):
+    path = tmp_path / "ct.tile"
+    path.write_text(CT + "\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def check(*args: str) -> str:
+        cmd = [sys.executable, "-m", "tile", "check", str(path), *args]
+        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    lines = [" ".join(line.split()) for line in check().splitlines()]
+    assert "D0 int32[] input" in lines
+    assert "I float32[N, D0, CI] output" in lines
+    assert lines[-1] == f"ok: {path}"
+    shaped = check("--shape", "O=2x4x3", "--shape", "K=3x5x3").splitlines()
+    shaped = [" ".join(line.split()) for line in shaped]
+    assert "I float32[2, D0, 5] output" in shaped
+
+
+# ------------------------------------------------------------------------- gradients
+def test_gradient_of_the_other_inputs():
+    src, o, k, *_ = case_inputs("same_upper_s2")
+    for size in [(7,), (8,)]:
+        inputs = {"O": o.astype(np.float64), "K": k.astype(np.float64), **size_arrays(size)}
+        got = grad_values(src, inputs, ["O", "K"])
+        assert_close(got["O"], fd_grad(src, inputs, "O"), length=3 * 2)
+        assert_close(got["K"], fd_grad(src, inputs, "K"), length=2 * 4)
+
+
+def test_a_size_input_has_no_gradient():
+    """An integer size input is not differentiated (as every integer input); a float one is a
+    dimension, whose gradient is zero."""
+    src, o, k, *_ = case_inputs("same_upper_s2")
+    assert set(grad_values(src, {"O": o, "K": k, "D0": np.int32(7)})) == {"O", "K"}
+    got = grad_values(src, {"O": o, "K": k, "D0": np.float32(7)}, ["D0"])
+    assert got["D0"].shape == () and got["D0"] == 0
