@@ -95,6 +95,26 @@ class Buffer:
         """Make host writes to ``view`` visible to the device."""
         return Event.done()
 
+    def write(self, data: np.ndarray, deps: Sequence[Event] = ()) -> Event:
+        """Replace the whole contents with ``data`` (``size`` bytes, uint8) once ``deps`` are done.
+        The runner writes a reused input buffer this way, so a backend can copy straight from
+        ``data`` instead of through a mapped view; ``data`` may change once this returns."""
+        view = self.map_discard(deps)
+        view[:] = data
+        return self.unmap(view)
+
+    def zero(self, deps: Sequence[Event] = ()) -> Event:
+        """Fill with zero bytes once ``deps`` are done (a reused buffer the program does not
+        overwrite before reading it)."""
+        view = self.map_discard(deps)
+        view[:] = 0
+        return self.unmap(view)
+
+    def read(self, deps: Sequence[Event] = ()) -> np.ndarray:
+        """A host copy of the contents (uint8) after ``deps``: it stays valid when the buffer is
+        reused."""
+        return np.array(self.map_current(deps), copy=True)
+
 
 @dataclass
 class KernelInfo:

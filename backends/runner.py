@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import os
+import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
 
-from backends.hal import Device, Event, KernelInfo, MemoryLimit
+from backends.hal import Buffer, Device, Event, KernelInfo, MemoryLimit, kernel_symbol
+from backends.naming import label, work
+from backends.zeroing import needs_zero
 from stripe.config import TargetConfig, builtin_names, load_config, target_config
 from stripe.ir import Block, walk
 from stripe.lower import lower
 from stripe.passes import optimize
-from tile.errors import Span, TileResourceError
+from tile.errors import Span, TileInputError, TileResourceError
+from tile.tensor import Tensor
 from tile.typed import BoundProgram
 
 
@@ -25,10 +30,6 @@ def _buffer_names(kernel: Block, buffers: Mapping) -> tuple[str, ...]:
         if (r.from_ or r.into) in buffers:
             names.setdefault(r.from_ or r.into)
     return tuple(names)
-
-
-def _flops(kernel: Block) -> int:
-    return kernel.index_space * (2 if kernel.has_tags("contraction") else 1)
 
 
 def device_config(device: Device, settings: Mapping | None = None) -> TargetConfig | None:
@@ -141,48 +142,164 @@ class CompiledProgram:
         for k in main.stmts:
             names = _buffer_names(k, self.buffers)
             dtypes = tuple(self.buffers[n].dtype for n in names)
-            self.infos.append(KernelInfo(k.name, k, names, dtypes, _flops(k)))
+            flops, nbytes = work(k, self.buffers, names)
+            self.infos.append(KernelInfo(label(k), k, names, dtypes, flops, nbytes))
         start = time.perf_counter()
         self.library = device.compiler.build(self.infos, dict(settings or {}))
         self.build_seconds = time.perf_counter() - start
         self.kernels = [device.executor.prepare(self.library, i) for i in range(len(self.infos))]
         self.inputs = [r.into for r in self.program.refs if "input" in r.tags]
         self.outputs = list(bound.outputs)
+        self.zeroed = needs_zero(self.program, frozenset(self.inputs))
+        self._owned: dict[str, Buffer | None] = {}
+        self._last: list[Event] = []
+        self._lock = threading.Lock()
         if os.environ.get("TILE_DEBUG", "0") >= "3":
             print(self.library.source)
 
     def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """numpy in, numpy out (the buffers stay with the program for the next call)."""
+        return self.run(inputs)  # type: ignore[return-value]
+
+    def run(
+        self,
+        inputs: Mapping[str, np.ndarray | Tensor],
+        out: Mapping[str, Tensor] | None = None,
+        resident: bool = False,
+    ) -> dict[str, np.ndarray | Tensor]:
+        """Run once. ``inputs`` are numpy arrays (copied into the program's own buffers) or
+        ``Tensor``s of this device (used in place); the outputs named in ``out`` are written into
+        those tensors, the others come back as numpy arrays, or as new ``Tensor``s when
+        ``resident``. Calls are serialized; the program's own buffers are reused, zeroed only where
+        ``backends.zeroing`` cannot prove the program overwrites them first."""
+        with self._lock:
+            return self._run(inputs, dict(out or {}), resident)
+
+    def _run(self, inputs: Mapping, out: dict, resident: bool) -> dict:
+        check_tensors(self, inputs, out)
+        if not self._owned:
+            check_memory(self.bound, self.buffers, self.device, self.settings)
         ex = self.device.executor
-        check_memory(self.bound, self.buffers, self.device, self.settings)
-        bufs = {}
-        for name, shape in self.buffers.items():
-            nbytes = _nbytes(shape)
-            buf = ex.allocate(nbytes)
-            view = buf.map_discard()
-            if name in inputs:
-                arr = np.ascontiguousarray(np.asarray(inputs[name]).astype(shape.dtype.numpy, copy=False))
-                view[:] = arr.reshape(-1).view(np.uint8)
+        prior = list(self._last)  # the last call's work: reused buffers are rewritten after it
+        bufs: dict[str, Buffer] = {}
+        deps: list[Event] = list(prior)
+        for name, t in out.items():
+            bufs[name] = t._buffer
+            deps.extend(t._events)
+        for name in self.inputs:
+            value = inputs[name]
+            if isinstance(value, Tensor) and all(value._buffer is not b for b in bufs.values()):
+                bufs[name] = value._buffer  # in place: no copy
+                deps.extend(value._events)
+                continue
+            buf = bufs[name] = self._buffer(name)
+            shape = self.buffers[name]
+            if isinstance(value, Tensor):  # bound already (out=, another input): buffers are distinct
+                deps.append(ex.copy(value._buffer, 0, buf, 0, _nbytes(shape), [*value._events, *prior]))
             else:
-                view[:] = 0
-            buf.unmap(view)
-            bufs[name] = buf
-        event: list[Event] = []
-        debug = os.environ.get("TILE_DEBUG", "0") >= "1"
-        for info, kernel in zip(self.infos, self.kernels):
-            done = kernel.run([bufs[b] for b in info.buffers], event)
-            event = [done]
-            if debug:
-                secs = done.duration
-                rate = info.flops / max(secs, 1e-12) / 1e9
-                print(f"kernel {info.name}: {secs * 1e3:.3f} ms, {rate:.2f} GFLOP/s")
-        for e in event:
-            e.wait()
-        out = {}
+                arr = np.ascontiguousarray(np.asarray(value).astype(shape.dtype.numpy, copy=False))
+                deps.append(buf.write(arr.reshape(-1).view(np.uint8), prior))
+        handed: dict[str, Buffer] = {}
+        for name in self.buffers:
+            if name in bufs:
+                continue
+            buf = bufs[name] = self._buffer(name)
+            if resident and name in self.outputs:
+                handed[name] = buf  # the caller's from now on: the next call allocates another
+                self._owned[name] = None
+            if name in self.zeroed:
+                deps.append(buf.zero(prior))
+        done = self._kernels(bufs, deps)
+        self._last = done
+        result: dict[str, np.ndarray | Tensor] = {}
         for name in self.outputs:
             shape = self.buffers[name]
-            raw = bufs[name].map_current()
-            out[name] = raw.view(shape.dtype.numpy)[: shape.elements].reshape(shape.sizes).copy()
-        return out
+            if name in out:
+                out[name]._events = list(done)
+                result[name] = out[name]
+            elif name in handed:
+                result[name] = Tensor(self.device, handed[name], shape.sizes, shape.dtype, done)
+            else:
+                raw = bufs[name].read(done)
+                result[name] = raw.view(shape.dtype.numpy)[: shape.elements].reshape(shape.sizes)
+        for value in inputs.values():
+            if isinstance(value, Tensor):
+                value._events = list(done)  # read by this call: a host write must wait for it
+        return result
+
+    def _buffer(self, name: str) -> Buffer:
+        """The program's own buffer for ``name``, allocated on first use and kept."""
+        buf = self._owned.get(name)
+        if buf is None:
+            buf = self._owned[name] = self.device.executor.allocate(_nbytes(self.buffers[name]))
+        return buf
+
+    def _kernels(self, bufs: Mapping[str, Buffer], deps: list[Event]) -> list[Event]:
+        """Launch every kernel in order; ``TILE_DEBUG=1`` waits for each and prints its time."""
+        debug = os.environ.get("TILE_DEBUG", "0") >= "1"
+        events = deps
+        total = 0.0
+        for k, (info, kernel) in enumerate(zip(self.infos, self.kernels)):
+            events = [kernel.run([bufs[b] for b in info.buffers], events)]
+            if debug:
+                secs = events[0].duration
+                total += secs
+                print(debug_line(k, info, secs), file=sys.stderr)
+        if debug:
+            print(f"tile: {len(self.infos)} kernels, {total * 1e3:.3f} ms", file=sys.stderr)
+        return events
+
+
+def check_tensors(program: CompiledProgram, inputs: Mapping, out: Mapping) -> None:
+    """Tensors must live on the program's device; ``out=`` must name outputs, with their shapes
+    and dtypes (an input tensor's shape and dtype chose what was compiled, so they fit)."""
+    dev = program.device.id
+    for name, value in inputs.items():
+        if isinstance(value, Tensor) and value._device is not program.device:
+            raise TileInputError(
+                f"input '{name}' is a tensor on {value.device}, but this program runs on {dev}",
+                None,
+                hint=f"make it with tile.tensor(array, device={dev!r}), or pass t.numpy()",
+            )
+    for name, t in out.items():
+        if name not in program.outputs:
+            raise TileInputError(
+                f"out= names '{name}', which is not an output of this program",
+                None,
+                hint=f"the outputs are: {', '.join(program.outputs)}",
+            )
+        shape = program.buffers[name]
+        want = f"{shape.dtype.value}{list(shape.sizes)} on {dev}"
+        if not isinstance(t, Tensor):
+            raise TileInputError(
+                f"out= for '{name}' must be a tile.Tensor, not {type(t).__name__}",
+                None,
+                hint=f"pass tile.empty({tuple(shape.sizes)}, {shape.dtype.value!r}, device={dev!r})",
+            )
+        got = f"{t.tile_dtype.value}{list(t.shape)} on {t.device}"
+        if got != want:
+            raise TileInputError(
+                f"out= for '{name}' is a {got} tensor, but the output is {want}",
+                None,
+                hint=f"pass tile.empty({tuple(shape.sizes)}, {shape.dtype.value!r}, device={dev!r})",
+            )
+    tensors = [id(t) for t in out.values()]
+    if len(set(tensors)) != len(tensors):
+        raise TileInputError(
+            "out= gives one tensor for two outputs", None, hint="pass a separate tensor for each output"
+        )
+
+
+def debug_line(k: int, info: KernelInfo, secs: float) -> str:
+    """``TILE_DEBUG=1``'s line for one kernel: its symbol, Stripe name, time and rate (GFLOP/s for
+    contractions, GB/s of the buffers it names for the rest)."""
+    s = max(secs, 1e-12)
+    rate = (
+        f"{info.flops / s / 1e9:.2f} GFLOP/s"
+        if info.block.has_tags("contraction")  # type: ignore[attr-defined]
+        else f"{info.bytes / s / 1e9:.2f} GB/s"
+    )
+    return f"tile: kernel {kernel_symbol(k, info)} ({info.block.name}): {secs * 1e3:.3f} ms, {rate}"  # type: ignore[attr-defined]
 
 
 def kernels_of(program: Block) -> list[Block]:

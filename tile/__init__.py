@@ -6,17 +6,21 @@ from tile.autodiff import grad, gradient
 from tile.bind import bind, bind_symbolic
 from tile.errors import TileError
 from tile.parser import parse, parse_file
+from tile.tensor import Tensor, empty, tensor
 
 __all__ = [
     "Executable",
     "Program",
+    "Tensor",
     "TileError",
     "bind",
     "bind_symbolic",
     "compile",
+    "empty",
     "grad",
     "grad_values",
     "gradient",
     "parse",
     "parse_file",
+    "tensor",
 ]

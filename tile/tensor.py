@@ -1,0 +1,144 @@
+"""Device-resident tensors: ``tile.tensor(array, device=...)`` keeps data in a device's memory, so
+inputs, weights and outputs stay there between calls of compiled programs instead of crossing the
+bus every call.
+
+A ``Tensor`` is a backend ``Buffer`` with a shape, a dtype and the events of the last work that
+wrote or read it (work is asynchronous: a call may return before its kernels finish; reading or
+writing from the host waits for them). The language package does not depend on the backends:
+the registry is imported only when a tensor is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tile.dtypes import DType
+from tile.errors import TileInputError
+
+
+class Tensor:
+    """A dense, row-major tensor in the memory of one device (host memory for ``llvm_cpu.0``).
+
+    Made by ``tile.tensor`` / ``tile.empty`` or returned by a compiled program (``resident=True``
+    or ``out=``); ``.numpy()`` copies it back."""
+
+    __slots__ = ("_device", "_buffer", "_shape", "_dtype", "_events")
+
+    def __init__(self, device, buffer, shape: tuple[int, ...], dtype: DType, events: Sequence = ()):
+        self._device = device  # backends.hal.Device
+        self._buffer = buffer  # backends.hal.Buffer of exactly nbytes
+        self._shape = tuple(int(d) for d in shape)
+        self._dtype = dtype
+        self._events = list(events)
+
+    @property
+    def device(self) -> str:
+        """The id of the device holding the data, e.g. ``"opencl_gpu.0"``."""
+        return self._device.id
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype (as ``ndarray.dtype``); ``tile_dtype`` is the Tile one."""
+        return np.dtype(self._dtype.numpy)
+
+    @property
+    def tile_dtype(self) -> DType:
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self._shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def numpy(self) -> np.ndarray:
+        """A host copy (waits for the work that writes this tensor)."""
+        raw = self._buffer.read(self._events)
+        return raw.view(self.dtype)[: self.size].reshape(self._shape)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        arr = self.numpy()
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    def write(self, array) -> None:
+        """Replace the contents with ``array`` (same shape; converted to this tensor's dtype), in
+        place: a program holding this tensor sees the new values at its next call."""
+        arr = np.asarray(array)
+        if tuple(arr.shape) != self._shape:
+            raise TileInputError(
+                f"cannot write an array of shape {tuple(arr.shape)} into a tensor of shape {self._shape}",
+                None,
+                hint="write an array of the tensor's shape, or make a new tensor with tile.tensor(array)",
+            )
+        data = np.ascontiguousarray(arr.astype(self.dtype, copy=False)).reshape(-1).view(np.uint8)
+        self._events = [self._buffer.write(data, self._events)]
+
+    def wait(self) -> Tensor:
+        """Block until the work that writes or reads this tensor is done."""
+        for e in self._events:
+            e.wait()
+        return self
+
+    def __repr__(self) -> str:
+        return f"tile.Tensor(shape={self._shape}, dtype={self._dtype.value}, device={self.device!r})"
+
+
+def _device(device: str):
+    from backends import registry  # the language package reaches the backends only here
+
+    if device == "interp":
+        raise TileInputError(
+            "the reference interpreter has no device memory: tensors live on a compiled device",
+            None,
+            hint="pass numpy arrays to an 'interp' program; pick a device id from `python -m tile devices`",
+        )
+    try:
+        return registry.get(device)
+    except KeyError as e:
+        hint = "pick a device id from `python -m tile devices`"
+        raise TileInputError(str(e.args[0]), None, hint=hint) from None
+
+
+def _dtype_of(dtype, what: str) -> DType:
+    try:
+        return dtype if isinstance(dtype, DType) else DType.of(np.dtype(dtype))
+    except TypeError:
+        raise TileInputError(
+            f"{what} has dtype {dtype}, which Tile does not have",
+            None,
+            hint="use bool, int8..int64, uint8..uint64 or float16/32/64",
+        ) from None
+
+
+def tensor(array, device: str = "llvm_cpu.0") -> Tensor:
+    """A copy of ``array`` in ``device``'s memory, to pass to programs compiled for that device."""
+    arr = np.asarray(array)
+    dt = _dtype_of(arr.dtype, "the array")
+    t = empty(arr.shape, dt, device)
+    t.write(arr)
+    return t
+
+
+def empty(shape: Sequence[int], dtype=np.float32, device: str = "llvm_cpu.0") -> Tensor:
+    """A tensor of ``shape`` and ``dtype`` on ``device``, for a program's ``out=`` (its contents
+    start as zero bytes)."""
+    dev = _device(device)
+    dt = _dtype_of(dtype, "the tensor")
+    shape = tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise TileInputError(f"a tensor's sizes cannot be negative: {shape}", None, hint="use sizes >= 0")
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.numpy.itemsize
+    buf = dev.executor.allocate(nbytes)
+    return Tensor(dev, buf, shape, dt, [buf.zero()])
