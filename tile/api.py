@@ -9,7 +9,9 @@ import numpy as np
 from tile import ast
 from tile.autodiff import gradient
 from tile.dtypes import DType
+from tile.errors import TileInputError
 from tile.parser import parse
+from tile.tensor import Tensor
 
 
 def grad_values(
@@ -57,34 +59,73 @@ class Executable:
         self._compiled: dict[tuple, object] = {}
 
     def __call__(
-        self, inputs: Mapping[str, np.ndarray] | None = None, **arrays: np.ndarray
-    ) -> dict[str, np.ndarray]:
+        self,
+        inputs: Mapping[str, np.ndarray | Tensor] | None = None,
+        /,
+        *,
+        out: Mapping[str, Tensor] | None = None,
+        resident: bool | None = None,
+        **arrays: np.ndarray | Tensor,
+    ) -> dict[str, np.ndarray | Tensor]:
+        """Run on ``inputs`` (and ``**arrays``): numpy arrays, or ``tile.Tensor``s on this device.
+
+        ``out={"O": t}`` writes output ``O`` into the tensor ``t`` (same shape, dtype, device) and
+        returns ``t``; ``resident=True`` (default: the ``resident_outputs`` setting) returns the
+        other outputs as new tensors on the device instead of numpy arrays. An input named ``out``
+        or ``resident`` goes in the ``inputs`` mapping."""
         from tile.bind import bind
         from tile.inputs import input_types
 
         given = {**(inputs or {}), **arrays}
-        given = {k: np.asarray(v) for k, v in given.items()}
+        given = {k: v if isinstance(v, Tensor) else np.asarray(v) for k, v in given.items()}
+        if resident is None:
+            resident = bool(self.settings.get("resident_outputs", False))
         if self.device == "interp":
             import ref_interp
 
+            refuse_tensors(given, out, resident)
             return ref_interp.run(self.program, given, self.settings.get("precision", "native"))
+        host = {k: stand_in(v) for k, v in given.items()}  # shapes and dtypes, no copies
         from tile.size_inputs import size_key, size_uses
 
-        types = input_types(self.program, given)
+        types = input_types(self.program, host)
         key = tuple(sorted((k, t.dtype.value, t.shape) for k, t in types.items()))
         # The values of 0-D inputs used as sizes are shapes too: another value, another build.
-        key += size_key(size_uses(self.program), given)
+        key += size_key(size_uses(self.program), host)
         compiled = self._compiled.get(key)
         if compiled is None:
             from backends import registry
             from backends.runner import CompiledProgram
             from tile.tuples import check_assignments
 
-            bound = bind(self.program, types, given)
+            bound = bind(self.program, types, host)
             check_assignments(bound)  # what the interpreter refuses for these shapes, refused here too
             compiled = CompiledProgram(bound, registry.get(self.device), self.settings)
             self._compiled[key] = compiled
-        return compiled(given)
+        return compiled.run(given, out, resident)
+
+
+def stand_in(value: np.ndarray | Tensor) -> np.ndarray:
+    """What typing and binding see of an input: the array itself, or for a tensor an array of its
+    shape and dtype that takes no memory (its value only when it is 0-D: it may give a size)."""
+    if not isinstance(value, Tensor):
+        return value
+    if value.ndim == 0:
+        return value.numpy()
+    return np.broadcast_to(np.zeros((), value.dtype), value.shape)
+
+
+def refuse_tensors(given: Mapping, out: Mapping | None, resident: bool) -> None:
+    """The interpreter computes on numpy arrays: device tensors, ``out=`` and ``resident`` are
+    errors there, not silent copies."""
+    hint = "compile for a device (tile.compile(src, device='llvm_cpu.0')), or pass t.numpy()"
+    for name, v in given.items():
+        if isinstance(v, Tensor):
+            raise TileInputError(
+                f"input '{name}' is a tensor on {v.device}; the interpreter takes numpy arrays", None, hint
+            )
+    if out or resident:
+        raise TileInputError("the interpreter has no device memory for out= or resident outputs", None, hint)
 
 
 def compile(
@@ -101,7 +142,11 @@ def compile(
     * ``{"optimize": False}`` compiles the lowered program as it is;
     * ``{"max_buffer_bytes": N, "max_total_bytes": M}`` lower the device's memory limits that
       every buffer (and all of them together) is checked against before anything is allocated
-      (docs/semantics.md §8.4).
+      (docs/semantics.md §8.4);
+    * ``{"resident_outputs": True}`` returns outputs as ``tile.Tensor``s left on the device (as
+      the call's ``resident=True``);
+    * ``{"tune": True}`` times the cost model's best few tilings on the device at the first call
+      for each shape and keeps the fastest (``backends.tune``; remembered in the disk cache).
 
     A bad config file fails here, not at the first call."""
     prog = parse(program) if isinstance(program, str) else program
