@@ -131,10 +131,14 @@ def match(block: Block, buffers: tuple[str, ...], buffer_dtypes: dict[str, DType
     n = [ix for ix in block.idxs if ix.name in outs and ix.name in fb.vars and ix.name not in fa.vars]
     bt = [ix for ix in block.idxs if ix.name in outs and ix.name in fa.vars and ix.name in fb.vars]
     k = [ix for ix in block.idxs if ix.name not in outs]
-    if len(m) + len(n) + len(bt) != len(outs) or not m or not n:
+    if len(m) + len(n) + len(bt) != len(outs) or not (m or n):
         return None  # an output index neither operand reads (a broadcast) does not fit
+
+    def fastest(grp: list[Index]) -> int:
+        return min((_stride(fo, ix.name) for ix in grp), default=1 << 62)
+
     # N holds the output's contiguous index, so consecutive work-items store consecutive elements
-    if min(_stride(fo, ix.name) for ix in m) < min(_stride(fo, ix.name) for ix in n):
+    if fastest(m) < fastest(n):
         m, n, first, second, fa, fb = n, m, second, first, fb, fa
     m.sort(key=lambda ix: -_stride(fo, ix.name))
     n.sort(key=lambda ix: -_stride(fo, ix.name))

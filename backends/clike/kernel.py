@@ -169,7 +169,8 @@ class KernelEmitter:
         g = match(self.block, tuple(self.info.buffers), self.buf_dtypes, reorder=self.t.contract)
         if g is None:
             return None
-        emitter = GemmEmitter(self.t, g, self.ptrs, choose_tiles(g), self.t.contract)
+        tiles = choose_tiles(g, self.t.compute_units, self.t.gemm_tiles)
+        emitter = GemmEmitter(self.t, g, self.ptrs, tiles, self.t.contract)
         text, work, local = emitter.source(self.symbol, self.params)
         return KernelSource(self.symbol, text, work, (), local)
 

@@ -25,14 +25,22 @@ constraint skips adds ``0 * y``, which differs only when ``y`` is infinite or Na
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from backends.clike.contraction import Gemm, Group, Operand
 from backends.clike.target import CTarget
 from tile.affine import Affine
 from tile.dtypes import DType
+from tile.errors import TileError
 
 INT32_SAFE = (1 << 31) - (1 << 22)
+
+
+class GemmTilesError(TileError):
+    """The ``gemm_tiles`` setting names tiles the kernel template cannot use."""
+
+    kind = "settings error"
 
 
 @dataclass(frozen=True)
@@ -50,14 +58,37 @@ class Tiles:
         return (self.tm // self.rm) * (self.tn // self.rn)
 
 
-def choose_tiles(g: Gemm) -> Tiles:
-    """The largest of 128/64/32 that the output's M and N fill (8x8 per work-item at 128)."""
+def choose_tiles(g: Gemm, units: int = 0, given: Sequence[int] | None = None) -> Tiles:
+    """``given`` (``tm, tn, rm, rn, kt``, the ``gemm_tiles`` setting) when it is valid, else the
+    largest of 128/64/32 that the output's M and N fill (8x8 per work-item at 128); a 128 side
+    halves while the work-groups would leave some of the device's ``units`` idle."""
+    if given is not None:
+        t = Tiles(*(int(v) for v in given))
+        ok = all(v > 0 and v & (v - 1) == 0 for v in given) and t.rm % 4 == 0 and t.rn % 4 == 0
+        if ok and t.tm % t.rm == 0 and t.tn % t.rn == 0 and 1 <= t.threads <= 1024:
+            if (t.tm * t.kt) % t.threads == 0 and (t.tn * t.kt) % t.threads == 0:
+                return t
+        raise GemmTilesError(
+            f"the gemm_tiles setting {list(given)} does not make a tiling",
+            None,
+            hint="give [tm, tn, rm, rn, kt], powers of two, rm and rn multiples of 4 dividing tm and "
+            "tn, at most 1024 work-items (tm/rm * tn/rn) dividing tm*kt and tn*kt; e.g. [128, 128, 8, 8, 16]",
+        )
 
     def side(total: int) -> tuple[int, int]:
         return (128, 8) if total >= 128 else (64, 4) if total >= 64 else (32, 4)
 
     tm, rm = side(g.m.total)
     tn, rn = side(g.n.total)
+
+    def groups() -> int:
+        return -(-g.m.total // tm) * -(-g.n.total // tn) * g.batch.total
+
+    while groups() < units and max(tm, tn) == 128:
+        if tm >= tn:
+            tm, rm = 64, 4
+        else:
+            tn, rn = 64, 4
     return Tiles(tm, tn, rm, rn, 16 if g.dtype is DType.FLOAT32 else 8)
 
 

@@ -9,7 +9,9 @@ loaded instead of compiled.
 
 Settings (all optional): ``cache`` (False: no disk cache), ``async`` (False: build before
 returning), ``fast_math`` (``mad`` for multiply-accumulate and ``native_*`` functions: faster, not
-exact), ``local_size`` (work-group size, default 64), ``buffer_dtypes`` (buffer name -> dtype, for
+exact), ``local_size`` (work-group size, default 64; a tiled contraction sets its own),
+``gemm_tiles`` (``[tm, tn, rm, rn, kt]``: the tiles of every tiled contraction, for tuning),
+``buffer_dtypes`` (buffer name -> dtype, for
 ``KernelInfo``s without ``buffer_dtypes``). Float ``/`` and ``sqrt`` are correctly rounded: with
 ``-cl-fp32-correctly-rounded-divide-sqrt`` where the device supports it, else through double.
 """
@@ -114,7 +116,7 @@ class OpenCLCompiler(Compiler):
 
     def target(self, settings: dict) -> OpenCLTarget:
         dev = self.device
-        return OpenCLTarget(
+        t = OpenCLTarget(
             fp64=dev.fp64,
             fp16=dev.fp16,
             exact_div=dev.exact_div,
@@ -122,6 +124,9 @@ class OpenCLCompiler(Compiler):
             half_extension=dev.half_extension,
             contract=not settings.get("strict", False),
         )
+        t.compute_units = int(dev.cl_device.max_compute_units)
+        t.gemm_tiles = tuple(settings["gemm_tiles"]) if settings.get("gemm_tiles") else None
+        return t
 
     def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library:
         start = time.perf_counter()

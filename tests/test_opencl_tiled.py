@@ -1,0 +1,175 @@
+"""The work-group-tiled OpenCL kernels of GEMM-shaped contractions (``backends.clike.tiled``).
+
+Integer-valued inputs compare exactly with numpy and the interpreter at sizes that are multiples
+of no tile (1, 3, primes, 1000); random floats compare within ``k·eps·K·max`` (fma and a blocked
+order are allowed, semantics §8.3), and bit-exactly in strict mode (no fma, Stripe's K order).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ref_interp
+from backends.clike import generate
+from backends.clike.contraction import match
+from backends.clike.tiled import GemmTilesError, choose_tiles
+from backends.opencl.target import OpenCLTarget
+from backends.runner import CompiledProgram
+from tests.opencl_support import DEVICE_ID, check, device, ints, requires_opencl, run
+from tile import parse
+from tile.bind import bind
+from tile.inputs import input_types
+
+pytestmark = requires_opencl
+
+MM = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
+CONV = """function (I[N, X, Y, CI], F[KX, KY, CI, CO]) -> (O) {
+  O[n, x, y, co : N, X, Y, CO] = +(I[n, x + i - 1, y + j - 1, ci] * F[i, j, ci, co]);
+}"""
+
+
+def compiled(src: str, inputs: dict, settings: dict | None = None) -> CompiledProgram:
+    prog = parse(src)
+    return CompiledProgram(bind(prog, input_types(prog, inputs)), device(), settings or {})
+
+
+def tiled_kernels(cp: CompiledProgram) -> int:
+    return cp.library.source.count("reqd_work_group_size")
+
+
+def tolerance(want: np.ndarray, k: int, dtype=np.float32) -> np.ndarray:
+    return 4 * np.finfo(dtype).eps * k * np.maximum(1.0, np.abs(want))
+
+
+@pytest.mark.parametrize(
+    "m,k,n", [(1, 1, 1), (1, 9, 5), (3, 5, 7), (127, 129, 131), (1000, 3, 17), (5, 1000, 3)]
+)
+def test_matmul_odd_sizes_exact(m, k, n):
+    rng = np.random.default_rng(m * k * n)
+    a, b = ints(rng, (m, k)), ints(rng, (k, n))
+    cp = compiled(MM, {"A": a, "B": b})
+    assert tiled_kernels(cp) == (m * n > 1)  # 1x1: the optimizer prunes the size-1 indexes
+    np.testing.assert_array_equal(cp({"A": a, "B": b})["C"], a @ b)
+
+
+def test_transposed_operands_and_batch():
+    """Operands whose contiguous index is M or N (not K) and a batch index both operands use."""
+    rng = np.random.default_rng(1)
+    src = "function (A[Q, K, M], B[Q, N, K]) -> (C) { C[q, m, n : Q, M, N] = +(A[q, k, m] * B[q, n, k]); }"
+    a, b = ints(rng, (3, 37, 70)), ints(rng, (3, 65, 37))
+    cp = compiled(src, {"A": a, "B": b})
+    assert tiled_kernels(cp) == 1
+    want = np.einsum("qkm,qnk->qmn", a, b)
+    np.testing.assert_array_equal(cp({"A": a, "B": b})["C"], want)
+
+
+def test_output_transposed_swaps_roles():
+    """N is the group holding the output's contiguous index, so the stores stay coalesced."""
+    src = "function (A[M, K], B[K, N]) -> (C) { C[n, m : N, M] = +(A[m, k] * B[k, n]); }"
+    prog = parse(src)
+    a, b = np.zeros((40, 9), np.float32), np.zeros((9, 130), np.float32)
+    cp = CompiledProgram(bind(prog, input_types(prog, {"A": a, "B": b})), device(), {})
+    k = max(cp.infos, key=lambda i: i.flops)
+    g = match(k.block, k.buffers, dict(zip(k.buffers, k.buffer_dtypes)), reorder=True)
+    assert [ix.name for ix in g.n.idxs] == ["m"] and g.b.ref.source == "A"
+    rng = np.random.default_rng(2)
+    a, b = ints(rng, (40, 9)), ints(rng, (9, 130))
+    np.testing.assert_array_equal(cp({"A": a, "B": b})["C"], (a @ b).T)
+
+
+@pytest.mark.parametrize("shape", [(2, 9, 9, 4, 8), (1, 5, 7, 3, 130), (3, 12, 11, 16, 64)])
+def test_conv_padding_exact(shape):
+    n, x, y, ci, co = shape
+    rng = np.random.default_rng(co)
+    inputs = {"I": ints(rng, (n, x, y, ci)), "F": ints(rng, (3, 3, ci, co))}
+    cp = compiled(CONV, inputs)
+    assert tiled_kernels(cp) == 1
+    np.testing.assert_array_equal(cp(inputs)["O"], ref_interp.run(CONV, inputs)["O"])
+
+
+def test_store_constraint():
+    """A constraint without reduction indexes guards the store (an upper triangle here)."""
+    src = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]), m - n + 2 < 200; }"
+    rng = np.random.default_rng(3)
+    check(src, {"A": ints(rng, (70, 11)), "B": ints(rng, (11, 67))})
+
+
+def test_random_floats_within_tolerance():
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((67, 513), dtype=np.float32)
+    b = rng.standard_normal((513, 129), dtype=np.float32)
+    got = run(MM, {"A": a, "B": b})["C"]
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.all(np.abs(got - want) <= tolerance(want, 513))
+
+
+# The interpreter sums in order of first appearance and Stripe orders indexes by name: these agree
+# for (a, b, c), not for CONV's (i, j, ci), where even the general kernel differs in strict mode.
+CONV_ABC = """function (I[N, X, Y, CI], F[KX, KY, CI, CO]) -> (O) {
+  O[n, x, y, co : N, X, Y, CO] = +(I[n, x + a - 1, y + b - 1, c] * F[a, b, c, co]);
+}"""
+
+
+@pytest.mark.parametrize(
+    "src,shapes", [(MM, {"A": (37, 300), "B": (300, 41)}), (CONV_ABC, {"I": (2, 7, 6, 5), "F": (3, 3, 5, 9)})]
+)
+def test_strict_is_bit_identical(src, shapes):
+    """Strict mode: no fma and Stripe's K order, so the interpreter's roundings exactly."""
+    rng = np.random.default_rng(5)
+    inputs = {k: rng.standard_normal(s, dtype=np.float32) for k, s in shapes.items()}
+    cp = compiled(src, inputs, {"strict": True})
+    assert tiled_kernels(cp) == 1 and "fma(" not in cp.library.source
+    got = cp(inputs)
+    want = ref_interp.run(src, inputs)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_float64():
+    if not device().capabilities.fp64:
+        pytest.skip(f"{DEVICE_ID} has no float64")
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((33, 70)), rng.standard_normal((70, 129))
+    got = run(MM, {"A": a, "B": b})["C"]
+    want = a @ b
+    assert got.dtype == np.float64
+    assert np.all(np.abs(got - want) <= tolerance(want, 70, np.float64))
+
+
+def test_not_matched_stays_general():
+    """Integer contractions and three-operand bodies keep the one-work-item-per-output kernel."""
+    rng = np.random.default_rng(7)
+    a, b = ints(rng, (9, 5), dtype=np.int32), ints(rng, (5, 4), dtype=np.int32)
+    cp = compiled(MM, {"A": a, "B": b})
+    assert tiled_kernels(cp) == 0
+    np.testing.assert_array_equal(cp({"A": a, "B": b})["C"], a @ b)
+
+
+def test_tile_choice_and_plain_c_target():
+    """128x128 tiles of 8x8 for big outputs, smaller for small ones; plain C has no work-groups."""
+    prog = parse(MM)
+    a = np.zeros((300, 8), np.float32)
+    b = np.zeros((8, 40), np.float32)
+    cp = CompiledProgram(bind(prog, input_types(prog, {"A": a, "B": b})), device(), {})
+    k = max(cp.infos, key=lambda i: i.flops)
+    g = match(k.block, k.buffers, dict(zip(k.buffers, k.buffer_dtypes)), reorder=True)
+    t = choose_tiles(g)
+    assert (t.tm, t.tn, t.rm, t.rn, t.threads) == (128, 32, 8, 4, 128)
+    ocl = generate(OpenCLTarget(), [k], {})[0]
+    assert ocl.local == t.threads and ocl.work_items == 3 * 2 * t.threads  # 300 = 3 tiles, 40 = 2
+    from backends.clike.target import CTarget
+
+    assert generate(CTarget(), [k], {})[0].local == 0
+
+
+def test_gemm_tiles_setting():
+    """A forced tiling (what a tuner tries) gives the same exact answer; a bad one is refused."""
+    rng = np.random.default_rng(8)
+    a, b = ints(rng, (70, 33)), ints(rng, (33, 45))
+    for tiles in ([64, 32, 4, 4, 8], [32, 64, 4, 8, 16]):
+        got = run(MM, {"A": a, "B": b}, settings={"gemm_tiles": tiles, "cache": False})["C"]
+        np.testing.assert_array_equal(got, a @ b)
+    with pytest.raises(GemmTilesError, match="gemm_tiles") as e:
+        run(MM, {"A": a, "B": b}, settings={"gemm_tiles": [128, 128, 3, 8, 16]})
+    assert "hint" in str(e.value)
