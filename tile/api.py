@@ -57,6 +57,7 @@ class Executable:
         self.device = device
         self.settings = dict(settings or {})
         self._compiled: dict[tuple, object] = {}
+        self._size_inputs: dict | None = None  # tile.size_inputs.size_uses, found at the first call
 
     def __call__(
         self,
@@ -91,7 +92,9 @@ class Executable:
         types = input_types(self.program, host)
         key = tuple(sorted((k, t.dtype.value, t.shape) for k, t in types.items()))
         # The values of 0-D inputs used as sizes are shapes too: another value, another build.
-        key += size_key(size_uses(self.program), host)
+        if self._size_inputs is None:
+            self._size_inputs = size_uses(self.program)
+        key += size_key(self._size_inputs, host)
         compiled = self._compiled.get(key)
         if compiled is None:
             from backends import registry
