@@ -16,7 +16,8 @@ A target is a file, not a fork (``stripe/targets/<name>.json`` ships the built-i
 
 Every ``params`` object is checked against the pass's config dataclass (``stripe.passes``): an
 unknown pass or key, a missing field or a wrong type is a ``ConfigError`` pointing at the place
-in the file, with the fix. ``target_config("llvm_cpu.0")`` loads the built-in config of a device
+in the file, with the fix; so is a value the config class refuses (its ``invalid()``, if it has one,
+names the key). ``target_config("llvm_cpu.0")`` loads the built-in config of a device
 id's kind; ``load_config(path)`` a user's file.
 """
 
@@ -169,7 +170,12 @@ class _Reader:
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             }
             self.keys(value, path, set(fields), required, what or f"'{_fmt(path)}'")
-            return tp(**{k: self.convert(v, hints[k], path + (k,)) for k, v in value.items()})
+            obj = tp(**{k: self.convert(v, hints[k], path + (k,)) for k, v in value.items()})
+            # A config class may refuse values its types allow: ``invalid()`` gives (key, message, hint).
+            bad = obj.invalid() if hasattr(obj, "invalid") else None
+            if bad is not None:
+                raise self.error(path + (bad[0],), bad[1], bad[2])
+            return obj
         if origin is tuple or tp is tuple or origin is list or tp is list:
             if not isinstance(value, list):
                 raise self.error(path, f"expected a list, got {_kind(value)}", "write [...]")

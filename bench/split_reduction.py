@@ -1,0 +1,70 @@
+"""Reductions before and after the ``split_reduction`` pass on one device: a row sum and a column
+sum of a 4096x4096 matrix, a global sum and a global max over 16M elements, each against numpy in
+the same run (numpy's reductions run on one thread whatever the BLAS thread count).
+
+Run: ``python -m bench.split_reduction [--target llvm_cpu.0] [--config F.json] [--rounds 5]``.
+"Before" compiles with ``settings={"strict": True}`` (which skips the reordering passes, this one
+included); "after" with the device's config (or ``--config``). Times are whole calls with numpy
+inputs (copies in and out included), the best of ``--rounds`` after one warm-up call; the answer
+is checked against numpy (inputs in [0, 1), so K·eps relative for a K-long sum).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+import tile
+
+N = 4096
+ROW = "function (A[M, N]) -> (O) { O[i: M] = +(A[i, j]); }"
+COLUMN = "function (A[M, N]) -> (O) { O[j: N] = +(A[i, j]); }"
+CASES = {
+    "row sum 4096x4096": (ROW, (N, N), lambda a: a.sum(1)),
+    "column sum 4096x4096": (COLUMN, (N, N), lambda a: a.sum(0)),
+    "global sum 16M": ("function (A[N]) -> (O) { O[] = +(A[i]); }", (N * N,), lambda a: a.sum()),
+    "global max 16M": ("function (A[N]) -> (O) { O[] = >(A[i]); }", (N * N,), lambda a: a.max()),
+}
+
+
+def best(fn, rounds: int) -> float:
+    fn()
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default="llvm_cpu.0")
+    ap.add_argument("--config", default=None)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    after = {"cache": False, **({"config": args.config} if args.config else {})}
+    print(f"{'case':24} {'numpy ms':>9} {'before ms':>10} {'after ms':>9} {'after/np':>9} {'speedup':>8}")
+    for name, (src, shape, ref) in CASES.items():
+        a = rng.random(shape, dtype=np.float32)
+        want = ref(a)
+        t_np = best(lambda a=a, ref=ref: ref(a), args.rounds)
+        row = [t_np]
+        for settings in ({"cache": False, "strict": True}, after):
+            exe = tile.compile(src, args.target, settings)
+            got = exe({"A": a})["O"]
+            # Positive inputs: a sum of K values in any order is within K·eps of the exact, relatively.
+            np.testing.assert_allclose(got, want, rtol=np.finfo(np.float32).eps * (a.size // want.size))
+            row.append(best(lambda exe=exe, a=a: exe({"A": a}), args.rounds))
+        t_np, t_before, t_after = row
+        print(
+            f"{name:24} {t_np * 1e3:9.2f} {t_before * 1e3:10.2f} {t_after * 1e3:9.2f}"
+            f" {t_np / t_after:9.2f} {t_before / t_after:8.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

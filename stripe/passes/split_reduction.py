@@ -1,0 +1,428 @@
+"""``split_reduction``: give a long reduction with few output points more parallelism, by splitting
+one reduction index into lanes that aggregate partial results, and combining the partials after.
+
+A kernel's parallelism is its owned (output) indexes (``backends.llvm.schedule``): ``O[] = >(A[i])``
+runs on one thread or work-item, ``O[i: 4] = +(A[i, j])`` on four. This pass rewrites such a block
+
+    O[out] = agg over (r, rest) of body          (r of range R, one of the reduction indexes)
+
+into three blocks, with a new temporary buffer ``P`` of the output's view sizes plus a lane dim:
+
+* an **init** special filling ``P`` with the aggregation's identity (``zero``, ``agg_init_<op>``),
+  so lanes that receive nothing (constraints, a short last lane) never change the result;
+* the **partial** block, ``P[out, l] = agg over (t, rest) of body`` with ``r`` replaced by
+  ``lanes * t + l`` (``interleave``: adjacent lanes read adjacent elements, coalesced on a GPU) or
+  by ``chunk * l + t`` (each lane a contiguous chunk: a CPU thread's run of memory), plus the
+  constraint ``R - 1 - r >= 0`` when the lanes overrun ``R``;
+* the **combine** block, ``O[out] = agg over l of P[out, l]``, over the block's output indexes and
+  the constraints that mention only them. Combining ``P`` where nothing was written adds the
+  identity, which changes nothing.
+
+``P``'s lane dim is last (stride 1, so on a GPU the lane is the fastest work-item index) unless
+``interleave`` splits an index that no input reads contiguously (a column sum): then it is first,
+and the output's own contiguous index stays fastest. A combine that is itself long is split again
+(a 16M-element sum: 65536 partials, then 256, then 1).
+
+Other outputs of the block (lowering's ``O_written`` mask of ``>``, ``<``, ``*``: ``=`` stores of a
+constant) stay in the partial block, which runs exactly the original points; they move to the
+combine block, so that the partial block writes ``P`` alone and its lanes are owned, when that
+provably writes the same elements: the stored value is a constant, its access uses only output
+indexes, and every constraint uses only output indexes (so every output point the combine runs
+has at least one reduction point).
+
+How many lanes: the target is ``parallelism`` (0: the hardware's ``Σ count x threads``) times
+``oversubscribe`` points in all, so ``ceil(target / outputs)`` lanes per output point, at most
+``lanes`` (0: no cap), at most ``R`` and at most ``reduction / min_chunk`` (each lane aggregates at
+least ``min_chunk`` values); ``only_po2`` rounds down to a power of two, and contiguous chunks are
+evened out so that no lane is empty. A block is split when it carries ``reqs``, is a leaf over
+views of its parent (loads, stores, intrinsics, constants, ``load_index``; indexes without
+affines), has one ``add|mul|max|min`` output it does not read (``=`` is never split: its one
+writer must stay one), fewer than ``max_outputs`` (0: the target) output points, a reduction of at
+least ``min_reduction`` values, and at least two lanes. The reduction index split gives the most
+lanes; among equals, with ``interleave`` the one an input reads with stride 1, else the one of the
+largest stride (whole rows per lane); then the first.
+
+Reorders: an element receives its values lane by lane, so float results may differ in rounding
+(``settings={"strict": True}`` skips the pass).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from stripe.hardware import Hardware
+from stripe.ir import (
+    Block,
+    Constant,
+    Index,
+    Intrinsic,
+    Load,
+    LoadIndex,
+    RefDir,
+    Refinement,
+    Special,
+    Statement,
+    Store,
+    TensorShape,
+    walk,
+)
+from stripe.passes.registry import register
+from stripe.passes.rewrite import Context, fresh, matches, rename_refs, substitute_indexes
+from stripe.passes.tiling import can_split
+from tile.affine import Affine
+
+AGGREGATIONS = ("add", "mul", "max", "min")
+
+
+@dataclass(frozen=True)
+class SplitReductionConfig:
+    reqs: tuple[str, ...]
+    interleave: bool = False  # r = lanes*t + l (GPU, coalesced) instead of r = chunk*l + t (CPU)
+    parallelism: int = 0  # points to aim for in all (0: Σ count x threads of the exec units)
+    oversubscribe: int = 1  # times parallelism (CPU: a few partials per thread balance the load)
+    max_outputs: int = 0  # split only blocks with fewer output points (0: the target)
+    min_reduction: int = 1024  # split only reductions of at least this many values
+    min_chunk: int = 16  # each lane aggregates at least this many values
+    lanes: int = 0  # at most this many lanes per output point (0: no cap)
+    vector: int = 0  # contiguous mode: this many interleaved lanes inside each chunk (SIMD)
+    only_po2: bool = False  # lanes a power of two
+    partial_set: tuple[str, ...] = ()  # tags added to the partial block
+    combine_set: tuple[str, ...] = ()  # tags added to the combine block
+
+    def invalid(self) -> tuple[str, str, str] | None:
+        """``(key, message, hint)`` for a value no split can use (``stripe.config`` locates it)."""
+        for key, low in (("min_chunk", 2), ("min_reduction", 2), ("oversubscribe", 1)):
+            if getattr(self, key) < low:
+                return key, f"{key} must be at least {low}", f"write {low} or more"
+        for key in ("parallelism", "max_outputs", "lanes", "vector"):
+            if getattr(self, key) < 0:
+                return key, f"{key} must not be negative", "write 0 for the default, or a positive count"
+        return None
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One new index replacing the split one: ``r = Σ coeff * part`` over the parts."""
+
+    suffix: str  # the new index is named ``<r>_<suffix>``
+    range: int
+    coeff: int
+    lane: bool  # a dim of P (partials kept apart), else a step that a lane loops over
+
+
+@dataclass(frozen=True)
+class _Split:
+    """One chosen split: the reduction index, its parts (in index order) and the lane dims' place
+    in ``P`` (last, or first)."""
+
+    index: Index
+    parts: tuple[_Part, ...]
+    lane_first: bool
+
+    @property
+    def lanes(self) -> int:
+        return _product(p.range for p in self.parts if p.lane)
+
+
+@register("split_reduction", SplitReductionConfig, reorders=True)
+def split_reduction(program: Block, cfg: SplitReductionConfig, hw: Hardware) -> Block:
+    """Splits every matching block as the module docstring says; declares each new ``P`` as a
+    ``#tmp`` buffer of the root and an ``inout`` view in every block between. Every point of the
+    original block runs once with the same accesses (in the partial block), so the only change in
+    meaning is the order in which an output element aggregates its values."""
+    target = (cfg.parallelism or sum(u.count * u.threads for u in hw.exec_units.values())) * cfg.oversubscribe
+    taken = {r.into for b in walk(program) for r in b.refs}
+    out, declared = _Splitter(cfg, max(1, target), taken).visit(program, ())
+    assert not declared, "the root declares every new buffer"
+    return out
+
+
+class _Splitter:
+    def __init__(self, cfg: SplitReductionConfig, target: int, taken: set[str]):
+        self.cfg = cfg
+        self.target = target
+        self.max_outputs = cfg.max_outputs or target
+        self.taken = taken
+
+    def visit(self, block: Block, parents: tuple[Block, ...]) -> tuple[Block, list[tuple[str, TensorShape]]]:
+        """``block`` with its matching children split, and the new buffers it must pass up to be
+        declared (none at the root, which declares them)."""
+        stmts: list[Statement] = []
+        declared: list[tuple[str, TensorShape]] = []
+        inner = (*parents, block)
+        changed = False
+        for s in block.stmts:
+            if not isinstance(s, Block):
+                stmts.append(s)
+                continue
+            got = self.split(s, inner) if matches(s, self.cfg.reqs) else None
+            if got is None:
+                child, bufs = self.visit(s, inner)
+                stmts.append(child)
+                changed = changed or child is not s
+            else:
+                new, bufs = got
+                stmts.extend(new)
+                changed = True
+            declared.extend(bufs)
+        if not declared:
+            return (replace(block, stmts=tuple(stmts)) if changed else block), []
+        zeros = [tuple(Affine() for _ in shape.dims) for _, shape in declared]
+        if parents:
+            refs = [Refinement(RefDir.INOUT, n, z, shape) for (n, shape), z in zip(declared, zeros)]
+        else:
+            refs = [
+                Refinement(RefDir.NONE, n, z, shape, tags=frozenset({"tmp"}))
+                for (n, shape), z in zip(declared, zeros)
+            ]
+            declared = []
+        return replace(block, refs=block.refs + tuple(refs), stmts=tuple(stmts)), declared
+
+    # ------------------------------------------------------------------------------ one block
+    def split(
+        self, block: Block, parents: tuple[Block, ...]
+    ) -> tuple[list[Block], list[tuple[str, TensorShape]]] | None:
+        """The init, partial and (split again while long) combine blocks replacing ``block`` and
+        the buffers they need, or None when the block does not qualify."""
+        acc = _accumulator(block, parents[-1])
+        if acc is None:
+            return None
+        outs = {v for a in acc.access for v in a.vars}
+        choice = self.choose(block, outs)
+        if choice is None:
+            return None
+        view = parents[-1].ref(acc.source).shape
+        dtype = Context(parents).ref_chain(block, acc.into)[-1].shape.dtype
+        taken = {i.name for i in block.idxs}
+        names = []
+        for part in choice.parts:
+            names.append(fresh(f"{choice.index.name}_{part.suffix}", taken))
+            taken.add(names[-1])
+        lanes = [(n, p.range) for n, p in zip(names, choice.parts) if p.lane]
+        lane_sizes = tuple(r for _, r in lanes)
+        sizes = lane_sizes + view.sizes if choice.lane_first else view.sizes + lane_sizes
+        pname = fresh(f"{acc.source}_part", self.taken)
+        self.taken.add(pname)
+        pshape = TensorShape.dense(dtype, sizes)
+        lane_at = tuple(Affine.var(n) for n, _ in lanes)
+        paccess = lane_at + acc.access if choice.lane_first else acc.access + lane_at
+        pview = Refinement(RefDir.OUT, pname, paccess, pshape.scalar_view(), agg_op=acc.agg_op)
+        partial, moved = self.partial(block, acc, choice, names, pview, outs)
+        combine = self.combine(block, acc, lanes, pview, outs, moved)
+        blocks = [_init(block, acc.agg_op, pname, pshape), partial]
+        bufs = [(pname, pshape)]
+        # The combine reads P, which the parent declares once this walk returns: show it now.
+        whole = Refinement(RefDir.INOUT, pname, tuple(Affine() for _ in sizes), pshape)
+        declared = replace(parents[-1], refs=(*parents[-1].refs, whole))
+        again = self.split(combine, (*parents[:-1], declared))
+        if again is None:
+            blocks.append(combine)
+        else:
+            blocks.extend(again[0])
+            bufs.extend(again[1])
+        return blocks, bufs
+
+    def choose(self, block: Block, outs: set[str]) -> _Split | None:
+        """The split giving the most lanes (see the module docstring), or None."""
+        cfg = self.cfg
+        ins = [r for r in block.refs if r.dir is RefDir.IN]
+        outputs = _product(i.range for i in block.idxs if i.name in outs)
+        reduction = _product(i.range for i in block.idxs if i.name not in outs)
+        threaded = outputs < self.max_outputs and reduction >= cfg.min_reduction
+        # Vector lanes pay only where no output index already walks an input contiguously.
+        vectorizable = not cfg.interleave and cfg.vector > 1 and not any(
+            abs(_flat_stride(r, v)) == 1 for r in ins for v in outs
+        )
+        best, best_key = None, None
+        for pos, ix in enumerate(block.idxs):
+            if ix.name in outs:
+                continue
+            strides = [abs(_flat_stride(r, ix.name)) for r in ins]
+            contiguous = 1 in strides
+            vector = cfg.vector if vectorizable and contiguous and ix.range >= 8 * cfg.vector else 1
+            lanes = 1
+            if threaded:
+                lanes = min(-(-self.target // outputs), ix.range // vector, reduction // cfg.min_chunk)
+                if cfg.lanes:
+                    lanes = min(lanes, cfg.lanes)
+                if cfg.only_po2 and lanes >= 1:
+                    lanes = 1 << (lanes.bit_length() - 1)
+                lanes = max(lanes, 1)
+            if lanes * vector < 2:
+                continue
+            prefer = contiguous if cfg.interleave else max(strides, default=0)
+            key = (lanes * vector, prefer, -pos)
+            if best_key is None or key > best_key:
+                best, best_key = (ix, lanes, vector, contiguous), key
+        if best is None:
+            return None
+        ix, lanes, vector, contiguous = best
+        if cfg.interleave:
+            steps = -(-ix.range // lanes)
+            parts = (_Part("l", lanes, 1, True), _Part("t", steps, lanes, False))
+            return _Split(ix, tuple(p for p in parts if p.range > 1), lane_first=not contiguous)
+        chunk = vector * -(-ix.range // (lanes * vector))  # a whole number of vector steps
+        parts = (
+            _Part("l", -(-ix.range // chunk), chunk, True),
+            _Part("t", chunk // vector, vector, False),
+            _Part("v", vector, 1, True),
+        )
+        return _Split(ix, tuple(p for p in parts if p.range > 1), lane_first=False)
+
+    def partial(
+        self,
+        block: Block,
+        acc: Refinement,
+        choice: _Split,
+        names: list[str],
+        pview: Refinement,
+        outs: set[str],
+    ) -> tuple[Block, list[Statement]]:
+        """The block over the parts in place of the split index, storing into ``P``; and the
+        statements of other outputs moved to the combine block (with their refs, first)."""
+        r = choice.index
+        whole = Affine()
+        for name, part in zip(names, choice.parts):
+            whole = whole + Affine.var(name) * part.coeff
+        out = substitute_indexes(block, {r.name: whole})
+        constraints = out.constraints
+        if _product(p.range for p in choice.parts) != r.range:  # the parts are a mixed radix
+            constraints += (Affine.constant(r.range - 1) - whole,)
+        idxs: list[Index] = []
+        for ix in block.idxs:
+            new = tuple(Index(n, p.range) for n, p in zip(names, choice.parts))
+            idxs.extend(new if ix is r else (ix,))
+        moved = _movable(block, acc, outs)
+        kept_refs = tuple(ref for ref in out.refs if ref.into not in moved)
+        out = replace(out, idxs=tuple(idxs), constraints=constraints, refs=kept_refs)
+        out = _drop_stores(out, moved)
+        out = rename_refs(out, {acc.into: pview.into})
+        pref = replace(pview, shape=replace(pview.shape, dtype=acc.shape.dtype), location=acc.location)
+        partial = replace(
+            out,
+            name=f"{block.name}_partial" if block.name else "",
+            refs=tuple(pref if ref.into == pview.into else ref for ref in out.refs),
+            tags=block.tags | frozenset(self.cfg.partial_set),
+        )
+        carried = [ref for ref in block.refs if ref.into in moved]
+        return partial, [*carried, *_stores_of(block, moved)]
+
+    def combine(
+        self,
+        block: Block,
+        acc: Refinement,
+        lanes: list[tuple[str, int]],
+        pview: Refinement,
+        outs: set[str],
+        moved: list,
+    ) -> Block:
+        """``O[out] = agg over lanes of P[out, lanes]`` over the output indexes, with the moved
+        outputs."""
+        carried = [m for m in moved if isinstance(m, Refinement)]
+        stmts = [m for m in moved if not isinstance(m, Refinement)]
+        refs = (
+            replace(pview, dir=RefDir.IN, agg_op="", location=acc.location),
+            replace(acc, shape=replace(acc.shape, dtype=pview.shape.dtype)),
+            *carried,
+        )
+        value = fresh("$partial", {s.into for s in stmts if isinstance(s, (Constant, Load))})
+        tags = {t for t in block.tags if not t.startswith("comb_op_")}
+        if tags != set(block.tags):
+            tags.add("comb_op_none")
+        count = _product(n for _, n in lanes)
+        return Block(
+            f"{block.name}_combine" if block.name else "",
+            tuple(ix for ix in block.idxs if ix.name in outs) + tuple(Index(n, r) for n, r in lanes),
+            tuple(c for c in block.constraints if set(c.vars) <= outs),
+            refs,
+            (Load(pview.into, value), Store(value, acc.into), *stmts),
+            frozenset(tags) | frozenset(self.cfg.combine_set),
+            (f"{acc.into} combines the {count} partials of {pview.into}",),
+            block.location,
+        )
+
+
+# ------------------------------------------------------------------------------ helpers
+def _accumulator(block: Block, parent: Block) -> Refinement | None:
+    """The one ``add|mul|max|min`` output of a leaf block over its parent's views (stored once,
+    never loaded), or None when the block is not of that form."""
+    if not can_split(block):
+        return None
+    if not all(isinstance(s, (Load, Store, Intrinsic, Constant, LoadIndex)) for s in block.stmts):
+        return None
+    views = {r.into for r in parent.refs}
+    if any(r.source not in views for r in block.refs):
+        return None
+    accs = [r for r in block.refs if r.agg_op in AGGREGATIONS]
+    others_ok = all(r.agg_op in ("", "assign", *AGGREGATIONS) or r.dir is RefDir.IN for r in block.refs)
+    if len(accs) != 1 or not others_ok or accs[0].dir not in (RefDir.OUT, RefDir.INOUT):
+        return None
+    acc = accs[0]
+    loads = [s for s in block.stmts if isinstance(s, Load) and s.from_ == acc.into]
+    stores = [s for s in block.stmts if isinstance(s, Store) and s.into == acc.into]
+    return acc if not loads and len(stores) == 1 else None
+
+
+def _movable(block: Block, acc: Refinement, outs: set[str]) -> set[str]:
+    """Outputs other than ``acc`` that the combine block writes exactly as the block does (see the
+    module docstring); none unless every constraint uses only output indexes."""
+    if any(not set(c.vars) <= outs for c in block.constraints):
+        return set()
+    constants = {s.into for s in block.stmts if isinstance(s, Constant)}
+    moved = set()
+    for ref in block.refs:
+        if ref is acc or ref.dir is RefDir.IN:
+            continue
+        stores = [s for s in block.stmts if isinstance(s, Store) and s.into == ref.into]
+        loads = [s for s in block.stmts if isinstance(s, Load) and s.from_ == ref.into]
+        access = {v for a in ref.access for v in a.vars}
+        if stores and not loads and access <= outs and all(s.from_ in constants for s in stores):
+            moved.add(ref.into)
+    return moved
+
+
+def _stores_of(block: Block, moved: set[str]) -> list[Statement]:
+    """The moved outputs' stores, each after the constant it stores."""
+    out: list[Statement] = []
+    for s in block.stmts:
+        if isinstance(s, Store) and s.into in moved:
+            const = next(c for c in block.stmts if isinstance(c, Constant) and c.into == s.from_)
+            if const not in out:
+                out.append(const)
+            out.append(s)
+    return out
+
+
+def _drop_stores(block: Block, moved: set[str]) -> Block:
+    """``block`` without the moved outputs' stores, nor constants only they used."""
+    stmts = [s for s in block.stmts if not (isinstance(s, Store) and s.into in moved)]
+    used = {s.from_ for s in stmts if isinstance(s, Store)}
+    used |= {x for s in stmts if isinstance(s, Intrinsic) for x in s.inputs}
+    stmts = [s for s in stmts if not isinstance(s, Constant) or s.into in used]
+    return replace(block, stmts=tuple(stmts))
+
+
+def _flat_stride(ref: Refinement, idx: str) -> int:
+    """``idx``'s step in elements of ``ref``'s buffer."""
+    return sum(int(a.coeff(idx)) * d.stride for a, d in zip(ref.access, ref.shape.dims))
+
+
+def _product(values) -> int:
+    n = 1
+    for v in values:
+        n *= v
+    return n
+
+
+def _init(block: Block, agg: str, pname: str, pshape: TensorShape) -> Block:
+    """The special filling ``P`` with ``agg``'s identity, as lowering starts its accumulators."""
+    fn = "zero" if agg == "add" else f"agg_init_{agg}"
+    ref = Refinement(RefDir.OUT, pname, tuple(Affine() for _ in pshape.dims), pshape, agg_op="assign")
+    tags = {"special", fn} | ({"kernel"} & block.tags)
+    return Block(
+        f"{block.name}_init" if block.name else "",
+        refs=(ref,),
+        stmts=(Special(fn, (), (pname,)),),
+        tags=frozenset(tags),
+        location=block.location,
+    )

@@ -1,0 +1,588 @@
+"""The ``split_reduction`` pass: Before/Expected pairs in Stripe text (contiguous chunks with a
+moved mask, interleaved lanes last and first, vector lanes), the recursion, the blocks it must
+leave alone, its config checks, strict mode, meaning on Hypothesis-drawn reductions and programs
+through the Stripe interpreter, and runs on llvm_cpu.0 and OpenCL against the Tile interpreter."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ref_interp
+import tile
+from stripe.config import TARGETS, ConfigError, parse_config, target_config
+from stripe.ir import Block
+from stripe.parser import parse_stripe
+from stripe.passes import PASSES, optimize, steps
+from stripe.printer import fmt_affine, format_block
+from tests.opencl_support import DEVICE_ID, requires_opencl
+from tests.pass_support import assert_same_meaning, check_rewrite, lowered, programs, run_pass
+
+MAX_BEFORE = """
+0: #program block [] ( // program
+    #input #user none A[0, 0] fp32(4:6, 6:1)
+    #output #user none O[] fp32()
+    #tmp none O_acc[] fp32()
+    #tmp none O_written[] bool()
+) {
+  0: #main block [] ( // main
+      in A[0, 0] fp32(4:6, 6:1)
+      out O[] fp32()
+      inout O_acc[] fp32()
+      inout O_written[] bool()
+  ) {
+    0: #agg_init_max #kernel #special block [] ( // k0_O_acc
+        out O_acc[]:assign fp32()
+    ) {
+      0: O_acc = agg_init_max()
+    }
+    1: #kernel #special #zero block [] ( // k1_O_written
+        out O_written[]:assign bool()
+    ) {
+      0: O_written = zero()
+    }
+    2: #agg_op_max #comb_op_none #contraction #kernel block [i:4, j:6] ( // k2_O
+        // O[] = >(A[i, j]);
+        in A[i, j] fp32(1:6, 1:1)
+        out O_acc[]:max fp32()
+        out O_written[]:assign bool()
+    ) {
+      0: $A = load(A)
+      1: $v = assign($A):fp32
+      2: O_acc = store($v)
+      3: $one = (bool)1
+      4: O_written = store($one)
+    }
+    3: #eltwise #eltwise_cond #kernel block [] ( // k3_O
+        in O_written[] bool()
+        in O_acc[] fp32()
+        out O[]:assign fp32()
+    ) {
+      0: $O_written = load(O_written)
+      1: $O_acc = load(O_acc)
+      2: $t2 = (fp64)0.0
+      3: $t3 = cond($O_written, $O_acc, $t2):fp32
+      4: O = store($t3)
+    }
+  }
+}
+"""
+
+# Three lanes asked for; i (the larger stride: whole rows per lane) in chunks of 2 rows, which
+# needs only 2 lanes. P starts at max's identity; the mask store moves to the combine (a constant,
+# no constraints), so the partial block writes P alone.
+MAX_EXPECTED = """
+0: #program block [] ( // program
+    #input #user none A[0, 0] fp32(4:6, 6:1)
+    #output #user none O[] fp32()
+    #tmp none O_acc[] fp32()
+    #tmp none O_written[] bool()
+    #tmp none O_acc_part[0] fp32(2:1)
+) {
+  0: #main block [] ( // main
+      in A[0, 0] fp32(4:6, 6:1)
+      out O[] fp32()
+      inout O_acc[] fp32()
+      inout O_written[] bool()
+      inout O_acc_part[0] fp32(2:1)
+  ) {
+    0: #agg_init_max #kernel #special block [] ( // k0_O_acc
+        out O_acc[]:assign fp32()
+    ) {
+      0: O_acc = agg_init_max()
+    }
+    1: #kernel #special #zero block [] ( // k1_O_written
+        out O_written[]:assign bool()
+    ) {
+      0: O_written = zero()
+    }
+    2: #agg_init_max #kernel #special block [] ( // k2_O_init
+        out O_acc_part[0]:assign fp32(2:1)
+    ) {
+      0: O_acc_part = agg_init_max()
+    }
+    3: #agg_op_max #comb_op_none #contraction #kernel block [i_l:2, i_t:2, j:6] ( // k2_O_partial
+        // O[] = >(A[i, j]);
+        in A[2*i_l + i_t, j] fp32(1:6, 1:1)
+        out O_acc_part[i_l]:max fp32(1:1)
+    ) {
+      0: $A = load(A)
+      1: $v = assign($A):fp32
+      2: O_acc_part = store($v)
+    }
+    4: #agg_op_max #comb_op_none #contraction #kernel block [i_l:2] ( // k2_O_combine
+        // O_acc combines the 2 partials of O_acc_part
+        in O_acc_part[i_l] fp32(1:1)
+        out O_acc[]:max fp32()
+        out O_written[]:assign bool()
+    ) {
+      0: $partial = load(O_acc_part)
+      1: O_acc = store($partial)
+      2: $one = (bool)1
+      3: O_written = store($one)
+    }
+    5: #eltwise #eltwise_cond #kernel block [] ( // k3_O
+        in O_written[] bool()
+        in O_acc[] fp32()
+        out O[]:assign fp32()
+    ) {
+      0: $O_written = load(O_written)
+      1: $O_acc = load(O_acc)
+      2: $t2 = (fp64)0.0
+      3: $t3 = cond($O_written, $O_acc, $t2):fp32
+      4: O = store($t3)
+    }
+  }
+}
+"""
+
+MAX_PARAMS = {"reqs": ["contraction"], "parallelism": 3, "min_reduction": 8, "min_chunk": 4}
+
+
+def _sum(rows: int, cols: int, axis: str) -> str:
+    """The lowered row (``O[i] = +(A[i, j])``) or column sum of a rows x cols matrix, as text."""
+    out = "i: M" if axis == "row" else "j: N"
+    src = f"function (A[M, N]) -> (O) {{ O[{out}] = +(A[i, j]); }}"
+    return format_block(lowered(src, {"A": (rows, cols)}))
+
+
+INTERLEAVED = {
+    "reqs": ["contraction"],
+    "interleave": True,
+    "only_po2": True,
+    "parallelism": 12,
+    "min_reduction": 16,
+    "min_chunk": 4,
+}
+
+# 12 points over 3 rows: 4 lanes per row, j = 4*j_t + j_l (adjacent lanes read adjacent elements),
+# 10 steps cover 40 > 37 values: the last three lanes' last step is excluded by the constraint.
+ROW_EXPECTED = """
+0: #program block [] ( // program
+    #input #user none A[0, 0] fp32(3:37, 37:1)
+    #output #user none O[0] fp32(3:1)
+    #tmp none O_part[0, 0] fp32(3:4, 4:1)
+) {
+  0: #main block [] ( // main
+      in A[0, 0] fp32(3:37, 37:1)
+      out O[0] fp32(3:1)
+      inout O_part[0, 0] fp32(3:4, 4:1)
+  ) {
+    0: #kernel #special #zero block [] ( // k0_O
+        out O[0]:assign fp32(3:1)
+    ) {
+      0: O = zero()
+    }
+    1: #kernel #special #zero block [] ( // k1_O_init
+        out O_part[0, 0]:assign fp32(3:4, 4:1)
+    ) {
+      0: O_part = zero()
+    }
+    2: #agg_op_add #comb_op_none #contraction #kernel block [i:3, j_l:4, j_t:10] ( // k1_O_partial
+        // O[i: 3] = +(A[i, j]);
+        -j_l - 4*j_t + 36 >= 0
+        in A[i, j_l + 4*j_t] fp32(1:37, 1:1)
+        out O_part[i, j_l]:add fp32(1:4, 1:1)
+    ) {
+      0: $A = load(A)
+      1: $v = assign($A):fp32
+      2: O_part = store($v)
+    }
+    3: #agg_op_add #comb_op_none #contraction #kernel block [i:3, j_l:4] ( // k1_O_combine
+        // O combines the 4 partials of O_part
+        in O_part[i, j_l] fp32(1:4, 1:1)
+        out O[i]:add fp32(1:1)
+    ) {
+      0: $partial = load(O_part)
+      1: O = store($partial)
+    }
+  }
+}
+"""
+
+# A column sum: no input reads i contiguously, so the lane dim goes first in P and the output's
+# own contiguous index j stays the fastest.
+COLUMN_EXPECTED = """
+0: #program block [] ( // program
+    #input #user none A[0, 0] fp32(37:3, 3:1)
+    #output #user none O[0] fp32(3:1)
+    #tmp none O_part[0, 0] fp32(4:3, 3:1)
+) {
+  0: #main block [] ( // main
+      in A[0, 0] fp32(37:3, 3:1)
+      out O[0] fp32(3:1)
+      inout O_part[0, 0] fp32(4:3, 3:1)
+  ) {
+    0: #kernel #special #zero block [] ( // k0_O
+        out O[0]:assign fp32(3:1)
+    ) {
+      0: O = zero()
+    }
+    1: #kernel #special #zero block [] ( // k1_O_init
+        out O_part[0, 0]:assign fp32(4:3, 3:1)
+    ) {
+      0: O_part = zero()
+    }
+    2: #agg_op_add #comb_op_none #contraction #kernel block [i_l:4, i_t:10, j:3] ( // k1_O_partial
+        // O[j: 3] = +(A[i, j]);
+        -i_l - 4*i_t + 36 >= 0
+        in A[i_l + 4*i_t, j] fp32(1:3, 1:1)
+        out O_part[i_l, j]:add fp32(1:3, 1:1)
+    ) {
+      0: $A = load(A)
+      1: $v = assign($A):fp32
+      2: O_part = store($v)
+    }
+    3: #agg_op_add #comb_op_none #contraction #kernel block [j:3, i_l:4] ( // k1_O_combine
+        // O combines the 4 partials of O_part
+        in O_part[i_l, j] fp32(1:3, 1:1)
+        out O[j]:add fp32(1:1)
+    ) {
+      0: $partial = load(O_part)
+      1: O = store($partial)
+    }
+  }
+}
+"""
+
+# Contiguous mode with 4 vector lanes and no thread lanes (3 rows already fill the target of 2):
+# j = 4*j_t + j_v, so the innermost index walks A and P contiguously; 40 > 37 needs the constraint.
+VECTOR_EXPECTED = """
+0: #program block [] ( // program
+    #input #user none A[0, 0] fp32(3:37, 37:1)
+    #output #user none O[0] fp32(3:1)
+    #tmp none O_part[0, 0] fp32(3:4, 4:1)
+) {
+  0: #main block [] ( // main
+      in A[0, 0] fp32(3:37, 37:1)
+      out O[0] fp32(3:1)
+      inout O_part[0, 0] fp32(3:4, 4:1)
+  ) {
+    0: #kernel #special #zero block [] ( // k0_O
+        out O[0]:assign fp32(3:1)
+    ) {
+      0: O = zero()
+    }
+    1: #kernel #special #zero block [] ( // k1_O_init
+        out O_part[0, 0]:assign fp32(3:4, 4:1)
+    ) {
+      0: O_part = zero()
+    }
+    2: #agg_op_add #comb_op_none #contraction #kernel block [i:3, j_t:10, j_v:4] ( // k1_O_partial
+        // O[i: 3] = +(A[i, j]);
+        -4*j_t - j_v + 36 >= 0
+        in A[i, 4*j_t + j_v] fp32(1:37, 1:1)
+        out O_part[i, j_v]:add fp32(1:4, 1:1)
+    ) {
+      0: $A = load(A)
+      1: $v = assign($A):fp32
+      2: O_part = store($v)
+    }
+    3: #agg_op_add #comb_op_none #contraction #kernel block [i:3, j_v:4] ( // k1_O_combine
+        // O combines the 4 partials of O_part
+        in O_part[i, j_v] fp32(1:4, 1:1)
+        out O[i]:add fp32(1:1)
+    ) {
+      0: $partial = load(O_part)
+      1: O = store($partial)
+    }
+  }
+}
+"""
+
+
+def kernels(program: Block) -> list[Block]:
+    return list(program.stmts[0].stmts)
+
+
+def test_registered_as_reordering():
+    assert PASSES["split_reduction"].reorders
+
+
+def test_global_max_in_contiguous_chunks():
+    out = check_rewrite("split_reduction", MAX_PARAMS, MAX_BEFORE, MAX_EXPECTED)
+    assert_same_meaning(parse_stripe(MAX_BEFORE), out)
+
+
+def test_row_sum_interleaved_lanes_last():
+    before = _sum(3, 37, "row")
+    out = check_rewrite("split_reduction", INTERLEAVED, before, ROW_EXPECTED)
+    assert_same_meaning(parse_stripe(before), out)
+
+
+def test_column_sum_interleaved_lanes_first():
+    before = _sum(37, 3, "column")
+    out = check_rewrite("split_reduction", INTERLEAVED, before, COLUMN_EXPECTED)
+    assert_same_meaning(parse_stripe(before), out)
+
+
+def test_row_sum_vector_lanes():
+    before = _sum(3, 37, "row")
+    params = {"reqs": ["contraction"], "parallelism": 2, "vector": 4}
+    out = check_rewrite("split_reduction", params, before, VECTOR_EXPECTED)
+    assert_same_meaning(parse_stripe(before), out)
+
+
+def test_thread_and_vector_lanes_together():
+    """r = 36*l + 4*t + v: 3 chunks of 9 vector steps, the last chunk cut at 100 values."""
+    program = lowered("function (A[N]) -> (O) { O[] = +(A[i]); }", {"A": (100,)})
+    params = {"reqs": ["contraction"], "parallelism": 3, "min_reduction": 16, "min_chunk": 8, "vector": 4}
+    out = run_pass("split_reduction", params, program)
+    partial = next(k for k in kernels(out) if k.name.endswith("_partial"))
+    assert [(i.name, i.range) for i in partial.idxs] == [("i_l", 3), ("i_t", 9), ("i_v", 4)]
+    assert [fmt_affine(c) for c in partial.constraints] == ["-36*i_l - 4*i_t - i_v + 99"]
+    assert out.ref("O_part").shape.sizes == (3, 4)
+    assert_same_meaning(program, out)
+
+
+def test_a_long_combine_is_split_again():
+    """64 values: 16 lanes of 4, whose combine (16 >= min_reduction) is 4 lanes of 4, then 1."""
+    program = lowered("function (A[N]) -> (O) { O[] = +(A[i]); }", {"A": (64,)})
+    params = {**INTERLEAVED, "parallelism": 16, "min_reduction": 8}
+    out = run_pass("split_reduction", params, program)
+    names = [k.name for k in kernels(out)]
+    assert names == [
+        "k0_O",
+        "k1_O_init",
+        "k1_O_partial",
+        "k1_O_combine_init",
+        "k1_O_combine_partial",
+        "k1_O_combine_combine",
+    ]
+    assert [(r.into, r.shape.sizes) for r in out.refs if "tmp" in r.tags] == [
+        ("O_part", (16,)),
+        ("O_part_1", (4,)),
+    ]
+    assert_same_meaning(program, out)
+
+
+def test_a_mask_stays_with_constraints_on_the_reduction():
+    """O[i: 5] = <(A[i + j]): the padding constraints mix i and j, so some i may have no point;
+    the mask store stays in the partial block, which runs exactly the original points."""
+    program = lowered("function (A[N]) -> (O) { O[i: 5] = <(A[i + j]); }", {"A": (40,)})
+    out = run_pass("split_reduction", {"reqs": ["contraction"], **_SMALL}, program)
+    partial = next(k for k in kernels(out) if k.name.endswith("_partial"))
+    combine = next(k for k in kernels(out) if k.name.endswith("_combine"))
+    assert "O_written" in {r.into for r in partial.refs}
+    assert "O_written" not in {r.into for r in combine.refs}
+    assert_same_meaning(program, out)
+
+
+_SMALL = {"parallelism": 16, "min_reduction": 4, "min_chunk": 3}
+
+
+def test_blocks_it_leaves_alone():
+    row = parse_stripe(_sum(3, 37, "row"))
+    params = {"reqs": ["contraction"], **_SMALL}
+    assert run_pass("split_reduction", params, row) != row
+    # Enough output points already; a short reduction; reqs the block lacks.
+    assert run_pass("split_reduction", {**params, "max_outputs": 3}, row) == row
+    assert run_pass("split_reduction", {**params, "min_reduction": 38}, row) == row
+    assert run_pass("split_reduction", {**params, "reqs": ["agg_op_max"]}, row) == row
+    # `=` keeps its single writer.
+    main = row.stmts[0]
+    k = main.stmts[1]
+    assign = replace(k, refs=(k.refs[0], replace(k.refs[1], agg_op="assign")))
+    program = replace(row, stmts=(replace(main, stmts=(main.stmts[0], assign)),))
+    assert run_pass("split_reduction", params, program) == program
+    # Nothing to split: every index is an output index.
+    copy = lowered("function (A[M, N]) -> (O) { O[i, j: M, N] = +(A[i, j]); }", {"A": (3, 37)})
+    assert run_pass("split_reduction", params, copy) == copy
+
+
+
+def test_only_leaves_are_split_and_temporaries_are_declared_at_every_level():
+    """A contraction block around the kernel is not a leaf: the walk descends into it, splits the
+    kernel, and declares P in the wrapper and main (inout) and the root (#tmp)."""
+    row = parse_stripe(_sum(3, 37, "row"))
+    main = row.stmts[0]
+    k = main.stmts[1]
+    views = tuple(replace(r, dir=k.ref(r.into).dir, agg_op=k.ref(r.into).agg_op) for r in main.refs)
+    wrapper = Block("wrap", refs=views, stmts=(k,), tags=frozenset({"contraction"}))
+    program = replace(row, stmts=(replace(main, stmts=(main.stmts[0], wrapper)),))
+    out = run_pass("split_reduction", {"reqs": ["contraction"], **_SMALL, "min_reduction": 8}, program)
+    wrap = kernels(out)[1]
+    assert wrap.name == "wrap"
+    assert [b.name for b in wrap.stmts] == ["k1_O_init", "k1_O_partial", "k1_O_combine"]
+    assert wrap.ref("O_part").dir.value == "inout" and out.stmts[0].ref("O_part").dir.value == "inout"
+    assert "tmp" in out.ref("O_part").tags
+    assert_same_meaning(program, out)
+
+
+def test_strict_mode_skips_it():
+    data = json.loads((TARGETS / "llvm_cpu.json").read_text())
+    cfg = parse_config(json.dumps(data))
+    assert "split_reduction" in [s.pass_ for s in cfg.passes]
+    ran = [spec.pass_ for spec, _, _ in steps(_global_sum(100_000), cfg, strict=True)]
+    assert "split_reduction" not in ran
+    strict = optimize(_global_sum(100_000), cfg, strict=True)
+    assert not any("tmp" in r.tags for r in strict.refs)
+
+
+def _global_sum(n: int) -> Block:
+    return lowered("function (A[N]) -> (O) { O[] = +(A[i]); }", {"A": (n,)})
+
+
+def test_the_llvm_cpu_config_splits_a_long_sum_over_threads_and_vectors():
+    program = _global_sum(100_003)
+    out = optimize(program, target_config("llvm_cpu"), after="split_reductions", check=True)
+    partial = next(k for k in kernels(out) if k.name.endswith("_partial"))
+    assert [i.name for i in partial.idxs] == ["i_l", "i_t", "i_v"]
+    assert_same_meaning(program, out)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("min_chunk", 1, "min_chunk must be at least 2"),
+        ("oversubscribe", 0, "oversubscribe must be at least 1"),
+        ("vector", -1, "vector must not be negative"),
+    ],
+)
+def test_bad_values_are_located_config_errors(key, value, message):
+    step = {"name": "split", "pass": "split_reduction", "params": {"reqs": ["contraction"], key: value}}
+    data = json.loads((TARGETS / "llvm_cpu.json").read_text())
+    text = json.dumps({**data, "passes": [step]}, indent=2)
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, "bad.json")
+    assert message in str(e.value)
+    line = next(n for n, s in enumerate(text.splitlines(), 1) if f'"{key}"' in s)
+    assert f"bad.json:{line}:" in str(e.value)
+
+
+# ------------------------------------------------------------------------------ meaning
+AGG = {"+": "add", "*": "mul", ">": "max", "<": "min"}
+SHORT = [1, 2, 3, 5, 7]
+LONG = [1, 3, 13, 31, 64, 97, 211, 1000]
+
+
+@st.composite
+def reductions(draw):
+    """A reduction of one of four shapes (row, column, global, a window whose constraint mixes
+    output and reduction indexes), short outputs and long reductions of odd sizes, every
+    aggregation, integer inputs: int32 for ``*`` (wrapping products are
+    exact in any order), small floats for the others."""
+    agg = draw(st.sampled_from(sorted(AGG)))
+    kind = draw(st.sampled_from(["row", "column", "global", "window"]))
+    short, long = draw(st.sampled_from(SHORT)), draw(st.sampled_from(LONG))
+    m, n = (long, short) if kind == "column" else (short, long)
+    src = {
+        "row": f"function (A[M, N]) -> (O) {{ O[i: M] = {agg}(A[i, j]); }}",
+        "column": f"function (A[M, N]) -> (O) {{ O[j: N] = {agg}(A[i, j]); }}",
+        "global": f"function (A[M, N]) -> (O) {{ O[] = {agg}(A[i, j]); }}",
+        "window": f"function (A[M, N]) -> (O) {{ O[i: M] = {agg}(A[i, i + j]); }}",
+    }[kind]
+    dtype = np.int32 if agg == "*" else np.float32
+    program = lowered(src, {"A": (m, n)}, dtype)
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    inputs = {"A": rng.integers(-3, 4, (m, n)).astype(dtype)}
+    return program, inputs
+
+
+@st.composite
+def params(draw):
+    return {
+        "reqs": ["contraction"],
+        "interleave": draw(st.booleans()),
+        "parallelism": draw(st.integers(1, 40)),
+        "oversubscribe": draw(st.integers(1, 3)),
+        "max_outputs": draw(st.sampled_from([0, 0, 5, 1000])),
+        "min_reduction": draw(st.integers(2, 16)),
+        "min_chunk": draw(st.integers(2, 5)),
+        "lanes": draw(st.sampled_from([0, 0, 2, 3, 8])),
+        "vector": draw(st.sampled_from([0, 0, 2, 4])),
+        "only_po2": draw(st.booleans()),
+    }
+
+
+def test_meaning_is_kept_on_drawn_reductions():
+    seen = {"all": 0, "changed": 0}
+
+    @settings(derandomize=True, deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+    @given(reductions(), params())
+    def check(case, p):
+        program, inputs = case
+        out = run_pass("split_reduction", p, program)  # verifies
+        seen["all"] += 1
+        seen["changed"] += out != program
+        assert_same_meaning(program, out, inputs)
+
+    check()
+    assert seen["changed"] >= seen["all"] // 2, seen
+
+
+def test_meaning_is_kept_on_drawn_programs():
+    @settings(
+        derandomize=True,
+        deadline=None,
+        max_examples=40,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+    @given(programs(), params())
+    def check(case, p):
+        program, inputs = case
+        out = run_pass("split_reduction", {**p, "reqs": ["kernel"]}, program)
+        assert_same_meaning(program, out, inputs)
+
+    check()
+
+
+# ------------------------------------------------------------------------------ devices
+RUNS = [
+    ("function (A[N]) -> (O) { O[] = >(A[i]); }", (1009,)),
+    ("function (A[N]) -> (O) { O[] = +(A[i]); }", (1000,)),
+    ("function (A[N]) -> (O) { O[] = <(A[i]); }", (3,)),
+    ("function (A[M, N]) -> (O) { O[i: M] = +(A[i, j]); }", (3, 997)),
+    ("function (A[M, N]) -> (O) { O[i: M] = >(A[i, j]); }", (1, 1000)),
+    ("function (A[M, N]) -> (O) { O[j: N] = <(A[i, j]); }", (101, 3)),
+    ("function (A[M, N]) -> (O) { O[j: N] = *(A[i, j]); }", (13, 1)),
+    ("function (A[N]) -> (O) { O[i: 5] = <(A[i + j]); }", (40,)),
+]
+
+
+def _config(tmp_path, kind: str, interleave: bool) -> str:
+    """The device's built-in config with small thresholds, so that the cases above split."""
+    data = json.loads((TARGETS / f"{kind}.json").read_text())
+    step = {
+        "name": "split_small",
+        "pass": "split_reduction",
+        "params": {
+            "reqs": ["contraction"],
+            "interleave": interleave,
+            "parallelism": 16,
+            "min_reduction": 8,
+            "min_chunk": 4,
+            "vector": 0 if interleave else 4,
+        },
+    }
+    data["passes"] = [step, *(s for s in data["passes"] if s["pass"] != "split_reduction")]
+    path = tmp_path / f"{kind}_split.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def _run_all(device: str, config: str) -> None:
+    rng = np.random.default_rng(3)
+    for src, shape in RUNS:
+        dtype = np.int32 if "*(" in src else np.float32
+        a = rng.integers(-3, 4, shape).astype(dtype)
+        got = tile.compile(src, device, {"config": config, "cache": False})({"A": a})
+        want = ref_interp.run(src, {"A": a})
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{src} on {device}")
+
+
+@pytest.mark.parametrize("interleave", [False, True])
+def test_llvm_runs_split_reductions(tmp_path, interleave):
+    _run_all("llvm_cpu.0", _config(tmp_path, "llvm_cpu", interleave))
+
+
+@requires_opencl
+@pytest.mark.parametrize("interleave", [False, True])
+def test_opencl_runs_split_reductions(tmp_path, interleave):
+    _run_all(DEVICE_ID, _config(tmp_path, "opencl_gpu", interleave))
