@@ -3,18 +3,14 @@
 The programs are written the way PlaidML 0.7's op library (``plaidml/op.py``,
 ``ConvolutionTranspose`` with Keras' channels-last data and kernel) generated them: the output
 size of each spatial axis is a 0-D input ``D<i>`` and the padding ``Pad<i>`` is computed from it.
-They are checked on the interpreter and on ``llvm_cpu.0`` against a numpy transcription of the
-transposed convolution, on integer-valued inputs (exact), for several sizes, strides, paddings
-and dilations.
+They are checked on the interpreter, on ``llvm_cpu.0`` and on OpenCL (where present) against a
+numpy transcription of the transposed convolution, on integer-valued inputs (exact), for several
+sizes, strides, paddings and dilations.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,11 +18,13 @@ import pytest
 import ref_interp
 import tile
 from tests.gradcheck import assert_close, fd_grad
+from tests.opencl_support import DEVICE_ID as OPENCL
+from tests.opencl_support import requires_opencl
 from tile.api import grad_values
+from tile.cli import main
 from tile.errors import TileError, TileInputError, TileShapeError
 from tile.size_inputs import size_uses
 
-REPO = Path(__file__).resolve().parents[1]
 RNG = np.random.default_rng(15)
 
 
@@ -138,6 +136,16 @@ def test_conv_transpose_llvm(name):
         np.testing.assert_array_equal(got, conv_transpose_ref(o, k, size, strides, padding, dilation))
 
 
+@requires_opencl
+@pytest.mark.usefixtures("private_cache")
+def test_conv_transpose_opencl():
+    src, o, k, strides, padding, dilation, sizes = case_inputs("same_2d")
+    exe = tile.compile(src, OPENCL)
+    for size in sizes:
+        got = exe(O=o, K=k, **size_arrays(size))["I"]
+        np.testing.assert_array_equal(got, conv_transpose_ref(o, k, size, strides, padding, dilation))
+
+
 @pytest.mark.usefixtures("private_cache")
 def test_a_new_value_is_a_new_build():
     """Same shapes, another shift: a program keyed on shapes alone would rerun the first build."""
@@ -237,24 +245,22 @@ def test_a_dimension_named_like_a_size_input_must_agree(src):
 
 
 # ------------------------------------------------------------------------ tile check
-def test_check_keeps_sizes_symbolic(tmp_path):
+def test_check_keeps_sizes_symbolic(tmp_path, capsys):
     path = tmp_path / "ct.tile"
     path.write_text(CT + "\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
 
-    def check(*args: str) -> str:
-        cmd = [sys.executable, "-m", "tile", "check", str(path), *args]
-        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+    def check(*args: str) -> list[str]:
+        assert main(["check", str(path), *args]) == 0
+        return [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
 
-    lines = [" ".join(line.split()) for line in check().splitlines()]
+    lines = check()
     assert "D0 int32[] input" in lines
     assert "I float32[N, D0, CI] output" in lines
     assert lines[-1] == f"ok: {path}"
-    shaped = check("--shape", "O=2x4x3", "--shape", "K=3x5x3").splitlines()
-    shaped = [" ".join(line.split()) for line in shaped]
-    assert "I float32[2, D0, 5] output" in shaped
+    assert "I float32[2, D0, 5] output" in check("--shape", "O=2x4x3", "--shape", "K=3x5x3")
+    path.write_text("function (S, A[S]) -> (O) { O[i: S + 1] = +(A[i]); }\n")
+    assert "O float32[S + 1] output" in check()
+    assert "O float32[4] output" in check("--shape", "A=3")  # S names A's dimension: it is 3
 
 
 # ------------------------------------------------------------------------- gradients

@@ -66,7 +66,8 @@ def bind_symbolic(
     """
     dtypes = dict(dtypes or {})
     shapes = dict(shapes or {})
-    for name in size_uses(program):
+    sizes = size_uses(program)
+    for name in sizes:
         dtypes.setdefault(name, DType.INT32)  # a size is a whole number
     known: dict[str, int] = {}  # dims fixed by the inputs whose shapes are given
     for inp in program.inputs:
@@ -84,7 +85,8 @@ def bind_symbolic(
             types[inp.name] = TensorType(
                 dt, tuple(known.get(d, sympy.Symbol(d, positive=True, integer=True)) for d in inp.dims)
             )
-    return _Binder(program, types).run()
+    # A size input naming a dimension that a given shape fixes has that value (`function (S, A[S])`).
+    return _Binder(program, types, {n: known[n] for n in sizes if n in known}).run()
 
 
 class _Binder:
