@@ -13,6 +13,7 @@ import numpy as np
 
 from backends.hal import Buffer, Device, Event, KernelInfo, MemoryLimit, kernel_symbol
 from backends.naming import label, work
+from backends.tune import tune, with_choices
 from backends.zeroing import needs_zero
 from stripe.config import TargetConfig, builtin_names, load_config, target_config
 from stripe.ir import Block, walk
@@ -50,6 +51,8 @@ def settings_config(given) -> TargetConfig | None:
     """``settings["config"]``: a config file's path, or the name of a built-in config."""
     if not given:
         return None
+    if isinstance(given, TargetConfig):  # already loaded (the autotuner's trial configs)
+        return given
     if isinstance(given, str) and given in builtin_names():
         return target_config(given)
     return load_config(given)
@@ -134,6 +137,10 @@ class CompiledProgram:
         self.lowered = lower(bound)
         self.config = device_config(device, settings)
         self.program = self.lowered
+        self.tuning = None
+        if settings.get("tune") and settings.get("optimize", True) and self.config is not None:
+            self.tuning = tune(CompiledProgram, bound, self.lowered, device, self.config, settings)
+            self.config = with_choices(self.config, self.tuning.choices)
         if settings.get("optimize", True) and self.config is not None:
             self.program = optimize(self.lowered, self.config, strict=bool(settings.get("strict", False)))
         main = self.program.stmts[0]

@@ -13,6 +13,9 @@
 * ``devices`` — every target: ``interp`` and each compiled device (``llvm_cpu.0``, ...).
 * ``run F.tile --target ID [--inputs IN.npz] [--shape ...] [--output OUT.npz] [--no-cache]`` —
   compile for a target and run.
+* ``tune F.tile --target ID [--shape ...] [--config F.json] [--candidates N] [--retune]`` — time
+  the cost model's best tilings on the device and cache the fastest, which ``tile.compile(...,
+  settings={"tune": True})`` then uses (``backends.tune``).
 """
 
 from __future__ import annotations
@@ -85,6 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", metavar="F.json", help="optimize with this config file (or a built-in: llvm_cpu_tiled)"
     )
     r.add_argument("--strict", action="store_true", help="keep every aggregation in the interpreter's order")
+    t = sub.add_parser("tune", help="time the cost model's best tilings on a device, cache the fastest")
+    t.add_argument("file")
+    add_input_arguments(t, "an .npz archive giving the input shapes and dtypes")
+    t.add_argument("--target", default="llvm_cpu.0", help="a device id from `devices` (default llvm_cpu.0)")
+    t.add_argument("--config", metavar="F.json", help="tune this config (or a built-in: opencl_gpu_tiled)")
+    t.add_argument("--candidates", type=int, default=4, help="tilings timed per block (default 4)")
+    t.add_argument("--retune", action="store_true", help="time again even when the cache has a choice")
+    t.add_argument("--strict", action="store_true", help="keep every aggregation in the interpreter's order")
     return p
 
 
@@ -129,6 +140,43 @@ def cmd_run(args) -> int:
         print("  " + describe(arr).replace("\n", "\n  "))
     if args.output:
         np.savez(args.output, **outputs)
+    return 0
+
+
+def cmd_tune(args) -> int:
+    from backends import registry
+    from backends.runner import CompiledProgram, device_config
+    from backends.tune import tune
+    from stripe.lower import lower
+    from tile.bind import bind
+    from tile.inputs import gather_inputs, input_types, load_npz
+
+    program = parse_file(args.file)
+    arrays = gather_inputs(program, load_npz(args.inputs) if args.inputs else {}, args.shape, args.seed)
+    bound = bind(program, input_types(program, arrays), arrays)
+    try:
+        device = registry.get(args.target)
+    except KeyError as e:
+        print(f"error: {e.args[0]}", file=sys.stderr)
+        return 2
+    settings = {"tune": True, "strict": args.strict, "tune_candidates": args.candidates,
+                "tune_refresh": args.retune, **({"config": args.config} if args.config else {})}
+    config = device_config(device, settings)
+    if config is None:
+        print(f"{args.target} compiles without an optimizer config: nothing to tune")
+        return 0
+
+    def report(t) -> None:
+        took = f"{t.seconds * 1e3:.3f} ms" if t.seconds is not None else f"failed ({t.error})"
+        print(f"{t.step} {t.block}: candidate {t.rank} tiles {'x'.join(map(str, t.tiles))}: {took}")
+
+    tuning = tune(CompiledProgram, bound, lower(bound), device, config, settings, report)
+    chosen = {f"{s}/{b}": rank for s, blocks in tuning.choices.items() for b, rank in blocks.items()}
+    if not chosen:
+        print(f"nothing to tune: config '{config.name}' autotiles no block of this program")
+    else:
+        where = "from the cache" if tuning.cached else "stored"
+        print(f"chosen ({where}: {tuning.path}): {', '.join(f'{k} = {v}' for k, v in chosen.items())}")
     return 0
 
 
@@ -267,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             "emit": cmd_emit,
             "devices": cmd_devices,
             "run": cmd_run,
+            "tune": cmd_tune,
         }
         return commands[args.command](args)
     except TileError as e:

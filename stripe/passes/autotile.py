@@ -12,7 +12,8 @@ a step down and another up). Every phase prices at most ``Σ candidates`` tiling
 polish about ``indexes x Σ candidates``), so a 6-index convolution with ranges of 1024 takes
 about 10 ms. It is not exhaustive, but on the tests' drawn programs it finds the exhaustive
 optimum in nearly every block. ``TILE_DEBUG=2`` prints the best candidates
-seen, ranked, to stderr.
+seen, ranked, to stderr. ``choices`` (block name -> k) takes the k-th runner-up of ``ranking``
+instead, for the autotuner, which times a few on the device (``backends.tune``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ class AutotileConfig:
     max_sizes: dict[str, int] = field(default_factory=dict)  # index name -> largest tile
     min_outer: int = 0  # outer points over the output's indexes to keep (0: the exec units' count)
     split_reductions: bool = True  # False: indexes the output does not use stay whole
+    # block name -> which candidate to take: 0 the search's best (the default), k the k-th
+    # runner-up by the cost model; the autotuner (backends.tune) times a few and sets these
+    choices: dict[str, int] = field(default_factory=dict)
 
 
 @register("autotile", AutotileConfig, reorders=True)
@@ -73,6 +77,9 @@ def autotile(program: Block, cfg: AutotileConfig, hw: Hardware) -> Block:
         sizes = parent_sizes(block, parent)
         model = cost.TileModel(block, hw, cfg.memory, sizes)
         best, seen = search(model, cfg, hw)
+        if cfg.choices.get(block.name, 0) and best is not None:
+            ranked = ranking(best, seen)
+            best = ranked[min(cfg.choices[block.name], len(ranked) - 1)]
         if debug:
             print(f"=== autotile {block.name}: {len(seen)} candidates", file=sys.stderr)
             print(model.table(seen), file=sys.stderr)
@@ -201,6 +208,30 @@ def search(model: cost.TileModel, cfg: AutotileConfig, hw: Hardware):
     ends = [climb(start, False), climb(climb(start, True), False)]
     best = polish(min(ends, key=lambda e: price(e).key()))
     return price(best), [c for c in seen.values() if c is not None]
+
+
+def sites(program: Block, cfg: AutotileConfig, hw: Hardware) -> dict[str, list[cost.TileCost]]:
+    """Each block this step would tile, by name, with its ``ranking``: what an autotuner can
+    choose from (the program is left as it is)."""
+    out: dict[str, list[cost.TileCost]] = {}
+
+    def fn(block: Block, ctx: Context) -> None:
+        if ctx.parent is not None and _tileable(block, ctx.parent):
+            model = cost.TileModel(block, hw, cfg.memory, parent_sizes(block, ctx.parent))
+            best, seen = search(model, cfg, hw)
+            if best is not None:
+                out[block.name] = ranking(best, seen)
+        return None
+
+    rewrite(program, fn, cfg.reqs)
+    return out
+
+
+def ranking(best: cost.TileCost, seen: list[cost.TileCost]) -> list[cost.TileCost]:
+    """The search's choice, then every other candidate it priced, cheapest first by the cost
+    model: what ``choices`` indexes (an autotuner times the first few on the device)."""
+    rest = sorted((c for c in seen if c.tiles != best.tiles), key=lambda c: c.key())
+    return [best, *rest]
 
 
 def _neighbours(pos: tuple[int, ...], sizes: list[int]):
