@@ -20,11 +20,12 @@ from fractions import Fraction
 import numpy as np
 
 from ref_interp.numerics import Numerics
+from ref_interp.prng import IMPLS as PRNG_IMPLS
 from tile.dtypes import DType, promote
 from tile.typed import TCall
 
 Impl = Callable[[Numerics, TCall, list[np.ndarray]], np.ndarray]
-IMPLS: dict[str, Impl] = {}
+IMPLS: dict[str, Impl] = dict(PRNG_IMPLS)  # prng_step, prng_value, prng_state: ref_interp.prng
 
 
 def _impl(*names: str):

@@ -15,6 +15,7 @@ import numpy as np
 
 from ref_interp.elementwise import apply
 from ref_interp.numerics import Numerics
+from ref_interp.prng import draw, value
 from stripe.ir import Dim, Shaped, Special
 from stripe.specials import INTERPRETER, Checked, check, identity
 from tile.dtypes import DType
@@ -144,4 +145,16 @@ def _softmax(nx: Numerics, sp: Checked[View], what: str) -> None:
     write(nx, o, apply(nx, _call(sp.name, [x], o, x.sizes), [read(nx, x, what)]), what)
 
 
+def _prng(nx: Numerics, sp: Checked[View], what: str) -> None:
+    (state,), (out,) = sp.ins, sp.outs
+    raw, after = draw(read(nx, state, what), sp.length)
+    write(nx, out, after if sp.op == "state" else raw.reshape(out.sizes), what)
+
+
+def _prng_value(nx: Numerics, sp: Checked[View], what: str) -> None:
+    (raw,), (out,) = sp.ins, sp.outs
+    write(nx, out, value(read(nx, raw, what)), what)
+
+
 _RUN = dict(fill=_fill, copy=_copy, shape=_shape, gather=_gather, scatter=_scatter, softmax=_softmax)
+_RUN.update(prng=_prng, prng_value=_prng_value)

@@ -14,8 +14,8 @@
   ``mask ? aggregate : default-or-0``.
 * **elementwise** statements become a block over the output's shape, broadcasting by zero
   accesses, with one ``Intrinsic`` per operation; ``index`` becomes ``load_index``.
-* **reshape, gather, scatter, shape** and the **softmaxes** become ``Special`` statements in
-  blocks of their own (hoisted out of elementwise expressions into temporaries).
+* **reshape, gather, scatter, shape**, the **softmaxes** and the **PRNG** calls become ``Special``
+  statements in blocks of their own (hoisted out of elementwise expressions into temporaries).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from tile.transforms.emit import format_contraction
 from tile.typed import BoundProgram, TAssign, TCall, TConst, TContraction, TensorType, TExpr, TRef
 
 SPECIALS = frozenset({"reshape", "gather", "scatter", "shape", "builtin_softmax", "builtin_logsoftmax"})
+SPECIALS |= {"prng_step", "prng_state", "prng_value"}  # tile.prng
 _AGG = {AggOp.SUM: "add", AggOp.PROD: "mul", AggOp.MAX: "max", AggOp.MIN: "min", AggOp.ASSIGN: "assign"}
 _COMB = {CombOp.NONE: "none", CombOp.MUL: "mul", CombOp.ADD: "add", CombOp.EQ: "eq", CombOp.COND: "cond"}
 

@@ -18,6 +18,12 @@ evaluates or emits code for it. The rules:
   own). ``O`` starts at zero and adds ``V``'s rows at their clamped indices.
 * ``builtin_softmax``, ``builtin_logsoftmax`` (kind ``softmax``): a 2-D input, an output of the
   same sizes, int params (if any) equal to them; code generators also need a float output.
+* ``prng_step(S) -> H`` and ``prng_state(S) -> S2`` (kind ``prng``, ``op`` ``step``/``state``): S is
+  uint32 ``(3, 2048)``; the int params are the sizes of the draw (``length``: their product, which
+  for ``prng_step`` is also H's element count). H (uint32) receives the raw draws ``s1 ^ s2 ^ s3``
+  in row-major order, S2 (uint32 ``(3, 2048)``) the state after them; ``ref_interp.prng`` states
+  the generator. ``prng_value(H) -> V`` (kind ``prng_value``): uint32 in, float32 out, same sizes,
+  ``V = float32(H) * 2**-32``.
 
 Views are the executors' own classes; the rules read only ``name``, ``dims``, ``sizes``,
 ``dtype`` and ``elements`` (``stripe.ir.Shaped`` derives the last two from ``dims``). Errors are
@@ -40,15 +46,17 @@ from stripe.ir import Dim, Special
 from tile.builtins import BUILTINS
 from tile.dtypes import DType
 from tile.errors import TileRuntimeError
+from tile.prng import STREAMS
 
 AGG_INIT = ("add", "mul", "max", "min")
 KNOWN = (
     "known specials: zero, copy, reshape, shape, gather, scatter, builtin_softmax, "
-    "builtin_logsoftmax, agg_init_add|mul|max|min"
+    "builtin_logsoftmax, agg_init_add|mul|max|min, prng_step, prng_state, prng_value"
 )
 # Builtins that act on whole tensors: Stripe spells them as Specials, never as Intrinsics.
 STRUCTURAL = frozenset(
     {"index", "shape", "reshape", "gather", "scatter", "builtin_softmax", "builtin_logsoftmax"}
+    | {"prng_step", "prng_state", "prng_value"}
 )
 
 
@@ -93,11 +101,11 @@ class Checked(Generic[V]):
     """A special that passed ``check``: what to do (``kind``) and on which views."""
 
     name: str  # the statement's name, for messages
-    kind: str  # fill | copy | shape | gather | scatter | softmax
+    kind: str  # fill | copy | shape | gather | scatter | softmax | prng | prng_value
     ins: tuple[V, ...]
     outs: tuple[V, ...]
-    op: str = ""  # fill: the aggregation whose identity fills the outputs
-    length: int = -1  # scatter: the output's first size
+    op: str = ""  # fill: the aggregation whose identity fills the outputs; prng: step | state
+    length: int = -1  # scatter: the output's first size; prng: the number of elements drawn
     log: bool = False  # softmax: builtin_logsoftmax
 
 
@@ -222,6 +230,36 @@ def _softmax(at: _At, ins: tuple[V, ...], outs: tuple[V, ...]) -> Checked[V]:
     return at.checked("softmax", ins, outs, log=at.stmt.name == "builtin_logsoftmax")
 
 
+def _prng(at: _At, ins: tuple[V, ...], outs: tuple[V, ...]) -> Checked[V]:
+    (state,), (out,), params = ins, outs, at.stmt.int_params
+    n = int(np.prod(params, dtype=np.int64))
+    op = at.stmt.name[len("prng_") :]
+    want = (3, STREAMS) if op == "state" else tuple(params)
+    if state.sizes != (3, STREAMS) or state.dtype is not DType.UINT32 or out.dtype is not DType.UINT32:
+        raise at.fail(
+            f"needs a uint32 (3, {STREAMS}) state and a uint32 output, got {state.dtype} {state.sizes} "
+            f"-> {out.dtype}",
+            "the PRNG state is uint32 [3, 2048]",
+        )
+    if out.sizes != want and not (op == "step" and out.elements == n):
+        raise at.fail(
+            f"the output must have sizes {want}, not {out.sizes} (int params {params})",
+            "prng_step's output has the draw's sizes; prng_state's is (3, 2048)",
+        )
+    return at.checked("prng", ins, outs, op=op, length=n)
+
+
+def _prng_value(at: _At, ins: tuple[V, ...], outs: tuple[V, ...]) -> Checked[V]:
+    (raw,), (out,) = ins, outs
+    if raw.dtype is not DType.UINT32 or out.dtype is not DType.FLOAT32 or raw.sizes != out.sizes:
+        raise at.fail(
+            f"needs uint32 draws and a float32 output of the same sizes, got {raw.dtype} {raw.sizes} "
+            f"-> {out.dtype} {out.sizes}",
+            "prng_value converts the raw draws of prng_step",
+        )
+    return at.checked("prng_value", ins, outs)
+
+
 # What each special (other than zero and agg_init_*) takes: input counts, output count, its rule.
 _RULES = {
     "copy": ((1,), 1, _copy),
@@ -231,6 +269,9 @@ _RULES = {
     "scatter": ((2, 3), 1, _scatter),
     "builtin_softmax": ((1,), 1, _softmax),
     "builtin_logsoftmax": ((1,), 1, _softmax),
+    "prng_step": ((1,), 1, _prng),
+    "prng_state": ((1,), 1, _prng),
+    "prng_value": ((1,), 1, _prng_value),
 }
 
 

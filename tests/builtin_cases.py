@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tests.taus88 import reference, seed_state
 from tile.builtins import BUILTINS
 
 RNG = np.random.default_rng(11)
@@ -75,9 +76,26 @@ def program(name: str, cases) -> tuple[str, dict]:
 
 
 ELEMENTWISE = [n for n in BUILTINS if n not in ("index", "shape", "reshape", "gather", "scatter")]
+ELEMENTWISE = [n for n in ELEMENTWISE if n not in ("prng_step", "prng_value", "prng_state", "simple_reduce")]
 ELEMENTWISE = [n for n in ELEMENTWISE if not n.startswith("builtin_")]
 
+_DRAW = "H = prng_step(S, 3, 1000); V = prng_value(H); T = prng_state(H);"
 STRUCTURAL = [
+    ("prng_step", f"function (S) -> (V, T) {{ {_DRAW} }}", {"S": ("uint32", (3, 2048))}),
+    ("prng_value", "function (S) -> (V, T) { H = prng_step(S); V = prng_value(H); T = prng_state(H); }",
+     {"S": ("uint32", (3, 2048))}),
+    (
+        "prng_state",  # two steps in a row: the second draws from the state the first returns
+        f"function (S) -> (V, W, U) {{ {_DRAW} H2 = prng_step(T, 2049); W = prng_value(H2); "
+        "U = prng_state(H2); }",
+        {"S": ("uint32", (3, 2048))},
+    ),
+    (
+        "simple_reduce",
+        "function (A[N, M, K]) -> (O, P, Q) { O = simple_reduce(A, 1, K); P = simple_reduce(A, M, 1); "
+        "Q = simple_reduce(A); }",
+        {"A": ("int16", (2, 3, 4))},
+    ),
     ("index", "function (A[N, M]) -> (O) { O = index(A, 0) * 10 + index(A, 1); }", {"A": ("int8", (3, 4))}),
     ("shape", "function (A) -> (O, P) { O = shape(A); P = shape(O) + 1; }", {"A": ("float16", (2, 0, 5))}),
     (
@@ -134,6 +152,8 @@ def structural_inputs(name: str, spec: dict, rng: np.random.Generator) -> dict[s
     ins = {k: values(dt, shape) for k, (dt, shape) in spec.items()}
     if name == "scatter":
         ins["V"] = rng.integers(-1000, 1000, (6, 2)).astype(np.int16)  # int16 sums wrap
+    if name.startswith("prng_"):
+        ins["S"] = seed_state(int(rng.integers(1000)))
     return ins
 
 
@@ -146,6 +166,21 @@ def check_structural(name: str, ins: dict[str, np.ndarray], got: dict[str, np.nd
         want = np.zeros((5, 2), np.int16)
         np.add.at(want, np.clip(ins["I"].astype(np.int64), 0, 4), ins["V"])
         np.testing.assert_array_equal(got["O"], want)
+    if name == "simple_reduce":
+        a = ins["A"]
+        np.testing.assert_array_equal(got["O"], a.sum(axis=(0, 1), dtype=np.int16).reshape(1, 4))
+        np.testing.assert_array_equal(got["P"], a.sum(axis=(0, 2), dtype=np.int16).reshape(3, 1))
+        np.testing.assert_array_equal(got["Q"], a.sum(dtype=np.int16))
+    if name.startswith("prng_"):
+        shape = () if name == "prng_value" else (3, 1000)
+        v, t = reference(ins["S"], shape)
+        np.testing.assert_array_equal(got["V"], v)
+        if name == "prng_state":
+            w, u = reference(t, (2049,))
+            np.testing.assert_array_equal(got["W"], w)
+            np.testing.assert_array_equal(got["U"], u)
+        else:
+            np.testing.assert_array_equal(got["T"], t)
     if name == "builtin_logsoftmax":
         x = ins["X"]
         np.testing.assert_array_equal(got["O"], np.where(np.isfinite(x), 0.0, np.nan))

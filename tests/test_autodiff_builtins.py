@@ -109,7 +109,15 @@ STRUCTURAL = {
                         {"X": uniform(-2, 2), "W": uniform(-1, 1)}),
     "builtin_logsoftmax": ("function (X[N, M], W[N, M]) -> (O) { O = builtin_logsoftmax(X, N, M) * W; }",
                            {"X": uniform(-2, 2), "W": uniform(-1, 1)}),
+    "simple_reduce": ("function (X[N, M], W[M]) -> (O) { Y = X * X; R = simple_reduce(Y, 1, M); "
+                      "O = R * R * W; }",
+                      {"X": uniform(-1, 1), "W": uniform(-1, 1, (3,))}),
 }
+# dropout: the numbers depend only on the uint32 state, so the gradient flows through the mask only
+_DROPOUT = ("function (X[N, M], S[A, B]) -> (O, T) { H = prng_step(S, N, M); V = prng_value(H); "
+            "T = prng_state(H); O = V < 0.5 ? X * X * 2 : 0; }",
+            {"X": uniform(-1, 1), "S": np.arange(3 * 2048, dtype=np.uint32).reshape(3, 2048) * 7919 + 17})
+STRUCTURAL |= {"prng_step": _DROPOUT, "prng_value": _DROPOUT, "prng_state": _DROPOUT}
 
 
 def test_every_builtin_has_a_case_and_a_rule():

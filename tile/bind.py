@@ -22,7 +22,9 @@ from tile.bounds import check_bounded
 from tile.builtins import BUILTINS
 from tile.dtypes import DType, arithmetic, literal_int_type, promote
 from tile.errors import Span, TileIndexError, TileInputError, TileNameError, TileShapeError, TileTypeError
+from tile.prng import pair_prng
 from tile.shapes import fmt_shape, is_concrete, same_size, size_binop
+from tile.simple_reduce import as_contraction, is_simple_reduce
 from tile.size_inputs import size_uses, size_value
 from tile.typed import (
     BoundProgram,
@@ -145,7 +147,7 @@ class _Binder:
         return BoundProgram(
             self.program,
             inputs,
-            tuple(stmts),
+            pair_prng(stmts, [(o.name, o.span) for o in self.program.outputs]),
             tuple(outputs),
             dict(self.types),
             dict(self.consts),
@@ -242,7 +244,10 @@ class _Binder:
         return t
 
     # ----------------------------------------------------------------- statements
-    def assignment(self, stmt: ast.Assignment) -> TAssign:
+    def assignment(self, stmt: ast.Assignment) -> TAssign | TContraction:
+        if is_simple_reduce(stmt.expr):
+            size = lambda e: self.const(e, "a size of simple_reduce")  # noqa: E731
+            return self.contraction(as_contraction(stmt, self.lookup_tensor, size, self.notes))
         expr = self.expr(stmt.expr)
         if expr.type.dtype.is_int and expr.type.shape == ():
             value = self.try_const(stmt.expr)
@@ -517,9 +522,9 @@ class _Binder:
                 span,
                 hint=f"did you mean '{close[0]}'?" if close else "see docs/semantics.md for the builtins",
             )
-        nparams_ok = (len(args) - b.tensors >= 1) if b.params < 0 else (len(args) - b.tensors == b.params)
+        nparams_ok = b.params < 0 or len(args) - b.tensors == b.params  # -1: any number of them
         if len(args) < b.tensors or not nparams_ok:
-            want = b.tensors + max(b.params, 1) if b.params < 0 else b.tensors + b.params
+            want = b.tensors + max(b.params, 0)
             more = " or more" if b.params < 0 else ""
             raise TileTypeError(f"'{fn}' takes {want}{more} argument(s), got {len(args)}", span, hint=b.doc)
         targs = [self.expr(a) for a in args[: b.tensors]]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tile import prng, simple_reduce
 from tile.dtypes import DType, arithmetic, float_of, promote, promote_all
 from tile.errors import Span, TileShapeError, TileTypeError
 from tile.shapes import broadcast, fmt_shape, is_concrete, may_equal, numel, same_size
@@ -22,7 +23,7 @@ Rule = Callable[[list[TensorType], list[int], Span, list[str], list[str]], Tenso
 class Builtin:
     name: str
     tensors: int  # leading tensor arguments
-    params: int  # trailing compile-time integer arguments; -1: one or more
+    params: int  # trailing compile-time integer arguments; -1: any number (zero or more)
     rule: Rule
     doc: str
 
@@ -266,7 +267,7 @@ _add(
 _add("as_bool", 1, 0, _as_bool, "x != 0")
 _add("index", 1, 1, _index, "index(T, axis): each element's coordinate along axis (int32)")
 _add("shape", 1, 0, _shape, "shape(T): the sizes of T as an int32 vector")
-_add("reshape", 1, -1, _reshape, "reshape(T, d1, ..., dk): same elements, row-major")
+_add("reshape", 1, -1, _reshape, "reshape(T, d1, ..., dk): same elements, row-major; k = 0 is 0-D")
 _add("gather", 2, 0, _gather, "gather(D, I): O[i.., j..] = D[clamp(I[i..]), j..]")
 _add(
     "scatter",
@@ -277,3 +278,13 @@ _add(
 )
 _add("builtin_softmax", 1, 2, _softmax, "row-wise softmax of a 2-D (R, C) tensor")
 _add("builtin_logsoftmax", 1, 2, _softmax, "row-wise log-softmax of a 2-D (R, C) tensor")
+_add("prng_step", 1, -1, prng.step_rule, "H = prng_step(S, d1, ..., dk): S uint32 [3, 2048]; see tile.prng")
+_add("prng_value", 1, 0, prng.value_rule, "prng_value(H): float32 [d1, ..., dk] uniform in [0, 1]")
+_add("prng_state", 1, 0, prng.state_rule, "prng_state(H): the next uint32 [3, 2048] state")
+_add(
+    "simple_reduce",
+    1,
+    -1,
+    simple_reduce.nested_rule,
+    "R = simple_reduce(T, d1, ..., dk): sum T to trailing-aligned sizes (1: summed); a statement of its own",
+)

@@ -9,6 +9,9 @@ keeps every element's writes in order: one per output element (``zero``, ``agg_i
 otherwise one work-item loops over everything. Softmax works row by row: the row maximum (nan
 propagates), ``e = exp(x - max)``, their sum in order (in float for float16), then ``e / sum`` or
 ``x - max - log(sum)``; numpy sums pairwise, so softmax agrees with the interpreter to rounding.
+The PRNG specials (``prng_step``, ``prng_state``) give one work-item to each of the 2048 streams,
+which advances in registers through its elements ``t, t + 2048, ...``; ``prng_value`` converts one
+element per work-item. All three give the interpreter's bits exactly (``ref_interp.prng``).
 """
 
 from __future__ import annotations
@@ -18,9 +21,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from backends.clike.ops import binary, float_fn
+from backends.llvm.specials import TAUS88
+from ref_interp.prng import SCALE
 from stripe.ir import Special
 from stripe.specials import BACKEND, Checked, check, identity
 from tile.dtypes import DType
+from tile.prng import STREAMS
 
 if TYPE_CHECKING:
     from backends.clike.kernel import KernelEmitter
@@ -201,4 +207,40 @@ def _softmax(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
     lp.each(rows, per_row)
 
 
+def _prng(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
+    (state,), (out,), n = sp.ins, sp.outs, sp.length
+    t = em.t
+    u32 = t.reg(DType.UINT32)
+
+    def stream(s: str) -> None:
+        regs = [em.fresh(f"s{k + 1}") for k in range(3)]
+        for k, r in enumerate(regs):
+            em.line(f"{u32} {r} = {state.read(t, state.at([str(k), s]))};")
+        flat = em.fresh("i")
+        with em.scope(f"for ({em.long} {flat} = {s}; {flat} < {n}; {flat} += {STREAMS})"):
+            for r, (mask, a, c, sh) in zip(regs, TAUS88):
+                em.line(f"{r} = (({r} & {mask}u) << {a}) ^ ((({r} << {c}) ^ {r}) >> {sh});")
+            if sp.op == "step":
+                raw = " ^ ".join(regs)
+                em.line(out.write(t, out.at(lp.unravel(flat, out.sizes)), f"({raw})"))
+        if sp.op == "state":
+            for k, r in enumerate(regs):
+                em.line(out.write(t, out.at([str(k), s]), r))
+
+    lp.each(STREAMS, stream)
+
+
+def _prng_value(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
+    (raw,), (out,) = sp.ins, sp.outs
+    t = em.t
+
+    def body(flat: str) -> None:
+        c = lp.unravel(flat, out.sizes)
+        f = t.convert(em.tmp(raw.read(t, raw.at(c)), DType.UINT32), DType.UINT32, DType.FLOAT32)
+        em.line(out.write(t, out.at(c), f"{f} * {t.literal(SCALE, DType.FLOAT32)}"))
+
+    lp.each(out.elements, body)
+
+
 _EMIT = dict(fill=_fill, copy=_copy, shape=_shape, gather=_gather, scatter=_scatter, softmax=_softmax)
+_EMIT.update(prng=_prng, prng_value=_prng_value)

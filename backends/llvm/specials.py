@@ -7,7 +7,9 @@ order); it accumulates through the output buffer, which is exact when the output
 its buffer's dtype (always, for lowered programs). Softmax works row by row: the row maximum
 (nan propagates), ``e = exp(x - max)``, their sum (in float for float16, as numpy), then
 ``e / sum`` or ``x - max - log(sum)``; numpy sums pairwise where this sums in order, and libm's
-``exp`` is not numpy's, so softmax agrees with the interpreter to rounding, not bit for bit.
+``exp`` is not numpy's, so softmax agrees with the interpreter to rounding, not bit for bit. The
+PRNG specials loop over the 2048 streams, each advancing in registers through its elements (those
+at ``t, t + 2048, ...``); they give the interpreter's bits exactly (``ref_interp.prng``).
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from llvmlite import ir
 from backends.llvm.intrinsics import binary, float_fn
 from backends.llvm.loops import View, for_box, for_range, unravel
 from backends.llvm.scalars import I64, Emitter, i64, reg_type
+from ref_interp.prng import SCALE
 from stripe.ir import Special
 from stripe.specials import BACKEND, Checked, check, identity
 from tile.dtypes import DType
+from tile.prng import STREAMS
 
 
 def fill(em: Emitter, view: View, value: ir.Value) -> None:
@@ -142,4 +146,50 @@ def _softmax(em: Emitter, sp: Checked[View]) -> None:
     for_range(em, i64(0), i64(rows), per_row)
 
 
+# taus88, per component: (mask, mask shift left, feedback shift left, shift right)
+TAUS88 = ((0xFFFFFFFE, 12, 13, 19), (0xFFFFFFF8, 4, 2, 25), (0xFFFFFFF0, 17, 3, 11))
+
+
+def _prng(em: Emitter, sp: Checked[View]) -> None:
+    (state,), (out,), n = sp.ins, sp.outs, sp.length
+    b = em.builder
+    u32 = reg_type(DType.UINT32)
+    slots = [em.alloca(u32) for _ in TAUS88]
+
+    def stream(t: ir.Value) -> None:
+        for k, slot in enumerate(slots):
+            b.store(state.read(em, state.at(em, [i64(k), t])), slot)
+
+        def step(j: ir.Value) -> None:
+            raw = None
+            for slot, (mask, a, c, r) in zip(slots, TAUS88):
+                s = b.load(slot, typ=u32)
+                fb = b.lshr(b.xor(b.shl(s, ir.Constant(u32, c)), s), ir.Constant(u32, r))
+                s = b.xor(b.shl(b.and_(s, ir.Constant(u32, mask)), ir.Constant(u32, a)), fb)
+                b.store(s, slot)
+                raw = s if raw is None else b.xor(raw, s)
+            if sp.op == "step":
+                flat = b.add(t, b.mul(j, i64(STREAMS)))
+                out.write(em, out.at(em, unravel(em, flat, out.sizes)), raw)
+
+        # stream t gives elements t, t + 2048, ... below n: ceil((n - t) / 2048) of them
+        for_range(em, i64(0), b.udiv(b.sub(i64(n + STREAMS - 1), t), i64(STREAMS)), step)
+        if sp.op == "state":
+            for k, slot in enumerate(slots):
+                out.write(em, out.at(em, [i64(k), t]), b.load(slot, typ=u32))
+
+    for_range(em, i64(0), i64(STREAMS), stream)
+
+
+def _prng_value(em: Emitter, sp: Checked[View]) -> None:
+    (raw,), (out,) = sp.ins, sp.outs
+
+    def body(c: list[ir.Value]) -> None:
+        f = em.convert(raw.read(em, raw.at(em, c)), DType.UINT32, DType.FLOAT32)  # rounds to nearest
+        out.write(em, out.at(em, c), em.builder.fmul(f, em.const(SCALE, DType.FLOAT32)))
+
+    for_box(em, out.sizes, body)
+
+
 _EMIT = dict(fill=_fill, copy=_copy, shape=_shape, gather=_gather, scatter=_scatter, softmax=_softmax)
+_EMIT.update(prng=_prng, prng_value=_prng_value)

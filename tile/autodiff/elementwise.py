@@ -37,9 +37,16 @@ ZERO_GRADIENT = frozenset(
         "as_bool",
         "index",
         "shape",
+        # the numbers depend only on the uint32 state, which has no gradient (PlaidML: no rule)
+        "prng_step",
+        "prng_value",
+        "prng_state",
     }
 )
-STRUCTURAL = frozenset({"reshape", "gather", "scatter", "builtin_softmax", "builtin_logsoftmax"})
+# simple_reduce is bound as the `+` contraction it stands for (tile.simple_reduce), whose rule applies
+STRUCTURAL = frozenset(
+    {"reshape", "gather", "scatter", "builtin_softmax", "builtin_logsoftmax", "simple_reduce"}
+)
 
 _ZERO = lit(0)
 _ONE = lit(1)

@@ -188,6 +188,8 @@ class _Reverse:
             if not self.contrib.get(stmt.name) or not self.is_float(stmt.name):
                 continue
             g = self.adjoint(stmt.name)
+            if isinstance(stmt, ast.Assignment) and isinstance(self.tstmts[stmt.name], TContraction):
+                stmt = self.tstmts[stmt.name].source  # simple_reduce, bound as its `+` contraction
             if stmt.name in self.custom:
                 from tile.autodiff.custom import inline_custom
 

@@ -40,14 +40,24 @@ def used_names(s: ast.Statement) -> set[str]:
 
 
 def dead_code(stmts: list[ast.Statement], outputs: list[str]) -> list[ast.Statement]:
-    """Only the statements the outputs need, in their original order."""
+    """Only the statements the outputs need, in their original order. A kept ``prng_step`` keeps
+    every statement reading its handle (its ``prng_state`` too), as ``tile.prng`` requires."""
     needed = set(outputs)
-    keep = []
-    for s in reversed(stmts):
-        if s.name in needed:
-            keep.append(s)
-            needed |= used_names(s)
-    return keep[::-1]
+    while True:
+        keep = []
+        for s in reversed(stmts):
+            if s.name in needed:
+                keep.append(s)
+                needed |= used_names(s)
+        handles = {s.name for s in keep if isinstance(s, ast.Assignment) and _is_call(s.expr, "prng_step")}
+        companions = {s.name for s in stmts if handles & used_names(s)} - needed
+        if not companions:
+            return keep[::-1]
+        needed |= companions
+
+
+def _is_call(e: ast.Expr, fn: str) -> bool:
+    return isinstance(e, ast.Call) and e.fn == fn
 
 
 def _rename(s: ast.Statement, new: str) -> ast.Statement:
