@@ -26,6 +26,7 @@ from llvmlite import ir
 from backends.hal import KernelInfo, kernel_symbol
 from backends.llvm.intrinsics import binary, emit_intrinsic
 from backends.llvm.loops import View, for_range
+from backends.llvm.microkernel import VectorConfig, emit_microkernel
 from backends.llvm.scalars import F64, I64, PTR, VOID, Emitter, Scalar, i64, mem_type
 from backends.llvm.schedule import Schedule
 from backends.llvm.specials import emit_special
@@ -53,9 +54,16 @@ class KernelCodegen:
     """Generates one kernel's functions into ``em.module``."""
 
     def __init__(
-        self, em: Emitter, index: int, info: KernelInfo, schedule: Schedule, buffer_dtypes: dict[str, DType]
+        self,
+        em: Emitter,
+        index: int,
+        info: KernelInfo,
+        schedule: Schedule,
+        buffer_dtypes: dict[str, DType],
+        vector: VectorConfig | None = None,
     ):
         self.em = em
+        self.vector = vector or VectorConfig()
         self.buffer_dtypes = buffer_dtypes
         self.info = info
         self.block: Block = info.block  # type: ignore[assignment]
@@ -122,6 +130,9 @@ class KernelCodegen:
                     block, f"kernel index '{ix.name}' has the affine '{ix.affine}'", "kernels start at 0"
                 )
             starts.append(i64(int(ix.affine.const)) if ix.affine is not None else i64(0))
+        order = self.schedule.order
+        if order and emit_microkernel(self, block, starts, None, (order[0], lo, hi), self.vector):
+            return
         self.loops(block, self.schedule.order, starts, None, (lo, hi))
 
     def loops(
@@ -176,6 +187,8 @@ class KernelCodegen:
             i64(0) if ix.affine is None else self.affine(ix.affine, parent_vals, block, f"index '{ix.name}'")
             for ix in block.idxs
         ]
+        if emit_microkernel(self, block, starts, views, None, self.vector):
+            return
         self.loops(block, tuple(range(len(block.idxs))), starts, views, None)
 
     # -------------------------------------------------------------------------- views
@@ -290,12 +303,15 @@ def generate(
     triple: str,
     layout: str,
     dtypes: dict | None = None,
+    vector: VectorConfig | None = None,
 ) -> str:
-    """The LLVM IR text of the module holding every kernel (``dtypes``: buffer name -> dtype)."""
+    """The LLVM IR text of the module holding every kernel (``dtypes``: buffer name -> dtype;
+    ``vector``: the host's vector width and whether fused multiply-add is allowed, for the
+    micro-kernels of ``microkernel``; None keeps every block as plain loops)."""
     module = ir.Module(name="tile")
     module.triple = triple
     module.data_layout = layout
     em = Emitter(module, f16c)
     for k, (info, sched) in enumerate(zip(kernels, schedules)):
-        KernelCodegen(em, k, info, sched, buffer_dtypes(info, dtypes or {})).build()
+        KernelCodegen(em, k, info, sched, buffer_dtypes(info, dtypes or {}), vector).build()
     return str(module)

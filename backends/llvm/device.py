@@ -9,7 +9,9 @@ ctypes releases the GIL during the calls, so the chunks run in parallel.
 
 Settings (all optional): ``cache`` (False: no disk cache), ``opt`` (0-3, default 3), ``parallel``
 (False: one thread), ``reorder`` (False: Stripe's loop order; split only on the first index),
-``threads`` (chunks per kernel, default the pool's size), ``min_parallel_points`` (smaller kernels
+``threads`` (chunks per kernel, default the pool's size: ``TILE_NUM_THREADS`` or one per core),
+``microkernel`` (False: contractions as plain loops, not ``microkernel``'s register tiles;
+``strict`` also turns off its fused multiply-add), ``min_parallel_points`` (smaller kernels
 run whole, default 16384), ``soft_half`` (float16 conversions in integer code instead of F16C),
 ``buffer_dtypes`` (buffer name -> dtype, for kernels whose refinements convert from their buffer's
 type; by default a buffer holds the type of the kernel's first refinement of it).
@@ -46,8 +48,10 @@ from backends.hal import (
 )
 from backends.llvm.cache import ObjectCache, cache_key
 from backends.llvm.codegen import generate
+from backends.llvm.microkernel import VectorConfig, host_vector_bytes
 from backends.llvm.schedule import Schedule, plan
 from tile.dtypes import DType
+from tile.errors import TileRuntimeError
 
 _KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 _init_lock = threading.Lock()
@@ -106,6 +110,20 @@ def host_available_memory() -> tuple[int | None, str]:
     except (OSError, ValueError):
         pass
     return avail, what
+
+
+def env_threads() -> int | None:
+    """``TILE_NUM_THREADS``: the thread pool's size (unset or empty: one thread per core)."""
+    raw = os.environ.get("TILE_NUM_THREADS", "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise TileRuntimeError(
+            f"TILE_NUM_THREADS is '{raw}', not a positive integer",
+            None,
+            hint="set it to the number of threads the CPU device may use (e.g. 4), or unset it",
+        )
+    return int(raw)
 
 
 class WorkerPool:
@@ -171,7 +189,12 @@ class LlvmCompiler(Compiler):
         ]
         f16c = "+f16c" in features.split(",") and not settings.get("soft_half", False)
         dtypes = settings.get("buffer_dtypes") or {}
-        text = generate(kernels, schedules, f16c, llvm.get_process_triple(), str(tm.target_data), dtypes)
+        vector = VectorConfig(
+            host_vector_bytes(features) if settings.get("microkernel", True) else 0,
+            fma=not settings.get("strict", False),
+        )
+        triple, layout = llvm.get_process_triple(), str(tm.target_data)
+        text = generate(kernels, schedules, f16c, triple, layout, dtypes, vector)
         cache = ObjectCache(cache_key(text, settings, cpu, features), bool(settings.get("cache", True)))
         cached = cache.load()
         mod = llvm.parse_assembly(text)
@@ -292,10 +315,15 @@ class LlvmCpuDevice(Device):
     optimizer = "llvm_cpu"
 
     def __init__(self, threads: int | None = None):
-        n = threads or os.cpu_count() or 1
-        cpu, _ = _host()
+        n = threads or env_threads() or os.cpu_count() or 1
+        cpu, features = _host()
         major, minor, _ = llvm.llvm_version_info
-        self.description = f"LLVM {major}.{minor} JIT for the host CPU ({cpu}), {n} threads"
+        width = host_vector_bytes(features)
+        where = " (TILE_NUM_THREADS)" if not threads and env_threads() else ""
+        self.description = (
+            f"LLVM {major}.{minor} JIT for the host CPU ({cpu}), {n} threads{where}, "
+            f"{width * 8}-bit vectors"
+        )
         self.capabilities = Capabilities(frozenset(DType), fp64=True, fp16=True, atomics=False)
         self.pool = WorkerPool(n)
         self.compiler = LlvmCompiler(n)

@@ -44,6 +44,9 @@ class AutotileConfig:
     # block name -> which candidate to take: 0 the search's best (the default), k the k-th
     # runner-up by the cost model; the autotuner (backends.tune) times a few and sets these
     choices: dict[str, int] = field(default_factory=dict)
+    # reduction tiles at least this long (or whole): a CPU micro-kernel keeps its output tile in
+    # registers over the tile's reduction, so short reduction tiles cost a load and a store each
+    min_reduction_tile: int = 1
 
 
 @register("autotile", AutotileConfig, reorders=True)
@@ -146,6 +149,10 @@ def search(model: cost.TileModel, cfg: AutotileConfig, hw: Hardware):
     for k, (name, rng) in enumerate(zip(model.names, model.ranges)):
         if not cfg.split_reductions and k not in owned:
             cands.append([rng])
+        elif k not in owned and cfg.min_reduction_tile > 1:
+            least = min(rng, cfg.min_reduction_tile)
+            sizes = candidates(rng, cfg.only_po2, cfg.max_sizes.get(name))
+            cands.append([c for c in sizes if c >= least] or [rng])
         else:
             cands.append(candidates(rng, cfg.only_po2, cfg.max_sizes.get(name)))
     loc = model.block.location.name if model.block.location is not None else None

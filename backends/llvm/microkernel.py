@@ -1,0 +1,579 @@
+"""Register-blocked vector code for contraction leaf blocks: the CPU micro-kernel.
+
+``codegen`` loops over a block's points one by one, so a contraction re-loads and re-stores its
+output element for every reduction point and LLVM cannot vectorize the float sum without
+reordering it. ``emit`` replaces those loops, for the blocks it recognizes (``analyse``), by the
+classic micro-kernel: an ``MR x NV`` tile of output vectors (``W`` lanes each, the host's vector
+width) held in registers across the whole reduction, each reduction point adding
+``broadcast(a) * vector(b)`` to every accumulator.
+
+**What it matches.** A leaf block (the kernel itself, or the one-tile block ``autotile`` made)
+whose statements are loads, float ``mul``/``add`` intrinsics and one ``Store`` into a refinement
+aggregating with ``add``, every value and buffer of one float type (float32 or float64). Its
+indexes of range > 1 split into the *owned* ones (a non-zero coefficient in the output's element
+offset, distinct points of them writing distinct elements: each coefficient exceeds the spread of
+the smaller ones) and the *reductions* (coefficient 0). The *vector index* ``v`` is the owned
+index of output coefficient 1 whose every operand has coefficient 0 (broadcast) or 1 (a
+contiguous vector); no constraint may use it. The *row index* ``r`` is another owned index (the
+largest range, preferring one no constraint uses).
+
+**Order of writes.** Every output element still receives its reduction points in the order of
+the reduction indexes as listed, and the owned indexes move freely (``schedule``'s rule), so
+without fused multiply-add the results are bit-identical to the scalar loops'. ``fma=True``
+(not under ``strict``, §8.3 of docs/semantics.md) computes ``acc + a*b`` with one rounding.
+
+**Edges and guards.** Full tiles run the fast path; the rows past the last full ``MR`` run one at
+a time, the columns past the last full ``NV*W`` one vector at a time, the last partial vector with
+a lane mask (masked loads and stores never touch memory outside the block). A constraint that
+uses the row index becomes, at the loop where its last index binds, a test of the tile's first
+and last row (an affine half-space holds between them when it holds at both): all rows pass ->
+the fast path, else every accumulator update is a ``select`` on its row's condition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from backends.llvm.loops import View, for_range
+from backends.llvm.scalars import F32, F64, I32, I64, PTR, i64
+from stripe.ir import Block, Dim, Intrinsic, Load, RefDir, Store
+from tile.affine import Affine
+from tile.dtypes import DType
+
+_OPS = ("mul", "add")
+ACC_BUDGET = {64: 24, 32: 12, 16: 12}  # accumulators that leave room for operands, by vector bytes
+PACK_LIMIT = 2 * 1024 * 1024  # bytes of stack scratch for one packed panel
+
+
+@dataclass(frozen=True)
+class VectorConfig:
+    """What the host allows: ``vector_bytes`` (64 AVX-512, 32 AVX2, 16 SSE/NEON; 0 turns the
+    micro-kernel off) and whether fused multiply-add may contract ``acc + a*b``."""
+
+    vector_bytes: int = 0
+    fma: bool = False
+
+
+def host_vector_bytes(features: str) -> int:
+    """The widest float vector the host's LLVM feature string (``+avx512f,...``) supports."""
+    have = set(features.split(","))
+    if "+avx512f" in have:
+        return 64
+    if "+avx" in have or "+avx2" in have:
+        return 32
+    if "+sse2" in have or "+neon" in have or "+simd128" in have:
+        return 16
+    return 16
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What ``analyse`` found: positions into ``block.idxs``."""
+
+    dtype: DType
+    v: int
+    r: int | None
+    outer: tuple[int, ...]  # the other owned indexes, in listed order
+    red: tuple[int, ...]  # reduction indexes, in listed order
+    coefs: dict[str, tuple[int, ...]]  # refinement -> element-offset coefficient per index
+    out: str
+
+
+def analyse(
+    block: Block, parent_dims: dict[str, tuple[Dim, ...]], buf_dtypes: dict[str, DType], bounded: int | None
+) -> Shape | None:
+    """The micro-kernel's view of ``block``, or None when it does not match (see the module
+    docstring). ``parent_dims``/``buf_dtypes``: what each refinement's source is, by refinement
+    name; ``bounded``: a kernel index the caller restricts to a chunk (it must be owned)."""
+    if any(isinstance(s, Block) for s in block.stmts) or not block.idxs:
+        return None
+    stores = [s for s in block.stmts if isinstance(s, Store)]
+    if len(stores) != 1:
+        return None
+    out = stores[0].into
+    dtype: DType | None = None
+    produced: set[str] = set()
+    for s in block.stmts:
+        if isinstance(s, Load):
+            if s.from_ == out:
+                return None
+            produced.add(s.into)
+        elif isinstance(s, Intrinsic):
+            if s.name not in _OPS or len(s.outputs) != 1 or not set(s.inputs) <= produced:
+                return None
+            if dtype is not None and s.dtype is not dtype:
+                return None
+            dtype = s.dtype
+            produced.add(s.outputs[0])
+        elif isinstance(s, Store):
+            if s.from_ not in produced:
+                return None
+        else:
+            return None
+    names = [ix.name for ix in block.idxs]
+    coefs: dict[str, tuple[int, ...]] = {}
+    for r in block.refs:
+        if r.into not in parent_dims or (r.dir is RefDir.NONE and r.from_ is None):
+            return None
+        dims = parent_dims[r.into]
+        if len(r.access) != len(dims) or buf_dtypes[r.into] is not r.shape.dtype:
+            return None
+        dtype = dtype or r.shape.dtype
+        if r.shape.dtype is not dtype or dtype not in (DType.FLOAT32, DType.FLOAT64):
+            return None
+        if any(not a.is_integral or not set(a.vars) <= set(names) for a in r.access):
+            return None
+        coefs[r.into] = tuple(int(sum(a.coeff(n) * d.stride for a, d in zip(r.access, dims))) for n in names)
+    if out not in coefs or block.ref(out).agg_op != "add":
+        return None
+    free = [k for k, ix in enumerate(block.idxs) if ix.range > 1]
+    oc = coefs[out]
+    owned = [k for k in free if oc[k] != 0]
+    red = tuple(k for k in free if oc[k] == 0)
+    spread = 0
+    for k in sorted(owned, key=lambda k: abs(oc[k])):
+        if abs(oc[k]) <= spread:
+            return None  # two owned points might write one element
+        spread += abs(oc[k]) * (block.idxs[k].range - 1)
+    in_cons = {v for c in block.constraints for v in c.vars}
+    reads = [n for n in coefs if n != out]
+    vs = [
+        k
+        for k in owned
+        if oc[k] == 1 and names[k] not in in_cons and all(coefs[n][k] in (0, 1) for n in reads)
+    ]
+    if not vs or (bounded is not None and bounded in red):
+        return None
+    v = vs[0]
+    rows = sorted((k for k in owned if k != v), key=lambda k: (names[k] in in_cons, -block.idxs[k].range))
+    r = rows[0] if rows else None
+    outer = tuple(k for k in owned if k not in (v, r))
+    return Shape(dtype, v, r, outer, red, coefs, out)
+
+
+class MicroKernel:
+    """Emits one matched block (``emit`` below builds it)."""
+
+    def __init__(self, cg, block: Block, shape: Shape, views: dict[str, View], cfg: VectorConfig):
+        self.cg, self.em, self.block, self.s, self.views = cg, cg.em, block, shape, views
+        self.scalar = F64 if shape.dtype is DType.FLOAT64 else F32
+        self.width = cfg.vector_bytes // shape.dtype.numpy.itemsize
+        self.vt = ir.VectorType(self.scalar, self.width)
+        self.fma = cfg.fma
+        nv_max = max(1, min(4, -(-block.idxs[shape.v].range // self.width)))
+        budget = ACC_BUDGET.get(cfg.vector_bytes, 12)
+        self.nv = nv_max
+        rr = block.idxs[shape.r].range if shape.r is not None else 1
+        self.mr = max(1, min(rr, budget // nv_max, 12))
+        # operands worth packing: vectors shared by the rows, in a block without constraints
+        # (a guard might protect their reads), whose panel fits the scratch limit
+        self.red_points = 1
+        for k in shape.red:
+            self.red_points *= block.idxs[k].range
+        panel = self.red_points * self.nv * self.width * shape.dtype.numpy.itemsize
+        self.pack_refs = [
+            n
+            for n, c in shape.coefs.items()
+            if n != shape.out
+            and c[shape.v] == 1
+            and (shape.r is None or c[shape.r] == 0)
+            and not block.constraints
+            and shape.red
+            and panel <= PACK_LIMIT
+            and rr >= 2 * self.mr
+        ]
+        self.pack_slots: dict[str, ir.Value] = {}
+        self.packed: dict[str, ir.Value] = {}
+
+    # ------------------------------------------------------------------ small helpers
+    def b(self) -> ir.IRBuilder:
+        return self.em.builder
+
+    def splat(self, x: ir.Value) -> ir.Value:
+        b = self.b()
+        undef = ir.Constant(self.vt, ir.Undefined)
+        one = b.insert_element(undef, x, ir.Constant(I32, 0))
+        return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, self.width), [0] * self.width))
+
+    def _intrinsic(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        mod = self.em.module
+        if name in mod.globals:
+            return mod.globals[name]
+        return ir.Function(mod, ir.FunctionType(ret, args), name)
+
+    def _suffix(self) -> str:
+        return f"v{self.width}f{self.scalar is F64 and 64 or 32}"
+
+    def vload(self, view: View, pos: ir.Value, mask: ir.Value | None) -> ir.Value:
+        b = self.b()
+        ptr = b.gep(view.ptr, [pos], inbounds=True, source_etype=self.scalar)
+        if mask is None:
+            return b.load(ptr, typ=self.vt, align=self.scalar is F64 and 8 or 4)
+        fn = self._intrinsic(f"llvm.masked.load.{self._suffix()}.p0", self.vt, [PTR, I32, mask.type, self.vt])
+        align = ir.Constant(I32, self.scalar is F64 and 8 or 4)
+        return b.call(fn, [ptr, align, mask, ir.Constant(self.vt, None)])
+
+    def vstore(self, view: View, pos: ir.Value, value: ir.Value, mask: ir.Value | None) -> None:
+        b = self.b()
+        ptr = b.gep(view.ptr, [pos], inbounds=True, source_etype=self.scalar)
+        if mask is None:
+            b.store(value, ptr, align=self.scalar is F64 and 8 or 4)
+            return
+        fn = self._intrinsic(
+            f"llvm.masked.store.{self._suffix()}.p0", ir.VoidType(), [self.vt, PTR, I32, mask.type]
+        )
+        b.call(fn, [value, ptr, ir.Constant(I32, self.scalar is F64 and 8 or 4), mask])
+
+    def lane_mask(self, count: ir.Value) -> ir.Value:
+        """Lanes ``< count`` (``count`` in ``[1, width)``)."""
+        b = self.b()
+        lanes = ir.Constant(ir.VectorType(I64, self.width), list(range(self.width)))
+        undef = ir.Constant(ir.VectorType(I64, self.width), ir.Undefined)
+        one = b.insert_element(undef, count, ir.Constant(I32, 0))
+        splat = b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, self.width), [0] * self.width))
+        return b.icmp_unsigned("<", lanes, splat)
+
+    def pos(self, ref: str, counters: dict[int, ir.Value]) -> ir.Value:
+        """``ref``'s element position at ``counters`` (index position -> counter value)."""
+        b = self.b()
+        out = self.views[ref].base
+        for k, c in counters.items():
+            coef = self.s.coefs[ref][k]
+            if coef:
+                out = b.add(out, c if coef == 1 else b.mul(c, i64(coef)))
+        return out
+
+    def cond(self, c: Affine, c0: ir.Value, counters: dict[int, ir.Value]) -> ir.Value:
+        b = self.b()
+        value = c0
+        for k, cnt in counters.items():
+            coef = c.coeff(self.block.idxs[k].name)
+            if coef:
+                value = b.add(value, b.mul(cnt, i64(int(coef))))
+        return b.icmp_signed(">=", value, i64(0))
+
+    # -------------------------------------------------------------------- the nests
+    def run(self, bounds: dict[int, tuple[ir.Value, ir.Value]]) -> None:
+        s, block = self.s, self.block
+        origin = self.origin
+        self.c0 = [self.cg.affine(c, origin, block, "a constraint") for c in block.constraints]
+        self.bounds = {
+            k: bounds.get(k, (i64(0), i64(ix.range))) for k, ix in enumerate(block.idxs) if ix.range > 1
+        }
+        free = set(self.bounds)
+        rowset = {s.r} if s.r is not None else set()
+        # each constraint's level: outer loop position, or reduction level (row ones apart)
+        self.outer_guards: dict[int, list[int]] = {}
+        self.red_guards: dict[int, list[int]] = {}
+        self.row_guards: dict[int, list[int]] = {}
+        for j, c in enumerate(block.constraints):
+            ks = {k for k in free if c.coeff(block.idxs[k].name)}
+            reds = [s.red.index(k) + 1 for k in ks if k in s.red]
+            if ks & rowset:
+                self.row_guards.setdefault(max(reds, default=0), []).append(j)
+            elif reds:
+                self.red_guards.setdefault(max(reds), []).append(j)
+            else:
+                level = max((s.outer.index(k) for k in ks), default=-1)
+                self.outer_guards.setdefault(level, []).append(j)
+        self.outer_level(-1, {})
+
+    def guard(self, idx: list[int], counters: dict[int, ir.Value], then: Callable[[], None]) -> None:
+        if not idx:
+            then()
+            return
+        b = self.b()
+        ok = None
+        for j in idx:
+            t = self.cond(self.block.constraints[j], self.c0[j], counters)
+            ok = t if ok is None else b.and_(ok, t)
+        with b.if_then(ok):
+            then()
+
+    def outer_level(self, depth: int, counters: dict[int, ir.Value]) -> None:
+        def inner() -> None:
+            if depth + 1 == len(self.s.outer):
+                self.columns(counters)
+                return
+            k = self.s.outer[depth + 1]
+            lo, hi = self.bounds[k]
+            for_range(self.em, lo, hi, lambda c: self.outer_level(depth + 1, {**counters, k: c}))
+
+        self.guard(self.outer_guards.get(depth, []), counters, inner)
+
+    def columns(self, counters: dict[int, ir.Value]) -> None:
+        lo, hi = self.bounds[self.s.v]
+        step = self.nv * self.width
+        end = _stepped(self.em, lo, hi, step, lambda v0: self.rows(counters, v0, self.nv, None))
+        if self.nv > 1:
+            end = _stepped(self.em, end, hi, self.width, lambda v0: self.rows(counters, v0, 1, None))
+        b = self.b()
+        with b.if_then(b.icmp_signed("<", end, hi)):
+            self.rows(counters, end, 1, self.lane_mask(b.sub(hi, end)))
+
+    def rows(self, counters, v0: ir.Value, nv: int, lanes: ir.Value | None) -> None:
+        self.packed = {}
+        if nv == self.nv and lanes is None and self.pack_refs:
+            self.pack(counters, v0)
+        if self.s.r is None:
+            self.tile(counters, v0, nv, lanes, None, 1)
+            return
+        lo, hi = self.bounds[self.s.r]
+        end = lo
+        if self.mr > 1:
+            mr = self.mr
+            end = _stepped(self.em, lo, hi, mr, lambda r0: self.tile(counters, v0, nv, lanes, r0, mr))
+        for_range(self.em, end, hi, lambda r0: self.tile(counters, v0, nv, lanes, r0, 1))
+
+    def tile(self, counters, v0, nv: int, lanes, r0, mr: int) -> None:
+        s, b, em = self.s, self.b(), self.em
+        base = {**counters, s.v: v0}
+        if s.r is not None:
+            base[s.r] = r0
+        self.cur = (v0, nv, lanes, r0, mr)
+        out = self.views[s.out]
+        slots = [[em.alloca(self.vt) for _ in range(nv)] for _ in range(mr)]
+        for m in range(mr):
+            for n in range(nv):
+                p = self.out_pos(base, m, n)
+                mask = lanes if n == nv - 1 else None
+                b.store(self.vload(out, p, mask), slots[m][n])
+        self.slots = slots
+        self.red_level(0, base, None)
+        b = self.b()
+        for m in range(mr):
+            for n in range(nv):
+                p = self.out_pos(base, m, n)
+                value = b.load(slots[m][n], typ=self.vt)
+                self.vstore(out, p, value, lanes if n == nv - 1 else None)
+
+    def out_pos(self, base: dict[int, ir.Value], m: int, n: int) -> ir.Value:
+        return self.elem(self.s.out, base, m, n)
+
+    def elem(self, ref: str, base: dict[int, ir.Value], m: int, n: int) -> ir.Value:
+        """``ref``'s element at row ``m`` and vector ``n`` of the tile at ``base``."""
+        b = self.b()
+        p = self.pos(ref, base)
+        coefs = self.s.coefs[ref]
+        off = 0
+        if self.s.r is not None:
+            off += coefs[self.s.r] * m
+        off += coefs[self.s.v] * n * self.width
+        return b.add(p, i64(off)) if off else p
+
+    def row_conds(self, idx: list[int], counters, mr: int) -> list[ir.Value]:
+        """Per row, whether every constraint of ``idx`` holds."""
+        b = self.b()
+        r0 = counters[self.s.r]
+        out = []
+        for m in range(mr):
+            here = {**counters, self.s.r: b.add(r0, i64(m)) if m else r0}
+            ok = None
+            for j in idx:
+                t = self.cond(self.block.constraints[j], self.c0[j], here)
+                ok = t if ok is None else b.and_(ok, t)
+            out.append(ok)
+        return out
+
+    def red_level(self, level: int, counters, masks: list[ir.Value] | None) -> None:
+        mr = self.cur[4]
+
+        def after_rows(ms: list[ir.Value] | None) -> None:
+            if level == len(self.s.red):
+                self.body(counters, ms)
+                return
+            k = self.s.red[level]
+            lo, hi = self.bounds[k]
+            for_range(self.em, lo, hi, lambda c: self.red_level(level + 1, {**counters, k: c}, ms))
+
+        def after_guards() -> None:
+            rows = self.row_guards.get(level)
+            if not rows:
+                after_rows(masks)
+                return
+            conds = self.row_conds(rows, counters, mr)
+            b = self.b()
+            if mr == 1:
+                with b.if_then(conds[0]):
+                    after_rows(masks)
+                return
+            if masks is not None:
+                after_rows([b.and_(a, c) for a, c in zip(masks, conds)])
+                return
+            with b.if_else(b.and_(conds[0], conds[-1])) as (fast, slow):
+                with fast:
+                    after_rows(None)
+                with slow:
+                    after_rows(conds)
+
+        self.guard(self.red_guards.get(level, []), counters, after_guards)
+
+    def body(self, counters, masks: list[ir.Value] | None) -> None:
+        """One reduction point for every accumulator of the tile."""
+        b = self.b()
+        _, nv, lanes, _, mr = self.cur
+        grids: dict[str, list[list[ir.Value]]] = {}
+        made_by: dict[str, Intrinsic] = {}
+        for st in self.block.stmts:
+            if isinstance(st, Load):
+                grids[st.into] = self.load_grid(st.from_, counters, mr, nv, lanes)
+            elif isinstance(st, Intrinsic):
+                x, y = grids[st.inputs[0]], grids[st.inputs[1]]
+                op = b.fmul if st.name == "mul" else b.fadd
+                grids[st.outputs[0]] = _combine(op, x, y)
+                made_by[st.outputs[0]] = st
+            elif isinstance(st, Store):
+                prod = made_by.get(st.from_)
+                fused = self.fma and prod is not None and prod.name == "mul"
+                for m in range(mr):
+                    for n in range(nv):
+                        acc = b.load(self.slots[m][n], typ=self.vt)
+                        if fused:
+                            fn = self._intrinsic(f"llvm.fma.{self._suffix()}", self.vt, [self.vt] * 3)
+                            xa, ya = grids[prod.inputs[0]], grids[prod.inputs[1]]
+                            new = b.call(fn, [xa[m][n], ya[m][n], acc])
+                        else:
+                            new = b.fadd(acc, grids[st.from_][m][n])
+                        if masks is not None:
+                            new = b.select(masks[m], new, acc)
+                        b.store(new, self.slots[m][n])
+
+    def pack(self, counters, v0: ir.Value) -> None:
+        """Copy the ``NV*W``-wide panel of every ``pack_refs`` operand at ``v0`` over all
+        reduction points into contiguous scratch (reduction points row-major, ``NR`` floats
+        each): the rows of the tiles then stream it without cache-set conflicts or TLB misses."""
+        s = self.s
+        width = self.nv * self.width
+        for ref in self.pack_refs:
+            slot = self.pack_slots.get(ref)
+            if slot is None:
+                slot = self.pack_slots[ref] = self.em.alloca(self.scalar, self.red_points * width)
+            base = {**counters, s.v: v0}
+
+            def copy(red: dict[int, ir.Value], ref=ref, slot=slot, base=base) -> None:
+                at = {**base, **red}
+                line = self.red_linear(red)
+                for n in range(self.nv):
+                    value = self.vload(self.views[ref], self.elem(ref, at, 0, n), None)
+                    self.store_packed(slot, line, n, value)
+
+            self.over_reductions(0, {}, copy)
+            self.packed[ref] = slot
+
+    def over_reductions(self, level: int, red: dict[int, ir.Value], body) -> None:
+        if level == len(self.s.red):
+            body(red)
+            return
+        k = self.s.red[level]
+        lo, hi = self.bounds[k]
+        for_range(self.em, lo, hi, lambda c: self.over_reductions(level + 1, {**red, k: c}, body))
+
+    def red_linear(self, counters: dict[int, ir.Value]) -> ir.Value:
+        """The row-major position of the reduction point ``counters`` among all of them."""
+        b = self.b()
+        out: ir.Value = i64(0)
+        for k in self.s.red:
+            rng = self.block.idxs[k].range
+            out = counters[k] if out is i64(0) else b.add(b.mul(out, i64(rng)), counters[k])
+        return out
+
+    def packed_at(self, slot: ir.Value, line: ir.Value, n: int) -> ir.Value:
+        b = self.b()
+        pos = b.add(b.mul(line, i64(self.nv * self.width)), i64(n * self.width))
+        return b.gep(slot, [pos], inbounds=True, source_etype=self.scalar)
+
+    def store_packed(self, slot: ir.Value, line: ir.Value, n: int, value: ir.Value) -> None:
+        self.b().store(value, self.packed_at(slot, line, n), align=self.scalar is F64 and 8 or 4)
+
+    def load_grid(self, ref: str, counters, mr: int, nv: int, lanes) -> list[list[ir.Value]]:
+        s = self.s
+        if ref in self.packed and nv == self.nv and lanes is None:
+            line = self.red_linear(counters)
+            b = self.b()
+            align = self.scalar is F64 and 8 or 4
+            slot = self.packed[ref]
+            row = [b.load(self.packed_at(slot, line, n), typ=self.vt, align=align) for n in range(nv)]
+            return [row] * mr
+        coefs = s.coefs[ref]
+        per_row = s.r is not None and coefs[s.r] != 0
+        view = self.views[ref]
+        rows = []
+        for m in range(mr if per_row else 1):
+            if coefs[s.v] == 0:
+                x = view.read(self.em, self.elem(ref, counters, m, 0))
+                rows.append([self.splat(x)] * nv)
+            else:
+                rows.append(
+                    [
+                        self.vload(view, self.elem(ref, counters, m, n), lanes if n == nv - 1 else None)
+                        for n in range(nv)
+                    ]
+                )
+        return rows if per_row else rows * mr
+
+
+def _combine(op, x: list[list[ir.Value]], y: list[list[ir.Value]]) -> list[list[ir.Value]]:
+    """``op`` lane-wise over two grids; rows that are the same objects are computed once."""
+    out, seen = [], {}
+    for xr, yr in zip(x, y):
+        key = (id(xr), id(yr))
+        if key not in seen:
+            seen[key] = [op(a, c) for a, c in zip(xr, yr)]
+        out.append(seen[key])
+    return out
+
+
+def _stepped(em, lo: ir.Value, hi: ir.Value, step: int, body: Callable[[ir.Value], None]) -> ir.Value:
+    """``for (x = lo; x + step <= hi; x += step) body(x)``; returns the first ``x`` not run."""
+    b = em.builder
+    fn = b.block.function
+    head, loop, done = (fn.append_basic_block() for _ in range(3))
+    entry = b.block
+    b.branch(head)
+    b.position_at_end(head)
+    x = b.phi(I64)
+    x.add_incoming(lo, entry)
+    b.cbranch(b.icmp_signed("<=", b.add(x, i64(step)), hi), loop, done)
+    b.position_at_end(loop)
+    body(x)
+    x.add_incoming(b.add(x, i64(step), flags=["nsw"]), b.block)
+    b.branch(head)
+    b.position_at_end(done)
+    return x
+
+
+def emit_microkernel(
+    cg, block: Block, starts: list[ir.Value], parent_views: dict[str, View] | None, bounded, cfg: VectorConfig
+) -> bool:
+    """Emit ``block`` (all its points; ``bounded``: ``(index position, lo, hi)`` restricting one
+    kernel index to a chunk, or None) as a micro-kernel when ``analyse`` matches it; False (and
+    nothing emitted) otherwise. ``cg`` is the ``KernelCodegen`` (views, affines, the builder)."""
+    if not cfg.vector_bytes:
+        return False
+    dims: dict[str, tuple[Dim, ...]] = {}
+    dts: dict[str, DType] = {}
+    for r in block.refs:
+        if parent_views is None and r.source in cg.ptrs:
+            dims[r.into], dts[r.into] = r.shape.dims, cg.buf_dtypes[r.source]
+        elif parent_views is not None and r.source in parent_views:
+            p = parent_views[r.source]
+            dims[r.into], dts[r.into] = p.dims, p.buf_dtype
+    pos = bounded[0] if bounded is not None else None
+    shape = analyse(block, dims, dts, pos if pos is not None and block.idxs[pos].range > 1 else None)
+    if shape is None:
+        return False
+    origin = {ix.name: st for ix, st in zip(block.idxs, starts)}
+    views = {r.into: cg.view(block, r, origin, parent_views) for r in block.refs}
+    mk = MicroKernel(cg, block, shape, views, cfg)
+    mk.origin = origin
+    bounds = {}
+    if pos is not None and block.idxs[pos].range > 1:
+        bounds[pos] = (bounded[1], bounded[2])
+    mk.run(bounds)
+    return True
+
+
+__all__ = ["VectorConfig", "analyse", "emit_microkernel", "host_vector_bytes"]
