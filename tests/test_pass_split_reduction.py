@@ -414,6 +414,16 @@ def test_only_leaves_are_split_and_temporaries_are_declared_at_every_level():
     assert_same_meaning(program, out)
 
 
+def test_a_reduction_inside_an_indexed_block_is_not_split():
+    """After contraction + elementwise fusion the row sum runs per point of the fused block's i0:
+    an init of P there would race with another point's partials."""
+    program = lowered("function (A[M, N]) -> (O) { S[i: M] = +(A[i, j]); O = exp(S); }", {"A": (3, 37)})
+    fuse = {"a_reqs": ["contraction"], "b_reqs": ["eltwise"], "fused_set": ["fused"], "b_fully_fused": True}
+    fused = run_pass("fusion", fuse, program)
+    assert any(isinstance(s, Block) and "contraction" in s.tags for k in kernels(fused) for s in k.stmts)
+    assert run_pass("split_reduction", {"reqs": ["contraction"], **_SMALL}, fused) == fused
+
+
 def test_strict_mode_skips_it():
     data = json.loads((TARGETS / "llvm_cpu.json").read_text())
     cfg = parse_config(json.dumps(data))

@@ -34,13 +34,23 @@ How many lanes: the target is ``parallelism`` (0: the hardware's ``Σ count x th
 ``oversubscribe`` points in all, so ``ceil(target / outputs)`` lanes per output point, at most
 ``lanes`` (0: no cap), at most ``R`` and at most ``reduction / min_chunk`` (each lane aggregates at
 least ``min_chunk`` values); ``only_po2`` rounds down to a power of two, and contiguous chunks are
-evened out so that no lane is empty. A block is split when it carries ``reqs``, is a leaf over
-views of its parent (loads, stores, intrinsics, constants, ``load_index``; indexes without
-affines), has one ``add|mul|max|min`` output it does not read (``=`` is never split: its one
-writer must stay one), fewer than ``max_outputs`` (0: the target) output points, a reduction of at
-least ``min_reduction`` values, and at least two lanes. The reduction index split gives the most
-lanes; among equals, with ``interleave`` the one an input reads with stride 1, else the one of the
-largest stride (whole rows per lane); then the first.
+evened out so that no lane is empty. These thread lanes need fewer than ``max_outputs`` (0: the
+target) output points and a reduction of at least ``min_reduction`` values.
+
+**Vector lanes** (contiguous mode, ``vector`` V > 1): each chunk is itself interleaved,
+``r = chunk * l + V * t + v`` with ``v`` a lane dim of ``P`` (last, stride 1), so the innermost
+loop adds V contiguous elements into V contiguous partials, which a CPU code generator vectorizes
+(a serial float sum cannot be: its order is fixed). They apply, whatever the output count, when
+an input reads ``r`` with stride 1, no output index already does (else the outputs vectorize), and
+``R >= 8 V`` (the partials are then at most a quarter of the input's traffic).
+
+A block is split when it carries ``reqs``; is a leaf over views of its parent (loads, stores,
+intrinsics, constants, ``load_index``; indexes without affines) whose enclosing blocks have no
+indexes (each new block must run once, as a kernel: per point of an enclosing block, the init and
+the partials of one ``P`` could race); has one ``add|mul|max|min`` output, stored once and never
+loaded (``=`` is never split: its one writer must stay one); and gets at least two lanes. The
+index split is the one giving the most lanes; among equals, with ``interleave`` one an input reads
+with stride 1, else the one of the largest stride (whole rows per lane); then the first.
 
 Reorders: an element receives its values lane by lane, so float results may differ in rounding
 (``settings={"strict": True}`` skips the pass).
@@ -184,6 +194,10 @@ class _Splitter:
     ) -> tuple[list[Block], list[tuple[str, TensorShape]]] | None:
         """The init, partial and (split again while long) combine blocks replacing ``block`` and
         the buffers they need, or None when the block does not qualify."""
+        # The new blocks must run once each, in order: inside an indexed block they would run per
+        # point, and the points of one P (its init, its partials) could race.
+        if any(p.idxs for p in parents):
+            return None
         acc = _accumulator(block, parents[-1])
         if acc is None:
             return None
