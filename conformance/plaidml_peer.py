@@ -73,12 +73,14 @@ class PlaidML:
         lines = [ln for ln in text.splitlines() if not ln.startswith("INFO:plaidml:")]
         return "\n".join(lines[-20:])
 
-    def run(self, source: str, inputs: Mapping[str, np.ndarray], timeout: float | None = None) -> dict:
+    def run(self, source: str, inputs: Mapping[str, np.ndarray | int], timeout: float | None = None) -> dict:
         if self._proc is None or self._proc.poll() is not None:
             self._proc = self._start()
         proc = self._proc
         offset = self._log.seek(0, os.SEEK_END)
-        request = pickle.dumps((source, {k: np.asarray(v) for k, v in inputs.items()}, output_names(source)))
+        # A Python int is bound as a plaidml.Integer, which PlaidML takes as a size (docs §6.3.1).
+        arrays = {k: v if isinstance(v, int) else np.asarray(v) for k, v in inputs.items()}
+        request = pickle.dumps((source, arrays, output_names(source)))
         try:
             proc.stdin.write(struct.pack("<Q", len(request)) + request)
             proc.stdin.flush()
@@ -222,6 +224,9 @@ def _execute(plaidml, ctx, dev, source: str, inputs: dict, outputs: list[str]) -
     function = plaidml.Function(source)
     tensors = {}
     for name, arr in inputs.items():
+        if isinstance(arr, int):
+            tensors[name] = plaidml.Integer(arr)
+            continue
         arr = np.array(arr, order="C")  # (np.ascontiguousarray would make a 0-D array 1-D)
         t = plaidml.Tensor(dev, plaidml.Shape(ctx, to_plaidml[arr.dtype], *arr.shape))
         with t.mmap_discard(ctx) as view:
