@@ -256,7 +256,7 @@ def test_float_literal_comparison_keeps_tiles_typing():
 def test_float_sums_keep_the_interpreters_order():
     a, b = RNG.standard_normal((33, 70)).astype(np.float32), RNG.standard_normal((70, 19)).astype(np.float32)
     src = "function (A[M, K], B[K, N]) -> (C) { C[i, j : M, N] = +(A[i, k] * B[k, j]); }"
-    got = run(src, {"A": a, "B": b})
+    got = run(src, {"A": a, "B": b}, settings={"strict": True})  # semantics §8.3: no fma, same order
     assert_same(got, run_stripe(lowered(src, {"A": a, "B": b}), {"A": a, "B": b}))  # bit for bit
 
 
@@ -264,7 +264,8 @@ def test_work_items_are_the_owned_indexes():
     src = """function (A[M, K], B[K, N], V[T]) -> (C, S, W) {
         C[i, j : M, N] = +(A[i, k] * B[k, j]); S[j : N] = +(B[k, j]); W[] = +(V[i]);
     }"""
-    cp = build(src, {"A": ints(RNG, (3, 5)), "B": ints(RNG, (5, 4)), "V": ints(RNG, 6)})
+    ins = {"A": ints(RNG, (3, 5)), "B": ints(RNG, (5, 4)), "V": ints(RNG, 6)}
+    cp = build(src, ins, {"tiled": False})  # the general kernels (test_opencl_tiled: the matmul's tiles)
     extra = cp.library.extra
     plans = zip(cp.infos, extra["owned"], extra["work_items"])
     got = [(owned, work) for info, owned, work in plans if "contraction" in info.block.tags]
@@ -304,10 +305,10 @@ def test_build_is_asynchronous_unless_asked():
 def test_fast_math_uses_mad_and_native_functions():
     src = "function (A[M, K], B[K, N]) -> (C, E) { C[i, j : M, N] = +(A[i, k] * B[k, j]); E = exp(A); }"
     ins = {"A": ints(RNG, (4, 5)), "B": ints(RNG, (5, 3))}
-    cp = build(src, ins, {"fast_math": True})
+    cp = build(src, ins, {"fast_math": True, "tiled": False})  # the general kernel's mad
     assert "mad(" in cp.library.source and "native_exp(" in cp.library.source
     np.testing.assert_array_equal(cp(ins)["C"], ins["A"].astype(np.float64) @ ins["B"])  # exact on integers
-    assert "mad(" not in build(src, ins).library.source
+    assert "mad(" not in build(src, ins, {"tiled": False}).library.source
 
 
 def test_float16_on_a_device_without_it_is_a_clear_error():

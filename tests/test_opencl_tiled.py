@@ -173,3 +173,31 @@ def test_gemm_tiles_setting():
     with pytest.raises(GemmTilesError, match="gemm_tiles") as e:
         run(MM, {"A": a, "B": b}, settings={"gemm_tiles": [128, 128, 3, 8, 16]})
     assert "hint" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "src,shapes",
+    [
+        (
+            "function (A[M, K], B[K, N], Bias[N]) -> (C) { T[m, n : M, N] = +(A[m, k] * B[k, n]); "
+            "C = relu(T + Bias); }",
+            {"A": (130, 17), "B": (17, 129), "Bias": (129,)},
+        ),
+        (
+            """function (I[N, X, Y, CI], F[KX, KY, CI, CO], Bias[CO]) -> (R) {
+              O[n, x, y, co : N, X, Y, CO] = +(I[n, x + i - 1, y + j - 1, ci] * F[i, j, ci, co]);
+              R = relu(O + Bias);
+            }""",
+            {"I": (1, 5, 7, 3), "F": (3, 3, 3, 70), "Bias": (70,)},
+        ),
+    ],
+)
+def test_fused_epilogue(src, shapes):
+    """The optimizer fuses the elementwise consumer; it runs on each element before the store."""
+    rng = np.random.default_rng(9)
+    inputs = {k: ints(rng, s) for k, s in shapes.items()}
+    cp = compiled(src, inputs)
+    assert tiled_kernels(cp) == 1 and len(cp.infos) <= 2  # the zero-fill kernel at most, and this
+    want = ref_interp.run(src, inputs)
+    for name, got in cp(inputs).items():
+        np.testing.assert_array_equal(got, want[name])

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backends.llvm.schedule import plan
-from stripe.ir import Block, Index, Intrinsic, Load, RefDir, Refinement, Store
+from stripe.ir import Block, Index, Intrinsic, Load, RefDir, Refinement, Special, Store
 from tile.affine import Affine
 from tile.dtypes import DType
 
@@ -64,13 +64,14 @@ class Gemm:
     dtype: DType
     a: Operand  # uses M (and batch, K)
     b: Operand  # uses N (and batch, K)
-    out: Operand
+    out: Operand | None  # None: the fused epilogue stores
     m: Group
     n: Group
     k: Group
     batch: Group
     store_guards: tuple[Affine, ...]
     starts: dict[str, int]  # index name -> its first value
+    epilogue: tuple[Block, Refinement] | None = None  # fused: the kernel block, its accumulator
 
 
 def element_offset(r: Refinement) -> Affine | None:
@@ -87,8 +88,8 @@ def _stride(aff: Affine, name: str) -> int:
     return abs(int(aff.coeff(name)))
 
 
-def match(block: Block, buffers: tuple[str, ...], buffer_dtypes: dict[str, DType], reorder: bool):
-    """The ``Gemm`` view of ``block``, or None when it is not a GEMM-shaped contraction."""
+def _body(block: Block) -> tuple[Refinement, Refinement, Refinement, DType] | None:
+    """``load X, load Y, mul, store O`` of one float type: the refinements X, Y, O and the type."""
     st = block.stmts
     if (
         len(st) != 4
@@ -101,53 +102,130 @@ def match(block: Block, buffers: tuple[str, ...], buffer_dtypes: dict[str, DType
     ):
         return None
     dt = st[2].dtype
-    if dt not in FLOATS or len(block.refs) != 3:
-        return None
     refs = {r.into: r for r in block.refs}
     first, second = (refs.get(st[0].from_), refs.get(st[1].from_))
     if st[2].inputs[0] != st[0].into:
         first, second = second, first
     out = refs.get(st[3].into)
-    if first is None or second is None or out is None or out.agg_op != "add":
+    if dt not in FLOATS or len(block.refs) != 3 or first is None or second is None or out is None:
         return None
+    if out.agg_op != "add" or any(r.shape.dtype is not dt for r in (first, second, out)):
+        return None
+    if any(len(r.access) != len(r.shape.dims) for r in (first, second, out)):
+        return None
+    return first, second, out, dt
+
+
+def match(block: Block, buffers: tuple[str, ...], buffer_dtypes: dict[str, DType], reorder: bool):
+    """The ``Gemm`` view of kernel ``block``, or None when it is not a GEMM-shaped contraction:
+    either the flat contraction itself or, after ``fusion``, a block over the output indexes whose
+    first statement is the contraction (over the reduction indexes, into a scalar local) and whose
+    other statements (the epilogue) compute and store the final element from it."""
+    if any(ix.affine is not None and not ix.affine.is_constant for ix in block.idxs):
+        return None
+    if block.stmts and isinstance(block.stmts[0], Block):
+        return _fused(block, buffers, buffer_dtypes, reorder)
+    body = _body(block)
+    if body is None:
+        return None
+    first, second, out, dt = body
     if out.dir not in (RefDir.OUT, RefDir.INOUT) or out.source in (first.source, second.source):
         return None
-    for r in (first, second, out):
-        if r.source not in buffers or r.shape.dtype is not dt or buffer_dtypes.get(r.source) is not dt:
-            return None
-        if len(r.access) != len(r.shape.dims):
-            return None
+    if any(r.source not in buffers or buffer_dtypes.get(r.source) is not dt for r in (first, second, out)):
+        return None
     offs = [element_offset(r) for r in (first, second, out)]
     if any(o is None for o in offs):
         return None
     fa, fb, fo = offs
-    if any(ix.affine is not None and not ix.affine.is_constant for ix in block.idxs):
+    outs = frozenset(fo.vars)
+    if not outs <= set(plan(block, buffers, 1).owned):
         return None
-    outs = set(fo.vars)
+    return _group(
+        dt, block.idxs, block.constraints, (first, fa), (second, fb), outs, fo, Operand(out, fo), reorder
+    )
+
+
+def _fused(block: Block, buffers, buffer_dtypes, reorder: bool):
+    inner = block.stmts[0]
+    epilogue = block.stmts[1:]
+    if any(isinstance(s, (Block, Special)) for s in epilogue):
+        return None
+    body = _body(inner)
+    if body is None:
+        return None
+    first, second, acc, dt = body
+    outer = {r.into: r for r in block.refs}
+    local = outer.get(acc.source)
+    if local is None or local.dir is not RefDir.NONE or local.from_ is not None:
+        return None
+    if local.shape.dtype is not dt or any(d.size != 1 for d in local.shape.dims):
+        return None
+    if any(isinstance(s, Store) and s.into == local.into for s in epilogue):
+        return None
+    # inner indexes of range 1 that follow an outer one (``x_o = x``) are that outer index
+    subst: dict[str, Affine] = {}
+    kidx: list[Index] = []
+    for ix in inner.idxs:
+        if ix.affine is not None and not ix.affine.is_constant:
+            if ix.range != 1 or not set(ix.affine.vars) <= {o.name for o in block.idxs}:
+                return None
+            subst[ix.name] = ix.affine
+        else:
+            kidx.append(ix)
+    if {ix.name for ix in kidx} & {ix.name for ix in block.idxs}:
+        return None
+    ops = []
+    for r in (first, second):
+        parent = outer.get(r.source)
+        if parent is None or parent.source not in buffers or buffer_dtypes.get(parent.source) is not dt:
+            return None
+        po = element_offset(parent)
+        io = Affine.constant(0)
+        for a, d in zip(r.access, parent.shape.dims):
+            if not a.is_integral:
+                return None
+            io = io + a.substitute(subst) * d.stride
+        if po is None or len(r.access) != len(parent.shape.dims):
+            return None
+        ops.append((parent, po + io))
+    writes = {s.into for s in epilogue if isinstance(s, Store)}
+    if {outer[w].source for w in writes if w in outer} & {first.source, second.source}:
+        return None
     owned = set(plan(block, buffers, 1).owned)
-    if not outs <= owned:
+    names = frozenset(ix.name for ix in block.idxs)
+    if not names <= owned:
         return None
-    m = [ix for ix in block.idxs if ix.name in outs and ix.name in fa.vars and ix.name not in fb.vars]
-    n = [ix for ix in block.idxs if ix.name in outs and ix.name in fb.vars and ix.name not in fa.vars]
-    bt = [ix for ix in block.idxs if ix.name in outs and ix.name in fa.vars and ix.name in fb.vars]
-    k = [ix for ix in block.idxs if ix.name not in outs]
+    stores = [element_offset(outer[w]) for w in writes if w in outer and outer[w].source in buffers]
+    order = stores[0] if stores and stores[0] is not None else Affine.constant(0)
+    cons = tuple(c.substitute(subst) for c in inner.constraints) + block.constraints
+    idxs = block.idxs + tuple(kidx)
+    return _group(dt, idxs, cons, ops[0], ops[1], names, order, None, reorder, (block, local))
+
+
+def _group(dt, idxs, constraints, a, b, outs, order: Affine, out, reorder, epilogue=None) -> Gemm | None:
+    """Sort the indexes into M, N, batch and K and the constraints into guards (module docstring);
+    ``order`` is the output's element offset (its strides order M and N)."""
+    (first, fa), (second, fb) = a, b
+    m = [ix for ix in idxs if ix.name in outs and ix.name in fa.vars and ix.name not in fb.vars]
+    n = [ix for ix in idxs if ix.name in outs and ix.name in fb.vars and ix.name not in fa.vars]
+    bt = [ix for ix in idxs if ix.name in outs and ix.name in fa.vars and ix.name in fb.vars]
+    k = [ix for ix in idxs if ix.name not in outs]
     if len(m) + len(n) + len(bt) != len(outs) or not (m or n):
         return None  # an output index neither operand reads (a broadcast) does not fit
 
     def fastest(grp: list[Index]) -> int:
-        return min((_stride(fo, ix.name) for ix in grp), default=1 << 62)
+        return min((_stride(order, ix.name) for ix in grp), default=1 << 62)
 
     # N holds the output's contiguous index, so consecutive work-items store consecutive elements
     if fastest(m) < fastest(n):
         m, n, first, second, fa, fb = n, m, second, first, fb, fa
-    m.sort(key=lambda ix: -_stride(fo, ix.name))
-    n.sort(key=lambda ix: -_stride(fo, ix.name))
-    bt.sort(key=lambda ix: -_stride(fo, ix.name))
+    for grp in (m, n, bt):
+        grp.sort(key=lambda ix: -_stride(order, ix.name))
     if reorder:
         k.sort(key=lambda ix: -_stride(fa, ix.name))
     mn, nn, kn = ({ix.name for ix in g} for g in (m, n, k))
     ga, gb, gs = [], [], []
-    for c in block.constraints:
+    for c in constraints:
         vs = set(c.vars)
         if not vs & kn:
             gs.append(c)
@@ -160,16 +238,17 @@ def match(block: Block, buffers: tuple[str, ...], buffer_dtypes: dict[str, DType
         else:
             ga.append(c)
             gb.append(c)
-    starts = {ix.name: int(ix.affine.const) if ix.affine is not None else 0 for ix in block.idxs}
+    starts = {ix.name: int(ix.affine.const) if ix.affine is not None else 0 for ix in idxs}
     return Gemm(
         dt,
         Operand(first, fa, tuple(ga)),
         Operand(second, fb, tuple(gb)),
-        Operand(out, fo),
+        out,
         Group(tuple(m)),
         Group(tuple(n)),
         Group(tuple(k)),
         Group(tuple(bt)),
         tuple(gs),
         starts,
+        epilogue,
     )

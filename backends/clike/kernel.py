@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from backends.clike.contraction import match
 from backends.clike.ops import binary, intrinsic
@@ -170,9 +170,44 @@ class KernelEmitter:
         if g is None:
             return None
         tiles = choose_tiles(g, self.t.compute_units, self.t.gemm_tiles)
-        emitter = GemmEmitter(self.t, g, self.ptrs, tiles, self.t.contract)
+        emitter = GemmEmitter(self.t, g, self.ptrs, tiles, self.t.contract, self.epilogue(g))
         text, work, local = emitter.source(self.symbol, self.params)
         return KernelSource(self.symbol, text, work, (), local)
+
+    def epilogue(self, g):
+        """For a fused kernel: emits its statements after the contraction for one output element,
+        the accumulator local holding the element's sum (``acc``), through ``point``."""
+        if g.epilogue is None:
+            return None
+        block, local = g.epilogue
+        rest = replace(block, idxs=(), constraints=(), stmts=block.stmts[1:])
+
+        def emit(lines: list[str], vals: dict[str, str], acc: str, depth: int) -> None:
+            saved, self.lines, self.depth = self.lines, lines, depth
+            try:
+                reg = self.fresh(f"local_{local.into}")
+                dt = local.shape.dtype
+                self.line(f"{self.t.reg(dt)} {reg}[1] = {{{acc}}};")
+                parents = {
+                    r.source: View(
+                        r.into,
+                        self.ptrs[r.source],
+                        self.buf_dtypes[r.source],
+                        "0",
+                        r.shape.dims,
+                        r.shape.dtype,
+                        r.agg_op,
+                    )
+                    for r in block.refs
+                    if r.source in self.ptrs
+                }
+                dims = tuple(replace(d, stride=0) for d in local.shape.dims)
+                parents[local.into] = View(local.into, reg, dt, "0", dims, dt, local.agg_op, True)
+                self.point(rest, vals, parents)
+            finally:
+                self.lines = saved
+
+        return emit
 
     def is_special_kernel(self) -> bool:
         b = self.block

@@ -6,6 +6,8 @@ dtypes; ``cond``: the condition to bool), then
 
 * integer ``+ - *`` wrap (computed in the unsigned type of the width); ``/`` truncates toward zero,
   ``x / 0`` is 0 and ``INT_MIN / -1`` wraps (neither reaches the C division, which would trap);
+  ``mod`` is C's ``%`` (``x mod 0`` and ``x mod -1`` are 0 without reaching it) and ``fmod`` on floats;
+* ``recip(x)`` is ``1 / x``, correctly rounded (``native_recip`` only where ``fast_math`` has one);
 * float ``/`` is IEEE and correctly rounded (``CTarget.fdiv``); ``max``/``min`` propagate nan (the
   first operand's when both are nan); ``round`` is ``trunc(x) + (|x - trunc(x)| >= 0.5 ? sign : 0)``;
 * shift counts are taken modulo the width; ``>>`` is arithmetic on signed types;
@@ -37,6 +39,7 @@ ARITH = ("add", "sub", "mul", "div", "neg", "abs", "relu", "max", "min")
 BITS = ("bit_and", "bit_or", "bit_xor", "bit_not", "bit_left", "bit_right")
 SUPPORTED = frozenset(
     {*CMP, *CASTS, *LIBM, *ARITH, *BITS, "sqrt", "floor", "ceil", "round", "sigmoid", "pow", "cond"}
+    | {"mod", "recip"}
 )
 
 
@@ -60,13 +63,15 @@ def intrinsic(t: CTarget, tmp: Tmp, name: str, args: list[Value], dt: DType, whe
         else:
             out = t.cast(work, f"({x} >> {count})")
         return t.convert(out, work, dt)
-    if dt is DType.BOOL and name in ("add", "sub", "mul", "div", "neg"):
+    if dt is DType.BOOL and name in ("add", "sub", "mul", "div", "mod", "neg"):
         # not produced by Tile's typing (bool arithmetic is int32); as numpy: + is or, * is and
         inner = tmp(intrinsic(t, tmp, name, args, DType.INT32, where), DType.INT32)
         return t.convert(inner, DType.INT32, DType.BOOL)
     xs = [_bound(t, tmp, a, dt) for a in args]
     if name in ("add", "sub", "mul", "div", "max", "min"):
         return binary(t, name, xs[0], xs[1], dt)
+    if name == "mod":
+        return remainder(t, xs[0], xs[1], dt)
     if name in ("bit_and", "bit_or", "bit_xor"):
         op = {"bit_and": "&", "bit_or": "|", "bit_xor": "^"}[name]
         return t.cast(dt, f"({xs[0]} {op} {xs[1]})")
@@ -162,6 +167,19 @@ def binary(t: CTarget, op: str, x: str, y: str, dt: DType) -> str:
     return f"({y} == {zero} ? {zero} : {y} == {t.literal(-1, dt)} ? {neg} : {t.cast(dt, f'({x} / {y})')})"
 
 
+def remainder(t: CTarget, x: str, y: str, dt: DType) -> str:
+    """``mod`` of two register expressions of ``dt`` (variables or literals): the remainder of
+    truncating division, with the sign of ``x``."""
+    if dt.is_float:
+        work = DType.FLOAT32 if dt is DType.FLOAT16 else dt
+        out = t.math("fmod", work, [x, y])
+        return t.round_half(out) if dt is DType.FLOAT16 else out
+    zero = t.literal(0, dt)
+    # x mod 0 is 0, and x mod -1 is 0 (INT_MIN % -1 would trap)
+    trivial = f"{y} == {zero}" + (f" || {y} == {t.literal(-1, dt)}" if dt.is_signed else "")
+    return f"({trivial} ? {zero} : {t.cast(dt, f'({x} % {y})')})"
+
+
 def float_fn(t: CTarget, tmp: Tmp, name: str, xs: list[str], dt: DType) -> str:
     """A float builtin on register expressions of float ``dt`` (float16: computed in float, rounded
     once per step)."""
@@ -186,6 +204,9 @@ def float_fn(t: CTarget, tmp: Tmp, name: str, xs: list[str], dt: DType) -> str:
     if name == "pow":
         return done(t.math("pow", work, xs))
     one = t.literal(1, dt)
+    if name == "recip":
+        fast = t.native("recip", work, [x]) if t.fast_math and work is DType.FLOAT32 else None
+        return done(fast or t.fdiv(one, x, work))
     if name == "sigmoid":
         e = tmp(done(fn("exp", [f"(-{x})"])), dt)
         s = tmp(done(f"({one} + {e})"), dt)

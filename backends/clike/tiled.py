@@ -102,11 +102,16 @@ def _span(aff: Affine, g: Gemm, ranges: dict[str, int]) -> int:
 
 
 class GemmEmitter:
-    def __init__(self, t: CTarget, g: Gemm, ptrs: dict[str, str], tiles: Tiles, contract: bool):
+    def __init__(
+        self, t: CTarget, g: Gemm, ptrs: dict[str, str], tiles: Tiles, contract: bool, epilogue=None
+    ):
+        """``epilogue(lines, vals, acc, depth)`` appends the code that finishes one output element of
+        a fused kernel (``vals``: index name -> variable, ``acc``: the sum's register)."""
         self.t, self.g, self.ptrs, self.tl, self.contract = t, g, ptrs, tiles, contract
+        self.epilogue = epilogue
         self.lines: list[str] = []
         self.ranges = {ix.name: ix.range for grp in (g.m, g.n, g.k, g.batch) for ix in grp.idxs}
-        spans = [_span(o.offset, g, self.ranges) for o in (g.a, g.b, g.out)]
+        spans = [_span(o.offset, g, self.ranges) for o in (g.a, g.b, g.out) if o is not None]
         totals = [g.m.total + tiles.tm, g.n.total + tiles.tn, g.k.total + 2 * tiles.kt, g.batch.total]
         self.int = "int" if max(spans + totals) < INT32_SAFE else "long"
         self.T = t.reg(g.dtype)
@@ -262,7 +267,6 @@ class GemmEmitter:
     def store(self) -> None:
         g, tl = self.g, self.tl
         out = g.out
-        ptr = self.ptrs[out.ref.source]
         rows, cols = {}, {}
         for i in range(tl.rm):
             at = f"m0 + {(i // 4) * tl.tm * 4 // tl.rm + i % 4} + ty * 4"
@@ -279,6 +283,12 @@ class GemmEmitter:
                 conds = [f"r{i} < {g.m.total}"] if g.m.total % tl.tm else []
                 conds += [f"q{j} < {g.n.total}"] if g.n.total % tl.tn else []
                 conds += self.cond(g.store_guards, env)
+                if out is None:
+                    self.line(f"if ({' && '.join(conds)}) {{" if conds else "{")
+                    self.epilogue(self.lines, env, f"c{i}_{j}", 2)
+                    self.line("}")
+                    continue
+                ptr = self.ptrs[out.ref.source]
                 off = self.affine(out.offset, env)
                 st = f"{ptr}[{off}] = {ptr}[{off}] + c{i}_{j};"
                 self.line(f"if ({' && '.join(conds)}) {st}" if conds else st)

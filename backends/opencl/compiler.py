@@ -11,6 +11,7 @@ Settings (all optional): ``cache`` (False: no disk cache), ``async`` (False: bui
 returning), ``fast_math`` (``mad`` for multiply-accumulate and ``native_*`` functions: faster, not
 exact), ``local_size`` (work-group size, default 64; a tiled contraction sets its own),
 ``gemm_tiles`` (``[tm, tn, rm, rn, kt]``: the tiles of every tiled contraction, for tuning),
+``tiled`` (False: GEMM-shaped contractions too run one work-item per output element),
 ``buffer_dtypes`` (buffer name -> dtype, for
 ``KernelInfo``s without ``buffer_dtypes``). Float ``/`` and ``sqrt`` are correctly rounded: with
 ``-cl-fp32-correctly-rounded-divide-sqrt`` where the device supports it, else through double.
@@ -124,6 +125,7 @@ class OpenCLCompiler(Compiler):
             half_extension=dev.half_extension,
             contract=not settings.get("strict", False),
         )
+        t.workgroups = bool(settings.get("tiled", True))
         t.compute_units = int(dev.cl_device.max_compute_units)
         t.gemm_tiles = tuple(settings["gemm_tiles"]) if settings.get("gemm_tiles") else None
         return t
