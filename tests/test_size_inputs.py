@@ -263,6 +263,16 @@ def test_check_keeps_sizes_symbolic(tmp_path, capsys):
     assert "O float32[4] output" in check("--shape", "A=3")  # S names A's dimension: it is 3
 
 
+@pytest.mark.usefixtures("private_cache")
+def test_run_makes_up_a_whole_size(tmp_path, capsys):
+    path = tmp_path / "ct.tile"
+    path.write_text(CT + "\n")
+    for target in ("interp", "llvm_cpu.0"):
+        assert main(["run", str(path), "--shape", "O=1x4x2", "--shape", "K=3x3x2", "--target", target]) == 0
+        head = capsys.readouterr().out.splitlines()[0]
+        assert head.startswith("I: float32[1, ") and 0 <= int(head.split(", ")[1]) <= 6, head
+
+
 # ------------------------------------------------------------------------- gradients
 def test_gradient_of_the_other_inputs():
     src, o, k, *_ = case_inputs("same_upper_s2")
