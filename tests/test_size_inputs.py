@@ -14,6 +14,7 @@ import itertools
 
 import numpy as np
 import pytest
+import sympy
 
 import ref_interp
 import tile
@@ -21,8 +22,10 @@ from tests.gradcheck import assert_close, fd_grad
 from tests.opencl_support import DEVICE_ID as OPENCL
 from tests.opencl_support import requires_opencl
 from tile.api import grad_values
+from tile.bind import bind
 from tile.cli import main
 from tile.errors import TileError, TileInputError, TileShapeError
+from tile.inputs import input_types
 from tile.size_inputs import size_uses
 
 RNG = np.random.default_rng(15)
@@ -242,6 +245,17 @@ def test_a_dimension_named_like_a_size_input_must_agree(src):
     assert ref_interp.run(src, {"A": a, "S": np.int32(3)})["O"].tolist() == [1, 2, 3]
     with pytest.raises(TileInputError, match="'S'"):
         ref_interp.run(src, {"A": a, "S": np.int32(4)})
+
+
+def test_a_program_bound_without_the_values_does_not_run():
+    src = "function (A[N], S) -> (O) { O[i: S] = +(A[i]); }"
+    prog, arrays = tile.parse(src), {"A": np.ones(3, np.float32), "S": np.int32(2)}
+    bound = bind(prog, input_types(prog, arrays))  # no values: S is symbolic
+    assert bound.types["O"].shape[0] == sympy.Symbol("S", positive=True, integer=True)
+    with pytest.raises(TileInputError, match=r"bound with symbolic sizes \(S\)") as info:
+        ref_interp.run(bound, arrays)
+    assert (info.value.span.line, info.value.span.col) == (1, 17)
+    assert ref_interp.run(bind(prog, input_types(prog, arrays), arrays), arrays)["O"].tolist() == [1, 1]
 
 
 # ------------------------------------------------------------------------ tile check
