@@ -12,9 +12,10 @@ from ref_interp.numerics import Numerics
 from tile import ast
 from tile.bind import bind
 from tile.dtypes import DType
-from tile.errors import TileIndexError, TileInputError
+from tile.errors import TileIndexError
 from tile.inputs import input_types
 from tile.parser import parse
+from tile.size_inputs import require_sizes
 from tile.transforms import FlatContraction, apply_stage, as_contraction
 from tile.typed import BoundProgram, TAssign, TCall, TConst, TExpr, TRef
 
@@ -45,7 +46,7 @@ def run(
     inputs = dict(inputs or {})
     if isinstance(program, BoundProgram):
         bound = program
-        _check_concrete(bound)
+        require_sizes(bound)
     else:
         prog = as_program(program, name)
         bound = bind(prog, input_types(prog, inputs), inputs)
@@ -74,20 +75,6 @@ def run(
         else:
             env[stmt.name] = contraction.evaluate(stmt, env, nx, max_points)
     return {o: np.array(env[o], copy=True) for o in bound.outputs}
-
-
-def _check_concrete(bound: BoundProgram) -> None:
-    """A program bound without its size inputs' values (or symbolically) has no sizes to run with."""
-    unknown = {n for n, v in bound.constants.items() if not isinstance(v, int)}
-    if not unknown:
-        return
-    where = [i.span for i in bound.program.inputs if i.name in unknown or unknown & set(i.dims or ())]
-    raise TileInputError(
-        f"the program was bound with symbolic sizes ({', '.join(sorted(unknown))}); it cannot run",
-        where[0] if where else None,
-        hint="bind it to its inputs: bind(program, input_types(program, arrays), arrays) gives "
-        "0-D inputs used as sizes their values",
-    )
 
 
 def _eval(e: TExpr, env: dict[str, np.ndarray], nx: Numerics) -> np.ndarray:

@@ -39,6 +39,7 @@ from tile.affine import Affine
 from tile.ast import AggOp, CombOp
 from tile.bounds import index_box, merge_parallel, poly_interval, ranges
 from tile.dtypes import DType, promote
+from tile.size_inputs import require_sizes
 from tile.transforms import transform
 from tile.transforms.emit import format_contraction
 from tile.typed import BoundProgram, TAssign, TCall, TConst, TContraction, TensorType, TExpr, TRef
@@ -51,6 +52,7 @@ _COMB = {CombOp.NONE: "none", CombOp.MUL: "mul", CombOp.ADD: "add", CombOp.EQ: "
 
 def lower(bound: BoundProgram, name: str = "program") -> Block:
     """The Stripe program of a bound (concrete-shaped) Tile program."""
+    require_sizes(bound)  # symbolic sizes (a size input bound without its value) size no buffer
     return _Lowering(bound).program(name)
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from tile import ast
 from tile.builtins import BUILTINS
 from tile.errors import Span, TileInputError
+from tile.typed import BoundProgram
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +107,21 @@ def size_key(names: Mapping[str, SizeUse], arrays: Mapping[str, object]) -> tupl
             arr = np.asarray(arrays[n])
             out.append((n, arr.item() if arr.size == 1 else None))
     return tuple(out)
+
+
+def require_sizes(bound: BoundProgram) -> None:
+    """Refuse to run a program bound without its size inputs' values (or bound symbolically):
+    it has no sizes to run with."""
+    unknown = {n for n, v in bound.constants.items() if not isinstance(v, int)}
+    if not unknown:
+        return
+    where = [i.span for i in bound.program.inputs if i.name in unknown or unknown & set(i.dims or ())]
+    raise TileInputError(
+        f"the program was bound with symbolic sizes ({', '.join(sorted(unknown))}); it cannot run",
+        where[0] if where else None,
+        hint="bind it to its inputs: bind(program, input_types(program, arrays), arrays) gives "
+        "0-D inputs used as sizes their values",
+    )
 
 
 def _names(e: ast.Expr) -> Iterator[ast.Name]:
