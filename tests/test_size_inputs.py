@@ -18,6 +18,7 @@ import sympy
 
 import ref_interp
 import tile
+from stripe.lower import lower
 from tests.gradcheck import assert_close, fd_grad
 from tests.opencl_support import DEVICE_ID as OPENCL
 from tests.opencl_support import requires_opencl
@@ -255,6 +256,8 @@ def test_a_program_bound_without_the_values_does_not_run():
     with pytest.raises(TileInputError, match=r"bound with symbolic sizes \(S\)") as info:
         ref_interp.run(bound, arrays)
     assert (info.value.span.line, info.value.span.col) == (1, 17)
+    with pytest.raises(TileInputError, match=r"bound with symbolic sizes \(S\)"):
+        lower(bound)  # what every compiled target starts with
     assert ref_interp.run(bind(prog, input_types(prog, arrays), arrays), arrays)["O"].tolist() == [1, 1]
 
 
