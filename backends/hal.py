@@ -204,6 +204,17 @@ class HostBuffer(Buffer):
         super().__init__(size)
         self.data = np.zeros(max(size, 1), dtype=np.uint8)
 
+    @classmethod
+    def over(cls, array: np.ndarray) -> HostBuffer:
+        """A buffer over ``array``'s own memory (C-contiguous, aligned, not empty), not a copy: the
+        runner hands a numpy input to host-memory kernels this way, and keeps ``array`` alive and
+        unread by the caller until they finish."""
+        assert array.flags.c_contiguous and array.flags.aligned and array.size, "a copy is needed"
+        buf = cls.__new__(cls)
+        Buffer.__init__(buf, array.nbytes)
+        buf.data = array.reshape(-1).view(np.uint8)
+        return buf
+
     def map_current(self, deps: Sequence[Event] = ()) -> np.ndarray:
         wait_all(deps)
         return self.data[: self.size]

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from backends.hal import Buffer, Device, Event, KernelInfo, MemoryLimit, kernel_symbol
+from backends.hal import Buffer, Device, Event, HostBuffer, KernelInfo, MemoryLimit, kernel_symbol
 from backends.naming import label, work
 from backends.tune import tune, with_choices
 from backends.zeroing import needs_zero
@@ -161,6 +161,7 @@ class CompiledProgram:
         self._owned: dict[str, Buffer | None] = {}
         self._last: list[Event] = []
         self._lock = threading.Lock()
+        self._host_memory = isinstance(device.executor.allocate(0), HostBuffer)
         if os.environ.get("TILE_DEBUG", "0") >= "3":
             print(self.library.source)
 
@@ -190,6 +191,9 @@ class CompiledProgram:
         prior = list(self._last)  # the last call's work: reused buffers are rewritten after it
         bufs: dict[str, Buffer] = {}
         deps: list[Event] = list(prior)
+        # Host-memory kernels read numpy inputs where they are when the call waits for its kernels
+        # (every output comes back as numpy): the caller cannot change them meanwhile.
+        in_place = self._host_memory and not out and not resident
         for name, t in out.items():
             bufs[name] = t._buffer
             deps.extend(t._events)
@@ -199,14 +203,21 @@ class CompiledProgram:
                 bufs[name] = value._buffer  # in place: no copy
                 deps.extend(value._events)
                 continue
-            buf = bufs[name] = self._buffer(name)
             shape = self.buffers[name]
+            if in_place and not isinstance(value, Tensor):
+                arr = np.ascontiguousarray(np.asarray(value).astype(shape.dtype.numpy, copy=False))
+                if arr.size and arr.flags.aligned and all(
+                    not isinstance(b, HostBuffer) or b.address != arr.ctypes.data for b in bufs.values()
+                ):
+                    bufs[name] = HostBuffer.over(arr)
+                    continue
+            buf = bufs[name] = self._buffer(name)
             if isinstance(value, Tensor):  # bound already (out=, another input): buffers are distinct
                 deps.append(ex.copy(value._buffer, 0, buf, 0, _nbytes(shape), [*value._events, *prior]))
             else:
                 arr = np.ascontiguousarray(np.asarray(value).astype(shape.dtype.numpy, copy=False))
                 deps.append(buf.write(arr.reshape(-1).view(np.uint8), prior))
-        handed: dict[str, Buffer] = {}
+        handed: dict[str, Buffer] = {}  # resident outputs, the caller's from now on
         for name in self.buffers:
             if name in bufs:
                 continue

@@ -55,7 +55,8 @@ def test_calls_with_different_inputs_give_independent_results(dev):
         for k in want:
             np.testing.assert_array_equal(got[k], want[k])
     cp = next(iter(exe._compiled.values()))
-    assert set(cp._owned) == set(cp.buffers)  # one allocation per buffer, kept
+    # one allocation per buffer, kept (host-memory kernels read numpy inputs where they are)
+    assert set(cp._owned) == set(cp.buffers) - (set(feed) if dev == "llvm_cpu.0" else set())
 
 
 @pytest.mark.parametrize("dev", DEVICES)
@@ -131,6 +132,8 @@ def test_one_tensor_for_two_inputs(dev):
     A = tile.tensor(a, dev)
     exe = tile.compile("function (X[N, N], Y[N, N]) -> (O) { O[i, j: N, N] = +(X[i, k] * Y[k, j]); }", dev)
     np.testing.assert_array_equal(exe(X=A, Y=A)["O"], a @ a)
+    np.testing.assert_array_equal(exe(X=a, Y=a)["O"], a @ a)  # one numpy array: read in place once
+    np.testing.assert_array_equal(exe(X=a.T, Y=a[:, ::-1])["O"], a.T @ a[:, ::-1])  # not contiguous
 
 
 @pytest.mark.parametrize("dev", DEVICES)
