@@ -61,7 +61,8 @@ class Tiles:
 def choose_tiles(g: Gemm, units: int = 0, given: Sequence[int] | None = None) -> Tiles:
     """``given`` (``tm, tn, rm, rn, kt``, the ``gemm_tiles`` setting) when it is valid, else the
     largest of 128/64/32 that the output's M and N fill (8x8 per work-item at 128); a 128 side
-    halves while the work-groups would leave some of the device's ``units`` idle."""
+    halves while there are fewer than two work-groups per compute unit (``units``), so that the
+    last wave does not leave most of the device idle. Measured on an H100 (bench/RESULTS.md)."""
     if given is not None:
         t = Tiles(*(int(v) for v in given))
         ok = all(v > 0 and v & (v - 1) == 0 for v in given) and t.rm % 4 == 0 and t.rn % 4 == 0
@@ -84,12 +85,14 @@ def choose_tiles(g: Gemm, units: int = 0, given: Sequence[int] | None = None) ->
     def groups() -> int:
         return -(-g.m.total // tm) * -(-g.n.total // tn) * g.batch.total
 
-    while groups() < units and max(tm, tn) == 128:
+    while groups() < 2 * units and max(tm, tn) == 128:
         if tm >= tn:
             tm, rm = 64, 4
         else:
             tn, rn = 64, 4
-    return Tiles(tm, tn, rm, rn, 16 if g.dtype is DType.FLOAT32 else 8)
+    # 8x8 blocks with a K step of 16 need 172 registers on an H100 (one work-group per SM); 8 fits two
+    kt = 8 if rm * rn >= 64 or g.dtype is not DType.FLOAT32 else 16
+    return Tiles(tm, tn, rm, rn, kt)
 
 
 def _span(aff: Affine, g: Gemm, ranges: dict[str, int]) -> int:
