@@ -2,9 +2,10 @@
 
 PlaidML takes a size input only as a ``plaidml.Integer`` binding (the peer sends a Python int as
 one); here it is a 0-D array. The programs are PlaidML's own transposed convolutions
-(``tests/test_size_inputs.py`` writes them as ``plaidml/op.py`` did) and the other places a size
-input can go; they must agree exactly on integer-valued inputs. The ways PlaidML differs are named
-cases. Skipped, with the reason, where PlaidML 0.7.0 is not installed or does not run.
+(``tests/conv_transpose.py`` writes them as ``plaidml/op.py`` did, for the configurations of its
+Keras tests and ours) and the other places a size input can go; they must agree exactly on
+integer-valued inputs. The ways PlaidML differs are named cases. Skipped, with the reason, where
+PlaidML 0.7.0 is not installed or does not run.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 
 import ref_interp
 from conformance import plaidml_peer
-from tests.test_size_inputs import CASES, case_inputs, conv_transpose_ref, size_arrays
+from tests.conv_transpose import CASES, size_arrays
 from tile.errors import TileInputError
 
 
@@ -30,11 +31,12 @@ def peer():
 
 @pytest.mark.parametrize("name", [n for n in CASES if n != "empty_output"])  # O[..: 0] aborts PlaidML
 def test_conv_transpose_agrees(peer, name):
-    src, o, k, strides, padding, dilation, sizes = case_inputs(name)
-    for size in sizes:
+    c = CASES[name]
+    src, (o, k) = c.source(), c.inputs(np.random.default_rng(15))
+    for size in c.sizes:
         theirs = peer.run(src, {"O": o, "K": k, **{n: int(v) for n, v in size_arrays(size).items()}})["I"]
         ours = ref_interp.run(src, {"O": o, "K": k, **size_arrays(size)})["I"]
-        np.testing.assert_array_equal(theirs, conv_transpose_ref(o, k, size, strides, padding, dilation))
+        np.testing.assert_array_equal(theirs, c.reference(o, k, size))
         np.testing.assert_array_equal(ours, theirs)
 
 

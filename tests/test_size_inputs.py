@@ -10,8 +10,6 @@ sizes, strides, paddings and dilations.
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 import sympy
@@ -19,6 +17,7 @@ import sympy
 import ref_interp
 import tile
 from stripe.lower import lower
+from tests.conv_transpose import CASES, OWN, size_arrays
 from tests.gradcheck import assert_close, fd_grad
 from tests.opencl_support import DEVICE_ID as OPENCL
 from tests.opencl_support import requires_opencl
@@ -30,86 +29,11 @@ from tile.inputs import input_types
 from tile.size_inputs import size_uses
 
 RNG = np.random.default_rng(15)
-
-
-def pad_expr(d: str, stride: int, span: int, padding: str) -> str:
-    """Pad<i> as op.py's pad_compute wrote it for a transposed convolution (``span`` is the
-    dilated kernel size); ``padding`` is valid, same_upper, same_lower or an explicit integer."""
-    if padding == "valid":
-        return "0"
-    if padding.isdigit():
-        return padding
-    out = f"({d} + {stride} - 1) / {stride}"
-    inner = f"max(0, ({out} - 1) * {stride} + {span} - {d})"
-    return f"({inner}) / 2" if padding == "same_upper" else f"(({inner}) + 1) / 2"
-
-
-def conv_transpose_source(kernel: tuple[int, ...], strides, padding: str, dilation=None) -> str:
-    rank = len(kernel)
-    dilation = dilation or (1,) * rank
-    r = range(rank)
-    pads = "".join(
-        f"Pad{i} = {pad_expr(f'D{i}', strides[i], dilation[i] * (kernel[i] - 1) + 1, padding)};\n    "
-        for i in r
-    )
-    spatial = ", ".join(f"{strides[i]}*x{i} + {dilation[i]}*k{i} - Pad{i}" for i in r)
-    return (
-        f"function (O[N, {', '.join(f'L{i}' for i in r)}, CO], K[{', '.join(f'LK{i}' for i in r)}, CI, CO], "
-        f"{', '.join(f'D{i}' for i in r)}) -> (I) {{\n"
-        f"    {pads}I[n, {spatial}, ci: N, {', '.join(f'D{i}' for i in r)}, CI] = "
-        f"+(O[n, {', '.join(f'x{i}' for i in r)}, co]*K[{', '.join(f'k{i}' for i in r)}, ci, co]);\n}}"
-    )
-
-
-def pad_value(size: int, stride: int, span: int, padding: str) -> int:
-    if padding == "valid":
-        return 0
-    if padding.isdigit():
-        return int(padding)
-    total = max(0, ((size + stride - 1) // stride - 1) * stride + span - size)
-    return total // 2 if padding == "same_upper" else (total + 1) // 2
-
-
-def conv_transpose_ref(o, k, sizes, strides, padding, dilation=None) -> np.ndarray:
-    """I[n, s*x + d*k - P, ci] += O[n, x, co] * K[k, ci, co] over the positions inside I."""
-    rank = k.ndim - 2
-    dilation = dilation or (1,) * rank
-    pads = [pad_value(sizes[i], strides[i], dilation[i] * (k.shape[i] - 1) + 1, padding) for i in range(rank)]
-    out = np.zeros((o.shape[0], *sizes, k.shape[-2]), np.float64)
-    for xs in itertools.product(*(range(n) for n in o.shape[1:-1])):
-        for ks in itertools.product(*(range(n) for n in k.shape[:-2])):
-            pos = tuple(strides[i] * xs[i] + dilation[i] * ks[i] - pads[i] for i in range(rank))
-            if all(0 <= p < s for p, s in zip(pos, sizes)):
-                out[(slice(None), *pos)] += o[(slice(None), *xs)] @ k[ks].T
-    return out
+CT = OWN["same_upper_s2"].source()
 
 
 def ints(*shape: int) -> np.ndarray:
     return RNG.integers(-3, 4, shape).astype(np.float32)
-
-
-# (kernel, strides, padding, dilation, O's spatial sizes, output sizes D to try)
-CASES = {
-    "same_upper_s2": ((3,), (2,), "same_upper", None, (4,), [(7,), (8,)]),
-    "same_lower_s2": ((3,), (2,), "same_lower", None, (4,), [(7,), (8,)]),
-    "valid_s2": ((3,), (2,), "valid", None, (4,), [(9,), (10,)]),
-    "valid_s1": ((2,), (1,), "valid", None, (5,), [(6,), (3,)]),
-    "explicit_s3": ((3,), (3,), "1", None, (3,), [(7,), (8,), (9,)]),
-    "same_dilated": ((2,), (2,), "same_upper", (2,), (3,), [(5,), (6,)]),
-    "same_2d": ((3, 2), (2, 1), "same_upper", None, (3, 2), [(5, 2), (6, 2)]),
-    "empty_output": ((3,), (2,), "same_upper", None, (4,), [(0,)]),
-}
-
-
-def case_inputs(name: str):
-    kernel, strides, padding, dilation, spatial, sizes = CASES[name]
-    src = conv_transpose_source(kernel, strides, padding, dilation)
-    o, k = ints(2, *spatial, 3), ints(*kernel, 2, 3)
-    return src, o, k, strides, padding, dilation, sizes
-
-
-def size_arrays(size: tuple[int, ...]) -> dict[str, np.ndarray]:
-    return {f"D{i}": np.int32(s) for i, s in enumerate(size)}
 
 
 def test_generated_source_is_plaidmls():
@@ -118,36 +42,43 @@ def test_generated_source_is_plaidmls():
         "    Pad0 = (max(0, ((D0 + 2 - 1) / 2 - 1) * 2 + 3 - D0)) / 2;\n"
         "    I[n, 2*x0 + 1*k0 - Pad0, ci: N, D0, CI] = +(O[n, x0, co]*K[k0, ci, co]);\n}"
     )
-    assert conv_transpose_source((3,), (2,), "same_upper") == want
+    assert CT == want
+    first = OWN["same_2d_channels_first"].source()
+    assert first.startswith("function (O[N, CO, L0, L1], K[LK0, LK1, CI, CO], D0, D1) -> (I) {")
+    assert "I[n, ci, 2*x0 + 1*k0 - Pad0, 1*x1 + 1*k1 - Pad1: N, CI, D0, D1] = +(O[n, co, x0, x1]*" in first
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_conv_transpose_interpreter(name):
-    src, o, k, strides, padding, dilation, sizes = case_inputs(name)
-    for size in sizes:
+    c = CASES[name]
+    src, (o, k) = c.source(), c.inputs(RNG)
+    for size in c.sizes:
         got = ref_interp.run(src, {"O": o, "K": k, **size_arrays(size)})["I"]
-        assert got.dtype == np.float32 and got.shape == (2, *size, 2)
-        np.testing.assert_array_equal(got, conv_transpose_ref(o, k, size, strides, padding, dilation))
+        assert got.dtype == np.float32 and got.shape == c.out_shape(size)
+        np.testing.assert_array_equal(got, c.reference(o, k, size))
+
+
+COMPILED = ["same_upper_s2", "valid_s2", "explicit_s3", "same_dilated", "same_2d_channels_first", "keras2d_5",
+            "keras2d_9", "keras3d_0", "keras3d_1"]
 
 
 @pytest.mark.usefixtures("private_cache")
-@pytest.mark.parametrize("name", ["same_upper_s2", "valid_s2", "explicit_s3", "same_dilated", "same_2d"])
+@pytest.mark.parametrize("name", COMPILED)
 def test_conv_transpose_llvm(name):
-    src, o, k, strides, padding, dilation, sizes = case_inputs(name)
-    exe = tile.compile(src, "llvm_cpu.0")
-    for size in [*sizes, sizes[0]]:  # back to the first size: its own build is still right
-        got = exe(O=o, K=k, **size_arrays(size))["I"]
-        np.testing.assert_array_equal(got, conv_transpose_ref(o, k, size, strides, padding, dilation))
+    c = CASES[name]
+    exe, (o, k) = tile.compile(c.source(), "llvm_cpu.0"), c.inputs(RNG)
+    for size in [*c.sizes, c.sizes[0]]:  # back to the first size: its own build is still right
+        np.testing.assert_array_equal(exe(O=o, K=k, **size_arrays(size))["I"], c.reference(o, k, size))
 
 
 @requires_opencl
 @pytest.mark.usefixtures("private_cache")
-def test_conv_transpose_opencl():
-    src, o, k, strides, padding, dilation, sizes = case_inputs("same_2d")
-    exe = tile.compile(src, OPENCL)
-    for size in sizes:
-        got = exe(O=o, K=k, **size_arrays(size))["I"]
-        np.testing.assert_array_equal(got, conv_transpose_ref(o, k, size, strides, padding, dilation))
+@pytest.mark.parametrize("name", ["same_2d", "keras2d_5"])
+def test_conv_transpose_opencl(name):
+    c = CASES[name]
+    exe, (o, k) = tile.compile(c.source(), OPENCL), c.inputs(RNG)
+    for size in c.sizes:
+        np.testing.assert_array_equal(exe(O=o, K=k, **size_arrays(size))["I"], c.reference(o, k, size))
 
 
 @pytest.mark.usefixtures("private_cache")
@@ -187,7 +118,7 @@ def test_a_size_input_is_an_int32_dimension_in_elementwise_code():
 
 
 def test_size_uses_names_the_first_use_and_its_role():
-    prog = tile.parse(conv_transpose_source((3,), (2,), "same_upper"))
+    prog = tile.parse(CT)
     use = size_uses(prog)
     assert list(use) == ["D0"]
     assert (use["D0"].span.line, use["D0"].span.col) == (2, 22)
@@ -197,7 +128,6 @@ def test_size_uses_names_the_first_use_and_its_role():
 
 
 # ------------------------------------------------------------------------------ errors
-CT = conv_transpose_source((3,), (2,), "same_upper")
 ERRORS = {
     "fraction": (np.float32(7.5), TileInputError, "holds 7.5, which is not a whole number"),
     "negative": (np.int32(-2), TileInputError, "holds -2, which is negative"),
@@ -292,18 +222,19 @@ def test_run_makes_up_a_whole_size(tmp_path, capsys):
 
 # ------------------------------------------------------------------------- gradients
 def test_gradient_of_the_other_inputs():
-    src, o, k, *_ = case_inputs("same_upper_s2")
-    for size in [(7,), (8,)]:
-        inputs = {"O": o.astype(np.float64), "K": k.astype(np.float64), **size_arrays(size)}
-        got = grad_values(src, inputs, ["O", "K"])
-        assert_close(got["O"], fd_grad(src, inputs, "O"), length=3 * 2)
-        assert_close(got["K"], fd_grad(src, inputs, "K"), length=2 * 4)
+    c = OWN["same_upper_s2"]
+    o, k = (a.astype(np.float64) for a in c.inputs(RNG))
+    for size in c.sizes:
+        inputs = {"O": o, "K": k, **size_arrays(size)}
+        got = grad_values(c.source(), inputs, ["O", "K"])
+        assert_close(got["O"], fd_grad(c.source(), inputs, "O"), length=3 * 2)
+        assert_close(got["K"], fd_grad(c.source(), inputs, "K"), length=2 * 4)
 
 
 def test_a_size_input_has_no_gradient():
     """An integer size input is not differentiated (as every integer input); a float one is a
     dimension, whose gradient is zero."""
-    src, o, k, *_ = case_inputs("same_upper_s2")
-    assert set(grad_values(src, {"O": o, "K": k, "D0": np.int32(7)})) == {"O", "K"}
-    got = grad_values(src, {"O": o, "K": k, "D0": np.float32(7)}, ["D0"])
+    o, k = OWN["same_upper_s2"].inputs(RNG)
+    assert set(grad_values(CT, {"O": o, "K": k, "D0": np.int32(7)})) == {"O", "K"}
+    got = grad_values(CT, {"O": o, "K": k, "D0": np.float32(7)}, ["D0"])
     assert got["D0"].shape == () and got["D0"] == 0
