@@ -194,6 +194,7 @@ class CompiledProgram:
         # Host-memory kernels read numpy inputs where they are when the call waits for its kernels
         # (every output comes back as numpy): the caller cannot change them meanwhile.
         in_place = self._host_memory and not out and not resident
+        written, write_s = 0, 0.0
         for name, t in out.items():
             bufs[name] = t._buffer
             deps.extend(t._events)
@@ -216,7 +217,10 @@ class CompiledProgram:
                 deps.append(ex.copy(value._buffer, 0, buf, 0, _nbytes(shape), [*value._events, *prior]))
             else:
                 arr = np.ascontiguousarray(np.asarray(value).astype(shape.dtype.numpy, copy=False))
+                start = time.perf_counter()
                 deps.append(buf.write(arr.reshape(-1).view(np.uint8), prior))
+                written += arr.nbytes
+                write_s += time.perf_counter() - start  # the host's part: a blocking copy for OpenCL
         handed: dict[str, Buffer] = {}  # resident outputs, the caller's from now on
         for name in self.buffers:
             if name in bufs:
@@ -230,6 +234,7 @@ class CompiledProgram:
         done = self._kernels(bufs, deps)
         self._last = done
         result: dict[str, np.ndarray | Tensor] = {}
+        start, read = time.perf_counter(), 0
         for name in self.outputs:
             shape = self.buffers[name]
             if name in out:
@@ -239,10 +244,15 @@ class CompiledProgram:
                 result[name] = Tensor(self.device, handed[name], shape.sizes, shape.dtype, done)
             else:
                 raw = bufs[name].read(done)
+                read += raw.nbytes
                 result[name] = raw.view(shape.dtype.numpy)[: shape.elements].reshape(shape.sizes)
         for value in inputs.values():
             if isinstance(value, Tensor):
                 value._events = list(done)  # read by this call: a host write must wait for it
+        if os.environ.get("TILE_DEBUG", "0") >= "1":
+            out_s = time.perf_counter() - start
+            print(f"tile: copied in {_transfer(written, write_s)}, out {_transfer(read, out_s)}",
+                  file=sys.stderr)
         return result
 
     def _buffer(self, name: str) -> Buffer:
@@ -306,6 +316,10 @@ def check_tensors(program: CompiledProgram, inputs: Mapping, out: Mapping) -> No
         raise TileInputError(
             "out= gives one tensor for two outputs", None, hint="pass a separate tensor for each output"
         )
+
+
+def _transfer(nbytes: int, secs: float) -> str:
+    return f"{nbytes / 1e6:.3g} MB ({secs * 1e3:.3f} ms)" if nbytes else "nothing"
 
 
 def debug_line(k: int, info: KernelInfo, secs: float) -> str:
