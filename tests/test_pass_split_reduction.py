@@ -390,6 +390,10 @@ def test_blocks_it_leaves_alone():
     assign = replace(k, refs=(k.refs[0], replace(k.refs[1], agg_op="assign")))
     program = replace(row, stmts=(replace(main, stmts=(main.stmts[0], assign)),))
     assert run_pass("split_reduction", params, program) == program
+    # No vector lanes where P would be the output times the lanes: A times B transposed.
+    abt = lowered("function (A[M, K], B[N, K]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[j, k]); }",
+                  {"A": (64, 300), "B": (64, 300)})
+    assert run_pass("split_reduction", {"reqs": ["contraction"], "vector": 4}, abt) == abt
     # Nothing to split: every index is an output index.
     copy = lowered("function (A[M, N]) -> (O) { O[i, j: M, N] = +(A[i, j]); }", {"A": (3, 37)})
     assert run_pass("split_reduction", params, copy) == copy

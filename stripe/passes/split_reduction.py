@@ -41,8 +41,10 @@ target) output points and a reduction of at least ``min_reduction`` values.
 ``r = chunk * l + V * t + v`` with ``v`` a lane dim of ``P`` (last, stride 1), so the innermost
 loop adds V contiguous elements into V contiguous partials, which a CPU code generator vectorizes
 (a serial float sum cannot be: its order is fixed). They apply, whatever the output count, when
-an input reads ``r`` with stride 1, no output index already does (else the outputs vectorize), and
-``R >= 8 V`` (the partials are then at most a quarter of the input's traffic).
+an input reads ``r`` with stride 1, no output index already does (else the outputs vectorize),
+``R >= 8 V``, and ``P`` has at most an eighth of the elements the block's inputs hold (a block
+that reads each element many times, like ``A * transpose(B)``, would need a ``P`` of its output
+times the lanes).
 
 A block is split when it carries ``reqs``; is a leaf over views of its parent (loads, stores,
 intrinsics, constants, ``load_index``; indexes without affines) whose enclosing blocks have no
@@ -202,7 +204,7 @@ class _Splitter:
         if acc is None:
             return None
         outs = {v for a in acc.access for v in a.vars}
-        choice = self.choose(block, outs)
+        choice = self.choose(block, parents[-1], outs)
         if choice is None:
             return None
         view = parents[-1].ref(acc.source).shape
@@ -236,16 +238,22 @@ class _Splitter:
             bufs.extend(again[1])
         return blocks, bufs
 
-    def choose(self, block: Block, outs: set[str]) -> _Split | None:
+    def choose(self, block: Block, parent: Block, outs: set[str]) -> _Split | None:
         """The split giving the most lanes (see the module docstring), or None."""
         cfg = self.cfg
         ins = [r for r in block.refs if r.dir is RefDir.IN]
         outputs = _product(i.range for i in block.idxs if i.name in outs)
         reduction = _product(i.range for i in block.idxs if i.name not in outs)
         threaded = outputs < self.max_outputs and reduction >= cfg.min_reduction
-        # Vector lanes pay only where no output index already walks an input contiguously.
-        vectorizable = not cfg.interleave and cfg.vector > 1 and not any(
-            abs(_flat_stride(r, v)) == 1 for r in ins for v in outs
+        # Vector lanes pay only where no output index already walks an input contiguously, and
+        # only while P stays small next to what the block reads (a matmul-like block, reading
+        # each element many times, would need its output times the lanes).
+        reads = sum(parent.ref(r.source).shape.elements for r in ins)
+        vectorizable = (
+            not cfg.interleave
+            and cfg.vector > 1
+            and outputs * cfg.vector * 8 <= reads
+            and not any(abs(_flat_stride(r, v)) == 1 for r in ins for v in outs)
         )
         best, best_key = None, None
         for pos, ix in enumerate(block.idxs):
