@@ -43,6 +43,8 @@ MAXPOOL = """function (I[N, H, W, C]) -> (O) {
     O[n, x, y, c: N, H / 2, W / 2, C] = >(I[n, 2x + i, 2y + j, c]), i < 2, j < 2;
 }"""
 SUM_HW = "function (X[N, H, W, C]) -> (O) { O[n, c: N, C] = +(X[n, h, w, c]); }"
+ROW_SUM = "function (X[M, N]) -> (O) { O[i: M] = +(X[i, j]); }"
+GLOBAL_SUM = "function (X[M, N]) -> (O) { O[] = +(X[i, j]); }"
 GLOBAL_MAX = "function (X[M, N]) -> (O) { O[] = >(X[i, j]); }"
 CHAIN = "function (X) -> (Y) { Y = relu(X * 2 + 1) / (1 + exp(-X)); }"
 BIAS_TANH = "function (X[N, C], G[C], B[C]) -> (Y) { Y = tanh(X * G + B) * 0.5 + X; }"
@@ -50,6 +52,8 @@ BIAS_TANH = "function (X[N, C], G[C], B[C]) -> (Y) { Y = tanh(X * G + B) * 0.5 +
 CONV3X3_GRAD_INPUT = tile.grad(CONV3X3, ["I"])
 
 CH = 32  # channels of the convolution, pooling and reduction cases
+# matmul 4096 (137 GFLOP a run) only when asked: minutes on a 2-core machine
+BIG = (4096,) if os.environ.get("TILE_BENCH_BIG") else ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +132,18 @@ def conv_nhwc(i: np.ndarray, k: np.ndarray, stride: int = 1, pad: int = 1) -> np
             win = p[:, a : a + stride * (oh - 1) + 1 : stride, b : b + stride * (ow - 1) + 1 : stride]
             out += win @ k[a, b]
     return out
+
+
+def conv_im2col(i: np.ndarray, k: np.ndarray, pad: int = 1) -> np.ndarray:
+    """NHWC 'same' stride-1 convolution as numpy users write it: im2col, then one BLAS product."""
+    kh, kw, ci, co = k.shape
+    n, h, w, _ = i.shape
+    p = np.pad(i, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    cols = np.empty((n, h, w, kh, kw, ci), np.float32)
+    for a in range(kh):
+        for b in range(kw):
+            cols[:, :, :, a, b] = p[:, a : a + h, b : b + w]
+    return (cols.reshape(n * h * w, kh * kw * ci) @ k.reshape(kh * kw * ci, co)).reshape(n, h, w, co)
 
 
 def conv_grad_input(do: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -212,7 +228,7 @@ FAMILIES: tuple[Family, ...] = (
         "GFLOP/s",
         "n (n×n times n×n)",
         (32, 64, 128),
-        (128, 256, 512),
+        (128, 256, 512, 1024, 2048, *BIG),
         terms=lambda x: x["A"].shape[1],
         torch=lambda d: lambda: d["A"] @ d["B"],
     ),
@@ -220,7 +236,7 @@ FAMILIES: tuple[Family, ...] = (
         "conv3x3",
         CONV3X3,
         lambda h, r: {"I": _ints(r, 1, h, h, CH), "K": _ints(r, 3, 3, CH, CH)},
-        lambda x: conv_nhwc(x["I"], x["K"]),
+        lambda x: conv_im2col(x["I"], x["K"]),
         lambda x: 2 * x["I"].size * 9 * CH,
         "GFLOP/s",
         f"H=W (1×H×W×{CH}, 3×3, {CH} out, pad 1)",
@@ -283,6 +299,32 @@ FAMILIES: tuple[Family, ...] = (
         (32, 64, 128),
         terms=lambda x: x["X"].shape[1] * x["X"].shape[2],
         torch=lambda d: lambda: d["X"].sum(dim=(1, 2)),
+    ),
+    Family(
+        "row_sum",
+        ROW_SUM,
+        lambda n, r: {"X": _ints(r, n, n)},
+        lambda x: x["X"].sum(axis=1),
+        lambda x: _bytes(x, lambda v: v["X"].shape[0]),
+        "GB/s",
+        "n (rows of an n×n matrix summed)",
+        (64, 128, 256),
+        (1024, 4096),
+        terms=lambda x: x["X"].shape[1],
+        torch=lambda d: lambda: d["X"].sum(dim=1),
+    ),
+    Family(
+        "global_sum",
+        GLOBAL_SUM,
+        lambda n, r: {"X": _ints(r, n, n)},
+        lambda x: x["X"].sum(),
+        lambda x: _bytes(x, lambda v: 1),
+        "GB/s",
+        "n (sum of an n×n matrix)",
+        (64, 128, 256),
+        (1024, 4096),
+        terms=lambda x: x["X"].size,
+        torch=lambda d: lambda: d["X"].sum(),
     ),
     Family(
         "global_max",

@@ -4,7 +4,10 @@ PlaidML 0.7 besides where it imports. Records GFLOP/s or GB/s and the ratio (ref
 target time; above 1 means faster than the reference). Compile time is measured apart.
 
 Run: ``python -m pytest bench/ --benchmark-only [--target ID] [--benchmark-json=RUN.json]``
-(default: every compiled device), then ``python -m bench report RUN.json``. ``--no-optimize``
+(default: every compiled device), then ``python -m bench report RUN.json``. ``--threads 1,all``
+(the default) runs CPU targets at each count (``settings={"threads": n}``) with numpy's BLAS limited
+to the same count in the same run; the table's target and reference say the count (``llvm_cpu.0 2t``,
+``numpy 2t``). ``TILE_BENCH_BIG=1`` adds matmul 4096. ``--no-optimize``
 compiles the lowered program without the target config's passes (to measure what they do);
 ``--tile-config NAME`` optimizes with another config (``llvm_cpu_tiled``, a file).
 """
@@ -14,11 +17,13 @@ from __future__ import annotations
 import time
 
 import pytest
+from threadpoolctl import threadpool_limits
 
 import tile
 from bench.cases import Case, Inputs, add_plaidml_reference, best_of, cases, record, rounds_for
 
 CASES = cases("compiled")
+THREAD_COUNTS: dict = {}  # config -> the thread counts of this session (conftest fills it)
 
 
 def _torch_reference(case: Case, inputs: Inputs):
@@ -46,16 +51,21 @@ def _torch_reference(case: Case, inputs: Inputs):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_target(benchmark, target, case, request):
+def test_target(benchmark, target, case, threads, request):
     from backends import registry
 
     if target not in registry.devices():
         pytest.skip(f"device {target} unavailable: {registry.unavailable() or 'not registered'}")
+    cpu = target.startswith("llvm_cpu")
+    if not cpu and threads != max(THREAD_COUNTS.get(request.config, [threads])):
+        pytest.skip(f"{target} has no thread setting: measured once, at the largest count")
     inputs = case.inputs()
     want = case.reference(inputs)
     t0 = time.perf_counter()
     optimized = not request.config.getoption("--no-optimize")
     settings = {"cache": False, "optimize": optimized}
+    if cpu:
+        settings["threads"] = threads
     config = request.config.getoption("--tile-config")
     if config:
         settings["config"] = config
@@ -78,7 +88,9 @@ def test_target(benchmark, target, case, request):
         case.check((got.permute(0, 2, 3, 1) if case.family.torch_nchw else got).cpu().numpy(), want, inputs)
         references["pytorch"] = best_of(torch_run, least=5)
     else:
-        references["numpy"] = best_of(lambda: case.reference(inputs))
-    notes = {"optimized": optimized, "config": config or "the device's"}
+        with threadpool_limits(threads):  # numpy's BLAS gets Tile's thread count
+            references[f"numpy {threads}t"] = best_of(lambda: case.reference(inputs))
+    notes = {"optimized": optimized, "config": config or "the device's", "threads": threads}
     add_plaidml_reference(case, inputs, references, notes)
-    record(benchmark, case, target, inputs, ours, compile_s, references, notes)
+    label = f"{target} {threads}t" if cpu else target
+    record(benchmark, case, label, inputs, ours, compile_s, references, notes)

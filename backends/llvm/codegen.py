@@ -279,7 +279,10 @@ class KernelCodegen:
             em.store(value, v.ptr, v.base, v.buf_dtype)
             return
         current = em.load(v.ptr, v.base, v.buf_dtype)
-        em.store(binary(em, v.agg_op, current, value, v.buf_dtype), v.ptr, v.base, v.buf_dtype)
+        out = binary(em, v.agg_op, current, value, v.buf_dtype)
+        if self.vector.reassoc and isinstance(out, ir.Instruction) and out.opname in ("fadd", "fmul"):
+            out.flags.append("reassoc")  # any order of a float sum or product (§8.3): vectorizable
+        em.store(out, v.ptr, v.base, v.buf_dtype)
 
 
 def _is_zero(v: ir.Value) -> bool:

@@ -50,6 +50,7 @@ from backends.llvm.cache import ObjectCache, cache_key
 from backends.llvm.codegen import generate
 from backends.llvm.microkernel import VectorConfig, host_vector_bytes
 from backends.llvm.schedule import Schedule, plan
+from stripe.ir import Block
 from tile.dtypes import DType
 from tile.errors import TileRuntimeError
 
@@ -192,6 +193,7 @@ class LlvmCompiler(Compiler):
         vector = VectorConfig(
             host_vector_bytes(features) if settings.get("microkernel", True) else 0,
             fma=not settings.get("strict", False),
+            reassoc=not settings.get("strict", False),
         )
         triple, layout = llvm.get_process_triple(), str(tm.target_data)
         text = generate(kernels, schedules, f16c, triple, layout, dtypes, vector)
@@ -245,8 +247,7 @@ class LlvmKernel(Kernel):
     def ranges(self) -> list[tuple[int, int]]:
         """The ``[lo, hi)`` chunks of the split index one run calls the kernel function with."""
         n = self.schedule.split_range
-        block = self.info.block
-        points = block.index_space  # type: ignore[attr-defined]
+        points = total_points(self.info.block)  # type: ignore[arg-type]
         if not self.parallel or n < 2 or points < self.min_points:
             return [(0, n)]
         k = min(self.chunks, n)
@@ -276,6 +277,13 @@ class LlvmKernel(Kernel):
                 self.last_threads = self.pool.map(self.fn, [(table, lo, hi) for lo, hi in chunks])
 
         return timed(self.dispatcher, deps, work)
+
+
+def total_points(block: Block) -> int:
+    """Points a kernel runs, nested blocks included: a cache-tiled kernel has few outer points
+    (its tiles) but as much work as the untiled one, and must be split as readily."""
+    inner = sum(total_points(s) for s in block.stmts if isinstance(s, Block))
+    return block.index_space * max(1, inner)
 
 
 class LlvmExecutor(Executor):

@@ -43,18 +43,21 @@ from stripe.ir import Block, Dim, Intrinsic, Load, RefDir, Store
 from tile.affine import Affine
 from tile.dtypes import DType
 
-_OPS = ("mul", "add")
+_OPS = ("mul", "add", "assign")  # assign: a conversion to the same type, a copy
 ACC_BUDGET = {64: 24, 32: 12, 16: 12}  # accumulators that leave room for operands, by vector bytes
 PACK_LIMIT = 2 * 1024 * 1024  # bytes of stack scratch for one packed panel
 
 
 @dataclass(frozen=True)
 class VectorConfig:
-    """What the host allows: ``vector_bytes`` (64 AVX-512, 32 AVX2, 16 SSE/NEON; 0 turns the
-    micro-kernel off) and whether fused multiply-add may contract ``acc + a*b``."""
+    """What the host and the precision policy allow: ``vector_bytes`` (64 AVX-512, 32 AVX2, 16
+    SSE/NEON; 0 turns the micro-kernel off), whether fused multiply-add may contract ``acc + a*b``,
+    and whether the plain loops' float ``+`` aggregations may be reassociated (so that LLVM
+    vectorizes a sum over a contiguous reduction index; §8.3, never under ``strict``)."""
 
     vector_bytes: int = 0
     fma: bool = False
+    reassoc: bool = False
 
 
 def host_vector_bytes(features: str) -> int:
@@ -103,6 +106,8 @@ def analyse(
             produced.add(s.into)
         elif isinstance(s, Intrinsic):
             if s.name not in _OPS or len(s.outputs) != 1 or not set(s.inputs) <= produced:
+                return None
+            if len(s.inputs) != (1 if s.name == "assign" else 2):
                 return None
             if dtype is not None and s.dtype is not dtype:
                 return None
@@ -420,6 +425,8 @@ class MicroKernel:
         for st in self.block.stmts:
             if isinstance(st, Load):
                 grids[st.into] = self.load_grid(st.from_, counters, mr, nv, lanes)
+            elif isinstance(st, Intrinsic) and st.name == "assign":
+                grids[st.outputs[0]] = grids[st.inputs[0]]
             elif isinstance(st, Intrinsic):
                 x, y = grids[st.inputs[0]], grids[st.inputs[1]]
                 op = b.fmul if st.name == "mul" else b.fadd
