@@ -310,23 +310,37 @@ CASTS = ["as_uint({0}, 8)", "as_uint({0}, 16)", "as_uint({0}, 32)", "as_int({0},
 
 @st.composite
 def structural(draw) -> Case:
-    """Chains through the structural builtins — reshape, shape, gather and scatter (with indices
-    out of range, which clamp), the row softmaxes — and the casts (as_uint of negatives wraps)."""
+    """Chains through the structural builtins — reshape (to and from 0-D), shape, gather and scatter
+    (with indices out of range, which clamp), the row softmaxes, simple_reduce, a dropout-style mask
+    from the PRNG (the state threaded through the steps) — and the casts (as_uint of negatives
+    wraps)."""
     n, m = draw(st.integers(1, 4)), draw(st.integers(1, 4))
     shapes: dict[str, tuple] = {"X": (n, m), "I": (draw(st.integers(1, 4)),)}
     dtype = draw(st.sampled_from(FLOAT_DTYPES + INT_DTYPES))
-    stmts, inexact, length = [], False, 1
+    stmts, inexact, length, state = [], False, 1, "S"
     for k in range(draw(st.integers(1, 4))):
-        name = f"T{k}"
+        name, pre = f"T{k}", ""
         a = draw(st.sampled_from([x for x, s in shapes.items() if x != "I"]))
         sa = shapes[a]
-        ops = ["reshape", "shape", "cast", "binary"] + (["gather", "scatter"] if sa else [])
+        ops = ["reshape", "shape", "cast", "binary", "prng"]
+        ops += ["gather", "scatter", "simple_reduce"] if sa else []
         ops += ["softmax"] if len(sa) == 2 else []
         op = draw(st.sampled_from(ops))
         if op == "reshape":
             size = int(np.prod(sa))
-            new = draw(st.sampled_from([(size,), (1, size), tuple(reversed(sa)) or (1,), (size, 1)]))
-            expr, shape = f"reshape({a}, {', '.join(map(str, new))})", new
+            shapes_ = [(size,), (1, size), tuple(reversed(sa)) or (1,), (size, 1)]
+            # one element: to 0-D as often as not (and from 0-D, when sa is ())
+            new = draw(st.sampled_from([(), (), (1,), (1, 1)] if size == 1 else shapes_))
+            expr, shape = f"reshape({a}{''.join(f', {d}' for d in new)})", new
+        elif op == "simple_reduce":
+            # trailing-aligned sizes, each 1 (summed) or kept; the leading dims are summed
+            kept = sa[draw(st.integers(0, len(sa))) :]
+            new = tuple(draw(st.sampled_from([1, d])) for d in kept)
+            expr, shape = f"simple_reduce({a}{''.join(f', {d}' for d in new)})", new
+            inexact, length = True, max(length, int(np.prod(sa)))  # float sums after casts may round
+        elif op == "prng":
+            pre = f"H{k} = prng_step({state}{''.join(f', {d}' for d in sa)}); S{k} = prng_state(H{k}); "
+            expr, shape, state = f"prng_value(H{k}) < 0.5 ? {a} : {a} * 0", sa, f"S{k}"
         elif op == "shape":
             expr, shape = f"shape({a})", (len(sa),)
         elif op == "cast":
@@ -350,12 +364,15 @@ def structural(draw) -> Case:
             length = max(length, sa[1])
         if len(shape) > 4 or int(np.prod(shape)) > 256:
             break
-        stmts.append(f"{name} = {expr};")
+        stmts.append(f"{pre}{name} = {expr};")
         shapes[name] = tuple(shape)
     assume(stmts)
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     inputs = {"X": _array(rng, shapes["X"], dtype), "I": _array(rng, shapes["I"], np.int32, -1, n)}
-    src = f"function (X, I) -> ({stmts[-1].split(' ')[0]}) {{ {' '.join(stmts)} }}"
+    if state != "S":  # taus88 seeds: components above 1, 7 and 15
+        inputs["S"] = np.stack([rng.integers(lo, 2**32, 2048, dtype=np.uint32) for lo in (2, 8, 16)])
+    last = stmts[-1].rsplit("; ", 1)[-1].split(" ")[0]  # after a PRNG step's own statements
+    src = f"function ({', '.join(inputs)}) -> ({last}) {{ {' '.join(stmts)} }}"
     return Case("elementwise", src, inputs, exact=not inexact, ulps=16.0, length=length)
 
 

@@ -178,35 +178,3 @@ def test_gradient_program_keeps_the_triple_together():
     names = {s.name for s in g.stmts}
     assert {"H", "V", "S2"} <= names
     tile.bind_symbolic(g, {"S": DType.UINT32})  # a valid program
-
-
-def test_peer_plaidml_first_values():
-    """The same dropout on PlaidML 0.7 (its documented ``plaidml.run`` API), where installed. Its
-    OpenCL/HAL kernel is the generator described here; its llvm_cpu device used another (see
-    docs/semantics.md), so the peer runs on the first device PlaidML opens."""
-    plaidml = pytest.importorskip("plaidml", reason="PlaidML 0.7 is not installed (peer test)")
-    state, x = seed_state(6), np.ones((2, 3), np.float32)
-    ctx = plaidml.Context()
-    with plaidml.open_first_device(ctx) as dev:
-
-        def tensor(dtype, data=None, shape=None):
-            t = plaidml.Tensor(dev, plaidml.Shape(ctx, dtype, *(shape or data.shape)))
-            if data is not None:
-                with t.mmap_discard(ctx) as view:
-                    view[:] = data.flatten()
-                    view.writeback()
-            return t
-
-        ins = {"X": tensor(plaidml.DType.FLOAT32, x), "S": tensor(plaidml.DType.UINT32, state)}
-        outs = {
-            "O": tensor(plaidml.DType.FLOAT32, shape=(2, 3)),
-            "S2": tensor(plaidml.DType.UINT32, shape=(3, 2048)),
-        }
-        plaidml.run(ctx, plaidml.Function(DROPOUT), inputs=ins, outputs=outs)
-        got = {}
-        for name, t in outs.items():
-            with t.mmap_current() as view:
-                got[name] = np.array(view[:])
-    want = ref_interp.run(DROPOUT, {"X": x, "S": state})
-    np.testing.assert_array_equal(got["O"].reshape(2, 3), want["O"])
-    np.testing.assert_array_equal(got["S2"].reshape(3, 2048), want["S2"])

@@ -18,6 +18,7 @@ import sympy
 
 from tile import ast
 from tile.affine import Affine
+from tile.asserts import check_assert, is_assert
 from tile.bounds import check_bounded
 from tile.builtins import BUILTINS
 from tile.dtypes import DType, arithmetic, literal_int_type, promote
@@ -248,6 +249,10 @@ class _Binder:
         if is_simple_reduce(stmt.expr):
             size = lambda e: self.const(e, "a size of simple_reduce")  # noqa: E731
             return self.contraction(as_contraction(stmt, self.lookup_tensor, size, self.notes))
+        if is_assert(stmt.expr):
+            value = check_assert(stmt.expr, lambda e: self.const(e, "an assertion"), self.notes)
+            self.consts[stmt.name] = value.value
+            return TAssign(stmt.name, value, stmt.span)
         expr = self.expr(stmt.expr)
         if expr.type.dtype.is_int and expr.type.shape == ():
             value = self.try_const(stmt.expr)
