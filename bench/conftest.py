@@ -23,6 +23,11 @@ def pytest_addoption(parser):
         "(TILE_NUM_THREADS or one per core); numpy is limited to the same count (default 1,all)",
     )
     parser.addoption(
+        "--tile-tune",
+        action="store_true",
+        help="bench/test_gpu.py: autotune (settings tune=True) before timing",
+    )
+    parser.addoption(
         "--no-optimize",
         action="store_true",
         help="compile the lowered Stripe as it is, without the target config's passes (to see what they do)",

@@ -15,7 +15,9 @@ device); records no ratio when torch or CUDA is absent. Answers are checked (sma
 where sums are involved: exact in any order).
 
 Run: ``python -m pytest bench/test_gpu.py --benchmark-only --benchmark-json=GPU.json``, then
-``python -m bench report GPU.json``.
+``python -m bench report GPU.json``; ``--tile-config NAME`` optimizes with another config,
+``--tile-tune`` autotunes first (the tuning is not part of the compile time's meaning then: it
+includes the timed candidates).
 """
 
 from __future__ import annotations
@@ -152,7 +154,7 @@ def _want(case: Case, inputs: dict, torch_answer):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_gpu(benchmark, case: Case, mode: str):
+def test_gpu(benchmark, case: Case, mode: str, request):
     _gpu_or_skip()
     from bench.cases import record
 
@@ -162,7 +164,11 @@ def test_gpu(benchmark, case: Case, mode: str):
     if torch is not None:
         t_kernel, t_call, answer = _torch_runs(torch, case, inputs)
     t0 = time.perf_counter()
-    exe = tile.compile(case.family.source, GPU, {"cache": False})
+    settings = {"cache": False, "tune": request.config.getoption("--tile-tune")}
+    config = request.config.getoption("--tile-config")
+    if config:
+        settings["config"] = config
+    exe = tile.compile(case.family.source, GPU, settings)
     (name,) = exe(inputs).keys()  # the first call compiles for these shapes
     compile_s = time.perf_counter() - t0
     want = _want(case, inputs, answer)
@@ -189,7 +195,12 @@ def test_gpu(benchmark, case: Case, mode: str):
         ref = t_kernel if mode == "kernel" else t_call
         ref()
         references[f"pytorch_{mode}"] = best_of(ref, least=5)
-    notes = {"mode": mode, "reference": "pytorch (TF32 off)" if torch is not None else "none: no torch+CUDA"}
+    notes = {
+        "mode": mode,
+        "reference": "pytorch (TF32 off)" if torch is not None else "none: no torch+CUDA",
+        "config": config or "the device's",
+        "tuned": bool(settings["tune"]),
+    }
     if references:
         record(benchmark, case, GPU, inputs, ours, compile_s, references, notes)
     else:
