@@ -11,7 +11,7 @@ import ref_interp
 import tile
 from backends.llvm import LlvmCpuDevice
 from backends.llvm.device import env_threads
-from backends.llvm.microkernel import analyse
+from backends.llvm.match import analyse
 from ref_interp.stripe_exec import run_stripe
 from tests.llvm_runner import assert_same, execute, lowered
 from tile.errors import TileRuntimeError

@@ -26,7 +26,8 @@ from llvmlite import ir
 from backends.hal import KernelInfo, kernel_symbol
 from backends.llvm.intrinsics import binary, emit_intrinsic
 from backends.llvm.loops import View, for_range
-from backends.llvm.microkernel import VectorConfig, emit_microkernel
+from backends.llvm.match import VectorConfig
+from backends.llvm.microkernel import emit_microkernel
 from backends.llvm.scalars import F64, I64, PTR, VOID, Emitter, Scalar, i64, mem_type
 from backends.llvm.schedule import Schedule
 from backends.llvm.specials import emit_special

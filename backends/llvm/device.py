@@ -48,7 +48,7 @@ from backends.hal import (
 )
 from backends.llvm.cache import ObjectCache, cache_key
 from backends.llvm.codegen import generate
-from backends.llvm.microkernel import VectorConfig, host_vector_bytes
+from backends.llvm.match import VectorConfig, host_vector_bytes
 from backends.llvm.schedule import Schedule, plan
 from stripe.ir import Block
 from tile.dtypes import DType

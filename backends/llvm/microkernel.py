@@ -33,130 +33,18 @@ the fast path, else every accumulator update is a ``select`` on its row's condit
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from llvmlite import ir
 
 from backends.llvm.loops import View, for_range
+from backends.llvm.match import Shape, VectorConfig, analyse
 from backends.llvm.scalars import F32, F64, I32, I64, PTR, i64
-from stripe.ir import Block, Dim, Intrinsic, Load, RefDir, Store
+from stripe.ir import Block, Dim, Intrinsic, Load, Store
 from tile.affine import Affine
 from tile.dtypes import DType
 
-_OPS = ("mul", "add", "assign")  # assign: a conversion to the same type, a copy
 ACC_BUDGET = {64: 24, 32: 12, 16: 12}  # accumulators that leave room for operands, by vector bytes
 PACK_LIMIT = 2 * 1024 * 1024  # bytes of stack scratch for one packed panel
-
-
-@dataclass(frozen=True)
-class VectorConfig:
-    """What the host and the precision policy allow: ``vector_bytes`` (64 AVX-512, 32 AVX2, 16
-    SSE/NEON; 0 turns the micro-kernel off), whether fused multiply-add may contract ``acc + a*b``,
-    and whether the plain loops' float ``+`` aggregations may be reassociated (so that LLVM
-    vectorizes a sum over a contiguous reduction index; §8.3, never under ``strict``)."""
-
-    vector_bytes: int = 0
-    fma: bool = False
-    reassoc: bool = False
-
-
-def host_vector_bytes(features: str) -> int:
-    """The widest float vector the host's LLVM feature string (``+avx512f,...``) supports."""
-    have = set(features.split(","))
-    if "+avx512f" in have:
-        return 64
-    if "+avx" in have or "+avx2" in have:
-        return 32
-    if "+sse2" in have or "+neon" in have or "+simd128" in have:
-        return 16
-    return 16
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What ``analyse`` found: positions into ``block.idxs``."""
-
-    dtype: DType
-    v: int
-    r: int | None
-    outer: tuple[int, ...]  # the other owned indexes, in listed order
-    red: tuple[int, ...]  # reduction indexes, in listed order
-    coefs: dict[str, tuple[int, ...]]  # refinement -> element-offset coefficient per index
-    out: str
-
-
-def analyse(
-    block: Block, parent_dims: dict[str, tuple[Dim, ...]], buf_dtypes: dict[str, DType], bounded: int | None
-) -> Shape | None:
-    """The micro-kernel's view of ``block``, or None when it does not match (see the module
-    docstring). ``parent_dims``/``buf_dtypes``: what each refinement's source is, by refinement
-    name; ``bounded``: a kernel index the caller restricts to a chunk (it must be owned)."""
-    if any(isinstance(s, Block) for s in block.stmts) or not block.idxs:
-        return None
-    stores = [s for s in block.stmts if isinstance(s, Store)]
-    if len(stores) != 1:
-        return None
-    out = stores[0].into
-    dtype: DType | None = None
-    produced: set[str] = set()
-    for s in block.stmts:
-        if isinstance(s, Load):
-            if s.from_ == out:
-                return None
-            produced.add(s.into)
-        elif isinstance(s, Intrinsic):
-            if s.name not in _OPS or len(s.outputs) != 1 or not set(s.inputs) <= produced:
-                return None
-            if len(s.inputs) != (1 if s.name == "assign" else 2):
-                return None
-            if dtype is not None and s.dtype is not dtype:
-                return None
-            dtype = s.dtype
-            produced.add(s.outputs[0])
-        elif isinstance(s, Store):
-            if s.from_ not in produced:
-                return None
-        else:
-            return None
-    names = [ix.name for ix in block.idxs]
-    coefs: dict[str, tuple[int, ...]] = {}
-    for r in block.refs:
-        if r.into not in parent_dims or (r.dir is RefDir.NONE and r.from_ is None):
-            return None
-        dims = parent_dims[r.into]
-        if len(r.access) != len(dims) or buf_dtypes[r.into] is not r.shape.dtype:
-            return None
-        dtype = dtype or r.shape.dtype
-        if r.shape.dtype is not dtype or dtype not in (DType.FLOAT32, DType.FLOAT64):
-            return None
-        if any(not a.is_integral or not set(a.vars) <= set(names) for a in r.access):
-            return None
-        coefs[r.into] = tuple(int(sum(a.coeff(n) * d.stride for a, d in zip(r.access, dims))) for n in names)
-    if out not in coefs or block.ref(out).agg_op != "add":
-        return None
-    free = [k for k, ix in enumerate(block.idxs) if ix.range > 1]
-    oc = coefs[out]
-    owned = [k for k in free if oc[k] != 0]
-    red = tuple(k for k in free if oc[k] == 0)
-    spread = 0
-    for k in sorted(owned, key=lambda k: abs(oc[k])):
-        if abs(oc[k]) <= spread:
-            return None  # two owned points might write one element
-        spread += abs(oc[k]) * (block.idxs[k].range - 1)
-    in_cons = {v for c in block.constraints for v in c.vars}
-    reads = [n for n in coefs if n != out]
-    vs = [
-        k
-        for k in owned
-        if oc[k] == 1 and names[k] not in in_cons and all(coefs[n][k] in (0, 1) for n in reads)
-    ]
-    if not vs or (bounded is not None and bounded in red):
-        return None
-    v = vs[0]
-    rows = sorted((k for k in owned if k != v), key=lambda k: (names[k] in in_cons, -block.idxs[k].range))
-    r = rows[0] if rows else None
-    outer = tuple(k for k in owned if k not in (v, r))
-    return Shape(dtype, v, r, outer, red, coefs, out)
 
 
 class MicroKernel:
@@ -583,4 +471,4 @@ def emit_microkernel(
     return True
 
 
-__all__ = ["VectorConfig", "analyse", "emit_microkernel", "host_vector_bytes"]
+__all__ = ["emit_microkernel"]
