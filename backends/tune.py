@@ -137,25 +137,23 @@ def _sites(lowered, config: TargetConfig, strict: bool) -> dict[str, dict[str, l
 def _inputs(bound, device) -> dict:
     """Seeded small integers on the device, one tensor per input (timing without copies)."""
     from tile.inputs import random_array
-    from tile.tensor import Tensor
+    from tile.tensor import zeros_on
 
     rng = np.random.default_rng(0)
     feed = {}
     for name, t in bound.inputs:
-        arr = random_array(tuple(int(d) for d in t.shape), t.dtype, rng)
-        buf = device.executor.allocate(arr.nbytes)
-        data = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-        feed[name] = Tensor(device, buf, arr.shape, t.dtype, [buf.write(data)])
+        feed[name] = zeros_on(device, tuple(int(d) for d in t.shape), t.dtype)
+        feed[name].write(random_array(feed[name].shape, t.dtype, rng))
     return feed
 
 
 def _time(compiled_cls, bound, device, cfg, settings, feed) -> tuple[float | None, str]:
     """The fastest of a few calls (at most ~0.3 s of them) of ``bound`` compiled with ``cfg``."""
-    from tile.tensor import empty
+    from tile.tensor import zeros_on
 
     try:
         cp = compiled_cls(bound, device, {**settings, "config": cfg})
-        out = {n: empty(cp.buffers[n].sizes, cp.buffers[n].dtype, device.id) for n in cp.outputs}
+        out = {n: zeros_on(device, cp.buffers[n].sizes, cp.buffers[n].dtype) for n in cp.outputs}
         best, spent, calls = float("inf"), 0.0, -1  # the first call warms up
         while calls < 3 or (spent < 0.3 and calls < 20):
             start = time.perf_counter()

@@ -134,11 +134,14 @@ def tensor(array, device: str = "llvm_cpu.0") -> Tensor:
 def empty(shape: Sequence[int], dtype=np.float32, device: str = "llvm_cpu.0") -> Tensor:
     """A tensor of ``shape`` and ``dtype`` on ``device``, for a program's ``out=`` (its contents
     start as zero bytes)."""
-    dev = _device(device)
     dt = _dtype_of(dtype, "the tensor")
     shape = tuple(int(d) for d in shape)
     if any(d < 0 for d in shape):
         raise TileInputError(f"a tensor's sizes cannot be negative: {shape}", None, hint="use sizes >= 0")
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.numpy.itemsize
-    buf = dev.executor.allocate(nbytes)
-    return Tensor(dev, buf, shape, dt, [buf.zero()])
+    return zeros_on(_device(device), shape, dt)
+
+
+def zeros_on(device, shape: tuple[int, ...], dtype: DType) -> Tensor:
+    """A zeroed tensor on a ``backends.hal.Device`` object (for callers that hold one)."""
+    buf = device.executor.allocate(int(np.prod(shape, dtype=np.int64)) * dtype.numpy.itemsize)
+    return Tensor(device, buf, shape, dtype, [buf.zero()])
