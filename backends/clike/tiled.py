@@ -60,9 +60,9 @@ class Tiles:
 
 def choose_tiles(g: Gemm, units: int = 0, given: Sequence[int] | None = None) -> Tiles:
     """``given`` (``tm, tn, rm, rn, kt``, the ``gemm_tiles`` setting) when it is valid, else the
-    largest of 128/64/32 that the output's M and N fill (8x8 per work-item at 128); a 128 side
-    halves while there are fewer than two work-groups per compute unit (``units``), so that the
-    last wave does not leave most of the device idle. Measured on an H100 (bench/RESULTS.md)."""
+    largest of 128/64/32 that the output's M and N fill (8x8 per work-item at 128, 64x64 tiles of
+    8x4 beside a 64-wide N); a 128 side halves while there are fewer work-groups than compute
+    units (``units``). Chosen by measurement on an H100 (bench/RESULTS.md)."""
     if given is not None:
         t = Tiles(*(int(v) for v in given))
         ok = all(v > 0 and v & (v - 1) == 0 for v in given) and t.rm % 4 == 0 and t.rn % 4 == 0
@@ -85,7 +85,9 @@ def choose_tiles(g: Gemm, units: int = 0, given: Sequence[int] | None = None) ->
     def groups() -> int:
         return -(-g.m.total // tm) * -(-g.n.total // tn) * g.batch.total
 
-    while groups() < 2 * units and max(tm, tn) == 128:
+    if tm == 128 and tn == 64:  # 8x4 blocks over 256 work-items need 130 registers: one group per SM
+        tm = 64
+    while groups() < units and max(tm, tn) == 128:
         if tm >= tn:
             tm, rm = 64, 4
         else:
