@@ -121,7 +121,12 @@ def analyse(
     if not vs or (bounded is not None and bounded in red):
         return None
     v = vs[0]
-    rows = sorted((k for k in owned if k != v), key=lambda k: (names[k] in in_cons, -block.idxs[k].range))
+    # the row index: not the thread-split one (its chunk may be a few rows), free of
+    # constraints if possible, long
+    rows = sorted(
+        (k for k in owned if k != v),
+        key=lambda k: (k == bounded, names[k] in in_cons, -block.idxs[k].range),
+    )
     r = rows[0] if rows else None
     outer = tuple(k for k in owned if k not in (v, r))
     return Shape(dtype, v, r, outer, red, coefs, out)
