@@ -23,7 +23,7 @@ from tile.bounds import check_bounded
 from tile.builtins import BUILTINS
 from tile.dtypes import DType, arithmetic, literal_int_type, promote
 from tile.errors import Span, TileIndexError, TileInputError, TileNameError, TileShapeError, TileTypeError
-from tile.prng import pair_prng
+from tile.prng import pair_prng, state_inputs
 from tile.shapes import fmt_shape, is_concrete, same_size, size_binop
 from tile.simple_reduce import as_contraction, is_simple_reduce
 from tile.size_inputs import size_uses, size_value
@@ -64,14 +64,17 @@ def bind_symbolic(
 ) -> BoundProgram:
     """Type ``program`` with symbolic sizes (sympy) for inputs whose shape is not given.
 
-    Inputs default to float32. An input declared without dims and without a given shape has an
-    unknown rank; results depending on it elementwise have an unknown shape.
+    Inputs default to float32 (int32 when used as a size, uint32 when a PRNG state). An input
+    declared without dims and without a given shape has an unknown rank; results depending on it
+    elementwise have an unknown shape.
     """
     dtypes = dict(dtypes or {})
     shapes = dict(shapes or {})
     sizes = size_uses(program)
     for name in sizes:
         dtypes.setdefault(name, DType.INT32)  # a size is a whole number
+    for name in state_inputs(program):
+        dtypes.setdefault(name, DType.UINT32)  # a PRNG state is uint32
     known: dict[str, int] = {}  # dims fixed by the inputs whose shapes are given
     for inp in program.inputs:
         if inp.name in shapes and inp.dims is not None and len(inp.dims) == len(shapes[inp.name]):

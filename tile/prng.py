@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tile import ast
 from tile.dtypes import DType
 from tile.errors import Span, TileNameError, TileShapeError, TileTypeError
 from tile.shapes import fmt_shape, may_equal
@@ -67,6 +68,21 @@ def value_rule(types, params, span, names, notes) -> TensorType:
 def state_rule(types, params, span, names, notes) -> TensorType:
     """``prng_state(H)``: the next uint32 [3, 2048] state."""
     return TensorType(DType.UINT32, STATE_SHAPE)
+
+
+def state_inputs(program: ast.Program) -> set[str]:
+    """The inputs passed as the state of a ``prng_step`` (``bind_symbolic`` makes them uint32)."""
+    inputs = {i.name for i in program.inputs}
+    return {
+        s.expr.args[0].name
+        for s in program.stmts
+        if isinstance(s, ast.Assignment)
+        and isinstance(s.expr, ast.Call)
+        and s.expr.fn == "prng_step"
+        and s.expr.args
+        and isinstance(s.expr.args[0], ast.Name)
+        and s.expr.args[0].name in inputs
+    }
 
 
 def pair_prng(stmts: Iterable[TStatement], outputs: Iterable[tuple[str, Span]]) -> tuple[TStatement, ...]:
