@@ -3,17 +3,21 @@ sum of a 4096x4096 matrix, a global sum and a global max over 16M elements, each
 the same run (numpy's reductions run on one thread whatever the BLAS thread count).
 
 Run: ``python -m bench.split_reduction [--target llvm_cpu.0] [--config F.json] [--rounds 5]``.
-"Before" compiles with ``settings={"strict": True}`` (which skips the reordering passes, this one
-included); "after" with the device's config (or ``--config``). Times are whole calls on an input
-already on the device (``tile.tensor``; "after+copy": a numpy input, copied in), outputs returned
-as numpy, the best of ``--rounds`` after one warm-up call; the answer
+"Before" compiles with the same config less its ``split_reduction`` steps (so the code
+generators' settings are the same: not strict), "after" with the device's config (or
+``--config``). Times are whole calls on an input already on the device (``tile.tensor``;
+"after+copy": a numpy input, copied in), outputs returned as numpy, the best of ``--rounds``
+after one warm-up call; the answer
 is checked against numpy (inputs in [0, 1), so K·eps relative for a K-long sum).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -40,6 +44,21 @@ def best(fn, rounds: int) -> float:
     return min(times)
 
 
+def _without_split(config: str | None, target: str) -> str:
+    """A temporary copy of the config (a file, or the target's built-in one) with no split steps."""
+    from backends import registry
+    from stripe.config import TARGETS
+
+    path = Path(config) if config else TARGETS / f"{registry.get(target).optimizer}.json"
+    if not path.exists():  # a built-in name such as llvm_cpu_tiled
+        path = TARGETS / f"{config}.json"
+    data = json.loads(path.read_text())
+    data["passes"] = [p for p in data["passes"] if p["pass"] != "split_reduction"]
+    out = Path(tempfile.mkdtemp()) / "without_split.json"
+    out.write_text(json.dumps(data))
+    return str(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="llvm_cpu.0")
@@ -48,6 +67,7 @@ def main() -> None:
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     after = {"cache": False, **({"config": args.config} if args.config else {})}
+    before = {"cache": False, "config": _without_split(args.config, args.target)}
     print(f"{args.target}; times in ms, the best of {args.rounds}; input resident unless 'copy in'")
     head = ["case", "numpy", "before", "after", "after+copy", "numpy/after", "before/after"]
     print(f"{head[0]:22}" + "".join(f"{h:>13}" for h in head[1:]))
@@ -57,7 +77,7 @@ def main() -> None:
         want = ref(a)
         t_np = best(lambda a=a, ref=ref: ref(a), args.rounds)
         times = []
-        for settings in ({"cache": False, "strict": True}, after):
+        for settings in (before, after):
             exe = tile.compile(src, args.target, settings)
             got = exe({"A": a})["O"]
             # Positive inputs: a sum of K values in any order is within K·eps of the exact, relatively.
