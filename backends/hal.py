@@ -196,6 +196,11 @@ class Device(abc.ABC):
         reports filled in; the config's defaults where it reports nothing."""
         return hw
 
+    def tuning_space(self, library: Library) -> list[dict]:
+        """Build settings worth timing for the program ``library`` holds (each merged into the
+        settings of one trial build by ``backends.tune``); a backend without knobs has none."""
+        return []
+
 
 class HostBuffer(Buffer):
     """A buffer in host memory (for CPU devices): mapping is free."""

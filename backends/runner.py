@@ -141,6 +141,7 @@ class CompiledProgram:
         if settings.get("tune") and settings.get("optimize", True) and self.config is not None:
             self.tuning = tune(CompiledProgram, bound, self.lowered, device, self.config, settings)
             self.config = with_choices(self.config, self.tuning.choices)
+            settings.update(self.tuning.settings)  # the code generator's tuned knobs
         if settings.get("optimize", True) and self.config is not None:
             self.program = optimize(self.lowered, self.config, strict=bool(settings.get("strict", False)))
         main = self.program.stmts[0]

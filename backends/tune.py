@@ -5,7 +5,9 @@ The cost model (``stripe.cost``) ranks ``autotile``'s candidates by traffic per 
 decides. For every ``autotile`` step of the config and every block it tiles (``autotile.sites``),
 the tuner tries the first ``tune_candidates`` (default 4) of the ranking, one block at a time with
 the others at their best so far, each a full compile (``AutotileConfig.choices``) run on seeded
-small-integer inputs held on the device; a run's time is the fastest of a few calls. A candidate
+small-integer inputs held on the device; a run's time is the fastest of a few calls. Then the
+code generator's own knobs, which a backend lists in ``Device.tuning_space`` (OpenCL: the tiles
+of its GEMM kernels, ``gemm_tiles``), are timed the same way against its default. A candidate
 that fails to build or run is skipped. Only tilings change, never the program's meaning: every
 candidate is the same computation (on integer-valued inputs the results are equal exactly).
 
@@ -30,14 +32,14 @@ from stripe.passes import steps
 from stripe.passes.autotile import sites
 from stripe.printer import format_block
 
-FORMAT = 1
+FORMAT = 2
 _CODE_SETTINGS = ("opt", "fast_math", "local_size", "threads", "reorder", "parallel")
 
 
 @dataclass
 class Trial:
-    step: str  # the autotile step's name
-    block: str  # the block's name
+    step: str  # the autotile step's name, or "codegen" for a code-generator setting
+    block: str  # the block's name (the setting's name)
     rank: int  # its place in the cost model's ranking (0: the model's choice)
     tiles: tuple[int, ...]
     seconds: float | None  # None: it failed to build or run
@@ -47,6 +49,7 @@ class Trial:
 @dataclass
 class Tuning:
     choices: dict[str, dict[str, int]]  # step name -> block name -> rank
+    settings: dict = field(default_factory=dict)  # code-generator settings (``Device.tuning_space``)
     trials: list[Trial] = field(default_factory=list)
     cached: bool = False
     path: str = ""
@@ -92,34 +95,68 @@ def tune(
     if use_cache and not settings.get("tune_refresh"):
         raw = read_entry(path, key)
         if raw is not None:
-            return Tuning(json.loads(raw.decode())["choices"], cached=True, path=str(path))
+            got = json.loads(raw.decode())
+            return Tuning(got["choices"], settings=got["settings"], cached=True, path=str(path))
     strict = bool(settings.get("strict", False))
     n = max(1, int(settings.get("tune_candidates", 4)))
     found = _sites(lowered, config, strict)
     choices: dict[str, dict[str, int]] = {step: {} for step in found}
     trials: list[Trial] = []
-    if any(found.values()):
-        feed = _inputs(bound, device)
-        base = {k: v for k, v in settings.items() if k not in ("tune", "config")}
-        best_time = None
-        for step, blocks in found.items():
-            for block, ranking in blocks.items():
-                best_rank = 0
-                for rank in range(min(n, len(ranking))):
-                    trial = dict(choices[step])
-                    trial[block] = rank
-                    cfg = with_choices(config, {**choices, step: trial})
-                    t = _time(compiled_cls, bound, device, cfg, base, feed)
-                    got = Trial(step, block, rank, ranking[rank].tiles, *t)
-                    trials.append(got)
-                    if report is not None:
-                        report(got)
-                    if got.seconds is not None and (best_time is None or got.seconds < best_time):
-                        best_time, best_rank = got.seconds, rank
-                choices[step][block] = best_rank
+    feed: dict = {}  # made at the first trial
+    base = {k: v for k, v in settings.items() if k not in ("tune", "config")}
+
+    def timed(step: str, what: str, rank: int, tiles: tuple, cfg: TargetConfig, extra: dict) -> float | None:
+        if not feed:
+            feed.update(_inputs(bound, device))
+        took = _time(compiled_cls, bound, device, cfg, {**base, **extra}, feed)
+        got = Trial(step, what, rank, tuple(tiles), *took)
+        trials.append(got)
+        if report is not None:
+            report(got)
+        return got.seconds
+
+    for step, blocks in found.items():
+        for block, ranking in blocks.items():
+            times = {}
+            for rank in range(min(n, len(ranking))):
+                cfg = with_choices(config, {**choices, step: {**choices[step], block: rank}})
+                times[rank] = timed(step, block, rank, ranking[rank].tiles, cfg, {})
+            choices[step][block] = _fastest(times)
+    # then the code generator's own knobs (OpenCL: the GEMM kernels' tiles), the default first
+    cfg = with_choices(config, choices)
+    space = _space(compiled_cls, bound, device, cfg, base)
+    chosen: dict = {}
+    if space:
+        times = {k: timed("codegen", ",".join(extra) or "default", k, _tiles(extra), cfg, extra)
+                 for k, extra in enumerate([{}, *space])}
+        chosen = [{}, *space][_fastest(times)]
     if use_cache:
-        write_entry(path, key, json.dumps({"choices": choices}).encode())
-    return Tuning(choices, trials, cached=False, path=str(path))
+        write_entry(path, key, json.dumps({"choices": choices, "settings": chosen}).encode())
+    return Tuning(choices, settings=chosen, trials=trials, cached=False, path=str(path))
+
+
+def _fastest(times: Mapping[int, float | None]) -> int:
+    """The rank that ran fastest (0, the default, when none ran)."""
+    ran = {k: t for k, t in times.items() if t is not None}
+    return min(ran, key=lambda k: ran[k]) if ran else 0
+
+
+def _tiles(extra: Mapping) -> tuple[int, ...]:
+    return tuple(v for vs in extra.values() if isinstance(vs, (list, tuple)) for v in vs)
+
+
+def _space(compiled_cls, bound, device, cfg: TargetConfig, settings: Mapping) -> list[dict]:
+    """The device's code-generation settings worth timing for this program (``Device.tuning_space``
+    of its default build); none when that build fails."""
+    from backends.hal import Device
+
+    if type(device).tuning_space is Device.tuning_space:
+        return []  # the backend has no knobs: no build needed to ask
+    try:
+        cp = compiled_cls(bound, device, {**settings, "config": cfg})
+    except Exception:  # noqa: BLE001 - the trials report it
+        return []
+    return list(device.tuning_space(cp.library))[: 2 * max(1, int(settings.get("tune_candidates", 4)))]
 
 
 def _sites(lowered, config: TargetConfig, strict: bool) -> dict[str, dict[str, list]]:

@@ -172,8 +172,10 @@ def cmd_tune(args) -> int:
 
     tuning = tune(CompiledProgram, bound, lower(bound), device, config, settings, report)
     chosen = {f"{s}/{b}": rank for s, blocks in tuning.choices.items() for b, rank in blocks.items()}
+    chosen.update(tuning.settings)  # the code generator's knobs (OpenCL: gemm_tiles)
     if not chosen:
-        print(f"nothing to tune: config '{config.name}' autotiles no block of this program")
+        print(f"keeping the defaults: config '{config.name}' autotiles no block of this program, or "
+              "the device's own choices were fastest")
     else:
         where = "from the cache" if tuning.cached else "stored"
         print(f"chosen ({where}: {tuning.path}): {', '.join(f'{k} = {v}' for k, v in chosen.items())}")
