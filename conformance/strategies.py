@@ -232,6 +232,7 @@ UNARY_EXACT = [
     "as_float({0}, 64)",
     "{0} > 0",
     "~({0} > 1)",
+    "reverse_grad({0}, 2)",
     "index({0}, 0)",
 ]
 BINARY_EXACT = [
@@ -246,6 +247,7 @@ BINARY_EXACT = [
     "{0} < {1} ? {0} : {1}",
     "{0} <= {1}",
     "{0} >= {1}",
+    "mod({0}, {1})",
 ]
 INT_ONLY = ["{0} & {1}", "{0} | {1}", "{0} ^ {1}", "{0} << 2", "{0} >> 1"]
 UNARY_FLOAT = [
@@ -266,6 +268,8 @@ UNARY_FLOAT = [
     "atanh({0} / 4)",
     "sigmoid({0})",
     "pow(abs({0}) + 1, 0.5)",
+    "recip({0})",
+    "builtin_binary_crossentropy(sigmoid({0}) * 0.5 + 0.25, {0}, 1)",
 ]
 
 

@@ -5,6 +5,8 @@ are first converted to the type the operation works in (the result type for arit
 promoted operand type for comparisons); then:
 
 * integer ``/`` truncates toward zero and ``x / 0`` is 0; integer arithmetic wraps;
+* ``mod`` is the remainder of that division (C's ``%`` and ``fmod``: the sign of the dividend),
+  and integer ``x mod 0`` is 0;
 * float ``/`` follows IEEE (±inf, nan); ``max``/``min`` propagate nan;
 * ``round`` rounds half away from zero; ``?:`` is true where the condition is non-zero;
 * shift counts are taken modulo the operand width (as OpenCL does);
@@ -21,8 +23,9 @@ import numpy as np
 
 from ref_interp.numerics import Numerics
 from ref_interp.prng import IMPLS as PRNG_IMPLS
+from tile.composites import COMPOSITES, expand
 from tile.dtypes import DType, promote
-from tile.typed import TCall
+from tile.typed import TCall, TConst, TExpr, TRef
 
 Impl = Callable[[Numerics, TCall, list[np.ndarray]], np.ndarray]
 IMPLS: dict[str, Impl] = dict(PRNG_IMPLS)  # prng_step, prng_value, prng_state: ref_interp.prng
@@ -111,6 +114,41 @@ def _div(nx, call, args):
         return np.true_divide(a, b)
     a, b = np.broadcast_arrays(a, b)
     return int_divide(a, b)
+
+
+def int_remainder(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C's ``%``: ``a - (a / b) * b`` with ``/`` as ``int_divide``, so the sign is a's; ``x mod 0``
+    is 0 (as ``x / 0``) and ``INT_MIN mod -1`` is 0 (the wrapped quotient times -1 gives it back)."""
+    r = a - int_divide(a, b) * b
+    return np.where(b == 0, np.zeros_like(r), r)
+
+
+def _exact_fmod(a, b):
+    """C's ``fmod`` on Fractions (floats here are only inf and nan): ``a - b * trunc(a / b)``."""
+    if not isinstance(a, float) and not isinstance(b, float):
+        return math.nan if b == 0 else a - b * math.trunc(a / b)
+    if not isinstance(a, float) and math.isinf(b):
+        return a
+    return math.nan
+
+
+@_impl("mod")
+def _mod(nx, call, args):
+    a, b = _as(nx, call, args)
+    if _is_exact_float(nx, call):
+        return _objwise(_exact_fmod, a, b)
+    if call.type.dtype.is_float:
+        return np.fmod(a, b)
+    a, b = np.broadcast_arrays(a, b)
+    return int_remainder(a, b)
+
+
+@_impl("recip")
+def _recip(nx, call, args):
+    (a,) = _as(nx, call, args)
+    if _is_exact_float(nx, call):
+        return _objwise(lambda x: _exact_div(Fraction(1), x), a)
+    return np.true_divide(np.asarray(1, dtype=a.dtype), a)
 
 
 @_impl("neg")
@@ -373,3 +411,20 @@ def _softmax(nx, call, args):
     if x.size == 0:
         return x
     return _softmax_rows(x, log)
+
+
+# --------------------------------------------------------------------------- composites
+def _evaluate(nx: Numerics, e: TExpr, values: dict[str, np.ndarray]) -> np.ndarray:
+    if isinstance(e, TConst):
+        return nx.const(e.value, e.type.dtype)
+    if isinstance(e, TRef):
+        return values[e.name]
+    return apply(nx, e, [_evaluate(nx, a, values) for a in e.args])
+
+
+@_impl(*COMPOSITES)
+def _composite(nx, call, args):
+    """The expansion of ``tile.composites`` over the evaluated arguments (each evaluated once)."""
+    slots = tuple(TRef(f"${k}", a.type) for k, a in enumerate(call.args))
+    values = {s.name: v for s, v in zip(slots, args, strict=True)}
+    return _evaluate(nx, expand(TCall(call.fn, slots, call.type, call.params, call.span)), values)

@@ -13,7 +13,8 @@
   identity, mark the elements they write in a mask, and a final block selects
   ``mask ? aggregate : default-or-0``.
 * **elementwise** statements become a block over the output's shape, broadcasting by zero
-  accesses, with one ``Intrinsic`` per operation; ``index`` becomes ``load_index``.
+  accesses, with one ``Intrinsic`` per operation; ``index`` becomes ``load_index``; a composite
+  (``tile.composites``: the binary cross-entropy, ``reverse_grad``) becomes its expansion's.
 * **reshape, gather, scatter, shape**, the **softmaxes** and the **PRNG** calls become ``Special``
   statements in blocks of their own (hoisted out of elementwise expressions into temporaries).
 """
@@ -38,6 +39,7 @@ from stripe.ir import (
 from tile.affine import Affine
 from tile.ast import AggOp, CombOp
 from tile.bounds import index_box, merge_parallel, poly_interval, ranges
+from tile.composites import COMPOSITES, expand
 from tile.dtypes import DType, promote
 from tile.size_inputs import require_sizes
 from tile.transforms import transform
@@ -141,6 +143,8 @@ class _Lowering:
             )
 
         def scalar(e: TExpr) -> str:
+            if isinstance(e, TRef) and e.name.startswith("$"):
+                return e.name  # a scalar already computed (a composite's argument)
             if isinstance(e, TRef):
                 if e.name not in refs:
                     refs[e.name] = Refinement(
@@ -161,6 +165,10 @@ class _Lowering:
                 stmts.append(Intrinsic("as_int", (into,), (out_i32,), DType.INT32, (32,)))
                 return out_i32
             args = tuple(scalar(a) for a in e.args)
+            if e.fn in COMPOSITES:
+                # the arguments computed once, then the builtins of its expansion over them
+                slots = tuple(TRef(s, a.type) for s, a in zip(args, e.args, strict=True))
+                return scalar(expand(TCall(e.fn, slots, e.type, e.params, e.span)))
             if e.fn.startswith("cmp_"):
                 # A comparison works in its operands' promoted Tile type. A float literal's scalar is
                 # a double (its exact value travels until used), but its Tile type is float32: so

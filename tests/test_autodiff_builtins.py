@@ -78,6 +78,12 @@ CASES: dict[str, tuple[str, dict, str]] = {
     "atanh": (X_ % "atanh(X)", {"X": uniform(-0.9, 0.9)}, "derivative"),
     "sigmoid": (X_ % "sigmoid(X)", {"X": uniform(-3, 3)}, "derivative"),
     "as_float": (XY % "as_float(X * Y, 32)", PAIR, "derivative"),
+    "mod": (XY % "mod(X, Y)", {"X": uniform(-3, 3), "Y": away_from_zero() * 1.7}, "derivative"),
+    "recip": (X_ % "recip(X)", {"X": away_from_zero()}, "derivative"),
+    "builtin_binary_crossentropy": (XY % "builtin_binary_crossentropy(X, Y, N * M)",
+                                    {"X": uniform(0.1, 0.9), "Y": uniform(0, 1)}, "derivative"),
+    # with s = -1 the gradient -s * dY is the identity's; other s: tests/test_plaidml_builtins.py
+    "reverse_grad": (X_ % "reverse_grad(X, -1) * X", {"X": uniform(-1, 1)}, "derivative"),
     # zero gradient (documented): piecewise constant, or not a float at all
     "floor": (X_ % "floor(X)", {"X": np.arange(6.0).reshape(S) - 2.7}, "zero"),
     "ceil": (X_ % "ceil(X)", {"X": np.arange(6.0).reshape(S) - 2.7}, "zero"),

@@ -28,6 +28,7 @@ pytestmark = [requires_opencl, pytest.mark.usefixtures("private_cache")]
 
 ULPS = {"exp": 3, "log": 3, "sin": 4, "cos": 4, "tan": 5, "sinh": 4, "cosh": 4, "tanh": 5, "asin": 4}
 ULPS |= {"acos": 4, "atan": 5, "asinh": 4, "acosh": 4, "atanh": 5, "pow": 16, "sigmoid": 5}
+ULPS |= {"builtin_binary_crossentropy": 8}  # two logs (3 each), then a product and a difference
 # a representative set of operand types for the float functions, comparisons and conversions (the
 # arithmetic and bit builtins get every type)
 SOME = {"bool", "int8", "uint16", "int32", "uint64", "int64", "float16", "float32", "float64"}
@@ -40,7 +41,7 @@ def test_the_table_is_covered():
     structural = {n for n, _, _ in STRUCTURAL}
     assert set(ELEMENTWISE) | structural == set(BUILTINS)
     assert not set(ELEMENTWISE) & structural
-    assert set(CONVERSIONS) <= set(ELEMENTWISE) and len(FLOAT_FUNCTIONS) == 20
+    assert set(CONVERSIONS) <= set(ELEMENTWISE) and len(FLOAT_FUNCTIONS) == 22
 
 
 def cases_of(name: str) -> list:

@@ -284,6 +284,12 @@ CASES = {
     "sub": ("sub(A, B)", *_binary(lambda a, b: a - b)),
     "mul": ("mul(A, B)", *_binary(lambda a, b: a * b)),
     "div": ("div(A, B)", {"A": IA, "B": IB}, i32(3, -3, -1, 0, 0)),
+    "mod": ("mod(A, B)", {"A": IA, "B": IB}, i32(1, -1, 2, 0, 0)),
+    "recip": ("recip(A)", {"A": F}, np.array([-1 / 1.5, -2, np.inf, 2, 0.5, 1 / 2.7])),
+    "reverse_grad": ("reverse_grad(A, 3)", {"A": F}, F),
+    "builtin_binary_crossentropy": ("builtin_binary_crossentropy(A, B, 4)", {"A": P / 10, "B": U + 0.75},
+                                    np.array([-t * math.log(p) - (1 - t) * math.log(1 - p)
+                                              for p, t in zip(P / 10, U + 0.75, strict=True)])),
     "cmp_eq": ("cmp_eq(A, B)", *_binary(np.equal, i32(1, 2, 3), i32(1, 3, 2))),
     "cmp_ne": ("cmp_ne(A, B)", *_binary(np.not_equal, i32(1, 2, 3), i32(1, 3, 2))),
     "cmp_lt": ("cmp_lt(A, B)", *_binary(np.less, i32(1, 2, 3), i32(1, 3, 2))),
@@ -339,7 +345,8 @@ CASES = {
                            np.log(np_softmax(F.reshape(2, 3)))),
 }
 _APPROX = {"pow", "exp", "log", "sqrt", "sin", "cos", "tan", "sinh", "cosh", "tanh", "asin", "acos", "atan",
-           "asinh", "acosh", "atanh", "sigmoid", "builtin_softmax", "builtin_logsoftmax", "scatter"}
+           "asinh", "acosh", "atanh", "sigmoid", "builtin_softmax", "builtin_logsoftmax", "scatter",
+           "builtin_binary_crossentropy"}
 
 
 # Builtins that only make sense as whole statements (tests/test_prng.py, tests/test_simple_reduce.py)

@@ -106,7 +106,7 @@ def test_conditional_type_and_shape():
 
 # -------------------------------------------------------------------------- builtins
 @pytest.mark.parametrize("fn", ["exp", "log", "sqrt", "sin", "cos", "tan", "sinh", "cosh", "tanh", "asin",
-                                "acos", "atan", "asinh", "acosh", "atanh", "floor", "ceil", "round",
+                                "acos", "atan", "asinh", "acosh", "atanh", "floor", "ceil", "round", "recip",
                                 "sigmoid"])
 def test_float_builtins(fn):
     for src, res in ((I8, F32), (U64, F32), (BOOL, F32), (I32, F32), (F16, F16), (F64, F64)):
@@ -121,6 +121,16 @@ def test_type_keeping_builtins():
             assert out(f"O = {fn}(A);", A=T(dt, 2)) == T(dt, 2)
     assert out("O = max(A, B);", A=T(I8, 2, 1), B=T(I16, 3)) == T(I16, 2, 3)
     assert out("O = min(A, B);", A=T(F16, 2), B=T(I32, 2)) == T(F16, 2)
+
+
+def test_mod_crossentropy_and_reverse_grad_types():
+    assert out("O = mod(A, B);", A=T(I8, 2, 1), B=T(U8, 3)) == T(I8, 2, 3)  # as the arithmetic
+    assert out("O = mod(A, B);", A=T(BOOL, 2), B=T(BOOL, 2)) == T(I32, 2)
+    assert out("O = mod(A, 2.5);", A=T(I32, 2)) == T(F32, 2)
+    bce = "O = builtin_binary_crossentropy(A, B, 6);"
+    assert out(bce, A=T(F16, 2, 3), B=T(I8, 3)) == T(F16, 2, 3)  # float of the promoted type
+    assert out(bce, A=T(I32, 2), B=T(I32, 2)) == T(F32, 2)
+    assert out("O = reverse_grad(A, B);", A=T(F16, 4), B=T(F64)) == T(F16, 4)  # A's type
 
 
 def test_conversions():

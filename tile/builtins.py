@@ -70,6 +70,10 @@ def _bits(fn: str):
     return rule
 
 
+def _first(types, params, span, names, notes):
+    return TensorType(types[0].dtype, _bcast(types, span, names, notes))
+
+
 def _cond(types, params, span, names, notes):
     return TensorType(promote(types[1].dtype, types[2].dtype), _bcast(types, span, names, notes))
 
@@ -217,6 +221,7 @@ _FLOAT_UNARY = (
     "ceil",
     "round",
     "sigmoid",
+    "recip",
 )
 
 BUILTINS: dict[str, Builtin] = {}
@@ -228,6 +233,7 @@ def _add(name: str, tensors: int, params: int, rule: Rule, doc: str) -> None:
 
 for _n in ("add", "sub", "mul", "div"):
     _add(_n, 2, 0, _arith, "arithmetic with promotion; integer division truncates, x/0 is 0")
+_add("mod", 2, 0, _arith, "remainder of truncating division (C's % and fmod): sign of a; x mod 0 is 0")
 for _n in ("cmp_eq", "cmp_ne", "cmp_lt", "cmp_gt", "cmp_le", "cmp_ge"):
     _add(_n, 2, 0, _compare, "comparison, bool result")
 for _n in ("bit_and", "bit_or", "bit_xor", "bit_left", "bit_right"):
@@ -278,6 +284,14 @@ _add(
 )
 _add("builtin_softmax", 1, 2, _softmax, "row-wise softmax of a 2-D (R, C) tensor")
 _add("builtin_logsoftmax", 1, 2, _softmax, "row-wise log-softmax of a 2-D (R, C) tensor")
+_add(
+    "builtin_binary_crossentropy",
+    2,
+    1,
+    _floaty,
+    "builtin_binary_crossentropy(P, T, n) = -T*log(P) - (1-T)*log(1-P); n is accepted and unused",
+)
+_add("reverse_grad", 2, 0, _first, "reverse_grad(X, s): X itself; its gradient is -s times the adjoint")
 _add("prng_step", 1, -1, prng.step_rule, "H = prng_step(S, d1, ..., dk): S uint32 [3, 2048]; see tile.prng")
 _add("prng_value", 1, 0, prng.value_rule, "prng_value(H): float32 [d1, ..., dk] uniform in [0, 1]")
 _add("prng_state", 1, 0, prng.state_rule, "prng_state(H): the next uint32 [3, 2048] state")

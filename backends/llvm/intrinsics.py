@@ -5,7 +5,9 @@ the intrinsic's ``dtype`` (comparisons: to the promotion of their declared dtype
 condition to bool), then
 
 * integer arithmetic wraps; integer ``/`` truncates toward zero, ``x / 0`` is 0 and
-  ``INT_MIN / -1`` wraps (neither reaches ``sdiv``, which would trap);
+  ``INT_MIN / -1`` wraps (neither reaches ``sdiv``, which would trap); ``mod`` is ``srem``/``urem``
+  with ``x mod 0`` and ``x mod -1`` 0 (neither reaches ``srem``), and ``frem`` (C's ``fmod``) on floats;
+* ``recip(x)`` is ``1 / x``, IEEE;
 * float ``/`` is IEEE; ``max``/``min`` propagate nan (the first operand's when both are nan);
 * ``round`` is numpy's ``trunc(x) + (|x - trunc(x)| >= 0.5 ? sign(x) : 0)`` (half away from zero);
 * shift counts are taken modulo the width; ``>>`` is arithmetic on signed types;
@@ -44,6 +46,7 @@ _LIBM = {
 _LLVM_UNARY = {"sqrt": "llvm.sqrt", "floor": "llvm.floor", "ceil": "llvm.ceil"}
 SUPPORTED = frozenset(
     {*_CMP, *_CASTS, *_LIBM, *_LLVM_UNARY, "round", "sigmoid", "pow", "cond", "bit_left", "bit_right"}
+    | {"mod", "recip"}
     | {"add", "sub", "mul", "div", "neg", "abs", "relu", "max", "min", "bit_and", "bit_or", "bit_xor"}
     | {"bit_not"}
 )
@@ -71,13 +74,15 @@ def emit_intrinsic(em: Emitter, name: str, args: list[Scalar], dt: DType, where:
         else:
             out = b.ashr(x, count) if work.is_signed else b.lshr(x, count)
         return em.convert(out, work, dt)
-    if dt is DType.BOOL and name in ("add", "sub", "mul", "div", "neg"):
+    if dt is DType.BOOL and name in ("add", "sub", "mul", "div", "mod", "neg"):
         # not produced by Tile's typing (bool arithmetic is int32); as numpy: + is or, * is and
         inner = emit_intrinsic(em, name, args, DType.INT32, where)
         return em.convert(inner, DType.INT32, DType.BOOL)
     xs = [em.to(a, dt) for a in args]
     if name in ("add", "sub", "mul", "div", "max", "min"):
         return binary(em, name, xs[0], xs[1], dt)
+    if name == "mod":
+        return remainder(em, xs[0], xs[1], dt)
     if name in ("bit_and", "bit_or", "bit_xor"):
         return {"bit_and": b.and_, "bit_or": b.or_, "bit_xor": b.xor}[name](xs[0], xs[1])
     if name == "bit_not":
@@ -146,6 +151,21 @@ def binary(em: Emitter, op: str, x: ir.Value, y: ir.Value, dt: DType) -> ir.Valu
     return b.select(y_zero, zero, b.select(minus_one, b.sub(zero, x), q))
 
 
+def remainder(em: Emitter, x: ir.Value, y: ir.Value, dt: DType) -> ir.Value:
+    """``mod``: the remainder of truncating division, with the sign of ``x``."""
+    b = em.builder
+    if dt.is_float:
+        out = b.frem(x, y)
+        return em.round_half(out) if dt is DType.FLOAT16 else out
+    zero = em.zero(dt)
+    # x mod 0 is 0, and x mod -1 is 0 (INT_MIN srem -1 would trap): both divide by 1 instead
+    trivial = b.icmp_unsigned("==", y, zero)
+    if dt.is_signed:
+        trivial = b.or_(trivial, b.icmp_signed("==", y, em.const(-1, dt)))
+    safe = b.select(trivial, em.const(1, dt), y)
+    return b.srem(x, safe) if dt.is_signed else b.urem(x, safe)
+
+
 def float_fn(em: Emitter, name: str, xs: list[ir.Value], dt: DType) -> ir.Value:
     """A float builtin on registers of float ``dt`` (float16: computed in float, rounded once)."""
     b = em.builder
@@ -161,6 +181,8 @@ def float_fn(em: Emitter, name: str, xs: list[ir.Value], dt: DType) -> ir.Value:
         return done(libm(em, _LIBM[name], [x]))
     if name == "pow":
         return done(libm(em, "pow", xs))
+    if name == "recip":
+        return done(b.fdiv(em.const(1, dt), x))
     if name == "sigmoid":
         one = em.const(1, dt)
         e = done(libm(em, "exp", [b.fneg(x)]))

@@ -7,7 +7,10 @@ builtins (reshape, gather, scatter, the softmaxes) are handled by the caller, wh
 adjoint at exactly the call's shape.
 
 Tie rules: elementwise ``max``/``min`` send the whole gradient to the first argument on ties;
-``abs`` uses +1 at 0; ``relu`` uses 0 at 0.
+``abs`` uses +1 at 0; ``relu`` uses 0 at 0. ``mod(a, b)`` is ``a - b * trunc(a / b)``, so (away
+from its jumps) its derivatives are 1 and ``-trunc(a / b)``, written ``-(a - y) / b``.
+``builtin_binary_crossentropy`` has its true derivatives (PlaidML divided them by ``n``, a bug);
+``reverse_grad(X, s)`` is the identity whose gradient is ``-s`` times the adjoint, as in PlaidML.
 """
 
 from __future__ import annotations
@@ -65,6 +68,13 @@ def local_adjoints(fn: str, args: list[ast.Expr], y: ast.Expr, g: ast.Expr) -> l
         "sub": lambda: [g, neg(g)],
         "mul": lambda: [mul(g, a[1]), mul(g, a[0])],
         "div": lambda: [div(g, a[1]), neg(div(mul(g, a[0]), _sq(a[1])))],
+        "mod": lambda: [g, neg(mul(g, div(sub(a[0], y), a[1])))],
+        "recip": lambda: [neg(mul(g, _sq(y)))],
+        "reverse_grad": lambda: [neg(mul(a[1], g)), None],
+        "builtin_binary_crossentropy": lambda: [
+            mul(g, sub(div(sub(_ONE, a[1]), sub(_ONE, a[0])), div(a[1], a[0]))),
+            mul(g, sub(call("log", sub(_ONE, a[0])), call("log", a[0]))),
+        ],
         "neg": lambda: [neg(g)],
         "ident": lambda: [g],
         "as_float": lambda: [g],
