@@ -10,8 +10,9 @@ convolutions as implicit GEMM):
   ``float4``-wide and a warp's stores are contiguous along N.
 * **K** advances ``KT`` at a time. The work-group fills ``__local`` tiles ``As[KT][TM]`` and
   ``Bs[KT][TN]`` cooperatively (element ``e = lid + r*L`` of the tile, the operand's contiguous
-  group fastest, so global loads coalesce), between barriers. The next K tile is loaded into
-  registers while the current one is multiplied (a software pipeline of depth two).
+  group fastest, so global loads coalesce). The next K tile is loaded into registers while the
+  current one is multiplied, and the ``__local`` tiles are double-buffered, so each K step needs
+  one barrier.
 * **edges**: sizes are known at compile time, so a guard is emitted only where a size is not a
   multiple of its tile (rows past M, columns past N, K past its end load zero and are not stored).
   Constraints guard loads (a zero operand) or the store, as ``contraction`` sorts them.
@@ -212,8 +213,9 @@ class GemmEmitter:
         groups = ntm * ntn * g.batch.total
         L = tl.threads
         T4 = f"{T}4"
-        self.line(f"__local {T4} As4[{tl.kt * (tl.tm + 4) // 4}];")
-        self.line(f"__local {T4} Bs4[{tl.kt * (tl.tn + 4) // 4}];")
+        sa, sb = tl.kt * (tl.tm + 4), tl.kt * (tl.tn + 4)  # one K tile, rows padded by 4
+        self.line(f"__local {T4} As4[{2 * sa // 4}];")  # two of each: write one while others read
+        self.line(f"__local {T4} Bs4[{2 * sb // 4}];")
         self.line(f"__local {T}* As = (__local {T}*)As4;")
         self.line(f"__local {T}* Bs = (__local {T}*)Bs4;")
         self.line(f"const {it} lid = ({it})get_local_id(0);")
@@ -235,9 +237,10 @@ class GemmEmitter:
             self.line(f"{T} " + ", ".join(f"c{i}_{j} = {zero}" for j in range(tl.rn)) + ";")
         self.load(g.a, a_items, "0", 1)
         self.load(g.b, b_items, "0", 1)
+        self.line("int buf = 0;")
         self.line(f"for ({it} k0 = 0; k0 < {g.k.total}; k0 += {tl.kt}) {{")
-        for (p, _, at), arr in [(x, "As") for x in a_items] + [(x, "Bs") for x in b_items]:
-            self.line(f"{arr}[{at}] = {p}_ld;", 2)
+        for (p, _, at), arr, size in [(x, "As", sa) for x in a_items] + [(x, "Bs", sb) for x in b_items]:
+            self.line(f"{arr}[buf * {size} + {at}] = {p}_ld;", 2)
         self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)
         self.line(f"if (k0 + {tl.kt} < {g.k.total}) {{", 2)
         self.load(g.a, a_items, f"k0 + {tl.kt}", 3)
@@ -245,10 +248,11 @@ class GemmEmitter:
         self.line("}", 2)
         self.line("#pragma unroll", 2)
         self.line(f"for (int kk = 0; kk < {tl.kt}; kk++) {{", 2)
-        reads = (("a", "As4", a_row, tl.rm, tl.tm, "ty"), ("b", "Bs4", b_row, tl.rn, tl.tn, "tx"))
-        for name, arr, row, r, tile, lane in reads:
+        reads = (("a", "As4", a_row, tl.rm, tl.tm, "ty", sa), ("b", "Bs4", b_row, tl.rn, tl.tn, "tx", sb))
+        for name, arr, row, r, tile, lane, size in reads:
             for c in range(r // 4):
-                self.line(f"const {T4} {name}v{c} = {arr}[kk * {row // 4} + {c * tile // r} + {lane}];", 3)
+                at = f"buf * {size // 4} + kk * {row // 4} + {c * tile // r} + {lane}"
+                self.line(f"const {T4} {name}v{c} = {arr}[{at}];", 3)
         comps = ("x", "y", "z", "w")
         for i in range(tl.rm):
             for j in range(tl.rn):
@@ -258,7 +262,9 @@ class GemmEmitter:
                 expr = f"fma({a}, {b}, {acc})" if self.contract else f"{acc} + {a} * {b}"
                 self.line(f"{acc} = {expr};", 3)
         self.line("}", 2)
-        self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)
+        # no second barrier: the next step fills the other buffer, and the one after it waits at
+        # the next barrier for every work-item to finish reading this one
+        self.line("buf ^= 1;", 2)
         self.line("}")
         self.store()
         args = ", ".join(f"__global {self.t.mem(dt)}* restrict {p}" for p, dt in params)
