@@ -13,7 +13,9 @@ buffer, whose element type comes from ``KernelInfo.buffer_dtypes``); then its st
 A refinement naming nothing of its parent (dir none, no ``from_``) is a zero-filled private array
 per point (holding registers). Stores go through the refinement's ``agg_op`` in the buffer's type.
 An output element that only the owned indexes choose is accumulated in a register (``hoistable``).
-A kernel that is one ``Special`` runs it in parallel where it can (``specials``).
+A kernel that is one ``Special`` runs it in parallel where it can (``specials``). On a target with
+work-groups (OpenCL), a GEMM-shaped contraction, with or without a fused epilogue, is emitted by
+``tiled`` instead (``contraction.match`` decides; the setting ``tiled=False`` keeps this path).
 """
 
 from __future__ import annotations
