@@ -21,7 +21,9 @@ into three blocks, with a new temporary buffer ``P`` of the output's view sizes 
 ``P``'s lane dim is last (stride 1, so on a GPU the lane is the fastest work-item index) unless
 ``interleave`` splits an index that no input reads contiguously (a column sum): then it is first,
 and the output's own contiguous index stays fastest. A combine that is itself long is split again
-(a 16M-element sum: 65536 partials, then 256, then 1).
+(a 16M-element sum: 65536 partials, then 256, then 1), and so is a partial block still short of
+lanes because one index's range capped them (a global sum of a 64x64 matrix aiming at 1024 lanes:
+64 over j, then 16 over i; ``lanes`` caps the product).
 
 Other outputs of the block (lowering's ``O_written`` mask of ``>``, ``<``, ``*``: ``=`` stores of a
 constant) stay in the partial block, which runs exactly the original points; they move to the
@@ -192,10 +194,12 @@ class _Splitter:
 
     # ------------------------------------------------------------------------------ one block
     def split(
-        self, block: Block, parents: tuple[Block, ...]
+        self, block: Block, parents: tuple[Block, ...], cap: int = -1
     ) -> tuple[list[Block], list[tuple[str, TensorShape]]] | None:
-        """The init, partial and (split again while long) combine blocks replacing ``block`` and
-        the buffers they need, or None when the block does not qualify."""
+        """The init, partial and combine blocks replacing ``block`` (the partial and the combine
+        split again while they qualify) and the buffers they need, or None when the block does not
+        qualify. ``cap``: the most thread lanes per output point (0: none; -1: ``cfg.lanes``)."""
+        cap = self.cfg.lanes if cap < 0 else cap
         # The new blocks must run once each, in order: inside an indexed block they would run per
         # point, and the points of one P (its init, its partials) could race.
         if any(p.idxs for p in parents):
@@ -204,7 +208,7 @@ class _Splitter:
         if acc is None:
             return None
         outs = {v for a in acc.access for v in a.vars}
-        choice = self.choose(block, parents[-1], outs)
+        choice = self.choose(block, parents[-1], outs, cap)
         if choice is None:
             return None
         view = parents[-1].ref(acc.source).shape
@@ -225,20 +229,21 @@ class _Splitter:
         pview = Refinement(RefDir.OUT, pname, paccess, pshape.scalar_view(), agg_op=acc.agg_op)
         partial, moved = self.partial(block, acc, choice, names, pview, outs)
         combine = self.combine(block, acc, lanes, pview, outs, moved)
-        blocks = [_init(block, acc.agg_op, pname, pshape), partial]
+        blocks: list[Block] = [_init(block, acc.agg_op, pname, pshape)]
         bufs = [(pname, pshape)]
-        # The combine reads P, which the parent declares once this walk returns: show it now.
+        # The partial and the combine use P, which the parent declares once this walk returns:
+        # show it now. A partial still short of lanes (one index's range capped them: a global sum
+        # of a matrix) splits another of its reduction indexes; a long combine splits again.
         whole = Refinement(RefDir.INOUT, pname, tuple(Affine() for _ in sizes), pshape)
-        declared = replace(parents[-1], refs=(*parents[-1].refs, whole))
-        again = self.split(combine, (*parents[:-1], declared))
-        if again is None:
-            blocks.append(combine)
-        else:
-            blocks.extend(again[0])
-            bufs.extend(again[1])
+        declared = (*parents[:-1], replace(parents[-1], refs=(*parents[-1].refs, whole)))
+        rest = max(cap // choice.lanes, 1) if cap else 0
+        for new, limit in ((partial, rest), (combine, -1)):
+            again = self.split(new, declared, limit)
+            blocks.extend([new] if again is None else again[0])
+            bufs.extend([] if again is None else again[1])
         return blocks, bufs
 
-    def choose(self, block: Block, parent: Block, outs: set[str]) -> _Split | None:
+    def choose(self, block: Block, parent: Block, outs: set[str], cap: int) -> _Split | None:
         """The split giving the most lanes (see the module docstring), or None."""
         cfg = self.cfg
         ins = [r for r in block.refs if r.dir is RefDir.IN]
@@ -265,8 +270,8 @@ class _Splitter:
             lanes = 1
             if threaded:
                 lanes = min(-(-self.target // outputs), ix.range // vector, reduction // cfg.min_chunk)
-                if cfg.lanes:
-                    lanes = min(lanes, cfg.lanes)
+                if cap:
+                    lanes = min(lanes, cap)
                 if cfg.only_po2 and lanes >= 1:
                     lanes = 1 << (lanes.bit_length() - 1)
                 lanes = max(lanes, 1)
