@@ -27,6 +27,7 @@ from tile.cli import main
 from tile.errors import TileError, TileInputError, TileShapeError
 from tile.inputs import input_types
 from tile.size_inputs import size_uses
+from tile.tensor import tensor as tile_tensor
 
 RNG = np.random.default_rng(15)
 CT = OWN["same_upper_s2"].source()
@@ -79,6 +80,18 @@ def test_conv_transpose_opencl(name):
     exe, (o, k) = tile.compile(c.source(), OPENCL), c.inputs(RNG)
     for size in c.sizes:
         np.testing.assert_array_equal(exe(O=o, K=k, **size_arrays(size))["I"], c.reference(o, k, size))
+
+
+@pytest.mark.usefixtures("private_cache")
+def test_a_device_tensor_holds_a_size():
+    """A 0-D tile.Tensor is read for its value; writing another value builds for it."""
+    c = OWN["same_upper_s2"]
+    exe, (o, k) = tile.compile(c.source(), "llvm_cpu.0"), c.inputs(RNG)
+    d = tile_tensor(np.int32(8))
+    for size in (8, 7):
+        d.write(np.int32(size))
+        got = exe(O=tile_tensor(o), K=k, D0=d)["I"]
+        np.testing.assert_array_equal(got, c.reference(o, k, (size,)))
 
 
 @pytest.mark.usefixtures("private_cache")
