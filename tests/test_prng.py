@@ -96,6 +96,16 @@ def test_two_steps_and_a_scalar_draw():
     assert one["V"].shape == () and one["V"] == reference(state, ())[0]
 
 
+@pytest.mark.parametrize("precision", ["float64", "exact"])
+def test_every_precision_draws_the_same_values(precision):
+    src = "function (S) -> (V, T) { H = prng_step(S, 5000); V = prng_value(H); T = prng_state(H); }"
+    state = seed_state(7)
+    out = ref_interp.run(src, {"S": state}, precision)
+    v, after = reference(state, (5000,))
+    np.testing.assert_array_equal(np.asarray(out["V"], np.float64), v.astype(np.float64))
+    np.testing.assert_array_equal(out["T"], after)
+
+
 @pytest.mark.parametrize("device", TARGETS)
 @pytest.mark.parametrize("src, shape", [(DROPOUT, (3, 1500)), (DROPOUT, (1, 0)), (TWO, None)])
 def test_targets_give_the_interpreters_bits(device, src, shape):

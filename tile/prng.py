@@ -97,7 +97,7 @@ def pair_prng(stmts: Iterable[TStatement], outputs: Iterable[tuple[str, Span]]) 
     handles: dict[str, TCall] = {}
     readers: dict[str, set[str]] = {}
     for s in stmts:
-        found = [c for e in _exprs(s) for c in calls(e)]
+        found = list(calls(s.expr)) if isinstance(s, TAssign) else []
         for c in found:
             if c.fn == "prng_step" and not (isinstance(s, TAssign) and s.expr is c):
                 raise TileNameError(
@@ -149,10 +149,6 @@ def pair_prng(stmts: Iterable[TStatement], outputs: Iterable[tuple[str, Span]]) 
                     hint=f"use the three together: {_TRIPLE}",
                 )
     return tuple(_rewrite_state(s, handles) for s in stmts)
-
-
-def _exprs(s: TStatement) -> tuple[TExpr, ...]:
-    return (s.expr,) if isinstance(s, TAssign) else ()
 
 
 def _other_uses(s: TStatement, handles: dict[str, TCall]):
