@@ -47,9 +47,26 @@ def test_matches_contractions_with_a_contiguous_output_index():
     # a row sum's output index is not contiguous in its input: no vector index, plain loops
     rows = kernel_of(lowered("function (X[M, N]) -> (O) { O[i: M] = +(X[i, j]); }", {"X": ints(8, 32)}))
     assert analyse(rows, *parent_info(rows), None) is None
-    # max aggregates are not the micro-kernel's (NaN rules): plain loops
-    mx = kernel_of(lowered("function (X[M, N]) -> (O) { O[j: N] = >(X[i, j]); }", {"X": ints(8, 32)}))
-    assert analyse(mx, *parent_info(mx), None) is None
+    # integer contractions are not (the vector code is float): plain loops
+    a = ints(8, 4, dtype=np.int32)
+    ex = kernel_of(lowered(MATMUL, {"A": a, "B": ints(4, 32, dtype=np.int32)}))
+    assert analyse(ex, *parent_info(ex), None) is None
+
+
+@pytest.mark.parametrize("src", ["O[j: N] = >(X[i, j])", "O[j: N] = <(X[i, j])", "O[] = >(X[i, j])"])
+def test_max_and_min_keep_the_nan_rule(src):
+    # the micro-kernel applies the scalar code's NaN-wins select lane-wise, in the same order
+    # (signed zeros are left out: max(-0, +0) already differs between the scalar code and the
+    # interpreter, which follows np.maximum)
+    x = RNG.standard_normal((300, 37)).astype(np.float32)
+    x[5, 3] = x[7, 9] = np.nan
+    program = lowered(f"function (X[M, N]) -> (O) {{ {src}; }}", {"X": x})
+    for how in ({}, {"microkernel": False}):
+        got, _ = execute(program, {"X": x}, {**how, "strict": True})
+        want = run_stripe(program, {"X": x})
+        assert_same(got, want)
+    f = tile.compile(f"function (X[M, N]) -> (O) {{ {src}; }}", "llvm_cpu.0", {"cache": False})
+    assert_same(f(X=x), ref_interp.run(f"function (X[M, N]) -> (O) {{ {src}; }}", {"X": x}))
 
 
 @pytest.mark.parametrize("m, k, n", SHAPES)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from stripe.ir import Block, Dim, Intrinsic, Load, RefDir, Store
 from tile.dtypes import DType
 
+AGGS = ("add", "max", "min")  # max/min: the scalar code's NaN-wins select, lane-wise
 _OPS = ("mul", "add", "assign")  # assign: a conversion to the same type, a copy
 
 
@@ -51,6 +52,7 @@ class Shape:
     red: tuple[int, ...]  # reduction indexes, in listed order
     coefs: dict[str, tuple[int, ...]]  # refinement -> element-offset coefficient per index
     out: str
+    agg: str = "add"  # the output's aggregation: add, max or min
 
 
 def analyse(
@@ -100,7 +102,7 @@ def analyse(
         if any(not a.is_integral or not set(a.vars) <= set(names) for a in r.access):
             return None
         coefs[r.into] = tuple(int(sum(a.coeff(n) * d.stride for a, d in zip(r.access, dims))) for n in names)
-    if out not in coefs or block.ref(out).agg_op != "add":
+    if out not in coefs or block.ref(out).agg_op not in AGGS:
         return None
     free = [k for k, ix in enumerate(block.idxs) if ix.range > 1]
     oc = coefs[out]
@@ -129,7 +131,7 @@ def analyse(
     )
     r = rows[0] if rows else None
     outer = tuple(k for k in owned if k not in (v, r))
-    return Shape(dtype, v, r, outer, red, coefs, out)
+    return Shape(dtype, v, r, outer, red, coefs, out, block.ref(out).agg_op)
 
 
 __all__ = ["Shape", "VectorConfig", "analyse", "host_vector_bytes"]

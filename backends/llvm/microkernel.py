@@ -8,8 +8,9 @@ width) held in registers across the whole reduction, each reduction point adding
 ``broadcast(a) * vector(b)`` to every accumulator.
 
 **What it matches.** A leaf block (the kernel itself, or the one-tile block ``autotile`` made)
-whose statements are loads, float ``mul``/``add`` intrinsics and one ``Store`` into a refinement
-aggregating with ``add``, every value and buffer of one float type (float32 or float64). Its
+whose statements are loads, float ``mul``/``add``/``assign`` intrinsics and one ``Store`` into a
+refinement aggregating with ``add`` (or ``max``/``min``, the scalar code's NaN-wins select applied
+lane-wise), every value and buffer of one float type (float32 or float64). Its
 indexes of range > 1 split into the *owned* ones (a non-zero coefficient in the output's element
 offset, distinct points of them writing distinct elements: each coefficient exceeds the spread of
 the smaller ones) and the *reductions* (coefficient 0). The *vector index* ``v`` is the owned
@@ -36,6 +37,7 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
+from backends.llvm.intrinsics import binary
 from backends.llvm.loops import View, for_range
 from backends.llvm.match import Shape, VectorConfig, analyse
 from backends.llvm.scalars import F32, F64, I32, I64, PTR, i64
@@ -322,7 +324,7 @@ class MicroKernel:
                 made_by[st.outputs[0]] = st
             elif isinstance(st, Store):
                 prod = made_by.get(st.from_)
-                fused = self.fma and prod is not None and prod.name == "mul"
+                fused = self.fma and prod is not None and prod.name == "mul" and self.s.agg == "add"
                 for m in range(mr):
                     for n in range(nv):
                         acc = b.load(self.slots[m][n], typ=self.vt)
@@ -330,8 +332,10 @@ class MicroKernel:
                             fn = self._intrinsic(f"llvm.fma.{self._suffix()}", self.vt, [self.vt] * 3)
                             xa, ya = grids[prod.inputs[0]], grids[prod.inputs[1]]
                             new = b.call(fn, [xa[m][n], ya[m][n], acc])
-                        else:
+                        elif self.s.agg == "add":
                             new = b.fadd(acc, grids[st.from_][m][n])
+                        else:  # the same select as the scalar aggregation, on every lane
+                            new = binary(self.em, self.s.agg, acc, grids[st.from_][m][n], self.s.dtype)
                         if masks is not None:
                             new = b.select(masks[m], new, acc)
                         b.store(new, self.slots[m][n])
