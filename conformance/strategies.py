@@ -247,7 +247,7 @@ BINARY_EXACT = [
     "{0} < {1} ? {0} : {1}",
     "{0} <= {1}",
     "{0} >= {1}",
-    "mod({0}, {1})",
+    "mod({0}, {1} == 0 ? 2 : {1})",  # x mod 0 (0, or nan) is in the builtin tests; here the sign rule
 ]
 INT_ONLY = ["{0} & {1}", "{0} | {1}", "{0} ^ {1}", "{0} << 2", "{0} >> 1"]
 UNARY_FLOAT = [
