@@ -83,6 +83,27 @@ def test_dropout_on_the_interpreter():
     assert out["S2"].dtype == np.uint32
 
 
+# PlaidML 0.7's Keras dropout with noise_shape (None, 1), its three operations composed as one.
+KERAS = """function (I, X[S0, S1], L) -> (O, N) {
+    T = prng_step(I, S0, 1);
+    N = prng_state(T);
+    R = 1.0 - L;
+    M = 1.0 / R;
+    O = (prng_value(T) < R ? X * M : 0.0);
+}"""
+
+
+@pytest.mark.parametrize("device", ["interp", *TARGETS])
+def test_keras_dropout_program(device):
+    state, x, level = seed_state(8), np.arange(1, 4001, dtype=np.float32).reshape(2000, 2), np.float32(0.3)
+    ins = {"I": state, "X": x, "L": level}
+    out = ref_interp.run(KERAS, ins) if device == "interp" else tile.compile(KERAS, device)(ins)
+    v, after = reference(state, (2000, 1))
+    r = np.float32(1) - level
+    np.testing.assert_array_equal(out["O"], np.where(v < r, x * (np.float32(1) / r), np.float32(0)))
+    np.testing.assert_array_equal(out["N"], after)
+
+
 def test_two_steps_and_a_scalar_draw():
     state = seed_state(2)
     out = ref_interp.run(TWO, {"S": state})
