@@ -8,8 +8,10 @@ the others at their best so far, each a full compile (``AutotileConfig.choices``
 small-integer inputs held on the device; a run's time is the fastest of a few calls. Then the
 code generator's own knobs, which a backend lists in ``Device.tuning_space`` (OpenCL: the tiles
 of its GEMM kernels, ``gemm_tiles``), are timed the same way against its default. A candidate
-that fails to build or run is skipped. Only tilings change, never the program's meaning: every
-candidate is the same computation (on integer-valued inputs the results are equal exactly).
+that fails to build or run is skipped, and so is one whose generated code an earlier candidate
+of the same block or knob already had (a knob set to the default's value). Only tilings change,
+never the program's meaning: every candidate is the same computation (on integer-valued inputs the
+results are equal exactly).
 
 The choice is stored under a key of the device (id and description), the lowered Stripe program
 (so the source, shapes and dtypes), the config and the settings that shape code, so a later
@@ -105,10 +107,12 @@ def tune(
     feed: dict = {}  # made at the first trial
     base = {k: v for k, v in settings.items() if k not in ("tune", "config")}
 
-    def timed(step: str, what: str, rank: int, tiles: tuple, cfg: TargetConfig, extra: dict) -> float | None:
+    def timed(
+        step: str, what: str, rank: int, tiles: tuple, cfg: TargetConfig, extra: dict, seen: dict
+    ) -> float | None:
         if not feed:
             feed.update(_inputs(bound, device))
-        took = _time(compiled_cls, bound, device, cfg, {**base, **extra}, feed)
+        took = _time(compiled_cls, bound, device, cfg, {**base, **extra}, feed, seen, rank)
         got = Trial(step, what, rank, tuple(tiles), *took)
         trials.append(got)
         if report is not None:
@@ -117,17 +121,18 @@ def tune(
 
     for step, blocks in found.items():
         for block, ranking in blocks.items():
-            times = {}
+            times, seen = {}, {}
             for rank in range(min(n, len(ranking))):
                 cfg = with_choices(config, {**choices, step: {**choices[step], block: rank}})
-                times[rank] = timed(step, block, rank, ranking[rank].tiles, cfg, {})
+                times[rank] = timed(step, block, rank, ranking[rank].tiles, cfg, {}, seen)
             choices[step][block] = _fastest(times)
     # then the code generator's own knobs (OpenCL: the GEMM kernels' tiles), the default first
     cfg = with_choices(config, choices)
     space = _space(compiled_cls, bound, device, cfg, base)
     chosen: dict = {}
     if space:
-        times = {k: timed("codegen", ",".join(extra) or "default", k, _tiles(extra), cfg, extra)
+        seen = {}
+        times = {k: timed("codegen", ",".join(extra) or "default", k, _tiles(extra), cfg, extra, seen)
                  for k, extra in enumerate([{}, *space])}
         chosen = [{}, *space][_fastest(times)]
     if use_cache:
@@ -184,12 +189,18 @@ def _inputs(bound, device) -> dict:
     return feed
 
 
-def _time(compiled_cls, bound, device, cfg, settings, feed) -> tuple[float | None, str]:
-    """The fastest of a few calls (at most ~0.3 s of them) of ``bound`` compiled with ``cfg``."""
+def _time(
+    compiled_cls, bound, device, cfg, settings, feed, seen: dict, rank: int
+) -> tuple[float | None, str]:
+    """The fastest of a few calls (at most ~0.3 s of them) of ``bound`` compiled with ``cfg``;
+    not timed when its code is a candidate's in ``seen`` (generated source -> rank)."""
     from tile.tensor import zeros_on
 
     try:
         cp = compiled_cls(bound, device, {**settings, "config": cfg})
+        if cp.library.source in seen:
+            return None, f"the same code as candidate {seen[cp.library.source]}"
+        seen[cp.library.source] = rank
         out = {n: zeros_on(device, cp.buffers[n].sizes, cp.buffers[n].dtype) for n in cp.outputs}
         best, spent, calls = float("inf"), 0.0, -1  # the first call warms up
         while calls < 3 or (spent < 0.3 and calls < 20):

@@ -136,3 +136,20 @@ def test_tune_command(tmp_path, capsys):
     exe(_feed())
     assert next(iter(exe._compiled.values())).tuning.cached
     assert main(["tune", str(src), "--target", "nope.0", "--shape", "A=2x2", "--shape", "B=2x2"]) == 2
+
+
+def test_a_device_knob_with_the_defaults_code_is_not_timed():
+    """``Device.tuning_space`` candidates are timed against the default build; one that generates
+    the default's code (LLVM's ``opt`` changes no IR text) is skipped, and the default kept."""
+    from backends.llvm import LlvmCpuDevice
+
+    class Knobs(LlvmCpuDevice):
+        def tuning_space(self, library):
+            return [{"opt": 3}]
+
+    bound = _bound(_feed())
+    dev = Knobs(threads=1)
+    got = tune(CompiledProgram, bound, lower(bound), dev, device_config(dev), {"tune": True, "cache": False})
+    codegen = [t for t in got.trials if t.step == "codegen"]
+    assert [(t.rank, t.seconds is not None) for t in codegen] == [(0, True), (1, False)]
+    assert codegen[1].error == "the same code as candidate 0" and got.settings == {}

@@ -167,7 +167,7 @@ def cmd_tune(args) -> int:
         return 0
 
     def report(t) -> None:
-        took = f"{t.seconds * 1e3:.3f} ms" if t.seconds is not None else f"failed ({t.error})"
+        took = f"{t.seconds * 1e3:.3f} ms" if t.seconds is not None else f"not timed: {t.error}"
         print(f"{t.step} {t.block}: candidate {t.rank} tiles {'x'.join(map(str, t.tiles))}: {took}")
 
     tuning = tune(CompiledProgram, bound, lower(bound), device, config, settings, report)
