@@ -127,7 +127,8 @@ class CompiledProgram:
     optimized by the device's config (``settings``: ``config`` a config file, ``strict`` to keep
     every aggregation in the interpreter's order, ``optimize=False`` to skip the passes;
     ``max_buffer_bytes`` / ``max_total_bytes`` to lower the memory limits ``check_memory`` applies
-    before every run's allocations)."""
+    before the first run allocates; ``tune`` to time tilings first, ``backends.tune``). Its buffers
+    are allocated at the first run and reused by every later one (``run``)."""
 
     def __init__(self, bound: BoundProgram, device: Device, settings: Mapping | None = None):
         self.bound = bound
