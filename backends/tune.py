@@ -29,10 +29,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from backends.diskcache import cache_dir, digest, read_entry, write_entry
+from backends.hal import Device
 from stripe.config import TargetConfig
+from stripe.ir import Block
 from stripe.passes import steps
 from stripe.passes.autotile import sites
 from stripe.printer import format_block
+from tile.typed import BoundProgram
 
 FORMAT = 2
 _CODE_SETTINGS = ("opt", "fast_math", "local_size", "threads", "reorder", "parallel")
@@ -66,7 +69,7 @@ def with_choices(config: TargetConfig, choices: Mapping[str, Mapping[str, int]])
     return replace(config, passes=passes)
 
 
-def tune_key(lowered, device, config: TargetConfig, settings: Mapping) -> str:
+def tune_key(lowered: Block, device: Device, config: TargetConfig, settings: Mapping) -> str:
     meta = {
         "format": FORMAT,
         "kind": "tune",
@@ -81,10 +84,10 @@ def tune_key(lowered, device, config: TargetConfig, settings: Mapping) -> str:
 
 
 def tune(
-    compiled_cls,
-    bound,
-    lowered,
-    device,
+    compiled_cls: type,
+    bound: BoundProgram,
+    lowered: Block,
+    device: Device,
     config: TargetConfig,
     settings: Mapping,
     report: Callable[[Trial], None] | None = None,
@@ -153,8 +156,6 @@ def _tiles(extra: Mapping) -> tuple[int, ...]:
 def _space(compiled_cls, bound, device, cfg: TargetConfig, settings: Mapping) -> list[dict]:
     """The device's code-generation settings worth timing for this program (``Device.tuning_space``
     of its default build); none when that build fails."""
-    from backends.hal import Device
-
     if type(device).tuning_space is Device.tuning_space:
         return []  # the backend has no knobs: no build needed to ask
     try:
