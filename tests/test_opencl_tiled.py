@@ -201,3 +201,23 @@ def test_fused_epilogue(src, shapes):
     want = ref_interp.run(src, inputs)
     for name, got in cp(inputs).items():
         np.testing.assert_array_equal(got, want[name])
+
+
+@pytest.mark.parametrize(
+    "src,shapes",
+    [
+        (MM, {"A": (68, 36), "B": (36, 132)}),  # both operands: rows of a multiple of 4
+        (MM, {"A": (68, 37), "B": (37, 132)}),  # A's rows of 37: scalar loads for A only
+        (CONV, {"I": (2, 6, 7, 8), "F": (3, 3, 8, 12)}),  # the input along ci, the filter along co
+    ],
+)
+def test_float4_global_loads(src, shapes):
+    """Four adjacent, aligned elements that the same guards keep are one ``float4`` load."""
+    rng = np.random.default_rng(10)
+    inputs = {k: ints(rng, s) for k, s in shapes.items()}
+    cp = compiled(src, inputs)
+    loads = cp.library.source.count("*(__global const float4*)")
+    assert loads >= (1 if shapes["A" if "A" in shapes else "I"][-1] % 4 else 2)
+    want = ref_interp.run(src, inputs)
+    for name, got in cp(inputs).items():
+        np.testing.assert_array_equal(got, want[name])

@@ -157,17 +157,22 @@ class GemmEmitter:
 
     # ---------------------------------------------------------------- loads
     def operand_plan(self, op: Operand, grp: Group, tile: int, side: str, origin: str, batch: dict[str, str]):
-        """Per loaded element ``r``: the fixed part of its address and guard, outside the K loop."""
+        """Per loaded element (or ``float4`` of four) ``r``: the fixed part of its address and guard,
+        outside the K loop, and where it goes in the ``__local`` tile."""
         g, tl = self.g, self.tl
-        per = tile * tl.kt // tl.threads
         kfast = self.k_fastest(op, grp)
+        w = self.vector_width(op, grp, tile, kfast)
+        per = tile * tl.kt // (tl.threads * w)
+        row = tile + (4 if kfast else 0)
         items = []
         for r in range(per):
             e = f"(lid + {r * tl.threads})"
             if kfast:
-                mm, kk = f"({e} / {tl.kt})", f"({e} % {tl.kt})"
+                mm, kk = f"({e} / {tl.kt // w})", f"({e} % {tl.kt // w})"
+                kk = f"{kk} * {w}" if w > 1 else kk
             else:
-                mm, kk = f"({e} % {tile})", f"({e} / {tile})"
+                mm, kk = f"({e} % {tile // w})", f"({e} / {tile // w})"
+                mm = f"({mm} * {w})" if w > 1 else mm
             p = f"{side}{r}"
             self.line(f"const {self.int} {p}_kk = {kk};")
             self.line(f"const {self.int} {p}_gm = {origin} + {mm};")
@@ -178,9 +183,25 @@ class GemmEmitter:
             self.line(f"const {self.int} {p}_base = {base} + {int(op.offset.const)};")
             ok = [f"{p}_gm < {grp.total}"] if grp.total % tile else []
             self.line(f"const bool {p}_ok = {' && '.join(ok) or 'true'};")
-            pad = 4 if kfast else 0
-            items.append((p, vals, f"{p}_kk * {tile + pad} + ({p}_gm - {origin})"))
-        return items, kfast
+            items.append((p, vals, f"{p}_kk * {row} + ({p}_gm - {origin})"))
+        return items, kfast, w
+
+    def vector_width(self, op: Operand, grp: Group, tile: int, kfast: bool) -> int:
+        """4 when four consecutive elements of the operand's contiguous group are four aligned,
+        adjacent elements of memory that the same guards keep or drop (one ``float4`` load), else 1.
+        """
+        fast = self.g.k if kfast else grp
+        if not fast.idxs or self.g.dtype not in (DType.FLOAT32, DType.FLOAT64):
+            return 1
+        inner = fast.idxs[-1]
+        off = op.offset
+        aligned = all(int(c) % 4 == 0 for v, c in off.terms if v != inner.name) and int(off.const) % 4 == 0
+        if off.coeff(inner.name) != 1 or inner.range % 4 or self.g.starts[inner.name] % 4 or not aligned:
+            return 1
+        if any(inner.name in c.vars for c in op.guards):
+            return 1
+        span = self.tl.kt if kfast else tile
+        return 4 if span % 4 == 0 and (tile * self.tl.kt) % (4 * self.tl.threads) == 0 else 1
 
     def k_fastest(self, op: Operand, grp: Group) -> bool:
         """Whether the operand's K elements are closer together in memory than its M (N) ones."""
@@ -191,11 +212,16 @@ class GemmEmitter:
 
         return stride([ix.name for ix in self.g.k.idxs]) <= stride([ix.name for ix in grp.idxs])
 
-    def load(self, op: Operand, items, k0: str, depth: int) -> None:
-        """Registers ``{p}_ld`` = the operand at each element ``p`` for the K tile at ``k0``."""
+    def load(self, op: Operand, items, k0: str, depth: int, w: int = 1) -> None:
+        """Registers ``{p}_ld`` = the operand at each element ``p`` (``w`` of them from there) for the
+        K tile at ``k0``."""
         g = self.g
         zero = self.t.literal(0, g.dtype)
         ptr = self.ptrs[op.ref.source]
+        if w > 1:
+            vec = f"{self.T}{w}"
+            zero = f"(({vec})({zero}))"
+            ptr = f"*(__global const {vec}*)({ptr} + "
         for p, vals, _ in items:
             self.line(f"{{ const {self.int} {p}_gk = {k0} + {p}_kk;", depth)
             kv = self.decompose(g.k, f"{p}_gk", f"{p}k", depth + 1)
@@ -203,7 +229,8 @@ class GemmEmitter:
             conds = [f"{p}_ok"] + ([f"{p}_gk < {g.k.total}"] if g.k.total % self.tl.kt else [])
             conds += self.cond(op.guards, env)
             addr = f"{p}_base + {self.affine(op.offset, env, g.k.names)}"
-            self.line(f"{p}_ld = ({' && '.join(conds)}) ? {ptr}[{addr}] : {zero}; }}", depth + 1)
+            value = f"{ptr}{addr})" if w > 1 else f"{ptr}[{addr}]"
+            self.line(f"{p}_ld = ({' && '.join(conds)}) ? {value} : {zero}; }}", depth + 1)
 
     # --------------------------------------------------------------- kernel
     def source(self, symbol: str, params: list[tuple[str, DType]]) -> tuple[str, int, int]:
@@ -225,26 +252,37 @@ class GemmEmitter:
         self.line(f"const {it} m0 = (grp / {ntn}) % {ntm} * {tl.tm};")
         self.line(f"const {it} n0 = grp % {ntn} * {tl.tn};")
         batch = self.decompose(g.batch, f"(grp / {ntn * ntm})", "bt", 1) if g.batch.idxs else {}
-        a_items, a_kf = self.operand_plan(g.a, g.m, tl.tm, "ea", "m0", batch)
-        b_items, b_kf = self.operand_plan(g.b, g.n, tl.tn, "eb", "n0", batch)
+        a_items, a_kf, aw = self.operand_plan(g.a, g.m, tl.tm, "ea", "m0", batch)
+        b_items, b_kf, bw = self.operand_plan(g.b, g.n, tl.tn, "eb", "n0", batch)
         a_row = tl.tm + (4 if a_kf else 0)
         b_row = tl.tn + (4 if b_kf else 0)
         # the __local arrays are sized for a padded row (4 more) whichever layout fills them
-        for p, _, _ in a_items + b_items:
-            self.line(f"{T} {p}_ld;")
+        for items, w in ((a_items, aw), (b_items, bw)):
+            for p, _, _ in items:
+                self.line(f"{T}{w if w > 1 else ''} {p}_ld;")
         zero = self.t.literal(0, g.dtype)
         for i in range(tl.rm):
             self.line(f"{T} " + ", ".join(f"c{i}_{j} = {zero}" for j in range(tl.rn)) + ";")
-        self.load(g.a, a_items, "0", 1)
-        self.load(g.b, b_items, "0", 1)
+        self.load(g.a, a_items, "0", 1, aw)
+        self.load(g.b, b_items, "0", 1, bw)
         self.line("int buf = 0;")
         self.line(f"for ({it} k0 = 0; k0 < {g.k.total}; k0 += {tl.kt}) {{")
-        for (p, _, at), arr, size in [(x, "As", sa) for x in a_items] + [(x, "Bs", sb) for x in b_items]:
-            self.line(f"{arr}[buf * {size} + {at}] = {p}_ld;", 2)
+        for items, arr, size, w, kfast, row in (
+            (a_items, "As", sa, aw, a_kf, a_row),
+            (b_items, "Bs", sb, bw, b_kf, b_row),
+        ):
+            for p, _, at in items:
+                if w == 1:
+                    self.line(f"{arr}[buf * {size} + {at}] = {p}_ld;", 2)
+                elif kfast:  # four K values of one row: four rows of the tile
+                    for c, comp in enumerate("xyzw"):
+                        self.line(f"{arr}[buf * {size} + {at} + {c * row}] = {p}_ld.{comp};", 2)
+                else:  # four adjacent columns of one row: one aligned float4
+                    self.line(f"{arr}4[(buf * {size} + {at}) / 4] = {p}_ld;", 2)
         self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)
         self.line(f"if (k0 + {tl.kt} < {g.k.total}) {{", 2)
-        self.load(g.a, a_items, f"k0 + {tl.kt}", 3)
-        self.load(g.b, b_items, f"k0 + {tl.kt}", 3)
+        self.load(g.a, a_items, f"k0 + {tl.kt}", 3, aw)
+        self.load(g.b, b_items, f"k0 + {tl.kt}", 3, bw)
         self.line("}", 2)
         self.line("#pragma unroll", 2)
         self.line(f"for (int kk = 0; kk < {tl.kt}; kk++) {{", 2)
