@@ -91,17 +91,23 @@ class ConvT:
 
     def reference(self, o: np.ndarray, k: np.ndarray, size: tuple[int, ...]) -> np.ndarray:
         """I[n, s*x + d*k - P, ci] += O[n, x, co] * K[k, ci, co] over the positions inside I."""
+        return self.reference_and_count(o, k, size)[0]
+
+    def reference_and_count(self, o, k, size: tuple[int, ...]) -> tuple[np.ndarray, int]:
+        """The reference and how many (x, k) pairs land inside I (none: an empty index space)."""
         if self.channels_first:
             o = np.moveaxis(o, 1, -1)
         pads = [pad_value(size[i], self.strides[i], self.span(i), self.padding) for i in range(self.rank)]
         s, d = self.strides, self.dilations()
         out = np.zeros((o.shape[0], *size, self.ci), np.float64)
+        count = 0
         for xs in itertools.product(*(range(n) for n in o.shape[1:-1])):
             for ks in itertools.product(*(range(n) for n in self.kernel)):
                 pos = tuple(s[i] * xs[i] + d[i] * ks[i] - pads[i] for i in range(self.rank))
-                if all(0 <= p < s for p, s in zip(pos, size)):
+                if all(0 <= p < n for p, n in zip(pos, size)):
                     out[(slice(None), *pos)] += o[(slice(None), *xs)] @ k[ks].T
-        return np.moveaxis(out, -1, 1) if self.channels_first else out
+                    count += 1
+        return (np.moveaxis(out, -1, 1) if self.channels_first else out), count
 
     def out_shape(self, size: tuple[int, ...]) -> tuple[int, ...]:
         n = self.o_shape[0]

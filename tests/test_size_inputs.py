@@ -13,18 +13,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import sympy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ref_interp
 import tile
 from stripe.lower import lower
-from tests.conv_transpose import CASES, OWN, size_arrays
+from tests.conv_transpose import CASES, OWN, ConvT, size_arrays
 from tests.gradcheck import assert_close, fd_grad
 from tests.opencl_support import DEVICE_ID as OPENCL
 from tests.opencl_support import requires_opencl
 from tile.api import grad_values
 from tile.bind import bind
 from tile.cli import main
-from tile.errors import TileError, TileInputError, TileShapeError
+from tile.errors import TileError, TileIndexError, TileInputError, TileShapeError
 from tile.inputs import input_types
 from tile.size_inputs import size_uses
 from tile.tensor import tensor as tile_tensor
@@ -57,6 +59,28 @@ def test_conv_transpose_interpreter(name):
         got = ref_interp.run(src, {"O": o, "K": k, **size_arrays(size)})["I"]
         assert got.dtype == np.float32 and got.shape == c.out_shape(size)
         np.testing.assert_array_equal(got, c.reference(o, k, size))
+
+
+@settings(derandomize=True, deadline=None, max_examples=80)
+@given(st.data())
+def test_drawn_conv_transposes(data):
+    """Any rank 1-2 transposed convolution, any padding, stride, dilation and output size."""
+    rank = data.draw(st.integers(1, 2))
+    dims = st.lists(st.integers(1, 3), min_size=rank, max_size=rank).map(tuple)
+    kernel, strides, dilation = data.draw(dims), data.draw(dims), data.draw(dims)
+    padding = data.draw(st.sampled_from(["valid", "same_upper", "same_lower", "0", "1", "2"]))
+    first = data.draw(st.booleans())
+    spatial = data.draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank))
+    size = tuple(data.draw(st.lists(st.integers(0, 9), min_size=rank, max_size=rank)))
+    o_shape = (1, 2, *spatial) if first else (1, *spatial, 2)
+    c = ConvT(kernel, strides, padding, o_shape, 2, (size,), dilation, first)
+    (o, k), src = c.inputs(np.random.default_rng(data.draw(st.integers(0, 99)))), c.source()
+    want, count = c.reference_and_count(o, k, size)
+    if count == 0 and want.size:  # no (x, k) lands in I: an empty index space (§6.7)
+        with pytest.raises(TileIndexError, match="no index tuple of 'I' is valid"):
+            ref_interp.run(src, {"O": o, "K": k, **size_arrays(size)})
+        return
+    np.testing.assert_array_equal(ref_interp.run(src, {"O": o, "K": k, **size_arrays(size)})["I"], want)
 
 
 COMPILED = ["same_upper_s2", "valid_s2", "explicit_s3", "same_dilated", "same_2d_channels_first", "keras2d_5",
