@@ -161,6 +161,30 @@ def chain_ref(x: np.ndarray) -> np.ndarray:
     return np.maximum(x * 2 + 1, 0) / (1 + np.exp(-x))
 
 
+_STEPS = (("-", 2), ("+", 3), ("*", 1))  # statement k applies _STEPS[k % 3]: integers stay exact
+
+
+def long_chain(n: int) -> str:
+    """An elementwise program of ``n`` statements, each reading the one before (``T1 = A + 1;
+    T2 = T1 - 2; ...; O = T<n-1> + 1;``): how compile time grows with program length (issue 16
+    asks for 5,000 statements in under 5 s). Values stay small integers, so answers are exact."""
+    lines = ["function (A[N]) -> (O) {", "  T1 = A + 1;"]
+    for k in range(2, n):
+        op, c = _STEPS[k % 3]
+        lines.append(f"  T{k} = T{k - 1} {op} {c};")
+    lines += [f"  O = T{n - 1} + 1;", "}"]
+    return "\n".join(lines)
+
+
+def long_chain_ref(a: np.ndarray, n: int) -> np.ndarray:
+    """``long_chain(n)`` in numpy, one operation per statement as written."""
+    t = a + 1
+    for k in range(2, n):
+        op, c = _STEPS[k % 3]
+        t = t - c if op == "-" else t + c if op == "+" else t * c
+    return t + 1
+
+
 def _nchw(t):
     return t.permute(0, 3, 1, 2).contiguous()
 
@@ -376,6 +400,17 @@ FAMILIES: tuple[Family, ...] = (
         torch=_torch_grad_input,
         torch_nchw=True,
     ),
+    Family(
+        "chain_5000_statements",  # for its compile time (recorded apart); the run is memory-bound
+        long_chain(5000),
+        lambda n, r: {"A": _ints(r, n)},
+        lambda x: long_chain_ref(x["A"], 5000),
+        lambda x: _bytes(x, lambda v: v["A"].size),
+        "GB/s",
+        "elements n of A (5,000 statements, each reading the one before)",
+        (),
+        (4096,),
+    ),
 )
 
 
@@ -539,5 +574,5 @@ def record(
     print(
         f"\n{target} {case.id}: {rate:.3g} {case.family.unit} ({others}), "
         f"ratio to {primary} {references[primary] / seconds:.3f}, compile {compile_s:.3g} s"
-        + "".join(f"; {v}" for v in notes.values())
+        + "".join(f"; {k} {v:.3g}" if isinstance(v, float) else f"; {k} {v}" for k, v in notes.items())
     )
