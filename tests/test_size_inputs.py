@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import sympy
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import ref_interp
@@ -61,26 +61,44 @@ def test_conv_transpose_interpreter(name):
         np.testing.assert_array_equal(got, c.reference(o, k, size))
 
 
-@settings(derandomize=True, deadline=None, max_examples=80)
-@given(st.data())
-def test_drawn_conv_transposes(data):
-    """Any rank 1-2 transposed convolution, any padding, stride, dilation and output size."""
-    rank = data.draw(st.integers(1, 2))
+@st.composite
+def conv_transposes(draw) -> tuple[ConvT, tuple[int, ...], int]:
+    """Any rank 1-2 transposed convolution, any padding, stride, dilation, layout and output size;
+    with the seed of its inputs."""
+    rank = draw(st.integers(1, 2))
     dims = st.lists(st.integers(1, 3), min_size=rank, max_size=rank).map(tuple)
-    kernel, strides, dilation = data.draw(dims), data.draw(dims), data.draw(dims)
-    padding = data.draw(st.sampled_from(["valid", "same_upper", "same_lower", "0", "1", "2"]))
-    first = data.draw(st.booleans())
-    spatial = data.draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank))
-    size = tuple(data.draw(st.lists(st.integers(0, 9), min_size=rank, max_size=rank)))
+    kernel, strides, dilation = draw(dims), draw(dims), draw(dims)
+    padding = draw(st.sampled_from(["valid", "same_upper", "same_lower", "0", "1", "2"]))
+    first = draw(st.booleans())
+    spatial = draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank))
+    size = tuple(draw(st.lists(st.integers(0, 9), min_size=rank, max_size=rank)))
     o_shape = (1, 2, *spatial) if first else (1, *spatial, 2)
-    c = ConvT(kernel, strides, padding, o_shape, 2, (size,), dilation, first)
-    (o, k), src = c.inputs(np.random.default_rng(data.draw(st.integers(0, 99)))), c.source()
+    seed = draw(st.integers(0, 99))
+    return ConvT(kernel, strides, padding, o_shape, 2, (size,), dilation, first), size, seed
+
+
+@settings(derandomize=True, deadline=None, max_examples=80)
+@given(conv_transposes())
+def test_drawn_conv_transposes(case):
+    c, size, seed = case
+    (o, k), src = c.inputs(np.random.default_rng(seed)), c.source()
     want, count = c.reference_and_count(o, k, size)
     if count == 0 and want.size:  # no (x, k) lands in I: an empty index space (§6.7)
         with pytest.raises(TileIndexError, match="no index tuple of 'I' is valid"):
             ref_interp.run(src, {"O": o, "K": k, **size_arrays(size)})
         return
     np.testing.assert_array_equal(ref_interp.run(src, {"O": o, "K": k, **size_arrays(size)})["I"], want)
+
+
+@pytest.mark.usefixtures("private_cache")
+@settings(derandomize=True, deadline=None, max_examples=12)
+@given(conv_transposes())
+def test_drawn_conv_transposes_llvm(case):
+    c, size, seed = case
+    (o, k), src = c.inputs(np.random.default_rng(seed)), c.source()
+    want, count = c.reference_and_count(o, k, size)
+    assume(count > 0 or not want.size)
+    np.testing.assert_array_equal(tile.compile(src, "llvm_cpu.0")(O=o, K=k, **size_arrays(size))["I"], want)
 
 
 COMPILED = ["same_upper_s2", "valid_s2", "explicit_s3", "same_dilated", "same_2d_channels_first", "keras2d_5",
