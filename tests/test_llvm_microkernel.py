@@ -154,3 +154,12 @@ def test_threads_setting_splits_the_micro_kernel_chunks():
         np.testing.assert_array_equal(got["C"], a @ b)
         assert len(kernels[-1].ranges()) == threads
         assert len(set(kernels[-1].last_threads)) == min(threads, 4)
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_a_long_reduction_packs_a_megabyte_panel_on_the_kernel_threads_stack(threads):
+    # K = 4096: the packed B panel (4096 x 64 floats) is 1 MiB of stack scratch, on the
+    # dispatcher (one chunk) or a pool thread; their stacks are sized for it
+    a, b = ints(40, 4096), ints(4096, 64)
+    f = tile.compile(MATMUL, "llvm_cpu.0", {"cache": False, "threads": threads, "min_parallel_points": 1})
+    np.testing.assert_array_equal(f(A=a, B=b)["C"], a @ b)

@@ -20,6 +20,7 @@ type; by default a buffer holds the type of the kernel's first refinement of it)
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -127,6 +128,20 @@ def env_threads() -> int | None:
     return int(raw)
 
 
+KERNEL_STACK_BYTES = 64 << 20  # room for the micro-kernel's packed panels (up to 2 MiB each)
+
+
+@contextlib.contextmanager
+def kernel_stacks():
+    """Threads started inside get ``KERNEL_STACK_BYTES`` of stack: kernels keep scratch there,
+    and a thread's default stack may be 2 MiB (glibc, when the stack limit is unlimited)."""
+    old = threading.stack_size(KERNEL_STACK_BYTES)
+    try:
+        yield
+    finally:
+        threading.stack_size(old)
+
+
 class WorkerPool:
     """Fixed worker threads, each with its own queue: chunk ``k`` of a call runs on worker
     ``k % size``, so a split kernel is spread over the threads deterministically."""
@@ -140,7 +155,8 @@ class WorkerPool:
         with self._lock:
             while len(self._queues) < self.size:
                 q: queue.SimpleQueue = queue.SimpleQueue()
-                threading.Thread(target=self._work, args=(q,), daemon=True, name="tile-llvm").start()
+                with kernel_stacks():
+                    threading.Thread(target=self._work, args=(q,), daemon=True, name="tile-llvm").start()
                 self._queues.append(q)
 
     @staticmethod
@@ -287,11 +303,15 @@ def total_points(block: Block) -> int:
 
 
 class LlvmExecutor(Executor):
+    host_memory = True  # HostBuffers: numpy inputs are read in place
+
     def __init__(self, pool: WorkerPool):
         self.pool = pool
         # one dispatcher thread: runs and copies start in submission order (so never deadlock
         # on dependencies, which are always earlier events)
         self.dispatcher = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tile-llvm-dispatch")
+        with kernel_stacks():  # the executor starts its thread at the first submit
+            self.dispatcher.submit(lambda: None).result()
 
     def allocate(self, size: int) -> HostBuffer:
         return HostBuffer(size)
