@@ -158,6 +158,10 @@ class Compiler(abc.ABC):
 
 
 class Executor(abc.ABC):
+    # allocate() gives HostBuffers that kernels read where they are: the runner may then hand a
+    # numpy input to them in place (HostBuffer.over) instead of copying it
+    host_memory: bool = False
+
     @abc.abstractmethod
     def allocate(self, size: int) -> Buffer: ...
 

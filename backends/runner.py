@@ -162,8 +162,9 @@ class CompiledProgram:
         self.zeroed = needs_zero(self.program, frozenset(self.inputs))
         self._owned: dict[str, Buffer | None] = {}
         self._last: list[Event] = []
+        self._launched: list[Event] = []  # the last run's kernel events, for profile()
         self._lock = threading.Lock()
-        self._host_memory = isinstance(device.executor.allocate(0), HostBuffer)
+        self._host_memory = bool(getattr(device.executor, "host_memory", False))
         if os.environ.get("TILE_DEBUG", "0") >= "3":
             print(self.library.source)
 
@@ -257,6 +258,13 @@ class CompiledProgram:
                   file=sys.stderr)
         return result
 
+    def profile(self) -> list[tuple[str, float]]:
+        """(kernel symbol, seconds) of each kernel of the last run, as the device timed it (OpenCL
+        profiling events; wall time per kernel on the LLVM CPU): kernel time without the launch
+        and host overhead a call adds. Waits for the run."""
+        pairs = zip(self.infos, self._launched)
+        return [(kernel_symbol(k, info), e.duration) for k, (info, e) in enumerate(pairs)]
+
     def _buffer(self, name: str) -> Buffer:
         """The program's own buffer for ``name``, allocated on first use and kept."""
         buf = self._owned.get(name)
@@ -269,8 +277,10 @@ class CompiledProgram:
         debug = os.environ.get("TILE_DEBUG", "0") >= "1"
         events = deps
         total = 0.0
+        self._launched = []
         for k, (info, kernel) in enumerate(zip(self.infos, self.kernels)):
             events = [kernel.run([bufs[b] for b in info.buffers], events)]
+            self._launched.append(events[0])
             if debug:
                 secs = events[0].duration
                 total += secs

@@ -10,6 +10,9 @@ Each case is measured two ways, each against PyTorch measured the same way:
 * ``call``: numpy in, numpy out, every copy included, as ``exe(inputs)`` does by default.
   PyTorch: ``torch.from_numpy(...).cuda()``, the op, ``.cpu().numpy()``.
 
+Besides, the notes record each kernel's time by the device's own profiling events
+(``Executable.profile()``) and the rate of the kernels alone (``device_rate``).
+
 Skips, with the reason, when there is no ``opencl_gpu.0`` (``TILE_BENCH_GPU`` names another
 device); records no ratio when torch or CUDA is absent. Answers are checked (small-integer inputs
 where sums are involved: exact in any order).
@@ -190,6 +193,8 @@ def test_gpu(benchmark, case: Case, mode: str, request):
     got = benchmark.pedantic(run, rounds=rounds_for(once), warmup_rounds=1)
     case.check(got.numpy() if mode == "kernel" else got, want, inputs)
     ours = benchmark.stats.stats.min
+    profile = exe.profile()  # the last timed call's kernels, by the device's own clock
+    device_s = sum(secs for _, secs in profile)
     references = {}
     if torch is not None:
         ref = t_kernel if mode == "kernel" else t_call
@@ -200,6 +205,9 @@ def test_gpu(benchmark, case: Case, mode: str, request):
         "reference": "pytorch (TF32 off)" if torch is not None else "none: no torch+CUDA",
         "config": config or "the device's",
         "tuned": bool(settings["tune"]),
+        # kernels alone (profiling events), without launch overhead or copies
+        "device_rate": f"{case.work(inputs) / max(device_s, 1e-12) / 1e9:.4g} {case.family.unit}",
+        "kernels": "; ".join(f"{name} {secs * 1e3:.3f} ms" for name, secs in profile),
     }
     if references:
         record(benchmark, case, GPU, inputs, ours, compile_s, references, notes)
@@ -208,4 +216,5 @@ def test_gpu(benchmark, case: Case, mode: str, request):
         benchmark.extra_info.update({"case": case.family.name, "size": case.size, "target": GPU,
                                      "rate": rate, "unit": case.family.unit, "compile_s": compile_s,
                                      "size_desc": case.family.size_desc, **notes})
-        print(f"\n{GPU} {case.id} {mode}: {rate:.3g} {case.family.unit} (no PyTorch reference)")
+        print(f"\n{GPU} {case.id} {mode}: {rate:.3g} {case.family.unit} (no PyTorch reference); "
+              f"kernels alone {notes['device_rate']}")

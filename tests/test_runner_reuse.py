@@ -161,3 +161,18 @@ def test_debug_prints_each_kernel_time_and_rate(dev, monkeypatch, capsys):
     np.testing.assert_array_equal(tile.compile("function (A) -> (E) { E = A + 1; }", dev)(A=a)["E"], a + 1)
     err = capsys.readouterr().err
     assert re.search(r"tile: kernel tile_k0_ew_add_32x32 \(k0_E\): [\d.]+ ms, [\d.]+ GB/s\n", err)
+
+
+@pytest.mark.parametrize(
+    "dev",
+    ["llvm_cpu.0", pytest.param(OPENCL, marks=pytest.mark.skipif(OPENCL is None, reason="no OpenCL device"))],
+)
+def test_profile_reports_the_last_calls_kernels(dev):
+    exe = tile.compile(MATMUL, dev)
+    with pytest.raises(tile.TileError, match="there was none"):
+        exe.profile()
+    a = np.ones((16, 16), np.float32)
+    exe(A=a, B=a)
+    prof = exe.profile()
+    assert [name for name, _ in prof] == ["tile_k0_zero", "tile_k1_matmul_16x16x16"]
+    assert all(secs >= 0 for _, secs in prof) and sum(s for _, s in prof) > 0

@@ -57,6 +57,7 @@ class Executable:
         self.device = device
         self.settings = dict(settings or {})
         self._compiled: dict[tuple, object] = {}
+        self._last = None  # the CompiledProgram of the last call, for profile()
         self._size_inputs: dict | None = None  # tile.size_inputs.size_uses, found at the first call
 
     def __call__(
@@ -105,7 +106,19 @@ class Executable:
             check_assignments(bound)  # what the interpreter refuses for these shapes, refused here too
             compiled = CompiledProgram(bound, registry.get(self.device), self.settings)
             self._compiled[key] = compiled
+        self._last = compiled
         return compiled.run(given, out, resident)
+
+    def profile(self) -> list[tuple[str, float]]:
+        """(kernel name, seconds) of each kernel of the last call, timed by the device: the kernel
+        time without launch and copy overheads (waits for the call to finish)."""
+        if self._last is None:
+            raise TileInputError(
+                "profile() reports the last call's kernels, and there was none",
+                None,
+                hint="call the program first (on a compiled device, not 'interp')",
+            )
+        return self._last.profile()
 
 
 def stand_in(value: np.ndarray | Tensor) -> np.ndarray:
