@@ -14,7 +14,9 @@ parent's base + Σ access_d * parent stride_d; at kernel level the parent is the
 strides are the refinement's own and whose dtype comes from ``buffer_dtypes``); then
 its statements in order. A refinement naming nothing of its parent (dir none, no ``from_``) is a
 zero-filled stack allocation per point. Stores go through the refinement's ``agg_op`` in the
-buffer's dtype, as the interpreter's ``ufunc.at`` does.
+buffer's dtype, as the interpreter's ``ufunc.at`` does (float ``+``/``*`` marked reassociable
+unless strict, §8.3). A leaf block that ``match.analyse`` recognizes as a contraction (the kernel,
+split over the schedule's first index, or a nested tile) is emitted by ``microkernel`` instead.
 """
 
 from __future__ import annotations
