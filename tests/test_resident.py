@@ -194,3 +194,22 @@ def test_zero_size_and_zero_d_tensors():
     assert got["O"].shape == (0,) and got["O"].numpy().size == 0
     scalar = tile.compile("function (A) -> (O) { O = A + 1; }", "llvm_cpu.0")
     assert scalar(A=tile.tensor(np.float32(2)))["O"] == 3
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_structural_outputs_are_rebuilt_every_call(dev):
+    """scatter adds into an output it must first zero; gather and reshape overwrite theirs: reused
+    buffers hold the last call's values, so each call must start them again."""
+    src = """function (V[N, C], I[N], L[M], D[R, C]) -> (S, G, Z) {
+        S = scatter(V, I, L);
+        G = gather(D, I);
+        Z = reshape(S, 2, M * C / 2);
+    }"""
+    exe = tile.compile(src, dev)
+    rng = np.random.default_rng(10)
+    for _ in range(3):
+        feed = {"V": ints(rng, (5, 4)), "I": rng.integers(-1, 4, 5).astype(np.int32),
+                "L": np.zeros(3, np.float32), "D": ints(rng, (3, 4))}
+        got, want = exe(feed), ref_interp.run(src, feed)
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])
