@@ -13,7 +13,9 @@ The output must be written once per (batch, M, N) point (``backends.llvm.schedul
 output index), so one work-item may keep an element's whole sum in a register. Constraints are
 sorted by the groups they use: without K they guard the store, with K and M (N) they guard the
 first (second) operand's load (a skipped point becomes a zero operand), with K alone both loads.
-A constraint using K, M and N at once does not fit and the kernel takes the general path.
+A constraint using K, M and N at once does not fit and the kernel takes the general path, as does
+a contraction whose M or N has fewer than ``MIN_SIDE`` points (a matrix-vector product, or the
+partial sums ``split_reduction`` makes of one).
 
 K's order is Stripe's (so the values reach each element in the interpreter's order: strict mode
 stays bit-identical) unless ``reorder`` allows ordering it by the first operand's strides, which
@@ -30,6 +32,7 @@ from tile.affine import Affine
 from tile.dtypes import DType
 
 FLOATS = (DType.FLOAT32, DType.FLOAT64)
+MIN_SIDE = 4  # M and N must each have this many points: a 32-wide tile of one column wastes 97%
 
 
 @dataclass(frozen=True)
@@ -210,8 +213,10 @@ def _group(dt, idxs, constraints, a, b, outs, order: Affine, out, reorder, epilo
     n = [ix for ix in idxs if ix.name in outs and ix.name in fb.vars and ix.name not in fa.vars]
     bt = [ix for ix in idxs if ix.name in outs and ix.name in fa.vars and ix.name in fb.vars]
     k = [ix for ix in idxs if ix.name not in outs]
-    if len(m) + len(n) + len(bt) != len(outs) or not (m or n):
+    if len(m) + len(n) + len(bt) != len(outs):
         return None  # an output index neither operand reads (a broadcast) does not fit
+    if min(Group(tuple(m)).total, Group(tuple(n)).total) < MIN_SIDE:
+        return None  # a matrix-vector product: the lanes of split_reduction serve it better
 
     def fastest(grp: list[Index]) -> int:
         return min((_stride(order, ix.name) for ix in grp), default=1 << 62)
