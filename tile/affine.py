@@ -68,6 +68,8 @@ class Affine:
 
     def substitute(self, env: Mapping[str, Affine]) -> Affine:
         """Replace variables by affines (those not in ``env`` stay)."""
+        if not any(k in env for k, _ in self.terms):
+            return self  # immutable, so sharing is safe; long programs substitute mostly nothing
         out = Affine.constant(self.const)
         for k, v in self.terms:
             out = out + (env[k] * v if k in env else Affine(((k, v),)))

@@ -43,8 +43,10 @@ qualifies first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from stripe.hardware import Hardware
 from stripe.ir import (
@@ -105,31 +107,37 @@ def fusion(program: Block, cfg: FusionConfig, hw: Hardware) -> Block:
     def fn(parent: Block, ctx: Context) -> Block | None:
         if not _unaliased(parent, ctx):
             return None
-        stmts: list[Statement] = list(parent.stmts)
-        views = _views(parent)  # the parent's refinements do not change while its statements fuse
-        changed, i = False, 0
-        while i + 1 < len(stmts):
-            a, j = stmts[i], i + 1
-            # Initialisers between A and B (zero/copy kernels of other buffers) move before A.
-            while j + 1 < len(stmts) and _hoistable(stmts[j], a):
-                j += 1
-            b, fused = stmts[j], None
-            if isinstance(a, Block) and isinstance(b, Block):
-                if matches(a, cfg.a_reqs) and matches(b, cfg.b_reqs):
-                    fused = fuse_pair(parent, a, b, cfg, views)
-            if fused is None:
-                i += 1
-                continue
-            stmts[i : j + 1] = [*stmts[i + 1 : j], fused]
-            changed = True
-            # The fused block may now fuse with the block before it (and the specials between).
-            i = j - 2
-            while i > 0 and isinstance(stmts[i], Block) and "special" in stmts[i].tags:
-                i -= 1
-            i = max(i, 0)
-        return replace(parent, stmts=tuple(stmts)) if changed else None
+        with _memo():
+            return _fuse_statements(parent, cfg)
 
     return rewrite(program, fn, cfg.parent_reqs)
+
+
+def _fuse_statements(parent: Block, cfg: FusionConfig) -> Block | None:
+    """``parent`` with its adjacent pairs fused, chains included (see ``fusion``), or None."""
+    stmts: list[Statement] = list(parent.stmts)
+    views = _views(parent)  # the parent's refinements do not change while its statements fuse
+    changed, i = False, 0
+    while i + 1 < len(stmts):
+        a, j = stmts[i], i + 1
+        # Initialisers between A and B (zero/copy kernels of other buffers) move before A.
+        while j + 1 < len(stmts) and _hoistable(stmts[j], a):
+            j += 1
+        b, fused = stmts[j], None
+        if isinstance(a, Block) and isinstance(b, Block):
+            if matches(a, cfg.a_reqs) and matches(b, cfg.b_reqs):
+                fused = fuse_pair(parent, a, b, cfg, views)
+        if fused is None:
+            i += 1
+            continue
+        stmts[i : j + 1] = [*stmts[i + 1 : j], fused]
+        changed = True
+        # The fused block may now fuse with the block before it (and the specials between).
+        i = j - 2
+        while i > 0 and isinstance(stmts[i], Block) and "special" in stmts[i].tags:
+            i -= 1
+        i = max(i, 0)
+    return replace(parent, stmts=tuple(stmts)) if changed else None
 
 
 def _hoistable(s: Statement, a: Statement) -> bool:
@@ -143,8 +151,52 @@ def _hoistable(s: Statement, a: Statement) -> bool:
 
 def _unaliased(parent: Block, ctx: Context) -> bool:
     """No two refinements of ``parent`` view the same root buffer (so names compare buffers)."""
-    roots = [ctx.ref_chain(parent, r.into)[-1].into for r in parent.refs]
+    levels = [{r.into: r for r in p.refs} for p in reversed(ctx.parents)]  # one table per level
+    roots = []
+    for r in parent.refs:
+        for level in levels:  # as ``Context.ref_chain``, without its linear search per name
+            if r.source not in level:
+                break
+            r = level[r.source]
+        roots.append(r.into)
     return len(roots) == len(set(roots))
+
+
+# ------------------------------------------------------------------------------ memo
+# A chain's fused block is checked again at every step, and most of it (its inner blocks) is the
+# same objects as before: the analyses below are remembered per block object while one statement
+# list fuses, so each step costs what it adds, not the whole chain again (5,000-statement chains).
+_MEMO: dict[tuple[str, int], tuple[Block, object]] | None = None
+_T = TypeVar("_T")
+
+
+@contextmanager
+def _memo() -> Iterator[None]:
+    global _MEMO
+    outer = _MEMO
+    _MEMO = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _MEMO = outer
+
+
+def _per_block(fn: Callable[[Block], _T]) -> Callable[[Block], _T]:
+    """``fn`` remembered per block object inside ``_memo()`` (the block is kept alive with its
+    result, so its id is not reused); computed afresh outside. Results must not be mutated."""
+
+    def wrapper(block: Block) -> _T:
+        if _MEMO is None:
+            return fn(block)
+        key = (fn.__name__, id(block))
+        hit = _MEMO.get(key)
+        if hit is None or hit[0] is not block:
+            hit = _MEMO[key] = (block, fn(block))
+        return hit[1]  # type: ignore[return-value]
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
 
 
 # ------------------------------------------------------------------------------ analysis
@@ -152,17 +204,24 @@ def _kind(block: Block, parent_refs: set[str]) -> str | None:
     """``leaf`` (only scalar statements), ``nest`` (only blocks, each a leaf or a nest, whose views
     use only their own indexes without affines: what tiling and this pass build), or None for
     anything the pass does not handle."""
+    if any(r.source not in parent_refs for r in block.refs):
+        return None  # a local allocation (fresh per point of the block): leave it alone
+    return _own_kind(block)
+
+
+@_per_block
+def _own_kind(block: Block) -> str | None:
+    """``_kind`` without the parent's part."""
     if "special" in block.tags or not block.idxs:
         return None
     if any(i.affine is not None or i.range <= 0 for i in block.idxs):
         return None
-    if any(r.source not in parent_refs for r in block.refs):
-        return None  # a local allocation (fresh per point of the block): leave it alone
     if all(isinstance(s, _LEAF) for s in block.stmts):
         return "leaf"
     return "nest" if _nested_ok(block) else None
 
 
+@_per_block
 def _nested_ok(block: Block) -> bool:
     if not block.stmts or not all(isinstance(s, Block) for s in block.stmts):
         return False
@@ -177,42 +236,58 @@ def _nested_ok(block: Block) -> bool:
     return True
 
 
-def _spread(block: Block, name: str, d: int) -> tuple[int, int]:
+@_per_block
+def _spreads(block: Block) -> dict[tuple[str, int], tuple[int, int]]:
     """The least and greatest offsets that blocks nested in ``block`` add, in dim ``d``, to the
-    position of its refinement ``name`` (0 for the block's own loads and stores)."""
-    lo = hi = 0
+    position of its refinement ``name``: ``{(name, d): (lo, hi)}`` ((0, 0) where absent: the
+    block's own loads and stores), every refinement and dim in one walk."""
+    out: dict[tuple[str, int], tuple[int, int]] = {}
     for child in block.stmts:
         if isinstance(child, Block):
             box = {i.name: (0, i.range - 1) for i in child.idxs if i.affine is None}
+            inner = _spreads(child)
             for r in child.refs:
-                if r.source == name:
-                    a, b = poly_interval(r.access[d], box)
-                    sl, sh = _spread(child, r.into, d)
-                    lo, hi = min(lo, int(a) + sl), max(hi, int(b) + sh)
-    return lo, hi
+                for d, acc in enumerate(r.access):
+                    a, b = poly_interval(acc, box)
+                    sl, sh = inner.get((r.into, d), (0, 0))
+                    lo, hi = out.get((r.source, d), (0, 0))
+                    out[(r.source, d)] = (min(lo, int(a) + sl), max(hi, int(b) + sh))
+    return out
 
 
 def _fixed(block: Block, ref: Refinement) -> dict[int, tuple[str, int, object]]:
     """Dims ``d`` where ``ref``'s access is ``c*v + k`` for an index ``v`` of ``block`` (``c >= 1``)
     and nested views add offsets in ``[0, c)``: ``{d: (v, c, k)}``. Every element touched through
-    ``ref`` in such a dim fixes ``v`` (it is ``floor((e - k) / c)``)."""
+    ``ref`` in such a dim fixes ``v`` (it is ``floor((e - k) / c)``). ``ref`` is one of
+    ``block``'s refinements."""
+    return _all_fixed(block)[ref.into]
+
+
+@_per_block
+def _all_fixed(block: Block) -> dict[str, dict[int, tuple[str, int, object]]]:
+    """``_fixed`` of each refinement of ``block``, by name."""
     idx = {i.name for i in block.idxs}
-    out = {}
-    for d, a in enumerate(ref.access):
-        if len(a.terms) != 1 or a.terms[0][0] not in idx:
-            continue
-        c = a.terms[0][1]
-        if c.denominator != 1 or c < 1:
-            continue
-        lo, hi = _spread(block, ref.into, d)
-        if 0 <= lo and hi < c:
-            out[d] = (a.terms[0][0], int(c), a.const)
-    return out
+    spreads = _spreads(block)
+    result = {}
+    for ref in block.refs:
+        out = {}
+        for d, a in enumerate(ref.access):
+            if len(a.terms) != 1 or a.terms[0][0] not in idx:
+                continue
+            c = a.terms[0][1]
+            if c.denominator != 1 or c < 1:
+                continue
+            lo, hi = spreads.get((ref.into, d), (0, 0))
+            if 0 <= lo and hi < c:
+                out[d] = (a.terms[0][0], int(c), a.const)
+        result[ref.into] = out
+    return result
 
 
+@_per_block
 def _by_source(block: Block) -> tuple[dict[str, list[Refinement]], dict[str, list[Refinement]]]:
     """The block's refinements that are read and written, by the parent refinement they view."""
-    reads, writes = reads_writes(block)
+    reads, writes = _reads_writes(block)
     r_out: dict[str, list[Refinement]] = {}
     w_out: dict[str, list[Refinement]] = {}
     for r in block.refs:
@@ -221,6 +296,30 @@ def _by_source(block: Block) -> tuple[dict[str, list[Refinement]], dict[str, lis
         if r.into in writes:
             w_out.setdefault(r.source, []).append(r)
     return r_out, w_out
+
+
+@_per_block
+def _reads_writes(block: Block) -> tuple[set[str], set[str]]:
+    """``reads_writes``, remembering nested blocks' answers too."""
+    return reads_writes(block, _reads_writes)
+
+
+@_per_block
+def _inout_disjoint(block: Block) -> bool:
+    """Every buffer ``block`` both reads and writes passes ``_disjoint_points``."""
+    reads, writes = _by_source(block)
+    both = set(reads) & set(writes)
+    return all(_disjoint_points(block, [r for r in block.refs if r.source == src]) for src in both)
+
+
+@_per_block
+def _fixed_by_writes(block: Block) -> set[str]:
+    """The indexes of ``block`` that every element it writes fixes (``_fixed`` of each write)."""
+    out = {i.name for i in block.idxs}
+    for refs in _by_source(block)[1].values():
+        for r in refs:
+            out &= {f[0] for f in _fixed(block, r).values()}
+    return out
 
 
 def _disjoint_points(block: Block, refs: list[Refinement]) -> bool:
@@ -239,10 +338,8 @@ def fused_pairs(a: Block, b: Block, parent_refs: set[str]) -> list[tuple[str, st
     rb, wb = _by_source(b)
     if set(wb) & (set(ra) | set(wa)):
         return None  # B writes what A reads or writes
-    for blk, reads, writes in ((a, ra, wa), (b, rb, wb)):
-        for src in set(reads) & set(writes):
-            if not _disjoint_points(blk, [r for r in blk.refs if r.source == src]):
-                return None
+    if not (_inout_disjoint(a) and _inout_disjoint(b)):
+        return None
     ts = sorted(set(wa) & set(rb))
     if not ts:
         return None
@@ -286,11 +383,9 @@ def fused_pairs(a: Block, b: Block, parent_refs: set[str]) -> list[tuple[str, st
                     bad |= {p for p in pairs if p[0] in acc.vars}
                     for r in readers[t]:
                         bad |= {p for p in pairs if p[1] in r.access[d].vars}
-        for blk, writes, side in ((a, wa, 0), (b, wb, 1)):  # every write fixes every fused index
-            for refs in writes.values():
-                for r in refs:
-                    fixed = {f[0] for f in _fixed(blk, r).values()}
-                    bad |= {p for p in pairs if p[side] not in fixed}
+        for blk, side in ((a, 0), (b, 1)):  # every write fixes every fused index
+            fixed = _fixed_by_writes(blk)
+            bad |= {p for p in pairs if p[side] not in fixed}
         if not bad:
             break
         pairs -= bad
@@ -316,6 +411,8 @@ def fuse_pair(
     """The fused block of A then B, or None where the checks refuse (see the module docstring).
     ``views``: ``_views(parent)``, when the caller has it."""
     parent_refs, sizes = views or _views(parent)
+    if cfg.max_refs is not None and len({r.source for r in a.refs + b.refs}) > cfg.max_refs:
+        return None  # each buffer needs a refinement of its own: refused before the work
     for candidate in (_tiled_to_match(a, b, parent_refs, sizes), b):  # B in A's tiles, else as is
         if candidate is None:
             continue

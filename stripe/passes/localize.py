@@ -184,7 +184,7 @@ def _move_into(
 def _restride(stmts, name: str, old: tuple[int, ...], new: tuple[int, ...]) -> tuple[Statement, ...]:
     out = []
     for s in stmts:
-        if isinstance(s, Block):
+        if isinstance(s, Block) and any(r.source == name for r in s.refs):  # others stay as they are
             refs = []
             for r in s.refs:
                 if r.source == name:
@@ -207,8 +207,8 @@ def _inside(block: Block, name: str, box: Box, sizes: tuple[int, ...]) -> bool:
         for s in b.stmts:
             if isinstance(s, Special) and (nm in s.inputs or nm in s.outputs):
                 return False
-            if not isinstance(s, Block):
-                continue
+            if not isinstance(s, Block) or all(r.source != nm for r in s.refs):
+                continue  # a block that does not view it (most of a long fused chain's)
             sbox = index_box(s, bx)
             if any(a > z for a, z in sbox.values()):
                 continue  # runs no point

@@ -117,13 +117,17 @@ def stmt_refs(s: Statement) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(), frozenset()
 
 
-def reads_writes(block: Block) -> tuple[set[str], set[str]]:
-    """The names of ``block``'s own refinements that it (or any nested block) reads and writes."""
+def reads_writes(
+    block: Block, nested: Callable[[Block], tuple[set[str], set[str]]] | None = None
+) -> tuple[set[str], set[str]]:
+    """The names of ``block``'s own refinements that it (or any nested block) reads and writes.
+    ``nested`` answers the same for a nested block (default: this function; a pass that asks
+    again and again about the same nested blocks passes a remembering one)."""
     reads: set[str] = set()
     writes: set[str] = set()
     for s in block.stmts:
         if isinstance(s, Block):
-            r, w = reads_writes(s)
+            r, w = (nested or reads_writes)(s)
             for ref in s.refs:
                 if ref.into in r:
                     reads.add(ref.source)
@@ -160,6 +164,9 @@ def substitute_indexes(block: Block, env: dict[str, Affine]) -> Block:
     """``block`` with its own index variables replaced by affines in every place they are used
     (constraints, accesses, ``load_index``, nested blocks' index affines). The index list itself
     is left to the caller."""
+    env = {k: v for k, v in env.items() if v != Affine.var(k)}
+    if not env:
+        return block  # nothing to replace (fusion renames a chain's indexes to the same names)
 
     def sub(a: Affine) -> Affine:
         return a.substitute(env)
@@ -255,7 +262,19 @@ def is_allocation(ref: Refinement, parent: Block | None) -> bool:
     (every refinement of the root, which has none, is one: the program's buffers)."""
     if ref.dir is not RefDir.NONE or ref.from_ is not None:
         return False
-    return parent is None or all(r.into != ref.into for r in parent.refs)
+    return parent is None or ref.into not in _ref_names(parent)
+
+
+_last_names: tuple[Block | None, frozenset[str]] = (None, frozenset())
+
+
+def _ref_names(block: Block) -> frozenset[str]:
+    """The names of ``block``'s refinements. Callers ask about every refinement of a child against
+    one parent in turn, and ``#main`` of a long program has thousands: the last answer is kept."""
+    global _last_names
+    if _last_names[0] is not block:
+        _last_names = (block, frozenset(r.into for r in block.refs))
+    return _last_names[1]
 
 
 def is_local(ref: Refinement, parent: Block | None) -> bool:
