@@ -161,6 +161,7 @@ class CompiledProgram:
         self.outputs = list(bound.outputs)
         self.zeroed = needs_zero(self.program, frozenset(self.inputs))
         self._owned: dict[str, Buffer | None] = {}
+        self._checked = False  # check_memory ran
         self._last: list[Event] = []
         self._launched: list[Event] = []  # the last run's kernel events, for profile()
         self._lock = threading.Lock()
@@ -188,8 +189,9 @@ class CompiledProgram:
 
     def _run(self, inputs: Mapping, out: dict, resident: bool) -> dict:
         check_tensors(self, inputs, out)
-        if not self._owned:
+        if not self._checked:  # before the first allocation (later calls reuse the buffers)
             check_memory(self.bound, self.buffers, self.device, self.settings)
+            self._checked = True
         ex = self.device.executor
         prior = list(self._last)  # the last call's work: reused buffers are rewritten after it
         bufs: dict[str, Buffer] = {}
