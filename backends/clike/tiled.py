@@ -117,7 +117,13 @@ class GemmEmitter:
         self.epilogue = epilogue
         self.lines: list[str] = []
         self.ranges = {ix.name: ix.range for grp in (g.m, g.n, g.k, g.batch) for ix in grp.idxs}
-        spans = [_span(o.offset, g, self.ranges) for o in (g.a, g.b, g.out) if o is not None]
+        # rows past M (columns past N, K past its end) compute addresses they never load: widen
+        # every range by a tile so that those stay in range of the integer type too
+        wide = dict(self.ranges)
+        for grp, step in ((g.m, tiles.tm), (g.n, tiles.tn), (g.k, tiles.kt)):
+            for ix in grp.idxs:
+                wide[ix.name] += step
+        spans = [_span(o.offset, g, wide) for o in (g.a, g.b, g.out) if o is not None]
         totals = [g.m.total + tiles.tm, g.n.total + tiles.tn, g.k.total + 2 * tiles.kt, g.batch.total]
         self.int = "int" if max(spans + totals) < INT32_SAFE else "long"
         self.T = t.reg(g.dtype)
