@@ -449,11 +449,13 @@ def _global_sum(n: int) -> Block:
     return lowered("function (A[N]) -> (O) { O[] = +(A[i]); }", {"A": (n,)})
 
 
-def test_the_llvm_cpu_config_splits_a_long_sum_over_threads_and_vectors():
-    program = _global_sum(100_003)
+@pytest.mark.parametrize(("agg", "parts"), [("+", ["i_l", "i_t"]), (">", ["i_l", "i_t", "i_v"])])
+def test_the_llvm_cpu_config_splits_long_reductions_over_threads(agg, parts):
+    """Thread lanes for both; vector lanes only for max (its code generator vectorizes sums)."""
+    program = lowered(f"function (A[N]) -> (O) {{ O[] = {agg}(A[i]); }}", {"A": (100_003,)})
     out = optimize(program, target_config("llvm_cpu"), after="split_reductions", check=True)
     partial = next(k for k in kernels(out) if k.name.endswith("_partial"))
-    assert [i.name for i in partial.idxs] == ["i_l", "i_t", "i_v"]
+    assert [i.name for i in partial.idxs] == parts
     assert_same_meaning(program, out)
 
 
@@ -463,6 +465,7 @@ def test_the_llvm_cpu_config_splits_a_long_sum_over_threads_and_vectors():
         ("min_chunk", 1, "min_chunk must be at least 2"),
         ("oversubscribe", 0, "oversubscribe must be at least 1"),
         ("vector", -1, "vector must not be negative"),
+        ("vector_aggs", ["add", "sum"], "'sum' is not an aggregation"),
     ],
 )
 def test_bad_values_are_located_config_errors(key, value, message):

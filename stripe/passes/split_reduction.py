@@ -44,9 +44,10 @@ target) output points and a reduction of at least ``min_reduction`` values.
 loop adds V contiguous elements into V contiguous partials, which a CPU code generator vectorizes
 (a serial float sum cannot be: its order is fixed). They apply, whatever the output count, when
 an input reads ``r`` with stride 1, no output index already does (else the outputs vectorize),
-``R >= 8 V``, and ``P`` has at most an eighth of the elements the block's inputs hold (a block
-that reads each element many times, like ``A * transpose(B)``, would need a ``P`` of its output
-times the lanes).
+``R >= 8 V``, the aggregation is one of ``vector_aggs`` (a code generator that vectorizes float
+sums itself, reassociating them, needs them only for the others), and ``P`` has at most an
+eighth of the elements the block's inputs hold (a block that reads each element many times, like
+``A * transpose(B)``, would need a ``P`` of its output times the lanes).
 
 A block is split when it carries ``reqs``; is a leaf over views of its parent (loads, stores,
 intrinsics, constants, ``load_index``; indexes without affines) whose enclosing blocks have no
@@ -99,6 +100,7 @@ class SplitReductionConfig:
     min_chunk: int = 16  # each lane aggregates at least this many values
     lanes: int = 0  # at most this many lanes per output point (0: no cap)
     vector: int = 0  # contiguous mode: this many interleaved lanes inside each chunk (SIMD)
+    vector_aggs: tuple[str, ...] = AGGREGATIONS  # the aggregations given vector lanes
     only_po2: bool = False  # lanes a power of two
     partial_set: tuple[str, ...] = ()  # tags added to the partial block
     combine_set: tuple[str, ...] = ()  # tags added to the combine block
@@ -111,6 +113,10 @@ class SplitReductionConfig:
         for key in ("parallelism", "max_outputs", "lanes", "vector"):
             if getattr(self, key) < 0:
                 return key, f"{key} must not be negative", "write 0 for the default, or a positive count"
+        unknown = [a for a in self.vector_aggs if a not in AGGREGATIONS]
+        if unknown:
+            hint = f"name some of {', '.join(AGGREGATIONS)}"
+            return "vector_aggs", f"'{unknown[0]}' is not an aggregation", hint
         return None
 
 
@@ -208,7 +214,7 @@ class _Splitter:
         if acc is None:
             return None
         outs = {v for a in acc.access for v in a.vars}
-        choice = self.choose(block, parents[-1], outs, cap)
+        choice = self.choose(block, parents[-1], acc, outs, cap)
         if choice is None:
             return None
         view = parents[-1].ref(acc.source).shape
@@ -243,7 +249,9 @@ class _Splitter:
             bufs.extend([] if again is None else again[1])
         return blocks, bufs
 
-    def choose(self, block: Block, parent: Block, outs: set[str], cap: int) -> _Split | None:
+    def choose(
+        self, block: Block, parent: Block, acc: Refinement, outs: set[str], cap: int
+    ) -> _Split | None:
         """The split giving the most lanes (see the module docstring), or None."""
         cfg = self.cfg
         ins = [r for r in block.refs if r.dir is RefDir.IN]
@@ -257,6 +265,7 @@ class _Splitter:
         vectorizable = (
             not cfg.interleave
             and cfg.vector > 1
+            and acc.agg_op in cfg.vector_aggs
             and outputs * cfg.vector * 8 <= reads
             and not any(abs(_flat_stride(r, v)) == 1 for r in ins for v in outs)
         )
