@@ -1,5 +1,5 @@
-"""Reductions before and after the ``split_reduction`` pass on one device: a row sum and a column
-sum of a 4096x4096 matrix, a global sum and a global max over 16M elements, each against numpy in
+"""Reductions before and after the ``split_reduction`` pass on one device: a row sum, a column sum
+and a row max of a 4096x4096 matrix, a global sum and a global max over 16M elements, each against numpy in
 the same run (numpy's reductions run on one thread whatever the BLAS thread count).
 
 Run: ``python -m bench.split_reduction [--target llvm_cpu.0] [--config F.json] [--rounds 5]``.
@@ -29,6 +29,7 @@ COLUMN = "function (A[M, N]) -> (O) { O[j: N] = +(A[i, j]); }"
 CASES = {
     "row sum 4096x4096": (ROW, (N, N), lambda a: a.sum(1)),
     "column sum 4096x4096": (COLUMN, (N, N), lambda a: a.sum(0)),
+    "row max 4096x4096": (ROW.replace("+(", ">("), (N, N), lambda a: a.max(1)),
     "global sum 16M": ("function (A[N]) -> (O) { O[] = +(A[i]); }", (N * N,), lambda a: a.sum()),
     "global max 16M": ("function (A[N]) -> (O) { O[] = >(A[i]); }", (N * N,), lambda a: a.max()),
 }

@@ -44,18 +44,19 @@ target) output points and a reduction of at least ``min_reduction`` values.
 loop adds V contiguous elements into V contiguous partials, which a CPU code generator vectorizes
 (a serial float sum cannot be: its order is fixed). They apply, whatever the output count, when
 an input reads ``r`` with stride 1, no output index already does (else the outputs vectorize),
-``R >= 8 V``, the aggregation is one of ``vector_aggs`` (a code generator that vectorizes float
-sums itself, reassociating them, needs them only for the others), and ``P`` has at most an
-eighth of the elements the block's inputs hold (a block that reads each element many times, like
-``A * transpose(B)``, would need a ``P`` of its output times the lanes).
+``R >= 8 V``, and ``P`` has at most an eighth of the elements the block's inputs hold (a block
+that reads each element many times, like ``A * transpose(B)``, would need a ``P`` of its output
+times the lanes).
 
 A block is split when it carries ``reqs``; is a leaf over views of its parent (loads, stores,
 intrinsics, constants, ``load_index``; indexes without affines) whose enclosing blocks have no
 indexes (each new block must run once, as a kernel: per point of an enclosing block, the init and
 the partials of one ``P`` could race); has one ``add|mul|max|min`` output, stored once and never
-loaded (``=`` is never split: its one writer must stay one); and gets at least two lanes. The
-index split is the one giving the most lanes; among equals, with ``interleave`` one an input reads
-with stride 1, else the one of the largest stride (whole rows per lane); then the first.
+loaded (``=`` is never split: its one writer must stay one), one of ``aggs`` (a target whose code
+generator vectorizes float sums itself, reassociating them, may leave ``add`` out); and gets at
+least two lanes. The index split is the one giving the most lanes; among equals, with
+``interleave`` one an input reads with stride 1, else the one of the largest stride (whole rows
+per lane); then the first.
 
 Reorders: an element receives its values lane by lane, so float results may differ in rounding
 (``settings={"strict": True}`` skips the pass).
@@ -100,7 +101,7 @@ class SplitReductionConfig:
     min_chunk: int = 16  # each lane aggregates at least this many values
     lanes: int = 0  # at most this many lanes per output point (0: no cap)
     vector: int = 0  # contiguous mode: this many interleaved lanes inside each chunk (SIMD)
-    vector_aggs: tuple[str, ...] = AGGREGATIONS  # the aggregations given vector lanes
+    aggs: tuple[str, ...] = AGGREGATIONS  # the aggregations split (of add, mul, max, min)
     only_po2: bool = False  # lanes a power of two
     partial_set: tuple[str, ...] = ()  # tags added to the partial block
     combine_set: tuple[str, ...] = ()  # tags added to the combine block
@@ -113,10 +114,10 @@ class SplitReductionConfig:
         for key in ("parallelism", "max_outputs", "lanes", "vector"):
             if getattr(self, key) < 0:
                 return key, f"{key} must not be negative", "write 0 for the default, or a positive count"
-        unknown = [a for a in self.vector_aggs if a not in AGGREGATIONS]
+        unknown = [a for a in self.aggs if a not in AGGREGATIONS]
         if unknown:
-            hint = f"name some of {', '.join(AGGREGATIONS)}"
-            return "vector_aggs", f"'{unknown[0]}' is not an aggregation", hint
+            hint = f"name some of {', '.join(AGGREGATIONS)} (= is never split)"
+            return "aggs", f"'{unknown[0]}' is not an aggregation this pass splits", hint
         return None
 
 
@@ -211,7 +212,7 @@ class _Splitter:
         if any(p.idxs for p in parents):
             return None
         acc = _accumulator(block, parents[-1])
-        if acc is None:
+        if acc is None or acc.agg_op not in self.cfg.aggs:
             return None
         outs = {v for a in acc.access for v in a.vars}
         choice = self.choose(block, parents[-1], acc, outs, cap)
@@ -265,7 +266,6 @@ class _Splitter:
         vectorizable = (
             not cfg.interleave
             and cfg.vector > 1
-            and acc.agg_op in cfg.vector_aggs
             and outputs * cfg.vector * 8 <= reads
             and not any(abs(_flat_stride(r, v)) == 1 for r in ins for v in outs)
         )
