@@ -44,9 +44,15 @@ def test_matches_contractions_with_a_contiguous_output_index():
     names = [ix.name for ix in mm.idxs]
     assert shape is not None and names[shape.v] == "j" and names[shape.r] == "i"
     assert [names[k] for k in shape.red] == ["k"]
-    # a row sum's output index is not contiguous in its input: no vector index, plain loops
-    rows = kernel_of(lowered("function (X[M, N]) -> (O) { O[i: M] = +(X[i, j]); }", {"X": ints(8, 32)}))
-    assert analyse(rows, *parent_info(rows), None) is None
+    # a row sum's vector index (i) is 32 apart in X and no rows share X: a gather at every
+    # reduction point, so the emitter declines it and the plain loops (vectorized over j) run
+    x = ints(8, 32)
+    program = lowered("function (X[M, N]) -> (O) { O[i: M] = +(X[i, j]); }", {"X": x})
+    rows = kernel_of(program)
+    assert analyse(rows, *parent_info(rows), None) is not None
+    got, kernels = execute(program, {"X": x}, {"optimize": False})
+    assert " x float>" not in kernels[-1].library.source
+    np.testing.assert_array_equal(got["O"], x.sum(axis=1))
     # integer contractions are not (the vector code is float): plain loops
     a = ints(8, 4, dtype=np.int32)
     ex = kernel_of(lowered(MATMUL, {"A": a, "B": ints(4, 32, dtype=np.int32)}))
@@ -163,3 +169,18 @@ def test_a_long_reduction_packs_a_megabyte_panel_on_the_kernel_threads_stack(thr
     a, b = ints(40, 4096), ints(4096, 64)
     f = tile.compile(MATMUL, "llvm_cpu.0", {"cache": False, "threads": threads, "min_parallel_points": 1})
     np.testing.assert_array_equal(f(A=a, B=b)["C"], a @ b)
+
+
+@pytest.mark.parametrize("m, k, n", [(5, 3, 7), (37, 19, 70), (64, 32, 129)])
+def test_strided_operands_are_gathered(m, k, n):
+    # A @ B.T: B's elements along the vector index j are K apart: gathered (packed once per
+    # panel when the rows share it), exact on full tiles, partial vectors and single rows
+    src = "function (A[M, K], B[N, K]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[j, k]); }"
+    a = RNG.standard_normal((m, k)).astype(np.float32)
+    b = RNG.standard_normal((n, k)).astype(np.float32)
+    program = lowered(src, {"A": a, "B": b})
+    kern = kernel_of(program)
+    assert analyse(kern, *parent_info(kern), None) is not None
+    how = {"strict": True, "threads": 3, "min_parallel_points": 1}
+    got, _ = execute(program, {"A": a, "B": b}, how, FOUR)
+    assert_same(got, run_stripe(program, {"A": a, "B": b}))

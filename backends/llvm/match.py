@@ -114,12 +114,7 @@ def analyse(
             return None  # two owned points might write one element
         spread += abs(oc[k]) * (block.idxs[k].range - 1)
     in_cons = {v for c in block.constraints for v in c.vars}
-    reads = [n for n in coefs if n != out]
-    vs = [
-        k
-        for k in owned
-        if oc[k] == 1 and names[k] not in in_cons and all(coefs[n][k] in (0, 1) for n in reads)
-    ]
+    vs = [k for k in owned if oc[k] == 1 and names[k] not in in_cons]
     if not vs or (bounded is not None and bounded in red):
         return None
     v = vs[0]

@@ -14,9 +14,10 @@ lane-wise), every value and buffer of one float type (float32 or float64). Its
 indexes of range > 1 split into the *owned* ones (a non-zero coefficient in the output's element
 offset, distinct points of them writing distinct elements: each coefficient exceeds the spread of
 the smaller ones) and the *reductions* (coefficient 0). The *vector index* ``v`` is the owned
-index of output coefficient 1 whose every operand has coefficient 0 (broadcast) or 1 (a
-contiguous vector); no constraint may use it. The *row index* ``r`` is another owned index (the
-largest range, preferring one no constraint uses).
+index of output coefficient 1; no constraint may use it. An operand of coefficient 0 along it is
+broadcast, 1 loaded as a contiguous vector, any other gathered lane by lane (once per panel when
+it is packed: ``A @ B.T``'s B). The *row index* ``r`` is another owned index (not the thread-split
+one, preferring one no constraint uses, the largest range).
 
 **Order of writes.** Every output element still receives its reduction points in the order of
 the reduction indexes as listed, and the owned indexes move freely (``schedule``'s rule), so
@@ -73,7 +74,7 @@ class MicroKernel:
             n
             for n, c in shape.coefs.items()
             if n != shape.out
-            and c[shape.v] == 1
+            and c[shape.v] != 0
             and (shape.r is None or c[shape.r] == 0)
             and not block.constraints
             and shape.red
@@ -356,7 +357,7 @@ class MicroKernel:
                 at = {**base, **red}
                 line = self.red_linear(red)
                 for n in range(self.nv):
-                    value = self.vload(self.views[ref], self.elem(ref, at, 0, n), None)
+                    value = self.vector(ref, self.elem(ref, at, 0, n), None)
                     self.store_packed(slot, line, n, value)
 
             self.over_reductions(0, {}, copy)
@@ -407,11 +408,30 @@ class MicroKernel:
             else:
                 rows.append(
                     [
-                        self.vload(view, self.elem(ref, counters, m, n), lanes if n == nv - 1 else None)
+                        self.vector(ref, self.elem(ref, counters, m, n), lanes if n == nv - 1 else None)
                         for n in range(nv)
                     ]
                 )
         return rows if per_row else rows * mr
+
+    def vector(self, ref: str, pos: ir.Value, mask: ir.Value | None) -> ir.Value:
+        """``W`` elements of ``ref`` along the vector index from ``pos``: one (masked) load when
+        they are contiguous, else a gather of scalar loads (a lane the mask turns off reads
+        lane 0's element, which is in the block, and is never stored)."""
+        view = self.views[ref]
+        step = self.s.coefs[ref][self.s.v]
+        if step == 1:
+            return self.vload(view, pos, mask)
+        b = self.b()
+        out = ir.Constant(self.vt, ir.Undefined)
+        for lane in range(self.width):
+            at: ir.Value = i64(lane * step)
+            if mask is not None and lane:
+                on = b.extract_element(mask, ir.Constant(I32, lane))
+                at = b.select(on, at, i64(0))
+            x = view.read(self.em, b.add(pos, at) if lane else pos)
+            out = b.insert_element(out, x, ir.Constant(I32, lane))
+        return out
 
 
 def _combine(op, x: list[list[ir.Value]], y: list[list[ir.Value]]) -> list[list[ir.Value]]:
@@ -465,8 +485,11 @@ def emit_microkernel(
     if shape is None:
         return False
     origin = {ix.name: st for ix, st in zip(block.idxs, starts)}
-    views = {r.into: cg.view(block, r, origin, parent_views) for r in block.refs}
-    mk = MicroKernel(cg, block, shape, views, cfg)
+    mk = MicroKernel(cg, block, shape, {}, cfg)
+    strided = [n for n, c in shape.coefs.items() if n != shape.out and c[shape.v] not in (0, 1)]
+    if any(n not in mk.pack_refs for n in strided):
+        return False  # a gather at every reduction point: the plain loops do better
+    mk.views = {r.into: cg.view(block, r, origin, parent_views) for r in block.refs}
     mk.origin = origin
     bounds = {}
     if pos is not None and block.idxs[pos].range > 1:
