@@ -18,11 +18,12 @@ from tile import ast
 from tile.autodiff.build import Namer, call, lit, ref, size_expr, sum_all
 from tile.autodiff.contraction import ContractionGrad
 from tile.autodiff.elementwise import STRUCTURAL, local_adjoints
+from tile.autodiff.nesting import split_deep
 from tile.autodiff.simplify import dead_code, inline_aliases
 from tile.bind import bind_symbolic
 from tile.dtypes import DType
 from tile.errors import TileNameError, TileTypeError
-from tile.parser import parse
+from tile.parser import MAX_NESTING, parse
 from tile.shapes import is_concrete, same_size
 from tile.typed import BoundProgram, Size, TCall, TConst, TContraction, TExpr, TRef
 
@@ -216,7 +217,11 @@ class _Reverse:
             expr = sum_all(self.contrib[x]) if self.contrib[x] else self.zeros_like(x)
             self.back.append(ast.Assignment(name, expr))
             outputs.append(name)
-        stmts = inline_aliases(dead_code([*self.p.stmts, *self.back], outputs), self.temps)
+        # Deep generated expressions get temporaries first, so that nothing after recurses deeply
+        # and the printed program parses again (tile.autodiff.nesting; half the limit leaves room).
+        tensors = {x.name for x in (*self.p.inputs, *self.p.stmts, *self.back)} | set(self.cot_names.values())
+        back = split_deep(self.back, tensors, self.namer.fresh, MAX_NESTING // 2)
+        stmts = inline_aliases(dead_code([*self.p.stmts, *back], outputs), self.temps)
         inputs = tuple(self.declare(i) for i in self.p.inputs) + tuple(cotangents)
         result = ast.Program(inputs, tuple(ast.Output(o) for o in outputs), tuple(stmts))
         return Gradient(
