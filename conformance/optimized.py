@@ -105,5 +105,5 @@ class StripeTarget:
         from tile.inputs import input_types
 
         prog = tile.parse(self.source)
-        bound = tile.bind(prog, input_types(prog, inputs))
+        bound = tile.bind(prog, input_types(prog, inputs), inputs)
         return run_stripe(after_step(bound, self.config, self.step), inputs)

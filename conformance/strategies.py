@@ -27,6 +27,8 @@ import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from conformance.conv_transpose import ConvT, size_arrays
+
 AGGS = ["+", "*", ">", "<", "="]
 INT_DTYPES = [np.int32, np.int8, np.int64, np.uint8]
 FLOAT_DTYPES = [np.float32, np.float64, np.float16]
@@ -531,6 +533,33 @@ def optimized(draw) -> Case:
     return Case("optimized", base.source, base.inputs, base.exact, base.ulps, base.length)
 
 
+# ------------------------------------------------------------------- sizes given as inputs
+@st.composite
+def transposed(draw) -> tuple[ConvT, tuple[int, ...]]:
+    """PlaidML's transposed convolutions (``conformance/conv_transpose.py``) of rank 1-2: any
+    padding, stride, dilation and layout, and an output size of 0-9 per axis, which the program
+    takes as 0-D inputs ``D0, D1`` (docs/semantics.md §6.3.1)."""
+    rank = draw(st.integers(1, 2))
+    dims = st.lists(st.integers(1, 3), min_size=rank, max_size=rank).map(tuple)
+    kernel, strides, dilation = draw(dims), draw(dims), draw(dims)
+    padding = draw(st.sampled_from(["valid", "same_upper", "same_lower", "0", "1", "2"]))
+    first = draw(st.booleans())
+    spatial = draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank))
+    size = tuple(draw(st.lists(st.integers(0, 9), min_size=rank, max_size=rank)))
+    o_shape = (1, 2, *spatial) if first else (1, *spatial, 2)
+    return ConvT(kernel, strides, padding, o_shape, 2, (size,), dilation, first), size
+
+
+@st.composite
+def sized(draw) -> Case:
+    """Programs whose output sizes are 0-D inputs: a compiled target builds for their values."""
+    c, size = draw(transposed())
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    o, k = c.inputs(rng, draw(st.sampled_from(CONTRACTION_DTYPES)))
+    length = int(np.prod(c.kernel)) * k.shape[-1]  # each output element sums kernel points x CO
+    return Case("sized", c.source(), {"O": o, "K": k, **size_arrays(size)}, length=length)
+
+
 FAMILIES = {
     "contractions": contractions,
     "elementwise": elementwise,
@@ -539,4 +568,5 @@ FAMILIES = {
     "defracted": defracted,
     "flat": flat,
     "optimized": optimized,
+    "sized": sized,
 }

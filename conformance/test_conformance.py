@@ -23,6 +23,7 @@ from conformance.strategies import (
     gradients,
     mixed,
     optimized,
+    sized,
 )
 from stripe.config import builtin_names
 from tile.dtypes import DType
@@ -37,7 +38,7 @@ def check(case: Case, device, passes: bool = False) -> None:
     key = report.STATS.current or (case.family, device.id)  # counted under the running test
     try:
         prog = tile.parse(case.source)
-        bound = tile.bind(prog, input_types(prog, case.inputs))
+        bound = tile.bind(prog, input_types(prog, case.inputs), case.inputs)
     except tile.TileError:
         report.STATS.invalid(key)
         assume(False)  # not a valid program for these inputs: no target sees it
@@ -151,3 +152,8 @@ def test_flat(device, case):
 @given(optimized())
 def test_optimized(device, case):
     check(case, device, passes=True)
+
+
+@given(sized())
+def test_sized(device, case):
+    check(case, device)

@@ -2,7 +2,7 @@
 
 PlaidML takes a size input only as a ``plaidml.Integer`` binding (the peer sends a Python int as
 one); here it is a 0-D array. The programs are PlaidML's own transposed convolutions
-(``tests/conv_transpose.py`` writes them as ``plaidml/op.py`` did, for the configurations of its
+(``conformance/conv_transpose.py`` writes them as ``plaidml/op.py`` did, for the configurations of its
 Keras tests and ours) and the other places a size input can go; they must agree exactly on
 integer-valued inputs. The ways PlaidML differs are named cases. Skipped, with the reason, where
 PlaidML 0.7.0 is not installed or does not run.
@@ -15,7 +15,7 @@ import pytest
 
 import ref_interp
 from conformance import plaidml_peer
-from tests.conv_transpose import CASES, size_arrays
+from conformance.conv_transpose import CASES, size_arrays
 from tile.errors import TileInputError
 
 

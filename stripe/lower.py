@@ -41,9 +41,11 @@ from tile.ast import AggOp, CombOp
 from tile.bounds import index_box, merge_parallel, poly_interval, ranges
 from tile.composites import COMPOSITES, expand
 from tile.dtypes import DType, promote
+from tile.errors import TileIndexError
 from tile.size_inputs import require_sizes
 from tile.transforms import transform
 from tile.transforms.emit import format_contraction
+from tile.tuples import space
 from tile.typed import BoundProgram, TAssign, TCall, TConst, TContraction, TensorType, TExpr, TRef
 
 SPECIALS = frozenset({"reshape", "gather", "scatter", "shape", "builtin_softmax", "builtin_logsoftmax"})
@@ -239,7 +241,13 @@ class _Lowering:
             self.init(out, c.default)  # nothing is aggregated: 0 or the default everywhere
             return
         d = transform(c, "defracted")
-        box = index_box(d)
+        try:
+            box = index_box(d)
+        except TileIndexError:
+            # The defracted form has lost the source's conditions: name, as the interpreter does,
+            # the written one that empties the index space (it is empty too).
+            space(c).fail_empty()
+            raise
         names = list(d.index_names)
         shift = {v: Affine.var(v) + box[v][0] for v in names}
         idxs = tuple(Index(v, box[v][1] - box[v][0] + 1) for v in sorted(names))

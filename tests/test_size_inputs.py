@@ -10,6 +10,8 @@ sizes, strides, paddings and dilations.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import sympy
@@ -18,8 +20,9 @@ from hypothesis import strategies as st
 
 import ref_interp
 import tile
+from conformance.conv_transpose import CASES, OWN, ConvT, size_arrays
+from conformance.strategies import transposed
 from stripe.lower import lower
-from tests.conv_transpose import CASES, OWN, ConvT, size_arrays
 from tests.gradcheck import assert_close, fd_grad
 from tests.opencl_support import DEVICE_ID as OPENCL
 from tests.opencl_support import requires_opencl
@@ -61,26 +64,11 @@ def test_conv_transpose_interpreter(name):
         np.testing.assert_array_equal(got, c.reference(o, k, size))
 
 
-@st.composite
-def conv_transposes(draw) -> tuple[ConvT, tuple[int, ...], int]:
-    """Any rank 1-2 transposed convolution, any padding, stride, dilation, layout and output size;
-    with the seed of its inputs."""
-    rank = draw(st.integers(1, 2))
-    dims = st.lists(st.integers(1, 3), min_size=rank, max_size=rank).map(tuple)
-    kernel, strides, dilation = draw(dims), draw(dims), draw(dims)
-    padding = draw(st.sampled_from(["valid", "same_upper", "same_lower", "0", "1", "2"]))
-    first = draw(st.booleans())
-    spatial = draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank))
-    size = tuple(draw(st.lists(st.integers(0, 9), min_size=rank, max_size=rank)))
-    o_shape = (1, 2, *spatial) if first else (1, *spatial, 2)
-    seed = draw(st.integers(0, 99))
-    return ConvT(kernel, strides, padding, o_shape, 2, (size,), dilation, first), size, seed
-
-
 @settings(derandomize=True, deadline=None, max_examples=80)
-@given(conv_transposes())
-def test_drawn_conv_transposes(case):
-    c, size, seed = case
+@given(transposed(), st.integers(0, 99))
+def test_drawn_conv_transposes(case, seed):
+    """Any transposed convolution against numpy (more, compiled, in conformance's sized family)."""
+    c, size = case
     (o, k), src = c.inputs(np.random.default_rng(seed)), c.source()
     want, count = c.reference_and_count(o, k, size)
     if count == 0 and want.size:  # no (x, k) lands in I: an empty index space (§6.7)
@@ -92,9 +80,9 @@ def test_drawn_conv_transposes(case):
 
 @pytest.mark.usefixtures("private_cache")
 @settings(derandomize=True, deadline=None, max_examples=12)
-@given(conv_transposes())
-def test_drawn_conv_transposes_llvm(case):
-    c, size, seed = case
+@given(transposed(), st.integers(0, 99))
+def test_drawn_conv_transposes_llvm(case, seed):
+    c, size = case
     (o, k), src = c.inputs(np.random.default_rng(seed)), c.source()
     want, count = c.reference_and_count(o, k, size)
     assume(count > 0 or not want.size)
@@ -122,6 +110,19 @@ def test_conv_transpose_opencl(name):
     exe, (o, k) = tile.compile(c.source(), OPENCL), c.inputs(RNG)
     for size in c.sizes:
         np.testing.assert_array_equal(exe(O=o, K=k, **size_arrays(size))["I"], c.reference(o, k, size))
+
+
+@pytest.mark.usefixtures("private_cache")
+def test_an_empty_index_space_is_refused_alike():
+    """Found by the sized family: the compiled path named the defracted index ('v1_0'), the
+    interpreter the written condition. Both name the written one now."""
+    c = ConvT((2, 1), (2, 1), "same_upper", (1, 2, 1, 2), 2, ((1, 1),), (2, 1))
+    inputs = {"O": ints(1, 2, 1, 2), "K": ints(2, 1, 2, 2), **size_arrays((1, 1))}
+    want = "no index tuple of 'I' is valid: dimension 1 of 'I' (size 1) rules out every tuple"
+    with pytest.raises(TileIndexError, match=re.escape(want)):
+        ref_interp.run(c.source(), inputs)
+    with pytest.raises(TileIndexError, match=re.escape(want)):
+        tile.compile(c.source(), "llvm_cpu.0")(inputs)
 
 
 @pytest.mark.usefixtures("private_cache")

@@ -1,11 +1,12 @@
-"""PlaidML 0.7's transposed convolutions as Tile programs, with a numpy reference; not a test module.
+"""PlaidML 0.7's transposed convolutions as Tile programs, with a numpy reference.
 
 ``ConvT.source()`` writes the program the way ``plaidml/op.py``'s ``ConvolutionTranspose`` did
 (Keras' kernel layout ``K[LK0.., CI, CO]``, channels-last or channels-first data): each output
 spatial size is a 0-D input ``D<i>`` and the padding ``Pad<i>`` is computed from it as
 ``pad_compute`` wrote it. ``KERAS`` holds the configurations of PlaidML 0.7's
-``plaidml/keras/backend_test.py`` (``testConv2dTranspose``, ``testConv3dTranspose``). Used by
-``tests/test_size_inputs.py`` and ``conformance/test_plaidml_peer_sizes.py``.
+``plaidml/keras/backend_test.py`` (``testConv2dTranspose``, ``testConv3dTranspose``). Used by the
+``sized`` family of ``strategies.py``, ``tests/test_size_inputs.py`` and
+``test_plaidml_peer_sizes.py``.
 """
 
 from __future__ import annotations
@@ -82,11 +83,11 @@ class ConvT:
             f"+(O[{lay('n', 'co', [f'x{i}' for i in r])}]*K[{kidx}]);\n}}"
         )
 
-    def inputs(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def inputs(self, rng: np.random.Generator, dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
         """Small integers, so every sum is exact in float32."""
         co = self.o_shape[1] if self.channels_first else self.o_shape[-1]
-        o = rng.integers(-3, 4, self.o_shape).astype(np.float32)
-        k = rng.integers(-3, 4, (*self.kernel, self.ci, co)).astype(np.float32)
+        o = rng.integers(-3, 4, self.o_shape).astype(dtype)
+        k = rng.integers(-3, 4, (*self.kernel, self.ci, co)).astype(dtype)
         return o, k
 
     def reference(self, o: np.ndarray, k: np.ndarray, size: tuple[int, ...]) -> np.ndarray:
