@@ -141,3 +141,35 @@ def test_an_output_larger_than_any_host_exits_1_with_the_message(tmp_path):
     assert "tensor 'O' (float32[10000000, 10000000]) needs 400000000000000 bytes" in r.stderr
     assert "hint:" in r.stderr and "Traceback" not in r.stderr
     assert secs < 60
+
+
+def _cli(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
+    prog = tmp_path / "sum.tile"
+    prog.write_text(SUM)
+    env = {**os.environ, "TILE_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "tile", "run", str(prog), "--target", "llvm_cpu.0", "--shape", "A=4x4"]
+    cmd += flags
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_cli_limit_flags_lower_the_limits(tmp_path):
+    """``python -m tile run --max-buffer-bytes / --max-total-bytes``: the settings, from the shell."""
+    _llvm_available_bytes()
+    r = _cli(tmp_path, "--max-buffer-bytes", "1023")
+    assert r.returncode == 1, r.stderr
+    want = "needs 1024 bytes, over the limit of 1023 bytes for one buffer (the max_buffer_bytes setting)"
+    assert want in r.stderr
+    assert "sum.tile:1:29" in r.stderr and "Traceback" not in r.stderr
+    r = _cli(tmp_path, "--max-total-bytes", "1K")  # O (1024 bytes) and A (64) need 1088
+    assert r.returncode == 1, r.stderr
+    assert "need 1088 bytes together, over the limit of 1024 bytes (the max_total_bytes setting)" in r.stderr
+    r = _cli(tmp_path, "--max-buffer-bytes", "1024", "--max-total-bytes", "1088")
+    assert r.returncode == 0, r.stderr
+    assert "O: float32[16, 16]" in r.stdout
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "1x", "K", "1.5G"])
+def test_the_cli_limit_flags_refuse_what_is_not_a_byte_count(tmp_path, value):
+    r = _cli(tmp_path, "--max-total-bytes", value)
+    assert r.returncode == 2 and "expected a positive byte count" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr

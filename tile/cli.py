@@ -11,8 +11,9 @@
   cost model's estimate); sizes come from the given or made-up inputs; ``flat-tile`` is the flat
   stage as runnable Tile over 1-D views of the tensors.
 * ``devices`` — every target: ``interp`` and each compiled device (``llvm_cpu.0``, ...).
-* ``run F.tile --target ID [--inputs IN.npz] [--shape ...] [--output OUT.npz] [--no-cache]`` —
-  compile for a target and run.
+* ``run F.tile --target ID [--inputs IN.npz] [--shape ...] [--output OUT.npz] [--no-cache]
+  [--max-buffer-bytes N] [--max-total-bytes N]`` — compile for a target and run; the byte limits
+  lower the device's memory limits (docs/semantics.md §8.4).
 * ``tune F.tile --target ID [--shape ...] [--config F.json] [--candidates N] [--retune]`` — time
   the cost model's best tilings on the device and cache the fastest, which ``tile.compile(...,
   settings={"tune": True})`` then uses (``backends.tune``).
@@ -88,6 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", metavar="F.json", help="optimize with this config file (or a built-in: llvm_cpu_tiled)"
     )
     r.add_argument("--strict", action="store_true", help="keep every aggregation in the interpreter's order")
+    limits = (("--max-buffer-bytes", "any one buffer"), ("--max-total-bytes", "all buffers together"))
+    for flag, what in limits:
+        r.add_argument(
+            flag,
+            type=_byte_count,
+            metavar="N",
+            help=f"refuse to run when {what} would need more than N bytes (lowers the device's limit; "
+            "suffixes K, M, G: powers of 1024)",
+        )
     t = sub.add_parser("tune", help="time the cost model's best tilings on a device, cache the fastest")
     t.add_argument("file")
     add_input_arguments(t, "an .npz archive giving the input shapes and dtypes")
@@ -97,6 +107,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--retune", action="store_true", help="time again even when the cache has a choice")
     t.add_argument("--strict", action="store_true", help="keep every aggregation in the interpreter's order")
     return p
+
+
+def _byte_count(text: str) -> int:
+    """``--max-buffer-bytes`` and ``--max-total-bytes``: a positive byte count, ``4096``, ``64K``,
+    ``512M`` or ``2G`` (powers of 1024); argparse reports anything else as a usage error."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    digits, scale = (text[:-1], units[text[-1].upper()]) if text[-1:].upper() in units else (text, 1)
+    if not digits.isdigit() or int(digits) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive byte count (e.g. 4096, 64K, 2G), not '{text}'")
+    return int(digits) * scale
 
 
 def cmd_devices(args) -> int:
@@ -130,6 +150,9 @@ def cmd_run(args) -> int:
         settings = {"cache": not args.no_cache, "strict": args.strict}
         if args.config:
             settings["config"] = args.config
+        for key in ("max_buffer_bytes", "max_total_bytes"):
+            if getattr(args, key) is not None:
+                settings[key] = getattr(args, key)
         exe = compile_program(program, args.target, settings)
     except KeyError as e:
         print(f"error: {e.args[0]}", file=sys.stderr)
