@@ -95,3 +95,15 @@ def test_every_elementwise_builtin_is_drawn():
             else:  # simple_reduce is bound as the `+` contraction it stands for
                 found.add(syntax.expr.fn)
     assert set(BUILTINS) - found == set()
+
+
+def test_sized_family_takes_its_sizes_as_inputs():
+    """Both layouts, ranks 1 and 2, an empty output now and then, every contraction dtype; the sizes
+    are 0-D int32 inputs named in the output sizes."""
+    cases = draw_many(strategies.sized(), 150)
+    assert all(re.search(r": N, (CI, )?D0", c.source) for c in cases)
+    assert {len([n for n in c.inputs if n.startswith("D")]) for c in cases} == {1, 2}  # ranks
+    assert any("O[N, CO," in c.source for c in cases) and any("O[N, L0" in c.source for c in cases)
+    assert any(c.inputs["D0"] == 0 for c in cases)
+    assert all(c.inputs["D0"].shape == () and c.inputs["D0"].dtype == np.int32 for c in cases)
+    assert {str(c.inputs["O"].dtype) for c in cases} >= {"float32", "int8", "uint8", "int64"}
