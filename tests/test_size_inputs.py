@@ -1,11 +1,13 @@
-"""0-D inputs used as sizes (docs/semantics.md §6.3): PlaidML 0.7's transposed convolutions.
+"""0-D inputs used as sizes (docs/semantics.md §6.3.1): PlaidML 0.7's transposed convolutions.
 
 The programs are written the way PlaidML 0.7's op library (``plaidml/op.py``,
-``ConvolutionTranspose`` with Keras' channels-last data and kernel) generated them: the output
-size of each spatial axis is a 0-D input ``D<i>`` and the padding ``Pad<i>`` is computed from it.
-They are checked on the interpreter, on ``llvm_cpu.0`` and on OpenCL (where present) against a
-numpy transcription of the transposed convolution, on integer-valued inputs (exact), for several
-sizes, strides, paddings and dilations.
+``ConvolutionTranspose``) generated them (``conformance/conv_transpose.py``): the output size of
+each spatial axis is a 0-D input ``D<i>`` and the padding ``Pad<i>`` is computed from it. They are
+checked on the interpreter, on ``llvm_cpu.0`` and on OpenCL (where present) against a numpy
+transcription of the transposed convolution, on integer-valued inputs (exact), for the
+configurations of PlaidML's Keras tests, our own and drawn ones. Then the rule's edges: located
+errors for bad values, ``tile check``, ``tile run``, the build cache key, device tensors,
+gradients.
 """
 
 from __future__ import annotations
