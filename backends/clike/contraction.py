@@ -32,7 +32,7 @@ from tile.affine import Affine
 from tile.dtypes import DType
 
 FLOATS = (DType.FLOAT32, DType.FLOAT64)
-MIN_SIDE = 4  # M and N must each have this many points: a 32-wide tile of one column wastes 97%
+MIN_SIDE = 2  # M and N must each have two points or more: a 32-wide tile of one column wastes 97%
 
 
 @dataclass(frozen=True)
