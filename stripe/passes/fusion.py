@@ -227,13 +227,20 @@ def _nested_ok(block: Block) -> bool:
         return False
     names = {r.into for r in block.refs}
     for child in block.stmts:
-        free = {i.name for i in child.idxs if i.affine is None}
-        for r in child.refs:
-            if r.source not in names or any(v not in free for a in r.access for v in a.vars):
-                return False  # a local allocation, or a view moved by an enclosing index
-        if not all(isinstance(s, _LEAF) for s in child.stmts) and not _nested_ok(child):
-            return False
+        if any(r.source not in names for r in child.refs) or not _child_ok(child):
+            return False  # a local allocation, or see _child_ok
     return True
+
+
+@_per_block
+def _child_ok(child: Block) -> bool:
+    """The part of ``_nested_ok`` that depends on the nested block alone (so it is remembered):
+    its views use only its own indexes (none moved by an enclosing index), and it is a leaf or
+    nests only such blocks itself."""
+    free = {i.name for i in child.idxs if i.affine is None}
+    if any(v not in free for r in child.refs for a in r.access for v, _ in a.terms):
+        return False
+    return all(isinstance(s, _LEAF) for s in child.stmts) or _nested_ok(child)
 
 
 @_per_block
@@ -308,8 +315,10 @@ def _reads_writes(block: Block) -> tuple[set[str], set[str]]:
 def _inout_disjoint(block: Block) -> bool:
     """Every buffer ``block`` both reads and writes passes ``_disjoint_points``."""
     reads, writes = _by_source(block)
-    both = set(reads) & set(writes)
-    return all(_disjoint_points(block, [r for r in block.refs if r.source == src]) for src in both)
+    views: dict[str, list[Refinement]] = {}
+    for r in block.refs:
+        views.setdefault(r.source, []).append(r)
+    return all(_disjoint_points(block, views[src]) for src in set(reads) & set(writes))
 
 
 @_per_block
