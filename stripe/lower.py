@@ -66,11 +66,16 @@ class _Lowering:
         self.types: dict[str, TensorType] = dict(bound.types)
         self.kernels: list[Block] = []
         self.temps: list[str] = []
+        self._shapes: dict[str, TensorShape] = {}
 
     # --------------------------------------------------------------------- buffers
     def shape(self, tensor: str) -> TensorShape:
-        t = self.types[tensor]
-        return TensorShape.dense(t.dtype, tuple(int(d) for d in t.shape))
+        # A tensor's type never changes once known; long programs ask for each shape many times.
+        shape = self._shapes.get(tensor)
+        if shape is None:
+            t = self.types[tensor]
+            shape = self._shapes[tensor] = TensorShape.dense(t.dtype, tuple(int(d) for d in t.shape))
+        return shape
 
     def temp(self, base: str, t: TensorType) -> str:
         name, k = base, 1
