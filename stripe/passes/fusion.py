@@ -251,14 +251,26 @@ def _spreads(block: Block) -> dict[tuple[str, int], tuple[int, int]]:
     out: dict[tuple[str, int], tuple[int, int]] = {}
     for child in block.stmts:
         if isinstance(child, Block):
-            box = {i.name: (0, i.range - 1) for i in child.idxs if i.affine is None}
-            inner = _spreads(child)
-            for r in child.refs:
-                for d, acc in enumerate(r.access):
-                    a, b = poly_interval(acc, box)
-                    sl, sh = inner.get((r.into, d), (0, 0))
-                    lo, hi = out.get((r.source, d), (0, 0))
-                    out[(r.source, d)] = (min(lo, int(a) + sl), max(hi, int(b) + sh))
+            for key, (a, b) in _offsets(child).items():
+                lo, hi = out.get(key, (0, 0))
+                out[key] = (min(lo, a), max(hi, b))
+    return out
+
+
+@_per_block
+def _offsets(child: Block) -> dict[tuple[str, int], tuple[int, int]]:
+    """What ``child`` adds to ``_spreads`` of the block it is nested in: per ``(source, d)``, the
+    offsets its views (and the blocks nested in it) reach, over its indexes. Remembered per block:
+    a growing chain's inner blocks are the same objects at every step."""
+    box = {i.name: (0, i.range - 1) for i in child.idxs if i.affine is None}
+    inner = _spreads(child)
+    out: dict[tuple[str, int], tuple[int, int]] = {}
+    for r in child.refs:
+        for d, acc in enumerate(r.access):
+            a, b = poly_interval(acc, box)
+            sl, sh = inner.get((r.into, d), (0, 0))
+            lo, hi = out.get((r.source, d), (0, 0))
+            out[(r.source, d)] = (min(lo, int(a) + sl), max(hi, int(b) + sh))
     return out
 
 
