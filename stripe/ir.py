@@ -234,6 +234,22 @@ class Block:
 Statement = Load | Store | LoadIndex | Constant | Intrinsic | Special | Block
 
 
+_last_table: tuple[Block | None, dict[str, Refinement]] = (None, {})
+
+
+def ref_table(block: Block) -> dict[str, Refinement]:
+    """``{into: refinement}`` of ``block`` (the first of a name, as ``Block.ref`` finds it); not to
+    be changed. Checks ask about each refinement of a nested block against one parent in turn, and
+    ``#main`` of a long program has thousands, so the last table is kept."""
+    global _last_table
+    if _last_table[0] is not block:
+        table: dict[str, Refinement] = {}
+        for r in block.refs:
+            table.setdefault(r.into, r)
+        _last_table = (block, table)
+    return _last_table[1]
+
+
 def with_stmts(block: Block, stmts: list[Statement] | tuple[Statement, ...]) -> Block:
     return replace(block, stmts=tuple(stmts))
 

@@ -58,6 +58,7 @@ from stripe.ir import (
     Special,
     Statement,
     Store,
+    ref_table,
 )
 from stripe.printer import fmt_affine, fmt_ref, fmt_stmt
 from tile.affine import Affine
@@ -277,7 +278,7 @@ class _Checker:
                     "the root's refinements are the program's buffers",
                 )
             return None
-        src = next((p for p in self.parent.refs if p.into == r.source), None)
+        src = ref_table(self.parent).get(r.source)
         if src is None:
             if r.dir is RefDir.NONE and r.from_ is None:
                 return None  # a local allocation

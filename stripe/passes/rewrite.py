@@ -29,6 +29,7 @@ from stripe.ir import (
     Special,
     Statement,
     Store,
+    ref_table,
 )
 from tile.affine import Affine
 from tile.bounds import poly_interval
@@ -262,19 +263,7 @@ def is_allocation(ref: Refinement, parent: Block | None) -> bool:
     (every refinement of the root, which has none, is one: the program's buffers)."""
     if ref.dir is not RefDir.NONE or ref.from_ is not None:
         return False
-    return parent is None or ref.into not in _ref_names(parent)
-
-
-_last_names: tuple[Block | None, frozenset[str]] = (None, frozenset())
-
-
-def _ref_names(block: Block) -> frozenset[str]:
-    """The names of ``block``'s refinements. Callers ask about every refinement of a child against
-    one parent in turn, and ``#main`` of a long program has thousands: the last answer is kept."""
-    global _last_names
-    if _last_names[0] is not block:
-        _last_names = (block, frozenset(r.into for r in block.refs))
-    return _last_names[1]
+    return parent is None or ref.into not in ref_table(parent)
 
 
 def is_local(ref: Refinement, parent: Block | None) -> bool:
