@@ -143,7 +143,8 @@ def reads_writes(
 
 def fresh(base: str, taken: Iterable[str]) -> str:
     """``base``, or ``base_1``, ``base_2``, ... : the first not in ``taken``."""
-    taken = set(taken)
+    if not isinstance(taken, (set, frozenset, dict)):
+        taken = set(taken)  # a set is asked as it is: passes call this per scalar of long blocks
     name, k = base, 1
     while name in taken:
         name, k = f"{base}_{k}", k + 1

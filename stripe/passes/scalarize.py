@@ -142,7 +142,7 @@ def _rename_uses(s: Statement, m: dict[str, str]) -> Statement:
         return s
     if isinstance(s, Store) and s.from_ in m:
         return replace(s, from_=m[s.from_])
-    if isinstance(s, Intrinsic):
+    if isinstance(s, Intrinsic) and any(x in m for x in s.inputs):
         return replace(s, inputs=tuple(m.get(x, x) for x in s.inputs))
     return s
 
