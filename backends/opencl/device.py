@@ -88,7 +88,13 @@ class OpenCLDevice(Device):
         self.compiler = OpenCLCompiler(self)
         self.executor = OpenCLExecutor(self)
 
-    optimizer = "opencl_gpu"
+    tiled_optimizer = "opencl_gpu_tiled"  # what conformance also runs (the Stripe-tiled GPU pipeline)
+
+    @property
+    def optimizer(self) -> str:
+        """``opencl_cpu`` for a CPU device (PoCL): its long reductions split into per-core chunks;
+        ``opencl_gpu`` for every other device type."""
+        return "opencl_cpu" if self.cl_device.type & cl.device_type.CPU else "opencl_gpu"
 
     def memory_bytes(self) -> MemoryLimit:
         """The driver's ``global_mem_size`` for all buffers, ``max_mem_alloc_size`` for one."""
