@@ -190,6 +190,12 @@ class Device(abc.ABC):
     # with; empty: none, the lowered program is compiled as it is (a new backend starts so).
     optimizer: str = ""
 
+    @property
+    def tiled_optimizer(self) -> str:
+        """The built-in Stripe-tiled pipeline for this device (conformance runs it besides the
+        default one): ``<optimizer>_tiled`` unless the backend names another."""
+        return f"{self.optimizer}_tiled" if self.optimizer else ""
+
     def memory_bytes(self) -> MemoryLimit:
         """What memory this device has for buffers now (queried at each run: it may change);
         a backend that cannot tell says nothing, and only the settings' limits apply."""

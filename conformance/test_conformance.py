@@ -34,7 +34,7 @@ from tile.inputs import input_types
 def check(case: Case, device, passes: bool = False) -> None:
     """``case`` on ``device`` against the interpreter; with ``passes``, first every config's passes
     through the Stripe interpreter (``conformance.optimized``), and the target runs its tiled
-    pipeline (``Device.tiled_optimizer``, else ``<optimizer>_tiled``) besides its default one."""
+    pipeline (``Device.tiled_optimizer``) besides its default one."""
     key = report.STATS.current or (case.family, device.id)  # counted under the running test
     try:
         prog = tile.parse(case.source)
@@ -65,7 +65,7 @@ def check(case: Case, device, passes: bool = False) -> None:
 
         check_passes(bound, case.inputs, tol, pass_failure)
     configs = [None]
-    tiled = getattr(device, "tiled_optimizer", f"{device.optimizer}_tiled")
+    tiled = device.tiled_optimizer
     if passes and tiled in builtin_names():
         configs.append(tiled)  # the target also runs its tiled pipeline
     for config in configs:

@@ -293,12 +293,12 @@ def test_a_changed_config_file_never_serves_an_old_kernel(device_id, tmp_path):
     path.write_text((targets / f"{dev.optimizer}.json").read_text())
     first, _, out = _key(MATMUL, ins, device_id, {"config": str(path)})
     assert _key(MATMUL, ins, device_id, {"config": str(path)})[1] == "hit"
-    path.write_text((targets / f"{dev.optimizer}_tiled.json").read_text())
+    path.write_text((targets / f"{dev.tiled_optimizer}.json").read_text())
     second, status, out2 = _key(MATMUL, ins, device_id, {"config": str(path)})
     assert second != first and status == "miss"
     np.testing.assert_array_equal(out["C"], ins["A"] @ ins["B"])
     np.testing.assert_array_equal(out2["C"], ins["A"] @ ins["B"])
-    named, _, _ = _key(MATMUL, ins, device_id, {"config": f"{dev.optimizer}_tiled"})
+    named, _, _ = _key(MATMUL, ins, device_id, {"config": dev.tiled_optimizer})
     assert named not in (first, second)
 
 

@@ -200,3 +200,23 @@ def test_strict_keeps_float_results_bit_identical_to_the_interpreter():
     assert CompiledProgram(bound, device, settings).program == unoptimized
     tiled = CompiledProgram(bound, device, {"config": "llvm_cpu_tiled"}).program
     assert any("tile" in blk.tags for blk in walk(tiled))  # without strict, the reduction is tiled
+
+
+def test_an_opencl_device_compiles_with_the_config_of_its_kind():
+    """A CPU OpenCL device (PoCL) takes ``opencl_cpu`` (long reductions split into contiguous
+    chunks, one per core and more), a GPU ``opencl_gpu`` (interleaved lanes); both run the
+    Stripe-tiled GPU pipeline in conformance."""
+    from backends import registry
+    from tests.opencl_support import DEVICE_ID
+
+    if DEVICE_ID is None:
+        pytest.skip("no usable OpenCL device (pyopencl or an OpenCL driver is missing)")
+    dev = registry.get(DEVICE_ID)
+    kind = "cpu" if DEVICE_ID.startswith("opencl_cpu") else "gpu"
+    assert dev.optimizer == f"opencl_{kind}" and dev.tiled_optimizer == "opencl_gpu_tiled"
+    splits = {
+        name: [s.params for s in target_config(name).passes if s.pass_ == "split_reduction"]
+        for name in ("opencl_cpu", "opencl_gpu")
+    }
+    assert [p.interleave for p in splits["opencl_cpu"]] == [False]
+    assert [p.interleave for p in splits["opencl_gpu"]] == [True]

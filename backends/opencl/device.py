@@ -88,7 +88,7 @@ class OpenCLDevice(Device):
         self.compiler = OpenCLCompiler(self)
         self.executor = OpenCLExecutor(self)
 
-    tiled_optimizer = "opencl_gpu_tiled"  # what conformance also runs (the Stripe-tiled GPU pipeline)
+    tiled_optimizer = "opencl_gpu_tiled"  # on a CPU device too: conformance runs it everywhere
 
     @property
     def optimizer(self) -> str:
