@@ -294,7 +294,7 @@ def _all_fixed(block: Block) -> dict[str, dict[int, tuple[str, int, object]]]:
             if len(a.terms) != 1 or a.terms[0][0] not in idx:
                 continue
             c = a.terms[0][1]
-            if c.denominator != 1 or c < 1:
+            if c.denominator != 1 or c.numerator < 1:
                 continue
             lo, hi = spreads.get((ref.into, d), (0, 0))
             if 0 <= lo and hi < c:
@@ -523,6 +523,11 @@ def _split(block: Block, to_outer: dict[str, str], parent_sizes: dict[str, tuple
     for r in block.refs:
         o_acc, i_acc, dims = [], [], []
         for d, acc in enumerate(r.access):
+            if all(to_outer.get(v) == v for v, _ in acc.terms):  # all fused, same names: as it is
+                o_acc.append(acc)
+                i_acc.append(Affine())
+                dims.append(Dim(min(r.shape.dims[d].size, parent_sizes[r.source][d]), r.shape.dims[d].stride))
+                continue
             fused = Affine.build({to_outer[v]: acc.coeff(v) for v in acc.vars if v in to_outer})
             rest = Affine.build({v: acc.coeff(v) for v in acc.vars if v not in to_outer})
             lo, hi = (int(x) for x in poly_interval(rest, box))
