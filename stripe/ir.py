@@ -242,12 +242,14 @@ def ref_table(block: Block) -> dict[str, Refinement]:
     be changed. Checks ask about each refinement of a nested block against one parent in turn, and
     ``#main`` of a long program has thousands, so the last table is kept."""
     global _last_table
-    if _last_table[0] is not block:
-        table: dict[str, Refinement] = {}
-        for r in block.refs:
-            table.setdefault(r.into, r)
-        _last_table = (block, table)
-    return _last_table[1]
+    last = _last_table  # read once: another thread may replace it meanwhile
+    if last[0] is block:
+        return last[1]
+    table: dict[str, Refinement] = {}
+    for r in block.refs:
+        table.setdefault(r.into, r)
+    _last_table = (block, table)
+    return table
 
 
 def with_stmts(block: Block, stmts: list[Statement] | tuple[Statement, ...]) -> Block:

@@ -86,6 +86,7 @@ class FusionConfig:
     parent_reqs: tuple[str, ...] = ("main",)  # blocks whose statement lists are scanned
     a_reqs: tuple[str, ...] = ()  # tags the first (producer) block must carry
     b_reqs: tuple[str, ...] = ()  # tags the second (consumer) block must carry
+    a_skip: tuple[str, ...] = ()  # a producer carrying any of these tags is left alone
     fused_set: tuple[str, ...] = ("fused",)  # tags added to the fused outer block
     max_refs: int | None = None  # refuse when the fused block would have more refinements
     # Refuse unless every index of B (of its tiles, when B is tiled to match A) is fused, so B'
@@ -98,9 +99,11 @@ def fusion(program: Block, cfg: FusionConfig, hw: Hardware) -> Block:
     """Matches blocks with every tag in ``parent_reqs`` and scans their statements: each adjacent
     pair of blocks A (tags ``a_reqs``) then B (tags ``b_reqs``) that the module docstring's checks
     accept becomes one outer block named ``A.name+B.name`` with tags A's ∪ B's ∪ ``fused_set``
-    holding A' and B'; the result is tried again with the statements before and after it, so
-    chains fuse. ``max_refs`` caps the fused block's refinements; ``b_fully_fused`` refuses pairs
-    where B (or its tiles) would keep loops of its own inside the fused block.
+    holding A' and B' (``a_skip``: tags that keep A out, as ``split_reduction`` marks its partial
+    blocks, whose lanes fusion would make serial again); the result is tried again with the
+    statements before and after it, so chains fuse. ``max_refs`` caps the fused block's
+    refinements; ``b_fully_fused`` refuses pairs where B (or its tiles) would keep loops of its own
+    inside the fused block.
     Guarantees: every point of A and of B runs once, with the same elements, and every element
     receives its writes in the same order as before; pairs that fail a check stay as they were."""
 
@@ -125,7 +128,8 @@ def _fuse_statements(parent: Block, cfg: FusionConfig) -> Block | None:
             j += 1
         b, fused = stmts[j], None
         if isinstance(a, Block) and isinstance(b, Block):
-            if matches(a, cfg.a_reqs) and matches(b, cfg.b_reqs):
+            skip = any(t in a.tags for t in cfg.a_skip)
+            if not skip and matches(a, cfg.a_reqs) and matches(b, cfg.b_reqs):
                 fused = fuse_pair(parent, a, b, cfg, views)
         if fused is None:
             i += 1
@@ -186,12 +190,13 @@ def _per_block(fn: Callable[[Block], _T]) -> Callable[[Block], _T]:
     result, so its id is not reused); computed afresh outside. Results must not be mutated."""
 
     def wrapper(block: Block) -> _T:
-        if _MEMO is None:
+        memo = _MEMO  # read once (results depend on the block alone, so threads may share it)
+        if memo is None:
             return fn(block)
         key = (fn.__name__, id(block))
-        hit = _MEMO.get(key)
+        hit = memo.get(key)
         if hit is None or hit[0] is not block:
-            hit = _MEMO[key] = (block, fn(block))
+            hit = memo[key] = (block, fn(block))
         return hit[1]  # type: ignore[return-value]
 
     wrapper.__name__ = fn.__name__
