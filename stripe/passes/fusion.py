@@ -43,6 +43,7 @@ qualifies first.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -170,19 +171,19 @@ def _unaliased(parent: Block, ctx: Context) -> bool:
 # A chain's fused block is checked again at every step, and most of it (its inner blocks) is the
 # same objects as before: the analyses below are remembered per block object while one statement
 # list fuses, so each step costs what it adds, not the whole chain again (5,000-statement chains).
-_MEMO: dict[tuple[str, int], tuple[Block, object]] | None = None
+# Each thread has its own (``_local.memo``: None outside ``_memo()``).
+_local = threading.local()
 _T = TypeVar("_T")
 
 
 @contextmanager
 def _memo() -> Iterator[None]:
-    global _MEMO
-    outer = _MEMO
-    _MEMO = {} if outer is None else outer
+    outer = getattr(_local, "memo", None)
+    _local.memo = {} if outer is None else outer
     try:
         yield
     finally:
-        _MEMO = outer
+        _local.memo = outer
 
 
 def _per_block(fn: Callable[[Block], _T]) -> Callable[[Block], _T]:
@@ -190,7 +191,7 @@ def _per_block(fn: Callable[[Block], _T]) -> Callable[[Block], _T]:
     result, so its id is not reused); computed afresh outside. Results must not be mutated."""
 
     def wrapper(block: Block) -> _T:
-        memo = _MEMO  # read once (results depend on the block alone, so threads may share it)
+        memo: dict[tuple[str, int], tuple[Block, object]] | None = getattr(_local, "memo", None)
         if memo is None:
             return fn(block)
         key = (fn.__name__, id(block))
