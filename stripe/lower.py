@@ -255,7 +255,9 @@ class _Lowering:
             raise
         names = list(d.index_names)
         shift = {v: Affine.var(v) + box[v][0] for v in names}
-        idxs = tuple(Index(v, box[v][1] - box[v][0] + 1) for v in sorted(names))
+        # in the interpreter's order (first appearance, output first): its row-major enumeration
+        # is the order each element receives its values, which strict mode keeps (semantics §8.3)
+        idxs = tuple(Index(v, box[v][1] - box[v][0] + 1) for v in names)
         shifted = {v: (0, box[v][1] - box[v][0]) for v in names}
         constraints = []
         for r in merge_parallel(ranges(d)):

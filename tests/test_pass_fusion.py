@@ -244,7 +244,7 @@ CONV_CONV_FUSED = """
     in K2[0, 0] fp32(3:2, 2:1)
     out O2[x, y, 0]:add fp32(1:8, 1:2, 2:1)
 ) {
-  0: #agg_op_add #comb_op_mul #contraction block [ci:2, co:3, i:3, j:3, x_o:1 = x, y_o:1 = y] ( // k1_O1
+  0: #agg_op_add #comb_op_mul #contraction block [co:3, i:3, j:3, ci:2, x_o:1 = x, y_o:1 = y] ( // k1_O1
       // O1[x, y, co: 4, 4, 3] = +(I[i + x - 1, j + y - 1, ci] * K1[i, j, ci, co]);
       i + x_o - 1 >= 0
       -i - x_o + 4 >= 0

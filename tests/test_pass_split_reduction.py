@@ -222,7 +222,7 @@ COLUMN_EXPECTED = """
     ) {
       0: O_part = zero()
     }
-    2: #agg_op_add #comb_op_none #contraction #kernel block [i_l:4, i_t:10, j:3] ( // k1_O_partial
+    2: #agg_op_add #comb_op_none #contraction #kernel block [j:3, i_l:4, i_t:10] ( // k1_O_partial
         // O[j: 3] = +(A[i, j]);
         -i_l - 4*i_t + 36 >= 0
         in A[i_l + 4*i_t, j] fp32(1:3, 1:1)
