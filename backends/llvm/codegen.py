@@ -15,8 +15,9 @@ strides are the refinement's own and whose dtype comes from ``buffer_dtypes``); 
 its statements in order. A refinement naming nothing of its parent (dir none, no ``from_``) is a
 zero-filled stack allocation per point. Stores go through the refinement's ``agg_op`` in the
 buffer's dtype, as the interpreter's ``ufunc.at`` does (float ``+``/``*`` marked reassociable
-unless strict, §8.3). A leaf block that ``match.analyse`` recognizes as a contraction (the kernel,
-split over the schedule's first index, or a nested tile) is emitted by ``microkernel`` instead.
+and float ``max``/``min`` as ``llvm.maximum``/``minimum`` unless strict, §8.3). A leaf block
+that ``match.analyse`` recognizes as a contraction (the kernel, split over the schedule's first
+index, or a nested tile) is emitted by ``microkernel`` instead.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 from llvmlite import ir
 
 from backends.hal import KernelInfo, kernel_symbol
-from backends.llvm.intrinsics import binary, emit_intrinsic
+from backends.llvm.intrinsics import binary, emit_intrinsic, unordered_minmax
 from backends.llvm.loops import View, for_range
 from backends.llvm.match import VectorConfig
 from backends.llvm.microkernel import emit_microkernel
@@ -282,7 +283,10 @@ class KernelCodegen:
             em.store(value, v.ptr, v.base, v.buf_dtype)
             return
         current = em.load(v.ptr, v.base, v.buf_dtype)
-        out = binary(em, v.agg_op, current, value, v.buf_dtype)
+        if self.vector.reassoc and v.agg_op in ("max", "min") and v.buf_dtype.is_float:
+            out = unordered_minmax(em, v.agg_op, current, value)  # vectorizes (any order, §8.3)
+        else:
+            out = binary(em, v.agg_op, current, value, v.buf_dtype)
         if self.vector.reassoc and isinstance(out, ir.Instruction) and out.opname in ("fadd", "fmul"):
             out.flags.append("reassoc")  # any order of a float sum or product (§8.3): vectorizable
         em.store(out, v.ptr, v.base, v.buf_dtype)
@@ -318,6 +322,7 @@ def generate(
     module.triple = triple
     module.data_layout = layout
     em = Emitter(module, f16c)
+    em.inline_math = vector is not None and vector.reassoc  # vmath's exp/tanh/log, not strict
     for k, (info, sched) in enumerate(zip(kernels, schedules)):
         KernelCodegen(em, k, info, sched, buffer_dtypes(info, dtypes or {}), vector).build()
     return str(module)

@@ -47,10 +47,12 @@ from backends.hal import (
     kernel_symbol,
     timed,
 )
+from backends.llvm import threads
 from backends.llvm.cache import ObjectCache, cache_key
 from backends.llvm.codegen import generate
 from backends.llvm.match import VectorConfig, host_vector_bytes
 from backends.llvm.schedule import Schedule, plan
+from backends.llvm.threads import NativePool
 from stripe.ir import Block
 from tile.dtypes import DType
 from tile.errors import TileRuntimeError
@@ -142,14 +144,23 @@ def kernel_stacks():
         threading.stack_size(old)
 
 
+def _start_worker(body) -> threading.Thread:
+    with kernel_stacks():
+        t = threading.Thread(target=body, daemon=True, name="tile-llvm")
+        t.start()
+    return t
+
+
 class WorkerPool:
     """Fixed worker threads, each with its own queue: chunk ``k`` of a call runs on worker
     ``k % size``, so a split kernel is spread over the threads deterministically."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, native: bool = True):
         self.size = max(1, size)
         self._queues: list[queue.SimpleQueue] = []
         self._lock = threading.Lock()
+        # kernels' chunks go to native workers (``threads``): no Python between chunks
+        self.native = NativePool(self.size - 1, _start_worker) if native and threads.available() else None
 
     def _start(self) -> None:
         with self._lock:
@@ -168,6 +179,13 @@ class WorkerPool:
                 fut.set_result(threading.get_ident())
             except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
                 fut.set_exception(e)
+
+    def run_kernel(self, fn, address: int, table, chunks: Sequence[tuple[int, int]]) -> list[int]:
+        """Run the kernel function ``fn`` (at ``address``) on every ``(lo, hi)`` chunk; the
+        thread id that ran each (chunk ``k``: the caller for ``k % size == 0``, else a worker)."""
+        if self.native is not None:
+            return self.native.run(address, table, list(chunks))
+        return self.map(fn, [(table, lo, hi) for lo, hi in chunks])
 
     def map(self, fn, chunks: Sequence[tuple]) -> list[int]:
         """Run ``fn(*chunk)`` for every chunk; return the thread id that ran each."""
@@ -251,6 +269,7 @@ class LlvmKernel(Kernel):
         self.library = library  # keeps the engine alive
         self.info = library.kernels[index]
         self.fn = jit.functions[index]
+        self.address = ctypes.cast(self.fn, ctypes.c_void_p).value
         self.schedule: Schedule = jit.schedules[index]
         self.pool = pool
         self.dispatcher = dispatcher
@@ -290,7 +309,7 @@ class LlvmKernel(Kernel):
                 self.fn(table, *chunks[0])
                 self.last_threads = [threading.get_ident()]
             else:
-                self.last_threads = self.pool.map(self.fn, [(table, lo, hi) for lo, hi in chunks])
+                self.last_threads = self.pool.run_kernel(self.fn, self.address, table, chunks)
 
         return timed(self.dispatcher, deps, work)
 

@@ -11,15 +11,18 @@ condition to bool), then
 * float ``/`` is IEEE; ``max``/``min`` propagate nan (the first operand's when both are nan);
 * ``round`` is numpy's ``trunc(x) + (|x - trunc(x)| >= 0.5 ? sign(x) : 0)`` (half away from zero);
 * shift counts are taken modulo the width; ``>>`` is arithmetic on signed types;
-* float functions call the C library (``expf`` for float32 and float16, ``exp`` for float64); a
-  float16 operation computes in float and rounds once, as numpy does, and ``sigmoid`` is
-  ``1 / (1 + exp(-x))`` rounded after every step, as the interpreter evaluates it.
+* float functions call the C library (``expf`` for float32 and float16, ``exp`` for float64),
+  except float32/float16 ``exp``, ``tanh`` and ``log`` outside strict mode (``em.inline_math``):
+  inline code of ``vmath`` that vectorizes, within 1 ulp (§8.3); a float16 operation computes in
+  float and rounds once, as numpy does, and ``sigmoid`` is ``1 / (1 + exp(-x))`` rounded after
+  every step, as the interpreter evaluates it.
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 
+from backends.llvm import vmath
 from backends.llvm.scalars import F32, F64, Emitter, Scalar
 from stripe.specials import check_intrinsic
 from tile.dtypes import DType, promote
@@ -129,9 +132,11 @@ def binary(em: Emitter, op: str, x: ir.Value, y: ir.Value, dt: DType) -> ir.Valu
             return b.and_(x, y)
     if op in ("max", "min"):
         if dt.is_float:
-            pick = b.fcmp_ordered(">=" if op == "max" else "<=", x, y)
-            out = b.select(pick, x, y)
-            out = b.select(b.fcmp_unordered("uno", y, y), y, out)
+            # numpy's rule: x if x is nan, else x if x > y (max), else y. So a nan y wins over
+            # a number x (the comparison is false), x wins when both are nan, and y when they
+            # tie (max(-0.0, +0.0) is +0.0): the later value of an aggregation. The inner
+            # select is x86's maxps/minps exactly, so a lane costs a max, a compare and a blend.
+            out = b.select(b.fcmp_ordered(">" if op == "max" else "<", x, y), x, y)
             return b.select(b.fcmp_unordered("uno", x, x), x, out)
         pick = compare(em, ">=" if op == "max" else "<=", x, y, dt)
         return b.select(pick, x, y)
@@ -149,6 +154,15 @@ def binary(em: Emitter, op: str, x: ir.Value, y: ir.Value, dt: DType) -> ir.Valu
     minus_one = b.icmp_signed("==", y, em.const(-1, dt))
     q = b.sdiv(x, b.select(b.or_(y_zero, minus_one), em.const(1, dt), y))
     return b.select(y_zero, zero, b.select(minus_one, b.sub(zero, x), q))
+
+
+def unordered_minmax(em: Emitter, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    """Float ``max``/``min`` for aggregations that may run in any order (§8.3): LLVM's
+    ``maximum``/``minimum`` propagate nan and order -0 below +0, so the result is the value of
+    one order of the aggregation (a tie of zeros: the later is +0), and the loop vectorizer
+    widens them as reductions, which it does not do for ``binary``'s order-keeping select."""
+    suffix = "f64" if x.type == F64 else "f32"
+    return em.call(f"llvm.{op}imum.{suffix}", x.type, [x, y])
 
 
 def remainder(em: Emitter, x: ir.Value, y: ir.Value, dt: DType) -> ir.Value:
@@ -177,6 +191,8 @@ def float_fn(em: Emitter, name: str, xs: list[ir.Value], dt: DType) -> ir.Value:
 
     if name in _LLVM_UNARY:
         return done(em.unary_intrinsic(_LLVM_UNARY[name], x))
+    if name in vmath.SUPPORTED and em.inline_math and x.type == F32:
+        return done(vmath.emit(em, name, x))
     if name in _LIBM:
         return done(libm(em, _LIBM[name], [x]))
     if name == "pow":
@@ -185,7 +201,7 @@ def float_fn(em: Emitter, name: str, xs: list[ir.Value], dt: DType) -> ir.Value:
         return done(b.fdiv(em.const(1, dt), x))
     if name == "sigmoid":
         one = em.const(1, dt)
-        e = done(libm(em, "exp", [b.fneg(x)]))
+        e = done(float_fn(em, "exp", [b.fneg(x)], DType.FLOAT32 if x.type == F32 else DType.FLOAT64))
         return done(b.fdiv(one, done(b.fadd(one, e))))
     assert name == "round", name
     t = em.unary_intrinsic("llvm.trunc", x)

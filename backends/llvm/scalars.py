@@ -74,6 +74,9 @@ class Emitter:
     def __init__(self, module: ir.Module, f16c: bool):
         self.module = module
         self.f16c = f16c
+        # float32 exp/tanh/log as inline, vectorizable code (backends.llvm.vmath), not libm calls:
+        # off in strict mode, which keeps the C library's results
+        self.inline_math = False
         self.builder: ir.IRBuilder = None  # type: ignore[assignment]  # set per function
         self.alloca_block: ir.Block = None  # type: ignore[assignment]  # set per function
         self._fns: dict[str, ir.Function] = {}
@@ -82,11 +85,8 @@ class Emitter:
     def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
         """A function of the process (libm) or an LLVM intrinsic, declared once."""
         if name not in self._fns:
-            if name.startswith("llvm."):
-                base, _, _ = name.rpartition(".")
-                self._fns[name] = self.module.declare_intrinsic(base, [args[0]])
-            else:
-                self._fns[name] = ir.Function(self.module, ir.FunctionType(ret, args), name)
+            # an intrinsic's full name carries its overload (``llvm.fmuladd.f64``): declared as given
+            self._fns[name] = ir.Function(self.module, ir.FunctionType(ret, args), name)
         return self._fns[name]
 
     def call(self, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
