@@ -12,7 +12,8 @@ Each group is flattened into one number (``flat``), its indexes in a fixed order
 The output must be written once per (batch, M, N) point (``backends.llvm.schedule.plan`` owns every
 output index), so one work-item may keep an element's whole sum in a register. Constraints are
 sorted by the groups they use: without K they guard the store, with K and M (N) they guard the
-first (second) operand's load (a skipped point becomes a zero operand), with K alone both loads.
+first (second) operand's load (a skipped point becomes a zero operand, and ``tiled`` flags it so
+that it adds nothing whatever the other operand holds), with K alone both loads.
 A constraint using K, M and N at once does not fit and the kernel takes the general path, as does
 a contraction whose M or N has fewer than ``MIN_SIDE`` points (a matrix-vector product, or the
 partial sums ``split_reduction`` makes of one).

@@ -16,12 +16,20 @@ convolutions as implicit GEMM):
 * **edges**: sizes are known at compile time, so a guard is emitted only where a size is not a
   multiple of its tile (rows past M, columns past N, K past its end load zero and are not stored).
   Constraints guard loads (a zero operand) or the store, as ``contraction`` sorts them.
+* **skipped points**: the interpreter never combines a point a constraint skips, but a zero times
+  the other operand's inf or NaN is NaN. So an operand with a guard on its own M (N) indexes (a
+  padded convolution's input) also writes, beside each ``__local`` element, a flag saying whether
+  the guards keep the point; the other operand's loads note a K tile holding an inf or NaN, and
+  such a tile (the same for the whole work-group) takes a loop where each row (column) of the
+  register block adds its products only where its flag is set. Other tiles keep the plain loop:
+  there a skipped point adds ``0 * finite``, a zero, which leaves a sum begun at +0 unchanged.
+  Guards on K alone zero both operands (``0 * 0``); operands without guards (matmul, unpadded
+  convolutions) generate the same code as before (H100: 4-5% slower padded convolutions).
 
 Each output element's values are summed in flat-K order by one work-item, then added once to the
 element (which a zero kernel initialized). With ``contract`` the multiply-add is ``fma`` (one
 rounding: semantics §8.3 allows it); without it (strict mode) it is a separate multiply and add,
-and K in Stripe order, so the result is bit-identical to the interpreter (except that a point a
-constraint skips adds ``0 * y``, which differs only when ``y`` is infinite or NaN).
+and K in Stripe order (the interpreter's), so the result is bit-identical to the interpreter.
 """
 
 from __future__ import annotations
@@ -218,9 +226,16 @@ class GemmEmitter:
 
         return stride([ix.name for ix in self.g.k.idxs]) <= stride([ix.name for ix in grp.idxs])
 
-    def load(self, op: Operand, items, k0: str, depth: int, w: int = 1) -> None:
+    def flagged(self, op: Operand, grp: Group) -> bool:
+        """Whether a guard of ``op`` uses its own group (M or N): a point it skips is then a zero
+        of ``op`` times a loaded value of the other operand, which is NaN when that value is
+        infinite or NaN, so the skip travels as a flag beside the value (``Am``/``Bs`` below).
+        A guard on K (and batch) alone zeroes both operands, and ``0 * 0`` adds nothing."""
+        return any(set(c.vars) & grp.names for c in op.guards)
+
+    def load(self, op: Operand, items, k0: str, depth: int, w: int = 1, flag: bool = False) -> None:
         """Registers ``{p}_ld`` = the operand at each element ``p`` (``w`` of them from there) for the
-        K tile at ``k0``."""
+        K tile at ``k0``, and ``{p}_in`` = whether the point is not skipped when ``flag``."""
         g = self.g
         zero = self.t.literal(0, g.dtype)
         ptr = self.ptrs[op.ref.source]
@@ -236,7 +251,11 @@ class GemmEmitter:
             conds += self.cond(op.guards, env)
             addr = f"{p}_base + {self.affine(op.offset, env, g.k.names)}"
             value = f"{ptr}{addr})" if w > 1 else f"{ptr}[{addr}]"
-            self.line(f"{p}_ld = ({' && '.join(conds)}) ? {value} : {zero}; }}", depth + 1)
+            if flag:
+                self.line(f"{p}_in = {' && '.join(conds)};", depth + 1)
+                self.line(f"{p}_ld = {p}_in ? {value} : {zero}; }}", depth + 1)
+            else:
+                self.line(f"{p}_ld = ({' && '.join(conds)}) ? {value} : {zero}; }}", depth + 1)
 
     # --------------------------------------------------------------- kernel
     def source(self, symbol: str, params: list[tuple[str, DType]]) -> tuple[str, int, int]:
@@ -251,6 +270,11 @@ class GemmEmitter:
         self.line(f"__local {T4} Bs4[{2 * sb // 4}];")
         self.line(f"__local {T}* As = (__local {T}*)As4;")
         self.line(f"__local {T}* Bs = (__local {T}*)Bs4;")
+        flags = {"a": self.flagged(g.a, g.m), "b": self.flagged(g.b, g.n)}
+        for name, size in (("A", sa), ("B", sb)):
+            if flags[name.lower()]:  # whether each element of the tile is a point the guards keep
+                self.line(f"__local uchar4 {name}m4[{2 * size // 4}];")
+                self.line(f"__local uchar* {name}m = (__local uchar*){name}m4;")
         self.line(f"const {it} lid = ({it})get_local_id(0);")
         self.line(f"const {it} grp = ({it})get_group_id(0);")
         self.line(f"const {it} tx = lid % {txn};")
@@ -263,21 +287,33 @@ class GemmEmitter:
         a_row = tl.tm + (4 if a_kf else 0)
         b_row = tl.tn + (4 if b_kf else 0)
         # the __local arrays are sized for a padded row (4 more) whichever layout fills them
-        for items, w in ((a_items, aw), (b_items, bw)):
+        for items, w, flag in ((a_items, aw, flags["a"]), (b_items, bw, flags["b"])):
             for p, _, _ in items:
                 self.line(f"{T}{w if w > 1 else ''} {p}_ld;")
+                if flag:
+                    self.line(f"bool {p}_in;")
         zero = self.t.literal(0, g.dtype)
         for i in range(tl.rm):
             self.line(f"{T} " + ", ".join(f"c{i}_{j} = {zero}" for j in range(tl.rn)) + ";")
-        self.load(g.a, a_items, "0", 1, aw)
-        self.load(g.b, b_items, "0", 1, bw)
+        self.load(g.a, a_items, "0", 1, aw, flags["a"])
+        self.load(g.b, b_items, "0", 1, bw, flags["b"])
+        if flags["a"] or flags["b"]:
+            # the K step whose tile in each buffer holds an inf or NaN the flags must keep out (a K
+            # step, not a bool: no reset, so no race between double-buffered steps)
+            self.line(f"__local {it} nonfinite[2];")
+            self.line("if (lid == 0) { nonfinite[0] = -1; nonfinite[1] = -1; }")
+            self.line("barrier(CLK_LOCAL_MEM_FENCE);")
         self.line("int buf = 0;")
         self.line(f"for ({it} k0 = 0; k0 < {g.k.total}; k0 += {tl.kt}) {{")
-        for items, arr, size, w, kfast, row in (
-            (a_items, "As", sa, aw, a_kf, a_row),
-            (b_items, "Bs", sb, bw, b_kf, b_row),
+        for items, arr, size, w, kfast, row, flag, check in (
+            (a_items, "As", sa, aw, a_kf, a_row, flags["a"], flags["b"]),
+            (b_items, "Bs", sb, bw, b_kf, b_row, flags["b"], flags["a"]),
         ):
             for p, _, at in items:
+                if check:  # a value the other operand's skipped points would multiply into NaN
+                    parts = [f"{p}_ld.{c}" for c in "xyzw"] if w > 1 else [f"{p}_ld"]
+                    bad = " || ".join(f"!isfinite({v})" for v in parts)
+                    self.line(f"if ({bad}) nonfinite[buf] = k0;", 2)
                 if w == 1:
                     self.line(f"{arr}[buf * {size} + {at}] = {p}_ld;", 2)
                 elif kfast:  # four K values of one row: four rows of the tile
@@ -285,27 +321,26 @@ class GemmEmitter:
                         self.line(f"{arr}[buf * {size} + {at} + {c * row}] = {p}_ld.{comp};", 2)
                 else:  # four adjacent columns of one row: one aligned float4
                     self.line(f"{arr}4[(buf * {size} + {at}) / 4] = {p}_ld;", 2)
+                for c in range(w) if flag else ():  # the four share their guards (vector_width)
+                    step = (c * row if kfast else c) if w > 1 else 0
+                    self.line(f"{arr[0]}m[buf * {size} + {at} + {step}] = {p}_in;", 2)
         self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)
         self.line(f"if (k0 + {tl.kt} < {g.k.total}) {{", 2)
-        self.load(g.a, a_items, f"k0 + {tl.kt}", 3, aw)
-        self.load(g.b, b_items, f"k0 + {tl.kt}", 3, bw)
+        self.load(g.a, a_items, f"k0 + {tl.kt}", 3, aw, flags["a"])
+        self.load(g.b, b_items, f"k0 + {tl.kt}", 3, bw, flags["b"])
         self.line("}", 2)
-        self.line("#pragma unroll", 2)
-        self.line(f"for (int kk = 0; kk < {tl.kt}; kk++) {{", 2)
         reads = (("a", "As4", a_row, tl.rm, tl.tm, "ty", sa), ("b", "Bs4", b_row, tl.rn, tl.tn, "tx", sb))
-        for name, arr, row, r, tile, lane, size in reads:
-            for c in range(r // 4):
-                at = f"buf * {size // 4} + kk * {row // 4} + {c * tile // r} + {lane}"
-                self.line(f"const {T4} {name}v{c} = {arr}[{at}];", 3)
-        comps = ("x", "y", "z", "w")
-        for i in range(tl.rm):
-            for j in range(tl.rn):
-                a = f"av{i // 4}.{comps[i % 4]}"
-                b = f"bv{j // 4}.{comps[j % 4]}"
-                acc = f"c{i}_{j}"
-                expr = f"fma({a}, {b}, {acc})" if self.contract else f"{acc} + {a} * {b}"
-                self.line(f"{acc} = {expr};", 3)
-        self.line("}", 2)
+        if flags["a"] or flags["b"]:
+            # the same in the whole work-group: tiles of finite values take the plain loop, where a
+            # skipped point adds 0 * finite, which leaves every sum as it is (a sum begun at +0
+            # is never -0)
+            self.line("if (nonfinite[buf] == k0) {", 2)
+            self.k_tile(reads, flags, 3)
+            self.line("} else {", 2)
+            self.k_tile(reads, {"a": False, "b": False}, 3)
+            self.line("}", 2)
+        else:
+            self.k_tile(reads, flags, 2)
         # no second barrier: the next step fills the other buffer, and the one after it waits at
         # the next barrier for every work-item to finish reading this one
         self.line("buf ^= 1;", 2)
@@ -318,6 +353,51 @@ class GemmEmitter:
             "{",
         ]
         return "\n".join(head + self.lines + ["}"]), groups * L, L
+
+    def k_tile(self, reads, flags: dict[str, bool], depth: int) -> None:
+        """The products of one ``__local`` K tile: per K point, the register block's operands read
+        as ``float4`` (and the flags of the flagged ones), then ``products``."""
+        T4 = f"{self.T}4"
+        self.line("#pragma unroll", depth)
+        self.line(f"for (int kk = 0; kk < {self.tl.kt}; kk++) {{", depth)
+        for name, arr, row, r, tile, lane, size in reads:
+            for c in range(r // 4):
+                at = f"buf * {size // 4} + kk * {row // 4} + {c * tile // r} + {lane}"
+                self.line(f"const {T4} {name}v{c} = {arr}[{at}];", depth + 1)
+                if flags[name]:
+                    self.line(f"const uchar4 {name}m{c} = {name.upper()}m4[{at}];", depth + 1)
+        self.products(flags, depth + 1)
+        self.line("}", depth)
+
+    def products(self, flags: dict[str, bool], depth: int) -> None:
+        """Each register's ``acc += a * b`` for one K point; a flagged operand's skipped points add
+        nothing (a branch per row, or column, of the register block; per product when both are)."""
+        tl = self.tl
+        comps = ("x", "y", "z", "w")
+
+        def update(i: int, j: int, depth: int) -> None:
+            a, b, acc = f"av{i // 4}.{comps[i % 4]}", f"bv{j // 4}.{comps[j % 4]}", f"c{i}_{j}"
+            expr = f"fma({a}, {b}, {acc})" if self.contract else f"{acc} + {a} * {b}"
+            self.line(f"{acc} = {expr};", depth)
+
+        def kept(side: str, r: int) -> str:
+            return f"{side}m{r // 4}.{comps[r % 4]}"
+
+        if flags["a"] and flags["b"]:
+            for i in range(tl.rm):
+                for j in range(tl.rn):
+                    self.line(f"if ({kept('a', i)} && {kept('b', j)})", depth)
+                    update(i, j, depth + 1)
+            return
+        outer, inner = (tl.rn, tl.rm) if flags["b"] else (tl.rm, tl.rn)
+        for o in range(outer):
+            flag = "b" if flags["b"] else "a" if flags["a"] else None
+            if flag:
+                self.line(f"if ({kept(flag, o)}) {{", depth)
+            for q in range(inner):
+                update(*((q, o) if flags["b"] else (o, q)), depth + 1 if flag else depth)
+            if flag:
+                self.line("}", depth)
 
     def store(self) -> None:
         g, tl = self.g, self.tl
