@@ -15,7 +15,8 @@ per point (holding registers). Stores go through the refinement's ``agg_op`` in 
 An output element that only the owned indexes choose is accumulated in a register (``hoistable``).
 A kernel that is one ``Special`` runs it in parallel where it can (``specials``). On a target with
 work-groups (OpenCL), a GEMM-shaped contraction, with or without a fused epilogue, is emitted by
-``tiled`` instead (``contraction.match`` decides; the setting ``tiled=False`` keeps this path).
+``tiled`` instead (``contraction.match`` decides; the setting ``tiled=False`` keeps this path), and
+a ``split_reduction`` combine tagged ``split_combine`` by ``groupreduce`` (a work-group tree).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
+from backends.clike import groupreduce
 from backends.clike.contraction import match
 from backends.clike.ops import binary, intrinsic
 from backends.clike.specials import emit_special
@@ -150,6 +152,9 @@ class KernelEmitter:
         tiled = self.tiled()
         if tiled is not None:
             return tiled
+        grouped = self.grouped()
+        if grouped is not None:
+            return grouped
         if self.is_special_kernel():
             views = {r.into: self.view(block, r, {}, None) for r in block.refs}
             work = emit_special(self, block.stmts[0], views, where(block), parallel=True)
@@ -174,6 +179,15 @@ class KernelEmitter:
         tiles = choose_tiles(g, self.t.compute_units, self.t.gemm_tiles)
         emitter = GemmEmitter(self.t, g, self.ptrs, tiles, self.t.contract, self.epilogue(g))
         text, work, local = emitter.source(self.symbol, self.params)
+        return KernelSource(self.symbol, text, work, (), local)
+
+    def grouped(self) -> KernelSource | None:
+        """A split reduction's combine on a target with work-groups: a tree in ``__local`` memory
+        per output point (``groupreduce``)."""
+        c = groupreduce.match(self.block, tuple(self.info.buffers), self.t)
+        if c is None:
+            return None
+        text, work, local = groupreduce.emit(self.t, c, self.symbol, self.params, self.ptrs)
         return KernelSource(self.symbol, text, work, (), local)
 
     def epilogue(self, g):

@@ -149,10 +149,12 @@ def binary(t: CTarget, op: str, x: str, y: str, dt: DType) -> str:
         if op in ("mul", "min"):
             return f"({x} & {y})"
     if op in ("max", "min"):
-        pick = f"({x} {'>=' if op == 'max' else '<='} {y} ? {x} : {y})"
+        keep = f"{x} {'>=' if op == 'max' else '<='} {y}"
         if dt.is_float:
-            return f"({t.isnan(x)} ? {x} : {t.isnan(y)} ? {y} : {pick})"
-        return pick
+            # NaN wins: x when x is NaN, else y when the comparison fails (y NaN, or y beyond x);
+            # one isnan, not two (a GPU max reduction's loop is this select chain).
+            return f"(({keep}) || {t.isnan(x)} ? {x} : {y})"
+        return f"({keep} ? {x} : {y})"
     sym = {"add": "+", "sub": "-", "mul": "*", "div": "/"}[op]
     if dt.is_float:
         work = DType.FLOAT32 if dt is DType.FLOAT16 else dt

@@ -1,0 +1,146 @@
+"""Kernel time of Tile's reductions on an OpenCL GPU against PyTorch (fp32), as bandwidth.
+
+``python -m bench.gpu_reductions [DEVICE] [--config NAME_OR_FILE] [--kernels]`` compiles each case
+from plain Tile source with the device's config (or ``--config``), checks the answer against numpy
+(small-integer inputs: sums are exact in any order; softmax within a few ulps), and times one call
+on resident tensors (``tile.tensor``, ``out=``) by the device's own profiling events: the sum of
+every kernel of the call (initialisation of partials included), median of 30 calls. PyTorch is
+timed with CUDA events around the op on resident tensors, median of 50. Bandwidth counts the bytes
+a perfect kernel moves: each input read once, each output written once. ``--kernels`` prints each
+kernel's median time. It prints a Markdown table. bench/test_gpu.py times whole calls; this is
+the kernels alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+
+import tile
+
+N = int(os.environ.get("TILE_BENCH_N", 4096))
+SOFTMAX = """function (X[M, N]) -> (Y) {
+  Mx[i, 0: M, 1] = >(X[i, j]);
+  E = exp(X - Mx);
+  S[i, 0: M, 1] = +(E[i, j]);
+  Y = E / S;
+}"""
+CASES = (
+    # name, source, input shape, numpy answer, torch op
+    (f"sum {N * N} (1-D)", "function (X[N]) -> (S) { S[] = +(X[i]); }", (N * N,),
+     lambda x: x.sum(dtype=np.float64), lambda t: t.sum()),
+    (f"sum {N}x{N}", "function (X[M, N]) -> (S) { S[] = +(X[i, j]); }", (N, N),
+     lambda x: x.sum(dtype=np.float64), lambda t: t.sum()),
+    (f"max {N}x{N}", "function (X[M, N]) -> (S) { S[] = >(X[i, j]); }", (N, N),
+     lambda x: x.max(), lambda t: t.max()),
+    (f"min {N}x{N}", "function (X[M, N]) -> (S) { S[] = <(X[i, j]); }", (N, N),
+     lambda x: x.min(), lambda t: t.min()),
+    (f"row sums {N}x{N}", "function (X[M, N]) -> (S) { S[i: M] = +(X[i, j]); }", (N, N),
+     lambda x: x.sum(axis=1), lambda t: t.sum(dim=1)),
+    (f"column sums {N}x{N}", "function (X[M, N]) -> (S) { S[j: N] = +(X[i, j]); }", (N, N),
+     lambda x: x.sum(axis=0), lambda t: t.sum(dim=0)),
+    (f"row max {N}x{N}", "function (X[M, N]) -> (S) { S[i: M] = >(X[i, j]); }", (N, N),
+     lambda x: x.max(axis=1), lambda t: t.amax(dim=1)),
+    (f"rows over their sums {N}x{N}",
+     "function (X[M, N]) -> (Y) { S[i, 0: M, 1] = +(X[i, j]); Y = X / S; }", (N, N),
+     lambda x: x / x.sum(axis=1, keepdims=True), lambda t: t / t.sum(dim=1, keepdim=True)),
+    (f"exp of the max {N}x{N}", "function (X[M, N]) -> (Y) { Mx[] = >(X[i, j]); Y = exp(Mx); }", (N, N),
+     lambda x: np.exp(x.max()), lambda t: t.max().exp()),
+    (f"softmax rows {N}x{N}", SOFTMAX, (N, N), lambda x: _softmax(x), lambda t: t.softmax(dim=1)),
+    ("softmax rows 256x65536", SOFTMAX, (256, 65536), lambda x: _softmax(x), lambda t: t.softmax(dim=1)),
+)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def check(name: str, got: np.ndarray, want: np.ndarray) -> None:
+    if name.startswith(("softmax", "exp")):
+        # each output: an exp, a sum of n terms (relative error <= n eps), a division
+        n = got.shape[-1] if got.ndim else 1
+        ok = np.max(np.abs(got - want)) <= 4 * 2**-23 * n * np.max(np.abs(want))
+    else:
+        ok = np.array_equal(got, np.asarray(want, np.float32))
+    assert ok, f"{name}: wrong answer"
+
+
+def torch_seconds(fn, reps: int = 50) -> float:
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    event = torch.cuda.Event
+    marks = [(event(enable_timing=True), event(enable_timing=True)) for _ in range(reps)]
+    for start, end in marks:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return float(np.median([s.elapsed_time(e) for s, e in marks])) * 1e-3
+
+
+def tile_seconds(exe, inputs: dict, out: dict, reps: int = 30) -> tuple[float, list[tuple[str, float]]]:
+    """Median over calls of the summed kernel times, and each kernel's median time."""
+    exe(inputs, out=out)
+    runs = []
+    for _ in range(reps):
+        exe(inputs, out=out)
+        runs.append(exe.profile())
+    total = float(np.median([sum(s for _, s in r) for r in runs]))
+    kernels = [(name, float(np.median([r[k][1] for r in runs]))) for k, (name, _) in enumerate(runs[0])]
+    return total, kernels
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("device", nargs="?", default="opencl_gpu.0")
+    ap.add_argument("--config", help="optimize with this config (a built-in name or a JSON file)")
+    ap.add_argument("--kernels", action="store_true", help="print each kernel's time")
+    ap.add_argument("--only", help="run only the cases whose name contains this")
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    settings = {"config": args.config} if args.config else {}
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, src, shape, ref, top in CASES:
+        if args.only and args.only not in name:
+            continue
+        if name.startswith("softmax"):
+            x = rng.standard_normal(shape, dtype=np.float32)
+        elif name.startswith("rows over"):
+            x = rng.integers(1, 9, shape).astype(np.float32)  # exact sums, no zero divisor
+        else:
+            x = rng.integers(-8, 9, shape).astype(np.float32)
+        exe = tile.compile(src, device=args.device, settings=settings)
+        want = ref(x)
+        got = exe({"X": x})
+        (oname,) = got
+        check(name, got[oname], want)
+        xt = tile.tensor(x, device=args.device)
+        out = {oname: tile.tensor(np.zeros(np.shape(want), np.float32), device=args.device)}
+        secs, kernels = tile_seconds(exe, {"X": xt}, out)
+        nbytes = x.nbytes + 4 * np.size(want)
+        theirs = None
+        if torch is not None and torch.cuda.is_available():
+            t = torch.from_numpy(x).cuda()
+            theirs = torch_seconds(lambda t=t, top=top: top(t))
+        rows.append((name, nbytes / secs, nbytes / theirs if theirs else None, len(kernels)))
+        if args.kernels:
+            for k, s in kernels:
+                print(f"  {name}: {k} {s * 1e3:.3f} ms")
+    print("| case | kernels | Tile GB/s | PyTorch GB/s | Tile / PyTorch |\n|---|---:|---:|---:|---:|")
+    for name, ours, theirs, nk in rows:
+        ratio = f"{ours / theirs:.2f}" if theirs else "-"
+        their = f"{theirs / 1e9:.0f}" if theirs else "-"
+        print(f"| {name} | {nk} | {ours / 1e9:.0f} | {their} | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()
