@@ -8,10 +8,13 @@
 * split reductions (every aggregation of ``llvm_cpu``'s ``split_reduction``) give exact sums of
   integer-valued data;
 * the native parallel-for (``backends.llvm.threads``) runs every chunk once, on the threads the
-  count settings ask for, as the Python pool does.
+  count settings ask for, as the Python pool does; small kernels whose dependencies are done run
+  on the calling thread, kernels with stack scratch (the micro-kernel's panels) never do.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import pytest
@@ -148,3 +151,24 @@ def test_the_native_pool_serves_repeated_and_interleaved_kernels():
         out = f(A=a)
         np.testing.assert_array_equal(out["O"], a * a)
         assert out["S"] == a.astype(np.float64).sum()
+
+
+def test_small_kernels_run_on_the_calling_thread_and_large_scratch_does_not():
+    program = lowered(
+        "function (A[M, K], B[K, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]); }",
+        {"A": np.ones((64, 256)), "B": np.ones((256, 64))},
+    )
+    a = np.random.default_rng(1).integers(-3, 4, (64, 256)).astype(np.float32)
+    b = np.random.default_rng(2).integers(-3, 4, (256, 64)).astype(np.float32)
+    for inline in (True, False):
+        got, kernels = execute(program, {"A": a, "B": b}, {"inline": inline, "parallel": False})
+        np.testing.assert_array_equal(got["C"], a @ b)
+        matmul = kernels[-1]
+        assert not matmul.inline  # its packed panel lives on the stack: the dispatcher's 64 MiB
+        assert matmul.last_threads[0] != threading.get_ident()
+    program = lowered("function (A[N]) -> (O) { O = A + 1; }", {"A": np.zeros(10)})
+    for inline in (True, False):
+        got, kernels = execute(program, {"A": np.arange(10, dtype=np.float32)}, {"inline": inline})
+        np.testing.assert_array_equal(got["O"], np.arange(1, 11, dtype=np.float32))
+        assert kernels[-1].inline == inline
+        assert (kernels[-1].last_threads[0] == threading.get_ident()) == inline

@@ -314,15 +314,20 @@ def generate(
     layout: str,
     dtypes: dict | None = None,
     vector: VectorConfig | None = None,
+    stack: list[int] | None = None,
 ) -> str:
     """The LLVM IR text of the module holding every kernel (``dtypes``: buffer name -> dtype;
     ``vector``: the host's vector width and whether fused multiply-add is allowed, for the
-    micro-kernels of ``microkernel``; None keeps every block as plain loops)."""
+    micro-kernels of ``microkernel``; None keeps every block as plain loops). ``stack`` gets each
+    kernel's stack allocations in bytes (packed panels, local buffers)."""
     module = ir.Module(name="tile")
     module.triple = triple
     module.data_layout = layout
     em = Emitter(module, f16c)
     em.inline_math = vector is not None and vector.reassoc  # vmath's exp/tanh/log, not strict
     for k, (info, sched) in enumerate(zip(kernels, schedules)):
+        em.stack_bytes = 0
         KernelCodegen(em, k, info, sched, buffer_dtypes(info, dtypes or {}), vector).build()
+        if stack is not None:
+            stack.append(em.stack_bytes)
     return str(module)

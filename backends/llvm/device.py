@@ -2,19 +2,22 @@
 
 ``build`` generates one module for all kernels (``codegen``), optimizes it at ``-O3`` for the host
 CPU (unless the object cache has it) and keeps the execution engine in ``Library.handle``.
-``Kernel.run`` returns at once; a dispatcher thread waits for the dependencies, then calls the
-kernel function — split into one contiguous chunk of the split index per pool thread when the
-kernel's ``Schedule`` allows it and the kernel is big enough, else whole on the dispatcher.
-ctypes releases the GIL during the calls, so the chunks run in parallel.
+``Kernel.run`` calls the kernel function on the calling thread when its dependencies are done
+and the dispatcher has nothing queued (and the kernel keeps little on the stack), else returns
+at once and a dispatcher thread waits for the dependencies, then calls it; either way split into
+one contiguous chunk of the split index per pool thread when the kernel's ``Schedule`` allows it
+and the kernel is big enough, else whole. The chunks go to native worker threads (``threads``;
+a Python pool where POSIX semaphores are missing); ctypes releases the GIL during the calls.
 
 Settings (all optional): ``cache`` (False: no disk cache), ``opt`` (0-3, default 3), ``parallel``
 (False: one thread), ``reorder`` (False: Stripe's loop order; split only on the first index),
 ``threads`` (chunks per kernel, default the pool's size: ``TILE_NUM_THREADS`` or one per core),
-``microkernel`` (False: contractions as plain loops, not ``microkernel``'s register tiles;
-``strict`` also turns off its fused multiply-add), ``min_parallel_points`` (smaller kernels
-run whole, default 16384), ``soft_half`` (float16 conversions in integer code instead of F16C),
-``buffer_dtypes`` (buffer name -> dtype, for kernels whose refinements convert from their buffer's
-type; by default a buffer holds the type of the kernel's first refinement of it).
+``inline`` (False: every run on the dispatcher thread), ``microkernel`` (False: contractions as
+plain loops, not ``microkernel``'s register tiles; ``strict`` also turns off its fused
+multiply-add), ``min_parallel_points`` (smaller kernels run whole, default 16384), ``soft_half``
+(float16 conversions in integer code instead of F16C), ``buffer_dtypes`` (buffer name -> dtype,
+for kernels whose refinements convert from their buffer's type; by default a buffer holds the
+type of the kernel's first refinement of it).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from backends.hal import (
     MemoryLimit,
     kernel_symbol,
     timed,
+    wait_all,
 )
 from backends.llvm import threads
 from backends.llvm.cache import ObjectCache, cache_key
@@ -131,6 +135,7 @@ def env_threads() -> int | None:
 
 
 KERNEL_STACK_BYTES = 64 << 20  # room for the micro-kernel's packed panels (up to 2 MiB each)
+INLINE_STACK_BYTES = 64 << 10  # kernels with more scratch run on the dispatcher's large stack
 
 
 @contextlib.contextmanager
@@ -207,6 +212,7 @@ class _Jit:
     functions: list
     schedules: list[Schedule]
     settings: dict
+    stack: list[int]  # each kernel's stack allocations, bytes
 
 
 class LlvmCompiler(Compiler):
@@ -230,7 +236,8 @@ class LlvmCompiler(Compiler):
             reassoc=not settings.get("strict", False),
         )
         triple, layout = llvm.get_process_triple(), str(tm.target_data)
-        text = generate(kernels, schedules, f16c, triple, layout, dtypes, vector)
+        stack: list[int] = []
+        text = generate(kernels, schedules, f16c, triple, layout, dtypes, vector, stack)
         cache = ObjectCache(cache_key(text, settings, cpu, features), bool(settings.get("cache", True)))
         cached = cache.load()
         mod = llvm.parse_assembly(text)
@@ -252,7 +259,7 @@ class LlvmCompiler(Compiler):
         return Library(
             list(kernels),
             source=text,
-            handle=_Jit(engine, mod, functions, schedules, settings),
+            handle=_Jit(engine, mod, functions, schedules, settings, stack),
             build_seconds=time.perf_counter() - start,
             extra={
                 "cache": status,
@@ -264,7 +271,7 @@ class LlvmCompiler(Compiler):
 
 
 class LlvmKernel(Kernel):
-    def __init__(self, library: Library, index: int, pool: WorkerPool, dispatcher: cf.Executor):
+    def __init__(self, library: Library, index: int, pool: WorkerPool, executor: LlvmExecutor):
         jit: _Jit = library.handle
         self.library = library  # keeps the engine alive
         self.info = library.kernels[index]
@@ -272,8 +279,10 @@ class LlvmKernel(Kernel):
         self.address = ctypes.cast(self.fn, ctypes.c_void_p).value
         self.schedule: Schedule = jit.schedules[index]
         self.pool = pool
-        self.dispatcher = dispatcher
+        self.executor = executor
         s = jit.settings
+        # may run on the caller's thread (whose stack may be small: a kernel with scratch never does)
+        self.inline = bool(s.get("inline", True)) and jit.stack[index] <= INLINE_STACK_BYTES
         self.parallel = bool(s.get("parallel", True)) and self.schedule.split
         self.chunks = max(1, int(s.get("threads", pool.size)))
         self.min_points = int(s.get("min_parallel_points", 1 << 14))
@@ -311,7 +320,7 @@ class LlvmKernel(Kernel):
             else:
                 self.last_threads = self.pool.run_kernel(self.fn, self.address, table, chunks)
 
-        return timed(self.dispatcher, deps, work)
+        return self.executor.submit(deps, work, self.inline)
 
 
 def total_points(block: Block) -> int:
@@ -329,6 +338,8 @@ class LlvmExecutor(Executor):
         # one dispatcher thread: runs and copies start in submission order (so never deadlock
         # on dependencies, which are always earlier events)
         self.dispatcher = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tile-llvm-dispatch")
+        self._lock = threading.Lock()
+        self._queued = 0  # submitted to the dispatcher and not finished
         with kernel_stacks():  # the executor starts its thread at the first submit
             self.dispatcher.submit(lambda: None).result()
 
@@ -349,10 +360,33 @@ class LlvmExecutor(Executor):
             d = dst.map_discard()
             d[dst_offset : dst_offset + length] = s[src_offset : src_offset + length]
 
-        return timed(self.dispatcher, deps, work)
+        return self.submit(deps, work, False)
+
+    def submit(self, deps: Sequence[Event], work, inline: bool) -> Event:
+        """``work`` after ``deps``: on the dispatcher thread, or at once on the calling thread when
+        ``inline`` and nothing is waiting for the dispatcher (its deps done, no earlier work
+        queued), which saves two thread hand-offs per kernel and keeps the order of submission."""
+        with self._lock:
+            now = inline and self._queued == 0 and all(e.complete for e in deps)
+            if not now:
+                self._queued += 1
+        if now:
+            wait_all(deps)  # done: raises a failed dependency's error here
+            start = time.perf_counter()
+            work()
+            return Event.done(time.perf_counter() - start)
+
+        def counted() -> None:
+            try:
+                work()
+            finally:
+                with self._lock:
+                    self._queued -= 1
+
+        return timed(self.dispatcher, deps, counted)
 
     def prepare(self, library: Library, index: int) -> LlvmKernel:
-        return LlvmKernel(library, index, self.pool, self.dispatcher)
+        return LlvmKernel(library, index, self.pool, self)
 
 
 class LlvmCpuDevice(Device):

@@ -77,6 +77,7 @@ class Emitter:
         # float32 exp/tanh/log as inline, vectorizable code (backends.llvm.vmath), not libm calls:
         # off in strict mode, which keeps the C library's results
         self.inline_math = False
+        self.stack_bytes = 0  # what ``alloca`` reserved (the code generator reads it per kernel)
         self.builder: ir.IRBuilder = None  # type: ignore[assignment]  # set per function
         self.alloca_block: ir.Block = None  # type: ignore[assignment]  # set per function
         self._fns: dict[str, ir.Function] = {}
@@ -114,6 +115,7 @@ class Emitter:
         """A stack slot in the function's alloca block (``self.alloca_block``, which the code
         generator branches from to the function's body when it is done); mem2reg promotes scalars."""
         b = ir.IRBuilder(self.alloca_block)
+        self.stack_bytes += _bytes(typ) * (1 if count is None else count)
         slot = b.alloca(typ, size=None if count is None else i64(count))
         slot.type = PTR  # llvmlite types allocas as typed pointers; LLVM 17+ only has ``ptr``
         return slot
@@ -218,6 +220,15 @@ class Emitter:
 
     def to(self, s: Scalar, dst: DType) -> ir.Value:
         return self.convert(s.value, s.dtype, dst)
+
+
+def _bytes(typ: ir.Type) -> int:
+    """An upper bound of the stack bytes of one ``typ`` (scalars and vectors of them)."""
+    if isinstance(typ, ir.VectorType):
+        return typ.count * _bytes(typ.element)
+    if isinstance(typ, ir.IntType):
+        return max(1, typ.width // 8)
+    return 8 if typ == F64 or isinstance(typ, ir.PointerType) else 4
 
 
 # --------------------------------------------------------------------- helper bodies
