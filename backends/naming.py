@@ -4,8 +4,10 @@ Profilers, ``TILE_DEBUG=1`` and generated source show kernel symbols; a name tha
 operation, its full index extents and its tile sizes tells which kernel is slow without reading
 Stripe. ``label`` derives it from the kernel block's tags, its index ranges through the nest (an
 index tiled into an outer and an inner block of the same name counts once, at its full extent)
-and, for tiled kernels, the ranges inside the outermost block. ``work`` gives the flops and bytes
-``TILE_DEBUG=1`` divides by the kernel's time.
+and, for tiled kernels, the ranges inside the outermost block. A code generator that tiles a kernel
+itself adds its tiles to the symbol (``backends.clike.tiled``: ``..._t128x128r8x8k8``; profiles
+and ``TILE_DEBUG=1`` show that name). ``work`` gives the flops and bytes ``TILE_DEBUG=1`` divides
+by the kernel's time.
 """
 
 from __future__ import annotations

@@ -264,8 +264,13 @@ class CompiledProgram:
         """(kernel symbol, seconds) of each kernel of the last run, as the device timed it (OpenCL
         profiling events; wall time per kernel on the LLVM CPU): kernel time without the launch
         and host overhead a call adds. Waits for the run."""
-        pairs = zip(self.infos, self._launched)
-        return [(kernel_symbol(k, info), e.duration) for k, (info, e) in enumerate(pairs)]
+        return [(self.symbol(k), e.duration) for k, e in enumerate(self._launched)]
+
+    def symbol(self, k: int) -> str:
+        """Kernel ``k``'s name in the generated code: ``kernel_symbol``'s, or the one the backend
+        reports (``Library.extra["names"]``: OpenCL's tiled contractions add their tiles)."""
+        names = self.library.extra.get("names")
+        return names[k] if names else kernel_symbol(k, self.infos[k])
 
     def _buffer(self, name: str) -> Buffer:
         """The program's own buffer for ``name``, allocated on first use and kept."""
@@ -286,7 +291,7 @@ class CompiledProgram:
             if debug:
                 secs = events[0].duration
                 total += secs
-                print(debug_line(k, info, secs), file=sys.stderr)
+                print(debug_line(k, info, secs, self.symbol(k)), file=sys.stderr)
         if debug:
             print(f"tile: {len(self.infos)} kernels, {total * 1e3:.3f} ms", file=sys.stderr)
         return events
@@ -336,7 +341,7 @@ def _transfer(nbytes: int, secs: float) -> str:
     return f"{nbytes / 1e6:.3g} MB ({secs * 1e3:.3f} ms)" if nbytes else "nothing"
 
 
-def debug_line(k: int, info: KernelInfo, secs: float) -> str:
+def debug_line(k: int, info: KernelInfo, secs: float, symbol: str | None = None) -> str:
     """``TILE_DEBUG=1``'s line for one kernel: its symbol, Stripe name, time and rate (GFLOP/s for
     contractions, GB/s of the buffers it names for the rest)."""
     s = max(secs, 1e-12)
@@ -345,7 +350,8 @@ def debug_line(k: int, info: KernelInfo, secs: float) -> str:
         if info.block.has_tags("contraction")  # type: ignore[attr-defined]
         else f"{info.bytes / s / 1e9:.2f} GB/s"
     )
-    return f"tile: kernel {kernel_symbol(k, info)} ({info.block.name}): {secs * 1e3:.3f} ms, {rate}"  # type: ignore[attr-defined]
+    symbol = symbol or kernel_symbol(k, info)
+    return f"tile: kernel {symbol} ({info.block.name}): {secs * 1e3:.3f} ms, {rate}"  # type: ignore[attr-defined]
 
 
 def kernels_of(program: Block) -> list[Block]:

@@ -7,6 +7,8 @@ order are allowed, semantics §8.3), and bit-exactly in strict mode (no fma, Str
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -232,3 +234,16 @@ def test_float4_global_loads(src, shapes):
     want = ref_interp.run(src, inputs)
     for name, got in cp(inputs).items():
         np.testing.assert_array_equal(got, want[name])
+
+
+def test_kernel_names_carry_the_tiles():
+    """``backends.naming`` names a kernel before the generator chooses its tiles; the tiled kernel's
+    symbol adds them (work-group tile, register block, K step), and so do profiles."""
+    a, b = np.ones((300, 200), np.float32), np.ones((200, 260), np.float32)
+    given = compiled(MM, {"A": a, "B": b}, {"gemm_tiles": [64, 32, 8, 4, 8]})
+    name = "tile_k1_matmul_300x260x200_t64x32r8x4k8"
+    assert f"void {name}(" in given.library.source
+    np.testing.assert_array_equal(given({"A": a, "B": b})["C"], a @ b)
+    assert [n for n, _ in given.profile()] == ["tile_k0_zero", name]
+    chosen = compiled(MM, {"A": a, "B": b}).library.source
+    assert re.search(r"void tile_k1_matmul_300x260x200_t(32|64|128)x(32|64|128)r[48]x[48]k(8|16)\(", chosen)

@@ -178,8 +178,9 @@ class KernelEmitter:
             return None
         tiles = choose_tiles(g, self.t.compute_units, self.t.gemm_tiles)
         emitter = GemmEmitter(self.t, g, self.ptrs, tiles, self.t.contract, self.epilogue(g))
-        text, work, local = emitter.source(self.symbol, self.params)
-        return KernelSource(self.symbol, text, work, (), local)
+        symbol = f"{self.symbol}_{tiles.suffix}"  # the name carries the tiles chosen here
+        text, work, local = emitter.source(symbol, self.params)
+        return KernelSource(symbol, text, work, (), local)
 
     def grouped(self) -> KernelSource | None:
         """A split reduction's combine on a target with work-groups: a tree in ``__local`` memory

@@ -66,6 +66,12 @@ class Tiles:
     def threads(self) -> int:
         return (self.tm // self.rm) * (self.tn // self.rn)
 
+    @property
+    def suffix(self) -> str:
+        """What the kernel's name adds (``backends.naming`` names it before the tiles are chosen):
+        ``t128x128r8x8k8``, the work-group tile, the register block and the K step."""
+        return f"t{self.tm}x{self.tn}r{self.rm}x{self.rn}k{self.kt}"
+
 
 def choose_tiles(g: Gemm, units: int = 0, given: Sequence[int] | None = None) -> Tiles:
     """``given`` (``tm, tn, rm, rn, kt``, the ``gemm_tiles`` setting) when it is valid, else the

@@ -152,9 +152,10 @@ class OpenCLCompiler(Compiler):
             "options": options,
             "local_size": int(settings.get("local_size", 64)),
             "local_sizes": [s.local for s in sources],
+            "names": [s.name for s in sources],  # as generated: a tiled kernel's carries its tiles
         }
         handle = ProgramHandle(dev, text, options, cache, extra)
-        handle.names = [s.name for s in sources]
+        handle.names = extra["names"]
         handle.work_items = [s.work_items for s in sources]
         handle.start(bool(settings.get("async", True)))
         return Library(
