@@ -149,10 +149,11 @@ def binary(t: CTarget, op: str, x: str, y: str, dt: DType) -> str:
         if op in ("mul", "min"):
             return f"({x} & {y})"
     if op in ("max", "min"):
-        keep = f"{x} {'>=' if op == 'max' else '<='} {y}"
+        keep = f"{x} {'>' if op == 'max' else '<'} {y}"
         if dt.is_float:
-            # NaN wins: x when x is NaN, else y when the comparison fails (y NaN, or y beyond x);
-            # one isnan, not two (a GPU max reduction's loop is this select chain).
+            # NaN wins: x when x is NaN, else y when the comparison fails (y NaN, y beyond x, or
+            # equal: numpy's rule, max(-0.0, +0.0) is +0.0); one isnan, not two (a GPU max
+            # reduction's loop is this select chain).
             return f"(({keep}) || {t.isnan(x)} ? {x} : {y})"
         return f"({keep} ? {x} : {y})"
     sym = {"add": "+", "sub": "-", "mul": "*", "div": "/"}[op]
