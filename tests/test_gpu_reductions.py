@@ -75,7 +75,7 @@ def test_global_16m(gpu_config, agg):
 
 @requires_opencl
 @pytest.mark.parametrize("agg", AGG)
-@pytest.mark.parametrize("shape", [(1, 1), (3, 4099), (13, 1000), (1000, 3), (257, 8192)])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 4099), (13, 1000), (1000, 3), (257, 8192), (5, 65537)])
 def test_rows_and_columns(gpu_config, agg, shape):
     x = _inputs(agg, shape, seed=1)
     _check(f"function (X[M, N]) -> (S) {{ S[i: M] = {agg}(X[i, j]); }}", x, gpu_config)
@@ -132,9 +132,14 @@ def test_row_max_with_consumer_stays_split(gpu_config):
 
 
 @requires_opencl
-def test_global_combine_is_a_tree(gpu_config):
-    cp = _program("function (X[N]) -> (S) { S[] = +(X[i]); }", (1 << 20,), gpu_config)
-    assert any(groupreduce.match(i.block, i.buffers, _target()) for i in cp.infos)
+def test_combines_of_many_lanes_are_trees(gpu_config):
+    """A global sum's last combines, a global max's (with its ``written`` mask), and row sums of
+    few long rows (5 rows of 512 lanes)."""
+    for src, shape in (("function (X[N]) -> (S) { S[] = +(X[i]); }", (1 << 20,)),
+                       ("function (X[N]) -> (S) { S[] = >(X[i]); }", (65536,)),
+                       ("function (X[M, N]) -> (S) { S[i: M] = +(X[i, j]); }", (5, 65537))):
+        cp = _program(src, shape, gpu_config)
+        assert any(groupreduce.match(i.block, i.buffers, _target()) for i in cp.infos), src
 
 
 def _target():
