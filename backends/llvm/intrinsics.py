@@ -158,11 +158,13 @@ def binary(em: Emitter, op: str, x: ir.Value, y: ir.Value, dt: DType) -> ir.Valu
 
 def unordered_minmax(em: Emitter, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
     """Float ``max``/``min`` for aggregations that may run in any order (§8.3): LLVM's
-    ``maximum``/``minimum`` propagate nan and order -0 below +0, so the result is the value of
-    one order of the aggregation (a tie of zeros: the later is +0), and the loop vectorizer
-    widens them as reductions, which it does not do for ``binary``'s order-keeping select."""
+    ``maximum``/``minimum`` propagate nan, and a tie of zeros gives either (``nsz``), so the result
+    is the value of one order of the aggregation, and the loop vectorizer widens them as
+    reductions, which it does not do for ``binary``'s order-keeping select."""
     suffix = "f64" if x.type == F64 else "f32"
-    return em.call(f"llvm.{op}imum.{suffix}", x.type, [x, y])
+    fn = em.declare(f"llvm.{op}imum.{suffix}", x.type, [x.type, x.type])
+    # nsz: either zero may come out of a tie, as in some order (saves two blends a vector)
+    return em.builder.call(fn, [x, y], fastmath=("nsz",))
 
 
 def remainder(em: Emitter, x: ir.Value, y: ir.Value, dt: DType) -> ir.Value:
