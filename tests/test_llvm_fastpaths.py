@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import threading
 
 import numpy as np
@@ -172,3 +174,26 @@ def test_small_kernels_run_on_the_calling_thread_and_large_scratch_does_not():
         np.testing.assert_array_equal(got["O"], np.arange(1, 11, dtype=np.float32))
         assert kernels[-1].inline == inline
         assert (kernels[-1].last_threads[0] == threading.get_ident()) == inline
+
+
+def _split_sum_in_child(queue) -> None:
+    f = tile.compile("function (A[N]) -> (O) { O = A * 3; }", "llvm_cpu.0", {"min_parallel_points": 1})
+    queue.put(float(f(A=np.ones(100_000, np.float32))["O"].sum()))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_starts_its_own_workers():
+    dev = LlvmCpuDevice(threads=3)
+    program = lowered("function (A[N]) -> (O) { O = A + 1; }", {"A": np.zeros(50_000, np.float32)})
+    execute(program, {"A": np.zeros(50_000, np.float32)}, {"min_parallel_points": 1}, device=dev)
+    tile.compile("function (A[N]) -> (O) { O = A * 3; }", "llvm_cpu.0", {"min_parallel_points": 1})(
+        A=np.ones(100_000, np.float32)
+    )  # the default device's workers are running in the parent
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_split_sum_in_child, args=(queue,))
+    child.start()
+    child.join(60)
+    if child.is_alive():  # hung waiting for workers that did not survive the fork
+        child.kill()
+    assert child.exitcode == 0 and queue.get(timeout=5) == 300_000.0

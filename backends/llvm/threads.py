@@ -18,7 +18,9 @@ first chunk, chunk count, step. Needs ``sem_init``/``sem_wait``/``sem_post`` in 
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
+import weakref
 from collections.abc import Callable
 
 import llvmlite.binding as llvm
@@ -195,12 +197,18 @@ class NativePool:
     def __init__(self, workers: int, start_thread: Callable[[Callable[[], None]], threading.Thread]):
         self.workers = max(0, workers)
         self._start_thread = start_thread
+        self._fresh()
+        # a forked child has none of the threads: it starts its own, on fresh semaphores
+        me = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: (p := me()) is not None and p._fresh())
+
+    def _fresh(self) -> None:
         self._slots = (ctypes.c_char * (SLOT_BYTES * max(1, self.workers)))()
         self._done = (ctypes.c_char * SEM_BYTES)()
-        self._idents: list[int] = []
         self._started = False
         self._lock = threading.Lock()
         self._run_lock = threading.Lock()
+        self._idents: list[int] = []
 
     def _start(self) -> None:
         with self._lock:
