@@ -83,10 +83,17 @@ def test_rows_and_columns(gpu_config, agg, shape):
 
 
 @requires_opencl
-def test_int_products_and_sums(gpu_config):
-    x = np.random.default_rng(2).integers(-3, 4, (5, 9000)).astype(np.int32)
-    for agg in ("+", "*"):
-        _check(f"function (X[M, N]) -> (S) {{ S[i: M] = {agg}(X[i, j]); }}", x, gpu_config)
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float64])
+def test_other_dtypes(gpu_config, dtype):
+    """Wrapping integer sums and products (exact in any order), and float64: sums through trees of
+    512 lanes per row (65536 columns; the other aggregations' combines fuse with their written-mask
+    select and keep the general kernel) and through the general combine (9000 columns: 64 lanes)."""
+    for cols in (9000, 65536):
+        x = np.random.default_rng(2).integers(-3, 4, (3, cols)).astype(dtype)
+        for agg in AGG:
+            if agg == "*" and dtype == np.float64:
+                continue
+            _check(f"function (X[M, N]) -> (S) {{ S[i: M] = {agg}(X[i, j]); }}", x, gpu_config)
 
 
 @requires_opencl
