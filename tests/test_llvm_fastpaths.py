@@ -25,7 +25,9 @@ import ref_interp
 import tile
 from backends.llvm import LlvmCpuDevice
 from backends.llvm.device import WorkerPool
-from tests.llvm_runner import build, execute, lowered
+from backends.llvm.schedule import plan
+from ref_interp.stripe_exec import run_stripe
+from tests.llvm_runner import DEVICE, build, execute, lowered
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 
@@ -197,3 +199,28 @@ def test_a_forked_child_starts_its_own_workers():
     if child.is_alive():  # hung waiting for workers that did not survive the fork
         child.kill()
     assert child.exitcode == 0 and queue.get(timeout=5) == 300_000.0
+
+
+@pytest.mark.parametrize(
+    "src, inner",
+    [
+        ("function (X[M, N]) -> (O) { O[j: N] = +(X[i, j]); }", True),  # columns: j stays innermost
+        ("function (X[M, N]) -> (O) { O[i: M] = +(X[i, j]); }", False),  # rows: i outermost
+        ("function (X[A, B, C]) -> (O) { O[a, c: A, C] = +(X[a, b, c]); }", True),  # c, a of 2 points
+    ],
+)
+def test_threads_divide_the_contiguous_output_index_innermost(src, inner):
+    x = np.random.default_rng(5).standard_normal((2, 300, 203) if "A, B" in src else (300, 203))
+    x = x.astype(np.float32)
+    program = lowered(src, {"X": x})
+    k = program.stmts[0].stmts[-1]
+    s = plan(k, tuple(r.source for r in k.refs), threads=3)
+    assert (s.split_at == len(s.order) - 1) == inner and (s.split_at == 0) != inner
+    assert k.idxs[s.split_index].name in s.owned
+    want = run_stripe(program, {"X": x})  # strict: each element's sum in the interpreter's order
+    for threads in (1, 3):
+        got, kernels = execute(
+            program, {"X": x}, {"strict": True, "threads": threads, "min_parallel_points": 1}
+        )
+        assert got["O"].tobytes() == want["O"].tobytes()
+        assert len(set(kernels[-1].last_threads)) == min(threads, DEVICE.pool.size)

@@ -83,7 +83,7 @@ def test_owned_indexes(spec, access, owned):
     s = plan(k, buffer_names(k), threads=4)
     assert s.owned == owned and s.split == bool(owned)
     if owned:
-        assert s.order[0] == [ix.name for ix in k.idxs].index(owned[0])
+        assert s.split_index == [ix.name for ix in k.idxs].index(owned[0])
     # random floats: any change in the order of one element's additions would show
     a, b = RNG.standard_normal(64).astype(np.float32), RNG.standard_normal(64).astype(np.float32)
     # (strict: no fused multiply-add, so the order is all that could differ)

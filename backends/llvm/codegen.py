@@ -2,7 +2,7 @@
 
 For kernel ``k`` the module defines ``void tile_k<k>_<name>(ptr bufs, i64 lo, i64 hi)``: ``bufs``
 holds one pointer per ``KernelInfo.buffers`` entry, and the call runs the points whose *split*
-index (the outermost loop of the kernel's ``Schedule``) lies in ``[lo, hi)`` — all points when
+index (``Schedule.split_index``, usually its outermost loop) lies in ``[lo, hi)`` — all points when
 ``lo, hi`` cover its range; a kernel without indexes runs its one point whatever ``lo, hi``. It
 calls an internal function taking the buffers as ``noalias`` arguments (distinct buffers never
 overlap; the executor checks it), which lets LLVM keep accumulators in registers and vectorize.
@@ -134,10 +134,11 @@ class KernelCodegen:
                     block, f"kernel index '{ix.name}' has the affine '{ix.affine}'", "kernels start at 0"
                 )
             starts.append(i64(int(ix.affine.const)) if ix.affine is not None else i64(0))
-        order = self.schedule.order
-        if order and emit_microkernel(self, block, starts, None, (order[0], lo, hi), self.vector):
+        sched = self.schedule
+        split = (sched.split_index, lo, hi) if sched.order else None
+        if split and emit_microkernel(self, block, starts, None, split, self.vector):
             return
-        self.loops(block, self.schedule.order, starts, None, (lo, hi))
+        self.loops(block, sched.order, starts, None, (lo, hi), sched.split_at)
 
     def loops(
         self,
@@ -146,8 +147,10 @@ class KernelCodegen:
         starts: list[ir.Value],
         parent_views: dict[str, View] | None,
         bounds: tuple[ir.Value, ir.Value] | None,
+        bounded: int = 0,
     ) -> None:
-        """The loop nest of ``block`` in ``order``, the outermost loop over ``bounds`` if given."""
+        """The loop nest of ``block`` in ``order``, the loop at depth ``bounded`` over ``bounds`` if
+        given (the schedule's split index)."""
         em = self.em
         idxs = block.idxs
         level = {ix.name: order.index(k) for k, ix in enumerate(idxs)}
@@ -175,7 +178,7 @@ class KernelCodegen:
                 return
             k = order[depth]
             ix = idxs[k]
-            lo, hi = bounds if (depth == 0 and bounds is not None) else (i64(0), i64(ix.range))
+            lo, hi = bounds if (depth == bounded and bounds is not None) else (i64(0), i64(ix.range))
 
             def body(counter: ir.Value) -> None:
                 value = counter if _is_zero(starts[k]) else em.builder.add(starts[k], counter)
