@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import multiprocessing
 import os
 import threading
@@ -23,6 +24,7 @@ import pytest
 
 import ref_interp
 import tile
+from backends.hal import Event
 from backends.llvm import LlvmCpuDevice
 from backends.llvm.device import WorkerPool
 from backends.llvm.schedule import plan
@@ -224,3 +226,15 @@ def test_threads_divide_the_contiguous_output_index_innermost(src, inner):
         )
         assert got["O"].tobytes() == want["O"].tobytes()
         assert len(set(kernels[-1].last_threads)) == min(threads, DEVICE.pool.size)
+
+
+def test_a_failed_dependency_leaves_the_executor_running_inline():
+    ex = LlvmCpuDevice(threads=1).executor
+    pending: cf.Future = cf.Future()
+    queued = ex.submit([Event(pending)], lambda: None, True)  # its dependency is not done: queued
+    pending.set_exception(RuntimeError("an earlier copy failed"))
+    with pytest.raises(RuntimeError, match="earlier copy"):
+        queued.wait()
+    ran = []
+    ex.submit([Event.done()], lambda: ran.append(threading.get_ident()), True)
+    assert ran == [threading.get_ident()]  # nothing queued any more: run on this thread

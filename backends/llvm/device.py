@@ -48,7 +48,6 @@ from backends.hal import (
     Library,
     MemoryLimit,
     kernel_symbol,
-    timed,
     wait_all,
 )
 from backends.llvm import threads
@@ -380,14 +379,17 @@ class LlvmExecutor(Executor):
             work()
             return Event.done(time.perf_counter() - start)
 
-        def counted() -> None:
+        def task() -> float:
             try:
+                wait_all(deps)
+                start = time.perf_counter()
                 work()
-            finally:
+                return time.perf_counter() - start
+            finally:  # a failed dependency too: the count must not stay up
                 with self._lock:
                     self._queued -= 1
 
-        return timed(self.dispatcher, deps, counted)
+        return Event(self.dispatcher.submit(task))
 
     def prepare(self, library: Library, index: int) -> LlvmKernel:
         return LlvmKernel(library, index, self.pool, self)
