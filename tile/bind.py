@@ -11,7 +11,7 @@ a dimension whose value comes from its array: ``bind`` reads it from ``values``,
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
 import sympy
@@ -537,15 +537,28 @@ class _Binder:
             raise TileTypeError(f"'{fn}' takes {want}{more} argument(s), got {len(args)}", span, hint=b.doc)
         targs = [self.expr(a) for a in args[: b.tensors]]
         params = [self.const(a, f"an argument of '{fn}'") for a in args[b.tensors :]]
-        names = [_describe(a) for a in args[: b.tensors]]
+        names = _Described(args[: b.tensors])
         rtype = b.rule([t.type for t in targs], params, span, names, self.notes)
         return TCall(fn, tuple(targs), rtype, tuple(params), span)
 
 
-def _describe(e: ast.Expr) -> str:
-    from tile.printer import format_expr
+class _Described(Sequence[str]):
+    """The operands' source text, for the typing rules' error messages: formatted only when a
+    message asks for it (formatting every operand of every call up front made binding quadratic in
+    the depth of an expression: 4 s for a 64-deep product's second gradient)."""
 
-    return format_expr(e)
+    def __init__(self, exprs: Sequence[ast.Expr]):
+        self.exprs = exprs
+
+    def __len__(self) -> int:
+        return len(self.exprs)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        from tile.printer import format_expr
+
+        if isinstance(i, slice):
+            return [format_expr(e) for e in self.exprs[i]]
+        return format_expr(self.exprs[i])
 
 
 def _wrap(value: int, dtype: DType) -> int:
