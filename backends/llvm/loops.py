@@ -44,22 +44,32 @@ class View(Shaped):
         em.store(em.convert(value, self.dtype, self.buf_dtype), self.ptr, pos, self.buf_dtype)
 
 
-def for_range(em: Emitter, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value], None]) -> None:
-    """``for (i = lo; i < hi; i++) body(i)`` with the builder left after the loop."""
-    b = em.builder
+def counted_loop(
+    b: ir.IRBuilder, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value], None], step=1, whole=False
+) -> ir.Value:
+    """``for (x = lo; x < hi; x += step) body(x)`` (``whole``: only while ``x + step <= hi``, so
+    every step run is whole), the builder left after the loop. Returns the counter, which at the
+    exit is the first ``x`` not run (where a remainder loop starts)."""
+    step_v = i64(step) if isinstance(step, int) else step
     fn = b.block.function
     head, loop, done = (fn.append_basic_block() for _ in range(3))
     entry = b.block
     b.branch(head)
     b.position_at_end(head)
-    i = b.phi(I64)
-    i.add_incoming(lo, entry)
-    b.cbranch(b.icmp_signed("<", i, hi), loop, done)
+    x = b.phi(I64)
+    x.add_incoming(lo, entry)
+    b.cbranch(b.icmp_signed("<=", b.add(x, step_v), hi) if whole else b.icmp_signed("<", x, hi), loop, done)
     b.position_at_end(loop)
-    body(i)
-    i.add_incoming(b.add(i, i64(1), flags=["nsw"]), b.block)
+    body(x)
+    x.add_incoming(b.add(x, step_v, flags=["nsw"]), b.block)
     b.branch(head)
     b.position_at_end(done)
+    return x
+
+
+def for_range(em: Emitter, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value], None]) -> None:
+    """``for (i = lo; i < hi; i++) body(i)`` with the builder left after the loop."""
+    counted_loop(em.builder, lo, hi, body)
 
 
 def for_box(em: Emitter, sizes: Sequence[int], body: Callable[[list[ir.Value]], None]) -> None:

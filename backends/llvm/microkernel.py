@@ -39,7 +39,7 @@ from collections.abc import Callable
 from llvmlite import ir
 
 from backends.llvm.intrinsics import binary
-from backends.llvm.loops import View, for_range
+from backends.llvm.loops import View, counted_loop, for_range
 from backends.llvm.match import Shape, VectorConfig, analyse
 from backends.llvm.scalars import F32, F64, I32, I64, PTR, i64
 from stripe.ir import Block, Dim, Intrinsic, Load, Store
@@ -203,9 +203,11 @@ class MicroKernel:
     def columns(self, counters: dict[int, ir.Value]) -> None:
         lo, hi = self.bounds[self.s.v]
         step = self.nv * self.width
-        end = _stepped(self.em, lo, hi, step, lambda v0: self.rows(counters, v0, self.nv, None))
+        b = self.em.builder
+        end = counted_loop(b, lo, hi, lambda v0: self.rows(counters, v0, self.nv, None), step, whole=True)
         if self.nv > 1:
-            end = _stepped(self.em, end, hi, self.width, lambda v0: self.rows(counters, v0, 1, None))
+            width = self.width
+            end = counted_loop(b, end, hi, lambda v0: self.rows(counters, v0, 1, None), width, whole=True)
         b = self.b()
         with b.if_then(b.icmp_signed("<", end, hi)):
             self.rows(counters, end, 1, self.lane_mask(b.sub(hi, end)))
@@ -221,7 +223,10 @@ class MicroKernel:
         end = lo
         if self.mr > 1:
             mr = self.mr
-            end = _stepped(self.em, lo, hi, mr, lambda r0: self.tile(counters, v0, nv, lanes, r0, mr))
+            tile = self.tile
+            end = counted_loop(
+                self.em.builder, lo, hi, lambda r0: tile(counters, v0, nv, lanes, r0, mr), mr, whole=True
+            )
         for_range(self.em, end, hi, lambda r0: self.tile(counters, v0, nv, lanes, r0, 1))
 
     def tile(self, counters, v0, nv: int, lanes, r0, mr: int) -> None:
@@ -443,25 +448,6 @@ def _combine(op, x: list[list[ir.Value]], y: list[list[ir.Value]]) -> list[list[
             seen[key] = [op(a, c) for a, c in zip(xr, yr)]
         out.append(seen[key])
     return out
-
-
-def _stepped(em, lo: ir.Value, hi: ir.Value, step: int, body: Callable[[ir.Value], None]) -> ir.Value:
-    """``for (x = lo; x + step <= hi; x += step) body(x)``; returns the first ``x`` not run."""
-    b = em.builder
-    fn = b.block.function
-    head, loop, done = (fn.append_basic_block() for _ in range(3))
-    entry = b.block
-    b.branch(head)
-    b.position_at_end(head)
-    x = b.phi(I64)
-    x.add_incoming(lo, entry)
-    b.cbranch(b.icmp_signed("<=", b.add(x, i64(step)), hi), loop, done)
-    b.position_at_end(loop)
-    body(x)
-    x.add_incoming(b.add(x, i64(step), flags=["nsw"]), b.block)
-    b.branch(head)
-    b.position_at_end(done)
-    return x
 
 
 def emit_microkernel(

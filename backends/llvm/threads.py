@@ -26,6 +26,8 @@ from collections.abc import Callable
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from backends.llvm.loops import counted_loop
+
 SEM_BYTES = 64  # sem_t is 32 bytes on 64-bit glibc, 16 on musl
 SLOT_BYTES = SEM_BYTES + 7 * 8
 _F_DONE, _F_FN, _F_TABLE, _F_RANGES, _F_FIRST, _F_COUNT, _F_STEP = (SEM_BYTES + 8 * k for k in range(7))
@@ -56,23 +58,6 @@ def _field(b: ir.IRBuilder, slot: ir.Value, offset: int) -> ir.Value:
     return b.gep(slot, [ir.Constant(_I64, offset)], source_etype=_I8)
 
 
-def _loop(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value, step: ir.Value, body: Callable) -> None:
-    """``for (k = lo; k < hi; k += step) body(k)``."""
-    fn = b.block.function
-    head, loop, done = (fn.append_basic_block() for _ in range(3))
-    entry = b.block
-    b.branch(head)
-    b.position_at_end(head)
-    k = b.phi(_I64)
-    k.add_incoming(lo, entry)
-    b.cbranch(b.icmp_signed("<", k, hi), loop, done)
-    b.position_at_end(loop)
-    body(k)
-    k.add_incoming(b.add(k, step), b.block)
-    b.branch(head)
-    b.position_at_end(done)
-
-
 def _module() -> str:
     m = ir.Module(name="tile_threads")
     m.triple = llvm.get_process_triple()
@@ -96,7 +81,7 @@ def _module() -> str:
             hi = b.load(b.gep(ranges, [hi_at], source_etype=_I64), typ=_I64)
             b.call(kernel, [table, lo, hi])
 
-        _loop(b, first, count, step, one)
+        counted_loop(b, first, count, one, step)
 
     def load(b, slot, offset, typ=_PTR):
         return b.load(_field(b, slot, offset), typ=typ)
@@ -138,9 +123,9 @@ def _module() -> str:
             b.store(v, _field(b, s, f))
         b.call(sem_post, [s])
 
-    _loop(b, ir.Constant(_I64, 0), busy, one, post)
+    counted_loop(b, ir.Constant(_I64, 0), busy, post, one)
     chunks(b, _Callee(kernel), table, ranges, ir.Constant(_I64, 0), count, step)
-    _loop(b, ir.Constant(_I64, 0), busy, one, lambda _w: wait(b, done))
+    counted_loop(b, ir.Constant(_I64, 0), busy, lambda _w: wait(b, done), one)
     b.ret_void()
     return str(m)
 
