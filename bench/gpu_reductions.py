@@ -19,6 +19,7 @@ import os
 import numpy as np
 
 import tile
+from bench.gpu_kernels import torch_seconds
 
 N = int(os.environ.get("TILE_BENCH_N", 4096))
 SOFTMAX = """function (X[M, N]) -> (Y) {
@@ -68,21 +69,6 @@ def check(name: str, got: np.ndarray, want: np.ndarray) -> None:
     assert ok, f"{name}: wrong answer"
 
 
-def torch_seconds(fn, reps: int = 50) -> float:
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    event = torch.cuda.Event
-    marks = [(event(enable_timing=True), event(enable_timing=True)) for _ in range(reps)]
-    for start, end in marks:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return float(np.median([s.elapsed_time(e) for s, e in marks])) * 1e-3
-
-
 def tile_seconds(exe, inputs: dict, out: dict, reps: int = 30) -> tuple[float, list[tuple[str, float]]]:
     """Median over calls of the summed kernel times, and each kernel's median time."""
     exe(inputs, out=out)
@@ -130,7 +116,7 @@ def main() -> None:
         theirs = None
         if torch is not None and torch.cuda.is_available():
             t = torch.from_numpy(x).cuda()
-            theirs = torch_seconds(lambda t=t, top=top: top(t))
+            theirs = torch_seconds(lambda t=t, top=top: top(t), reps=50)
         rows.append((name, nbytes / secs, nbytes / theirs if theirs else None, len(kernels)))
         if args.kernels:
             for k, s in kernels:
