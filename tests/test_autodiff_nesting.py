@@ -16,13 +16,7 @@ from tile.printer import format_program
 
 
 def _height(e: ast.Expr) -> int:
-    kids = {
-        ast.Binary: lambda x: (x.lhs, x.rhs),
-        ast.Unary: lambda x: (x.operand,),
-        ast.Ternary: lambda x: (x.cond, x.then, x.other),
-        ast.Call: lambda x: x.args,
-    }.get(type(e), lambda x: ())(e)
-    return 1 + max((_height(k) for k in kids), default=0)
+    return 1 + max((_height(k) for k in ast.children(e)), default=0)
 
 
 def _product(depth: int) -> str:

@@ -104,6 +104,19 @@ class Ternary:
 
 Expr = IntLit | FloatLit | Name | Call | Unary | Binary | Ternary
 
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    """The direct subexpressions of ``e``, left to right (none for a literal or a name)."""
+    if isinstance(e, Unary):
+        return (e.operand,)
+    if isinstance(e, Binary):
+        return (e.lhs, e.rhs)
+    if isinstance(e, Ternary):
+        return (e.cond, e.then, e.other)
+    if isinstance(e, Call):
+        return e.args
+    return ()
+
 # Operator spelling -> builtin function name (the call forms `add(A, B)` etc. are accepted too).
 BINARY_FUNCTIONS = {
     "+": "add",

@@ -129,30 +129,16 @@ def _names(e: ast.Expr) -> Iterator[ast.Name]:
     if isinstance(e, ast.Name):
         if not e.is_index:
             yield e
-    elif isinstance(e, ast.Unary):
-        yield from _names(e.operand)
-    elif isinstance(e, ast.Binary):
-        yield from _names(e.lhs)
-        yield from _names(e.rhs)
-    elif isinstance(e, ast.Ternary):
-        for c in (e.cond, e.then, e.other):
-            yield from _names(c)
-    elif isinstance(e, ast.Call):
-        for a in e.args:
-            yield from _names(a)
+    for c in ast.children(e):
+        yield from _names(c)
 
 
 def _builtin_params(e: ast.Expr) -> Iterator[tuple[str, ast.Expr]]:
     """``(function, argument)`` for the compile-time integer arguments of the builtin calls in ``e``."""
-    if isinstance(e, ast.Unary):
-        yield from _builtin_params(e.operand)
-    elif isinstance(e, ast.Binary):
-        yield from _builtin_params(e.lhs)
-        yield from _builtin_params(e.rhs)
-    elif isinstance(e, ast.Ternary):
-        for c in (e.cond, e.then, e.other):
+    if not isinstance(e, ast.Call):
+        for c in ast.children(e):
             yield from _builtin_params(c)
-    elif isinstance(e, ast.Call):
+    else:
         b = BUILTINS.get(e.fn)
         # A call of the wrong arity has no compile-time arguments: binding reports its arity.
         nparams = len(e.args) - b.tensors if b is not None else -1
