@@ -50,6 +50,19 @@ def kernel_seconds(device: str, cp: CompiledProgram, inputs: dict, reps: int = 1
     return float(np.median(times)), info.flops
 
 
+def torch_cuda():
+    """PyTorch with CUDA and TF32 off (fp32 products really in fp32), or None without them."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch
+
+
 def torch_seconds(fn, reps: int = 10) -> float:
     import torch
 
@@ -74,16 +87,15 @@ def nchw(x, w):
 
 
 def main() -> None:
-    import torch
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("device", nargs="?", default="opencl_gpu.0")
     ap.add_argument("--tiles", help="gemm_tiles setting: TM,TN,RM,RN,KT")
     args = ap.parse_args()
     dev = args.device
     settings = {"gemm_tiles": [int(v) for v in args.tiles.split(",")]} if args.tiles else {}
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch = torch_cuda()
+    if torch is None:
+        raise SystemExit("this comparison needs PyTorch with CUDA")
     rng = np.random.default_rng(0)
     for m, k, n in [(1, 1, 1), (3, 1000, 7), (127, 129, 131), (1000, 3, 997)]:
         a, b = rng.integers(-4, 5, (m, k)).astype(np.float32), rng.integers(-4, 5, (k, n)).astype(np.float32)

@@ -21,6 +21,7 @@ from threadpoolctl import threadpool_limits
 
 import tile
 from bench.cases import Case, Inputs, add_plaidml_reference, best_of, cases, record, rounds_for
+from bench.gpu_kernels import torch_cuda
 
 CASES = cases("compiled")
 THREAD_COUNTS: dict = {}  # config -> the thread counts of this session (conftest fills it)
@@ -31,14 +32,9 @@ def _torch_reference(case: Case, inputs: Inputs):
     (or the case has no PyTorch version)."""
     if case.family.torch is None:
         return None
-    try:
-        import torch
-    except ImportError:
+    torch = torch_cuda()
+    if torch is None:
         return None
-    if not torch.cuda.is_available():
-        return None
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
     fn = case.family.torch({k: torch.from_numpy(v).cuda() for k, v in inputs.items()})
 
     def run():

@@ -47,6 +47,7 @@ from bench.cases import (
     conv_nhwc,
     rounds_for,
 )
+from bench.gpu_kernels import torch_cuda
 
 GPU = os.environ.get("TILE_BENCH_GPU", "opencl_gpu.0")
 M16 = 4096  # 4096 x 4096 = 16M elements
@@ -117,17 +118,6 @@ def _gpu_or_skip():
         pytest.skip(f"no {GPU} here ({why}); the GPU benchmarks need an OpenCL GPU")
 
 
-def _torch_or_none():
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
-        return None
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    return torch
-
 
 def _torch_runs(torch, case: Case, inputs: dict):
     """PyTorch's ``kernel`` run (resident tensors, synchronized) and ``call`` run (copies both
@@ -162,7 +152,7 @@ def test_gpu(benchmark, case: Case, mode: str, request):
     from bench.cases import record
 
     inputs = case.inputs()
-    torch = _torch_or_none()
+    torch = torch_cuda()
     t_kernel = t_call = answer = None
     if torch is not None:
         t_kernel, t_call, answer = _torch_runs(torch, case, inputs)
