@@ -15,6 +15,7 @@ import abc
 import concurrent.futures as cf
 import re
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -150,6 +151,37 @@ class Kernel(abc.ABC):
     @abc.abstractmethod
     def run(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
         """Run on ``params`` (one buffer per ``info.buffers``) once ``deps`` completed."""
+
+    def bind(self, params: Sequence[Buffer]) -> Bound:
+        """This kernel with its arguments checked and prepared once, for the runner's calls that
+        pass the same buffers again (a backend overrides it to skip per-run work)."""
+        return Bound(self, params)
+
+
+class Bound:
+    """A kernel bound to one list of buffers: ``launch`` runs it on them (as ``Kernel.run``). It
+    keeps only weak references, so it keeps no buffer alive; ``matches`` says whether a list of
+    buffers is the one it was bound to (the same objects), so it may be launched on them."""
+
+    __slots__ = ("kernel", "_refs")
+
+    def __init__(self, kernel: Kernel, params: Sequence[Buffer]):
+        self.kernel = kernel
+        self._refs = tuple(weakref.ref(p) for p in params)
+
+    def matches(self, params: Sequence[Buffer]) -> bool:
+        refs = self._refs
+        if len(refs) != len(params):
+            return False
+        for r, p in zip(refs, params):
+            if r() is not p:
+                return False
+        return True
+
+    def launch(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
+        """Run on ``params``, which ``matches``; the caller's list keeps them alive until the run
+        is over."""
+        return self.kernel.run(params, deps)
 
 
 class Compiler(abc.ABC):

@@ -11,7 +11,16 @@ from dataclasses import replace
 
 import numpy as np
 
-from backends.hal import Buffer, Device, Event, HostBuffer, KernelInfo, MemoryLimit, kernel_symbol
+from backends.hal import (
+    Bound,
+    Buffer,
+    Device,
+    Event,
+    HostBuffer,
+    KernelInfo,
+    MemoryLimit,
+    kernel_symbol,
+)
 from backends.naming import label, work
 from backends.tune import tune, with_choices
 from backends.zeroing import needs_zero
@@ -164,6 +173,10 @@ class CompiledProgram:
         self._checked = False  # check_memory ran
         self._last: list[Event] = []
         self._launched: list[Event] = []  # the last run's kernel events, for profile()
+        # each kernel bound to the buffers of the last run that used it: rebound only when a call
+        # passes other buffers (another tensor, a numpy input read in place, a handed-out output)
+        self._bound: list[Bound | None] = [None] * len(self.kernels)
+        self._out_types = {n: (tuple(self.buffers[n].sizes), self.buffers[n].dtype) for n in self.outputs}
         self._lock = threading.Lock()
         self._host_memory = bool(getattr(device.executor, "host_memory", False))
         if os.environ.get("TILE_DEBUG", "0") >= "3":
@@ -184,16 +197,17 @@ class CompiledProgram:
         those tensors, the others come back as numpy arrays, or as new ``Tensor``s when
         ``resident``. Calls are serialized; the program's own buffers are reused, zeroed only where
         ``backends.zeroing`` cannot prove the program overwrites them first."""
+        debug = os.environ.get("TILE_DEBUG", "0") >= "1"
         with self._lock:
-            return self._run(inputs, dict(out or {}), resident)
+            return self._run(inputs, out or {}, resident, debug)
 
-    def _run(self, inputs: Mapping, out: dict, resident: bool) -> dict:
+    def _run(self, inputs: Mapping, out: Mapping, resident: bool, debug: bool) -> dict:
         check_tensors(self, inputs, out)
         if not self._checked:  # before the first allocation (later calls reuse the buffers)
             check_memory(self.bound, self.buffers, self.device, self.settings)
             self._checked = True
         ex = self.device.executor
-        prior = list(self._last)  # the last call's work: reused buffers are rewritten after it
+        prior = self._last  # the last call's work: reused buffers are rewritten after it
         bufs: dict[str, Buffer] = {}
         deps: list[Event] = list(prior)
         # Host-memory kernels read numpy inputs where they are when the call waits for its kernels
@@ -205,7 +219,7 @@ class CompiledProgram:
             deps.extend(t._events)
         for name in self.inputs:
             value = inputs[name]
-            if isinstance(value, Tensor) and all(value._buffer is not b for b in bufs.values()):
+            if isinstance(value, Tensor) and value._buffer not in bufs.values():  # (by identity)
                 bufs[name] = value._buffer  # in place: no copy
                 deps.extend(value._events)
                 continue
@@ -236,16 +250,17 @@ class CompiledProgram:
                 self._owned[name] = None
             if name in self.zeroed:
                 deps.append(buf.zero(prior))
-        done = self._kernels(bufs, deps)
+        done = self._kernels(bufs, pending(deps), debug)
         self._last = done
         result: dict[str, np.ndarray | Tensor] = {}
         start, read = time.perf_counter(), 0
         for name in self.outputs:
-            shape = self.buffers[name]
             if name in out:
                 out[name]._events = list(done)
                 result[name] = out[name]
-            elif name in handed:
+                continue
+            shape = self.buffers[name]
+            if name in handed:
                 result[name] = Tensor(self.device, handed[name], shape.sizes, shape.dtype, done)
             else:
                 raw = bufs[name].read(done)
@@ -254,7 +269,7 @@ class CompiledProgram:
         for value in inputs.values():
             if isinstance(value, Tensor):
                 value._events = list(done)  # read by this call: a host write must wait for it
-        if os.environ.get("TILE_DEBUG", "0") >= "1":
+        if debug:
             out_s = time.perf_counter() - start
             print(f"tile: copied in {_transfer(written, write_s)}, out {_transfer(read, out_s)}",
                   file=sys.stderr)
@@ -279,17 +294,24 @@ class CompiledProgram:
             buf = self._owned[name] = self.device.executor.allocate(_nbytes(self.buffers[name]))
         return buf
 
-    def _kernels(self, bufs: Mapping[str, Buffer], deps: list[Event]) -> list[Event]:
-        """Launch every kernel in order; ``TILE_DEBUG=1`` waits for each and prints its time."""
-        debug = os.environ.get("TILE_DEBUG", "0") >= "1"
+    def _kernels(self, bufs: Mapping[str, Buffer], deps: list[Event], debug: bool) -> list[Event]:
+        """Launch every kernel in order, each bound to its buffers (``Kernel.bind``) again only
+        when they are not the ones it was bound to; ``TILE_DEBUG=1`` waits for each and prints
+        its time."""
         events = deps
         total = 0.0
-        self._launched = []
-        for k, (info, kernel) in enumerate(zip(self.infos, self.kernels)):
-            events = [kernel.run([bufs[b] for b in info.buffers], events)]
-            self._launched.append(events[0])
+        launched = self._launched = []
+        bound = self._bound
+        for k, info in enumerate(self.infos):
+            params = [bufs[b] for b in info.buffers]
+            b = bound[k]
+            if b is None or not b.matches(params):
+                b = bound[k] = self.kernels[k].bind(params)
+            event = b.launch(params, events)
+            events = [event]
+            launched.append(event)
             if debug:
-                secs = events[0].duration
+                secs = event.duration
                 total += secs
                 print(debug_line(k, info, secs, self.symbol(k)), file=sys.stderr)
         if debug:
@@ -297,43 +319,72 @@ class CompiledProgram:
         return events
 
 
+def pending(events: list[Event]) -> list[Event]:
+    """``events`` without repeats and without plain ``Event.done`` ones (finished, and they cannot
+    fail): a call's dependencies name the last call's events once per tensor it touched."""
+    if len(events) < 2:
+        return [e for e in events if e._future is not None or type(e) is not Event]
+    seen: set[int] = set()
+    out = []
+    for e in events:
+        if (e._future is None and type(e) is Event) or id(e) in seen:
+            continue
+        seen.add(id(e))
+        out.append(e)
+    return out
+
+
 def check_tensors(program: CompiledProgram, inputs: Mapping, out: Mapping) -> None:
     """Tensors must live on the program's device; ``out=`` must name outputs, with their shapes
     and dtypes (an input tensor's shape and dtype chose what was compiled, so they fit)."""
-    dev = program.device.id
+    device = program.device
     for name, value in inputs.items():
-        if isinstance(value, Tensor) and value._device is not program.device:
+        if isinstance(value, Tensor) and value._device is not device:
             raise TileInputError(
-                f"input '{name}' is a tensor on {value.device}, but this program runs on {dev}",
+                f"input '{name}' is a tensor on {value.device}, but this program runs on {device.id}",
                 None,
-                hint=f"make it with tile.tensor(array, device={dev!r}), or pass t.numpy()",
+                hint=f"make it with tile.tensor(array, device={device.id!r}), or pass t.numpy()",
             )
     for name, t in out.items():
-        if name not in program.outputs:
-            raise TileInputError(
-                f"out= names '{name}', which is not an output of this program",
-                None,
-                hint=f"the outputs are: {', '.join(program.outputs)}",
-            )
-        shape = program.buffers[name]
-        want = f"{shape.dtype.value}{list(shape.sizes)} on {dev}"
-        if not isinstance(t, Tensor):
-            raise TileInputError(
-                f"out= for '{name}' must be a tile.Tensor, not {type(t).__name__}",
-                None,
-                hint=f"pass tile.empty({tuple(shape.sizes)}, {shape.dtype.value!r}, device={dev!r})",
-            )
-        got = f"{t.tile_dtype.value}{list(t.shape)} on {t.device}"
-        if got != want:
-            raise TileInputError(
-                f"out= for '{name}' is a {got} tensor, but the output is {want}",
-                None,
-                hint=f"pass tile.empty({tuple(shape.sizes)}, {shape.dtype.value!r}, device={dev!r})",
-            )
-    tensors = [id(t) for t in out.values()]
-    if len(set(tensors)) != len(tensors):
+        want = program._out_types.get(name)
+        if (
+            want is None
+            or not isinstance(t, Tensor)
+            or t._device is not device
+            or t._shape != want[0]
+            or t._dtype is not want[1]
+        ):
+            check_out(program, name, t)
+    if len(out) > 1 and len({id(t) for t in out.values()}) != len(out):
         raise TileInputError(
             "out= gives one tensor for two outputs", None, hint="pass a separate tensor for each output"
+        )
+
+
+def check_out(program: CompiledProgram, name: str, t) -> None:
+    """The error for ``out=``'s tensor ``t`` for ``name`` (``check_tensors`` calls it only when
+    the quick test fails)."""
+    dev = program.device.id
+    if name not in program.outputs:
+        raise TileInputError(
+            f"out= names '{name}', which is not an output of this program",
+            None,
+            hint=f"the outputs are: {', '.join(program.outputs)}",
+        )
+    shape = program.buffers[name]
+    want = f"{shape.dtype.value}{list(shape.sizes)} on {dev}"
+    if not isinstance(t, Tensor):
+        raise TileInputError(
+            f"out= for '{name}' must be a tile.Tensor, not {type(t).__name__}",
+            None,
+            hint=f"pass tile.empty({tuple(shape.sizes)}, {shape.dtype.value!r}, device={dev!r})",
+        )
+    got = f"{t.tile_dtype.value}{list(t.shape)} on {t.device}"
+    if got != want:
+        raise TileInputError(
+            f"out= for '{name}' is a {got} tensor, but the output is {want}",
+            None,
+            hint=f"pass tile.empty({tuple(shape.sizes)}, {shape.dtype.value!r}, device={dev!r})",
         )
 
 

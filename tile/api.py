@@ -59,6 +59,7 @@ class Executable:
         self._compiled: dict[tuple, object] = {}
         self._last = None  # the CompiledProgram of the last call, for profile()
         self._size_inputs: dict | None = None  # tile.size_inputs.size_uses, found at the first call
+        self._quick: dict[tuple, object] = {}  # _quick_key -> a program of _compiled
 
     def __call__(
         self,
@@ -75,9 +76,6 @@ class Executable:
         returns ``t``; ``resident=True`` (default: the ``resident_outputs`` setting) returns the
         other outputs as new tensors on the device instead of numpy arrays. An input named ``out``
         or ``resident`` goes in the ``inputs`` mapping."""
-        from tile.bind import bind
-        from tile.inputs import input_types
-
         given = {**(inputs or {}), **arrays}
         given = {k: v if isinstance(v, Tensor) else np.asarray(v) for k, v in given.items()}
         if resident is None:
@@ -87,9 +85,33 @@ class Executable:
 
             refuse_tensors(given, out, resident)
             return ref_interp.run(self.program, given, self.settings.get("precision", "native"))
-        host = {k: stand_in(v) for k, v in given.items()}  # shapes and dtypes, no copies
+        quick = self._quick_key(given)
+        compiled = self._quick.get(quick) if quick is not None else None
+        if compiled is None:
+            compiled = self._compiled_for(given)
+            if quick is not None:
+                self._quick[quick] = compiled
+        self._last = compiled
+        return compiled.run(given, out, resident)
+
+    def _quick_key(self, given: Mapping) -> tuple | None:
+        """The inputs' names, shapes and dtypes as given, which pick the same compiled program as
+        last time they were seen without typing the inputs again; None where values matter too
+        (a program with 0-D inputs used as sizes) or before the first call found that out."""
+        if self._size_inputs is None or self._size_inputs:
+            return None
+        return tuple(
+            (k, v._shape, v._dtype) if type(v) is Tensor else (k, v.shape, v.dtype) for k, v in given.items()
+        )
+
+    def _compiled_for(self, given: Mapping):
+        """The program compiled for these inputs' shapes and dtypes (and size values): typed,
+        keyed, and built at the first call that needs it."""
+        from tile.bind import bind
+        from tile.inputs import input_types
         from tile.size_inputs import size_key, size_uses
 
+        host = {k: stand_in(v) for k, v in given.items()}  # shapes and dtypes, no copies
         types = input_types(self.program, host)
         key = tuple(sorted((k, t.dtype.value, t.shape) for k, t in types.items()))
         # The values of 0-D inputs used as sizes are shapes too: another value, another build.
@@ -106,8 +128,7 @@ class Executable:
             check_assignments(bound)  # what the interpreter refuses for these shapes, refused here too
             compiled = CompiledProgram(bound, registry.get(self.device), self.settings)
             self._compiled[key] = compiled
-        self._last = compiled
-        return compiled.run(given, out, resident)
+        return compiled
 
     def profile(self) -> list[tuple[str, float]]:
         """(kernel name, seconds) of each kernel of the last call, timed by the device: the kernel

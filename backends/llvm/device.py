@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 import llvmlite.binding as llvm
 
 from backends.hal import (
+    Bound,
     Buffer,
     Capabilities,
     Compiler,
@@ -297,7 +298,8 @@ class LlvmKernel(Kernel):
         k = min(self.chunks, n)
         return [(n * j // k, n * (j + 1) // k) for j in range(k)]
 
-    def run(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
+    def addresses(self, params: Sequence[Buffer]) -> list[int]:
+        """The data addresses of ``params``, checked: one HostBuffer per parameter, all distinct."""
         if len(params) != len(self.info.buffers):
             raise ValueError(
                 f"kernel '{self.info.name}' takes {len(self.info.buffers)} buffers, got {len(params)}"
@@ -306,24 +308,44 @@ class LlvmKernel(Kernel):
             if not isinstance(p, HostBuffer):
                 raise TypeError(f"the LLVM CPU device runs on HostBuffers, not {type(p).__name__}")
         # the data pointer without building ``ndarray.ctypes`` (3 us a buffer, a call has dozens)
-        addresses = [p.data.__array_interface__["data"][0] for p in params]  # type: ignore[attr-defined]
+        addresses = [p.data.__array_interface__["data"][0] for p in params]
         if len(set(addresses)) != len(addresses):
             raise ValueError(f"kernel '{self.info.name}' needs distinct buffers (they are noalias)")
-        table = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
-        if self._chunks is None:
-            self._chunks = self.ranges()  # fixed by the schedule and the settings
-        chunks = self._chunks
-        held = list(params)  # alive until the run is over
+        return addresses
 
-        def work() -> None:
-            assert held is not None
-            if len(chunks) == 1:
-                self.fn(table, *chunks[0])
-                self.last_threads = [threading.get_ident()]
-            else:
-                self.last_threads = self.pool.run_kernel(self.fn, self.address, table, chunks)
+    def bind(self, params: Sequence[Buffer]) -> LlvmBound:
+        return LlvmBound(self, params)
 
-        return self.executor.submit(deps, work, self.inline)
+    def run(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
+        return LlvmBound(self, params).launch(params, deps)
+
+
+class LlvmBound(Bound):
+    """An LLVM kernel bound to its buffers: their address table and the chunks are built once (a
+    HostBuffer's memory never moves)."""
+
+    __slots__ = ("table", "chunks")
+
+    def __init__(self, kernel: LlvmKernel, params: Sequence[Buffer]):
+        super().__init__(kernel, params)
+        addresses = kernel.addresses(params)
+        self.table = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
+        if kernel._chunks is None:
+            kernel._chunks = kernel.ranges()  # fixed by the schedule and the settings
+        self.chunks = kernel._chunks
+
+    def launch(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
+        k: LlvmKernel = self.kernel  # type: ignore[assignment]
+        return k.executor.submit(deps, self.work, k.inline, params)
+
+    def work(self) -> None:
+        k: LlvmKernel = self.kernel  # type: ignore[assignment]
+        chunks = self.chunks
+        if len(chunks) == 1:
+            k.fn(self.table, *chunks[0])
+            k.last_threads = [threading.get_ident()]
+        else:
+            k.last_threads = k.pool.run_kernel(k.fn, k.address, self.table, chunks)
 
 
 def total_points(block: Block) -> int:
@@ -365,21 +387,23 @@ class LlvmExecutor(Executor):
 
         return self.submit(deps, work, False)
 
-    def submit(self, deps: Sequence[Event], work, inline: bool) -> Event:
+    def submit(self, deps: Sequence[Event], work, inline: bool, keep: object = None) -> Event:
         """``work`` after ``deps``: on the dispatcher thread, or at once on the calling thread when
         ``inline`` and nothing is waiting for the dispatcher (its deps done, no earlier work
-        queued), which saves two thread hand-offs per kernel and keeps the order of submission."""
+        queued), which saves two thread hand-offs per kernel and keeps the order of submission.
+        ``keep`` (the buffers ``work`` uses) stays referenced until ``work`` is over."""
         with self._lock:
             now = inline and self._queued == 0 and all(e.complete for e in deps)
             if not now:
                 self._queued += 1
         if now:
-            wait_all(deps)  # done: raises a failed dependency's error here
+            if deps:
+                wait_all(deps)  # done: raises a failed dependency's error here
             start = time.perf_counter()
             work()
             return Event.done(time.perf_counter() - start)
 
-        def task() -> float:
+        def task(_keep: object = keep) -> float:  # the default holds ``keep`` until the work ran
             try:
                 wait_all(deps)
                 start = time.perf_counter()

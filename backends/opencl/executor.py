@@ -2,8 +2,9 @@
 
 Every operation is enqueued at once and returns a ``CLEvent`` (a ``backends.hal.Event`` over the
 OpenCL event, whose ``duration`` is the device's own start-to-end profile). Dependencies that are
-OpenCL events of the same device go into the command's wait list; any other event is waited for on
-the host first. A ``CLBuffer`` maps by copying: ``map_current`` reads the contents into a host
+OpenCL events of the same device are met by the device's one in-order queue (every command starts
+after the ones enqueued before it have finished), so they need no wait list; any other event is
+waited for on the host first. A ``CLBuffer`` maps by copying: ``map_current`` reads the contents into a host
 array, ``map_discard`` hands out a fresh one, and ``unmap`` writes a mapped array back (an array
 of zeros becomes a fill on the device).
 
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyopencl as cl
 
-from backends.hal import Buffer, Event, Executor, Kernel, Library
+from backends.hal import Bound, Buffer, Event, Executor, Kernel, Library
 from backends.opencl.compiler import ProgramHandle
 
 if TYPE_CHECKING:
@@ -55,14 +56,18 @@ class CLEvent(Event):
 
 
 def wait_list(device: OpenCLDevice, deps: Sequence[Event]) -> list[cl.Event]:
-    """The OpenCL events of ``device`` among ``deps``; the others are waited for here."""
-    out = []
+    """What a command enqueued on ``device``'s queue must list to wait for ``deps``: nothing, as
+    the queue is in order and the device's events are all its own (``in_order``); the other
+    events are waited for here."""
     for e in deps:
-        if isinstance(e, CLEvent) and e.device is device:
-            out.append(e.cl_event)
-        else:
+        if not (isinstance(e, CLEvent) and e.device is device):
             e.wait()
-    return out
+    return []
+
+
+def in_order(queue: cl.CommandQueue) -> bool:
+    """Whether ``queue`` runs its commands one after another (``wait_list`` relies on it)."""
+    return not queue.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
 
 
 class CLBuffer(Buffer):
@@ -128,6 +133,9 @@ class OpenCLKernel(Kernel):
         self.work_items = self.handle.work_items[index]
         self.local = 1
         self._kernel: cl.Kernel | None = None
+        self._queue: cl.CommandQueue | None = None
+        self._sizes: tuple[tuple[int], tuple[int]] = ((0,), (1,))  # global and local size
+        self._args: object = None  # the CLBound whose buffers are the kernel's arguments now
         self._lock = threading.Lock()
 
     def kernel(self) -> cl.Kernel:
@@ -141,10 +149,14 @@ class OpenCLKernel(Kernel):
                 need = (self.library.extra.get("local_sizes") or [])[self.index:self.index + 1]
                 if need and need[0]:  # a tiled kernel's reqd_work_group_size
                     self.local = int(need[0])
+                self._sizes = ((-(-self.work_items // self.local) * self.local,), (self.local,))
+                self._queue = self.device.queue
+                assert in_order(self._queue), "wait_list leaves the device's own events to the queue"
                 self._kernel = k
             return self._kernel
 
-    def run(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
+    def check(self, params: Sequence[Buffer]) -> None:
+        """One CLBuffer of this device per parameter, all distinct."""
         if len(params) != len(self.info.buffers):
             raise ValueError(
                 f"kernel '{self.info.name}' takes {len(self.info.buffers)} buffers, got {len(params)}"
@@ -154,16 +166,39 @@ class OpenCLKernel(Kernel):
                 raise TypeError(f"kernel '{self.info.name}' runs on CLBuffers of {self.device.id}")
         if len({id(p) for p in params}) != len(params):
             raise ValueError(f"kernel '{self.info.name}' needs distinct buffers (they are restrict)")
-        k = self.kernel()
-        queue = self.device.queue
+
+    def bind(self, params: Sequence[Buffer]) -> CLBound:
+        self.check(params)
+        return CLBound(self, params)
+
+    def run(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
+        self.check(params)
+        return self.enqueue(None, params, deps)
+
+    def enqueue(self, owner: object, params: Sequence[Buffer], deps: Sequence[Event]) -> Event:
+        """Enqueue a run on ``params`` after ``deps``; the arguments are set unless ``owner`` (a
+        ``CLBound`` of these buffers) set them last."""
+        k = self._kernel if self._kernel is not None else self.kernel()
+        queue = self._queue
         waits = wait_list(self.device, deps)
         if self.work_items == 0:
             return CLEvent(cl.enqueue_marker(queue, wait_for=waits or None), self.device)
-        size = -(-self.work_items // self.local) * self.local
         with self._lock:
-            k.set_args(*(p.buf for p in params))
-            ev = cl.enqueue_nd_range_kernel(queue, k, (size,), (self.local,), wait_for=waits or None)
+            if owner is None or self._args is not owner:
+                k.set_args(*(p.buf for p in params))  # type: ignore[attr-defined]
+                self._args = owner
+            ev = cl.enqueue_nd_range_kernel(queue, k, *self._sizes, wait_for=waits or None)
         return CLEvent(ev, self.device)
+
+
+class CLBound(Bound):
+    """An OpenCL kernel bound to its buffers: checked once, and its arguments set again only when
+    another binding (or a plain ``run``) of the same kernel set others since."""
+
+    __slots__ = ()
+
+    def launch(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
+        return self.kernel.enqueue(self, params, deps)  # type: ignore[attr-defined]
 
 
 class OpenCLExecutor(Executor):
