@@ -159,3 +159,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_sep("=", "conformance: examples per family and target")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="module")
+def peer():
+    """PlaidML 0.7 in a child process, for the peer tests (skipped, with the reason, without it)."""
+    from conformance import plaidml_peer
+
+    why = plaidml_peer.unavailable()
+    if why is not None:
+        pytest.skip(why)
+    p = plaidml_peer.PlaidML(timeout=60.0)
+    yield p
+    p.close()

@@ -46,16 +46,6 @@ from tile.inputs import input_types
 from tile.typed import TAssign, TCall, TConst, TContraction, TExpr, TRef, calls
 
 
-@pytest.fixture(scope="module")
-def peer():
-    why = plaidml_peer.unavailable()
-    if why is not None:
-        pytest.skip(why)
-    p = plaidml_peer.PlaidML(timeout=60.0)
-    yield p
-    p.close()
-
-
 def _on_peer(peer, source: str, inputs: dict, timeout: float | None = None):
     try:
         return peer.run(source, inputs, timeout)

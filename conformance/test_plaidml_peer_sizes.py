@@ -19,16 +19,6 @@ from conformance.conv_transpose import CASES, size_arrays
 from tile.errors import TileInputError
 
 
-@pytest.fixture(scope="module")
-def peer():
-    why = plaidml_peer.unavailable()
-    if why is not None:
-        pytest.skip(why)
-    p = plaidml_peer.PlaidML(timeout=60.0)
-    yield p
-    p.close()
-
-
 @pytest.mark.parametrize("name", [n for n in CASES if n != "empty_output"])  # O[..: 0] aborts PlaidML
 def test_conv_transpose_agrees(peer, name):
     c = CASES[name]
