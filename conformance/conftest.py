@@ -20,9 +20,11 @@ from hypothesis import HealthCheck, settings
 from conformance import report as reporting  # (pytest names a hook argument `report`)
 
 PROFILES = {
-    # CI: derandomized and small, so the default test run stays well under its time budget.
+    # CI: derandomized and small, so the default test run stays well under its time budget (a
+    # fresh clone on 2 cores, cold kernel caches, took 14.5 min in all at 60 examples: PoCL's
+    # compiles were 294 s of the 339 s of conformance).
     "ci": dict(
-        max_examples=60,
+        max_examples=40,
         derandomize=True,
         deadline=None,
         suppress_health_check=[
