@@ -47,7 +47,7 @@ def needs_zero(program: Block, inputs: frozenset[str] | set[str]) -> set[str]:
 
 
 def _names(block: Block, name: str) -> list[Refinement]:
-    return [r for r in block.refs if (r.from_ or r.into) == name]
+    return [r for r in block.refs if r.source == name]
 
 
 def _covers(kernel: Block, name: str, sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
