@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 import tile
+from bench.cases import best_of
 
 N = 4096
 ROW = "function (A[M, N]) -> (O) { O[i: M] = +(A[i, j]); }"
@@ -36,13 +36,9 @@ CASES = {
 
 
 def best(fn, rounds: int) -> float:
+    """The fastest of ``rounds`` runs of ``fn``, after one warm-up run."""
     fn()
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return best_of(fn, budget_s=0.0, least=rounds, most=rounds)
 
 
 def _without_split(config: str | None, target: str) -> str:
