@@ -20,12 +20,13 @@ from backends.hal import (
     KernelInfo,
     MemoryLimit,
     kernel_symbol,
+    wait_all,
 )
 from backends.naming import label, work
 from backends.tune import tune, with_choices
 from backends.zeroing import needs_zero
 from stripe.config import TargetConfig, builtin_names, load_config, target_config
-from stripe.ir import Block, walk
+from stripe.ir import Block, RefDir, walk
 from stripe.lower import lower
 from stripe.passes import optimize
 from tile.errors import Span, TileInputError, TileResourceError
@@ -179,6 +180,12 @@ class CompiledProgram:
         self._out_types = {n: (tuple(self.buffers[n].sizes), self.buffers[n].dtype) for n in self.outputs}
         self._lock = threading.Lock()
         self._host_memory = bool(getattr(device.executor, "host_memory", False))
+        # host-memory outputs of a numpy-out call: written where the caller gets them (no copy out);
+        # not an output that is also an input (the caller's array must stay as it was)
+        self._direct = frozenset(self.outputs) - frozenset(self.inputs)
+        self._handed_np: dict[str, HostBuffer] = {}  # the last such buffer per output, for reuse
+        # inputs some kernel writes (none in programs the front end makes): never read in place
+        self._written_inputs = frozenset(self.inputs) & _written(self.program)
         if os.environ.get("TILE_DEBUG", "0") >= "3":
             print(self.library.source)
 
@@ -196,7 +203,15 @@ class CompiledProgram:
         ``Tensor``s of this device (used in place); the outputs named in ``out`` are written into
         those tensors, the others come back as numpy arrays, or as new ``Tensor``s when
         ``resident``. Calls are serialized; the program's own buffers are reused, zeroed only where
-        ``backends.zeroing`` cannot prove the program overwrites them first."""
+        ``backends.zeroing`` cannot prove the program overwrites them first.
+
+        On a host-memory device (``Executor.host_memory``), a call with numpy inputs and outputs
+        (no ``out``, not ``resident``) copies nothing it need not: C-contiguous, aligned inputs of
+        the right dtype are read in place (the call waits for its kernels, so the caller cannot
+        change them meanwhile; an input given twice, or one a kernel writes, is copied), and the
+        kernels write each output into the array the call returns. That array's memory is reused
+        by the next call once the caller holds no array over it (its reference count says so),
+        so a loop that drops each result neither allocates nor touches fresh pages."""
         debug = os.environ.get("TILE_DEBUG", "0") >= "1"
         with self._lock:
             return self._run(inputs, out or {}, resident, debug)
@@ -224,7 +239,7 @@ class CompiledProgram:
                 deps.extend(value._events)
                 continue
             shape = self.buffers[name]
-            if in_place and not isinstance(value, Tensor):
+            if in_place and not isinstance(value, Tensor) and name not in self._written_inputs:
                 arr = np.ascontiguousarray(np.asarray(value).astype(shape.dtype.numpy, copy=False))
                 if arr.size and arr.flags.aligned and all(
                     not isinstance(b, HostBuffer) or b.address != arr.ctypes.data for b in bufs.values()
@@ -244,7 +259,10 @@ class CompiledProgram:
         for name in self.buffers:
             if name in bufs:
                 continue
-            buf = bufs[name] = self._buffer(name)
+            if in_place and name in self._direct:
+                buf = bufs[name] = self._numpy_out(name)
+            else:
+                buf = bufs[name] = self._buffer(name)
             if resident and name in self.outputs:
                 handed[name] = buf  # the caller's from now on: the next call allocates another
                 self._owned[name] = None
@@ -262,6 +280,10 @@ class CompiledProgram:
             shape = self.buffers[name]
             if name in handed:
                 result[name] = Tensor(self.device, handed[name], shape.sizes, shape.dtype, done)
+            elif in_place and name in self._direct:
+                wait_all(done)  # written in place: the caller's from now on
+                raw = bufs[name].data[: bufs[name].size]  # type: ignore[attr-defined]
+                result[name] = raw.view(shape.dtype.numpy).reshape(shape.sizes)
             else:
                 raw = bufs[name].read(done)
                 read += raw.nbytes
@@ -286,6 +308,16 @@ class CompiledProgram:
         reports (``Library.extra["names"]``: OpenCL's tiled contractions add their tiles)."""
         names = self.library.extra.get("names")
         return names[k] if names else kernel_symbol(k, self.infos[k])
+
+    def _numpy_out(self, name: str) -> HostBuffer:
+        """The host buffer output ``name`` of a numpy-out call is written into (and handed out
+        over): the last call's when nothing but that buffer refers to its memory any more (the
+        caller dropped the array, and every view of it: each holds the memory's owner), else a
+        new one."""
+        buf = self._handed_np.get(name)
+        if buf is None or sys.getrefcount(buf.data) > 2:  # buf.data and getrefcount's argument
+            buf = self._handed_np[name] = HostBuffer(_nbytes(self.buffers[name]))
+        return buf
 
     def _buffer(self, name: str) -> Buffer:
         """The program's own buffer for ``name``, allocated on first use and kept."""
@@ -317,6 +349,18 @@ class CompiledProgram:
         if debug:
             print(f"tile: {len(self.infos)} kernels, {total * 1e3:.3f} ms", file=sys.stderr)
         return events
+
+
+def _written(program: Block) -> frozenset[str]:
+    """The program buffers some kernel writes (refines for output)."""
+    main = program.stmts[0]
+    return frozenset(
+        r.source
+        for k in main.stmts
+        if isinstance(k, Block)
+        for r in k.refs
+        if r.dir in (RefDir.OUT, RefDir.INOUT)
+    )
 
 
 def pending(events: list[Event]) -> list[Event]:

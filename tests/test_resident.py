@@ -55,8 +55,11 @@ def test_calls_with_different_inputs_give_independent_results(dev):
         for k in want:
             np.testing.assert_array_equal(got[k], want[k])
     cp = next(iter(exe._compiled.values()))
-    # one allocation per buffer, kept (host-memory kernels read numpy inputs where they are)
-    assert set(cp._owned) == set(cp.buffers) - (set(feed) if dev == "llvm_cpu.0" else set())
+    # one allocation per buffer, kept (host-memory kernels read numpy inputs where they are and
+    # write numpy outputs into the arrays they return, whose memory is reused once dropped)
+    direct = set(feed) | set(want) if dev == "llvm_cpu.0" else set()
+    assert set(cp._owned) == set(cp.buffers) - direct
+    assert set(cp._handed_np) == (set(want) if dev == "llvm_cpu.0" else set())
 
 
 @pytest.mark.parametrize("dev", DEVICES)
