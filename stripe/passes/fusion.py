@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 
 from stripe.hardware import Hardware
 from stripe.ir import Block, Dim, Index, RefDir, Refinement, Statement, TensorShape
-from stripe.passes.fusion_checks import by_source, fixed_dims, fused_pairs, kind, remembering
+from stripe.passes.fusion_checks import by_source, fixed_dims, forget, fused_pairs, kind, remembering
 from stripe.passes.registry import register
 from stripe.passes.rewrite import (
     Context,
@@ -118,6 +118,7 @@ def _fuse_statements(parent: Block, cfg: FusionConfig) -> Block | None:
             i += 1
             continue
         stmts[i : j + 1] = [*stmts[i + 1 : j], fused]
+        forget(a, b)  # replaced: only the blocks nested in them are asked about again
         changed = True
         # The fused block may now fuse with the block before it (and the specials between).
         i = j - 2

@@ -21,9 +21,11 @@ from tile.bounds import poly_interval
 _LEAF = (Load, Store, LoadIndex, Constant, Intrinsic)
 
 # ------------------------------------------------------------------------------ memo
-# Each thread has its own (``_local.memo``: None outside ``remembering()``).
+# Each thread has its own (``_local.memo``: None outside ``remembering()``): per block id, the
+# block (kept alive, so its id is not reused) and its analyses by function name.
 _local = threading.local()
 _T = TypeVar("_T")
+_Memo = dict[int, tuple[Block, dict[str, object]]]
 
 
 @contextmanager
@@ -37,21 +39,37 @@ def remembering() -> Iterator[None]:
         _local.memo = outer
 
 
+def forget(*blocks: Block) -> None:
+    """Drop what is remembered about ``blocks`` themselves (not about the blocks nested in them):
+    a chain's fused block is replaced at every step, and keeping each step's block alive made
+    the heap, and every garbage collection, grow with the chain."""
+    memo: _Memo | None = getattr(_local, "memo", None)
+    if memo is None:
+        return
+    for b in blocks:
+        hit = memo.get(id(b))
+        if hit is not None and hit[0] is b:
+            del memo[id(b)]
+
+
 def _per_block(fn: Callable[[Block], _T]) -> Callable[[Block], _T]:
-    """``fn`` remembered per block object inside ``remembering()`` (the block is kept alive with its
-    result, so its id is not reused); computed afresh outside. Results must not be mutated."""
+    """``fn`` remembered per block object inside ``remembering()``; computed afresh outside.
+    Results must not be mutated."""
+    name = fn.__name__
 
     def wrapper(block: Block) -> _T:
-        memo: dict[tuple[str, int], tuple[Block, object]] | None = getattr(_local, "memo", None)
+        memo: _Memo | None = getattr(_local, "memo", None)
         if memo is None:
             return fn(block)
-        key = (fn.__name__, id(block))
-        hit = memo.get(key)
+        hit = memo.get(id(block))
         if hit is None or hit[0] is not block:
-            hit = memo[key] = (block, fn(block))
-        return hit[1]  # type: ignore[return-value]
+            hit = memo[id(block)] = (block, {})
+        found = hit[1]
+        if name not in found:
+            found[name] = fn(block)
+        return found[name]  # type: ignore[return-value]
 
-    wrapper.__name__ = fn.__name__
+    wrapper.__name__ = name
     wrapper.__doc__ = fn.__doc__
     return wrapper
 
