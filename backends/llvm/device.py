@@ -53,8 +53,8 @@ from backends.hal import (
 )
 from backends.llvm import threads
 from backends.llvm.cache import ObjectCache, cache_key
-from backends.llvm.codegen import generate
-from backends.llvm.match import VectorConfig, host_vector_bytes
+from backends.llvm.codegen import buffer_dtypes, generate
+from backends.llvm.match import VectorConfig, host_vector_bytes, panel_split
 from backends.llvm.schedule import Schedule, plan
 from backends.llvm.threads import NativePool
 from stripe.ir import Block
@@ -225,9 +225,6 @@ class LlvmCompiler(Compiler):
         cpu, features = _host()
         tm = _target_machine(cpu, features)
         threads = int(settings.get("threads", self.threads))
-        schedules = [
-            plan(k.block, tuple(k.buffers), threads, bool(settings.get("reorder", True))) for k in kernels
-        ]
         f16c = "+f16c" in features.split(",") and not settings.get("soft_half", False)
         dtypes = settings.get("buffer_dtypes") or {}
         vector = VectorConfig(
@@ -235,6 +232,13 @@ class LlvmCompiler(Compiler):
             fma=not settings.get("strict", False),
             reassoc=not settings.get("strict", False),
         )
+        reorder = bool(settings.get("reorder", True))
+        schedules = []
+        for k in kernels:
+            sched = plan(k.block, tuple(k.buffers), threads, reorder)
+            if reorder and settings.get("panel_split", True):
+                sched = panel_split(k.block, sched, threads, vector, buffer_dtypes(k, dtypes))  # type: ignore[arg-type]
+            schedules.append(sched)
         triple, layout = llvm.get_process_triple(), str(tm.target_data)
         stack: list[int] = []
         text = generate(kernels, schedules, f16c, triple, layout, dtypes, vector, stack)
@@ -295,8 +299,7 @@ class LlvmKernel(Kernel):
         points = total_points(self.info.block)  # type: ignore[arg-type]
         if not self.parallel or n < 2 or points < self.min_points:
             return [(0, n)]
-        k = min(self.chunks, n)
-        return [(n * j // k, n * (j + 1) // k) for j in range(k)]
+        return chunk_ranges(n, self.chunks, self.schedule.grain)
 
     def addresses(self, params: Sequence[Buffer]) -> list[int]:
         """The data addresses of ``params``, checked: one HostBuffer per parameter, all distinct."""
@@ -346,6 +349,15 @@ class LlvmBound(Bound):
             k.last_threads = [threading.get_ident()]
         else:
             k.last_threads = k.pool.run_kernel(k.fn, k.address, self.table, chunks)
+
+
+def chunk_ranges(n: int, chunks: int, grain: int = 1) -> list[tuple[int, int]]:
+    """``[0, n)`` cut into at most ``chunks`` contiguous ranges as even as whole ``grain``s allow,
+    each starting at a multiple of ``grain``."""
+    units = -(-n // grain)
+    k = max(1, min(chunks, units))
+    cuts = [min(n, grain * (units * j // k)) for j in range(k + 1)]
+    return [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
 
 
 def total_points(block: Block) -> int:

@@ -8,8 +8,9 @@ precision policy allow.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from backends.llvm.schedule import Schedule
 from stripe.ir import Block, Dim, Intrinsic, Load, RefDir, Store
 from tile.dtypes import DType
 
@@ -129,4 +130,43 @@ def analyse(
     return Shape(dtype, v, r, outer, red, coefs, out, block.ref(out).agg_op)
 
 
-__all__ = ["Shape", "VectorConfig", "analyse", "host_vector_bytes"]
+def panel(v_range: int, cfg: VectorConfig, dtype: DType) -> tuple[int, int]:
+    """The micro-kernel's vector width ``W`` (lanes) and vectors per tile row ``NV`` for a vector
+    index of ``v_range``: its panels of B are ``NR = NV * W`` wide."""
+    width = cfg.vector_bytes // dtype.numpy.itemsize
+    return width, max(1, min(4, -(-v_range // width)))
+
+
+def panel_split(
+    kernel: Block, sched: Schedule, threads: int, cfg: VectorConfig, buf_dtypes: dict[str, DType]
+) -> Schedule:
+    """``sched``, or a schedule that divides the micro-kernel's panels among the threads instead
+    of its rows. Split over rows (``plan``'s choice for ``C[i, j]``: the output's largest
+    stride), every thread packs every panel of B for its few rows: with 16 threads the packing is
+    done 16 times and outweighs a thread's share of the work at 1024. Split over the vector index
+    in whole panels, each thread packs only its own panels, once, and streams every row of A
+    past them. Taken when the kernel matches at kernel level, ``plan`` split its row index, some
+    operand is read along the panels by every row (the one packed), and there are at least
+    ``threads`` panels, a multiple of ``threads`` or at least four each (else the last panels
+    leave threads idle)."""
+    if threads < 2 or not cfg.vector_bytes or not sched.split or not kernel.idxs:
+        return sched
+    dims = {r.into: r.shape.dims for r in kernel.refs}
+    dts = {r.into: buf_dtypes.get(r.source, r.shape.dtype) for r in kernel.refs}
+    shape = analyse(kernel, dims, dts, None)
+    if shape is None or shape.r is None or sched.split_index != shape.r:
+        return sched
+    shared = [n for n, c in shape.coefs.items() if n != shape.out and c[shape.v] and not c[shape.r]]
+    if not shared:  # no operand every row reads (a batch index as the rows): nothing packed twice
+        return sched
+    v = kernel.idxs[shape.v]
+    width, nv = panel(v.range, cfg, shape.dtype)
+    panels = -(-v.range // (width * nv))
+    if panels < threads or (panels % threads and panels < 4 * threads):
+        return sched
+    order = (*(k for k in sched.order if k != shape.v), shape.v)
+    why = f"split over '{v.name}' in panels of {width * nv} (micro-kernel)"
+    return replace(sched, order=order, split_at=len(order) - 1, grain=width * nv, reason=why)
+
+
+__all__ = ["Shape", "VectorConfig", "analyse", "host_vector_bytes", "panel", "panel_split"]

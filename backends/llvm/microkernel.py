@@ -40,7 +40,7 @@ from llvmlite import ir
 
 from backends.llvm.intrinsics import binary
 from backends.llvm.loops import View, counted_loop, for_range
-from backends.llvm.match import Shape, VectorConfig, analyse
+from backends.llvm.match import Shape, VectorConfig, analyse, panel
 from backends.llvm.scalars import F32, F64, I32, I64, PTR, i64
 from stripe.ir import Block, Dim, Intrinsic, Load, Store
 from tile.affine import Affine
@@ -56,10 +56,9 @@ class MicroKernel:
     def __init__(self, cg, block: Block, shape: Shape, views: dict[str, View], cfg: VectorConfig):
         self.cg, self.em, self.block, self.s, self.views = cg, cg.em, block, shape, views
         self.scalar = F64 if shape.dtype is DType.FLOAT64 else F32
-        self.width = cfg.vector_bytes // shape.dtype.numpy.itemsize
+        self.width, nv_max = panel(block.idxs[shape.v].range, cfg, shape.dtype)
         self.vt = ir.VectorType(self.scalar, self.width)
         self.fma = cfg.fma
-        nv_max = max(1, min(4, -(-block.idxs[shape.v].range // self.width)))
         budget = ACC_BUDGET.get(cfg.vector_bytes, 12)
         self.nv = nv_max
         rr = block.idxs[shape.r].range if shape.r is not None else 1
@@ -69,7 +68,7 @@ class MicroKernel:
         self.red_points = 1
         for k in shape.red:
             self.red_points *= block.idxs[k].range
-        panel = self.red_points * self.nv * self.width * shape.dtype.numpy.itemsize
+        panel_bytes = self.red_points * self.nv * self.width * shape.dtype.numpy.itemsize
         self.pack_refs = [
             n
             for n, c in shape.coefs.items()
@@ -78,7 +77,7 @@ class MicroKernel:
             and (shape.r is None or c[shape.r] == 0)
             and not block.constraints
             and shape.red
-            and panel <= PACK_LIMIT
+            and panel_bytes <= PACK_LIMIT
             and rr >= 2 * self.mr
         ]
         self.pack_slots: dict[str, ir.Value] = {}

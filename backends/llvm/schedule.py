@@ -44,6 +44,7 @@ class Schedule:
     reason: str = ""
     ranges: tuple[int, ...] = field(default=())  # kernel index ranges, in Stripe order
     split_at: int = 0  # the position in ``order`` of the loop that ``[lo, hi)`` bounds
+    grain: int = 1  # chunks of the split index start at multiples of it (the micro-kernel's panels)
 
     @property
     def split_index(self) -> int:

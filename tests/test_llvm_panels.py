@@ -1,0 +1,84 @@
+"""Threads over the micro-kernel's panels (``backends/llvm/match.panel_split``): a matmul with
+enough ``NR``-wide panels of B is split over its column index in whole panels (each thread packs
+only its own), else over rows as ``schedule.plan`` chose; exact answers on sizes that are no
+multiple of a panel, bit-identical under ``strict``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backends.llvm import LlvmCpuDevice
+from backends.llvm.device import _host, chunk_ranges
+from backends.llvm.match import VectorConfig, host_vector_bytes, panel, panel_split
+from backends.llvm.schedule import plan
+from ref_interp.stripe_exec import run_stripe
+from tests.llvm_runner import assert_same, buffer_names, execute, lowered
+from tile.dtypes import DType
+
+RNG = np.random.default_rng(41)
+MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]); }"
+BATCHED = "function (A[Q, M, K], B[Q, K, N]) -> (C) { C[q, i, j: Q, M, N] = +(A[q, i, k] * B[q, k, j]); }"
+EIGHT = LlvmCpuDevice(threads=8)
+CFG = VectorConfig(host_vector_bytes(_host()[1]), fma=True, reassoc=True)
+
+
+def ints(*shape: int) -> np.ndarray:
+    return RNG.integers(-3, 4, shape).astype(np.float32)
+
+
+def nr() -> int:
+    w, nv = panel(1 << 20, CFG, DType.FLOAT32)
+    return w * nv
+
+
+def schedule(src: str, inputs: dict, threads: int):
+    k = lowered(src, inputs).stmts[0].stmts[-1]
+    return k, panel_split(k, plan(k, buffer_names(k), threads), threads, CFG, {})
+
+
+def test_chunks_start_at_whole_grains():
+    assert chunk_ranges(200, 4, 64) == [(0, 64), (64, 128), (128, 192), (192, 200)]
+    assert chunk_ranges(130, 4, 64) == [(0, 64), (64, 128), (128, 130)]  # 3 grains: 3 chunks
+    assert chunk_ranges(512, 3, 64) == [(0, 128), (128, 320), (320, 512)]
+    assert chunk_ranges(10, 4) == [(0, 2), (2, 5), (5, 7), (7, 10)]  # grain 1: as before
+    assert chunk_ranges(1, 4, 64) == [(0, 1)]
+
+
+@pytest.mark.parametrize(
+    ("panels", "threads", "split"),
+    [(4, 4, True), (8, 4, True), (5, 2, False), (9, 2, True), (5, 5, True), (1, 1, False), (3, 4, False)],
+)
+def test_which_matmuls_split_over_panels(panels, threads, split):
+    n = nr() * panels - 7  # a partial last panel
+    k, sched = schedule(MATMUL, {"A": ints(60, 9), "B": ints(9, n)}, threads)
+    j = [ix.name for ix in k.idxs].index("j")
+    assert (sched.split_index == j and sched.grain == nr()) == split
+    if not split:
+        assert sched.grain == 1
+
+
+def test_a_batch_split_stays():
+    k, sched = schedule(BATCHED, {"A": ints(64, 6, 5), "B": ints(64, 5, 4 * nr())}, 4)
+    assert k.idxs[sched.split_index].name == "q" and sched.grain == 1
+
+
+@pytest.mark.parametrize(("m", "kk", "panels", "threads"), [(50, 37, 4, 4), (7, 3, 3, 3), (61, 70, 8, 4), (20, 5, 9, 2)])
+def test_panel_split_exact_and_strict_bit_identical(m, kk, panels, threads):
+    n = nr() * panels - 5
+    a, b = ints(m, kk), ints(kk, n)
+    program = lowered(MATMUL, {"A": a, "B": b})
+    how = {"threads": threads, "min_parallel_points": 1}
+    got, kernels = execute(program, {"A": a, "B": b}, how, EIGHT)
+    np.testing.assert_array_equal(got["C"], a @ b)
+    chunks = kernels[-1].ranges()
+    assert len(chunks) == threads and all(lo % nr() == 0 for lo, _ in chunks), chunks
+    assert chunks[-1][1] == n and len(set(kernels[-1].last_threads)) == threads
+    x = RNG.standard_normal((m, kk)).astype(np.float32)
+    y = RNG.standard_normal((kk, n)).astype(np.float32)
+    program = lowered(MATMUL, {"A": x, "B": y})
+    strict, _ = execute(program, {"A": x, "B": y}, {**how, "strict": True}, EIGHT)
+    assert_same(strict, run_stripe(program, {"A": x, "B": y}))
+    rows, kernels = execute(program, {"A": x, "B": y}, {**how, "strict": True, "panel_split": False}, EIGHT)
+    assert kernels[-1].schedule.grain == 1
+    np.testing.assert_array_equal(rows["C"], strict["C"])  # the same sums in the same order
