@@ -44,7 +44,7 @@ and holds one block tagged ``kernel`` per operation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from enum import Enum
 
 from tile.affine import Affine
@@ -252,6 +252,28 @@ def ref_table(block: Block) -> dict[str, Refinement]:
     return table
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_new = object.__new__
+_set = object.__setattr__
+
+
+def evolve(node, **changes):
+    """``dataclasses.replace`` for the IR's frozen, slotted node classes (none has an
+    ``__post_init__`` or an ``init=False`` field), at about half its cost: passes over programs of
+    thousands of statements call it hundreds of thousands of times."""
+    cls = type(node)
+    names = _FIELDS.get(cls)
+    if names is None:
+        assert not hasattr(cls, "__post_init__") and all(f.init for f in fields(cls)), cls
+        names = _FIELDS[cls] = tuple(f.name for f in fields(cls))
+    new = _new(cls)
+    for n in names:
+        _set(new, n, changes.pop(n) if n in changes else getattr(node, n))
+    if changes:
+        raise TypeError(f"{cls.__name__} has no field {sorted(changes)}")
+    return new
+
+
 def with_stmts(block: Block, stmts: list[Statement] | tuple[Statement, ...]) -> Block:
     return replace(block, stmts=tuple(stmts))
 
@@ -284,6 +306,7 @@ __all__ = [
     "Store",
     "TensorShape",
     "dense_strides",
+    "evolve",
     "walk",
     "with_stmts",
 ]

@@ -18,7 +18,7 @@ statement of ``#main`` stays a ``#kernel`` block. Shared helpers the other passe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from stripe.hardware import Hardware
 from stripe.ir import (
@@ -31,6 +31,7 @@ from stripe.ir import (
     Special,
     Statement,
     Store,
+    evolve,
 )
 from stripe.passes.registry import register
 from stripe.passes.rewrite import (
@@ -80,13 +81,13 @@ def drop_unused_tmps(program: Block) -> Block:
         if isinstance(s, Block):
             u = uses(s)
             gone = {r.into for r in s.refs if r.source not in keep and r.into not in u}
-            s = replace(s, refs=tuple(r for r in s.refs if r.into not in gone))
+            s = evolve(s, refs=tuple(r for r in s.refs if r.into not in gone))
             used.update(r.source for r in s.refs)
         stmts.append(s)
     refs = tuple(r for r in program.refs if r.into in keep or r.into in used)
     if refs == program.refs and tuple(stmts) == program.stmts:
         return program
-    return replace(program, refs=refs, stmts=tuple(stmts))
+    return evolve(program, refs=refs, stmts=tuple(stmts))
 
 
 def _subtree(fn):
@@ -96,7 +97,7 @@ def _subtree(fn):
         inner = (*parents, block)
         stmts = tuple(go(s, inner) if isinstance(s, Block) else s for s in block.stmts)
         if stmts != block.stmts:
-            block = replace(block, stmts=stmts)
+            block = evolve(block, stmts=stmts)
         return fn(block, parents)
 
     return go
@@ -109,7 +110,7 @@ def apply_inside(program: Block, reqs: tuple[str, ...], fn) -> Block:
 
     def visit(b: Block, ctx: Context) -> Block:
         if not ctx.parents:  # the root: only its statements are rewritten
-            return replace(b, stmts=tuple(go(s, (b,)) if isinstance(s, Block) else s for s in b.stmts))
+            return evolve(b, stmts=tuple(go(s, (b,)) if isinstance(s, Block) else s for s in b.stmts))
         return go(b, ctx.parents)
 
     return drop_unused_tmps(rewrite(program, visit, reqs))
@@ -157,7 +158,7 @@ def _dead_code(block: Block, parents: tuple[Block, ...]) -> Block:
             live.update(reads)
         kept.append(s)
     kept.reverse()
-    return block if tuple(kept) == block.stmts else replace(block, stmts=tuple(kept))
+    return block if tuple(kept) == block.stmts else evolve(block, stmts=tuple(kept))
 
 
 def _sources(block: Block, names: set[str]) -> set[str]:
@@ -185,7 +186,7 @@ def _prune_indexes(block: Block, parents: tuple[Block, ...]) -> Block:
         block = substitute_indexes(block, zero)
     used = index_uses(block, accesses=True)
     idxs: tuple[Index, ...] = tuple(i for i in block.idxs if i.range != 1 or i.name in used)
-    return block if idxs == block.idxs else replace(block, idxs=idxs)
+    return block if idxs == block.idxs else evolve(block, idxs=idxs)
 
 
 @register("prune_indexes", CleanupConfig)
@@ -203,7 +204,7 @@ def _prune_refs(block: Block, parents: tuple[Block, ...]) -> Block:
         return block
     used = uses(block)
     refs = tuple(r for r in block.refs if r.into in used)
-    return block if refs == block.refs else replace(block, refs=refs)
+    return block if refs == block.refs else evolve(block, refs=refs)
 
 
 @register("prune_refs", CleanupConfig)
@@ -224,7 +225,7 @@ def _reduce_constraints(block: Block, parents: tuple[Block, ...]) -> Block:
     if any(lo > hi for lo, hi in box.values()):
         return block
     cons = tuple(c for c in block.constraints if poly_interval(c, box)[0] < 0)
-    return block if cons == block.constraints else replace(block, constraints=cons)
+    return block if cons == block.constraints else evolve(block, constraints=cons)
 
 
 @register("reduce_constraints", CleanupConfig)

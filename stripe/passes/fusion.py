@@ -44,10 +44,10 @@ qualifies first.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from stripe.hardware import Hardware
-from stripe.ir import Block, Dim, Index, RefDir, Refinement, Statement, TensorShape
+from stripe.ir import Block, Dim, Index, RefDir, Refinement, Statement, TensorShape, evolve
 from stripe.passes.fusion_checks import by_source, fixed_dims, forget, fused_pairs, kind, remembering
 from stripe.passes.registry import register
 from stripe.passes.rewrite import (
@@ -125,7 +125,7 @@ def _fuse_statements(parent: Block, cfg: FusionConfig) -> Block | None:
         while i > 0 and isinstance(stmts[i], Block) and "special" in stmts[i].tags:
             i -= 1
         i = max(i, 0)
-    return replace(parent, stmts=tuple(stmts)) if changed else None
+    return evolve(parent, stmts=tuple(stmts)) if changed else None
 
 
 def _hoistable(s: Statement, a: Statement) -> bool:
@@ -225,7 +225,7 @@ def _tiled_to_match(
     )
     whole = [i.name for i in b.idxs if i.name not in tiles]  # range 1 in the outer block: drop them
     out = substitute_indexes(out, {v: Affine.constant(0) for v in whole})
-    return replace(out, idxs=tuple(i for i in out.idxs if i.name not in whole))
+    return evolve(out, idxs=tuple(i for i in out.idxs if i.name not in whole))
 
 
 Part = tuple[list[Refinement], list[Block]]  # outer refinements (outer index names), inner blocks
@@ -269,11 +269,11 @@ def _split(block: Block, to_outer: dict[str, str], parent_sizes: dict[str, tuple
             i_acc.append(rest - lo)
             size = min(hi - lo + r.shape.dims[d].size, parent_sizes[r.source][d])
             dims.append(Dim(size, r.shape.dims[d].stride))
-        outer_refs.append(replace(r, access=tuple(o_acc), shape=TensorShape(r.shape.dtype, tuple(dims))))
-        inner_refs.append(replace(r, access=tuple(i_acc), from_=None))
-    inner = replace(block, idxs=tuple(inner_idxs), refs=tuple(inner_refs), tags=block.tags - {"kernel"})
+        outer_refs.append(evolve(r, access=tuple(o_acc), shape=TensorShape(r.shape.dtype, tuple(dims))))
+        inner_refs.append(evolve(r, access=tuple(i_acc), from_=None))
+    inner = evolve(block, idxs=tuple(inner_idxs), refs=tuple(inner_refs), tags=block.tags - {"kernel"})
     inner = substitute_indexes(inner, env)
-    return outer_refs, [replace(inner, idxs=tuple(inner_idxs) + tuple(through))]
+    return outer_refs, [evolve(inner, idxs=tuple(inner_idxs) + tuple(through))]
 
 
 def _lift(block: Block, to_outer: dict[str, str]) -> Part:
@@ -307,7 +307,7 @@ def _merge(part_a: Part, part_b: Part, ts: set[str], parent_sizes: dict[str, tup
             renames[r.into] = fresh(r.into, taken)
             taken.add(renames[r.into])
     if renames:
-        refs_b = [replace(r, from_=r.source) if r.into in renames else r for r in refs_b]
+        refs_b = [evolve(r, from_=r.source) if r.into in renames else r for r in refs_b]
         wrapped = rename_refs(Block(refs=tuple(refs_b), stmts=tuple(stmts_b)), renames)
         refs_b, stmts_b = list(wrapped.refs), list(wrapped.stmts)
 
@@ -331,7 +331,7 @@ def _merge(part_a: Part, part_b: Part, ts: set[str], parent_sizes: dict[str, tup
         stmts_a = _shift(stmts_a, own_a.get(r.into), starts)
         stmts_b = _shift(stmts_b, own_b.get(r.into), starts)
         out.append(
-            replace(
+            evolve(
                 r,
                 dir=_join(x.dir for x in group),
                 access=tuple(access),
@@ -360,8 +360,8 @@ def _shift(stmts: list[Block], ref: Refinement | None, starts: list[int]) -> lis
     out = []
     for s in stmts:
         refs = tuple(
-            replace(r, access=tuple(a + k for a, k in zip(r.access, delta))) if r.source == ref.into else r
+            evolve(r, access=tuple(a + k for a, k in zip(r.access, delta))) if r.source == ref.into else r
             for r in s.refs
         )
-        out.append(replace(s, refs=refs))
+        out.append(evolve(s, refs=refs))
     return out

@@ -26,10 +26,10 @@ Why this keeps the meaning (the pass checks each point, refusing otherwise):
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from stripe.hardware import Hardware
-from stripe.ir import Block, Dim, RefDir, Refinement, Special, Statement, TensorShape, dense_strides
+from stripe.ir import Block, Dim, RefDir, Refinement, Special, Statement, TensorShape, dense_strides, evolve
 from stripe.passes.cleanup import drop_unused_tmps, uses
 from stripe.passes.registry import register
 from stripe.passes.rewrite import Box, Context, box_of, index_box, is_local, rewrite, stmt_refs
@@ -61,7 +61,7 @@ def _localize_tree(block: Block, parents: tuple[Block, ...]) -> Block:
     block = _localize_block(block, parents)
     inner = (*parents, block)
     stmts = tuple(_localize_tree(s, inner) if isinstance(s, Block) else s for s in block.stmts)
-    return block if stmts == block.stmts else replace(block, stmts=stmts)
+    return block if stmts == block.stmts else evolve(block, stmts=stmts)
 
 
 def _temporaries(block: Block, parents: tuple[Block, ...]) -> list[tuple[Refinement, list[Refinement]]]:
@@ -122,7 +122,7 @@ def _localize_block(block: Block, parents: tuple[Block, ...]) -> Block:
     if not dropped_refs:
         return block
     refs = tuple(r for r in block.refs if r.into not in dropped_refs)
-    return replace(block, refs=refs, stmts=tuple(s for j, s in enumerate(stmts) if j not in dropped_stmts))
+    return evolve(block, refs=refs, stmts=tuple(s for j, s in enumerate(stmts) if j not in dropped_stmts))
 
 
 def _users(block: Block) -> dict[str, list[int]]:
@@ -178,7 +178,7 @@ def _move_into(
         tags=kr.tags,
     )
     refs = tuple(local if r is kr else r for r in k.refs)
-    return replace(k, refs=refs, stmts=_restride(k.stmts, kr.into, strides, new_strides))
+    return evolve(k, refs=refs, stmts=_restride(k.stmts, kr.into, strides, new_strides))
 
 
 def _restride(stmts, name: str, old: tuple[int, ...], new: tuple[int, ...]) -> tuple[Statement, ...]:
@@ -189,10 +189,10 @@ def _restride(stmts, name: str, old: tuple[int, ...], new: tuple[int, ...]) -> t
             for r in s.refs:
                 if r.source == name:
                     dims = tuple(Dim(d.size, n) for d, n in zip(r.shape.dims, new))
-                    r = replace(r, shape=TensorShape(r.shape.dtype, dims))
-                    s = replace(s, stmts=_restride(s.stmts, r.into, old, new))
+                    r = evolve(r, shape=TensorShape(r.shape.dtype, dims))
+                    s = evolve(s, stmts=_restride(s.stmts, r.into, old, new))
                 refs.append(r)
-            s = replace(s, refs=tuple(refs))
+            s = evolve(s, refs=tuple(refs))
         out.append(s)
     return tuple(out)
 

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from stripe.ir import (
     Block,
@@ -29,6 +29,7 @@ from stripe.ir import (
     Special,
     Statement,
     Store,
+    evolve,
     ref_table,
 )
 from tile.affine import Affine
@@ -99,7 +100,7 @@ def rewrite(
                 stmts.extend(new)
             else:
                 stmts.append(s)
-        return replace(block, stmts=tuple(stmts)) if changed else block
+        return evolve(block, stmts=tuple(stmts)) if changed else block
 
     result = visit(root, Context())
     assert len(result) == 1 and isinstance(result[0], Block), "the root must stay one block"
@@ -173,20 +174,20 @@ def substitute_indexes(block: Block, env: dict[str, Affine]) -> Block:
     def sub(a: Affine) -> Affine:
         return a.substitute(env)
 
-    refs = tuple(replace(r, access=tuple(sub(a) for a in r.access)) for r in block.refs)
+    refs = tuple(evolve(r, access=tuple(sub(a) for a in r.access)) for r in block.refs)
     stmts: list[Statement] = []
     for s in block.stmts:
         if isinstance(s, LoadIndex):
-            s = replace(s, affine=sub(s.affine))
+            s = evolve(s, affine=sub(s.affine))
         elif isinstance(s, Block):
-            s = replace(
+            s = evolve(
                 s,
                 idxs=tuple(
-                    replace(i, affine=sub(i.affine)) if i.affine is not None else i for i in s.idxs
+                    evolve(i, affine=sub(i.affine)) if i.affine is not None else i for i in s.idxs
                 ),
             )
         stmts.append(s)
-    return replace(block, constraints=tuple(sub(c) for c in block.constraints), refs=refs, stmts=tuple(stmts))
+    return evolve(block, constraints=tuple(sub(c) for c in block.constraints), refs=refs, stmts=tuple(stmts))
 
 
 def rename_refs(block: Block, names: dict[str, str]) -> Block:
@@ -194,28 +195,28 @@ def rename_refs(block: Block, names: dict[str, str]) -> Block:
     nested blocks' ``from_`` included."""
     if not names:
         return block
-    refs = tuple(replace(r, into=names.get(r.into, r.into)) for r in block.refs)
+    refs = tuple(evolve(r, into=names.get(r.into, r.into)) for r in block.refs)
     stmts: list[Statement] = []
     for s in block.stmts:
         if isinstance(s, Load):
-            s = replace(s, from_=names.get(s.from_, s.from_))
+            s = evolve(s, from_=names.get(s.from_, s.from_))
         elif isinstance(s, Store):
-            s = replace(s, into=names.get(s.into, s.into))
+            s = evolve(s, into=names.get(s.into, s.into))
         elif isinstance(s, Special):
-            s = replace(
+            s = evolve(
                 s,
                 inputs=tuple(names.get(n, n) for n in s.inputs),
                 outputs=tuple(names.get(n, n) for n in s.outputs),
             )
         elif isinstance(s, Block):
-            s = replace(
+            s = evolve(
                 s,
                 refs=tuple(
-                    replace(r, from_=names[r.source]) if r.source in names else r for r in s.refs
+                    evolve(r, from_=names[r.source]) if r.source in names else r for r in s.refs
                 ),
             )
         stmts.append(s)
-    return replace(block, refs=refs, stmts=tuple(stmts))
+    return evolve(block, refs=refs, stmts=tuple(stmts))
 
 
 def index_uses(block: Block, *, accesses: bool = False) -> set[str]:

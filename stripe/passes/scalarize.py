@@ -22,7 +22,7 @@ never inlined.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from stripe.hardware import Hardware
 from stripe.ir import (
@@ -36,6 +36,7 @@ from stripe.ir import (
     Special,
     Statement,
     Store,
+    evolve,
 )
 from stripe.passes.cleanup import apply_inside
 from stripe.passes.registry import register
@@ -61,19 +62,27 @@ def scalarize(program: Block, cfg: ScalarizeConfig, hw: Hardware) -> Block:
     return apply_inside(program, cfg.reqs, _scalarize_block)
 
 
-def _scalarizable(block: Block, r: Refinement, parent: Block | None) -> bool:
+def _scalarizable(r: Refinement, parent: Block | None, viewed: set[str]) -> bool:
+    """``viewed``: the names that specials or nested blocks of ``r``'s block touch."""
     if not is_local(r, parent) or any(d.size != 1 for d in r.shape.dims):
         return False
     if r.agg_op not in ("", "assign", *_AGG):
         return False
     if r.shape.dtype is DType.BOOL and r.agg_op in ("add", "mul"):
         return False
+    return r.into not in viewed
+
+
+def _viewed(block: Block) -> set[str]:
+    """Names of ``block``'s refinements that its specials touch or its nested blocks refine."""
+    out: set[str] = set()
     for s in block.stmts:
-        if isinstance(s, Special) and r.into in (*s.inputs, *s.outputs):
-            return False
-        if isinstance(s, Block) and any(x.source == r.into for x in s.refs):
-            return False
-    return True
+        if isinstance(s, Special):
+            out.update(s.inputs)
+            out.update(s.outputs)
+        elif isinstance(s, Block):
+            out.update(x.source for x in s.refs)
+    return out
 
 
 def _all_scalars(stmts) -> set[str]:
@@ -91,49 +100,51 @@ def _all_scalars(stmts) -> set[str]:
 
 def _scalarize_block(block: Block, parents: tuple[Block, ...]) -> Block:
     parent = parents[-1] if parents else None
-    for r in block.refs:
-        if _scalarizable(block, r, parent):
-            block = _scalarize_ref(block, r)
-    return block
+    viewed = _viewed(block)
+    chosen = {r.into: r for r in block.refs if _scalarizable(r, parent, viewed)}
+    return _scalarize_refs(block, chosen) if chosen else block
 
 
-def _scalarize_ref(block: Block, r: Refinement) -> Block:
-    dt = r.shape.dtype
+def _scalarize_refs(block: Block, chosen: dict[str, Refinement]) -> Block:
+    """``block`` with the refinements ``chosen`` (by name) turned into scalars, all in one walk
+    over its statements (each refinement's loads and stores are its own)."""
     taken = _all_scalars(block.stmts)
-    zero_value = 0.0 if dt.is_float else 0
 
     def new(base: str) -> str:
         name = fresh(base, taken)
         taken.add(name)
         return name
 
-    cur: str | None = None
+    cur: dict[str, str] = {}  # each refinement's current value, once it has one
     alias: dict[str, str] = {}
     out: list[Statement] = []
     for s in block.stmts:
         s = _rename_uses(s, alias)
-        if isinstance(s, Load) and s.from_ == r.into:
-            if cur is None:
-                out.append(Constant(s.into, zero_value, dt))
-                cur = s.into
+        if isinstance(s, Load) and s.from_ in chosen:
+            if s.from_ not in cur:
+                dt = chosen[s.from_].shape.dtype
+                out.append(Constant(s.into, 0.0 if dt.is_float else 0, dt))
+                cur[s.from_] = s.into
             else:
-                alias[s.into] = cur
+                alias[s.into] = cur[s.from_]
             continue
-        if isinstance(s, Store) and s.into == r.into:
+        if isinstance(s, Store) and s.into in chosen:
+            r = chosen[s.into]
+            dt = r.shape.dtype
             c = new(f"${r.into}")
             out.append(Intrinsic("assign", (s.from_,), (c,), dt))
             if r.agg_op in _AGG:
-                if cur is None:
-                    cur = new(f"${r.into}_0")
-                    out.append(Constant(cur, zero_value, dt))
+                if r.into not in cur:
+                    cur[r.into] = new(f"${r.into}_0")
+                    out.append(Constant(cur[r.into], 0.0 if dt.is_float else 0, dt))
                 n = new(f"${r.into}")
-                out.append(Intrinsic(_AGG[r.agg_op], (cur, c), (n,), dt))
+                out.append(Intrinsic(_AGG[r.agg_op], (cur[r.into], c), (n,), dt))
                 c = n
-            cur = c
+            cur[r.into] = c
             continue
         out.append(s)
-    refs = tuple(x for x in block.refs if x.into != r.into)
-    return replace(block, refs=refs, stmts=tuple(out))
+    refs = tuple(x for x in block.refs if x.into not in chosen)
+    return evolve(block, refs=refs, stmts=tuple(out))
 
 
 def _rename_uses(s: Statement, m: dict[str, str]) -> Statement:
@@ -141,18 +152,18 @@ def _rename_uses(s: Statement, m: dict[str, str]) -> Statement:
     if not m:
         return s
     if isinstance(s, Store) and s.from_ in m:
-        return replace(s, from_=m[s.from_])
+        return evolve(s, from_=m[s.from_])
     if isinstance(s, Intrinsic) and any(x in m for x in s.inputs):
-        return replace(s, inputs=tuple(m.get(x, x) for x in s.inputs))
+        return evolve(s, inputs=tuple(m.get(x, x) for x in s.inputs))
     return s
 
 
 def _rename_scalars(s: Statement, m: dict[str, str]) -> Statement:
     """``s`` with every scalar it defines or reads renamed by ``m``."""
     if isinstance(s, (Load, LoadIndex, Constant)):
-        return replace(s, into=m.get(s.into, s.into))
+        return evolve(s, into=m.get(s.into, s.into))
     if isinstance(s, Intrinsic):
-        return replace(
+        return evolve(
             s, outputs=tuple(m.get(x, x) for x in s.outputs), inputs=tuple(m.get(x, x) for x in s.inputs)
         )
     return _rename_uses(s, m)
@@ -172,12 +183,12 @@ def _inline_children(block: Block, parents: tuple[Block, ...]) -> Block:
     if len(parents) < 2:  # the root and #main keep their blocks
         return block
     taken = _all_scalars(block.stmts) | scalars_of(block)
-    outer_names = {r.into for r in parents[-1].refs}
     refs = list(block.refs)
+    by_name = {r.into: r for r in refs}  # kept up to date as ``refs`` grows
     stmts: list[Statement] = []
     changed = False
     for s in block.stmts:
-        merged = _inline_one(s, refs, outer_names, taken) if isinstance(s, Block) else None
+        merged = _inline_one(s, refs, by_name, parents[-1], taken) if isinstance(s, Block) else None
         if merged is None:
             stmts.append(s)
             continue
@@ -185,48 +196,47 @@ def _inline_children(block: Block, parents: tuple[Block, ...]) -> Block:
         stmts.extend(merged)
     if not changed:
         return block
-    return replace(block, refs=tuple(refs), stmts=tuple(stmts))
+    return evolve(block, refs=tuple(refs), stmts=tuple(stmts))
 
 
 def _inline_one(
-    c: Block, refs: list[Refinement], outer_names: set[str], taken: set[str]
+    c: Block, refs: list[Refinement], by_name: dict[str, Refinement], outer: Block, taken: set[str]
 ) -> list[Statement] | None:
-    """``c``'s statements, rewritten for its parent (whose refs ``refs`` gain ``c``'s local
-    allocations), or None when ``c`` cannot be inlined."""
+    """``c``'s statements, rewritten for its parent (whose refs ``refs``, by name ``by_name``, gain
+    ``c``'s local allocations; ``outer`` encloses the parent), or None when ``c`` cannot be
+    inlined."""
     if c.constraints or any(i.range != 1 for i in c.idxs):
         return None
     env = {i.name: i.affine if i.affine is not None else Affine.constant(0) for i in c.idxs}
     c = substitute_indexes(c, env)
     stores = {s.into for s in c.stmts if isinstance(s, Store)}
-    by_name = {r.into: r for r in refs}
     names: dict[str, str] = {}
     moved: list[Refinement] = []
-    ref_names = set(by_name) | outer_names
+    ref_names: set[str] | None = None  # names a moved allocation must avoid (built when needed)
     for r in c.refs:
         p = by_name.get(r.source)
         if p is None:
             if r.from_ is not None or r.dir is not RefDir.NONE:
                 return None
+            if ref_names is None:
+                ref_names = set(by_name) | {x.into for x in outer.refs}
             name = fresh(r.into, ref_names | {x.into for x in c.refs} - {r.into})
             ref_names.add(name)
             names[r.into] = name
-            moved.append(replace(r, into=name, access=tuple(Affine() for _ in r.access)))
+            moved.append(evolve(r, into=name, access=tuple(Affine() for _ in r.access)))
             continue
         if any(not a.is_constant or a.const != 0 for a in r.access) or r.shape != p.shape:
             return None
         if r.into in stores and (r.agg_op or "assign") != (p.agg_op or "assign"):
             return None
         names[r.into] = p.into
-    c = _rename_all_refs(c, names)
+    # One renaming of every use at once: two views may take one name (merged views), and only
+    # the statements are kept.
+    c = rename_refs(c, names)
     ms: dict[str, str] = {}
     for nm in sorted(_all_scalars(c.stmts)):
         ms[nm] = fresh(nm, taken)
         taken.add(ms[nm])
     refs.extend(moved)
+    by_name.update((m.into, m) for m in moved)
     return [_rename_scalars(s, ms) for s in c.stmts]
-
-
-def _rename_all_refs(c: Block, names: dict[str, str]) -> Block:
-    """``rename_refs`` for a map that may send two refinements to one name (merged views)."""
-    renamed = rename_refs(c, {k: f"\0{k}" for k in names})
-    return rename_refs(renamed, {f"\0{k}": v for k, v in names.items()})
