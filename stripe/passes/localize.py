@@ -92,9 +92,9 @@ def _is_zero_fill(s: Statement, name: str) -> bool:
     if not isinstance(s, Block) or not s.stmts:
         return False
     own = [r for r in s.refs if r.source == name]
-    if len(own) != 1 or uses(s) != {own[0].into}:
-        return False
-    return all(_is_zero_fill(x, own[0].into) for x in s.stmts)
+    if len(own) != 1 or not all(_is_zero_fill(x, own[0].into) for x in s.stmts):
+        return False  # (asked first: it fails at once on a fused group, ``uses`` walks it all)
+    return uses(s) == {own[0].into}
 
 
 def _localize_block(block: Block, parents: tuple[Block, ...]) -> Block:
@@ -103,6 +103,7 @@ def _localize_block(block: Block, parents: tuple[Block, ...]) -> Block:
     tried once against the same statement list: the work grows with temporaries plus statements,
     not their product (long fused chains)."""
     users_of = _users(block)
+    inner_users: dict[int, dict[str, list[int]]] = {}  # _users of statement k (moves keep them)
     stmts = list(block.stmts)
     dropped_stmts: set[int] = set()
     dropped_refs: set[str] = set()
@@ -113,7 +114,9 @@ def _localize_block(block: Block, parents: tuple[Block, ...]) -> Block:
         if len(rest) != 1 or not isinstance(stmts[rest[0]], Block):
             continue
         k = rest[0]
-        new_k = _move_into(block, parents, t, chain, stmts[k])
+        if k not in inner_users:
+            inner_users[k] = _users(stmts[k])
+        new_k = _move_into(block, parents, t, chain, stmts[k], inner_users[k])
         if new_k is None:
             continue
         stmts[k] = new_k
@@ -126,7 +129,8 @@ def _localize_block(block: Block, parents: tuple[Block, ...]) -> Block:
 
 
 def _users(block: Block) -> dict[str, list[int]]:
-    """For each name, the positions of the statements of ``block`` that touch it."""
+    """For each name, the positions of the statements of ``block`` that touch it (a move into a
+    statement keeps the positions of its own statements and what each touches)."""
     out: dict[str, list[int]] = {}
     for k, s in enumerate(block.stmts):
         names = {r.source for r in s.refs} if isinstance(s, Block) else set().union(*stmt_refs(s))
@@ -135,12 +139,17 @@ def _users(block: Block) -> dict[str, list[int]]:
     return out
 
 
-
-
 def _move_into(
-    p: Block, parents: tuple[Block, ...], t: Refinement, chain: list[Refinement], k: Block
+    p: Block,
+    parents: tuple[Block, ...],
+    t: Refinement,
+    chain: list[Refinement],
+    k: Block,
+    k_users: dict[str, list[int]],
 ) -> Block | None:
-    """``k`` holding ``t`` as a local allocation, or None when the checks fail."""
+    """``k`` holding ``t`` as a local allocation, or None when the checks fail. ``k_users``:
+    ``_users(k)``, so that only the statements of ``k`` touching ``t`` are visited (a fused group
+    takes one temporary after another)."""
     mine = [r for r in k.refs if r.source == t.into]
     if len(mine) != 1:
         return None
@@ -158,7 +167,8 @@ def _move_into(
         return None
     box = box_of((*parents, p), k)
     sizes = kr.shape.sizes
-    if not _inside(k, kr.into, box, sizes) or not _disjoint(k, kr, box):
+    at = k_users.get(kr.into, [])
+    if not _inside(k, kr.into, box, sizes, at) or not _disjoint(k, kr, box):
         return None
     if len(chain) == 1:  # a local allocation: k's view must fit it
         for a, s, full in zip(kr.access, sizes, buf.shape.sizes):
@@ -178,33 +188,35 @@ def _move_into(
         tags=kr.tags,
     )
     refs = tuple(local if r is kr else r for r in k.refs)
-    return evolve(k, refs=refs, stmts=_restride(k.stmts, kr.into, strides, new_strides))
+    stmts = list(k.stmts)
+    for j in at:
+        stmts[j] = _restride(stmts[j], kr.into, new_strides)
+    return evolve(k, refs=refs, stmts=tuple(stmts))
 
 
-def _restride(stmts, name: str, old: tuple[int, ...], new: tuple[int, ...]) -> tuple[Statement, ...]:
-    out = []
-    for s in stmts:
-        if isinstance(s, Block) and any(r.source == name for r in s.refs):  # others stay as they are
-            refs = []
-            for r in s.refs:
-                if r.source == name:
-                    dims = tuple(Dim(d.size, n) for d, n in zip(r.shape.dims, new))
-                    r = evolve(r, shape=TensorShape(r.shape.dtype, dims))
-                    s = evolve(s, stmts=_restride(s.stmts, r.into, old, new))
-                refs.append(r)
-            s = evolve(s, refs=tuple(refs))
-        out.append(s)
-    return tuple(out)
+def _restride(s: Statement, name: str, new: tuple[int, ...]) -> Statement:
+    """``s`` with its views of ``name`` (and those nested in them) given the strides ``new``."""
+    if not isinstance(s, Block) or all(r.source != name for r in s.refs):
+        return s  # others stay as they are
+    refs = []
+    for r in s.refs:
+        if r.source == name:
+            dims = tuple(Dim(d.size, n) for d, n in zip(r.shape.dims, new))
+            r = evolve(r, shape=TensorShape(r.shape.dtype, dims))
+            s = evolve(s, stmts=tuple(_restride(x, r.into, new) for x in s.stmts))
+        refs.append(r)
+    return evolve(s, refs=tuple(refs))
 
 
-def _inside(block: Block, name: str, box: Box, sizes: tuple[int, ...]) -> bool:
+def _inside(block: Block, name: str, box: Box, sizes: tuple[int, ...], at: list[int]) -> bool:
     """Every nested view of ``block``'s refinement ``name`` lies inside it (positions relative to
     it, summed along the chain, over the nested boxes), keeps its strides, and no special (in
-    ``block`` or nested) touches it."""
+    ``block`` or nested) touches it. ``at``: the positions of ``block``'s statements that touch
+    ``name`` (the others need no look)."""
     want = next(r for r in block.refs if r.into == name).shape.dims
 
-    def check(b: Block, nm: str, bx: Box, lo: tuple[int, ...], hi: tuple[int, ...]) -> bool:
-        for s in b.stmts:
+    def check(b: Block, nm: str, bx: Box, lo: tuple[int, ...], hi: tuple[int, ...], stmts) -> bool:
+        for s in stmts:
             if isinstance(s, Special) and (nm in s.inputs or nm in s.outputs):
                 return False
             if not isinstance(s, Block) or all(r.source != nm for r in s.refs):
@@ -226,12 +238,12 @@ def _inside(block: Block, name: str, box: Box, sizes: tuple[int, ...]) -> bool:
                     h + d.size > full for h, d, full in zip(nhi, r.shape.dims, sizes)
                 ):
                     return False
-                if not check(s, r.into, sbox, nlo, nhi):
+                if not check(s, r.into, sbox, nlo, nhi, s.stmts):
                     return False
         return True
 
     zeros = tuple(0 for _ in sizes)
-    return check(block, name, box, zeros, zeros)
+    return check(block, name, box, zeros, zeros, [block.stmts[j] for j in at])
 
 
 def _disjoint(k: Block, kr: Refinement, box: Box) -> bool:

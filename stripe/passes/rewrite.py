@@ -34,6 +34,7 @@ from stripe.ir import (
 )
 from tile.affine import Affine
 from tile.bounds import poly_interval
+from tile.gc_pause import paused_gc
 
 
 def matches(block: Block, reqs: Iterable[str]) -> bool:
@@ -102,7 +103,8 @@ def rewrite(
                 stmts.append(s)
         return evolve(block, stmts=tuple(stmts)) if changed else block
 
-    result = visit(root, Context())
+    with paused_gc():  # passes rebuild big trees: no cycle hunts over them meanwhile
+        result = visit(root, Context())
     assert len(result) == 1 and isinstance(result[0], Block), "the root must stay one block"
     return result[0]
 
