@@ -11,7 +11,9 @@
   ``+`` stores into a zeroed output; ``=`` into a zeroed output or a copy of the default;
   the others (and ``+`` with a default) aggregate into a temporary started at the aggregation's
   identity, mark the elements they write in a mask, and a final block selects
-  ``mask ? aggregate : default-or-0``.
+  ``mask ? aggregate : default-or-0``; except where the block provably writes every output
+  element (no constraints, and an output access numbering every element): then the output itself
+  starts at the identity (``zero`` for ``+``) and aggregates, with no mask and no select.
 * **elementwise** statements become a block over the output's shape, broadcasting by zero
   accesses, with one ``Intrinsic`` per operation; ``index`` becomes ``load_index``; a composite
   (``tile.composites``: the binary cross-entropy, ``reverse_grad``) becomes its expansion's.
@@ -268,10 +270,15 @@ class _Lowering:
             if hi > r.hi:
                 constraints.append(Affine.constant(r.hi) - q)
         direct = (c.agg is AggOp.SUM and c.default is None) or c.agg is AggOp.ASSIGN
+        out_access = tuple(p.substitute(shift) for p in d.output.polys)
+        sizes = tuple(int(n) for n in c.type.shape)
         target = out
         mask = None
         if direct:
             self.init(out, c.default if c.agg is AggOp.ASSIGN else None)
+        elif not constraints and _writes_every_element(out_access, idxs, sizes):
+            # every element is written: it starts at the identity and no default shows
+            self.special("zero" if c.agg is AggOp.SUM else f"agg_init_{_AGG[c.agg]}", [], out)
         else:
             target = self.temp(f"{out}_acc", c.type)
             mask = self.temp(f"{out}_written", TensorType(DType.BOOL, c.type.shape))
@@ -293,7 +300,6 @@ class _Lowering:
             stmts.append(Load(into, f"${into}"))
             loaded.append(f"${into}")
         value = self.combine(c, loaded, stmts)
-        out_access = tuple(p.substitute(shift) for p in d.output.polys)
         refs.append(
             Refinement(RefDir.OUT, target, out_access, self.shape(target).scalar_view(), agg_op=_AGG[c.agg])
         )
@@ -353,3 +359,28 @@ def _constant(into: str, e: TConst) -> Constant:
     if e.type.dtype.is_float:
         return Constant(into, float(Fraction(v)), DType.FLOAT64)  # the nearest double, as the interpreter
     return Constant(into, int(v), e.type.dtype)
+
+
+def _writes_every_element(
+    access: tuple[Affine, ...], idxs: tuple[Index, ...], sizes: tuple[int, ...]
+) -> bool:
+    """Whether ``access`` over every point of ``idxs`` (no constraints) reaches every element of an
+    output of ``sizes``: each dim's ``const + Σ coeff·index`` numbers ``[0, size)`` as a mixed radix
+    (the sorted ``|coeff|`` are 1, r1, r1·r2, ... with the ranges multiplying to the size, the least
+    value 0), and no index appears in two dims. Conservative: False where unsure."""
+    ranges = {ix.name: ix.range for ix in idxs}
+    seen: set[str] = set()
+    for poly, size in zip(access, sizes, strict=True):
+        terms = [(abs(c), ranges[v]) for v, c in poly.terms if ranges[v] > 1]
+        if seen & set(poly.vars):
+            return False
+        seen |= set(poly.vars)
+        low = poly.const + sum(min(c, 0) * (ranges[v] - 1) for v, c in poly.terms)
+        expect = 1
+        for coeff, rng in sorted(terms):
+            if coeff != expect:
+                return False
+            expect *= rng
+        if low != 0 or expect != size:
+            return False
+    return True

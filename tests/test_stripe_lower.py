@@ -236,3 +236,34 @@ def test_comparison_with_a_float_literal_keeps_tile_typing():
     want = ref_interp.run(b, ins)
     np.testing.assert_array_equal(want["O"], [True, False, False])
     assert_same(want, run_stripe(prog, ins))
+
+
+@pytest.mark.parametrize(
+    "src, shapes, masked",
+    [
+        ("function (A[M, N]) -> (O) { O[] = >(A[i, j]); }", {"A": (3, 4)}, False),
+        ("function (A[M, N]) -> (O) { O[i: M] = <(A[i, j]); }", {"A": (3, 4)}, False),
+        ("function (A[M, N]) -> (O) { O[j, i: N, M] = *(A[i, j]); }", {"A": (3, 4)}, False),
+        ("function (A[N]) -> (O) { O[i: N] = >(A[N - 1 - i]); }", {"A": (5,)}, False),
+        ("function (A[M, N], D[M]) -> (O) { O[i: M] = >(A[i, j]) default D; }", {"A": (3, 3), "D": (3,)},
+         False),
+        ("function (A[N]) -> (O) { O[i: N] = >(A[i]) default A; }", {"A": (4,)}, False),
+        # unwritten elements: skipped (2*i), past the range (N + 1), a constraint, a diagonal
+        ("function (A[N]) -> (O) { O[2*i: 2*N] = >(A[i]); }", {"A": (3,)}, True),
+        ("function (A[N]) -> (O) { O[i: N + 1] = <(A[i]); }", {"A": (3,)}, True),
+        ("function (A[N]) -> (O) { O[i: N] = *(A[i + j]), j < 2; }", {"A": (4,)}, True),
+        ("function (A[N]) -> (O) { O[i, i: N, N] = >(A[i]); }", {"A": (3,)}, True),
+        ("function (A[N], D[M]) -> (O) { O[i: M] = +(A[i]) default D; }", {"A": (4,), "D": (5,)}, True),
+    ],
+)
+def test_written_masks_only_where_some_element_may_stay_unwritten(src, shapes, masked):
+    """``> < *`` (and ``+`` with a default) need a written mask and a select only where some
+    output element may get no value; a block without constraints whose output access numbers
+    every element aggregates straight into the output, started at the identity."""
+    rng = np.random.default_rng(7)
+    ins = {k: rng.integers(-9, -1, s).astype(np.float32) for k, s in shapes.items()}  # max != 0
+    prog, b = lowered(src, ins)
+    bools = [r.into for r in prog.refs if r.shape.dtype.name == "BOOL"]
+    assert bool(bools) == masked, bools
+    assert bool(kernels(prog, "eltwise_cond")) == masked
+    assert_same(ref_interp.run(b, ins), run_stripe(prog, ins))
