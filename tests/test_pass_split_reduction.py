@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from stripe.config import TARGETS, ConfigError, parse_config, target_config
-from stripe.ir import Block
+from stripe.ir import Block, RefDir
 from stripe.parser import parse_stripe
 from stripe.passes import PASSES, optimize, steps
 from stripe.printer import fmt_affine, format_block
@@ -357,11 +357,14 @@ def test_a_long_combine_is_split_again():
 
 def test_a_partial_short_of_lanes_splits_another_index():
     """A global sum of a 64x64 matrix aiming at 1024 lanes: j gives 64 (its range), so the partial
-    splits i into 16 more (lanes first: i is not contiguous); a cap of 32 lanes stops at j."""
+    splits i into 16 more (lanes first: i is not contiguous), into the same P, whose one combine
+    reads all 1024 partials; a cap of 32 lanes stops at j."""
     program = lowered("function (A[M, N]) -> (O) { O[] = +(A[i, j]); }", {"A": (64, 64)})
     params = {**INTERLEAVED, "parallelism": 1024, "min_reduction": 64, "min_chunk": 2}
     out = run_pass("split_reduction", params, program)
-    assert [r.shape.sizes for r in out.refs if "tmp" in r.tags][:2] == [(64,), (16, 64)]
+    assert [r.shape.sizes for r in out.refs if "tmp" in r.tags][0] == (16, 64)
+    readers = [k for k in kernels(out) if any(r.source == "O_part" and r.dir is RefDir.IN for r in k.refs)]
+    assert len(readers) == 1 and "1024 partials" in readers[0].comments[0]
     assert_same_meaning(program, out)
     capped = run_pass("split_reduction", {**params, "lanes": 32}, program)
     assert [r.shape.sizes for r in capped.refs if "tmp" in r.tags] == [(32,)]
@@ -442,7 +445,7 @@ def test_strict_mode_skips_it():
     assert "split_reduction" in [s.pass_ for s in cfg.passes] and "split_reduction" not in ran
     parts = [r.into for r in optimize(program, cfg, strict=True).refs if r.into.endswith("_part")]
     assert parts == []
-    assert [r.into for r in optimize(program, cfg).refs if r.into.endswith("_part")] == ["O_acc_part"]
+    assert [r.into for r in optimize(program, cfg).refs if r.into.endswith("_part")] == ["O_part"]
 
 
 @pytest.mark.parametrize(("agg", "parts"), [("+", ["i_l", "i_t"]), (">", ["i_l", "i_t"])])

@@ -21,9 +21,10 @@ into three blocks, with a new temporary buffer ``P`` of the output's view sizes 
 ``P``'s lane dim is last (stride 1, so on a GPU the lane is the fastest work-item index) unless
 ``interleave`` splits an index that no input reads contiguously (a column sum): then it is first,
 and the output's own contiguous index stays fastest. A combine that is itself long is split again
-(a 16M-element sum: 65536 partials, then 256, then 1), and so is a partial block still short of
-lanes because one index's range capped them (a global sum of a 64x64 matrix aiming at 1024 lanes:
-64 over j, then 16 over i; ``lanes`` caps the product).
+(a 16M-element sum: 65536 partials, then 256, then 1); a partial block still short of lanes
+because one index's range capped them splits another reduction index too, whose lanes join P's (a
+global sum of a 64x64 matrix aiming at 1024 lanes: 64 over j and 16 over i, one ``P`` of 16x64 and
+one combine over both; ``lanes`` caps the product).
 
 Other outputs of the block (lowering's ``O_written`` mask of ``>``, ``<``, ``*``: ``=`` stores of a
 constant) stay in the partial block, which runs exactly the original points; they move to the
@@ -220,34 +221,47 @@ class _Splitter:
             return None
         view = parents[-1].ref(acc.source).shape
         dtype = Context(parents).ref_chain(block, acc.into)[-1].shape.dtype
-        taken = {i.name for i in block.idxs}
-        names = []
-        for part in choice.parts:
-            names.append(fresh(f"{choice.index.name}_{part.suffix}", taken))
-            taken.add(names[-1])
-        lanes = [(n, p.range) for n, p in zip(names, choice.parts) if p.lane]
-        lane_sizes = tuple(r for _, r in lanes)
-        sizes = lane_sizes + view.sizes if choice.lane_first else view.sizes + lane_sizes
         pname = fresh(f"{acc.source}_part", self.taken)
         self.taken.add(pname)
-        pshape = TensorShape.dense(dtype, sizes)
-        lane_at = tuple(Affine.var(n) for n, _ in lanes)
-        paccess = lane_at + acc.access if choice.lane_first else acc.access + lane_at
-        pview = Refinement(RefDir.OUT, pname, paccess, pshape.scalar_view(), agg_op=acc.agg_op)
-        partial, moved = self.partial(block, acc, choice, names, pview, outs)
+        # A partial still short of lanes (one index's range capped them: a global sum of a matrix)
+        # splits another of its reduction indexes, whose lanes join P's: one combine over all.
+        partial, pacc, sizes, paccess = block, acc, view.sizes, acc.access
+        lanes: list[tuple[str, int]] = []
+        moved: list | None = None
+        owned = set(outs)
+        while True:
+            taken = {i.name for i in partial.idxs}
+            names = []
+            for part in choice.parts:
+                names.append(fresh(f"{choice.index.name}_{part.suffix}", taken))
+                taken.add(names[-1])
+            new = [(n, p.range) for n, p in zip(names, choice.parts) if p.lane]
+            at = tuple(Affine.var(n) for n, _ in new)
+            sizes = tuple(r for _, r in new) + sizes if choice.lane_first else sizes + tuple(r for _, r in new)
+            paccess = at + paccess if choice.lane_first else paccess + at
+            lanes = new + lanes if choice.lane_first else lanes + new
+            pshape = TensorShape.dense(dtype, sizes)
+            pview = Refinement(RefDir.OUT, pname, paccess, pshape.scalar_view(), agg_op=acc.agg_op)
+            partial, got = self.partial(partial, pacc, choice, names, pview, owned)
+            moved = got if moved is None else moved
+            pacc = next(r for r in partial.refs if r.into == pname)
+            owned |= {n for n, _ in new}
+            count = _product(r for _, r in lanes)
+            rest = max(cap // count, 1) if cap else 0
+            choice = self.choose(partial, parents[-1], pacc, owned, rest)
+            if choice is None:
+                break
+        partial = replace(partial, name=f"{block.name}_partial" if block.name else "")
         combine = self.combine(block, acc, lanes, pview, outs, moved)
-        blocks: list[Block] = [_init(block, acc.agg_op, pname, pshape)]
+        blocks: list[Block] = [_init(block, acc.agg_op, pname, pshape), partial]
         bufs = [(pname, pshape)]
-        # The partial and the combine use P, which the parent declares once this walk returns:
-        # show it now. A partial still short of lanes (one index's range capped them: a global sum
-        # of a matrix) splits another of its reduction indexes; a long combine splits again.
+        # The combine uses P, which the parent declares once this walk returns: show it now. A
+        # long combine splits again.
         whole = Refinement(RefDir.INOUT, pname, tuple(Affine() for _ in sizes), pshape)
         declared = (*parents[:-1], replace(parents[-1], refs=(*parents[-1].refs, whole)))
-        rest = max(cap // choice.lanes, 1) if cap else 0
-        for new, limit in ((partial, rest), (combine, -1)):
-            again = self.split(new, declared, limit)
-            blocks.extend([new] if again is None else again[0])
-            bufs.extend([] if again is None else again[1])
+        again = self.split(combine, declared, -1)
+        blocks.extend([combine] if again is None else again[0])
+        bufs.extend([] if again is None else again[1])
         return blocks, bufs
 
     def choose(
