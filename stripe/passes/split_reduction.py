@@ -236,8 +236,8 @@ class _Splitter:
                 names.append(fresh(f"{choice.index.name}_{part.suffix}", taken))
                 taken.add(names[-1])
             new = [(n, p.range) for n, p in zip(names, choice.parts) if p.lane]
-            at = tuple(Affine.var(n) for n, _ in new)
-            sizes = tuple(r for _, r in new) + sizes if choice.lane_first else sizes + tuple(r for _, r in new)
+            at, extent = tuple(Affine.var(n) for n, _ in new), tuple(r for _, r in new)
+            sizes = extent + sizes if choice.lane_first else sizes + extent
             paccess = at + paccess if choice.lane_first else paccess + at
             lanes = new + lanes if choice.lane_first else lanes + new
             pshape = TensorShape.dense(dtype, sizes)
