@@ -53,6 +53,10 @@ OPERATORS = (
     "~",
 )
 
+_LONG_OPS = frozenset(op for op in OPERATORS if len(op) == 2)
+_SHORT_OPS = frozenset(op for op in OPERATORS if len(op) == 1)
+assert _LONG_OPS | _SHORT_OPS == set(OPERATORS)  # so "longest first" is: two characters, then one
+
 _NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*'?")
 
@@ -134,11 +138,12 @@ def tokenize(source: Source) -> list[Token]:
             tokens.append(Token(kind, word, span(pos, len(word))))
             pos = m.end()
             continue
-        for op in OPERATORS:
-            if text.startswith(op, pos):
-                tokens.append(Token("OP", op, span(pos, len(op))))
-                pos += len(op)
-                break
+        op = text[pos : pos + 2]
+        if op not in _LONG_OPS:
+            op = ch if ch in _SHORT_OPS else ""
+        if op:
+            tokens.append(Token("OP", op, span(pos, len(op))))
+            pos += len(op)
         else:
             shown = ch if ch.isprintable() and not 0xD800 <= ord(ch) < 0xE000 else f"U+{ord(ch):04X}"
             raise TileSyntaxError(f"unexpected character '{shown}'", span(pos, 1), hint=_hint_for(ch))
