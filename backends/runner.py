@@ -68,6 +68,12 @@ def settings_config(given) -> TargetConfig | None:
     return load_config(given)
 
 
+def cache_bytes(hw) -> dict[str, int]:
+    """The sizes of the hardware model's ``L1`` and ``L2`` memories (one core's caches), where it
+    has them: what the LLVM CPU micro-kernel sizes its cache blocks from."""
+    return {n: hw.mem_bytes(n) for n in ("L1", "L2") if n in hw.mem_units}
+
+
 def _nbytes(shape) -> int:
     return shape.elements * shape.dtype.numpy.itemsize
 
@@ -163,8 +169,12 @@ class CompiledProgram:
             dtypes = tuple(self.buffers[n].dtype for n in names)
             flops, nbytes = work(k, self.buffers, names)
             self.infos.append(KernelInfo(label(k), k, names, dtypes, flops, nbytes))
+        build = dict(settings or {})
+        caches = cache_bytes(self.config.hardware) if self.config is not None else {}
+        if caches:  # the CPU code generator fits its cache blocks to the config's caches
+            build.setdefault("cache_bytes", caches)
         start = time.perf_counter()
-        self.library = device.compiler.build(self.infos, dict(settings or {}))
+        self.library = device.compiler.build(self.infos, build)
         self.build_seconds = time.perf_counter() - start
         self.kernels = [device.executor.prepare(self.library, i) for i in range(len(self.infos))]
         self.inputs = [r.into for r in self.program.refs if "input" in r.tags]

@@ -1,16 +1,20 @@
 """Threads over the micro-kernel's panels (``backends/llvm/match.panel_split``): a matmul with
 enough ``NR``-wide panels of B is split over its column index in whole panels (each thread packs
-only its own), else over rows as ``schedule.plan`` chose; exact answers on sizes that are no
-multiple of a panel, bit-identical under ``strict``."""
+only its own), else over rows as ``schedule.plan`` chose; and its cache blocks
+(``microkernel.cache_blocks``: K and N blocks sized from L1 and L2). Exact answers on sizes that
+are no multiple of a panel or block, bit-identical under ``strict``."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from backends.llvm import LlvmCpuDevice
 from backends.llvm.device import _host, chunk_ranges
-from backends.llvm.match import VectorConfig, host_vector_bytes, panel, panel_split
+from backends.llvm.match import VectorConfig, analyse, host_vector_bytes, panel, panel_split
+from backends.llvm.microkernel import cache_blocks
 from backends.llvm.schedule import plan
 from ref_interp.stripe_exec import run_stripe
 from tests.llvm_runner import assert_same, buffer_names, execute, lowered
@@ -63,7 +67,9 @@ def test_a_batch_split_stays():
     assert k.idxs[sched.split_index].name == "q" and sched.grain == 1
 
 
-@pytest.mark.parametrize(("m", "kk", "panels", "threads"), [(50, 37, 4, 4), (7, 3, 3, 3), (61, 70, 8, 4), (20, 5, 9, 2)])
+@pytest.mark.parametrize(
+    ("m", "kk", "panels", "threads"), [(50, 37, 4, 4), (7, 3, 3, 3), (61, 70, 8, 4), (20, 5, 9, 2)]
+)
 def test_panel_split_exact_and_strict_bit_identical(m, kk, panels, threads):
     n = nr() * panels - 5
     a, b = ints(m, kk), ints(kk, n)
@@ -82,3 +88,39 @@ def test_panel_split_exact_and_strict_bit_identical(m, kk, panels, threads):
     rows, kernels = execute(program, {"A": x, "B": y}, {**how, "strict": True, "panel_split": False}, EIGHT)
     assert kernels[-1].schedule.grain == 1
     np.testing.assert_array_equal(rows["C"], strict["C"])  # the same sums in the same order
+
+
+SMALL_CACHES = {"L1": 4096, "L2": 65536}  # KC = 64 points, NC = 2 panels: many blocks on small sizes
+
+
+@pytest.mark.parametrize(("m", "kk", "panels"), [(23, 150, 5), (6, 64, 2), (13, 65, 1), (40, 7, 3)])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_cache_blocks_exact_and_strict_bit_identical(m, kk, panels, threads):
+    """The cache-blocked path (K blocks of 64 points, two panels a block, partial last ones,
+    leftover columns and rows) sums every element in the same order as the whole-K tiles."""
+    n = nr() * panels + 9
+    x = RNG.standard_normal((m, kk)).astype(np.float32)
+    y = RNG.standard_normal((kk, n)).astype(np.float32)
+    program = lowered(MATMUL, {"A": x, "B": y})
+    how = {"threads": threads, "min_parallel_points": 1, "cache_bytes": SMALL_CACHES}
+    strict, kernels = execute(program, {"A": x, "B": y}, {**how, "strict": True}, EIGHT)
+    assert_same(strict, run_stripe(program, {"A": x, "B": y}))
+    whole, plain = execute(program, {"A": x, "B": y}, {**how, "strict": True, "cache_blocks": False}, EIGHT)
+    np.testing.assert_array_equal(whole["C"], strict["C"])
+    blocked = kernels[-1].library.source != plain[-1].library.source
+    # blocked when the micro-kernel packs (two row tiles or more) and there are two blocks or more
+    assert blocked == (m >= 12 and kk > 64)
+    a, b = ints(m, kk), ints(kk, n)
+    got, _ = execute(program, {"A": a, "B": b}, how, EIGHT)
+    np.testing.assert_array_equal(got["C"], a @ b)
+
+
+def test_cache_blocks_follow_the_cache_sizes():
+    k = lowered(MATMUL, {"A": ints(64, 2000), "B": ints(2000, 512)}).stmts[0].stmts[-1]
+    dims = {r.into: r.shape.dims for r in k.refs}
+    shape = analyse(k, dims, {r.into: r.shape.dtype for r in k.refs}, None)
+    assert cache_blocks(k, shape, 6, 64, CFG) is None  # no cache sizes: whole reductions
+    big = replace(CFG, l1_bytes=48 << 10, l2_bytes=2 << 20)
+    assert cache_blocks(k, shape, 6, 64, big) == (512, 512, 512)  # 6 rows of A: 12 KiB; B: 1 MiB
+    small = replace(CFG, l1_bytes=32 << 10, l2_bytes=1 << 20)
+    assert cache_blocks(k, shape, 6, 64, small) == (320, 384, 320)

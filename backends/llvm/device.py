@@ -17,7 +17,10 @@ plain loops, not ``microkernel``'s register tiles; ``strict`` also turns off its
 multiply-add), ``min_parallel_points`` (smaller kernels run whole, default 16384), ``soft_half``
 (float16 conversions in integer code instead of F16C), ``buffer_dtypes`` (buffer name -> dtype,
 for kernels whose refinements convert from their buffer's type; by default a buffer holds the
-type of the kernel's first refinement of it).
+type of the kernel's first refinement of it), ``panel_split`` (False: a matmul's threads divide
+its rows, never its panels, ``match.panel_split``), ``cache_bytes`` (memory name -> bytes: the
+``L1`` and ``L2`` the micro-kernel's cache blocks fit; the runner passes the optimizer config's,
+else the host's, ``host_caches``), ``cache_blocks`` (False: every tile runs its whole reduction).
 """
 
 from __future__ import annotations
@@ -118,6 +121,34 @@ def host_available_memory() -> tuple[int | None, str]:
     except (OSError, ValueError):
         pass
     return avail, what
+
+
+def host_caches() -> dict[str, int]:
+    """One core's data cache sizes in bytes by level (``L1``, ``L2``, ``L3``), from Linux's sysfs;
+    the levels it does not report are missing."""
+    out: dict[str, int] = {}
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:
+        return out
+    for entry in entries:
+        try:
+            with open(f"{root}/{entry}/level", encoding="ascii") as f:
+                level = f.read().strip()
+            with open(f"{root}/{entry}/type", encoding="ascii") as f:
+                kind = f.read().strip()
+            with open(f"{root}/{entry}/size", encoding="ascii") as f:
+                size = f.read().strip()
+        except OSError:
+            continue
+        if kind in ("Data", "Unified") and size:
+            scale = units.get(size[-1], 1)
+            digits = size[:-1] if size[-1] in units else size
+            if digits.isdigit():
+                out[f"L{level}"] = int(digits) * scale
+    return out
 
 
 def env_threads() -> int | None:
@@ -227,10 +258,13 @@ class LlvmCompiler(Compiler):
         threads = int(settings.get("threads", self.threads))
         f16c = "+f16c" in features.split(",") and not settings.get("soft_half", False)
         dtypes = settings.get("buffer_dtypes") or {}
+        caches = {**host_caches(), **(settings.get("cache_bytes") or {})}
         vector = VectorConfig(
             host_vector_bytes(features) if settings.get("microkernel", True) else 0,
             fma=not settings.get("strict", False),
             reassoc=not settings.get("strict", False),
+            l1_bytes=int(caches.get("L1", 0)) if settings.get("cache_blocks", True) else 0,
+            l2_bytes=int(caches.get("L2", 0)),
         )
         reorder = bool(settings.get("reorder", True))
         schedules = []
@@ -458,9 +492,15 @@ class LlvmCpuDevice(Device):
         return MemoryLimit(total=avail, what=what) if avail is not None else MemoryLimit()
 
     def hardware(self, hw):
-        """Cores: one execution unit per worker thread."""
+        """Cores: one execution unit per worker thread; the config's ``L1`` and ``L2`` memories
+        get the host's cache sizes where Linux reports them (``host_caches``)."""
         units = {k: replace(u, count=self.pool.size) for k, u in hw.exec_units.items()}
-        return replace(hw, exec_units=units)
+        caches = host_caches()
+        mems = {
+            k: replace(m, size_KiB=caches[k] / 1024) if k in ("L1", "L2") and k in caches else m
+            for k, m in hw.mem_units.items()
+        }
+        return replace(hw, exec_units=units, mem_units=mems)
 
 
 __all__ = ["LlvmCpuDevice", "LlvmKernel", "WorkerPool"]

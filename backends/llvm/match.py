@@ -23,11 +23,14 @@ class VectorConfig:
     """What the host and the precision policy allow: ``vector_bytes`` (64 AVX-512, 32 AVX2, 16
     SSE/NEON; 0 turns the micro-kernel off), whether fused multiply-add may contract ``acc + a*b``,
     and whether the plain loops' float ``+`` aggregations may be reassociated (so that LLVM
-    vectorizes a sum over a contiguous reduction index; §8.3, never under ``strict``)."""
+    vectorizes a sum over a contiguous reduction index; §8.3, never under ``strict``); the
+    sizes of a core's L1 and L2 data caches, which the micro-kernel's cache blocks fit."""
 
     vector_bytes: int = 0
     fma: bool = False
     reassoc: bool = False
+    l1_bytes: int = 0  # one core's data caches (0: unknown: no cache blocks, whole reductions)
+    l2_bytes: int = 0
 
 
 def host_vector_bytes(features: str) -> int:

@@ -68,7 +68,9 @@ class MicroKernel:
         self.red_points = 1
         for k in shape.red:
             self.red_points *= block.idxs[k].range
-        panel_bytes = self.red_points * self.nv * self.width * shape.dtype.numpy.itemsize
+        self.blocking = cache_blocks(block, shape, self.mr, self.nv * self.width, cfg)
+        chunk = self.blocking[2] if self.blocking else self.red_points
+        panel_bytes = chunk * self.nv * self.width * shape.dtype.numpy.itemsize
         self.pack_refs = [
             n
             for n, c in shape.coefs.items()
@@ -80,6 +82,9 @@ class MicroKernel:
             and panel_bytes <= PACK_LIMIT
             and rr >= 2 * self.mr
         ]
+        if not self.pack_refs:
+            self.blocking = None
+        self.kbase: ir.Value | None = None  # the first reduction point of the packed K block
         self.pack_slots: dict[str, ir.Value] = {}
         self.packed: dict[str, ir.Value] = {}
 
@@ -203,13 +208,76 @@ class MicroKernel:
         lo, hi = self.bounds[self.s.v]
         step = self.nv * self.width
         b = self.em.builder
-        end = counted_loop(b, lo, hi, lambda v0: self.rows(counters, v0, self.nv, None), step, whole=True)
+        if self.blocking:
+            end = self.blocked(counters, lo, hi)
+        else:
+            end = counted_loop(b, lo, hi, lambda v0: self.rows(counters, v0, self.nv, None), step, whole=True)
         if self.nv > 1:
             width = self.width
             end = counted_loop(b, end, hi, lambda v0: self.rows(counters, v0, 1, None), width, whole=True)
         b = self.b()
         with b.if_then(b.icmp_signed("<", end, hi)):
             self.rows(counters, end, 1, self.lane_mask(b.sub(hi, end)))
+
+    def blocked(self, counters: dict[int, ir.Value], lo: ir.Value, hi: ir.Value) -> ir.Value:
+        """The whole panels of ``[lo, hi)`` in cache blocks (``cache_blocks``): per block of
+        ``NC`` columns and ``KC`` reduction points, its panels packed together, then each row tile
+        against every panel (its rows of A stay in L1 across them), C's tile loaded and stored
+        once per block. Returns where the whole panels end."""
+        b = self.b()
+        step0, nc, chunk = self.blocking  # type: ignore[misc]
+        nr = self.nv * self.width
+        full = b.add(lo, b.mul(b.sdiv(b.sub(hi, lo), i64(nr)), i64(nr)))
+        k0 = self.s.red[0]
+        klo, khi = self.bounds[k0]
+
+        def columns(c0: ir.Value) -> None:
+            c1 = _smin(self.b(), self.b().add(c0, i64(nc)), full)
+            counted_loop(self.b(), klo, khi, lambda q0: reductions(c0, c1, q0), step0)
+
+        def reductions(c0: ir.Value, c1: ir.Value, q0: ir.Value) -> None:
+            saved = self.bounds[k0]
+            self.bounds[k0] = (q0, _smin(self.b(), self.b().add(q0, i64(step0)), khi))
+            self.kbase = q0
+
+            def panels(v0: ir.Value, body) -> None:  # each panel at its packed scratch
+                self.packed = {}
+                for ref in self.pack_refs:
+                    slot = self.pack_slot(ref, nc * chunk)
+                    at = self.b().mul(self.b().sub(v0, c0), i64(chunk))
+                    self.packed[ref] = self.b().gep(slot, [at], inbounds=True, source_etype=self.scalar)
+                body(v0)
+
+            counted_loop(self.b(), c0, c1, lambda v0: panels(v0, lambda v: self.pack(counters, v)), nr)
+            self.over_rows(
+                lambda r0, mr: counted_loop(
+                    self.b(),
+                    c0,
+                    c1,
+                    lambda v0: panels(v0, lambda v: self.tile(counters, v, self.nv, None, r0, mr)),
+                    nr,
+                )
+            )
+            self.bounds[k0] = saved
+            self.kbase = None
+
+        counted_loop(b, lo, full, columns, nc)
+        self.packed = {}
+        return full
+
+    def over_rows(self, tile: Callable[[ir.Value, int], None]) -> None:
+        """``tile(r0, mr)`` over the row index's bounds: whole ``MR`` tiles, then single rows."""
+        lo, hi = self.bounds[self.s.r]
+        end = lo
+        if self.mr > 1:
+            end = counted_loop(self.em.builder, lo, hi, lambda r0: tile(r0, self.mr), self.mr, whole=True)
+        for_range(self.em, end, hi, lambda r0: tile(r0, 1))
+
+    def pack_slot(self, ref: str, count: int) -> ir.Value:
+        slot = self.pack_slots.get(ref)
+        if slot is None:
+            slot = self.pack_slots[ref] = self.em.alloca(self.scalar, count)
+        return slot
 
     def rows(self, counters, v0: ir.Value, nv: int, lanes: ir.Value | None) -> None:
         self.packed = {}
@@ -218,15 +286,7 @@ class MicroKernel:
         if self.s.r is None:
             self.tile(counters, v0, nv, lanes, None, 1)
             return
-        lo, hi = self.bounds[self.s.r]
-        end = lo
-        if self.mr > 1:
-            mr = self.mr
-            tile = self.tile
-            end = counted_loop(
-                self.em.builder, lo, hi, lambda r0: tile(counters, v0, nv, lanes, r0, mr), mr, whole=True
-            )
-        for_range(self.em, end, hi, lambda r0: self.tile(counters, v0, nv, lanes, r0, 1))
+        self.over_rows(lambda r0, mr: self.tile(counters, v0, nv, lanes, r0, mr))
 
     def tile(self, counters, v0, nv: int, lanes, r0, mr: int) -> None:
         s, b, em = self.s, self.b(), self.em
@@ -350,11 +410,8 @@ class MicroKernel:
         reduction points into contiguous scratch (reduction points row-major, ``NR`` floats
         each): the rows of the tiles then stream it without cache-set conflicts or TLB misses."""
         s = self.s
-        width = self.nv * self.width
         for ref in self.pack_refs:
-            slot = self.pack_slots.get(ref)
-            if slot is None:
-                slot = self.pack_slots[ref] = self.em.alloca(self.scalar, self.red_points * width)
+            slot = self.packed.get(ref) or self.pack_slot(ref, self.red_points * self.nv * self.width)
             base = {**counters, s.v: v0}
 
             def copy(red: dict[int, ir.Value], ref=ref, slot=slot, base=base) -> None:
@@ -379,9 +436,11 @@ class MicroKernel:
         """The row-major position of the reduction point ``counters`` among all of them."""
         b = self.b()
         out: ir.Value = i64(0)
-        for k in self.s.red:
-            rng = self.block.idxs[k].range
-            out = counters[k] if out is i64(0) else b.add(b.mul(out, i64(rng)), counters[k])
+        for j, k in enumerate(self.s.red):
+            c = counters[k]
+            if j == 0 and self.kbase is not None:  # a K block's scratch starts at its first point
+                c = b.sub(c, self.kbase)
+            out = c if j == 0 else b.add(b.mul(out, i64(self.block.idxs[k].range)), c)
         return out
 
     def packed_at(self, slot: ir.Value, line: ir.Value, n: int) -> ir.Value:
@@ -436,6 +495,34 @@ class MicroKernel:
             x = view.read(self.em, b.add(pos, at) if lane else pos)
             out = b.insert_element(out, x, ir.Constant(I32, lane))
         return out
+
+
+def _smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def cache_blocks(block: Block, shape: Shape, mr: int, nr: int, cfg: VectorConfig):
+    """``(KC0, NC, KC)`` for the cache-blocked path (``MicroKernel.blocked``), or None without
+    cache sizes: ``KC`` reduction points (``KC0`` of the first reduction index, the others
+    whole) so that a tile's ``MR`` rows of A take a quarter of L1, and ``NC`` columns (whole
+    panels) so that the packed ``KC x NC`` block of B takes half of L2."""
+    if not (cfg.l1_bytes and cfg.l2_bytes and shape.red and shape.r is not None):
+        return None
+    item = shape.dtype.numpy.itemsize
+    inner = 1
+    for k in shape.red[1:]:
+        inner *= block.idxs[k].range
+    want = max(64, cfg.l1_bytes // (4 * mr * item) // 64 * 64)
+    step0 = max(1, min(block.idxs[shape.red[0]].range, want // inner))
+    chunk = step0 * inner
+    nc = max(nr, cfg.l2_bytes // 2 // (chunk * item) // nr * nr)
+    columns = -(-block.idxs[shape.v].range // nr) * nr
+    if step0 == block.idxs[shape.red[0]].range and nc >= columns:
+        return None  # one block: the whole-reduction tiles do the same with less scratch
+    nc = min(nc, columns)  # no more scratch than the columns need
+    if nc * chunk * item > PACK_LIMIT:
+        return None
+    return step0, nc, chunk
 
 
 def _combine(op, x: list[list[ir.Value]], y: list[list[ir.Value]]) -> list[list[ir.Value]]:
