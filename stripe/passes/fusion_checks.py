@@ -62,12 +62,15 @@ def _per_block(fn: Callable[[Block], _T]) -> Callable[[Block], _T]:
         if memo is None:
             return fn(block)
         hit = memo.get(id(block))
-        if hit is None or hit[0] is not block:
-            hit = memo[id(block)] = (block, {})
-        found = hit[1]
-        if name not in found:
-            found[name] = fn(block)
-        return found[name]  # type: ignore[return-value]
+        if hit is not None and hit[0] is block:
+            found = hit[1]
+            if name in found:
+                return found[name]  # type: ignore[return-value]
+        else:
+            found = {}
+            memo[id(block)] = (block, found)
+        result = found[name] = fn(block)
+        return result
 
     wrapper.__name__ = name
     wrapper.__doc__ = fn.__doc__
@@ -171,9 +174,10 @@ def _all_fixed(block: Block) -> dict[str, dict[int, tuple[str, int, object]]]:
             c = a.terms[0][1]
             if c.denominator != 1 or c.numerator < 1:
                 continue
+            c = c.numerator  # an int: the comparisons below stay off Fraction's slow path
             lo, hi = spreads.get((ref.into, d), (0, 0))
             if 0 <= lo and hi < c:
-                out[d] = (a.terms[0][0], int(c), a.const)
+                out[d] = (a.terms[0][0], c, a.const)
         result[ref.into] = out
     return result
 
@@ -200,29 +204,33 @@ def _reads_writes(block: Block) -> tuple[set[str], set[str]]:
 
 @_per_block
 def _inout_disjoint(block: Block) -> bool:
-    """Every buffer ``block`` both reads and writes passes ``_disjoint_points``."""
+    """Every buffer ``block`` both reads and writes has one refinement, whose element fixes every
+    index: the block's points touch disjoint elements of it."""
     reads, writes = by_source(block)
+    both = set(reads) & set(writes)
+    if not both:
+        return True
     views: dict[str, list[Refinement]] = {}
     for r in block.refs:
         views.setdefault(r.source, []).append(r)
-    return all(_disjoint_points(block, views[src]) for src in set(reads) & set(writes))
+    fixed = _all_fixed(block)
+    names = {i.name for i in block.idxs}
+    for src in both:
+        refs = views[src]
+        if len(refs) != 1 or not {f[0] for f in fixed[refs[0].into].values()} >= names:
+            return False
+    return True
 
 
 @_per_block
 def _fixed_by_writes(block: Block) -> set[str]:
     """The indexes of ``block`` that every element it writes fixes (``fixed_dims`` of each write)."""
     out = {i.name for i in block.idxs}
+    fixed = _all_fixed(block)
     for refs in by_source(block)[1].values():
         for r in refs:
-            out &= {f[0] for f in fixed_dims(block, r).values()}
+            out &= {f[0] for f in fixed[r.into].values()}
     return out
-
-
-def _disjoint_points(block: Block, refs: list[Refinement]) -> bool:
-    """One refinement whose element fixes every index: the block's points touch disjoint elements."""
-    if len(refs) != 1:
-        return False
-    return {f[0] for f in fixed_dims(block, refs[0]).values()} >= {i.name for i in block.idxs}
 
 
 def fused_pairs(a: Block, b: Block, parent_refs: set[str]) -> list[tuple[str, str]] | None:
@@ -241,6 +249,7 @@ def fused_pairs(a: Block, b: Block, parent_refs: set[str]) -> list[tuple[str, st
         return None
     range_a = {i.name: i.range for i in a.idxs}
     range_b = {i.name: i.range for i in b.idxs}
+    fixed_a, fixed_b = _all_fixed(a), _all_fixed(b)
 
     # Candidates: per T, the dims where A writes c*a + k (+ [0, c)) and B reads c*b + k (+ [0, c)).
     cand: dict[str, dict[int, tuple[str, str]]] = {}
@@ -253,8 +262,8 @@ def fused_pairs(a: Block, b: Block, parent_refs: set[str]) -> list[tuple[str, st
         writer[t] = a_refs[0]
         readers[t] = [r for r in b.refs if r.source == t]
         per: dict[int, tuple[str, str]] = {}
-        b_fixed = [fixed_dims(b, r) for r in readers[t]]
-        for d, (av, c, k) in fixed_dims(a, writer[t]).items():
+        b_fixed = [fixed_b[r.into] for r in readers[t]]
+        for d, (av, c, k) in fixed_a[writer[t].into].items():
             seen = {f.get(d) for f in b_fixed}
             if len(seen) != 1 or None in seen:
                 continue
