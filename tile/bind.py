@@ -23,6 +23,7 @@ from tile.bounds import check_bounded
 from tile.builtins import BUILTINS
 from tile.dtypes import DType, arithmetic, literal_int_type, promote
 from tile.errors import Span, TileIndexError, TileInputError, TileNameError, TileShapeError, TileTypeError
+from tile.gc_pause import paused_gc
 from tile.prng import pair_prng, state_inputs
 from tile.shapes import fmt_shape, is_concrete, same_size, size_binop
 from tile.simple_reduce import as_contraction, is_simple_reduce
@@ -45,6 +46,7 @@ from tile.typed import (
 _SCALAR_I32 = TensorType(DType.INT32, ())
 
 
+@paused_gc()  # a long program is hundreds of thousands of objects: no cycle hunts meanwhile
 def bind(
     program: ast.Program, inputs: Mapping[str, TensorType], values: Mapping[str, object] | None = None
 ) -> BoundProgram:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from tile import ast
 from tile.errors import Source, Span, TileSyntaxError
+from tile.gc_pause import paused_gc
 from tile.lexer import Token, tokenize
 
 _AGG = {
@@ -50,6 +51,7 @@ _AGG = {
 _COMB = {"*": ast.CombOp.MUL, "+": ast.CombOp.ADD, "==": ast.CombOp.EQ}
 
 
+@paused_gc()  # a long program is hundreds of thousands of objects: no cycle hunts meanwhile
 def parse(text: str, name: str = "<string>") -> ast.Program:
     """Parse Tile source text into a ``Program``; raises ``TileSyntaxError`` with a location."""
     source = Source(text, name)

@@ -63,6 +63,7 @@ from backends.llvm.threads import NativePool
 from stripe.ir import Block
 from tile.dtypes import DType
 from tile.errors import TileRuntimeError
+from tile.gc_pause import paused_gc
 
 _KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 _init_lock = threading.Lock()
@@ -250,6 +251,7 @@ class LlvmCompiler(Compiler):
     def __init__(self, threads: int):
         self.threads = threads
 
+    @paused_gc()  # code generation makes many objects: no cycle hunts over them meanwhile
     def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library:
         start = time.perf_counter()
         settings = dict(settings or {})
