@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from backends.llvm.schedule import Schedule
+from stripe.gemm import match, one_to_one
 from stripe.ir import Block, Dim, Intrinsic, Load, RefDir, Store
+from tile.affine import Affine
 from tile.dtypes import DType
 
 AGGS = ("add", "max", "min")  # max/min: the scalar code's NaN-wins select, lane-wise
@@ -112,11 +114,9 @@ def analyse(
     oc = coefs[out]
     owned = [k for k in free if oc[k] != 0]
     red = tuple(k for k in free if oc[k] == 0)
-    spread = 0
-    for k in sorted(owned, key=lambda k: abs(oc[k])):
-        if abs(oc[k]) <= spread:
-            return None  # two owned points might write one element
-        spread += abs(oc[k]) * (block.idxs[k].range - 1)
+    offset = sum((Affine.var(names[k]) * oc[k] for k in owned), Affine.constant(0))
+    if not one_to_one(offset, tuple(block.idxs[k] for k in owned)):
+        return None  # two owned points might write one element (the GEMM analysis' test)
     in_cons = {v for c in block.constraints for v in c.vars}
     vs = [k for k in owned if oc[k] == 1 and names[k] not in in_cons]
     if not vs or (bounded is not None and bounded in red):
@@ -148,21 +148,25 @@ def panel_split(
     stride), every thread packs every panel of B for its few rows: with 16 threads the packing is
     done 16 times and outweighs a thread's share of the work at 1024. Split over the vector index
     in whole panels, each thread packs only its own panels, once, and streams every row of A
-    past them. Taken when the kernel matches at kernel level, ``plan`` split its row index, some
-    operand is read along the panels by every row (the one packed), and there are at least
-    ``threads`` panels, a multiple of ``threads`` or at least four each (else the last panels
-    leave threads idle)."""
+    past them. Taken when the kernel is a GEMM (``stripe.gemm.match``) that the micro-kernel
+    matches at kernel level, ``plan`` split an M index and the panels run along N, and there are
+    at least ``threads`` panels, a multiple of ``threads`` or at least four each (else the last
+    panels leave threads idle)."""
     if threads < 2 or not cfg.vector_bytes or not sched.split or not kernel.idxs:
         return sched
     dims = {r.into: r.shape.dims for r in kernel.refs}
     dts = {r.into: buf_dtypes.get(r.source, r.shape.dtype) for r in kernel.refs}
     shape = analyse(kernel, dims, dts, None)
-    if shape is None or shape.r is None or sched.split_index != shape.r:
+    if shape is None or shape.r is None:
         return sched
-    shared = [n for n, c in shape.coefs.items() if n != shape.out and c[shape.v] and not c[shape.r]]
-    if not shared:  # no operand every row reads (a batch index as the rows): nothing packed twice
-        return sched
+    # the GEMM view (stripe.gemm): the split index must be in M, the panels' index in N, and
+    # so the second operand (N and K), the one packed, read alike by every row
+    sources = {r.source: dts[r.into] for r in kernel.refs}
+    gemm = match(kernel, tuple(sources), sources, reorder=False)
     v = kernel.idxs[shape.v]
+    split = kernel.idxs[sched.split_index].name
+    if gemm is None or split not in gemm.m.names or v.name not in gemm.n.names:
+        return sched
     width, nv = panel(v.range, cfg, shape.dtype)
     panels = -(-v.range // (width * nv))
     if panels < threads or (panels % threads and panels < 4 * threads):
