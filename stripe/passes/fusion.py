@@ -48,7 +48,15 @@ from dataclasses import dataclass
 
 from stripe.hardware import Hardware
 from stripe.ir import Block, Dim, Index, RefDir, Refinement, Statement, TensorShape, evolve
-from stripe.passes.fusion_checks import by_source, fixed_dims, forget, fused_pairs, kind, remembering
+from stripe.passes.fusion_checks import (
+    by_source,
+    fixed_dims,
+    forget,
+    fused_pairs,
+    inherit,
+    kind,
+    remembering,
+)
 from stripe.passes.registry import register
 from stripe.passes.rewrite import (
     Context,
@@ -118,6 +126,7 @@ def _fuse_statements(parent: Block, cfg: FusionConfig) -> Block | None:
             i += 1
             continue
         stmts[i : j + 1] = [*stmts[i + 1 : j], fused]
+        inherit(fused, a)  # a chain's fused block starts with A's statements
         forget(a, b)  # replaced: only the blocks nested in them are asked about again
         changed = True
         # The fused block may now fuse with the block before it (and the specials between).

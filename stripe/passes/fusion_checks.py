@@ -52,6 +52,38 @@ def forget(*blocks: Block) -> None:
             del memo[id(b)]
 
 
+_FOLDS = ("_kids_ok", "_spreads", "_reads_writes")  # analyses that fold over a block's statements
+
+
+def inherit(new: Block, old: Block) -> None:
+    """``new``'s statements begin with all of ``old``'s (a chain's fused block is the one before
+    plus one inner block): what ``old``'s folds over its statements found carries over, so the
+    analyses of ``new`` cost its new statements, not all of them again."""
+    memo: _Memo | None = getattr(_local, "memo", None)
+    hit = memo.get(id(old)) if memo is not None else None
+    if memo is None or hit is None or hit[0] is not old:
+        return
+    folds = {k: v for k, v in hit[1].items() if k in _FOLDS}
+    n = len(old.stmts)
+    if not folds or len(new.stmts) < n or any(x is not y for x, y in zip(new.stmts, old.stmts)):
+        return
+    entry = memo.get(id(new))
+    if entry is None or entry[0] is not new:
+        entry = memo[id(new)] = (new, {})
+    entry[1]["_prefix"] = (n, folds)
+
+
+def _prefix(block: Block, name: str) -> tuple[int, object]:
+    """``(n, value)``: the fold ``name`` over the first ``n`` statements of ``block``, where
+    ``inherit`` gave it; else ``(0, None)``."""
+    memo: _Memo | None = getattr(_local, "memo", None)
+    hit = memo.get(id(block)) if memo is not None else None
+    if hit is None or hit[0] is not block or "_prefix" not in hit[1]:
+        return 0, None
+    n, folds = hit[1]["_prefix"]
+    return (n, folds[name]) if name in folds else (0, None)
+
+
 def _per_block(fn: Callable[[Block], _T]) -> Callable[[Block], _T]:
     """``fn`` remembered per block object inside ``remembering()``; computed afresh outside.
     Results must not be mutated."""
@@ -101,13 +133,27 @@ def _own_kind(block: Block) -> str | None:
 
 @_per_block
 def _nested_ok(block: Block) -> bool:
-    if not block.stmts or not all(isinstance(s, Block) for s in block.stmts):
+    if not block.stmts:
         return False
-    names = {r.into for r in block.refs}
-    for child in block.stmts:
-        if any(r.source not in names for r in child.refs) or not _child_ok(child):
-            return False  # a local allocation, or see _child_ok
-    return True
+    ok, sources = _kids_ok(block)
+    return ok and sources <= {r.into for r in block.refs}  # else a local allocation in a child
+
+
+@_per_block
+def _kids_ok(block: Block) -> tuple[bool, frozenset[str]]:
+    """Whether every statement of ``block`` is a block passing ``_child_ok``, and the names those
+    blocks refine (a fold over the statements: see ``inherit``)."""
+    start, seed = _prefix(block, "_kids_ok")
+    ok, sources = seed if seed is not None else (True, frozenset())  # type: ignore[misc]
+    more: set[str] = set()
+    for child in block.stmts[start:]:
+        if not ok:
+            break
+        if not isinstance(child, Block):
+            return False, frozenset()
+        more.update(r.source for r in child.refs)
+        ok = _child_ok(child)
+    return ok, sources | more
 
 
 @_per_block
@@ -126,8 +172,9 @@ def _spreads(block: Block) -> dict[tuple[str, int], tuple[int, int]]:
     """The least and greatest offsets that blocks nested in ``block`` add, in dim ``d``, to the
     position of its refinement ``name``: ``{(name, d): (lo, hi)}`` ((0, 0) where absent: the
     block's own loads and stores), every refinement and dim in one walk."""
-    out: dict[tuple[str, int], tuple[int, int]] = {}
-    for child in block.stmts:
+    start, seed = _prefix(block, "_spreads")  # a fold over the statements: see ``inherit``
+    out: dict[tuple[str, int], tuple[int, int]] = dict(seed) if seed is not None else {}  # type: ignore[call-overload]
+    for child in block.stmts[start:]:
         if isinstance(child, Block):
             for key, (a, b) in _offsets(child).items():
                 lo, hi = out.get(key, (0, 0))
@@ -198,8 +245,14 @@ def by_source(block: Block) -> tuple[dict[str, list[Refinement]], dict[str, list
 
 @_per_block
 def _reads_writes(block: Block) -> tuple[set[str], set[str]]:
-    """``reads_writes``, remembering nested blocks' answers too."""
-    return reads_writes(block, _reads_writes)
+    """``reads_writes``, remembering nested blocks' answers too (a fold over the statements: see
+    ``inherit``)."""
+    start, seed = _prefix(block, "_reads_writes")
+    reads, writes = reads_writes(block, _reads_writes, start)
+    if seed is not None:
+        reads |= seed[0]  # type: ignore[index]
+        writes |= seed[1]  # type: ignore[index]
+    return reads, writes
 
 
 @_per_block

@@ -122,14 +122,15 @@ def stmt_refs(s: Statement) -> tuple[frozenset[str], frozenset[str]]:
 
 
 def reads_writes(
-    block: Block, nested: Callable[[Block], tuple[set[str], set[str]]] | None = None
+    block: Block, nested: Callable[[Block], tuple[set[str], set[str]]] | None = None, start: int = 0
 ) -> tuple[set[str], set[str]]:
     """The names of ``block``'s own refinements that it (or any nested block) reads and writes.
     ``nested`` answers the same for a nested block (default: this function; a pass that asks
-    again and again about the same nested blocks passes a remembering one)."""
+    again and again about the same nested blocks passes a remembering one). ``start``: only the
+    statements from there on."""
     reads: set[str] = set()
     writes: set[str] = set()
-    for s in block.stmts:
+    for s in block.stmts[start:]:
         if isinstance(s, Block):
             r, w = (nested or reads_writes)(s)
             for ref in s.refs:
