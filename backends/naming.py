@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from stripe.gemm_nest import read
 from stripe.ir import Block, Intrinsic, Load, RefDir, Special, TensorShape
 
 _AGG_NAMES = {"add": "sum", "mul": "prod", "max": "max", "min": "min", "assign": "assign"}
@@ -64,10 +65,16 @@ def _kind(block: Block, leaf: Block) -> str:
     return "_".join(["ew", *ops[:3]]) if ops else "ew_copy"
 
 
+def _plain(block: Block) -> Block:
+    """A ``gemm_tile`` nest is named and counted as the kernel it computes (``Nest.flat``)."""
+    nest = read(block) if "gpu_group" in block.tags else None
+    return nest.flat(block.name, block.tags) if nest is not None else block
+
+
 def label(block: Block) -> str:
     """``kind_extents[_ttiles]``, e.g. ``matmul_64x48x32_t1x16x32``, ``sum_4096x4096``,
     ``ew_exp_mul_1024x1024``, ``zero`` (a valid identifier after ``kernel_symbol`` sanitises)."""
-    chain = _chain(block)
+    chain = _chain(_plain(block))
     full, inner = _extents(chain)
     first = [v for b in chain for r in b.refs if r.dir is RefDir.OUT for a in r.access for v in a.vars]
     order = sorted(full, key=lambda v: first.index(v) if v in first else len(first))
@@ -82,6 +89,7 @@ def label(block: Block) -> str:
 
 def points(block: Block) -> int:
     """Index points the nest runs (constraints ignored: an upper bound)."""
+    block = _plain(block)
     inner = sum(points(s) for s in block.stmts if isinstance(s, Block))
     return block.index_space * max(1, inner)
 

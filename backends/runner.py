@@ -47,13 +47,16 @@ def device_config(device: Device, settings: Mapping | None = None) -> TargetConf
     """The optimizer config a device compiles with: ``settings["config"]`` (a path or a built-in
     config's name, such as ``opencl_gpu_tiled``) or the device's built-in one (``Device.optimizer``;
     none for a backend that names none), with the sizes the device reports filled into its
-    hardware model."""
+    hardware model. ``tiled=False`` leaves out its ``gemm_tile`` steps (GEMM kernels then run one
+    work-item per output element)."""
     settings = settings or {}
     config = settings_config(settings.get("config"))
     if config is None:
         if not device.optimizer:
             return None  # a backend with no optimizer config compiles the lowered program as it is
         config = target_config(device.optimizer)
+    if settings.get("tiled", True) is False:
+        config = replace(config, passes=tuple(s for s in config.passes if s.pass_ != "gemm_tile"))
     return replace(config, hardware=device.hardware(config.hardware))
 
 

@@ -1,13 +1,14 @@
-"""Autotuning: time the cost model's best few tilings of each autotiled block on the device, keep
+"""Autotuning: time the cost model's best few tilings of each tiled block on the device, keep
 the fastest, and remember it in the disk cache.
 
-The cost model (``stripe.cost``) ranks ``autotile``'s candidates by traffic per flop; the device
-decides. For every ``autotile`` step of the config and every block it tiles (``autotile.sites``),
-the tuner tries the first ``tune_candidates`` (default 4) of the ranking, one block at a time with
-the others at their best so far, each a full compile (``AutotileConfig.choices``) run on seeded
-small-integer inputs held on the device; a run's time is the fastest of a few calls. Then the
-code generator's own knobs, which a backend lists in ``Device.tuning_space`` (OpenCL: the tiles
-of its GEMM kernels, ``gemm_tiles``), are timed the same way against its default. A candidate
+The cost models rank the candidates (``stripe.cost`` ``autotile``'s by traffic per flop,
+``gemm_tile.GemmModel`` the GEMM kernels' work-group tiles, register blocks and K steps); the
+device decides. For every ``autotile`` or ``gemm_tile`` step of the config and every block it
+tiles (their ``sites``), the tuner tries the first ``tune_candidates`` (default 4) of the ranking,
+one block at a time with the others at their best so far, each a full compile (the step's
+``choices``) run on seeded small-integer inputs held on the device; a run's time is the fastest of
+a few calls. Then the code generator's own knobs, which a backend may list in
+``Device.tuning_space``, are timed the same way against its default. A candidate
 that fails to build or run is skipped, and so is one whose generated code an earlier candidate
 of the same block or knob already had (a knob set to the default's value). Only tilings change,
 never the program's meaning: every candidate is the same computation (on integer-valued inputs the
@@ -32,7 +33,7 @@ from backends.diskcache import cache_dir, digest, read_entry, write_entry
 from backends.hal import Device
 from stripe.config import TargetConfig
 from stripe.ir import Block
-from stripe.passes import steps
+from stripe.passes import gemm_tile, steps
 from stripe.passes.autotile import sites
 from stripe.printer import format_block
 from tile.typed import BoundProgram
@@ -43,7 +44,7 @@ _CODE_SETTINGS = ("opt", "fast_math", "local_size", "threads", "reorder", "paral
 
 @dataclass
 class Trial:
-    step: str  # the autotile step's name, or "codegen" for a code-generator setting
+    step: str  # the autotile or gemm_tile step's name, or "codegen" for a code-generator setting
     block: str  # the block's name (the setting's name)
     rank: int  # its place in the cost model's ranking (0: the model's choice)
     tiles: tuple[int, ...]
@@ -61,7 +62,7 @@ class Tuning:
 
 
 def with_choices(config: TargetConfig, choices: Mapping[str, Mapping[str, int]]) -> TargetConfig:
-    """``config`` with each autotile step's ``choices`` replaced by the tuned ones."""
+    """``config`` with each autotile or gemm_tile step's ``choices`` replaced by the tuned ones."""
     passes = tuple(
         replace(s, params=replace(s.params, choices=dict(choices[s.name]))) if s.name in choices else s
         for s in config.passes
@@ -166,13 +167,14 @@ def _space(compiled_cls, bound, device, cfg: TargetConfig, settings: Mapping) ->
 
 
 def _sites(lowered, config: TargetConfig, strict: bool) -> dict[str, dict[str, list]]:
-    """For each autotile step (by name): the blocks it tiles and their rankings, found on the
-    program as it reaches that step."""
+    """For each autotile or gemm_tile step (by name): the blocks it tiles and their rankings, found
+    on the program as it reaches that step."""
     out: dict[str, dict[str, list]] = {}
     before = lowered
+    found = {"autotile": sites, "gemm_tile": gemm_tile.sites}
     for spec, after, _ in steps(lowered, config, strict=strict):
-        if spec.pass_ == "autotile":
-            out[spec.name] = sites(before, spec.params, config.hardware)
+        if spec.pass_ in found:
+            out[spec.name] = found[spec.pass_](before, spec.params, config.hardware)
         before = after
     return out
 

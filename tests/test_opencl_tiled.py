@@ -1,4 +1,5 @@
-"""The work-group-tiled OpenCL kernels of GEMM-shaped contractions (``backends.clike.tiled``).
+"""The work-group-tiled OpenCL kernels of GEMM-shaped contractions: the ``gemm_tile`` pass's
+nests, read back (``stripe.gemm_nest``) and emitted by ``backends.clike.tiled``.
 
 Integer-valued inputs compare exactly with numpy and the interpreter at sizes that are multiples
 of no tile (1, 3, primes, 1000); random floats compare within ``k·eps·K·max`` (fma and a blocked
@@ -14,10 +15,11 @@ import pytest
 
 import ref_interp
 from backends.clike import generate
-from backends.clike.contraction import match
-from backends.clike.tiled import GemmTilesError, choose_tiles
+from backends.clike.tiled import Tiles
 from backends.opencl.target import OpenCLTarget
-from backends.runner import CompiledProgram
+from backends.runner import CompiledProgram, device_config
+from backends.tune import with_choices
+from stripe.gemm_nest import read
 from tests.opencl_support import DEVICE_ID, check, device, ints, requires_opencl, run
 from tile import parse
 from tile.bind import bind
@@ -73,7 +75,7 @@ def test_output_transposed_swaps_roles():
     a, b = np.zeros((40, 9), np.float32), np.zeros((9, 130), np.float32)
     cp = CompiledProgram(bind(prog, input_types(prog, {"A": a, "B": b})), device(), {})
     k = max(cp.infos, key=lambda i: i.flops)
-    g = match(k.block, k.buffers, dict(zip(k.buffers, k.buffer_dtypes)), reorder=True)
+    g = read(k.block).gemm
     assert [ix.name for ix in g.n.idxs] == ["m"] and g.b.ref.source == "A"
     rng = np.random.default_rng(2)
     a, b = ints(rng, (40, 9)), ints(rng, (9, 130))
@@ -160,14 +162,14 @@ def test_not_matched_stays_general():
 
 
 def test_tile_choice_and_plain_c_target():
-    """128x128 tiles of 8x8 for big outputs, smaller for small ones; plain C has no work-groups."""
+    """The tiles are the nest's (128 rows of 8 per work-item for a big M, 32 columns of 4 for a
+    small N); plain C has no work-groups and runs the nest as loops."""
     prog = parse(MM)
     a = np.zeros((300, 8), np.float32)
     b = np.zeros((8, 40), np.float32)
     cp = CompiledProgram(bind(prog, input_types(prog, {"A": a, "B": b})), device(), {})
     k = max(cp.infos, key=lambda i: i.flops)
-    g = match(k.block, k.buffers, dict(zip(k.buffers, k.buffer_dtypes)), reorder=True)
-    t = choose_tiles(g)
+    t = Tiles.of(read(k.block))
     assert (t.tm, t.tn, t.rm, t.rn, t.threads) == (128, 32, 8, 4, 128)
     ocl = generate(OpenCLTarget(), [k], {})[0]
     assert ocl.local == t.threads and ocl.work_items == 3 * 2 * t.threads  # 300 = 3 tiles, 40 = 2
@@ -176,16 +178,35 @@ def test_tile_choice_and_plain_c_target():
     assert generate(CTarget(), [k], {})[0].local == 0
 
 
-def test_gemm_tiles_setting():
-    """A forced tiling (what a tuner tries) gives the same exact answer; a bad one is refused."""
+def test_choices_are_other_tilings():
+    """The pass's ``choices`` (what the tuner tries) give other tiles, named in the kernel, and the
+    same exact answer."""
     rng = np.random.default_rng(8)
     a, b = ints(rng, (70, 33)), ints(rng, (33, 45))
-    for tiles in ([64, 32, 4, 4, 8], [32, 64, 4, 8, 16]):
-        got = run(MM, {"A": a, "B": b}, settings={"gemm_tiles": tiles, "cache": False})["C"]
-        np.testing.assert_array_equal(got, a @ b)
-    with pytest.raises(GemmTilesError, match="gemm_tiles") as e:
-        run(MM, {"A": a, "B": b}, settings={"gemm_tiles": [128, 128, 3, 8, 16]})
-    assert "hint" in str(e.value)
+    cfg = device_config(device())
+    names = set()
+    for rank in (0, 1, 2, 5):
+        settings = {"config": with_choices(cfg, {"tile_gemms": {"k1_C": rank}}), "cache": False}
+        cp = compiled(MM, {"A": a, "B": b}, settings)
+        names |= set(re.findall(r"void (tile_k1_\w+)\(", cp.library.source))
+        np.testing.assert_array_equal(cp({"A": a, "B": b})["C"], a @ b)
+    assert len(names) == 4
+
+
+def test_a_changed_nest_runs_as_loops():
+    """A nest the reader does not recognise (a later pass changed it) is not misread: the general
+    kernel runs it, with the same answer."""
+    from dataclasses import replace
+
+    rng = np.random.default_rng(11)
+    a, b = ints(rng, (40, 9)), ints(rng, (9, 36))
+    cp = compiled(MM, {"A": a, "B": b})
+    k = max(cp.infos, key=lambda i: i.flops)
+    assert read(k.block) is not None
+    kstep = k.block.stmts[0]
+    changed = replace(k.block, stmts=(replace(kstep, tags=kstep.tags | {"other"}),))
+    assert read(changed) is None
+    assert generate(OpenCLTarget(), [replace(k, block=changed)], {})[0].local == 0
 
 
 @pytest.mark.parametrize(
@@ -240,8 +261,9 @@ def test_kernel_names_carry_the_tiles():
     """``backends.naming`` names a kernel before the generator chooses its tiles; the tiled kernel's
     symbol adds them (work-group tile, register block, K step), and so do profiles."""
     a, b = np.ones((300, 200), np.float32), np.ones((200, 260), np.float32)
-    given = compiled(MM, {"A": a, "B": b}, {"gemm_tiles": [64, 32, 8, 4, 8]})
-    name = "tile_k1_matmul_300x260x200_t64x32r8x4k8"
+    cfg = device_config(device())
+    given = compiled(MM, {"A": a, "B": b}, {"config": with_choices(cfg, {"tile_gemms": {"k1_C": 0}})})
+    name = "tile_k1_matmul_300x260x200_t128x128r8x8k8"
     assert f"void {name}(" in given.library.source
     np.testing.assert_array_equal(given({"A": a, "B": b})["C"], a @ b)
     assert [n for n, _ in given.profile()] == ["tile_k0_zero", name]

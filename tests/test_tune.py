@@ -61,22 +61,21 @@ def test_tuned_and_untuned_results_are_equal(dev, config):
 
 @pytest.mark.skipif(OPENCL is None, reason="no usable OpenCL device")
 def test_opencl_gemm_tiles_are_tuned_too():
-    """The default OpenCL config emits a GEMM-tiled kernel: its ``gemm_tiles`` are candidates
-    (here the default and the first two of ``backends.opencl.tuning``), and remembered."""
+    """The default OpenCL config tiles GEMM kernels in its ``gemm_tile`` step: the cost model's
+    first few tilings (``GemmModel.ranking``) are timed like autotile's, and remembered."""
     feed = _feed(m=40, k=32, n=24)
-    settings = {"tune": True, "tune_candidates": 1}
+    settings = {"tune": True, "tune_candidates": 3}
     exe = tile.compile(MATMUL, OPENCL, settings)
     np.testing.assert_array_equal(exe(feed)["C"], feed["A"] @ feed["B"])
     cp = next(iter(exe._compiled.values()))
-    codegen = [t for t in cp.tuning.trials if t.step == "codegen"]
-    assert [t.rank for t in codegen] == [0, 1, 2] and codegen[1].tiles == (128, 128, 8, 8, 8)
-    fastest = min((t for t in codegen if t.seconds is not None), key=lambda t: t.seconds)
-    assert cp.tuning.settings == ({} if fastest.rank == 0 else {"gemm_tiles": list(fastest.tiles)})
-    assert all(cp.settings.get(k) == v for k, v in cp.tuning.settings.items())
+    gemm = [t for t in cp.tuning.trials if t.step == "tile_gemms"]
+    assert [t.rank for t in gemm] == [0, 1, 2] and gemm[0].tiles == (32, 32, 4, 4, 16)
+    fastest = min((t for t in gemm if t.seconds is not None), key=lambda t: t.seconds)
+    assert cp.tuning.choices["tile_gemms"] == {"k1_C": fastest.rank}
     again = tile.compile(MATMUL, OPENCL, settings)
     np.testing.assert_array_equal(again(feed)["C"], feed["A"] @ feed["B"])
     cached = next(iter(again._compiled.values())).tuning
-    assert cached.cached and cached.settings == cp.tuning.settings
+    assert cached.cached and cached.choices == cp.tuning.choices
 
 
 def test_the_choice_is_cached_and_keyed_by_shape():

@@ -26,14 +26,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from backends.clike import groupreduce
-from backends.clike.contraction import match
 from backends.clike.ops import binary, intrinsic
 from backends.clike.specials import emit_special
 from backends.clike.target import CTarget, Value, wrap
-from backends.clike.tiled import GemmEmitter, choose_tiles
+from backends.clike.tiled import GemmEmitter, Tiles
 from backends.clike.views import View
 from backends.hal import KernelInfo, kernel_symbol
 from backends.llvm.schedule import plan
+from stripe.gemm_nest import read
 from stripe.ir import (
     AGG_OPS,
     Block,
@@ -170,13 +170,18 @@ class KernelEmitter:
         return KernelSource(self.symbol, text, work, owned)
 
     def tiled(self) -> KernelSource | None:
-        """A GEMM-shaped contraction on a target with work-groups: the tiled kernel (``tiled``)."""
+        """A ``gemm_tile`` nest on a target with work-groups: the tiled kernel (``tiled``), its tiles
+        read from the nest (``stripe.gemm_nest``)."""
         if not self.t.workgroups:
             return None
-        g = match(self.block, tuple(self.info.buffers), self.buf_dtypes, reorder=self.t.contract)
-        if g is None:
+        nest = read(self.block)
+        if nest is None:
             return None
-        tiles = choose_tiles(g, self.t.compute_units, self.t.gemm_tiles)
+        g = nest.gemm
+        ops = [o for o in (g.a, g.b, g.out) if o is not None]
+        if any(self.buf_dtypes.get(o.ref.source) is not g.dtype for o in ops):
+            return None
+        tiles = Tiles.of(nest)
         emitter = GemmEmitter(self.t, g, self.ptrs, tiles, self.t.contract, self.epilogue(g))
         symbol = f"{self.symbol}_{tiles.suffix}"  # the name carries the tiles chosen here
         text, work, local = emitter.source(symbol, self.params)

@@ -103,8 +103,6 @@ class CTarget:
         self.exact_div = exact_div
         self.fast_math = fast_math
         self.contract = False  # may fuse a*b+c into fma and reorder a float sum (not strict mode)
-        self.compute_units = 0  # work-groups that run at once (tiled contractions fill them)
-        self.gemm_tiles: tuple[int, ...] | None = None  # tiles forced by the gemm_tiles setting
         self.uses: dict[DType, str] = {}  # dtype -> where it was first needed
         self.where = ""  # what is being generated, for ``uses``
         self.helpers: set[str] = set()  # helper functions the code calls

@@ -34,33 +34,33 @@ and K in Stripe order (the interpreter's), so the result is bit-identical to the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from backends.clike.contraction import Gemm, Group, Operand
 from backends.clike.target import CTarget
+from stripe.gemm import Gemm, Group, Operand
+from stripe.gemm_nest import Nest
 from tile.affine import Affine
 from tile.dtypes import DType
-from tile.errors import TileError
 
 INT32_SAFE = (1 << 31) - (1 << 22)
 
 
-class GemmTilesError(TileError):
-    """The ``gemm_tiles`` setting names tiles the kernel template cannot use."""
-
-    kind = "settings error"
-
-
 @dataclass(frozen=True)
 class Tiles:
-    """Work-group tile ``tm x tn``, register block ``rm x rn`` per work-item, K step ``kt``."""
+    """Work-group tile ``tm x tn``, register block ``rm x rn`` per work-item, K step ``kt`` (flat),
+    and ``per``: each index's tile (index name -> points), as the ``gemm_tile`` nest has them."""
 
     tm: int
     tn: int
     rm: int
     rn: int
     kt: int
+    per: dict[str, int]
+
+    @staticmethod
+    def of(nest: Nest) -> Tiles:
+        s = nest.shape
+        return Tiles(s.tm, s.tn, s.rm, s.rn, s.kt, dict(nest.tiles))
 
     @property
     def threads(self) -> int:
@@ -68,48 +68,17 @@ class Tiles:
 
     @property
     def suffix(self) -> str:
-        """What the kernel's name adds (``backends.naming`` names it before the tiles are chosen):
+        """What the kernel's name adds (``backends.naming`` names it before the tiles are read):
         ``t128x128r8x8k8``, the work-group tile, the register block and the K step."""
         return f"t{self.tm}x{self.tn}r{self.rm}x{self.rn}k{self.kt}"
 
 
-def choose_tiles(g: Gemm, units: int = 0, given: Sequence[int] | None = None) -> Tiles:
-    """``given`` (``tm, tn, rm, rn, kt``, the ``gemm_tiles`` setting) when it is valid, else the
-    largest of 128/64/32 that the output's M and N fill (8x8 per work-item at 128, 64x64 tiles of
-    8x4 beside a 64-wide N); a 128 side halves while there are fewer work-groups than compute
-    units (``units``). Chosen by measurement on an H100 (bench/RESULTS.md)."""
-    if given is not None:
-        t = Tiles(*(int(v) for v in given))
-        ok = all(v > 0 and v & (v - 1) == 0 for v in given) and t.rm % 4 == 0 and t.rn % 4 == 0
-        if ok and t.tm % t.rm == 0 and t.tn % t.rn == 0 and 1 <= t.threads <= 1024:
-            if (t.tm * t.kt) % t.threads == 0 and (t.tn * t.kt) % t.threads == 0:
-                return t
-        raise GemmTilesError(
-            f"the gemm_tiles setting {list(given)} does not make a tiling",
-            None,
-            hint="give [tm, tn, rm, rn, kt], powers of two, rm and rn multiples of 4 dividing tm and "
-            "tn, at most 1024 work-items (tm/rm * tn/rn) dividing tm*kt and tn*kt; e.g. [128, 128, 8, 8, 16]",
-        )
-
-    def side(total: int) -> tuple[int, int]:
-        return (128, 8) if total >= 128 else (64, 4) if total >= 64 else (32, 4)
-
-    tm, rm = side(g.m.total)
-    tn, rn = side(g.n.total)
-
-    def groups() -> int:
-        return -(-g.m.total // tm) * -(-g.n.total // tn) * g.batch.total
-
-    if tm == 128 and tn == 64:  # 8x4 blocks over 256 work-items need 130 registers: one group per SM
-        tm = 64
-    while groups() < units and max(tm, tn) == 128:
-        if tm >= tn:
-            tm, rm = 64, 4
-        else:
-            tn, rn = 64, 4
-    # 8x8 blocks with a K step of 16 need 172 registers on an H100 (one work-group per SM); 8 fits two
-    kt = 8 if rm * rn >= 64 or g.dtype is not DType.FLOAT32 else 16
-    return Tiles(tm, tn, rm, rn, kt)
+def count(grp: Group, per: dict[str, int]) -> int:
+    """How many tiles cover ``grp``: the product of each index's tile count."""
+    out = 1
+    for ix in grp.idxs:
+        out *= -(-ix.range // per[ix.name])
+    return out
 
 
 def _span(aff: Affine, g: Gemm, ranges: dict[str, int]) -> int:
@@ -133,12 +102,10 @@ class GemmEmitter:
         self.ranges = {ix.name: ix.range for grp in (g.m, g.n, g.k, g.batch) for ix in grp.idxs}
         # rows past M (columns past N, K past its end) compute addresses they never load: widen
         # every range by a tile so that those stay in range of the integer type too
-        wide = dict(self.ranges)
-        for grp, step in ((g.m, tiles.tm), (g.n, tiles.tn), (g.k, tiles.kt)):
-            for ix in grp.idxs:
-                wide[ix.name] += step
+        wide = {v: -(-r // tiles.per[v]) * tiles.per[v] + tiles.per[v] for v, r in self.ranges.items()}
         spans = [_span(o.offset, g, wide) for o in (g.a, g.b, g.out) if o is not None]
-        totals = [g.m.total + tiles.tm, g.n.total + tiles.tn, g.k.total + 2 * tiles.kt, g.batch.total]
+        totals = [count(g.m, tiles.per) * count(g.n, tiles.per) * g.batch.total, 2 * count(g.k, tiles.per)]
+        totals += [(tiles.tm + tiles.tn) * tiles.kt + tiles.threads, *wide.values()]
         self.int = "int" if max(spans + totals) < INT32_SAFE else "long"
         self.T = t.reg(g.dtype)
 
@@ -146,21 +113,36 @@ class GemmEmitter:
         self.lines.append("    " * depth + text)
 
     # --------------------------------------------------------------- helpers
-    def decompose(self, grp: Group, flat: str, prefix: str, depth: int) -> dict[str, str]:
-        """Variables holding each index of ``grp`` at flattened position ``flat``."""
+    def decompose(
+        self, grp: Group, flat: str, prefix: str, depth: int, sizes: dict[str, int] | None = None,
+        scale: dict[str, int] | None = None, declare: bool = True,
+    ) -> dict[str, str]:
+        """Variables holding each index of ``grp`` at flattened position ``flat`` of the box of
+        ``sizes`` (default: the ranges), each times ``scale`` (a tile number to its origin);
+        ``declare=False`` assigns variables declared before."""
         out: dict[str, str] = {}
         inner = 1
         for k, ix in enumerate(reversed(grp.idxs)):
+            size = sizes[ix.name] if sizes is not None else ix.range
             outermost = k == len(grp.idxs) - 1
             at = flat if inner == 1 else f"({flat} / {inner})"
             if not outermost:
-                at = f"({at} % {ix.range})"
-            start = self.g.starts[ix.name]
+                at = f"({at} % {size})"
+            if scale is not None and scale[ix.name] != 1:
+                at = f"{at} * {scale[ix.name]}"
             var = f"{prefix}_{ix.name}"
-            self.line(f"const {self.int} {var} = {at}{f' + {start}' if start else ''};", depth)
+            self.line(f"{f'const {self.int} ' if declare else ''}{var} = {at};", depth)
             out[ix.name] = var
-            inner *= ix.range
+            inner *= size
         return out
+
+    def counts(self, grp: Group) -> dict[str, int]:
+        return {ix.name: -(-ix.range // self.tl.per[ix.name]) for ix in grp.idxs}
+
+    def inside(self, grp: Group, vals: dict[str, str]) -> list[str]:
+        """Guards keeping each index of a tile that may overhang its range inside it."""
+        per = self.tl.per
+        return [f"{vals[ix.name]} < {ix.range}" for ix in grp.idxs if ix.range % per[ix.name]]
 
     def affine(self, aff: Affine, vals: dict[str, str], only: frozenset[str] | None = None) -> str:
         """``aff`` restricted to the variables in ``only`` (all when None; the constant with all)."""
@@ -176,13 +158,15 @@ class GemmEmitter:
         return [f"{self.affine(c, vals)} >= 0" for c in affs]
 
     # ---------------------------------------------------------------- loads
-    def operand_plan(self, op: Operand, grp: Group, tile: int, side: str, origin: str, batch: dict[str, str]):
-        """Per loaded element (or ``float4`` of four) ``r``: the fixed part of its address and guard,
-        outside the K loop, and where it goes in the ``__local`` tile."""
+    def operand_plan(self, op: Operand, grp: Group, tile: int, side: str, origin: dict[str, str], batch):
+        """Per loaded element (or ``float4`` of four) ``r``: the fixed part of its address and guard
+        and its K position in the tile, outside the K loop, and where it goes in the ``__local``
+        tile. Elements past the tile (when the work-items do not divide it) load nothing."""
         g, tl = self.g, self.tl
         kfast = self.k_fastest(op, grp)
         w = self.vector_width(op, grp, tile, kfast)
-        per = tile * tl.kt // (tl.threads * w)
+        size = tile * tl.kt // w  # loads (of w elements) per K tile
+        per = -(-size // tl.threads)
         row = tile + (4 if kfast else 0)
         items = []
         for r in range(per):
@@ -195,33 +179,37 @@ class GemmEmitter:
                 mm = f"({mm} * {w})" if w > 1 else mm
             p = f"{side}{r}"
             self.line(f"const {self.int} {p}_kk = {kk};")
-            self.line(f"const {self.int} {p}_gm = {origin} + {mm};")
+            self.line(f"const {self.int} {p}_mm = {mm};")
+            local = self.decompose(grp, f"{p}_mm", f"{p}l", 1, self.tl.per)
             vals = dict(batch)
-            vals.update(self.decompose(grp, f"{p}_gm", p, 1))
+            for v, var in local.items():
+                self.line(f"const {self.int} {p}_{v} = {origin[v]} + {var};")
+                vals[v] = f"{p}_{v}"
+            kvals = self.decompose(g.k, f"{p}_kk", f"{p}k", 1, self.tl.per)
             fixed = grp.names | g.batch.names
             base = self.affine(op.offset, vals, fixed)
             self.line(f"const {self.int} {p}_base = {base} + {int(op.offset.const)};")
-            ok = [f"{p}_gm < {grp.total}"] if grp.total % tile else []
+            ok = self.inside(grp, vals) + ([f"{e} < {size}"] if (r + 1) * tl.threads > size else [])
             self.line(f"const bool {p}_ok = {' && '.join(ok) or 'true'};")
-            items.append((p, vals, f"{p}_kk * {row} + ({p}_gm - {origin})"))
+            live = f"{e} < {size}" if (r + 1) * tl.threads > size else ""
+            items.append((p, vals, kvals, f"{p}_kk * {row} + {p}_mm", live))
         return items, kfast, w
 
     def vector_width(self, op: Operand, grp: Group, tile: int, kfast: bool) -> int:
-        """4 when four consecutive elements of the operand's contiguous group are four aligned,
-        adjacent elements of memory that the same guards keep or drop (one ``float4`` load), else 1.
-        """
+        """4 when four consecutive elements of the operand's contiguous group in the tile are four
+        aligned, adjacent elements of memory that the same guards keep or drop (one ``float4``
+        load), else 1."""
         fast = self.g.k if kfast else grp
         if not fast.idxs or self.g.dtype not in (DType.FLOAT32, DType.FLOAT64):
             return 1
         inner = fast.idxs[-1]
         off = op.offset
         aligned = all(int(c) % 4 == 0 for v, c in off.terms if v != inner.name) and int(off.const) % 4 == 0
-        if off.coeff(inner.name) != 1 or inner.range % 4 or self.g.starts[inner.name] % 4 or not aligned:
+        if off.coeff(inner.name) != 1 or inner.range % 4 or self.tl.per[inner.name] % 4 or not aligned:
             return 1
         if any(inner.name in c.vars for c in op.guards):
             return 1
-        span = self.tl.kt if kfast else tile
-        return 4 if span % 4 == 0 and (tile * self.tl.kt) % (4 * self.tl.threads) == 0 else 1
+        return 4 if (tile * self.tl.kt) % (4 * self.tl.threads) == 0 else 1
 
     def k_fastest(self, op: Operand, grp: Group) -> bool:
         """Whether the operand's K elements are closer together in memory than its M (N) ones."""
@@ -239,9 +227,10 @@ class GemmEmitter:
         A guard on K (and batch) alone zeroes both operands, and ``0 * 0`` adds nothing."""
         return any(set(c.vars) & grp.names for c in op.guards)
 
-    def load(self, op: Operand, items, k0: str, depth: int, w: int = 1, flag: bool = False) -> None:
+    def load(self, op: Operand, items, depth: int, w: int = 1, flag: bool = False) -> None:
         """Registers ``{p}_ld`` = the operand at each element ``p`` (``w`` of them from there) for the
-        K tile at ``k0``, and ``{p}_in`` = whether the point is not skipped when ``flag``."""
+        K tile at the origins ``ko_*``, and ``{p}_in`` = whether the point is not skipped when
+        ``flag``."""
         g = self.g
         zero = self.t.literal(0, g.dtype)
         ptr = self.ptrs[op.ref.source]
@@ -249,12 +238,11 @@ class GemmEmitter:
             vec = f"{self.T}{w}"
             zero = f"(({vec})({zero}))"
             ptr = f"*(__global const {vec}*)({ptr} + "
-        for p, vals, _ in items:
-            self.line(f"{{ const {self.int} {p}_gk = {k0} + {p}_kk;", depth)
-            kv = self.decompose(g.k, f"{p}_gk", f"{p}k", depth + 1)
-            env = {**vals, **kv}
-            conds = [f"{p}_ok"] + ([f"{p}_gk < {g.k.total}"] if g.k.total % self.tl.kt else [])
-            conds += self.cond(op.guards, env)
+        for p, vals, kvals, _, _ in items:
+            ks = ", ".join(f"{p}g_{k} = ko_{k} + {v}" for k, v in kvals.items())
+            self.line(f"{{ const {self.int} {ks};" if kvals else "{", depth)
+            env = {**vals, **{k: f"{p}g_{k}" for k in kvals}}
+            conds = [f"{p}_ok"] + self.inside(g.k, env) + self.cond(op.guards, env)
             addr = f"{p}_base + {self.affine(op.offset, env, g.k.names)}"
             value = f"{ptr}{addr})" if w > 1 else f"{ptr}[{addr}]"
             if flag:
@@ -263,11 +251,15 @@ class GemmEmitter:
             else:
                 self.line(f"{p}_ld = ({' && '.join(conds)}) ? {value} : {zero}; }}", depth + 1)
 
+    def k_origins(self, step: str, depth: int) -> None:
+        """``ko_*``: each K index's origin in K step ``step`` (its tile number times its tile)."""
+        self.decompose(self.g.k, step, "ko", depth, self.counts(self.g.k), self.tl.per, declare=False)
+
     # --------------------------------------------------------------- kernel
     def source(self, symbol: str, params: list[tuple[str, DType]]) -> tuple[str, int, int]:
         g, tl, T, it = self.g, self.tl, self.T, self.int
         txn = tl.tn // tl.rn
-        ntm, ntn = -(-g.m.total // tl.tm), -(-g.n.total // tl.tn)
+        ntm, ntn, nks = count(g.m, tl.per), count(g.n, tl.per), count(g.k, tl.per)
         groups = ntm * ntn * g.batch.total
         L = tl.threads
         T4 = f"{T}4"
@@ -285,24 +277,27 @@ class GemmEmitter:
         self.line(f"const {it} grp = ({it})get_group_id(0);")
         self.line(f"const {it} tx = lid % {txn};")
         self.line(f"const {it} ty = lid / {txn};")
-        self.line(f"const {it} m0 = (grp / {ntn}) % {ntm} * {tl.tm};")
-        self.line(f"const {it} n0 = grp % {ntn} * {tl.tn};")
+        # the work-group's tile: each index's origin (its tile number times its tile)
+        self.m0 = self.decompose(g.m, f"((grp / {ntn}) % {ntm})", "m0", 1, self.counts(g.m), tl.per)
+        self.n0 = self.decompose(g.n, f"(grp % {ntn})", "n0", 1, self.counts(g.n), tl.per)
         batch = self.decompose(g.batch, f"(grp / {ntn * ntm})", "bt", 1) if g.batch.idxs else {}
-        a_items, a_kf, aw = self.operand_plan(g.a, g.m, tl.tm, "ea", "m0", batch)
-        b_items, b_kf, bw = self.operand_plan(g.b, g.n, tl.tn, "eb", "n0", batch)
+        a_items, a_kf, aw = self.operand_plan(g.a, g.m, tl.tm, "ea", self.m0, batch)
+        b_items, b_kf, bw = self.operand_plan(g.b, g.n, tl.tn, "eb", self.n0, batch)
         a_row = tl.tm + (4 if a_kf else 0)
         b_row = tl.tn + (4 if b_kf else 0)
         # the __local arrays are sized for a padded row (4 more) whichever layout fills them
         for items, w, flag in ((a_items, aw, flags["a"]), (b_items, bw, flags["b"])):
-            for p, _, _ in items:
+            for p, *_ in items:
                 self.line(f"{T}{w if w > 1 else ''} {p}_ld;")
                 if flag:
                     self.line(f"bool {p}_in;")
         zero = self.t.literal(0, g.dtype)
         for i in range(tl.rm):
             self.line(f"{T} " + ", ".join(f"c{i}_{j} = {zero}" for j in range(tl.rn)) + ";")
-        self.load(g.a, a_items, "0", 1, aw, flags["a"])
-        self.load(g.b, b_items, "0", 1, bw, flags["b"])
+        if g.k.idxs:
+            self.line(f"{it} " + ", ".join(f"ko_{ix.name} = 0" for ix in g.k.idxs) + ";")
+        self.load(g.a, a_items, 1, aw, flags["a"])
+        self.load(g.b, b_items, 1, bw, flags["b"])
         if flags["a"] or flags["b"]:
             # the K step whose tile in each buffer holds an inf or NaN the flags must keep out (a K
             # step, not a bool: no reset, so no race between double-buffered steps)
@@ -310,16 +305,18 @@ class GemmEmitter:
             self.line("if (lid == 0) { nonfinite[0] = -1; nonfinite[1] = -1; }")
             self.line("barrier(CLK_LOCAL_MEM_FENCE);")
         self.line("int buf = 0;")
-        self.line(f"for ({it} k0 = 0; k0 < {g.k.total}; k0 += {tl.kt}) {{")
+        self.line(f"for ({it} ks = 0; ks < {nks}; ks++) {{")
         for items, arr, size, w, kfast, row, flag, check in (
             (a_items, "As", sa, aw, a_kf, a_row, flags["a"], flags["b"]),
             (b_items, "Bs", sb, bw, b_kf, b_row, flags["b"], flags["a"]),
         ):
-            for p, _, at in items:
+            for p, _, _, at, live in items:
+                if live:  # past the tile: this work-item has no element of this round
+                    self.line(f"if ({live}) {{", 2)
                 if check:  # a value the other operand's skipped points would multiply into NaN
                     parts = [f"{p}_ld.{c}" for c in "xyzw"] if w > 1 else [f"{p}_ld"]
                     bad = " || ".join(f"!isfinite({v})" for v in parts)
-                    self.line(f"if ({bad}) nonfinite[buf] = k0;", 2)
+                    self.line(f"if ({bad}) nonfinite[buf] = ks;", 2)
                 if w == 1:
                     self.line(f"{arr}[buf * {size} + {at}] = {p}_ld;", 2)
                 elif kfast:  # four K values of one row: four rows of the tile
@@ -330,17 +327,20 @@ class GemmEmitter:
                 for c in range(w) if flag else ():  # the four share their guards (vector_width)
                     step = (c * row if kfast else c) if w > 1 else 0
                     self.line(f"{arr[0]}m[buf * {size} + {at} + {step}] = {p}_in;", 2)
+                if live:
+                    self.line("}", 2)
         self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)
-        self.line(f"if (k0 + {tl.kt} < {g.k.total}) {{", 2)
-        self.load(g.a, a_items, f"k0 + {tl.kt}", 3, aw, flags["a"])
-        self.load(g.b, b_items, f"k0 + {tl.kt}", 3, bw, flags["b"])
+        self.line(f"if (ks + 1 < {nks}) {{", 2)
+        self.k_origins("(ks + 1)", 3)
+        self.load(g.a, a_items, 3, aw, flags["a"])
+        self.load(g.b, b_items, 3, bw, flags["b"])
         self.line("}", 2)
         reads = (("a", "As4", a_row, tl.rm, tl.tm, "ty", sa), ("b", "Bs4", b_row, tl.rn, tl.tn, "tx", sb))
         if flags["a"] or flags["b"]:
             # the same in the whole work-group: tiles of finite values take the plain loop, where a
             # skipped point adds 0 * finite, which leaves every sum as it is (a sum begun at +0
             # is never -0)
-            self.line("if (nonfinite[buf] == k0) {", 2)
+            self.line("if (nonfinite[buf] == ks) {", 2)
             self.k_tile(reads, flags, 3)
             self.line("} else {", 2)
             self.k_tile(reads, {"a": False, "b": False}, 3)
@@ -410,19 +410,18 @@ class GemmEmitter:
         out = g.out
         rows, cols = {}, {}
         for i in range(tl.rm):
-            at = f"m0 + {(i // 4) * tl.tm * 4 // tl.rm + i % 4} + ty * 4"
+            at = f"{(i // 4) * tl.tm * 4 // tl.rm + i % 4} + ty * 4"
             self.line(f"const {self.int} r{i} = {at};")
-            rows[i] = self.decompose(g.m, f"r{i}", f"r{i}", 1)
+            rows[i] = self.at(g.m, f"r{i}", self.m0)
         for j in range(tl.rn):
-            at = f"n0 + {(j // 4) * tl.tn * 4 // tl.rn + j % 4} + tx * 4"
+            at = f"{(j // 4) * tl.tn * 4 // tl.rn + j % 4} + tx * 4"
             self.line(f"const {self.int} q{j} = {at};")
-            cols[j] = self.decompose(g.n, f"q{j}", f"q{j}", 1)
+            cols[j] = self.at(g.n, f"q{j}", self.n0)
         batch = {ix.name: f"bt_{ix.name}" for ix in g.batch.idxs}
         for i in range(tl.rm):
             for j in range(tl.rn):
                 env = {**batch, **rows[i], **cols[j]}
-                conds = [f"r{i} < {g.m.total}"] if g.m.total % tl.tm else []
-                conds += [f"q{j} < {g.n.total}"] if g.n.total % tl.tn else []
+                conds = self.inside(g.m, rows[i]) + self.inside(g.n, cols[j])
                 conds += self.cond(g.store_guards, env)
                 if out is None:
                     self.line(f"if ({' && '.join(conds)}) {{" if conds else "{")
@@ -433,3 +432,11 @@ class GemmEmitter:
                 off = self.affine(out.offset, env)
                 st = f"{ptr}[{off}] = {ptr}[{off}] + c{i}_{j};"
                 self.line(f"if ({' && '.join(conds)}) {st}" if conds else st)
+
+    def at(self, grp: Group, local: str, origin: dict[str, str]) -> dict[str, str]:
+        """Each index of ``grp`` at position ``local`` of the work-group's tile (origin + offset)."""
+        out = {}
+        for v, var in self.decompose(grp, local, local, 1, self.tl.per).items():
+            self.line(f"const {self.int} {var}g = {origin[v]} + {var};")
+            out[v] = f"{var}g"
+        return out

@@ -10,8 +10,8 @@ loaded instead of compiled.
 Settings (all optional): ``cache`` (False: no disk cache), ``async`` (False: build before
 returning), ``fast_math`` (``mad`` for multiply-accumulate and ``native_*`` functions: faster, not
 exact), ``local_size`` (work-group size, default 64; a tiled contraction sets its own),
-``gemm_tiles`` (``[tm, tn, rm, rn, kt]``: the tiles of every tiled contraction, for tuning),
-``tiled`` (False: GEMM-shaped contractions too run one work-item per output element),
+``tiled`` (False: the ``gemm_tile`` pass's nests run as nested loops, like any kernel; their tiles
+are the pass's, which the autotuner varies through its ``choices``),
 ``buffer_dtypes`` (buffer name -> dtype, for
 ``KernelInfo``s without ``buffer_dtypes``). Float ``/`` and ``sqrt`` are correctly rounded: with
 ``-cl-fp32-correctly-rounded-divide-sqrt`` where the device supports it, else through double.
@@ -126,8 +126,6 @@ class OpenCLCompiler(Compiler):
             contract=not settings.get("strict", False),
         )
         t.workgroups = bool(settings.get("tiled", True))
-        t.compute_units = int(dev.cl_device.max_compute_units)
-        t.gemm_tiles = tuple(settings["gemm_tiles"]) if settings.get("gemm_tiles") else None
         return t
 
     def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library:

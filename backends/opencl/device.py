@@ -18,7 +18,6 @@ import pyopencl as cl
 from backends.hal import Capabilities, Device, MemoryLimit
 from backends.opencl.compiler import OpenCLCompiler, quiet_build
 from backends.opencl.executor import OpenCLExecutor
-from backends.opencl.tuning import gemm_space
 from tile.dtypes import DType
 
 _KINDS = (
@@ -119,10 +118,6 @@ class OpenCLDevice(Device):
         }
         clock = float(d.max_clock_frequency or hw.clock_mhz)
         return replace(hw, clock_mhz=clock, mem_units=mems, exec_units=units)
-
-    def tuning_space(self, library) -> list[dict]:
-        """The GEMM kernels' tiles (``backends.opencl.tuning``)."""
-        return gemm_space(library)
 
     @property
     def context(self) -> cl.Context:

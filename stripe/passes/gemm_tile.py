@@ -393,7 +393,10 @@ def build(kb: Block, parent: Block, g: Gemm, t: GemmTiles, cfg: GemmTileConfig) 
     ntiles = index_tiles(g.n.idxs, t.tn)
     tiles = {**mtiles, **ntiles, **{ix.name: 1 for ix in g.batch.idxs}, **k_tiles(g.k.idxs, t.kt)}
     ranges = {ix.name: ix.range for grp in (g.m, g.n, g.k, g.batch) for ix in grp.idxs}
-    taken = set(ranges) | {r.into for r in kb.refs} | {r.into for r in parent.refs}
+    # new names (indexes, the staged tiles) avoid the kernel's own: #main's other buffers are not
+    # in scope below it (and the code generator, which rebuilds the nest to check it, sees only
+    # the kernel's)
+    taken = set(ranges) | {r.into for r in kb.refs}
     if g.epilogue is not None:
         taken |= {r.into for r in g.epilogue[0].stmts[0].refs}
     lv = _Levels(g, tiles, t, taken)

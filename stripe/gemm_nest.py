@@ -1,0 +1,252 @@
+"""Reading a ``gemm_tile`` nest back: what a code generator needs to emit it as one tiled kernel.
+
+``read(block)`` takes a kernel and returns a ``Nest`` when the kernel is exactly the nest that
+``stripe.passes.gemm_tile.build`` makes (with the pass's default tags) of some GEMM with some
+tiles, else None. It recovers, from the nest's own data: the index groups and their ranges (a
+tile number's range times its tile, or an *edge* constraint ``r - 1 - v >= 0``), each index's
+tile (the fill blocks' ranges), the work-items (the thread block's ranges) and register blocks,
+the operands' and the output's accesses (a level's share of an index divided by its tile), the
+constraints (back over whole index values) and a fused epilogue's statements and refinements.
+Then it rebuilds the nest from what it recovered and requires it equal to ``block``: whatever a
+later pass changed, or a nest made with other tags, is not misread, only refused (the code
+generator then runs the nest as it runs any kernel).
+
+``Nest``: ``gemm`` (a ``stripe.gemm.Gemm`` over the kernel's original index names and ranges,
+starts 0, K in Stripe order), ``tiles`` (index name -> tile: M and N powers of two, batch 1, K
+Stripe-order-keeping) and ``shape`` (``GemmTiles``: ``tm x tn``, ``rm x rn``, ``kt`` the flat K
+tile, the product of the K tiles).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from stripe.gemm import Gemm, Group, Operand, element_offset
+from stripe.ir import Block, Index, Intrinsic, Load, RefDir, Refinement, Store
+from stripe.passes.gemm_tile import GemmTileConfig, GemmTiles, build, k_tiles
+from tile.affine import Affine
+
+DEFAULT = GemmTileConfig(reqs=())
+
+
+@dataclass(frozen=True)
+class Nest:
+    gemm: Gemm
+    tiles: dict[str, int]
+    shape: GemmTiles
+
+    def flat(self, name: str, tags: frozenset[str]) -> Block:
+        """A stand-in for the kernel the nest computes, one flat block ``O += A * B`` over its own
+        indexes (the output's, then K) and constraints: what names and counts it (its epilogue
+        left out, its output the refinement the epilogue stores first)."""
+        g = self.gemm
+        if g.out is not None:
+            out = replace(g.out.ref, access=g.out.access)
+        else:
+            kb, _ = g.epilogue
+            stored = next(s.into for s in kb.stmts[1:] if isinstance(s, Store))
+            out = next(r for r in kb.refs if r.into == stored)
+        out = replace(out, dir=RefDir.OUT, into="$out", from_=out.source, agg_op="add")
+        refs = tuple(
+            Refinement(RefDir.IN, f"${k}", op.access, op.ref.shape, op.ref.source)
+            for k, op in (("a", g.a), ("b", g.b))
+        )
+        idxs = g.batch.idxs + g.m.idxs + g.n.idxs + g.k.idxs
+        stmts = (Load("$a", "$x"), Load("$b", "$y"), Intrinsic("mul", ("$x", "$y"), ("$z",), g.dtype),
+                 Store("$z", "$out"))
+        cons = tuple(dict.fromkeys(g.a.guards + g.b.guards + g.store_guards))
+        return Block(name, idxs, cons, (*refs, out), stmts, tags - set(DEFAULT.group_set))
+
+
+class _Refused(Exception):
+    """The block is not a nest this module reads."""
+
+
+def read(block: Block) -> Nest | None:
+    cfg = DEFAULT
+    if not set(cfg.group_set) <= block.tags:
+        return None
+    try:
+        got = _read(block, cfg)
+    except (_Refused, KeyError, StopIteration, ValueError, IndexError, ZeroDivisionError):
+        return None
+    g, kb, parent, shape, tiles = got
+    for kt in dict.fromkeys((shape.kt, *cfg.k_steps)):
+        if k_tiles(g.k.idxs, kt) == {ix.name: tiles[ix.name] for ix in g.k.idxs}:
+            if build(kb, parent, g, replace(shape, kt=kt), cfg) == block:
+                return Nest(g, tiles, shape)
+            return None
+    return None
+
+
+def _blocks(stmts) -> list[Block]:
+    if not all(isinstance(s, Block) for s in stmts):
+        raise _Refused
+    return list(stmts)
+
+
+def _own(b: Block) -> list[Index]:
+    return [ix for ix in b.idxs if ix.affine is None]
+
+
+def _throughs(chain: list[Block]) -> dict[str, tuple[int, str]]:
+    """For the last block of ``chain``: each passthrough's (level in the chain, own index name)."""
+    known: dict[int, dict[str, tuple[int, str]]] = {}
+    for depth, b in enumerate(chain):
+        here = {ix.name: (depth, ix.name) for ix in _own(b)}
+        for ix in b.idxs:
+            if ix.affine is not None:
+                (src,) = ix.affine.vars
+                if ix.range != 1 or ix.affine != Affine.var(src) or depth == 0:
+                    raise _Refused
+                here[ix.name] = known[depth - 1][src]
+        known[depth] = here
+    return known[len(chain) - 1]
+
+
+def _read(G: Block, cfg: GemmTileConfig):
+    stmts = _blocks(G.stmts[:1])
+    S = stmts[0]
+    FA, FB, T = _blocks(S.stmts)
+    (R,) = _blocks(T.stmts)
+    knames = [ix.name for ix in _own(S)]
+    fa, fb = _own(FA), _own(FB)
+    mnames = [ix.name for ix in fa if ix.name not in knames]
+    nnames = [ix.name for ix in fb if ix.name not in knames]
+    if [ix.name for ix in fa] != mnames + knames or [ix.name for ix in fb] != knames + nnames:
+        raise _Refused
+    gnames = [ix.name for ix in G.idxs]
+    bnames = [v for v in gnames if v not in mnames + nnames]
+    if gnames != bnames + mnames + nnames:
+        raise _Refused
+    tiles = {ix.name: ix.range for ix in fa + fb} | {v: 1 for v in bnames}
+    counts = {ix.name: ix.range for ix in G.idxs + tuple(_own(S))}
+    level = {v: 0 for v in gnames} | {k: 1 for k in knames}  # where a tile number lives
+
+    def whole(c: Affine, chain: list[Block]) -> Affine:
+        """A leaf's constraint over the kernel's own index values (the tile numbers' shares)."""
+        through = _throughs(chain)
+        out = Affine.constant(c.const)
+        for name, coeff in c.terms:
+            if name not in through:
+                raise _Refused
+            depth, own = through[name]
+            if depth == len(chain) - 1 or level.get(own) != depth:
+                continue  # the tile's own part: the rebuild checks it
+            if int(coeff) % tiles[own]:
+                raise _Refused
+            out = out + Affine.var(own) * (int(coeff) // tiles[own])
+        return out
+
+    def original(r: Refinement, at_g: Refinement, at_s: Refinement | None) -> tuple[Affine, ...]:
+        out = []
+        for d, a in enumerate(at_g.access):
+            acc = Affine.constant(a.const)
+            for name, coeff in list(a.terms) + (list(at_s.access[d].terms) if at_s else []):
+                if int(coeff) % tiles[name]:
+                    raise _Refused
+                acc = acc + Affine.var(name) * (int(coeff) // tiles[name])
+            out.append(acc)
+        return tuple(out)
+
+    g_refs = {r.into: r for r in G.refs}
+    s_refs = {r.into: r for r in S.refs}
+    edges_order = mnames + knames + nnames
+
+    def split_edges(cons: list[Affine], order: list[str]) -> tuple[list[Affine], dict[str, int]]:
+        """The guards and, from the end, the edges (``r - 1 - v``, in ``order``) with each range."""
+        found: dict[str, int] = {}
+        pos = len(order)
+        rest = list(cons)
+        while rest:
+            c = rest[-1]
+            terms = list(c.terms)
+            if len(terms) != 1 or int(terms[0][1]) != -1 or terms[0][0] not in order[:pos]:
+                break
+            v = terms[0][0]
+            pos = order.index(v)
+            found[v] = int(c.const) + 1
+            rest.pop()
+        return rest, found
+
+    mul = [whole(c, [G, S, T, R]) for c in R.constraints]
+    guards, found = split_edges(mul, edges_order)
+    ranges = {}
+    for v in edges_order + bnames:
+        ranges[v] = found.get(v, counts[v] * tiles[v])
+        if -(-ranges[v] // tiles[v]) != counts[v]:
+            raise _Refused
+    idx = {v: Index(v, ranges[v]) for v in ranges}
+
+    def operand(F: Block, order: list[str]) -> tuple[Operand, str]:
+        load, store = F.stmts
+        ref_f = F.ref(load.from_)
+        at_g, at_s = g_refs[ref_f.source], s_refs[ref_f.source]
+        cons, _ = split_edges([whole(c, [G, S, F]) for c in F.constraints], order)
+        access = original(ref_f, at_g, at_s)
+        alloc = F.ref(store.into).source
+        leaf = next(r for r in R.refs if r.source == alloc)
+        off = element_offset(replace(at_g, access=access))
+        if off is None:
+            raise _Refused
+        leaf_ref = Refinement(RefDir.IN, leaf.into, (), ref_f.shape)
+        return Operand(at_g, off, tuple(cons), access, leaf_ref), alloc
+
+    a, _ = operand(FA, mnames + knames)
+    b, _ = operand(FB, knames + nnames)
+    gs = [c for c in guards if c not in a.guards and c not in b.guards]
+    dtype = a.ref.shape.dtype
+    epilogue, out = None, None
+    staged = {FA.stmts[1].into, FB.stmts[1].into}
+    (leaf,) = [r for r in R.refs if r.source not in staged]
+    o = g_refs[S.ref(T.ref(leaf.source).source).source]
+    if len(G.stmts) == 2:
+        (E,) = _blocks(G.stmts[1:])
+        (ER,) = _blocks(E.stmts)
+        erefs = [r for r in G.refs if r.into not in (a.ref.into, b.ref.into, o.into)]
+        er = {r.into: r for r in ER.refs}
+        kernel_refs = [replace(r, access=original(r, r, None), shape=er[r.into].shape) for r in erefs]
+        zero = lambda r: replace(r, access=tuple(Affine.constant(0) for _ in r.access))  # noqa: E731
+        inner = Block("", (), (), R.refs, R.stmts)
+        local = zero(Refinement(RefDir.NONE, o.into, o.access, o.shape, agg_op=o.agg_op))
+        kb = replace(G, idxs=(), constraints=(), refs=(zero(a.ref), zero(b.ref), local, *kernel_refs),
+                     stmts=(inner, *ER.stmts), tags=G.tags - set(cfg.group_set))
+        epilogue = (kb, local)
+        buffers = [r for r in G.refs if r.into != o.into]
+    else:
+        if len(G.refs) != 3:
+            raise _Refused
+        access = original(o, o, None)
+        off = element_offset(replace(o, access=access))
+        if off is None:
+            raise _Refused
+        out = Operand(o, off, (), access, leaf)
+        by_leaf = {a.leaf.into: a.ref, b.leaf.into: b.ref, leaf.into: o}
+        kb = replace(G, idxs=(), constraints=(), refs=tuple(by_leaf[r.into] for r in R.refs),
+                     stmts=R.stmts, tags=G.tags - set(cfg.group_set))
+        buffers = list(G.refs)
+    g = Gemm(
+        dtype,
+        a,
+        b,
+        out,
+        Group(tuple(idx[v] for v in mnames)),
+        Group(tuple(idx[v] for v in nnames)),
+        Group(tuple(idx[v] for v in knames)),
+        Group(tuple(idx[v] for v in bnames)),
+        tuple(gs),
+        {v: 0 for v in ranges},
+        epilogue,
+    )
+    thread_m = math.prod(
+        ix.range for ix in _own(T) if any(ix.name in x.vars for x in T.ref(FA.stmts[1].into).access)
+    )
+    tm, tn = math.prod(tiles[v] for v in mnames), math.prod(tiles[v] for v in nnames)
+    threads = math.prod(ix.range for ix in _own(T))
+    kt = math.prod(tiles[k] for k in knames)
+    shape = GemmTiles(tm, tn, tm // thread_m, tn // (threads // thread_m), kt)
+    parent = Block("main", refs=tuple(
+        Refinement(RefDir.NONE, r.source, (), r.shape) for r in buffers
+    ), tags=frozenset({"main"}))
+    return g, kb, parent, shape, tiles
