@@ -48,7 +48,7 @@ def _extents(chain: list[Block]) -> tuple[dict[str, int], dict[str, int]]:
 
 def _kind(block: Block, leaf: Block) -> str:
     tags = block.tags
-    if "special" in tags or any(isinstance(s, Special) for s in block.stmts):
+    if "special" in tags or ("contraction" not in tags and any(isinstance(s, Special) for s in block.stmts)):
         names = [s.name for s in leaf.stmts if isinstance(s, Special)]
         return names[0] if names else "special"
     if "contraction" in tags:

@@ -276,7 +276,7 @@ class _Lowering:
         mask = None
         if direct:
             self.init(out, c.default if c.agg is AggOp.ASSIGN else None)
-        elif not constraints and _writes_every_element(out_access, idxs, sizes):
+        elif not constraints and writes_every_element(out_access, idxs, sizes):
             # every element is written: it starts at the identity and no default shows
             self.special("zero" if c.agg is AggOp.SUM else f"agg_init_{_AGG[c.agg]}", [], out)
         else:
@@ -361,7 +361,7 @@ def _constant(into: str, e: TConst) -> Constant:
     return Constant(into, int(v), e.type.dtype)
 
 
-def _writes_every_element(
+def writes_every_element(
     access: tuple[Affine, ...], idxs: tuple[Index, ...], sizes: tuple[int, ...]
 ) -> bool:
     """Whether ``access`` over every point of ``idxs`` (no constraints) reaches every element of an

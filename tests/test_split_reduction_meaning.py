@@ -74,6 +74,8 @@ def test_meaning_is_kept_on_drawn_reductions():
         seen["all"] += 1
         seen["changed"] += out != program
         assert_same_meaning(program, out, inputs)
+        # partials (and a combine whose output was just filled) that start from the identity
+        assert_same_meaning(program, run_pass("split_reduction", {**p, "self_init": True}, program), inputs)
 
     check()
     assert seen["changed"] >= seen["all"] // 2, seen
@@ -89,8 +91,9 @@ def test_meaning_is_kept_on_drawn_programs():
     @given(programs(), params())
     def check(case, p):
         program, inputs = case
-        out = run_pass("split_reduction", {**p, "reqs": ["kernel"]}, program)
-        assert_same_meaning(program, out, inputs)
+        for self_init in (False, True):
+            out = run_pass("split_reduction", {**p, "reqs": ["kernel"], "self_init": self_init}, program)
+            assert_same_meaning(program, out, inputs)
 
     check()
 
@@ -108,7 +111,7 @@ RUNS = [
 ]
 
 
-def _config(tmp_path, kind: str, interleave: bool) -> str:
+def _config(tmp_path, kind: str, interleave: bool, self_init: bool = False) -> str:
     """The device's built-in config with small thresholds, so that the cases above split."""
     data = json.loads((TARGETS / f"{kind}.json").read_text())
     step = {
@@ -121,6 +124,7 @@ def _config(tmp_path, kind: str, interleave: bool) -> str:
             "min_reduction": 8,
             "min_chunk": 4,
             "vector": 0 if interleave else 4,
+            "self_init": self_init,
         },
     }
     data["passes"] = [step, *(s for s in data["passes"] if s["pass"] != "split_reduction")]
@@ -140,12 +144,12 @@ def _run_all(device: str, config: str) -> None:
             np.testing.assert_array_equal(got[name], want[name], err_msg=f"{src} on {device}")
 
 
-@pytest.mark.parametrize("interleave", [False, True])
-def test_llvm_runs_split_reductions(tmp_path, interleave):
-    _run_all("llvm_cpu.0", _config(tmp_path, "llvm_cpu", interleave))
+@pytest.mark.parametrize("interleave, self_init", [(False, False), (True, False), (False, True)])
+def test_llvm_runs_split_reductions(tmp_path, interleave, self_init):
+    _run_all("llvm_cpu.0", _config(tmp_path, "llvm_cpu", interleave, self_init))
 
 
 @requires_opencl
-@pytest.mark.parametrize("interleave", [False, True])
-def test_opencl_runs_split_reductions(tmp_path, interleave):
-    _run_all(DEVICE_ID, _config(tmp_path, "opencl_gpu", interleave))
+@pytest.mark.parametrize("interleave, self_init", [(a, b) for b in (False, True) for a in (False, True)])
+def test_opencl_runs_split_reductions(tmp_path, interleave, self_init):
+    _run_all(DEVICE_ID, _config(tmp_path, "opencl_gpu", interleave, self_init))

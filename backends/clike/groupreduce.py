@@ -13,17 +13,21 @@ are regrouped: the reordering ``split_reduction`` already declares (strict mode 
 Only plain register types (no bool, no float16), a leaf block of one load and one store (and the
 constant stores of ``written`` masks, done by work-item 0), no constraints, at least ``MIN_LANES``
 lanes, and an output access giving each output point its own element (each dim a constant or one
-output index of coefficient 1) are taken; else None.
+output index of coefficient 1) are taken; else None. A combine in ``split_reduction``'s
+``self_initialised`` form (an outer block over the output points: a local accumulator filled with
+the identity, an inner block over the lanes aggregating into it, its value stored) is taken too:
+the lanes' accesses are the outer view's plus the inner one's, and work-item 0 assigns the result
+(the output held nothing to aggregate with).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from backends.clike.ops import binary
 from backends.clike.target import CTarget
-from stripe.ir import Block, Constant, Index, Load, RefDir, Refinement, Store
+from stripe.ir import Block, Constant, Index, Load, RefDir, Refinement, Special, Store
 from tile.affine import Affine
 from tile.dtypes import DType
 
@@ -42,6 +46,7 @@ class Combine:
     lanes: tuple[Index, ...]
     dtype: DType
     marks: tuple[tuple[Refinement, Constant], ...] = ()  # other outputs storing a constant
+    assign: bool = False  # the block starts from the identity itself: the result is assigned
 
     @property
     def lane_count(self) -> int:
@@ -62,6 +67,8 @@ def match(block: Block, buffers: tuple[str, ...], t: CTarget) -> Combine | None:
         return None
     if block.constraints or len(block.stmts) < 2:
         return None
+    if isinstance(block.stmts[0], Special):
+        return _self_initialised(block, buffers, t)
     load, store = block.stmts[:2]
     if not (isinstance(load, Load) and isinstance(store, Store) and store.from_ == load.into):
         return None
@@ -86,6 +93,55 @@ def match(block: Block, buffers: tuple[str, ...], t: CTarget) -> Combine | None:
         return None
     lanes = tuple(ix for ix in block.idxs if ix.name not in outs)
     got = Combine(src, dst, tuple(ix for ix in block.idxs if ix.name in outs), lanes, dt, tuple(marks))
+    return got if got.lane_count >= MIN_LANES else None
+
+
+def _self_initialised(block: Block, buffers: tuple[str, ...], t: CTarget) -> Combine | None:
+    """A combine in ``split_reduction.self_initialised`` form: ``a = identity; inner block over the
+    lanes aggregating P into a; O = a`` (every outer index owned). The lanes' accesses are the outer
+    view's plus the inner one's; the result is assigned to ``O``."""
+    if len(block.stmts) != 4:
+        return None
+    fill, inner, load, store = block.stmts
+    refs = {r.into: r for r in block.refs}
+    if not (isinstance(fill, Special) and isinstance(inner, Block) and isinstance(load, Load)):
+        return None
+    if not isinstance(store, Store) or store.from_ != load.into or fill.inputs or len(fill.outputs) != 1:
+        return None
+    local, dst = refs.get(load.from_), refs.get(store.into)
+    if local is None or dst is None or local.into != fill.outputs[0] or local.dir is not RefDir.NONE:
+        return None
+    if local.from_ is not None or dst.dir is not RefDir.OUT or dst.agg_op not in ("", "assign"):
+        return None
+    if inner.constraints or len(inner.refs) != 2 or len(inner.stmts) != 2:
+        return None
+    if any(ix.affine is not None for ix in (*block.idxs, *inner.idxs)):
+        return None
+    iload, istore = inner.stmts
+    irefs = {r.into: r for r in inner.refs}
+    if not (isinstance(iload, Load) and isinstance(istore, Store) and istore.from_ == iload.into):
+        return None
+    part, acc = irefs.get(iload.from_), irefs.get(istore.into)
+    if part is None or acc is None or acc.source != local.into or acc.agg_op not in AGGS:
+        return None
+    fn = "zero" if acc.agg_op == "add" else f"agg_init_{acc.agg_op}"
+    src = refs.get(part.source)
+    if fill.name != fn or src is None or src.dir is not RefDir.IN or part.dir is not RefDir.IN:
+        return None
+    if not {src.source, dst.source} <= set(buffers) or len(block.refs) != 3:
+        return None
+    if [d.stride for d in part.shape.dims] != [d.stride for d in src.shape.dims]:
+        return None
+    dt = dst.shape.dtype
+    if {src.shape.dtype, part.shape.dtype, local.shape.dtype, acc.shape.dtype} != {dt}:
+        return None
+    if dt in (DType.BOOL, DType.FLOAT16) or t.mem(dt) != t.reg(dt):
+        return None
+    outs = _owned(dst, block.idxs)
+    if outs is None or outs != {ix.name for ix in block.idxs}:
+        return None
+    whole = replace(src, access=tuple(a + b for a, b in zip(src.access, part.access, strict=True)))
+    got = Combine(whole, replace(dst, agg_op=acc.agg_op), block.idxs, inner.idxs, dt, (), True)
     return got if got.lane_count >= MIN_LANES else None
 
 
@@ -148,8 +204,11 @@ def emit(t: CTarget, c: Combine, symbol: str, params: list[tuple[str, DType]], p
     lines.append(f"        red[lid] = {binary(t, op, 'a', 'b', c.dtype)};")
     lines += ["    }", "    barrier(CLK_LOCAL_MEM_FENCE);", "}"]
     out = f"{ptrs[c.dst.source]}[{_offset(c.dst, vals)}]"
-    lines += ["if (lid == 0) {", f"    const {T} cur = {out};", f"    const {T} got = red[0];"]
-    lines.append(f"    {out} = {binary(t, op, 'cur', 'got', c.dtype)};")
+    if c.assign:
+        lines += ["if (lid == 0) {", f"    {out} = red[0];"]
+    else:
+        lines += ["if (lid == 0) {", f"    const {T} cur = {out};", f"    const {T} got = red[0];"]
+        lines.append(f"    {out} = {binary(t, op, 'cur', 'got', c.dtype)};")
     for r, const in c.marks:
         value = t.literal(const.value, const.dtype)
         lines.append("    " + t.store(ptrs[r.source], _offset(r, vals), value, const.dtype))

@@ -9,7 +9,13 @@ runs on one thread or work-item, ``O[i: 4] = +(A[i, j])`` on four. This pass rew
 into three blocks, with a new temporary buffer ``P`` of the output's view sizes plus a lane dim:
 
 * an **init** special filling ``P`` with the aggregation's identity (``zero``, ``agg_init_<op>``),
-  so lanes that receive nothing (constraints, a short last lane) never change the result;
+  so lanes that receive nothing (constraints, a short last lane) never change the result; with
+  ``self_init`` there is none: the partial block runs as an outer block over ``P``'s indexes that
+  starts a one-element local accumulator at the identity, aggregates its points into it (an inner
+  block holding every constraint) and assigns it to ``P`` (``self_initialised``), so every element
+  of ``P`` is written once by its own lane. The same form serves a combine's own split, and the
+  last combine when the output's identity fill comes just before the block and the combine writes
+  every output element: the fill goes too (a global max: 3 kernels, not 6);
 * the **partial** block, ``P[out, l] = agg over (t, rest) of body`` with ``r`` replaced by
   ``lanes * t + l`` (``interleave``: adjacent lanes read adjacent elements, coalesced on a GPU) or
   by ``chunk * l + t`` (each lane a contiguous chunk: a CPU thread's run of memory), plus the
@@ -83,10 +89,13 @@ from stripe.ir import (
     TensorShape,
     walk,
 )
+from stripe.lower import writes_every_element
 from stripe.passes.registry import register
 from stripe.passes.rewrite import Context, fresh, matches, rename_refs, substitute_indexes
-from stripe.passes.tiling import can_split
+from stripe.passes.tiling import can_split, parent_sizes
+from stripe.passes.tiling import split as tile_split
 from tile.affine import Affine
+from tile.dtypes import DType
 
 AGGREGATIONS = ("add", "mul", "max", "min")
 
@@ -104,6 +113,7 @@ class SplitReductionConfig:
     vector: int = 0  # contiguous mode: this many interleaved lanes inside each chunk (SIMD)
     aggs: tuple[str, ...] = AGGREGATIONS  # the aggregations split (of add, mul, max, min)
     only_po2: bool = False  # lanes a power of two
+    self_init: bool = False  # partials start from the identity themselves (no fill kernels)
     partial_set: tuple[str, ...] = ()  # tags added to the partial block
     combine_set: tuple[str, ...] = ()  # tags added to the combine block
 
@@ -184,6 +194,15 @@ class _Splitter:
                 changed = changed or child is not s
             else:
                 new, bufs = got
+                shown = _showing(block, bufs)
+                if self.cfg.self_init and stmts and _fills_for(stmts[-1], new[-1], shown):
+                    # the output's own identity fill goes: its last combine starts from the identity
+                    last = new[-1]
+                    acc = _accumulator(last, shown)
+                    assert acc is not None
+                    dtype = block.ref(acc.source).shape.dtype
+                    stmts.pop()
+                    new = [*new[:-1], self_initialised(last, acc, dtype, parent_sizes(last, shown))]
                 stmts.extend(new)
                 changed = True
             declared.extend(bufs)
@@ -253,12 +272,15 @@ class _Splitter:
                 break
         partial = replace(partial, name=f"{block.name}_partial" if block.name else "")
         combine = self.combine(block, acc, lanes, pview, outs, moved)
-        blocks: list[Block] = [_init(block, acc.agg_op, pname, pshape), partial]
         bufs = [(pname, pshape)]
         # The combine uses P, which the parent declares once this walk returns: show it now. A
         # long combine splits again.
         whole = Refinement(RefDir.INOUT, pname, tuple(Affine() for _ in sizes), pshape)
         declared = (*parents[:-1], replace(parents[-1], refs=(*parents[-1].refs, whole)))
+        if self.cfg.self_init and _only_output(partial, pacc):
+            blocks = [self_initialised(partial, pacc, dtype, parent_sizes(partial, declared[-1]))]
+        else:
+            blocks = [_init(block, acc.agg_op, pname, pshape), partial]
         again = self.split(combine, declared, -1)
         blocks.extend([combine] if again is None else again[0])
         bufs.extend([] if again is None else again[1])
@@ -390,6 +412,70 @@ class _Splitter:
             (f"{acc.into} combines the {count} partials of {pview.into}",),
             block.location,
         )
+
+
+# ------------------------------------------------------------------------------ self-initialised
+def self_initialised(block: Block, acc: Refinement, dtype: DType, sizes: dict) -> Block:
+    """``block``, aggregating into ``acc`` (its only output), as an outer block over the indexes
+    of ``acc``'s access that fills a one-element local accumulator (of the buffer's ``dtype``) with
+    the aggregation's identity, runs the other indexes in an inner block aggregating into it (every
+    constraint moves there), and assigns it to ``acc``'s element. Each element the outer block
+    reaches is written once, so no fill of the whole buffer has to come first; each gets the same
+    values in the same order, started at the same identity (``sizes``: the parent views' sizes)."""
+    owned = {v for a in acc.access for v in a.vars}
+    outer = tile_split(block, {ix.name: 1 if ix.name in owned else ix.range for ix in block.idxs},
+                       parent_sizes=sizes)
+    (inner,) = outer.stmts
+    assert isinstance(inner, Block)
+    local = fresh(f"{acc.into}_sum" if acc.agg_op == "add" else f"{acc.into}_{acc.agg_op}",
+                  {r.into for r in outer.refs})
+    value = f"${local}"
+    fn = "zero" if acc.agg_op == "add" else f"agg_init_{acc.agg_op}"
+    rank = len(acc.access)
+    alloc = Refinement(RefDir.NONE, local, (Affine(),) * rank, TensorShape.dense(dtype, (1,) * rank),
+                       agg_op="assign")
+    inner = replace(
+        inner, refs=tuple(replace(r, from_=local) if r.into == acc.into else r for r in inner.refs)
+    )
+    refs = tuple(replace(r, agg_op="assign") if r.into == acc.into else r for r in outer.refs)
+    return replace(
+        outer,
+        refs=(*refs, alloc),
+        stmts=(Special(fn, (), (local,)), inner, Load(local, value), Store(value, acc.into)),
+    )
+
+
+def _showing(block: Block, bufs: list[tuple[str, TensorShape]]) -> Block:
+    """``block`` with views of the new buffers ``bufs``, as it will declare them."""
+    views = (Refinement(RefDir.INOUT, n, tuple(Affine() for _ in sh.dims), sh) for n, sh in bufs)
+    return replace(block, refs=(*block.refs, *views))
+
+
+def _only_output(block: Block, acc: Refinement) -> bool:
+    return all(r is acc or r.dir is RefDir.IN for r in block.refs)
+
+
+def _fills_for(prev: Statement, last: Block, parent: Block) -> bool:
+    """``prev`` fills the whole output of ``last`` (a combine) with its aggregation's identity,
+    and ``last`` writes every element of it (no constraints; an output access numbering every
+    element): ``last`` may start from the identity itself."""
+    acc = _accumulator(last, parent)
+    if acc is None or not _only_output(last, acc) or last.constraints:
+        return False
+    if not isinstance(prev, Block) or prev.idxs or prev.constraints or len(prev.stmts) != 1:
+        return False
+    fill = prev.stmts[0]
+    fn = "zero" if acc.agg_op == "add" else f"agg_init_{acc.agg_op}"
+    if not isinstance(fill, Special) or fill.name != fn or len(prev.refs) != 1 or fill.inputs:
+        return False
+    ref, view = prev.refs[0], parent.ref(acc.source)
+    if ref.source != acc.source or ref.into not in fill.outputs:
+        return False
+    if any(not (a.is_constant and a.const == 0) for a in (*ref.access, *view.access)):
+        return False
+    if ref.shape.sizes != view.shape.sizes or view.dir is RefDir.IN:
+        return False
+    return writes_every_element(acc.access, last.idxs, view.shape.sizes)
 
 
 # ------------------------------------------------------------------------------ helpers
