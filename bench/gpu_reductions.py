@@ -1,14 +1,15 @@
 """Kernel time of Tile's reductions on an OpenCL GPU against PyTorch (fp32), as bandwidth.
 
-``python -m bench.gpu_reductions [DEVICE] [--config NAME_OR_FILE] [--kernels]`` compiles each case
-from plain Tile source with the device's config (or ``--config``), checks the answer against numpy
-(small-integer inputs: sums are exact in any order; softmax within a few ulps), and times one call
-on resident tensors (``tile.tensor``, ``out=``) by the device's own profiling events: the sum of
-every kernel of the call (initialisation of partials included), median of 30 calls. PyTorch is
-timed with CUDA events around the op on resident tensors, median of 50. Bandwidth counts the bytes
-a perfect kernel moves: each input read once, each output written once. ``--kernels`` prints each
-kernel's median time. It prints a Markdown table. bench/test_gpu.py times whole calls; this is
-the kernels alone.
+``python -m bench.gpu_reductions [DEVICE] [--config NAME_OR_FILE] [--kernels] [--local-size N]``
+compiles each case from plain Tile source with the device's config (or ``--config``), checks the
+answer against numpy (small-integer inputs: sums are exact in any order; softmax within a few
+ulps), and times one call on resident tensors (``tile.tensor``, ``out=``) by the device's own
+profiling events: the sum of every kernel of the call (initialisation of partials included),
+median of 30 calls. PyTorch is timed with CUDA events around the op on resident tensors, median of
+50. Bandwidth counts the bytes a perfect kernel moves: each input read once, each output written
+once. ``--kernels`` prints each kernel's median time; ``--local-size`` sets the work-group size of
+the kernels that leave it to the backend (the ``local_size`` setting). It prints a Markdown table.
+bench/test_gpu.py times whole calls; this is the kernels alone.
 """
 
 from __future__ import annotations
@@ -87,12 +88,15 @@ def main() -> None:
     ap.add_argument("--config", help="optimize with this config (a built-in name or a JSON file)")
     ap.add_argument("--kernels", action="store_true", help="print each kernel's time")
     ap.add_argument("--only", help="run only the cases whose name contains this")
+    ap.add_argument("--local-size", type=int, help="work-group size of the general kernels")
     args = ap.parse_args()
     try:
         import torch
     except ImportError:
         torch = None
     settings = {"config": args.config} if args.config else {}
+    if args.local_size:
+        settings["local_size"] = args.local_size
     rng = np.random.default_rng(0)
     rows = []
     for name, src, shape, ref, top in CASES:
