@@ -198,13 +198,22 @@ def rename_refs(block: Block, names: dict[str, str]) -> Block:
     nested blocks' ``from_`` included."""
     if not names:
         return block
-    refs = tuple(evolve(r, into=names.get(r.into, r.into)) for r in block.refs)
-    stmts: list[Statement] = []
-    for s in block.stmts:
+    refs = tuple(evolve(r, into=names[r.into]) if r.into in names else r for r in block.refs)
+    return evolve(block, refs=refs, stmts=renamed_uses(block.stmts, names))
+
+
+def renamed_uses(stmts: Sequence[Statement], names: dict[str, str]) -> tuple[Statement, ...]:
+    """``stmts`` with the refinement names they use renamed by ``names`` (all at once: two names
+    may become one), nested blocks' ``from_`` included; statements that use none stay as they
+    are."""
+    out: list[Statement] = []
+    for s in stmts:
         if isinstance(s, Load):
-            s = evolve(s, from_=names.get(s.from_, s.from_))
+            if s.from_ in names:
+                s = evolve(s, from_=names[s.from_])
         elif isinstance(s, Store):
-            s = evolve(s, into=names.get(s.into, s.into))
+            if s.into in names:
+                s = evolve(s, into=names[s.into])
         elif isinstance(s, Special):
             s = evolve(
                 s,
@@ -212,14 +221,15 @@ def rename_refs(block: Block, names: dict[str, str]) -> Block:
                 outputs=tuple(names.get(n, n) for n in s.outputs),
             )
         elif isinstance(s, Block):
-            s = evolve(
-                s,
-                refs=tuple(
-                    evolve(r, from_=names[r.source]) if r.source in names else r for r in s.refs
-                ),
-            )
-        stmts.append(s)
-    return evolve(block, refs=refs, stmts=tuple(stmts))
+            if any(r.source in names for r in s.refs):
+                s = evolve(
+                    s,
+                    refs=tuple(
+                        evolve(r, from_=names[r.source]) if r.source in names else r for r in s.refs
+                    ),
+                )
+        out.append(s)
+    return tuple(out)
 
 
 def index_uses(block: Block, *, accesses: bool = False) -> set[str]:

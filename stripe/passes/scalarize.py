@@ -40,7 +40,7 @@ from stripe.ir import (
 )
 from stripe.passes.cleanup import apply_inside
 from stripe.passes.registry import register
-from stripe.passes.rewrite import fresh, is_local, rename_refs, scalars_of, substitute_indexes
+from stripe.passes.rewrite import fresh, is_local, renamed_uses, scalars_of, substitute_indexes
 from tile.affine import Affine
 from tile.dtypes import DType
 
@@ -161,8 +161,10 @@ def _rename_uses(s: Statement, m: dict[str, str]) -> Statement:
 def _rename_scalars(s: Statement, m: dict[str, str]) -> Statement:
     """``s`` with every scalar it defines or reads renamed by ``m``."""
     if isinstance(s, (Load, LoadIndex, Constant)):
-        return evolve(s, into=m.get(s.into, s.into))
+        return evolve(s, into=m[s.into]) if s.into in m else s
     if isinstance(s, Intrinsic):
+        if not any(x in m for x in s.outputs) and not any(x in m for x in s.inputs):
+            return s
         return evolve(
             s, outputs=tuple(m.get(x, x) for x in s.outputs), inputs=tuple(m.get(x, x) for x in s.inputs)
         )
@@ -230,13 +232,13 @@ def _inline_one(
         if r.into in stores and (r.agg_op or "assign") != (p.agg_op or "assign"):
             return None
         names[r.into] = p.into
-    # One renaming of every use at once: two views may take one name (merged views), and only
-    # the statements are kept.
-    c = rename_refs(c, names)
+    stmts = renamed_uses(c.stmts, names)  # only the statements are kept
     ms: dict[str, str] = {}
-    for nm in sorted(_all_scalars(c.stmts)):
+    for nm in sorted(_all_scalars(stmts)):
         ms[nm] = fresh(nm, taken)
         taken.add(ms[nm])
+        if ms[nm] == nm:
+            del ms[nm]
     refs.extend(moved)
     by_name.update((m.into, m) for m in moved)
-    return [_rename_scalars(s, ms) for s in c.stmts]
+    return [_rename_scalars(s, ms) for s in stmts] if ms else list(stmts)
