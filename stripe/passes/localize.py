@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from fractions import Fraction
 
 from stripe.hardware import Hardware
 from stripe.ir import Block, Dim, RefDir, Refinement, Special, Statement, TensorShape, dense_strides, evolve
@@ -89,7 +90,7 @@ def _is_zero_fill(s: Statement, name: str) -> bool:
     """A statement that only zero-fills ``name`` (a special, or a block of such specials)."""
     if isinstance(s, Special):
         return s.name == "zero" and not s.inputs and s.outputs == (name,)
-    if not isinstance(s, Block) or not s.stmts:
+    if not isinstance(s, Block) or not s.stmts or not isinstance(s.stmts[0], (Special, Block)):
         return False
     own = [r for r in s.refs if r.source == name]
     if len(own) != 1 or not all(_is_zero_fill(x, own[0].into) for x in s.stmts):
@@ -102,12 +103,15 @@ def _localize_block(block: Block, parents: tuple[Block, ...]) -> Block:
     only its user (which may take others too) and drops its zero fills, so every temporary is
     tried once against the same statement list: the work grows with temporaries plus statements,
     not their product (long fused chains)."""
+    temporaries = _temporaries(block, parents)
+    if not temporaries:
+        return block
     users_of = _users(block)
     inner_users: dict[int, dict[str, list[int]]] = {}  # _users of statement k (moves keep them)
     stmts = list(block.stmts)
     dropped_stmts: set[int] = set()
     dropped_refs: set[str] = set()
-    for t, chain in _temporaries(block, parents):
+    for t, chain in temporaries:
         users = users_of.get(t.into, [])
         fills = [k for k in users if _is_zero_fill(block.stmts[k], t.into)]
         rest = [k for k in users if k not in fills]
@@ -203,7 +207,8 @@ def _restride(s: Statement, name: str, new: tuple[int, ...]) -> Statement:
         if r.source == name:
             dims = tuple(Dim(d.size, n) for d, n in zip(r.shape.dims, new))
             r = evolve(r, shape=TensorShape(r.shape.dtype, dims))
-            s = evolve(s, stmts=tuple(_restride(x, r.into, new) for x in s.stmts))
+            if any(isinstance(x, Block) for x in s.stmts):
+                s = evolve(s, stmts=tuple(_restride(x, r.into, new) for x in s.stmts))
         refs.append(r)
     return evolve(s, refs=tuple(refs))
 
@@ -232,8 +237,8 @@ def _inside(block: Block, name: str, box: Box, sizes: tuple[int, ...], at: list[
                 ):
                     return False
                 ivs = [poly_interval(a, sbox) for a in r.access]
-                nlo = tuple(int(x + iv[0]) for x, iv in zip(lo, ivs))
-                nhi = tuple(int(x + iv[1]) for x, iv in zip(hi, ivs))
+                nlo = tuple(_plus(x, iv[0]) for x, iv in zip(lo, ivs))
+                nhi = tuple(_plus(x, iv[1]) for x, iv in zip(hi, ivs))
                 if any(a < 0 for a in nlo) or any(
                     h + d.size > full for h, d, full in zip(nhi, r.shape.dims, sizes)
                 ):
@@ -244,6 +249,11 @@ def _inside(block: Block, name: str, box: Box, sizes: tuple[int, ...], at: list[
 
     zeros = tuple(0 for _ in sizes)
     return check(block, name, box, zeros, zeros, [block.stmts[j] for j in at])
+
+
+def _plus(x: int, f: Fraction) -> int:
+    """``int(x + f)``, off Fraction's slow path where ``f`` is a whole number (always, in Stripe)."""
+    return x + f.numerator if f.denominator == 1 else int(x + f)
 
 
 def _disjoint(k: Block, kr: Refinement, box: Box) -> bool:
