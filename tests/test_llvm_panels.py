@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+import tile
 from backends.llvm import LlvmCpuDevice
 from backends.llvm.device import _host, chunk_ranges
 from backends.llvm.match import VectorConfig, analyse, host_vector_bytes, panel, panel_split
@@ -124,3 +125,44 @@ def test_cache_blocks_follow_the_cache_sizes():
     assert cache_blocks(k, shape, 6, 64, big) == (512, 512, 512)  # 6 rows of A: 12 KiB; B: 1 MiB
     small = replace(CFG, l1_bytes=32 << 10, l2_bytes=1 << 20)
     assert cache_blocks(k, shape, 6, 64, small) == (320, 384, 320)
+
+
+def _fill_body(exe) -> str:
+    """The zero fill's internal function (kernel 0) of a compiled program, as LLVM IR text."""
+    source = next(iter(exe._compiled.values())).library.source
+    head = source.index('define internal void @"tile_k0_zero.body"')
+    return source[head : source.index("}", head)]
+
+
+@pytest.mark.parametrize("caches", [None, SMALL_CACHES])
+def test_the_zero_fill_folds_into_a_micro_kernel_that_writes_every_element(caches):
+    """``C``'s zero fill (kernel 0) does nothing when the micro-kernel writes all of ``C``: its
+    tiles start from zero (in the first K block when blocked), garbage in ``C`` never shows."""
+    x = RNG.standard_normal((40, 150)).astype(np.float32)
+    y = RNG.standard_normal((150, nr() * 2 + 3)).astype(np.float32)
+    how = {"threads": 2, "min_parallel_points": 1, "strict": True, "cache": False}
+    if caches:
+        how["cache_bytes"] = caches
+    exe = tile.compile(MATMUL, "llvm_cpu.0", how)
+    want = run_stripe(lowered(MATMUL, {"A": x, "B": y}), {"A": x, "B": y})
+    for _ in range(3):  # the output's memory is reused: filled with garbage between calls
+        out = exe(A=x, B=y)["C"]
+        assert_same({"C": out}, want)
+        out[...] = np.nan
+        del out
+    assert "store" not in _fill_body(exe) and "memset" not in _fill_body(exe)
+
+
+def test_a_partly_written_output_keeps_its_zero_fill():
+    src = "function (A[M, K], B[K, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]), i < 3; }"
+    a, b = ints(20, 9), ints(9, 70)
+    got, kernels = execute(lowered(src, {"A": a, "B": b}), {"A": a, "B": b}, {"threads": 2}, EIGHT)
+    want = a @ b
+    want[3:] = 0
+    np.testing.assert_array_equal(got["C"], want)
+    exe = tile.compile(src, "llvm_cpu.0")
+    for _ in range(2):
+        out = exe(A=a, B=b)["C"]
+        np.testing.assert_array_equal(out, want)
+        out[...] = np.nan
+        del out

@@ -23,6 +23,7 @@ index, or a nested tile) is emitted by ``microkernel`` instead.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from llvmlite import ir
 
@@ -46,6 +47,7 @@ from stripe.ir import (
     Special,
     Store,
     block_error,
+    dense_strides,
     where,
 )
 from stripe.scope import Scope, check_access_rank, missing_parent
@@ -65,8 +67,11 @@ class KernelCodegen:
         schedule: Schedule,
         buffer_dtypes: dict[str, DType],
         vector: VectorConfig | None = None,
+        fresh: int = 0,
     ):
         self.em = em
+        self.fresh = fresh  # the kernel before only zero-fills this one's output: its elements
+        self.took_fresh = False  # the micro-kernel starts from zero instead: the fill is skipped
         self.vector = vector or VectorConfig()
         self.buffer_dtypes = buffer_dtypes
         self.info = info
@@ -136,7 +141,7 @@ class KernelCodegen:
             starts.append(i64(int(ix.affine.const)) if ix.affine is not None else i64(0))
         sched = self.schedule
         split = (sched.split_index, lo, hi) if sched.order else None
-        if split and emit_microkernel(self, block, starts, None, split, self.vector):
+        if split and emit_microkernel(self, block, starts, None, split, self.vector, self.fresh):
             return
         self.loops(block, sched.order, starts, None, (lo, hi), sched.split_at)
 
@@ -328,9 +333,45 @@ def generate(
     module.data_layout = layout
     em = Emitter(module, f16c)
     em.inline_math = vector is not None and vector.reassoc  # vmath's exp/tanh/log, not strict
-    for k, (info, sched) in enumerate(zip(kernels, schedules)):
-        em.stack_bytes = 0
-        KernelCodegen(em, k, info, sched, buffer_dtypes(info, dtypes or {}), vector).build()
-        if stack is not None:
-            stack.append(em.stack_bytes)
+    stacks: dict[int, int] = {}
+    skipped: set[int] = set()  # zero fills a micro-kernel took over (their kernels do nothing)
+    for k, info in enumerate(kernels):
+        if k in stacks:
+            continue
+        fill = _zero_fill_of(info, kernels[k + 1]) if k + 1 < len(kernels) else 0
+        order = [k + 1, k] if fill else [k]
+        for j in order:  # the contraction first: whether it took the fill decides the fill's body
+            em.stack_bytes = 0
+            dts = buffer_dtypes(kernels[j], dtypes or {})
+            cg = KernelCodegen(em, j, kernels[j], schedules[j], dts, vector, fresh=fill if j != k else 0)
+            if j in skipped:
+                cg.block = replace(cg.block, stmts=())
+            cg.build()
+            if cg.took_fresh:
+                skipped.add(k)
+            stacks[j] = em.stack_bytes
+    if stack is not None:
+        stack.extend(stacks[k] for k in range(len(kernels)))
     return str(module)
+
+
+def _zero_fill_of(fill: KernelInfo, kernel: KernelInfo) -> int:
+    """The element count of the buffer when kernel ``fill`` only zero-fills all of one buffer
+    that ``kernel`` (the next one) adds into (a micro-kernel that writes all of it may start from
+    zero instead), else 0."""
+    zb, kb = fill.block, kernel.block
+    if not isinstance(zb, Block) or not isinstance(kb, Block) or zb.idxs or len(zb.stmts) != 1:
+        return 0
+    st = zb.stmts[0]
+    if not isinstance(st, Special) or st.name != "zero" or len(st.outputs) != 1 or len(zb.refs) != 1:
+        return 0
+    ref = zb.refs[0]
+    if ref.into != st.outputs[0] or any(a.const != 0 or a.terms for a in ref.access):
+        return 0
+    if tuple(d.stride for d in ref.shape.dims) != dense_strides(ref.shape.sizes):
+        return 0  # the fill's elements are [0, elements) of the buffer
+    stores = [s for s in kb.stmts if isinstance(s, Store)]
+    adds = len(stores) == 1 and any(
+        r.into == stores[0].into and r.source == ref.source and r.agg_op == "add" for r in kb.refs
+    )
+    return ref.shape.elements if adds else 0

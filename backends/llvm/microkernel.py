@@ -84,6 +84,9 @@ class MicroKernel:
         ]
         if not self.pack_refs:
             self.blocking = None
+        # True: the output's elements start at zero (its zero fill, the kernel before, is
+        # skipped: ``emit_microkernel``'s ``fresh``); during a K block, whether it is the first
+        self.fresh: bool | ir.Value = False
         self.kbase: ir.Value | None = None  # the first reduction point of the packed K block
         self.pack_slots: dict[str, ir.Value] = {}
         self.packed: dict[str, ir.Value] = {}
@@ -236,9 +239,11 @@ class MicroKernel:
             counted_loop(self.b(), klo, khi, lambda q0: reductions(c0, c1, q0), step0)
 
         def reductions(c0: ir.Value, c1: ir.Value, q0: ir.Value) -> None:
-            saved = self.bounds[k0]
+            saved, fresh = self.bounds[k0], self.fresh
             self.bounds[k0] = (q0, _smin(self.b(), self.b().add(q0, i64(step0)), khi))
             self.kbase = q0
+            if fresh is True:
+                self.fresh = self.b().icmp_signed("==", q0, klo)
 
             def panels(v0: ir.Value, body) -> None:  # each panel at its packed scratch
                 self.packed = {}
@@ -258,7 +263,7 @@ class MicroKernel:
                     nr,
                 )
             )
-            self.bounds[k0] = saved
+            self.bounds[k0], self.fresh = saved, fresh
             self.kbase = None
 
         counted_loop(b, lo, full, columns, nc)
@@ -296,11 +301,18 @@ class MicroKernel:
         self.cur = (v0, nv, lanes, r0, mr)
         out = self.views[s.out]
         slots = [[em.alloca(self.vt) for _ in range(nv)] for _ in range(mr)]
+        zero = ir.Constant(self.vt, None)
         for m in range(mr):
             for n in range(nv):
                 p = self.out_pos(base, m, n)
                 mask = lanes if n == nv - 1 else None
-                b.store(self.vload(out, p, mask), slots[m][n])
+                if self.fresh is True:  # the output's zero fill, folded in: start from zero
+                    start = zero
+                else:
+                    start = self.vload(out, p, mask)
+                    if self.fresh is not False:  # the first K block starts from zero
+                        start = b.select(self.fresh, zero, start)
+                b.store(start, slots[m][n])
         self.slots = slots
         self.red_level(0, base, None)
         b = self.b()
@@ -497,6 +509,24 @@ class MicroKernel:
         return out
 
 
+def covers(block: Block, shape: Shape, elements: int) -> bool:
+    """Whether the kernel ``block`` stores every element of its output buffer (of ``elements``):
+    no constraint skips a point, and its owned indexes (one point per element, ``analyse``)
+    write as many elements as the buffer has, from element 0 to the last."""
+    out = block.ref(shape.out)
+    if block.constraints or any(a.const != 0 for a in out.access):
+        return False
+    coefs = shape.coefs[shape.out]
+    points, last = 1, 0
+    for k, ix in enumerate(block.idxs):
+        if coefs[k] < 0:
+            return False
+        if coefs[k] and ix.range > 1:
+            points *= ix.range
+            last += coefs[k] * (ix.range - 1)
+    return points == elements and last == elements - 1  # distinct offsets: all of [0, elements)
+
+
 def _smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return b.select(b.icmp_signed("<", x, y), x, y)
 
@@ -537,11 +567,21 @@ def _combine(op, x: list[list[ir.Value]], y: list[list[ir.Value]]) -> list[list[
 
 
 def emit_microkernel(
-    cg, block: Block, starts: list[ir.Value], parent_views: dict[str, View] | None, bounded, cfg: VectorConfig
+    cg,
+    block: Block,
+    starts: list[ir.Value],
+    parent_views: dict[str, View] | None,
+    bounded,
+    cfg: VectorConfig,
+    fresh: int = 0,
 ) -> bool:
     """Emit ``block`` (all its points; ``bounded``: ``(index position, lo, hi)`` restricting one
     kernel index to a chunk, or None) as a micro-kernel when ``analyse`` matches it; False (and
-    nothing emitted) otherwise. ``cg`` is the ``KernelCodegen`` (views, affines, the builder)."""
+    nothing emitted) otherwise. ``cg`` is the ``KernelCodegen`` (views, affines, the builder).
+    ``fresh``: the output buffer's element count when it holds garbage that a zero fill would
+    clear (else 0); when the kernel writes every element of it (``covers``), its tiles start from
+    zero and ``cg.took_fresh`` is set (the caller then skips the fill), else the output is read
+    as usual."""
     if not cfg.vector_bytes:
         return False
     dims: dict[str, tuple[Dim, ...]] = {}
@@ -563,6 +603,8 @@ def emit_microkernel(
         return False  # a gather at every reduction point: the plain loops do better
     mk.views = {r.into: cg.view(block, r, origin, parent_views) for r in block.refs}
     mk.origin = origin
+    if fresh and parent_views is None and covers(block, shape, fresh):
+        mk.fresh = cg.took_fresh = True
     bounds = {}
     if pos is not None and block.idxs[pos].range > 1:
         bounds[pos] = (bounded[1], bounded[2])
