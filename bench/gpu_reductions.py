@@ -125,11 +125,16 @@ def main() -> None:
         if args.kernels:
             for k, s in kernels:
                 print(f"  {name}: {k} {s * 1e3:.3f} ms")
+            print(_row(*rows[-1]), flush=True)  # as it goes: a run cut short keeps its cases
     print("| case | kernels | Tile GB/s | PyTorch GB/s | Tile / PyTorch |\n|---|---:|---:|---:|---:|")
-    for name, ours, theirs, nk in rows:
-        ratio = f"{ours / theirs:.2f}" if theirs else "-"
-        their = f"{theirs / 1e9:.0f}" if theirs else "-"
-        print(f"| {name} | {nk} | {ours / 1e9:.0f} | {their} | {ratio} |")
+    for row in rows:
+        print(_row(*row))
+
+
+def _row(name: str, ours: float, theirs: float | None, nk: int) -> str:
+    ratio = f"{ours / theirs:.2f}" if theirs else "-"
+    their = f"{theirs / 1e9:.0f}" if theirs else "-"
+    return f"| {name} | {nk} | {ours / 1e9:.0f} | {their} | {ratio} |"
 
 
 if __name__ == "__main__":
