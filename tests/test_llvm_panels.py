@@ -14,8 +14,7 @@ import pytest
 import tile
 from backends.llvm import LlvmCpuDevice
 from backends.llvm.device import _host, chunk_ranges
-from backends.llvm.match import VectorConfig, analyse, host_vector_bytes, panel, panel_split
-from backends.llvm.microkernel import cache_blocks
+from backends.llvm.match import VectorConfig, analyse, cache_blocks, host_vector_bytes, panel, panel_split
 from backends.llvm.schedule import plan
 from ref_interp.stripe_exec import run_stripe
 from tests.llvm_runner import assert_same, buffer_names, execute, lowered

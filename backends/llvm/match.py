@@ -3,7 +3,10 @@
 ``analyse`` is pure: it reads a leaf block and the dims and buffer types of what its refinements
 refine, and names the vector index, the row index, the other owned indexes and the reductions
 (see ``microkernel``'s docstring for the rule). ``VectorConfig`` is what the host and the
-precision policy allow.
+precision policy allow. Also pure, for the code generator around it: ``panel_split`` (threads
+over a matmul's panels rather than its rows), ``cache_blocks`` (the K and N blocks that fit L1
+and L2) and ``covers`` (whether a kernel writes every element of its output, so that its zero
+fill may be skipped).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from tile.dtypes import DType
 
 AGGS = ("add", "max", "min")  # max/min: the scalar code's NaN-wins select, lane-wise
 _OPS = ("mul", "add", "assign")  # assign: a conversion to the same type, a copy
+PACK_LIMIT = 2 * 1024 * 1024  # bytes of stack scratch for one packed panel (or cache block)
 
 
 @dataclass(frozen=True)
@@ -176,4 +180,56 @@ def panel_split(
     return replace(sched, order=order, split_at=len(order) - 1, grain=width * nv, reason=why)
 
 
-__all__ = ["Shape", "VectorConfig", "analyse", "host_vector_bytes", "panel", "panel_split"]
+def covers(block: Block, shape: Shape, elements: int) -> bool:
+    """Whether the kernel ``block`` stores every element of its output buffer (of ``elements``):
+    no constraint skips a point, and its owned indexes (one point per element, ``analyse``)
+    write as many elements as the buffer has, from element 0 to the last."""
+    out = block.ref(shape.out)
+    if block.constraints or any(a.const != 0 for a in out.access):
+        return False
+    coefs = shape.coefs[shape.out]
+    points, last = 1, 0
+    for k, ix in enumerate(block.idxs):
+        if coefs[k] < 0:
+            return False
+        if coefs[k] and ix.range > 1:
+            points *= ix.range
+            last += coefs[k] * (ix.range - 1)
+    return points == elements and last == elements - 1  # distinct offsets: all of [0, elements)
+
+
+def cache_blocks(block: Block, shape: Shape, mr: int, nr: int, cfg: VectorConfig):
+    """``(KC0, NC, KC)`` for the cache-blocked path (``MicroKernel.blocked``), or None without
+    cache sizes: ``KC`` reduction points (``KC0`` of the first reduction index, the others
+    whole) so that a tile's ``MR`` rows of A take a quarter of L1, and ``NC`` columns (whole
+    panels) so that the packed ``KC x NC`` block of B takes half of L2."""
+    if not (cfg.l1_bytes and cfg.l2_bytes and shape.red and shape.r is not None):
+        return None
+    item = shape.dtype.numpy.itemsize
+    inner = 1
+    for k in shape.red[1:]:
+        inner *= block.idxs[k].range
+    want = max(64, cfg.l1_bytes // (4 * mr * item) // 64 * 64)
+    step0 = max(1, min(block.idxs[shape.red[0]].range, want // inner))
+    chunk = step0 * inner
+    nc = max(nr, cfg.l2_bytes // 2 // (chunk * item) // nr * nr)
+    columns = -(-block.idxs[shape.v].range // nr) * nr
+    if step0 == block.idxs[shape.red[0]].range and nc >= columns:
+        return None  # one block: the whole-reduction tiles do the same with less scratch
+    nc = min(nc, columns)  # no more scratch than the columns need
+    if nc * chunk * item > PACK_LIMIT:
+        return None
+    return step0, nc, chunk
+
+
+__all__ = [
+    "PACK_LIMIT",
+    "Shape",
+    "VectorConfig",
+    "analyse",
+    "cache_blocks",
+    "covers",
+    "host_vector_bytes",
+    "panel",
+    "panel_split",
+]

@@ -40,14 +40,13 @@ from llvmlite import ir
 
 from backends.llvm.intrinsics import binary
 from backends.llvm.loops import View, counted_loop, for_range
-from backends.llvm.match import Shape, VectorConfig, analyse, panel
+from backends.llvm.match import PACK_LIMIT, Shape, VectorConfig, analyse, cache_blocks, covers, panel
 from backends.llvm.scalars import F32, F64, I32, I64, PTR, i64
 from stripe.ir import Block, Dim, Intrinsic, Load, Store
 from tile.affine import Affine
 from tile.dtypes import DType
 
 ACC_BUDGET = {64: 24, 32: 12, 16: 12}  # accumulators that leave room for operands, by vector bytes
-PACK_LIMIT = 2 * 1024 * 1024  # bytes of stack scratch for one packed panel
 
 
 class MicroKernel:
@@ -509,50 +508,8 @@ class MicroKernel:
         return out
 
 
-def covers(block: Block, shape: Shape, elements: int) -> bool:
-    """Whether the kernel ``block`` stores every element of its output buffer (of ``elements``):
-    no constraint skips a point, and its owned indexes (one point per element, ``analyse``)
-    write as many elements as the buffer has, from element 0 to the last."""
-    out = block.ref(shape.out)
-    if block.constraints or any(a.const != 0 for a in out.access):
-        return False
-    coefs = shape.coefs[shape.out]
-    points, last = 1, 0
-    for k, ix in enumerate(block.idxs):
-        if coefs[k] < 0:
-            return False
-        if coefs[k] and ix.range > 1:
-            points *= ix.range
-            last += coefs[k] * (ix.range - 1)
-    return points == elements and last == elements - 1  # distinct offsets: all of [0, elements)
-
-
 def _smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return b.select(b.icmp_signed("<", x, y), x, y)
-
-
-def cache_blocks(block: Block, shape: Shape, mr: int, nr: int, cfg: VectorConfig):
-    """``(KC0, NC, KC)`` for the cache-blocked path (``MicroKernel.blocked``), or None without
-    cache sizes: ``KC`` reduction points (``KC0`` of the first reduction index, the others
-    whole) so that a tile's ``MR`` rows of A take a quarter of L1, and ``NC`` columns (whole
-    panels) so that the packed ``KC x NC`` block of B takes half of L2."""
-    if not (cfg.l1_bytes and cfg.l2_bytes and shape.red and shape.r is not None):
-        return None
-    item = shape.dtype.numpy.itemsize
-    inner = 1
-    for k in shape.red[1:]:
-        inner *= block.idxs[k].range
-    want = max(64, cfg.l1_bytes // (4 * mr * item) // 64 * 64)
-    step0 = max(1, min(block.idxs[shape.red[0]].range, want // inner))
-    chunk = step0 * inner
-    nc = max(nr, cfg.l2_bytes // 2 // (chunk * item) // nr * nr)
-    columns = -(-block.idxs[shape.v].range // nr) * nr
-    if step0 == block.idxs[shape.red[0]].range and nc >= columns:
-        return None  # one block: the whole-reduction tiles do the same with less scratch
-    nc = min(nc, columns)  # no more scratch than the columns need
-    if nc * chunk * item > PACK_LIMIT:
-        return None
-    return step0, nc, chunk
 
 
 def _combine(op, x: list[list[ir.Value]], y: list[list[ir.Value]]) -> list[list[ir.Value]]:
