@@ -24,6 +24,13 @@ the reduction indexes as listed, and the owned indexes move freely (``schedule``
 without fused multiply-add the results are bit-identical to the scalar loops'. ``fma=True``
 (not under ``strict``, §8.3 of docs/semantics.md) computes ``acc + a*b`` with one rounding.
 
+**Cache blocks.** With the caches' sizes (``VectorConfig``) and a reduction or columns past one
+block (``match.cache_blocks``), the whole panels run in blocks of ``NC`` columns and ``KC``
+reduction points: a block's panels are packed together, then every row tile runs against each
+of them (its rows of A stay in L1), loading and storing its C tile once per block. Each element
+still gets its reduction points in order. When the output's zero fill is folded in (``fresh``),
+the tiles start from zero instead of loading C (in the first K block only).
+
 **Edges and guards.** Full tiles run the fast path; the rows past the last full ``MR`` run one at
 a time, the columns past the last full ``NV*W`` one vector at a time, the last partial vector with
 a lane mask (masked loads and stores never touch memory outside the block). A constraint that
