@@ -268,8 +268,10 @@ def _split(block: Block, to_outer: dict[str, str], parent_sizes: dict[str, tuple
         for d, acc in enumerate(r.access):
             if all(to_outer.get(v) == v for v, _ in acc.terms):  # all fused, same names: as it is
                 o_acc.append(acc)
-                i_acc.append(Affine())
-                dims.append(Dim(min(r.shape.dims[d].size, parent_sizes[r.source][d]), r.shape.dims[d].stride))
+                i_acc.append(_ZERO)
+                dim = r.shape.dims[d]
+                size = min(dim.size, parent_sizes[r.source][d])
+                dims.append(dim if size == dim.size else Dim(size, dim.stride))
                 continue
             fused = Affine.build({to_outer[v]: acc.coeff(v) for v in acc.vars if v in to_outer})
             rest = Affine.build({v: acc.coeff(v) for v in acc.vars if v not in to_outer})
@@ -278,11 +280,18 @@ def _split(block: Block, to_outer: dict[str, str], parent_sizes: dict[str, tuple
             i_acc.append(rest - lo)
             size = min(hi - lo + r.shape.dims[d].size, parent_sizes[r.source][d])
             dims.append(Dim(size, r.shape.dims[d].stride))
-        outer_refs.append(evolve(r, access=tuple(o_acc), shape=TensorShape(r.shape.dtype, tuple(dims))))
+        o_acc, dims = tuple(o_acc), tuple(dims)
+        if o_acc == r.access and dims == r.shape.dims:
+            outer_refs.append(r)  # the view as it was (a leaf fused on all its indexes)
+        else:
+            outer_refs.append(evolve(r, access=o_acc, shape=TensorShape(r.shape.dtype, dims)))
         inner_refs.append(evolve(r, access=tuple(i_acc), from_=None))
     inner = evolve(block, idxs=tuple(inner_idxs), refs=tuple(inner_refs), tags=block.tags - {"kernel"})
     inner = substitute_indexes(inner, env)
     return outer_refs, [evolve(inner, idxs=tuple(inner_idxs) + tuple(through))]
+
+
+_ZERO = Affine()
 
 
 def _lift(block: Block, to_outer: dict[str, str]) -> Part:
@@ -298,7 +307,7 @@ def _mergeable(x: Refinement, y: Refinement) -> bool:
         and x.shape.dtype == y.shape.dtype
         and [d.stride for d in x.shape.dims] == [d.stride for d in y.shape.dims]
         and x.location == y.location
-        and all(p - p.const == q - q.const for p, q in zip(x.access, y.access))
+        and all(p.terms == q.terms for p, q in zip(x.access, y.access))  # equal but for constants
     )
 
 
