@@ -200,3 +200,37 @@ def test_config_names_a_missing_memory():
 def test_default_config_fields():
     cfg = GemmTileConfig(reqs=("contraction",))
     assert cfg.memory == "LOCAL" and cfg.group_set == ("gpu_group",) and cfg.reg_set == ("reg",)
+
+
+@pytest.mark.parametrize(
+    "src,shapes",
+    [
+        (MM, {"A": (37, 5), "B": (5, 70)}),
+        (BMM, {"A": (3, 37, 11), "B": (3, 11, 70)}),
+        (CONV, {"I": (2, 9, 7, 3), "F": (3, 3, 3, 5)}),
+        (STRIDED, {"I": (2, 9, 7, 3), "F": (3, 3, 3, 5)}),
+    ],
+)
+def test_nest_reads_back(src, shapes):
+    """``stripe.gemm_nest.read`` recovers the GEMM and the tiles of every nest the pass makes (it
+    rebuilds the nest and compares), and refuses a nest changed after the pass."""
+    from dataclasses import replace
+
+    from stripe.gemm_nest import read
+
+    p = lowered(src, shapes)
+    main = p.stmts[0]
+    kernel = next(b for b in main.stmts if "contraction" in b.tags)
+    want = match(kernel, tuple(r.into for r in main.refs), {r.into: r.shape.dtype for r in main.refs}, False)
+    (g,) = nests(tiled(p))
+    nest = read(g)
+    assert nest is not None
+    got = nest.gemm
+    for grp in ("m", "n", "k", "batch"):
+        assert getattr(got, grp).idxs == getattr(want, grp).idxs
+    assert got.a.access == want.a.access and got.b.guards == want.b.guards
+    kstep = g.stmts[0]
+    fa = kstep.stmts[0]
+    assert all(nest.tiles[ix.name] == ix.range for ix in fa.idxs if ix.affine is None)
+    assert read(replace(g, stmts=(replace(kstep, stmts=kstep.stmts[::-1]),))) is None
+    assert read(kernel) is None
