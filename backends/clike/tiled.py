@@ -1,21 +1,27 @@
-"""A GEMM-shaped contraction (``contraction.Gemm``) as a work-group-tiled OpenCL kernel.
+"""A ``gemm_tile`` nest as a work-group-tiled OpenCL kernel.
 
-The proven SGEMM recipe, for any contraction the matcher accepts (matmul, batched matmul,
-convolutions as implicit GEMM):
+The kernel is what the nest says (``stripe.passes.gemm_tile``; ``stripe.gemm_nest`` reads its
+``Gemm`` and tiles back): the proven SGEMM recipe, for any contraction the pass tiles (matmul,
+batched matmul, convolutions as implicit GEMM). Each index ``v`` has its tile ``T_v`` (``Tiles.per``):
 
-* **work-groups** own a ``TM x TN`` tile of the flattened (M, N) output of one batch point;
-  ``get_group_id(0)`` enumerates (batch, M tile, N tile), N fastest.
-* **work-items** (``TM/RM x TN/RN`` of them) each own an ``RM x RN`` register block, in chunks of
-  four contiguous rows and columns (``chunk * TM*4/RM + ty*4 + i``): the ``__local`` reads are
-  ``float4``-wide and a warp's stores are contiguous along N.
-* **K** advances ``KT`` at a time. The work-group fills ``__local`` tiles ``As[KT][TM]`` and
-  ``Bs[KT][TN]`` cooperatively (element ``e = lid + r*L`` of the tile, the operand's contiguous
-  group fastest, so global loads coalesce). The next K tile is loaded into registers while the
-  current one is multiplied, and the ``__local`` tiles are double-buffered, so each K step needs
-  one barrier.
-* **edges**: sizes are known at compile time, so a guard is emitted only where a size is not a
-  multiple of its tile (rows past M, columns past N, K past its end load zero and are not stored).
-  Constraints guard loads (a zero operand) or the store, as ``contraction`` sorts them.
+* **work-groups** are the nest's outer block: one per (batch point, M tile, N tile), N fastest
+  (``get_group_id(0)`` decomposed by each index's tile count); each index's origin is its tile
+  number times ``T_v``. The work-group's ``TM x TN`` output tile is flat: a row is a point of the
+  M indexes' tile box (the last index fastest), a column one of N's.
+* **work-items** (``TM/RM x TN/RN``, the thread block) each own an ``RM x RN`` register block, in
+  chunks of four contiguous rows and columns (``chunk * TM*4/RM + ty*4 + i``, the layout of the
+  nest's thread and register pieces): the ``__local`` reads are ``float4``-wide and a warp's
+  stores are contiguous along N.
+* **K** steps over the K indexes' tiles (``KT`` points, their product), each index's origin
+  decomposed once per step. The work-group fills the ``LOCAL`` tiles of the nest as ``__local``
+  arrays ``As[KT][TM]`` and ``Bs[KT][TN]`` cooperatively (element ``e = lid + r*L`` of the tile,
+  the operand's contiguous group fastest, so global loads coalesce; a work-item's element offsets
+  within the tile are fixed outside the K loop; a last round past the tile loads nothing). The
+  next K tile is loaded into registers while the current one is multiplied, and the ``__local``
+  tiles are double-buffered, so each K step needs one barrier.
+* **edges**: sizes are known at compile time, so a guard is emitted only for an index whose tile
+  does not divide its range (the nest's edge constraints: points past it load zero and are not
+  stored). Constraints guard loads (a zero operand) or the store, as ``stripe.gemm`` sorts them.
 * **skipped points**: the interpreter never combines a point a constraint skips, but a zero times
   the other operand's inf or NaN is NaN. So an operand with a guard on its own M (N) indexes (a
   padded convolution's input) also writes, beside each ``__local`` element, a flag saying whether
@@ -26,10 +32,11 @@ convolutions as implicit GEMM):
   Guards on K alone zero both operands (``0 * 0``); operands without guards (matmul, unpadded
   convolutions) generate the same code as before (H100: 4-5% slower padded convolutions).
 
-Each output element's values are summed in flat-K order by one work-item, then added once to the
-element (which a zero kernel initialized). With ``contract`` the multiply-add is ``fma`` (one
-rounding: semantics §8.3 allows it); without it (strict mode) it is a separate multiply and add,
-and K in Stripe order (the interpreter's), so the result is bit-identical to the interpreter.
+Each output element's values are summed by one work-item in the nest's K order (Stripe's: the
+pass's K tiles keep it), then added once to the element (which a zero kernel initialized). With
+``contract`` the multiply-add is ``fma`` (one rounding: semantics §8.3 allows it); without it
+(strict mode) it is a separate multiply and add, so the result is bit-identical to the
+interpreter.
 """
 
 from __future__ import annotations

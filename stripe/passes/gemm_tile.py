@@ -190,11 +190,16 @@ class GemmModel:
 def index_tiles(idxs: tuple[Index, ...], total: int) -> dict[str, int]:
     """Power-of-two tiles of ``idxs`` whose product is ``total`` (a power of two), padding the
     fewest points; ties give the larger tiles to the faster (later) indexes."""
-    bits = total.bit_length() - 1
+    def spread(bits: int, n: int):  # the ways to share ``bits`` among ``n`` indexes
+        if n == 1:
+            yield (bits,)
+            return
+        for e in range(bits + 1):
+            for rest in spread(bits - e, n - 1):
+                yield (e, *rest)
+
     best, key = None, None
-    for exps in product(range(bits + 1), repeat=len(idxs)):
-        if sum(exps) != bits:
-            continue
+    for exps in spread(total.bit_length() - 1, len(idxs)):
         padded = math.prod(-(-ix.range // (1 << e)) * (1 << e) for ix, e in zip(idxs, exps))
         k = (padded, tuple(-e for e in reversed(exps)))
         if key is None or k < key:
