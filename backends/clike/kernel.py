@@ -167,7 +167,10 @@ class KernelEmitter:
         self.depth = 0
         body = [ln[4:] for ln in self.lines]
         text = self.t.kernel(self.symbol, self.params, body, work)
-        return KernelSource(self.symbol, text, work, owned)
+        # a wide kernel in groups of 256 (H100, a 16M-element softmax division: 164 us in groups of
+        # 64, the local_size default, 64 us); smaller ones keep more, smaller groups
+        local = 256 if self.t.workgroups and work >= 1 << 20 else 0
+        return KernelSource(self.symbol, text, work, owned, local)
 
     def tiled(self) -> KernelSource | None:
         """A ``gemm_tile`` nest on a target with work-groups: the tiled kernel (``tiled``), its tiles
