@@ -329,7 +329,9 @@ class CompiledProgram:
         new one."""
         buf = self._handed_np.get(name)
         if buf is None or sys.getrefcount(buf.data) > 2:  # buf.data and getrefcount's argument
-            buf = self._handed_np[name] = HostBuffer(_nbytes(self.buffers[name]))
+            buf = self.device.executor.allocate(_nbytes(self.buffers[name]))
+            assert isinstance(buf, HostBuffer), "a host-memory executor allocates HostBuffers"
+            self._handed_np[name] = buf
         return buf
 
     def _buffer(self, name: str) -> Buffer:
