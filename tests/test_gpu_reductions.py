@@ -85,9 +85,8 @@ def test_rows_and_columns(gpu_config, agg, shape):
 @requires_opencl
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float64])
 def test_other_dtypes(gpu_config, dtype):
-    """Wrapping integer sums and products (exact in any order), and float64: sums through trees of
-    512 lanes per row (65536 columns; the other aggregations' combines fuse with their written-mask
-    select and keep the general kernel) and through the general combine (9000 columns: 64 lanes)."""
+    """Wrapping integer sums and products (exact in any order), and float64: through trees of 512
+    lanes per row (65536 columns) and through the general combine (9000 columns: 64 lanes)."""
     for cols in (9000, 65536):
         x = np.random.default_rng(2).integers(-3, 4, (3, cols)).astype(dtype)
         for agg in AGG:
@@ -126,8 +125,8 @@ def _program(src: str, shape: tuple[int, ...], config: str, strict: bool = False
 
 @requires_opencl
 def test_row_max_with_consumer_stays_split(gpu_config):
-    """A row max's written-mask consumer fuses with the combine, not with the partial lanes;
-    the combine is a work-group tree; strict mode splits nothing."""
+    """A row max splits into partial lanes and a combine (no written mask: every row is
+    written); strict mode splits nothing."""
     src = "function (X[M, N]) -> (S) { S[i: M] = >(X[i, j]); }"
     cp = _program(src, (64, 8192), gpu_config)
     tags = [b.tags for b in walk(cp.program)]
@@ -140,8 +139,8 @@ def test_row_max_with_consumer_stays_split(gpu_config):
 
 @requires_opencl
 def test_combines_of_many_lanes_are_trees(gpu_config):
-    """A global sum's last combines, a global max's (with its ``written`` mask), and row sums of
-    few long rows (5 rows of 512 lanes)."""
+    """A global sum's last combines, a global max's, and row sums of few long rows (5 rows of 512
+    lanes)."""
     for src, shape in (("function (X[N]) -> (S) { S[] = +(X[i]); }", (1 << 20,)),
                        ("function (X[N]) -> (S) { S[] = >(X[i]); }", (65536,)),
                        ("function (X[M, N]) -> (S) { S[i: M] = +(X[i, j]); }", (5, 65537))):
