@@ -89,10 +89,9 @@ def nchw(x, w):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("device", nargs="?", default="opencl_gpu.0")
-    ap.add_argument("--tiles", help="gemm_tiles setting: TM,TN,RM,RN,KT")
     args = ap.parse_args()
     dev = args.device
-    settings = {"gemm_tiles": [int(v) for v in args.tiles.split(",")]} if args.tiles else {}
+    settings: dict = {}  # the tiles are the gemm_tile pass's (its config params, or tuning's choices)
     torch = torch_cuda()
     if torch is None:
         raise SystemExit("this comparison needs PyTorch with CUDA")

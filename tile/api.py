@@ -11,6 +11,7 @@ from tile.autodiff import gradient
 from tile.dtypes import DType
 from tile.errors import TileInputError
 from tile.parser import parse
+from tile.settings import check as check_settings
 from tile.tensor import Tensor
 
 
@@ -185,7 +186,9 @@ def compile(
     * ``{"tune": True}`` times the cost model's best few tilings on the device at the first call
       for each shape and keeps the fastest (``backends.tune``; remembered in the disk cache).
 
-    A bad config file fails here, not at the first call."""
+    Backends read more (``tile.settings.KNOWN`` lists them all); an unknown name is a
+    ``TileSettingsError`` here. A bad config file fails here, not at the first call."""
+    check_settings(settings)
     prog = parse(program) if isinstance(program, str) else program
     if device != "interp":
         from backends import registry

@@ -195,7 +195,7 @@ def cmd_tune(args) -> int:
 
     tuning = tune(CompiledProgram, bound, lower(bound), device, config, settings, report)
     chosen = {f"{s}/{b}": rank for s, blocks in tuning.choices.items() for b, rank in blocks.items()}
-    chosen.update(tuning.settings)  # the code generator's knobs (OpenCL: gemm_tiles)
+    chosen.update(tuning.settings)  # the code generator's own knobs (Device.tuning_space)
     if not chosen:
         print(f"keeping the defaults: config '{config.name}' autotiles no block of this program, or "
               "the device's own choices were fastest")

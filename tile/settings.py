@@ -1,0 +1,67 @@
+"""The settings ``tile.compile`` accepts, so that a misspelt one is an error, not silently ignored.
+
+A setting nobody reads would leave a user believing they asked for something (``"stirct": True``
+and results that are not bit-identical). ``check`` refuses any name not listed here, suggesting
+the nearest known one. Each entry names where the setting is read; the values are checked there.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+
+from tile.errors import TileError
+
+KNOWN: dict[str, str] = {
+    # every target (tile.api, backends.runner, backends.tune)
+    "cache": "False bypasses the kernel cache",
+    "config": "an optimizer config: a file or a built-in config's name",
+    "strict": "True: no pass or kernel reorders aggregation (bit-identical to the interpreter)",
+    "optimize": "False compiles the lowered program as it is",
+    "max_buffer_bytes": "a lower limit for any one buffer",
+    "max_total_bytes": "a lower limit for all buffers together",
+    "resident_outputs": "True returns outputs as tile.Tensor left on the device",
+    "tune": "True times the cost model's best candidates on the device and keeps the fastest",
+    "tune_candidates": "how many candidates tuning times (default 4)",
+    "tune_refresh": "True tunes again instead of reading the tuning cache",
+    "precision": "the interpreter's arithmetic: native, float64 or exact",
+    "tiled": "False leaves out the GEMM tiling (gemm_tile steps, OpenCL work-group kernels)",
+    # the LLVM CPU backend (backends.llvm)
+    "threads": "how many threads a kernel uses (default: TILE_NUM_THREADS or every core)",
+    "opt": "LLVM's optimisation level (0-3, default 3)",
+    "reorder": "False keeps the plain loops' order of float sums (no reassociation)",
+    "parallel": "False runs every kernel on one thread",
+    "inline": "False calls each kernel's body instead of inlining it",
+    "min_parallel_points": "kernels with fewer points run whole (default 16384)",
+    "microkernel": "False turns the register-blocked micro-kernel off",
+    "panel_split": "False splits a micro-kernel's work over rows, not B's panels",
+    "cache_blocks": "False turns the micro-kernel's cache blocking off",
+    "cache_bytes": "cache sizes by level name ({'L1': bytes, 'L2': bytes}) for cache blocking",
+    "soft_half": "True converts float16 in software even where the CPU has F16C",
+    # the OpenCL backend (backends.opencl)
+    "fast_math": "True builds with -cl-fast-relaxed-math",
+    "local_size": "the work-group size of the general (untiled) kernels (default 64)",
+    "async": "False builds OpenCL programs before compile returns",
+    # internal: the runner and tests pass these through
+    "buffer_dtypes": "storage types of buffers (internal)",
+}
+
+
+class TileSettingsError(TileError):
+    """A settings mapping names a setting no part of Tile reads."""
+
+    kind = "settings error"
+
+
+def check(settings: Mapping | None) -> None:
+    """Raise ``TileSettingsError`` for the first name in ``settings`` that is not in ``KNOWN``."""
+    for name in settings or {}:
+        if name in KNOWN:
+            continue
+        near = difflib.get_close_matches(str(name), KNOWN, n=1)
+        hint = f"did you mean '{near[0]}'? " if near else ""
+        raise TileSettingsError(
+            f"unknown setting '{name}'",
+            None,
+            hint + "the settings are: " + ", ".join(sorted(KNOWN)),
+        )
