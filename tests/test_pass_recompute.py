@@ -3,13 +3,15 @@ where no reader moves more memory; the interpreter gives the same outputs before
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ref_interp.stripe_exec import run_stripe
 from stripe.config import target_config
-from stripe.ir import Block, Intrinsic, Load, walk
+from stripe.ir import Block, Intrinsic, Load, RefDir, Special, walk
 from stripe.passes import optimize
 from tests.pass_support import assert_same_meaning, lowered, programs, run_pass
 
@@ -99,3 +101,16 @@ def test_drawn_programs_keep_their_meaning(data):
     program, inputs = data.draw(programs())
     out = run_pass("recompute", MAIN, program)
     assert_same_meaning(program, out, inputs)
+
+
+def test_a_producer_whose_input_is_rewritten_before_the_reader_stays():
+    """``T = A * 2`` read by the sum after a kernel refills ``A``: recomputing ``T`` there would
+    read the new ``A``; so it stays (and ``A``'s own producer, with a writer among its users)."""
+    program = lowered("function (X[N]) -> (S) { A = X + 1; T = A * 2; S[] = +(T[i]); }", {"X": (6,)})
+    main = program.stmts[0]
+    k = next(j for j, s in enumerate(main.stmts) if any(r.into == "T" for r in s.refs if r.dir is RefDir.OUT))
+    refill = Block("refill_A", refs=(replace(main.ref("A"), dir=RefDir.OUT, agg_op="assign"),),
+                   stmts=(Special("zero", (), ("A",)),), tags=frozenset({"kernel", "special", "zero"}))
+    program = replace(program, stmts=(replace(main, stmts=(*main.stmts[: k + 1], refill,
+                                                          *main.stmts[k + 1 :])),))
+    assert run_pass("recompute", MAIN, program) == program
