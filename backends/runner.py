@@ -196,7 +196,9 @@ class CompiledProgram:
         # host-memory outputs of a numpy-out call: written where the caller gets them (no copy out);
         # not an output that is also an input (the caller's array must stay as it was)
         self._direct = frozenset(self.outputs) - frozenset(self.inputs)
-        self._handed_np: dict[str, HostBuffer] = {}  # the last such buffer per output, for reuse
+        # the last such buffers per output (the newest last), for reuse: two, so that a loop
+        # ``out = exe(x)``, whose ``out`` holds the last result during the call, reuses too
+        self._handed_np: dict[str, list[HostBuffer]] = {}
         # inputs some kernel writes (none in programs the front end makes): never read in place
         self._written_inputs = frozenset(self.inputs) & _written(self.program)
         if os.environ.get("TILE_DEBUG", "0") >= "3":
@@ -223,8 +225,9 @@ class CompiledProgram:
         the right dtype are read in place (the call waits for its kernels, so the caller cannot
         change them meanwhile; an input given twice, or one a kernel writes, is copied), and the
         kernels write each output into the array the call returns. That array's memory is reused
-        by the next call once the caller holds no array over it (its reference count says so),
-        so a loop that drops each result neither allocates nor touches fresh pages."""
+        by a later call once the caller holds no array over it (its reference count says so), so
+        a loop that drops each result, or keeps only the last, neither allocates nor touches
+        fresh pages."""
         debug = os.environ.get("TILE_DEBUG", "0") >= "1"
         with self._lock:
             return self._run(inputs, out or {}, resident, debug)
@@ -324,14 +327,19 @@ class CompiledProgram:
 
     def _numpy_out(self, name: str) -> HostBuffer:
         """The host buffer output ``name`` of a numpy-out call is written into (and handed out
-        over): the last call's when nothing but that buffer refers to its memory any more (the
-        caller dropped the array, and every view of it: each holds the memory's owner), else a
-        new one."""
-        buf = self._handed_np.get(name)
-        if buf is None or sys.getrefcount(buf.data) > 2:  # buf.data and getrefcount's argument
+        over): one of the last two calls' when nothing but that buffer refers to its memory any
+        more (the caller dropped the array, and every view of it: each holds the memory's owner),
+        else a new one, which replaces the older of the two."""
+        kept = self._handed_np.setdefault(name, [])
+        for buf in kept:
+            if sys.getrefcount(buf.data) == 2:  # buf.data and getrefcount's argument
+                kept.remove(buf)
+                break
+        else:
             buf = self.device.executor.allocate(_nbytes(self.buffers[name]))
             assert isinstance(buf, HostBuffer), "a host-memory executor allocates HostBuffers"
-            self._handed_np[name] = buf
+            del kept[:-1]
+        kept.append(buf)
         return buf
 
     def _buffer(self, name: str) -> Buffer:

@@ -68,6 +68,25 @@ def test_a_dropped_output_is_reused_a_held_one_never():
     assert not np.shares_memory(view, fourth)
 
 
+def test_a_loop_that_keeps_the_last_result_reuses_two_arrays():
+    """``out = exe(x)`` in a loop holds the last result while the next call runs: the calls
+    alternate between two arrays' memory, each result intact while it is held."""
+    exe = tile.compile("function (X) -> (Y) { Y = X + 1; }", DEV)
+    x = np.arange(50, dtype=np.float32)
+    seen = set()
+    out = None
+    for k in range(6):
+        last = out
+        out = exe(X=x + k)["Y"]
+        np.testing.assert_array_equal(out, x + k + 1)
+        if last is not None:
+            np.testing.assert_array_equal(last, x + k)  # the previous result, not overwritten
+            assert not np.shares_memory(last, out)
+        del last
+        seen.add(_address(out))
+    assert len(seen) == 2
+
+
 def test_an_output_given_back_as_an_input():
     """The last call's output as this call's input: it is the caller's, so the output of this
     call goes elsewhere, and reading it in place is safe."""
