@@ -56,6 +56,7 @@ from stripe.passes.fusion_checks import (
     inherit,
     kind,
     remembering,
+    sources,
 )
 from stripe.passes.registry import register
 from stripe.passes.rewrite import (
@@ -175,7 +176,7 @@ def fuse_pair(
     """The fused block of A then B, or None where the checks refuse (see the module docstring).
     ``views``: ``_views(parent)``, when the caller has it."""
     parent_refs, sizes = views or _views(parent)
-    if cfg.max_refs is not None and len({r.source for r in a.refs + b.refs}) > cfg.max_refs:
+    if cfg.max_refs is not None and len(sources(a) | sources(b)) > cfg.max_refs:
         return None  # each buffer needs a refinement of its own: refused before the work
     for candidate in (_tiled_to_match(a, b, parent_refs, sizes), b):  # B in A's tiles, else as is
         if candidate is None:

@@ -114,9 +114,15 @@ def kind(block: Block, parent_refs: set[str]) -> str | None:
     """``leaf`` (only scalar statements), ``nest`` (only blocks, each a leaf or a nest, whose views
     use only their own indexes without affines: what tiling and this pass build), or None for
     anything the pass does not handle."""
-    if any(r.source not in parent_refs for r in block.refs):
+    if not sources(block) <= parent_refs:
         return None  # a local allocation (fresh per point of the block): leave it alone
     return _own_kind(block)
+
+
+@_per_block
+def sources(block: Block) -> frozenset[str]:
+    """The names of the parent's refinements that ``block``'s refinements view."""
+    return frozenset(r.source for r in block.refs)
 
 
 @_per_block
