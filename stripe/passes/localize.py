@@ -180,7 +180,9 @@ def _move_into(
             if lo < 0 or hi + s > full:
                 return None
     new_strides = dense_strides(sizes)
-    shape = TensorShape(kr.shape.dtype, tuple(Dim(s, st) for s, st in zip(sizes, new_strides)))
+    shape = kr.shape
+    if new_strides != strides:
+        shape = TensorShape(kr.shape.dtype, tuple(Dim(s, st) for s, st in zip(sizes, new_strides)))
     local = Refinement(
         RefDir.NONE,
         kr.into,
@@ -192,6 +194,8 @@ def _move_into(
         tags=kr.tags,
     )
     refs = tuple(local if r is kr else r for r in k.refs)
+    if new_strides == strides:  # (a one-element view of a vector, say) nested views stay as they are
+        return evolve(k, refs=refs)
     stmts = list(k.stmts)
     for j in at:
         stmts[j] = _restride(stmts[j], kr.into, new_strides)
