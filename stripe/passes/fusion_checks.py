@@ -4,7 +4,9 @@ indexes two blocks can be fused on (``fused_pairs``), refusing whatever the proo
 
 Inside ``remembering()`` every analysis of a block is kept per block object: a chain's fused block
 is checked again at every step, and most of it (its inner blocks) is the same objects as before,
-so each step costs what it adds, not the whole chain again (5,000-statement chains).
+so each step costs what it adds, not the whole chain again (5,000-statement chains). The pass
+``forget``s the two blocks it fused (nothing asks about them again), and the new block, which
+starts with the first one's statements, ``inherit``s that block's folds over them.
 """
 
 from __future__ import annotations
@@ -141,8 +143,8 @@ def _own_kind(block: Block) -> str | None:
 def _nested_ok(block: Block) -> bool:
     if not block.stmts:
         return False
-    ok, sources = _kids_ok(block)
-    return ok and sources <= {r.into for r in block.refs}  # else a local allocation in a child
+    ok, viewed = _kids_ok(block)
+    return ok and viewed <= {r.into for r in block.refs}  # else a local allocation in a child
 
 
 @_per_block
@@ -150,7 +152,7 @@ def _kids_ok(block: Block) -> tuple[bool, frozenset[str]]:
     """Whether every statement of ``block`` is a block passing ``_child_ok``, and the names those
     blocks refine (a fold over the statements: see ``inherit``)."""
     start, seed = _prefix(block, "_kids_ok")
-    ok, sources = seed if seed is not None else (True, frozenset())  # type: ignore[misc]
+    ok, viewed = seed if seed is not None else (True, frozenset())  # type: ignore[misc]
     more: set[str] = set()
     for child in block.stmts[start:]:
         if not ok:
@@ -159,7 +161,7 @@ def _kids_ok(block: Block) -> tuple[bool, frozenset[str]]:
             return False, frozenset()
         more.update(r.source for r in child.refs)
         ok = _child_ok(child)
-    return ok, sources | more
+    return ok, viewed | more
 
 
 @_per_block
@@ -179,7 +181,9 @@ def _spreads(block: Block) -> dict[tuple[str, int], tuple[int, int]]:
     position of its refinement ``name``: ``{(name, d): (lo, hi)}`` ((0, 0) where absent: the
     block's own loads and stores), every refinement and dim in one walk."""
     start, seed = _prefix(block, "_spreads")  # a fold over the statements: see ``inherit``
-    out: dict[tuple[str, int], tuple[int, int]] = dict(seed) if seed is not None else {}  # type: ignore[call-overload]
+    out: dict[tuple[str, int], tuple[int, int]] = {}
+    if seed is not None:
+        out.update(seed)  # type: ignore[call-overload]
     for child in block.stmts[start:]:
         if isinstance(child, Block):
             for key, (a, b) in _offsets(child).items():
