@@ -14,10 +14,23 @@ import pytest
 import tile
 from backends.llvm import LlvmCpuDevice
 from backends.llvm.device import _host, chunk_ranges
-from backends.llvm.match import VectorConfig, analyse, cache_blocks, host_vector_bytes, panel, panel_split
+from backends.llvm.match import (
+    VectorConfig,
+    analyse,
+    cache_blocks,
+    from_nest,
+    host_vector_bytes,
+    panel,
+    panel_split,
+)
 from backends.llvm.schedule import plan
 from ref_interp.stripe_exec import run_stripe
+from stripe.config import target_config
+from stripe.gemm_nest import read as read_nest
+from stripe.ir import Block
+from stripe.passes import optimize
 from tests.llvm_runner import assert_same, buffer_names, execute, lowered
+from tests.pass_support import run_pass
 from tile.dtypes import DType
 
 RNG = np.random.default_rng(41)
@@ -165,3 +178,34 @@ def test_a_partly_written_output_keeps_its_zero_fill():
         np.testing.assert_array_equal(out, want)
         out[...] = np.nan
         del out
+
+
+@pytest.mark.parametrize(("m", "kk", "n", "threads"), [(100, 300, 200, 4), (37, 70, 131, 3), (8, 5, 64, 1)])
+def test_a_gemm_tile_nest_runs_as_a_flat_gemm_with_its_tiles(m, kk, n, threads):
+    """The optimizer's ``gemm_tile`` nest (here with the GPU config's tiles): the LLVM code
+    generator reads it back (``from_nest``) and runs the flat GEMM in the nest's cache tiles,
+    bit-identical to the untiled program under ``strict`` (each element's sum in K order)."""
+    x = RNG.standard_normal((m, kk)).astype(np.float32)
+    y = RNG.standard_normal((kk, n)).astype(np.float32)
+    program = lowered(MATMUL, {"A": x, "B": y})
+    nest = run_pass("gemm_tile", {"reqs": ["contraction", "kernel"]}, program, "opencl_gpu")
+    kernel = nest.stmts[0].stmts[-1]
+    got = from_nest(kernel)
+    assert got is not None and not any(isinstance(s, Block) for s in got[0].stmts)
+    how = {"threads": threads, "min_parallel_points": 1, "strict": True}
+    out, kernels = execute(nest, {"A": x, "B": y}, how, EIGHT)
+    assert_same(out, run_stripe(program, {"A": x, "B": y}))
+    assert kernels[-1].info.block is kernel  # the runner's view: the nest (names, work)
+    a, b = ints(m, kk), ints(kk, n)
+    out, _ = execute(nest, {"A": a, "B": b}, {"threads": threads}, EIGHT)
+    np.testing.assert_array_equal(out["C"], a @ b)
+
+
+def test_a_nest_with_an_epilogue_runs_as_it_is():
+    src = "function (A[M, K], B[K, N]) -> (O) { C[i, j: M, N] = +(A[i, k] * B[k, j]); O = relu(C); }"
+    a, b = ints(12, 9), ints(9, 20)
+    nest = optimize(lowered(src, {"A": a, "B": b}), target_config("opencl_gpu"))  # fused, tiled
+    kernel = next(k for k in nest.stmts[0].stmts if "gpu_group" in k.tags)
+    assert read_nest(kernel).gemm.epilogue is not None and from_nest(kernel) is None
+    out, _ = execute(nest, {"A": a, "B": b}, {"threads": 2}, EIGHT)
+    np.testing.assert_array_equal(out["O"], np.maximum(a @ b, 0))

@@ -68,8 +68,10 @@ class KernelCodegen:
         buffer_dtypes: dict[str, DType],
         vector: VectorConfig | None = None,
         fresh: int = 0,
+        blocks: tuple[int, int] | None = None,
     ):
         self.em = em
+        self.blocks = blocks  # the cache tiles of the optimizer's nest this kernel came from
         self.fresh = fresh  # the kernel before only zero-fills this one's output: its elements
         self.took_fresh = False  # the micro-kernel starts from zero instead: the fill is skipped
         self.vector = vector or VectorConfig()
@@ -141,7 +143,7 @@ class KernelCodegen:
             starts.append(i64(int(ix.affine.const)) if ix.affine is not None else i64(0))
         sched = self.schedule
         split = (sched.split_index, lo, hi) if sched.order else None
-        if split and emit_microkernel(self, block, starts, None, split, self.vector, self.fresh):
+        if split and emit_microkernel(self, block, starts, None, split, self.vector, self.fresh, self.blocks):
             return
         self.loops(block, sched.order, starts, None, (lo, hi), sched.split_at)
 
@@ -323,11 +325,13 @@ def generate(
     dtypes: dict | None = None,
     vector: VectorConfig | None = None,
     stack: list[int] | None = None,
+    blocks: Sequence[tuple[int, int] | None] = (),
 ) -> str:
     """The LLVM IR text of the module holding every kernel (``dtypes``: buffer name -> dtype;
     ``vector``: the host's vector width and whether fused multiply-add is allowed, for the
     micro-kernels of ``microkernel``; None keeps every block as plain loops). ``stack`` gets each
-    kernel's stack allocations in bytes (packed panels, local buffers)."""
+    kernel's stack allocations in bytes (packed panels, local buffers); ``blocks`` each kernel's
+    cache tiles from an optimizer nest (``match.from_nest``), or None."""
     module = ir.Module(name="tile")
     module.triple = triple
     module.data_layout = layout
@@ -343,7 +347,8 @@ def generate(
         for j in order:  # the contraction first: whether it took the fill decides the fill's body
             em.stack_bytes = 0
             dts = buffer_dtypes(kernels[j], dtypes or {})
-            cg = KernelCodegen(em, j, kernels[j], schedules[j], dts, vector, fresh=fill if j != k else 0)
+            given = blocks[j] if j < len(blocks) else None
+            cg = KernelCodegen(em, j, kernels[j], schedules[j], dts, vector, fill if j != k else 0, given)
             if j in skipped:
                 cg.block = replace(cg.block, stmts=())
             cg.build()

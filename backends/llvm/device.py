@@ -57,7 +57,7 @@ from backends.hal import (
 from backends.llvm import threads
 from backends.llvm.cache import ObjectCache, cache_key
 from backends.llvm.codegen import buffer_dtypes, generate
-from backends.llvm.match import VectorConfig, host_vector_bytes, panel_split
+from backends.llvm.match import VectorConfig, from_nest, host_vector_bytes, panel_split
 from backends.llvm.schedule import Schedule, plan
 from backends.llvm.threads import NativePool
 from stripe.ir import Block
@@ -269,15 +269,21 @@ class LlvmCompiler(Compiler):
             l2_bytes=int(caches.get("L2", 0)),
         )
         reorder = bool(settings.get("reorder", True))
-        schedules = []
+        schedules, code, blocks = [], [], []
         for k in kernels:
+            nest = from_nest(k.block) if vector.vector_bytes else None  # type: ignore[arg-type]
+            if nest is not None:  # the optimizer's gemm_tile nest: a flat GEMM and its tiles
+                k = replace(k, block=nest[0])
             sched = plan(k.block, tuple(k.buffers), threads, reorder)
             if reorder and settings.get("panel_split", True):
-                sched = panel_split(k.block, sched, threads, vector, buffer_dtypes(k, dtypes))  # type: ignore[arg-type]
+                tiles = nest[1] if nest else None
+                sched = panel_split(k.block, sched, threads, vector, buffer_dtypes(k, dtypes), tiles)  # type: ignore[arg-type]
             schedules.append(sched)
+            code.append(k)
+            blocks.append(nest[1] if nest else None)
         triple, layout = llvm.get_process_triple(), str(tm.target_data)
         stack: list[int] = []
-        text = generate(kernels, schedules, f16c, triple, layout, dtypes, vector, stack)
+        text = generate(code, schedules, f16c, triple, layout, dtypes, vector, stack, blocks)
         cache = ObjectCache(cache_key(text, settings, cpu, features), bool(settings.get("cache", True)))
         cached = cache.load()
         mod = llvm.parse_assembly(text)

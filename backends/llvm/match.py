@@ -6,7 +6,8 @@ refine, and names the vector index, the row index, the other owned indexes and t
 precision policy allow. Also pure, for the code generator around it: ``panel_split`` (threads
 over a matmul's panels rather than its rows), ``cache_blocks`` (the K and N blocks that fit L1
 and L2) and ``covers`` (whether a kernel writes every element of its output, so that its zero
-fill may be skipped).
+fill may be skipped) and ``from_nest`` (an optimizer's ``gemm_tile`` nest as a flat GEMM and its
+cache tiles).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from backends.llvm.schedule import Schedule
 from stripe.gemm import match, one_to_one
+from stripe.gemm_nest import read as read_nest
 from stripe.ir import Block, Dim, Intrinsic, Load, RefDir, Store
 from tile.affine import Affine
 from tile.dtypes import DType
@@ -144,8 +146,24 @@ def panel(v_range: int, cfg: VectorConfig, dtype: DType) -> tuple[int, int]:
     return width, max(1, min(4, -(-v_range // width)))
 
 
+def from_nest(kernel: Block) -> tuple[Block, tuple[int, int]] | None:
+    """A ``gemm_tile`` nest read back (``stripe.gemm_nest``) as the flat GEMM it computes and its
+    cache tiles ``(KC, NC)`` (the flat K tile, the N tile), which the micro-kernel blocks by
+    (``cache_blocks``) and the threads divide (``panel_split``); None for any other kernel, and
+    for a nest with a fused epilogue (its flat form leaves the epilogue out)."""
+    nest = read_nest(kernel)
+    if nest is None or nest.gemm.epilogue is not None:
+        return None
+    return nest.flat(kernel.name, kernel.tags), (nest.shape.kt, nest.shape.tn)
+
+
 def panel_split(
-    kernel: Block, sched: Schedule, threads: int, cfg: VectorConfig, buf_dtypes: dict[str, DType]
+    kernel: Block,
+    sched: Schedule,
+    threads: int,
+    cfg: VectorConfig,
+    buf_dtypes: dict[str, DType],
+    tiles: tuple[int, int] | None = None,
 ) -> Schedule:
     """``sched``, or a schedule that divides the micro-kernel's panels among the threads instead
     of its rows. Split over rows (``plan``'s choice for ``C[i, j]``: the output's largest
@@ -155,7 +173,8 @@ def panel_split(
     past them. Taken when the kernel is a GEMM (``stripe.gemm.match``) that the micro-kernel
     matches at kernel level, ``plan`` split an M index and the panels run along N, and there are
     at least ``threads`` panels, a multiple of ``threads`` or at least four each (else the last
-    panels leave threads idle)."""
+    panels leave threads idle). With a nest's ``tiles`` whose N tile is whole panels and gives
+    every thread one, the chunks are whole N tiles."""
     if threads < 2 or not cfg.vector_bytes or not sched.split or not kernel.idxs:
         return sched
     dims = {r.into: r.shape.dims for r in kernel.refs}
@@ -175,9 +194,12 @@ def panel_split(
     panels = -(-v.range // (width * nv))
     if panels < threads or (panels % threads and panels < 4 * threads):
         return sched
+    grain = width * nv
+    if tiles and tiles[1] % grain == 0 and -(-v.range // tiles[1]) >= threads:
+        grain = tiles[1]
     order = (*(k for k in sched.order if k != shape.v), shape.v)
-    why = f"split over '{v.name}' in panels of {width * nv} (micro-kernel)"
-    return replace(sched, order=order, split_at=len(order) - 1, grain=width * nv, reason=why)
+    why = f"split over '{v.name}' in panels of {grain} (micro-kernel)"
+    return replace(sched, order=order, split_at=len(order) - 1, grain=grain, reason=why)
 
 
 def covers(block: Block, shape: Shape, elements: int) -> bool:
@@ -198,21 +220,23 @@ def covers(block: Block, shape: Shape, elements: int) -> bool:
     return points == elements and last == elements - 1  # distinct offsets: all of [0, elements)
 
 
-def cache_blocks(block: Block, shape: Shape, mr: int, nr: int, cfg: VectorConfig):
+def cache_blocks(block: Block, shape: Shape, mr: int, nr: int, cfg: VectorConfig, given=None):
     """``(KC0, NC, KC)`` for the cache-blocked path (``MicroKernel.blocked``), or None without
     cache sizes: ``KC`` reduction points (``KC0`` of the first reduction index, the others
     whole) so that a tile's ``MR`` rows of A take a quarter of L1, and ``NC`` columns (whole
-    panels) so that the packed ``KC x NC`` block of B takes half of L2."""
-    if not (cfg.l1_bytes and cfg.l2_bytes and shape.red and shape.r is not None):
+    panels) so that the packed ``KC x NC`` block of B takes half of L2; or ``given``'s ``(KC,
+    NC)``, the tiles of the optimizer's ``gemm_tile`` nest (``from_nest``)."""
+    if not ((given or (cfg.l1_bytes and cfg.l2_bytes)) and shape.red and shape.r is not None):
         return None
     item = shape.dtype.numpy.itemsize
     inner = 1
     for k in shape.red[1:]:
         inner *= block.idxs[k].range
-    want = max(64, cfg.l1_bytes // (4 * mr * item) // 64 * 64)
+    want = given[0] if given else max(64, cfg.l1_bytes // (4 * mr * item) // 64 * 64)
     step0 = max(1, min(block.idxs[shape.red[0]].range, want // inner))
     chunk = step0 * inner
-    nc = max(nr, cfg.l2_bytes // 2 // (chunk * item) // nr * nr)
+    nc = given[1] if given else cfg.l2_bytes // 2 // (chunk * item)
+    nc = max(nr, nc // nr * nr)
     columns = -(-block.idxs[shape.v].range // nr) * nr
     if step0 == block.idxs[shape.red[0]].range and nc >= columns:
         return None  # one block: the whole-reduction tiles do the same with less scratch
@@ -229,6 +253,7 @@ __all__ = [
     "analyse",
     "cache_blocks",
     "covers",
+    "from_nest",
     "host_vector_bytes",
     "panel",
     "panel_split",

@@ -59,7 +59,9 @@ ACC_BUDGET = {64: 24, 32: 12, 16: 12}  # accumulators that leave room for operan
 class MicroKernel:
     """Emits one matched block (``emit`` below builds it)."""
 
-    def __init__(self, cg, block: Block, shape: Shape, views: dict[str, View], cfg: VectorConfig):
+    def __init__(
+        self, cg, block: Block, shape: Shape, views: dict[str, View], cfg: VectorConfig, blocks=None
+    ):
         self.cg, self.em, self.block, self.s, self.views = cg, cg.em, block, shape, views
         self.scalar = F64 if shape.dtype is DType.FLOAT64 else F32
         self.width, nv_max = panel(block.idxs[shape.v].range, cfg, shape.dtype)
@@ -74,7 +76,7 @@ class MicroKernel:
         self.red_points = 1
         for k in shape.red:
             self.red_points *= block.idxs[k].range
-        self.blocking = cache_blocks(block, shape, self.mr, self.nv * self.width, cfg)
+        self.blocking = cache_blocks(block, shape, self.mr, self.nv * self.width, cfg, blocks)
         chunk = self.blocking[2] if self.blocking else self.red_points
         panel_bytes = chunk * self.nv * self.width * shape.dtype.numpy.itemsize
         self.pack_refs = [
@@ -538,6 +540,7 @@ def emit_microkernel(
     bounded,
     cfg: VectorConfig,
     fresh: int = 0,
+    blocks: tuple[int, int] | None = None,
 ) -> bool:
     """Emit ``block`` (all its points; ``bounded``: ``(index position, lo, hi)`` restricting one
     kernel index to a chunk, or None) as a micro-kernel when ``analyse`` matches it; False (and
@@ -545,7 +548,8 @@ def emit_microkernel(
     ``fresh``: the output buffer's element count when it holds garbage that a zero fill would
     clear (else 0); when the kernel writes every element of it (``covers``), its tiles start from
     zero and ``cg.took_fresh`` is set (the caller then skips the fill), else the output is read
-    as usual."""
+    as usual. ``blocks``: the cache tiles ``(KC, NC)`` to block by (an optimizer nest's), instead
+    of those ``cache_blocks`` sizes from the caches."""
     if not cfg.vector_bytes:
         return False
     dims: dict[str, tuple[Dim, ...]] = {}
@@ -561,7 +565,7 @@ def emit_microkernel(
     if shape is None:
         return False
     origin = {ix.name: st for ix, st in zip(block.idxs, starts)}
-    mk = MicroKernel(cg, block, shape, {}, cfg)
+    mk = MicroKernel(cg, block, shape, {}, cfg, blocks)
     strided = [n for n, c in shape.coefs.items() if n != shape.out and c[shape.v] not in (0, 1)]
     if any(n not in mk.pack_refs for n in strided):
         return False  # a gather at every reduction point: the plain loops do better
