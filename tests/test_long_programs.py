@@ -60,3 +60,23 @@ def test_chain_meaning_is_kept_at_every_step():
     assert len(program.stmts[0].stmts) <= 5
     out = CompiledProgram(bound, registry.get("llvm_cpu.0"), {"cache": False})({"A": a})
     np.testing.assert_array_equal(out["O"], long_chain_ref(a, 300))
+
+
+
+def test_inherited_folds_equal_fresh_ones():
+    """Each fused group inherits the folds over its statements from the group it grew from
+    (``fusion_checks.inherit``): computed from those seeds, its analyses equal fresh ones (outside
+    ``remembering()`` nothing is remembered), and the pass fuses the same groups either way."""
+    from stripe.passes import fusion_checks as fc
+    from stripe.passes.fusion import FusionConfig, _fuse_statements
+
+    main = lower(_bound(60, np.zeros(4, np.float32))).stmts[0]
+    cfg = FusionConfig(a_reqs=("eltwise",), b_reqs=("eltwise",), b_fully_fused=True, max_refs=12)
+    analyses = (fc._kids_ok, fc._spreads, fc._reads_writes, fc._nested_ok, fc._all_fixed, fc.by_source)
+    with fc.remembering():
+        fused = _fuse_statements(main, cfg)
+        groups = [k for k in fused.stmts if len(k.stmts) > 1]
+        assert len(groups) >= 5 and all(fc._prefix(k, "_spreads")[0] > 1 for k in groups)
+        seeded = [[f(k) for f in analyses] for k in groups]
+    assert seeded == [[f(k) for f in analyses] for k in groups]
+    assert _fuse_statements(main, cfg) == fused
