@@ -125,6 +125,8 @@ def tune(
 
     for step, blocks in found.items():
         for block, ranking in blocks.items():
+            if len(ranking) < 2:
+                continue  # one candidate (gemm_tile's cpu model): nothing to choose, nothing timed
             times, seen = {}, {}
             for rank in range(min(n, len(ranking))):
                 cfg = with_choices(config, {**choices, step: {**choices[step], block: rank}})

@@ -209,3 +209,36 @@ def test_a_nest_with_an_epilogue_runs_as_it_is():
     assert read_nest(kernel).gemm.epilogue is not None and from_nest(kernel) is None
     out, _ = execute(nest, {"A": a, "B": b}, {"threads": 2}, EIGHT)
     np.testing.assert_array_equal(out["O"], np.maximum(a @ b, 0))
+
+
+def test_llvm_cpu_takes_its_cache_tiles_from_gemm_tile():
+    """``llvm_cpu`` ends with ``gemm_tile`` (``model: cpu``): K and N tiles from the config's L1
+    and L2 (6 rows of A in a quarter of L1, the K x N block of B in half of L2), M whole; the
+    compiled kernel blocks by them and matches numpy exactly on integers."""
+    cfg = target_config("llvm_cpu")
+    l1, l2 = (cfg.hardware.mem_bytes(m) for m in ("L1", "L2"))
+    a, b = ints(100, 1000), ints(1000, 700)
+    program = optimize(lowered(MATMUL, {"A": a, "B": b}), cfg)
+    nest = read_nest(program.stmts[0].stmts[-1])
+    kt = l1 // (4 * 6 * 4) // 64 * 64
+    tn = 1 << ((l2 // 2 // (kt * 4)).bit_length() - 1)
+    assert (nest.shape.tm, nest.shape.tn, nest.shape.kt) == (128, min(tn, 1024), kt)
+    exe = tile.compile(MATMUL, "llvm_cpu.0", {"threads": 2, "cache": False})
+    np.testing.assert_array_equal(exe(A=a, B=b)["C"], a @ b)
+    cp = next(iter(exe._compiled.values()))
+    assert from_nest(cp.kernels[-1].info.block) is not None  # the runner ran the nest
+
+
+def test_the_cpu_rule_on_tiny_caches():
+    cfg = target_config("llvm_cpu")
+    mems = {**cfg.hardware.mem_units}
+    mems["L1"] = replace(mems["L1"], size_KiB=1)
+    mems["L2"] = replace(mems["L2"], size_KiB=2)
+    hw = replace(cfg.hardware, mem_units=mems)
+    p = lowered(MATMUL, {"A": ints(9, 300), "B": ints(300, 200)})
+    out = optimize(p, replace(cfg, hardware=hw))
+    nest = read_nest(out.stmts[0].stmts[-1])
+    assert (nest.shape.tn, nest.shape.kt) == (64, 64)  # at least a panel and 64 points
+    a, b = ints(9, 300), ints(300, 200)
+    got, _ = execute(out, {"A": a, "B": b}, {"threads": 3}, EIGHT)
+    np.testing.assert_array_equal(got["C"], a @ b)

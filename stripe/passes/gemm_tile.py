@@ -44,7 +44,9 @@ keep it), each added once, so every element is exactly what the kernel computed,
 order (not ``reorders``); a fused element's sum starts at zero in its accumulator, as the local
 did. Params: ``memory`` / ``acc_memory`` (mem_units names), the candidate ``sides``,
 ``registers`` (multiples of 4) and ``k_steps``, the tags of each level, ``skip``, and ``choices``
-(kernel name -> rank in ``GemmModel.ranking``, for the autotuner ``backends.tune``).
+(kernel name -> rank in ``GemmModel.ranking``, for the autotuner ``backends.tune``); ``model``
+``cpu`` (``llvm_cpu``) ranks one choice, ``GemmModel.cpu_rule``'s cache tiles from ``L1``/``L2``
+and ``panel`` (the CPU code generator's register tile), whose nest the LLVM backend reads back.
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ class GemmTileConfig:
     reg_set: tuple[str, ...] = ("reg",)
     skip: tuple[str, ...] = ("split_partial",)
     choices: dict[str, int] = field(default_factory=dict)
+    model: str = "gpu"  # "cpu": GemmModel.cpu_rule's tiles (cache blocks for a CPU code generator)
+    panel: tuple[int, int] = (6, 64)  # cpu: the code generator's register tile, MR rows x NR columns
 
 
 @dataclass(frozen=True)
@@ -176,7 +180,23 @@ class GemmModel:
     def staged(self, t: GemmTiles) -> int:
         return 2 * t.kt * (t.tm + t.tn + 8) * self.bytes
 
+    def cpu_rule(self) -> GemmTiles:
+        """``model: cpu``, the only choice: a K tile of ``kt`` points (a multiple of 64) so that
+        ``MR`` rows of A fill a quarter of ``L1``; an N tile (a power of two, at least ``NR``) so
+        that the ``kt x tn`` block of B fills half of ``L2``; M whole (the rows stream past the
+        block); register blocks 4 x 4 (the nest's work-item layout is a GPU's: a CPU code generator
+        reads the tiles back, ``stripe.gemm_nest``, and blocks registers itself)."""
+        mr, nr = self.cfg.panel
+        l1, l2 = (self.hw.mem_bytes(m) for m in ("L1", "L2"))
+        kt = max(64, int(l1 // (4 * mr * self.bytes)) // 64 * 64)
+        tn = max(nr, 1 << (max(1, int(l2 // 2 // (kt * self.bytes))).bit_length() - 1))
+        while tn > nr and tn >= 2 * self.g.n.total:
+            tn //= 2
+        return GemmTiles(1 << (self.g.m.total - 1).bit_length(), tn, 4, 4, kt)
+
     def ranking(self) -> list[GemmTiles]:
+        if self.cfg.model == "cpu":
+            return [self.cpu_rule()]
         first = self.rule()
         out = [first] if self.valid(first) else []
         for tm, tn, rm, rn, kt in product(self.cfg.sides, self.cfg.sides, self.cfg.registers,
