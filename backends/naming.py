@@ -48,6 +48,8 @@ def _extents(chain: list[Block]) -> tuple[dict[str, int], dict[str, int]]:
 
 def _kind(block: Block, leaf: Block) -> str:
     tags = block.tags
+    if "row_program" in tags:  # stripe.passes.row_fusion: per-row reductions and their readers
+        return "rows"
     if "special" in tags or ("contraction" not in tags and any(isinstance(s, Special) for s in block.stmts)):
         names = [s.name for s in leaf.stmts if isinstance(s, Special)]
         return names[0] if names else "special"

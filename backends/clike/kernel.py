@@ -16,7 +16,8 @@ An output element that only the owned indexes choose is accumulated in a registe
 A kernel that is one ``Special`` runs it in parallel where it can (``specials``). On a target with
 work-groups (OpenCL), a GEMM-shaped contraction, with or without a fused epilogue, is emitted by
 ``tiled`` instead (``contraction.match`` decides; the setting ``tiled=False`` keeps this path), and
-a ``split_reduction`` combine tagged ``split_combine`` by ``groupreduce`` (a work-group tree).
+a ``split_reduction`` combine tagged ``split_combine`` by ``groupreduce`` (a work-group tree), and
+a ``row_fusion`` row program by ``rowkernel`` (a work-group per row).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from backends.clike import groupreduce
+from backends.clike import groupreduce, rowkernel
 from backends.clike.ops import binary, intrinsic
 from backends.clike.specials import emit_special
 from backends.clike.target import CTarget, Value, wrap
@@ -155,6 +156,8 @@ class KernelEmitter:
         grouped = self.grouped()
         if grouped is not None:
             return grouped
+        if rowkernel.match(self):
+            return self.rows()
         if self.is_special_kernel():
             views = {r.into: self.view(block, r, {}, None) for r in block.refs}
             work = emit_special(self, block.stmts[0], views, where(block), parallel=True)
@@ -197,6 +200,16 @@ class KernelEmitter:
         if c is None:
             return None
         text, work, local = groupreduce.emit(self.t, c, self.symbol, self.params, self.ptrs)
+        return KernelSource(self.symbol, text, work, (), local)
+
+    def rows(self) -> KernelSource:
+        """A ``row_fusion`` row program on a target with work-groups: one work-group per row
+        (``rowkernel``)."""
+        work, local = rowkernel.emit(self)
+        self.depth = 0
+        args = ", ".join(f"__global {self.t.mem(dt)}* restrict {p}" for p, dt in self.params)
+        head = f"__kernel __attribute__((reqd_work_group_size({local}, 1, 1)))\nvoid {self.symbol}({args})"
+        text = "\n".join([head, "{", *self.lines, "}"])
         return KernelSource(self.symbol, text, work, (), local)
 
     def epilogue(self, g):

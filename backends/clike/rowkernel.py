@@ -1,0 +1,177 @@
+"""Row programs (``stripe.passes.row_fusion``, tagged ``row_program``) as one work-group per row.
+
+The block runs over the rows; its statements are fills of per-row locals and inner blocks over
+the row's other indexes. Here each row is a work-group of ``W`` work-items (a power of two, at
+most the block's ``group`` attribute, which ``row_fusion`` sets within the device's work-group
+size, or ``MAX_GROUP`` without one; at most the longest inner block's points; H100, softmax of
+4096 x 4096: 256 work-items 67 us, 512 57 us, 1024 86 us): work-item ``w`` takes the points
+``w, w + W, ...`` of each inner block (adjacent work-items, adjacent points). An inner block
+aggregating into a per-row local starts a private partial at the aggregation's identity, the
+``W`` partials meet in a tree in ``__local`` memory, and every work-item aggregates the tree's
+result into its own copy of the local (so all hold the row's value for the blocks after). Other
+inner blocks (the elementwise ones, whose points write distinct elements) run their points in the
+same stride. The row's later passes over its inputs then find them in the caches: a softmax reads
+``X`` from DRAM once. The tree regroups each row's aggregation: the reordering ``row_fusion``
+declares (strict mode does not run it).
+
+Taken: a block tagged ``row_program`` on a target with work-groups whose refinements are views of
+the kernel's buffers and one-element locals of plain register types (no bool, no float16), whose
+statements are specials filling a local and inner blocks without index affines, each either
+storing only into one local (through ``add mul max min``) or only into buffers. Anything else
+returns None, and the general kernel runs the block (one work-item per row, the same results).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from backends.clike.ops import binary
+from backends.clike.specials import emit_special
+from backends.clike.views import View
+from stripe.ir import Block, RefDir, Refinement, Special, Store, where
+from stripe.specials import identity
+from tile.dtypes import DType
+
+if TYPE_CHECKING:
+    from backends.clike.kernel import KernelEmitter
+
+ROW_TAG = "row_program"
+MAX_GROUP = 256  # work-items per row when the block has no ``group`` attribute
+AGGS = ("add", "mul", "max", "min")
+
+
+def _is_local(r: Refinement, ptrs: dict[str, str]) -> bool:
+    return r.dir is RefDir.NONE and r.from_ is None and r.into not in ptrs
+
+
+def _reduces_into(b: Block, locals_: set[str]) -> Refinement | None | bool:
+    """The one refinement of a local ``b`` aggregates into; None when it stores only into buffers;
+    False when it is neither."""
+    targets = {s.into for s in b.stmts if isinstance(s, Store)}
+    refs = {r.into: r for r in b.refs}
+    into_locals = [refs[n] for n in targets if refs[n].source in locals_]
+    if not into_locals:
+        return None
+    if len(into_locals) != 1 or len(targets) != 1 or into_locals[0].agg_op not in AGGS:
+        return False
+    return into_locals[0]
+
+
+def match(em: KernelEmitter) -> bool:
+    """Whether the kernel is a row program this module emits (the module docstring's form)."""
+    b, t = em.block, em.t
+    if not t.workgroups or ROW_TAG not in b.tags or b.constraints or not b.idxs:
+        return False
+    if any(ix.affine is not None for ix in b.idxs):
+        return False
+    locals_ = set()
+    for r in b.refs:
+        if _is_local(r, em.ptrs):
+            dt = r.shape.dtype
+            if r.shape.elements != 1 or dt in (DType.BOOL, DType.FLOAT16) or t.mem(dt) != t.reg(dt):
+                return False
+            locals_.add(r.into)
+        elif r.source not in em.ptrs:
+            return False
+    for s in b.stmts:
+        if isinstance(s, Special):
+            if s.inputs or len(s.outputs) != 1 or s.outputs[0] not in locals_:
+                return False
+        elif isinstance(s, Block):
+            if any(ix.affine is not None for ix in s.idxs) or _reduces_into(s, locals_) is False:
+                return False
+            if any(isinstance(x, Block | Special) for x in s.stmts):
+                return False
+            if any(r.source not in {x.into for x in b.refs} for r in s.refs):
+                return False
+        else:
+            return False
+    return True
+
+
+def emit(em: KernelEmitter) -> tuple[int, int]:
+    """Emits the kernel's body through ``em`` (its lines); returns its work-items and its
+    work-group size."""
+    b, t = em.block, em.t
+    inner = [s for s in b.stmts if isinstance(s, Block)]
+    W = min(dict(b.attrs).get("group", MAX_GROUP), max(s.index_space for s in inner) if inner else 1)
+    W = 1 << (max(int(W), 1).bit_length() - 1)
+    locals_ = {r.into for r in b.refs if _is_local(r, em.ptrs)}
+    reductions = {id(s): _reduces_into(s, locals_) for s in inner}
+    trees: dict[int, str] = {}
+    for s in inner:
+        r = reductions[id(s)]
+        if r:
+            dt = b.ref(r.source).shape.dtype
+            trees[id(s)] = em.fresh("red")
+            em.line(f"__local {t.reg(dt)} {trees[id(s)]}[{W}];")
+    em.line("const long lid = (long)get_local_id(0);")
+    em.line("const long grp = (long)get_group_id(0);")
+    vals = _decode(em, "grp", b.idxs)
+    views: dict[str, View] = {}
+    for r in b.refs:
+        if r.into in locals_:
+            dt = r.shape.dtype
+            name = em.fresh(f"row_{r.into}")
+            em.line(f"{t.reg(dt)} {name}[1] = {{{t.literal(0, dt)}}};")
+            views[r.into] = View(r.into, name, dt, "0", r.shape.dims, dt, r.agg_op, True)
+        else:
+            views[r.into] = em.view(b, r, vals, None)
+    for s in b.stmts:
+        if isinstance(s, Special):
+            emit_special(em, s, views, where(b), parallel=False)
+            continue
+        r = reductions[id(s)]
+        if not r:
+            _stride(em, s, views, W)
+            continue
+        loc = views[r.source]
+        dt, op = loc.buf_dtype, r.agg_op
+        part = em.fresh(f"part_{r.source}")
+        em.line(f"{t.reg(dt)} {part}[1] = {{{t.literal(identity(op, dt), dt)}}};")
+        _stride(em, s, {**views, r.source: View(loc.name, part, dt, "0", loc.dims, dt, loc.agg_op, True)}, W)
+        red = trees[id(s)]
+        em.line(f"{red}[lid] = {part}[0];")
+        em.line("barrier(CLK_LOCAL_MEM_FENCE);")
+        with em.scope(f"for (long s = {W // 2}; s > 0; s >>= 1)"):
+            with em.scope("if (lid < s)"):
+                a, c = em.fresh("a"), em.fresh("b")
+                em.line(f"const {t.reg(dt)} {a} = {red}[lid];")
+                em.line(f"const {t.reg(dt)} {c} = {red}[lid + s];")
+                em.line(f"{red}[lid] = {binary(t, op, a, c, dt)};")
+            em.line("barrier(CLK_LOCAL_MEM_FENCE);")
+        got = em.declare(dt, f"{red}[0]", f"got_{r.source}")
+        em.line(f"{loc.ptr}[0] = {binary(t, op, f'{loc.ptr}[0]', got, dt)};")
+    groups = 1
+    for ix in b.idxs:
+        groups *= ix.range
+    return groups * W, W
+
+
+def _stride(em: KernelEmitter, s: Block, views: dict[str, View], W: int) -> None:
+    """The points of ``s`` in this work-item's stride: ``lid, lid + W, ...``."""
+    p = em.fresh("p")
+    with em.scope(f"for (long {p} = lid; {p} < {s.index_space}; {p} += {W})"):
+        vals = _decode(em, p, s.idxs)
+        conds = [f"{em.affine(c, vals, s, 'a constraint')} >= 0" for c in s.constraints]
+        if conds:
+            with em.scope(f"if ({' && '.join(conds)})"):
+                em.point(s, vals, views)
+        else:
+            em.point(s, vals, views)
+
+
+def _decode(em: KernelEmitter, var: str, idxs) -> dict[str, str]:
+    """Each index's value from the flat number ``var`` (row-major: the last fastest)."""
+    vals: dict[str, str] = {}
+    inner = 1
+    for k, ix in enumerate(reversed(idxs)):
+        expr = var if inner == 1 else f"({var} / {inner})"
+        if k != len(idxs) - 1:
+            expr = f"{expr} % {ix.range}"
+        vals[ix.name] = em.declare(DType.INT64, expr, ix.name)
+        inner *= ix.range
+    return vals
+
+
+__all__ = ["ROW_TAG", "emit", "match"]

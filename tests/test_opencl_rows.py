@@ -1,0 +1,133 @@
+"""Row programs (``row_fusion``) on the local OpenCL device: one work-group per row
+(``backends/clike/rowkernel.py``), compared with the Tile interpreter, exactly on integer-valued
+inputs and within a tolerance growing with the row length for softmax. The configs are
+``opencl_gpu`` with ``rows_per_unit`` 0 (so small tests fuse: the H100 needs 528 rows) and
+``opencl_cpu`` as it is."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import ref_interp
+import tile
+from backends import registry
+from backends.clike import rowkernel
+from backends.runner import CompiledProgram
+from stripe.config import TARGETS
+from tests.opencl_support import DEVICE_ID, requires_opencl
+from tile.bind import bind
+from tile.inputs import input_types
+
+SOFTMAX = """function (X[M, N]) -> (Y) {
+  Mx[i, 0: M, 1] = >(X[i, j]);
+  E = exp(X - Mx);
+  S[i, 0: M, 1] = +(E[i, j]);
+  Y = E / S;
+}"""
+
+
+@pytest.fixture(scope="module")
+def gpu_config(tmp_path_factory) -> str:
+    data = json.loads((TARGETS / "opencl_gpu.json").read_text())
+    for step in data["passes"]:
+        if step["pass"] == "row_fusion":
+            step["params"]["rows_per_unit"] = 0
+    path = tmp_path_factory.mktemp("cfg") / "opencl_gpu_rows.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def _compiled(src: str, shapes: dict, settings: dict) -> CompiledProgram:
+    prog = tile.parse(src)
+    ins = {k: np.zeros(v, np.float32) for k, v in shapes.items()}
+    return CompiledProgram(bind(prog, input_types(prog, ins)), registry.get(DEVICE_ID), settings)
+
+
+def _row_kernels(cp: CompiledProgram) -> list[str]:
+    return [i.block.name for i in cp.infos if rowkernel.ROW_TAG in i.block.tags]
+
+
+@requires_opencl
+@pytest.mark.parametrize("shape", [(1, 1), (3, 1), (5, 3), (17, 257), (64, 1000), (9, 4096)])
+@pytest.mark.parametrize("config", ["gpu", "opencl_cpu"])
+def test_softmax_rows(gpu_config, shape, config):
+    cfg = gpu_config if config == "gpu" else config
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32) * 4
+    settings = {"config": cfg, "cache": False}
+    got = tile.compile(SOFTMAX, DEVICE_ID, settings)({"X": x})["Y"]
+    want = ref_interp.run(SOFTMAX, {"X": x})["Y"]
+    n, eps = shape[1], 2.0**-23
+    # an exp (a few ulps), a sum of n terms (relative error <= n eps), a division
+    np.testing.assert_allclose(got, want, rtol=4 * (n + 4) * eps, atol=0)
+    if config == "gpu" and shape[1] > 1:
+        assert len(_row_kernels(_compiled(SOFTMAX, {"X": shape}, settings))) == 1
+
+
+@requires_opencl
+@pytest.mark.parametrize("agg", ["+", "*", ">", "<"])
+def test_each_aggregation_with_a_consumer_is_exact(gpu_config, agg):
+    """A row aggregation read back by an elementwise consumer, with a second row value read by
+    the consumer too: integer-valued, so exact in any order."""
+    src = f"""function (X[M, N]) -> (Y) {{
+      R[i, 0: M, 1] = {agg}(X[i, j]);
+      C[i, 0: M, 1] = >(X[i, j]);
+      Y = X * R + C;
+    }}"""
+    rng = np.random.default_rng(2)
+    shape = (33, 300)
+    if agg == "*":
+        x = rng.choice(np.array([-1, 1], np.float32), shape)
+        x[:, :3] = 2
+    else:
+        x = rng.integers(-8, 9, shape).astype(np.float32)
+    settings = {"config": gpu_config, "cache": False}
+    got = tile.compile(src, DEVICE_ID, settings)({"X": x})["Y"]
+    np.testing.assert_array_equal(got, ref_interp.run(src, {"X": x})["Y"])
+    assert len(_row_kernels(_compiled(src, {"X": shape}, settings))) == 1
+
+
+@requires_opencl
+def test_three_dimensional_rows_and_a_column_read(gpu_config):
+    cases = [
+        ("function (X[A, B, C]) -> (Y) { S[a, b, 0: A, B, 1] = +(X[a, b, c]); Y = X - S; }", (3, 5, 70)),
+        ("function (X[N, N]) -> (Y) { S[i: N] = +(X[i, j]); Y[i, j: N, N] = =(X[i, j] + S[j]); }",
+         (40, 40)),
+    ]
+    for src, shape in cases:
+        x = np.random.default_rng(3).integers(-8, 9, shape).astype(np.float32)
+        settings = {"config": gpu_config, "cache": False}
+        got = tile.compile(src, DEVICE_ID, settings)({"X": x})["Y"]
+        np.testing.assert_array_equal(got, ref_interp.run(src, {"X": x})["Y"], err_msg=src)
+        assert len(_row_kernels(_compiled(src, {"X": shape}, settings))) == 1, src
+
+
+@requires_opencl
+def test_without_work_groups_the_general_kernel_runs_a_row(gpu_config):
+    """``tiled=False`` (no work-groups): the row program is one work-item per row, same results."""
+    x = np.random.default_rng(4).integers(-8, 9, (20, 50)).astype(np.float32)
+    src = "function (X[M, N]) -> (Y) { S[i, 0: M, 1] = +(X[i, j]); Y = X - S; }"
+    settings = {"config": gpu_config, "cache": False, "tiled": False}
+    got = tile.compile(src, DEVICE_ID, settings)({"X": x})["Y"]
+    np.testing.assert_array_equal(got, ref_interp.run(src, {"X": x})["Y"])
+    assert _row_kernels(_compiled(src, {"X": (20, 50)}, settings))
+
+
+def test_llvm_runs_a_row_program(tmp_path):
+    """The LLVM CPU backend (whose config has no row_fusion) runs one too, as nested loops."""
+    data = json.loads((TARGETS / "llvm_cpu.json").read_text())
+    data["passes"].insert(0, {"name": "rows", "pass": "row_fusion",
+                              "params": {"reqs": ["main"], "rows_per_unit": 0}})
+    path = tmp_path / "llvm_rows.json"
+    path.write_text(json.dumps(data))
+    src = ("function (X[M, N]) -> (Y) { Mx[i, 0: M, 1] = >(X[i, j]); S[i, 0: M, 1] = +(X[i, j]); "
+           "Y = X * S - Mx; }")
+    x = np.random.default_rng(5).integers(-8, 9, (12, 30)).astype(np.float32)
+    settings = {"config": str(path), "cache": False}
+    got = tile.compile(src, "llvm_cpu.0", settings)({"X": x})["Y"]
+    np.testing.assert_array_equal(got, ref_interp.run(src, {"X": x})["Y"])
+    prog = tile.parse(src)
+    cp = CompiledProgram(bind(prog, input_types(prog, {"X": x})), registry.get("llvm_cpu.0"), settings)
+    assert _row_kernels(cp)
