@@ -23,8 +23,9 @@ import math
 from dataclasses import dataclass, replace
 
 from stripe.gemm import Gemm, Group, Operand, element_offset
+from stripe.gemm_model import GemmTiles, k_tiles
 from stripe.ir import Block, Index, Intrinsic, Load, RefDir, Refinement, Store
-from stripe.passes.gemm_tile import GemmTileConfig, GemmTiles, build, k_tiles
+from stripe.passes.gemm_tile import GemmTileConfig, build
 from tile.affine import Affine
 
 DEFAULT = GemmTileConfig(reqs=())
@@ -64,9 +65,9 @@ class _Refused(Exception):
 
 
 def read(block: Block) -> Nest | None:
-    cfg = DEFAULT
-    if not set(cfg.group_set) <= block.tags:
+    if not set(DEFAULT.group_set) <= block.tags:
         return None
+    cfg = replace(DEFAULT, memory=_memory(block.stmts[0], DEFAULT.memory), acc_memory=_memory(block, DEFAULT.acc_memory))
     try:
         got = _read(block, cfg)
     except (_Refused, KeyError, StopIteration, ValueError, IndexError, ZeroDivisionError):
@@ -78,6 +79,16 @@ def read(block: Block) -> Nest | None:
                 return Nest(g, tiles, shape)
             return None
     return None
+
+
+def _memory(b, default: str) -> str:
+    """The memory of ``b``'s first allocation (the staged tiles, the accumulator), as the config
+    that built the nest named it (a GPU's LOCAL, a CPU's L2)."""
+    if isinstance(b, Block):
+        for r in b.refs:
+            if r.dir is RefDir.NONE and r.from_ is None and r.location is not None:
+                return r.location.name
+    return default
 
 
 def _blocks(stmts) -> list[Block]:

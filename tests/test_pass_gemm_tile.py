@@ -12,10 +12,11 @@ from hypothesis import given, settings
 from ref_interp.stripe_exec import run_stripe
 from stripe.config import pass_params, target_config
 from stripe.gemm import match
+from stripe.gemm_model import GemmModel, index_tiles, k_tiles
 from stripe.hardware import Hardware
 from stripe.ir import Block, Index, walk
 from stripe.passes import optimize
-from stripe.passes.gemm_tile import GemmModel, GemmTileConfig, index_tiles, k_tiles
+from stripe.passes.gemm_tile import GemmTileConfig
 from tests.pass_support import assert_same_meaning, inputs_for, lowered, programs, run_pass
 
 PARAMS = {"reqs": ["contraction", "kernel"]}
