@@ -52,6 +52,8 @@ CASES = (
      lambda x: np.exp(x.max()), lambda t: t.max().exp()),
     (f"softmax rows {N}x{N}", SOFTMAX, (N, N), lambda x: _softmax(x), lambda t: t.softmax(dim=1)),
     ("softmax rows 256x65536", SOFTMAX, (256, 65536), lambda x: _softmax(x), lambda t: t.softmax(dim=1)),
+    # the longest rows a row program takes (row_fusion's max_row), at 8 rows per H100 unit
+    ("softmax rows 1024x16384", SOFTMAX, (1024, 16384), lambda x: _softmax(x), lambda t: t.softmax(dim=1)),
 )
 
 

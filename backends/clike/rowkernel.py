@@ -4,7 +4,7 @@ The block runs over the rows; its statements are fills of per-row locals and inn
 the row's other indexes. Here each row is a work-group of ``W`` work-items (a power of two, at
 most the block's ``group`` attribute, which ``row_fusion`` sets within the device's work-group
 size, or ``MAX_GROUP`` without one; at most the longest inner block's points; H100, softmax of
-4096 x 4096: 256 work-items 67 us, 512 57 us, 1024 86 us): work-item ``w`` takes the points
+4096 x 4096: 256 work-items 67 us, 512 57-59 us, 1024 86 us): work-item ``w`` takes the points
 ``w, w + W, ...`` of each inner block (adjacent work-items, adjacent points). An inner block
 aggregating into a per-row local starts a private partial at the aggregation's identity, the
 ``W`` partials meet in a tree in ``__local`` memory, and every work-item aggregates the tree's
