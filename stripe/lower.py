@@ -44,6 +44,7 @@ from tile.bounds import index_box, merge_parallel, poly_interval, ranges
 from tile.composites import COMPOSITES, expand
 from tile.dtypes import DType, promote
 from tile.errors import TileIndexError
+from tile.gc_pause import paused_gc
 from tile.size_inputs import require_sizes
 from tile.transforms import transform
 from tile.transforms.emit import format_contraction
@@ -56,6 +57,7 @@ _AGG = {AggOp.SUM: "add", AggOp.PROD: "mul", AggOp.MAX: "max", AggOp.MIN: "min",
 _COMB = {CombOp.NONE: "none", CombOp.MUL: "mul", CombOp.ADD: "add", CombOp.EQ: "eq", CombOp.COND: "cond"}
 
 
+@paused_gc()  # a long program lowers to hundreds of thousands of objects: no cycle hunts meanwhile
 def lower(bound: BoundProgram, name: str = "program") -> Block:
     """The Stripe program of a bound (concrete-shaped) Tile program."""
     require_sizes(bound)  # symbolic sizes (a size input bound without its value) size no buffer
