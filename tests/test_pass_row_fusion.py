@@ -9,8 +9,10 @@ from hypothesis import HealthCheck, given, settings
 
 from stripe.config import target_config
 from stripe.ir import Block, Special, walk
+from stripe.parser import parse_stripe
 from stripe.passes import optimize
 from stripe.passes.row_fusion import ROW_TAG
+from stripe.printer import format_block
 from tests.pass_support import assert_same_meaning, lowered, programs, run_pass
 
 MAIN = {"reqs": ["main"]}
@@ -40,6 +42,7 @@ def test_a_softmax_is_one_row_program():
     assert [b.index_space for b in inner] == [5, 5, 5]  # the max, the sum, the division
     assert [s.name for s in k.stmts if isinstance(s, Special)] == ["agg_init_max", "zero"]
     assert {r.into for r in out.refs} == {"X", "Y"}  # Mx and S are per-row locals now
+    assert parse_stripe(format_block(out)) == out  # the text keeps the tag and the group attribute
     x = np.random.default_rng(0).integers(-3, 4, (6, 5)).astype(np.float32)
     assert_same_meaning(program, out, {"X": x})
 
