@@ -79,10 +79,21 @@ def test_what_it_leaves_alone():
         "function (X[M, N]) -> (S) { S[i: M] = +(X[i, j]); }",
         # the consumer reads every row's sum (a contraction, not elementwise over the rows)
         "function (X[M, N]) -> (Y) { S[i: M] = +(X[i, j]); Y[j: N] = +(X[i, j] * S[i]); }",
+        # each row value read once, at its own row: a matrix product with a bias and relu, which
+        # fusion and gemm_tile serve (a row program would be a work-group per element)
+        "function (X[M, N]) -> (Y) { T[i, j: M, M] = +(X[i, k] * X[j, k]); Y = relu(T + 1); }",
+        "function (X[M, N]) -> (Y) { S[i: M] = +(X[i, j]); Y = exp(S); }",
     ]
     for src in cases:
         program = run_pass("recompute", MAIN, lowered(src, {"X": (6, 6)}))
         assert not rows(run_pass("row_fusion", ANY_ROWS, program)), src
+
+
+def test_a_matrix_product_with_an_epilogue_stays_a_tiled_gemm():
+    src = "function (A[M, K], B[K, N], C[N]) -> (O) { T[m, n: M, N] = +(A[m, k] * B[k, n]); O = relu(T + C);}"
+    shapes = {"A": (130, 17), "B": (17, 129), "C": (129,)}
+    program = optimize(lowered(src, shapes), target_config("opencl_gpu"))
+    assert not rows(program) and any(k.has_tags("gpu_group") for k in kernels(program))
 
 
 def test_few_rows_or_long_rows_stay_apart():

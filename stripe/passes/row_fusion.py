@@ -20,6 +20,9 @@ A group is a run of consecutive child kernels of a block carrying ``reqs``, each
   giving each point its own element (each dim one index alone, coefficient 1, every index in
   one dim), reading at least one row value.
 
+Some member reading a row value runs over an index that is not a row (a softmax's division over
+``j``): otherwise each row value is read once per row, which the ordinary fusion of a contraction
+with its elementwise consumer (and ``gemm_tile`` for a matrix product with a bias) does as well.
 Every member reads the row values of earlier reductions at the writer's element (each row index
 matched to one row of the group, consistently, with the group's ranges); its row indexes cover
 all of the group's rows. A row value is used by no statement outside the group, and read by no
@@ -142,8 +145,8 @@ def _group_at(stmts, start: int, parent: Block, tmps: set[str], max_row: int, mi
 
 def _valid(g: _Group, stmts, start: int, end: int, min_rows: int) -> bool:
     kinds = [m.kind for m in g.members]
-    if "reduce" not in kinds or not any(_reads_values(m, g) for m in g.members):
-        return False
+    if "reduce" not in kinds or not any(_reads_values(m, g) and _beyond_rows(m) for m in g.members):
+        return False  # no row value read across a row: plain fusion (and gemm_tile) does as well
     if g.filled - set(g.values):  # a fill whose reduction is not in the group
         return False
     if _rows(g) < min_rows:
@@ -157,6 +160,11 @@ def _rows(g: _Group) -> int:
     for k in g.ranges:
         n *= k
     return n
+
+
+def _beyond_rows(m: _Member) -> bool:
+    """Whether ``m`` runs over an index that is not a row (it reads a row value at many points)."""
+    return any(ix.name not in m.rows for ix in m.block.idxs)
 
 
 def _reads_values(m: _Member, g: _Group) -> bool:
