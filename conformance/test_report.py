@@ -238,6 +238,8 @@ def test_capabilities_skip_with_the_reason(broken):
 DOUBLE_WRITE = "function (A[N]) -> (O) { O[i: 2] = =(A[i + j]), j < 2; }"
 
 
+# ``check`` is called directly here, not from a property: its ``assume`` (refused alike) still raises
+@pytest.mark.filterwarnings("ignore:Using `assume` outside a property-based test")
 def test_a_program_the_interpreter_refuses_must_be_refused_alike(broken, capsys):
     from hypothesis.errors import UnsatisfiedAssumption
 
