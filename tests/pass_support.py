@@ -21,7 +21,7 @@ from ref_interp.run import input_types
 from ref_interp.stripe_exec import run_stripe
 from stripe.config import pass_params, target_config
 from stripe.hardware import Hardware
-from stripe.ir import Block
+from stripe.ir import Block, walk
 from stripe.lower import lower
 from stripe.parser import parse_stripe
 from stripe.passes import PASSES
@@ -97,3 +97,9 @@ def programs(draw, families=("contractions", "mixed", "elementwise")):
     except tile.TileError:
         assume(False)
     return program, case.inputs
+
+
+def kernels(program: Block, *tags: str) -> list[Block]:
+    """Every kernel block of ``program`` (with ``tags`` too), outermost first."""
+    return [k for k in walk(program) if k.has_tags("kernel", *tags)]
+

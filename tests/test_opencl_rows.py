@@ -16,17 +16,11 @@ import tile
 from backends import registry
 from backends.clike import rowkernel
 from backends.runner import CompiledProgram
+from bench.gpu_reductions import SOFTMAX
 from stripe.config import TARGETS
 from tests.opencl_support import DEVICE_ID, requires_opencl
 from tile.bind import bind
 from tile.inputs import input_types
-
-SOFTMAX = """function (X[M, N]) -> (Y) {
-  Mx[i, 0: M, 1] = >(X[i, j]);
-  E = exp(X - Mx);
-  S[i, 0: M, 1] = +(E[i, j]);
-  Y = E / S;
-}"""
 
 
 @pytest.fixture(scope="module")

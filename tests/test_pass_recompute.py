@@ -9,23 +9,14 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.gpu_reductions import SOFTMAX
 from ref_interp.stripe_exec import run_stripe
 from stripe.config import target_config
-from stripe.ir import Block, Intrinsic, Load, RefDir, Special, walk
+from stripe.ir import Block, Intrinsic, Load, RefDir, Special
 from stripe.passes import optimize
-from tests.pass_support import assert_same_meaning, lowered, programs, run_pass
+from tests.pass_support import assert_same_meaning, kernels, lowered, programs, run_pass
 
 MAIN = {"reqs": ["main"]}
-SOFTMAX = """function (X[M, N]) -> (Y) {
-  Mx[i, 0: M, 1] = >(X[i, j]);
-  E = exp(X - Mx);
-  S[i, 0: M, 1] = +(E[i, j]);
-  Y = E / S;
-}"""
-
-
-def kernels(program: Block) -> list[Block]:
-    return [k for k in walk(program) if k.has_tags("kernel")]
 
 
 def buffers(program: Block) -> set[str]:

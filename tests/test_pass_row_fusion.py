@@ -7,26 +7,17 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
+from bench.gpu_reductions import SOFTMAX
 from stripe.config import target_config
-from stripe.ir import Block, Special, walk
+from stripe.ir import Block, Special
 from stripe.parser import parse_stripe
 from stripe.passes import optimize
 from stripe.passes.row_fusion import ROW_TAG
 from stripe.printer import format_block
-from tests.pass_support import assert_same_meaning, lowered, programs, run_pass
+from tests.pass_support import assert_same_meaning, kernels, lowered, programs, run_pass
 
 MAIN = {"reqs": ["main"]}
 ANY_ROWS = {"reqs": ["main"], "rows_per_unit": 0}
-SOFTMAX = """function (X[M, N]) -> (Y) {
-  Mx[i, 0: M, 1] = >(X[i, j]);
-  E = exp(X - Mx);
-  S[i, 0: M, 1] = +(E[i, j]);
-  Y = E / S;
-}"""
-
-
-def kernels(program: Block) -> list[Block]:
-    return [k for k in walk(program) if k.has_tags("kernel")]
 
 
 def rows(program: Block) -> list[Block]:

@@ -10,11 +10,12 @@ import ref_interp
 import tile
 from ref_interp.run import input_types
 from ref_interp.stripe_exec import run_stripe
-from stripe.ir import Block, Intrinsic, Load, RefDir, Special, Store, walk
+from stripe.ir import Block, Intrinsic, Load, RefDir, Special, Store
 from stripe.lower import lower
 from stripe.parser import parse_stripe
 from stripe.printer import format_block
 from stripe.verify import verify
+from tests.pass_support import kernels
 from tests.test_autodiff_properties import chain_case
 from tests.test_bruteforce import cases
 from tile.affine import Affine
@@ -41,10 +42,6 @@ def lowered(src: str, inputs: dict) -> tuple[Block, object]:
     verify(prog)
     assert parse_stripe(format_block(prog)) == prog
     return prog, b
-
-
-def kernels(program: Block, *tags: str) -> list[Block]:
-    return [k for k in walk(program) if k.has_tags("kernel", *tags)]
 
 
 def aff(text: str) -> Affine:
