@@ -17,7 +17,8 @@ zero-filled stack allocation per point. Stores go through the refinement's ``agg
 buffer's dtype, as the interpreter's ``ufunc.at`` does (float ``+``/``*`` marked reassociable
 and float ``max``/``min`` as ``llvm.maximum``/``minimum`` unless strict, §8.3). A leaf block
 that ``match.analyse`` recognizes as a contraction (the kernel, split over the schedule's first
-index, or a nested tile) is emitted by ``microkernel`` instead.
+index, or a nested tile) is emitted by ``microkernel`` instead; a fused GEMM nest's epilogue
+(``epilogue``) runs on its final tiles.
 """
 
 from __future__ import annotations
@@ -69,9 +70,11 @@ class KernelCodegen:
         vector: VectorConfig | None = None,
         fresh: int = 0,
         blocks: tuple[int, int] | None = None,
+        epilogue=None,
     ):
         self.em = em
         self.blocks = blocks  # the cache tiles of the optimizer's nest this kernel came from
+        self.epilogue = epilogue  # the nest's fused epilogue (``epilogue.Epilogue``), if any
         self.fresh = fresh  # the kernel before only zero-fills this one's output: its elements
         self.took_fresh = False  # the micro-kernel starts from zero instead: the fill is skipped
         self.vector = vector or VectorConfig()
@@ -143,8 +146,12 @@ class KernelCodegen:
             starts.append(i64(int(ix.affine.const)) if ix.affine is not None else i64(0))
         sched = self.schedule
         split = (sched.split_index, lo, hi) if sched.order else None
-        if split and emit_microkernel(self, block, starts, None, split, self.vector, self.fresh, self.blocks):
+        args = (self.vector, self.fresh, self.blocks, self.epilogue)
+        if split and emit_microkernel(self, block, starts, None, split, *args):
             return
+        if self.epilogue is not None:  # ``epilogue.takes`` said the micro-kernel would run it
+            why = "the micro-kernel refused a GEMM with an epilogue"
+            raise block_error(block, why, "a code generator bug")
         self.loops(block, sched.order, starts, None, (lo, hi), sched.split_at)
 
     def loops(
@@ -247,9 +254,13 @@ class KernelCodegen:
 
     # ---------------------------------------------------------------------- statements
     def point(self, block: Block, vals: dict[str, ir.Value], parent_views: dict[str, View] | None) -> None:
-        em = self.em
         views = {r.into: self.view(block, r, vals, parent_views) for r in block.refs}
+        self.statements(block, vals, views)
 
+    def statements(self, block: Block, vals: dict[str, ir.Value], views: dict[str, View]) -> None:
+        """``block``'s statements at one point, its refinements seen as ``views`` (``point``'s, or
+        an epilogue's around a micro-kernel's finished element: ``epilogue``)."""
+        em = self.em
         scope: Scope[View, Scalar] = Scope(block, views)
         get, put, ref = scope.get, scope.put, scope.ref
 
@@ -326,12 +337,14 @@ def generate(
     vector: VectorConfig | None = None,
     stack: list[int] | None = None,
     blocks: Sequence[tuple[int, int] | None] = (),
+    epilogues: Sequence = (),
 ) -> str:
     """The LLVM IR text of the module holding every kernel (``dtypes``: buffer name -> dtype;
     ``vector``: the host's vector width and whether fused multiply-add is allowed, for the
     micro-kernels of ``microkernel``; None keeps every block as plain loops). ``stack`` gets each
     kernel's stack allocations in bytes (packed panels, local buffers); ``blocks`` each kernel's
-    cache tiles from an optimizer nest (``match.from_nest``), or None."""
+    cache tiles from an optimizer nest (``match.from_nest``), or None; ``epilogues`` each kernel's
+    fused epilogue (``epilogue.read_fused``), or None."""
     module = ir.Module(name="tile")
     module.triple = triple
     module.data_layout = layout
@@ -348,7 +361,9 @@ def generate(
             em.stack_bytes = 0
             dts = buffer_dtypes(kernels[j], dtypes or {})
             given = blocks[j] if j < len(blocks) else None
-            cg = KernelCodegen(em, j, kernels[j], schedules[j], dts, vector, fill if j != k else 0, given)
+            epi = epilogues[j] if j < len(epilogues) else None
+            fresh = fill if j != k else 0
+            cg = KernelCodegen(em, j, kernels[j], schedules[j], dts, vector, fresh, given, epi)
             if j in skipped:
                 cg.block = replace(cg.block, stmts=())
             cg.build()

@@ -57,6 +57,7 @@ from backends.hal import (
 from backends.llvm import threads
 from backends.llvm.cache import ObjectCache, cache_key
 from backends.llvm.codegen import buffer_dtypes, generate
+from backends.llvm.epilogue import read_fused, takes
 from backends.llvm.match import VectorConfig, from_nest, host_vector_bytes, panel_split
 from backends.llvm.schedule import Schedule, plan
 from backends.llvm.threads import NativePool
@@ -269,21 +270,30 @@ class LlvmCompiler(Compiler):
             l2_bytes=int(caches.get("L2", 0)),
         )
         reorder = bool(settings.get("reorder", True))
-        schedules, code, blocks = [], [], []
-        for k in kernels:
-            nest = from_nest(k.block) if vector.vector_bytes else None  # type: ignore[arg-type]
+        schedules, code, blocks, epilogues = [], [], [], []
+        for info in kernels:
+            k, nest, epi = info, None, None
+            if vector.vector_bytes:
+                nest = from_nest(k.block)  # type: ignore[arg-type]
+                fused = read_fused(k.block) if nest is None else None  # type: ignore[arg-type]
+                nest, epi = (fused[:2], fused[2]) if fused else (nest, None)
             if nest is not None:  # the optimizer's gemm_tile nest: a flat GEMM and its tiles
                 k = replace(k, block=nest[0])
             sched = plan(k.block, tuple(k.buffers), threads, reorder)
             if reorder and settings.get("panel_split", True):
                 tiles = nest[1] if nest else None
                 sched = panel_split(k.block, sched, threads, vector, buffer_dtypes(k, dtypes), tiles)  # type: ignore[arg-type]
+            fused = (k.block, nest[1], epi) if epi is not None else None
+            if fused and not takes(fused, sched, buffer_dtypes(k, dtypes), vector):  # type: ignore[arg-type]
+                k, nest, epi = info, None, None  # the nest as it is: plain loops
+                sched = plan(k.block, tuple(k.buffers), threads, reorder)
             schedules.append(sched)
             code.append(k)
             blocks.append(nest[1] if nest else None)
+            epilogues.append(epi)
         triple, layout = llvm.get_process_triple(), str(tm.target_data)
         stack: list[int] = []
-        text = generate(code, schedules, f16c, triple, layout, dtypes, vector, stack, blocks)
+        text = generate(code, schedules, f16c, triple, layout, dtypes, vector, stack, blocks, epilogues)
         cache = ObjectCache(cache_key(text, settings, cpu, features), bool(settings.get("cache", True)))
         cached = cache.load()
         mod = llvm.parse_assembly(text)
@@ -312,6 +322,7 @@ class LlvmCompiler(Compiler):
                 "cache_key": cache.key,
                 "cache_path": str(cache.path),
                 "schedules": schedules,
+                "fused_epilogues": [j for j, e in enumerate(epilogues) if e is not None],
             },
         )
 

@@ -150,7 +150,8 @@ def from_nest(kernel: Block) -> tuple[Block, tuple[int, int]] | None:
     """A ``gemm_tile`` nest read back (``stripe.gemm_nest``) as the flat GEMM it computes and its
     cache tiles ``(KC, NC)`` (the flat K tile, the N tile), which the micro-kernel blocks by
     (``cache_blocks``) and the threads divide (``panel_split``); None for any other kernel, and
-    for a nest with a fused epilogue (its flat form leaves the epilogue out)."""
+    for a nest with a fused epilogue (its flat form leaves the epilogue out: ``epilogue.read_fused``
+    reads those)."""
     nest = read_nest(kernel)
     if nest is None or nest.gemm.epilogue is not None:
         return None

@@ -42,9 +42,11 @@ the fast path, else every accumulator update is a ``select`` on its row's condit
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from llvmlite import ir
 
+from backends.llvm.epilogue import TileEpilogue
 from backends.llvm.intrinsics import binary
 from backends.llvm.loops import View, counted_loop, for_range
 from backends.llvm.match import PACK_LIMIT, Shape, VectorConfig, analyse, cache_blocks, covers, panel
@@ -62,7 +64,7 @@ class MicroKernel:
     def __init__(
         self, cg, block: Block, shape: Shape, views: dict[str, View], cfg: VectorConfig, blocks=None
     ):
-        self.cg, self.em, self.block, self.s, self.views = cg, cg.em, block, shape, views
+        self.cg, self.em, self.block, self.s, self.views = cg, getattr(cg, "em", None), block, shape, views
         self.scalar = F64 if shape.dtype is DType.FLOAT64 else F32
         self.width, nv_max = panel(block.idxs[shape.v].range, cfg, shape.dtype)
         self.vt = ir.VectorType(self.scalar, self.width)
@@ -98,6 +100,9 @@ class MicroKernel:
         self.kbase: ir.Value | None = None  # the first reduction point of the packed K block
         self.pack_slots: dict[str, ir.Value] = {}
         self.packed: dict[str, ir.Value] = {}
+        self.epilogue = None  # an ``epilogue.TileEpilogue``: finished tiles go through it
+        self.last: bool | ir.Value = True  # during a K block, whether it is the last one
+        self.tail: ir.Value | None = None  # the lanes of the last partial vector
 
     # ------------------------------------------------------------------ small helpers
     def b(self) -> ir.IRBuilder:
@@ -228,7 +233,8 @@ class MicroKernel:
             end = counted_loop(b, end, hi, lambda v0: self.rows(counters, v0, 1, None), width, whole=True)
         b = self.b()
         with b.if_then(b.icmp_signed("<", end, hi)):
-            self.rows(counters, end, 1, self.lane_mask(b.sub(hi, end)))
+            self.tail = b.sub(hi, end)
+            self.rows(counters, end, 1, self.lane_mask(self.tail))
 
     def blocked(self, counters: dict[int, ir.Value], lo: ir.Value, hi: ir.Value) -> ir.Value:
         """The whole panels of ``[lo, hi)`` in cache blocks (``cache_blocks``): per block of
@@ -252,6 +258,7 @@ class MicroKernel:
             self.kbase = q0
             if fresh is True:
                 self.fresh = self.b().icmp_signed("==", q0, klo)
+            self.last = self.b().icmp_signed(">=", self.b().add(q0, i64(step0)), khi)
 
             def panels(v0: ir.Value, body) -> None:  # each panel at its packed scratch
                 self.packed = {}
@@ -271,7 +278,7 @@ class MicroKernel:
                     nr,
                 )
             )
-            self.bounds[k0], self.fresh = saved, fresh
+            self.bounds[k0], self.fresh, self.last = saved, fresh, True
             self.kbase = None
 
         counted_loop(b, lo, full, columns, nc)
@@ -323,11 +330,20 @@ class MicroKernel:
                 b.store(start, slots[m][n])
         self.slots = slots
         self.red_level(0, base, None)
+        if self.epilogue is not None:  # the final tile through the epilogue, a partial one stored
+            self.epilogue.finish(self, base)
+            return
+        self.store_tile(base)
+
+    def store_tile(self, base: dict[int, ir.Value]) -> None:
+        """The accumulators of the current tile into the output."""
+        _, nv, lanes, _, mr = self.cur
+        out = self.views[self.s.out]
         b = self.b()
         for m in range(mr):
             for n in range(nv):
                 p = self.out_pos(base, m, n)
-                value = b.load(slots[m][n], typ=self.vt)
+                value = b.load(self.slots[m][n], typ=self.vt)
                 self.vstore(out, p, value, lanes if n == nv - 1 else None)
 
     def out_pos(self, base: dict[int, ir.Value], m: int, n: int) -> ir.Value:
@@ -541,6 +557,7 @@ def emit_microkernel(
     cfg: VectorConfig,
     fresh: int = 0,
     blocks: tuple[int, int] | None = None,
+    epilogue=None,
 ) -> bool:
     """Emit ``block`` (all its points; ``bounded``: ``(index position, lo, hi)`` restricting one
     kernel index to a chunk, or None) as a micro-kernel when ``analyse`` matches it; False (and
@@ -549,7 +566,8 @@ def emit_microkernel(
     clear (else 0); when the kernel writes every element of it (``covers``), its tiles start from
     zero and ``cg.took_fresh`` is set (the caller then skips the fill), else the output is read
     as usual. ``blocks``: the cache tiles ``(KC, NC)`` to block by (an optimizer nest's), instead
-    of those ``cache_blocks`` sizes from the caches."""
+    of those ``cache_blocks`` sizes from the caches. ``epilogue``: an ``epilogue.Epilogue`` that
+    stores the final elements (tiles start from zero; no zero fill is taken)."""
     if not cfg.vector_bytes:
         return False
     dims: dict[str, tuple[Dim, ...]] = {}
@@ -565,13 +583,14 @@ def emit_microkernel(
     if shape is None:
         return False
     origin = {ix.name: st for ix, st in zip(block.idxs, starts)}
-    mk = MicroKernel(cg, block, shape, {}, cfg, blocks)
-    strided = [n for n, c in shape.coefs.items() if n != shape.out and c[shape.v] not in (0, 1)]
-    if any(n not in mk.pack_refs for n in strided):
-        return False  # a gather at every reduction point: the plain loops do better
+    mk = kernel_match(cg, block, shape, cfg, blocks, epilogue)
+    if mk is None:
+        return False
     mk.views = {r.into: cg.view(block, r, origin, parent_views) for r in block.refs}
     mk.origin = origin
-    if fresh and parent_views is None and covers(block, shape, fresh):
+    if epilogue is not None:
+        mk.fresh, mk.epilogue = True, TileEpilogue(epilogue)
+    elif fresh and parent_views is None and covers(block, shape, fresh):
         mk.fresh = cg.took_fresh = True
     bounds = {}
     if pos is not None and block.idxs[pos].range > 1:
@@ -580,4 +599,16 @@ def emit_microkernel(
     return True
 
 
-__all__ = ["emit_microkernel"]
+def kernel_match(cg, block: Block, shape: Shape, cfg: VectorConfig, blocks, epilogue) -> MicroKernel | None:
+    """The micro-kernel of ``block`` (``analyse``'s ``shape``; ``cg`` may be None for the test
+    alone), or None where an operand would be gathered at every reduction point."""
+    if epilogue is not None and not epilogue.partials:
+        cfg, blocks = replace(cfg, l1_bytes=0), None  # one pass over K: the output holds no partials
+    mk = MicroKernel(cg, block, shape, {}, cfg, blocks)
+    strided = [n for n, c in shape.coefs.items() if n != shape.out and c[shape.v] not in (0, 1)]
+    if any(n not in mk.pack_refs for n in strided):
+        return None  # the plain loops do better
+    return mk
+
+
+__all__ = ["emit_microkernel", "kernel_match"]

@@ -46,6 +46,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from stripe.gemm import match as gemm_match
 from stripe.hardware import Hardware
 from stripe.ir import Block, Dim, Index, RefDir, Refinement, Statement, TensorShape, evolve
 from stripe.passes.fusion_checks import (
@@ -79,6 +80,7 @@ class FusionConfig:
     a_reqs: tuple[str, ...] = ()  # tags the first (producer) block must carry
     b_reqs: tuple[str, ...] = ()  # tags the second (consumer) block must carry
     a_skip: tuple[str, ...] = ()  # a producer carrying any of these tags is left alone
+    a_gemm: bool = False  # only a producer that stripe.gemm.match reads as a GEMM (llvm_cpu)
     fused_set: tuple[str, ...] = ("fused",)  # tags added to the fused outer block
     max_refs: int | None = None  # refuse when the fused block would have more refinements
     # Refuse unless every index of B (of its tiles, when B is tiled to match A) is fused, so B'
@@ -121,7 +123,7 @@ def _fuse_statements(parent: Block, cfg: FusionConfig) -> Block | None:
         b, fused = stmts[j], None
         if isinstance(a, Block) and isinstance(b, Block):
             skip = any(t in a.tags for t in cfg.a_skip)
-            if not skip and matches(a, cfg.a_reqs) and matches(b, cfg.b_reqs):
+            if not skip and matches(a, cfg.a_reqs) and matches(b, cfg.b_reqs) and _gemm(parent, a, cfg):
                 fused = fuse_pair(parent, a, b, cfg, views)
         if fused is None:
             i += 1
@@ -136,6 +138,12 @@ def _fuse_statements(parent: Block, cfg: FusionConfig) -> Block | None:
             i -= 1
         i = max(i, 0)
     return evolve(parent, stmts=tuple(stmts)) if changed else None
+
+
+def _gemm(parent: Block, a: Block, cfg: FusionConfig) -> bool:
+    """Unless ``a_gemm``, True; else whether ``a`` is a GEMM-shaped contraction (``stripe.gemm``)."""
+    dtypes = {r.into: r.shape.dtype for r in parent.refs}
+    return not cfg.a_gemm or gemm_match(a, tuple(dtypes), dtypes, reorder=False) is not None
 
 
 def _hoistable(s: Statement, a: Statement) -> bool:
