@@ -179,3 +179,18 @@ def test_only_gemms_fuse_with_their_consumers():
     got, kernels, program, fused = run(abt, ins, {"threads": 3, "strict": True})
     assert len(kernels) == 1 and fused == [0]
     assert_same(got, run_stripe(program, ins))
+
+
+@pytest.mark.parametrize("cast", ["as_float(C, 16)", "as_int(relu(C), 32)"])
+def test_an_output_of_another_type_holds_no_partial_sums(cast):
+    """The epilogue converts the float32 sum: the output cannot hold partial sums, so the
+    micro-kernel makes one pass over K (1000, past the K tile) and never touches it itself."""
+    src = f"function (A[M, K], B[K, N]) -> (O) {{ C[i, j: M, N] = +(A[i, k] * B[k, j]); O = {cast}; }}"
+    ins = {"A": ints(45, 1000), "B": ints(1000, 70)}
+    got, kernels, program, fused = run(src, ins, {"threads": 3})
+    assert len(kernels) == 1 and fused == [0]
+    assert not read_fused(kernels[0].info.block)[2].partials
+    assert_same(got, run_stripe(program, ins))
+    ins = {"A": floats(45, 1000), "B": floats(1000, 70)}
+    got, _, program, _ = run(src, ins, {"threads": 3, "strict": True})
+    assert_same(got, run_stripe(program, ins))

@@ -24,16 +24,17 @@ and no partial sum is ever stored. The accumulator never goes to memory as a tem
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
 from backends.llvm.loops import View, for_range
-from backends.llvm.match import VectorConfig, analyse
+from backends.llvm.match import VectorConfig
 from backends.llvm.scalars import F64, i64
 from backends.llvm.schedule import Schedule
 from stripe.gemm_nest import read as read_nest
 from stripe.ir import Block, Load, Refinement, Store
+from tile.dtypes import DType
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,12 @@ class Epilogue:
     block: Block
     acc: Refinement
     partials: bool
+
+    def analysed(self, dts: dict[str, DType], flat: Block) -> dict[str, DType]:
+        """``dts`` (refinement -> its buffer's type) as ``match.analyse`` sees the flat GEMM:
+        without partials the micro-kernel never reads or writes the output itself, which may
+        then be of another type than the sum (the epilogue converts, ``as_float(C, 16)``)."""
+        return dts if self.partials else {**dts, "$out": flat.ref("$out").shape.dtype}
 
 
 def read_fused(kernel: Block) -> tuple[Block, tuple[int, int], Epilogue] | None:
@@ -66,11 +73,13 @@ def read_fused(kernel: Block) -> tuple[Block, tuple[int, int], Epilogue] | None:
         return None
     flat = nest.flat(kernel.name, kernel.tags)
     out = flat.ref("$out")
-    stored = next(s.into for s in stmts if isinstance(s, Store))
+    stored = next(r for r in refs if r.into == next(s.into for s in stmts if isinstance(s, Store)))
     same = {r.into for r in refs if r.source == out.source}
-    partials = next(r for r in refs if r.into == stored).agg_op in ("", "assign") and not any(
-        isinstance(s, Load) and s.from_ in same for s in stmts
-    )
+    partials = stored.agg_op in ("", "assign") and stored.shape.dtype is g.dtype
+    partials = partials and not any(isinstance(s, Load) and s.from_ in same for s in stmts)
+    if out.shape.dtype is not g.dtype:  # the sum's type, as analysed (``Epilogue.analysed``)
+        typed = replace(out, shape=replace(out.shape, dtype=g.dtype))
+        flat = replace(flat, refs=tuple(typed if r.into == "$out" else r for r in flat.refs))
     block = Block(kernel.name, (), (), (acc, *refs), stmts, kernel.tags)
     return flat, (nest.shape.kt, nest.shape.tn), Epilogue(block, acc, partials)
 
@@ -85,9 +94,7 @@ def takes(fused: tuple[Block, tuple[int, int], Epilogue], sched: Schedule, buf_d
         return False
     dims = {r.into: r.shape.dims for r in flat.refs}
     dts = {r.into: buf_dtypes.get(r.source, r.shape.dtype) for r in flat.refs}
-    pos = sched.split_index
-    shape = analyse(flat, dims, dts, pos if flat.idxs[pos].range > 1 else None)
-    return shape is not None and kernel_match(None, flat, shape, cfg, tiles, epilogue) is not None
+    return kernel_match(None, flat, dims, dts, sched.split_index, cfg, tiles, epilogue) is not None
 
 
 class TileEpilogue:

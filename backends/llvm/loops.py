@@ -67,6 +67,11 @@ def counted_loop(
     return x
 
 
+def smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """The smaller of two i64 values (signed)."""
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
 def for_range(em: Emitter, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value], None]) -> None:
     """``for (i = lo; i < hi; i++) body(i)`` with the builder left after the loop."""
     counted_loop(em.builder, lo, hi, body)

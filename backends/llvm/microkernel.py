@@ -48,7 +48,7 @@ from llvmlite import ir
 
 from backends.llvm.epilogue import TileEpilogue
 from backends.llvm.intrinsics import binary
-from backends.llvm.loops import View, counted_loop, for_range
+from backends.llvm.loops import View, counted_loop, for_range, smin
 from backends.llvm.match import PACK_LIMIT, Shape, VectorConfig, analyse, cache_blocks, covers, panel
 from backends.llvm.scalars import F32, F64, I32, I64, PTR, i64
 from stripe.ir import Block, Dim, Intrinsic, Load, Store
@@ -61,9 +61,7 @@ ACC_BUDGET = {64: 24, 32: 12, 16: 12}  # accumulators that leave room for operan
 class MicroKernel:
     """Emits one matched block (``emit`` below builds it)."""
 
-    def __init__(
-        self, cg, block: Block, shape: Shape, views: dict[str, View], cfg: VectorConfig, blocks=None
-    ):
+    def __init__(self, cg, block: Block, shape: Shape, views: dict[str, View], cfg: VectorConfig, blocks):
         self.cg, self.em, self.block, self.s, self.views = cg, getattr(cg, "em", None), block, shape, views
         self.scalar = F64 if shape.dtype is DType.FLOAT64 else F32
         self.width, nv_max = panel(block.idxs[shape.v].range, cfg, shape.dtype)
@@ -81,16 +79,10 @@ class MicroKernel:
         self.blocking = cache_blocks(block, shape, self.mr, self.nv * self.width, cfg, blocks)
         chunk = self.blocking[2] if self.blocking else self.red_points
         panel_bytes = chunk * self.nv * self.width * shape.dtype.numpy.itemsize
+        packable = not block.constraints and shape.red and panel_bytes <= PACK_LIMIT and rr >= 2 * self.mr
         self.pack_refs = [
-            n
-            for n, c in shape.coefs.items()
-            if n != shape.out
-            and c[shape.v] != 0
-            and (shape.r is None or c[shape.r] == 0)
-            and not block.constraints
-            and shape.red
-            and panel_bytes <= PACK_LIMIT
-            and rr >= 2 * self.mr
+            n for n, c in shape.coefs.items()
+            if packable and n != shape.out and c[shape.v] != 0 and (shape.r is None or c[shape.r] == 0)
         ]
         if not self.pack_refs:
             self.blocking = None
@@ -249,12 +241,12 @@ class MicroKernel:
         klo, khi = self.bounds[k0]
 
         def columns(c0: ir.Value) -> None:
-            c1 = _smin(self.b(), self.b().add(c0, i64(nc)), full)
+            c1 = smin(self.b(), self.b().add(c0, i64(nc)), full)
             counted_loop(self.b(), klo, khi, lambda q0: reductions(c0, c1, q0), step0)
 
         def reductions(c0: ir.Value, c1: ir.Value, q0: ir.Value) -> None:
             saved, fresh = self.bounds[k0], self.fresh
-            self.bounds[k0] = (q0, _smin(self.b(), self.b().add(q0, i64(step0)), khi))
+            self.bounds[k0] = (q0, smin(self.b(), self.b().add(q0, i64(step0)), khi))
             self.kbase = q0
             if fresh is True:
                 self.fresh = self.b().icmp_signed("==", q0, klo)
@@ -268,18 +260,15 @@ class MicroKernel:
                     self.packed[ref] = self.b().gep(slot, [at], inbounds=True, source_etype=self.scalar)
                 body(v0)
 
+            def row_tile(r0: ir.Value, mr: int) -> None:  # this row tile against every panel
+                def one(v0: ir.Value) -> None:
+                    panels(v0, lambda v: self.tile(counters, v, self.nv, None, r0, mr))
+
+                counted_loop(self.b(), c0, c1, one, nr)
+
             counted_loop(self.b(), c0, c1, lambda v0: panels(v0, lambda v: self.pack(counters, v)), nr)
-            self.over_rows(
-                lambda r0, mr: counted_loop(
-                    self.b(),
-                    c0,
-                    c1,
-                    lambda v0: panels(v0, lambda v: self.tile(counters, v, self.nv, None, r0, mr)),
-                    nr,
-                )
-            )
-            self.bounds[k0], self.fresh, self.last = saved, fresh, True
-            self.kbase = None
+            self.over_rows(row_tile)
+            self.bounds[k0], self.fresh, self.last, self.kbase = saved, fresh, True, None
 
         counted_loop(b, lo, full, columns, nc)
         self.packed = {}
@@ -533,10 +522,6 @@ class MicroKernel:
         return out
 
 
-def _smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
-    return b.select(b.icmp_signed("<", x, y), x, y)
-
-
 def _combine(op, x: list[list[ir.Value]], y: list[list[ir.Value]]) -> list[list[ir.Value]]:
     """``op`` lane-wise over two grids; rows that are the same objects are computed once."""
     out, seen = [], {}
@@ -579,13 +564,10 @@ def emit_microkernel(
             p = parent_views[r.source]
             dims[r.into], dts[r.into] = p.dims, p.buf_dtype
     pos = bounded[0] if bounded is not None else None
-    shape = analyse(block, dims, dts, pos if pos is not None and block.idxs[pos].range > 1 else None)
-    if shape is None:
-        return False
-    origin = {ix.name: st for ix, st in zip(block.idxs, starts)}
-    mk = kernel_match(cg, block, shape, cfg, blocks, epilogue)
+    mk = kernel_match(cg, block, dims, dts, pos, cfg, blocks, epilogue)
     if mk is None:
         return False
+    shape, origin = mk.s, {ix.name: st for ix, st in zip(block.idxs, starts)}
     mk.views = {r.into: cg.view(block, r, origin, parent_views) for r in block.refs}
     mk.origin = origin
     if epilogue is not None:
@@ -599,11 +581,16 @@ def emit_microkernel(
     return True
 
 
-def kernel_match(cg, block: Block, shape: Shape, cfg: VectorConfig, blocks, epilogue) -> MicroKernel | None:
-    """The micro-kernel of ``block`` (``analyse``'s ``shape``; ``cg`` may be None for the test
-    alone), or None where an operand would be gathered at every reduction point."""
-    if epilogue is not None and not epilogue.partials:
-        cfg, blocks = replace(cfg, l1_bytes=0), None  # one pass over K: the output holds no partials
+def kernel_match(cg, block: Block, dims, dts, pos, cfg: VectorConfig, blocks, epilogue) -> MicroKernel | None:
+    """The micro-kernel of ``block`` (``analyse``'s arguments; ``pos``: the index a chunk bounds,
+    or None; ``cg`` None for the test alone), or None: no match, or a gather at every point."""
+    if epilogue is not None:
+        dts = epilogue.analysed(dts, block)
+        if not epilogue.partials:
+            cfg, blocks = replace(cfg, l1_bytes=0), None  # one pass over K: no partials in the output
+    shape = analyse(block, dims, dts, pos if pos is not None and block.idxs[pos].range > 1 else None)
+    if shape is None:
+        return None
     mk = MicroKernel(cg, block, shape, {}, cfg, blocks)
     strided = [n for n, c in shape.coefs.items() if n != shape.out and c[shape.v] not in (0, 1)]
     if any(n not in mk.pack_refs for n in strided):
