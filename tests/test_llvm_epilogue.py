@@ -194,3 +194,10 @@ def test_an_output_of_another_type_holds_no_partial_sums(cast):
     ins = {"A": floats(45, 1000), "B": floats(1000, 70)}
     got, _, program, _ = run(src, ins, {"threads": 3, "strict": True})
     assert_same(got, run_stripe(program, ins))
+
+
+def test_float64_with_k_blocks_bit_identical():
+    ins = {k: v.astype(np.float64) for k, v in matmul_ins(29, 700, 45, floats, False).items()}
+    got, kernels, program, fused = run(BIAS_RELU, ins, {"threads": 3, "strict": True})
+    assert len(kernels) == 1 and fused == [0] and " x double>" in kernels[0].library.source
+    assert_same(got, run_stripe(program, ins))
