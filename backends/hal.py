@@ -246,6 +246,7 @@ class Device(abc.ABC):
 
 
 MAPPED_BYTES = 1 << 20  # host buffers from this size on are mappings of their own
+HUGE_PAGE = 2 << 20
 
 
 def host_zeros(nbytes: int) -> np.ndarray:
@@ -258,13 +259,14 @@ def host_zeros(nbytes: int) -> np.ndarray:
     faults to 8. Views of the array keep it, and so the mapping, alive; it is unmapped with it."""
     if nbytes < MAPPED_BYTES:
         return np.zeros(nbytes, dtype=np.uint8)
-    m = mmap.mmap(-1, nbytes)
+    m = mmap.mmap(-1, nbytes + HUGE_PAGE)  # room to start on a huge page's boundary
     if hasattr(mmap, "MADV_HUGEPAGE"):
         try:
             m.madvise(mmap.MADV_HUGEPAGE)
         except OSError:  # a kernel without transparent huge pages: small pages then
             pass
-    return np.frombuffer(m, dtype=np.uint8)
+    start = -np.frombuffer(m, dtype=np.uint8, count=1).ctypes.data % HUGE_PAGE
+    return np.frombuffer(m, dtype=np.uint8, count=nbytes, offset=start)  # (pages never touched cost nothing)
 
 
 class HostBuffer(Buffer):

@@ -196,9 +196,10 @@ class CompiledProgram:
         # host-memory outputs of a numpy-out call: written where the caller gets them (no copy out);
         # not an output that is also an input (the caller's array must stay as it was)
         self._direct = frozenset(self.outputs) - frozenset(self.inputs)
-        # the last such buffers per output (the newest last), for reuse: two, so that a loop
+        # the last buffers handed out per output (the newest last), for reuse, by (name, resident):
+        # numpy arrays over such a buffer's memory, or resident tensors; two, so that a loop
         # ``out = exe(x)``, whose ``out`` holds the last result during the call, reuses too
-        self._handed_np: dict[str, list[HostBuffer]] = {}
+        self._handed: dict[tuple[str, bool], list[Buffer]] = {}
         # inputs some kernel writes (none in programs the front end makes): never read in place
         self._written_inputs = frozenset(self.inputs) & _written(self.program)
         if os.environ.get("TILE_DEBUG", "0") >= "3":
@@ -216,8 +217,10 @@ class CompiledProgram:
     ) -> dict[str, np.ndarray | Tensor]:
         """Run once. ``inputs`` are numpy arrays (copied into the program's own buffers) or
         ``Tensor``s of this device (used in place); the outputs named in ``out`` are written into
-        those tensors, the others come back as numpy arrays, or as new ``Tensor``s when
-        ``resident``. Calls are serialized; the program's own buffers are reused, zeroed only where
+        those tensors, the others come back as numpy arrays, or as ``Tensor``s when ``resident``
+        (over a buffer of their own: of a tensor an earlier call returned only once the caller
+        dropped it, so a loop that keeps the last result alternates between two). Calls are
+        serialized; the program's own buffers are reused, zeroed only where
         ``backends.zeroing`` cannot prove the program overwrites them first.
 
         On a host-memory device (``Executor.host_memory``), a call with numpy inputs and outputs
@@ -275,13 +278,12 @@ class CompiledProgram:
         for name in self.buffers:
             if name in bufs:
                 continue
-            if in_place and name in self._direct:
-                buf = bufs[name] = self._numpy_out(name)
+            if resident and name in self.outputs:
+                buf = bufs[name] = handed[name] = self._handed_out(name, True)
+            elif in_place and name in self._direct:
+                buf = bufs[name] = self._handed_out(name, False)
             else:
                 buf = bufs[name] = self._buffer(name)
-            if resident and name in self.outputs:
-                handed[name] = buf  # the caller's from now on: the next call allocates another
-                self._owned[name] = None
             if name in self.zeroed:
                 deps.append(buf.zero(prior))
         done = self._kernels(bufs, pending(deps), debug)
@@ -325,19 +327,23 @@ class CompiledProgram:
         names = self.library.extra.get("names")
         return names[k] if names else kernel_symbol(k, self.infos[k])
 
-    def _numpy_out(self, name: str) -> HostBuffer:
-        """The host buffer output ``name`` of a numpy-out call is written into (and handed out
-        over): one of the last two calls' when nothing but that buffer refers to its memory any
-        more (the caller dropped the array, and every view of it: each holds the memory's owner),
-        else a new one, which replaces the older of the two."""
-        kept = self._handed_np.setdefault(name, [])
+    def _handed_out(self, name: str, resident: bool) -> Buffer:
+        """The buffer output ``name`` is written into and handed out over, as a resident tensor
+        or (a numpy-out call on host memory) as a numpy array over its memory: one of the last two
+        calls' when nothing but the runner refers to it any more (the caller dropped the tensor,
+        or the array and every view of it: each holds the memory's owner), else a new one, which
+        replaces the older of the two. A loop over resident calls that drops each result, or
+        keeps only the last, neither allocates nor touches fresh pages either."""
+        kept = self._handed.setdefault((name, resident), [])
         for buf in kept:
-            if sys.getrefcount(buf.data) == 2:  # buf.data and getrefcount's argument
+            # getrefcount counts its argument, and: the list and ``buf`` (a tensor's buffer);
+            # ``buf.data`` alone (an array's memory)
+            if sys.getrefcount(buf) == 3 if resident else sys.getrefcount(buf.data) == 2:  # type: ignore[attr-defined]
                 kept.remove(buf)
                 break
         else:
             buf = self.device.executor.allocate(_nbytes(self.buffers[name]))
-            assert isinstance(buf, HostBuffer), "a host-memory executor allocates HostBuffers"
+            assert resident or isinstance(buf, HostBuffer), "a host-memory executor allocates HostBuffers"
             del kept[:-1]
         kept.append(buf)
         return buf
