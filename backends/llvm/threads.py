@@ -3,16 +3,29 @@
 A Python pool costs every chunk a queue hand-off and every worker two GIL acquisitions (wake up,
 report back); with 16 threads that was about 0.3 ms per kernel, longer than small kernels run.
 Here each worker thread makes one ctypes call, ``tile_worker(slot)``, that never returns (daemon
-threads, as the Python pool's) (ctypes released the GIL): it waits on its slot's POSIX semaphore, runs its
-chunks, posts the shared ``done`` semaphore and waits again. ``tile_parallel`` (one ctypes call
-from the dispatcher) fills each slot, posts it, runs its own share of the chunks and waits for
-the workers (a kernel function cannot raise: no error comes back). Chunk ``k`` runs on runner
+threads, as the Python pool's) (ctypes released the GIL). ``tile_parallel`` (one ctypes call
+from the dispatcher) fills each busy worker's slot, publishes it by bumping the slot's sequence
+number, runs its own share of the chunks and waits until the shared ``remaining`` count of busy
+workers is zero (a kernel function cannot raise: no error comes back). Chunk ``k`` runs on runner
 ``k % runners``: runner 0 is the calling thread, runner ``w`` worker ``w``, the same every call.
 
-Slot layout (bytes): ``[0, 64)`` the worker's semaphore, then 8-byte fields: done semaphore,
-kernel function (null: the worker returns), buffer table, ranges (``lo, hi`` pairs of i64),
-first chunk, chunk count, step. Needs ``sem_init``/``sem_wait``/``sem_post`` in the process
-(glibc, musl); ``available()`` says whether they are there, else the device keeps its Python pool.
+**Waking.** A worker that finished watches its sequence number for ``SPIN_NS`` (yielding the
+CPU between looks) before it sleeps on its POSIX semaphore: the kernels of one call, and the
+calls of a loop, follow each other closely, and a sleeping thread takes tens of microseconds to
+wake (a semaphore post is a system call, more under a hypervisor) where a 2-thread max pool runs
+40. Sleeping is a handshake that loses no wake-up and leaves no stray post: the worker sets its
+``sleeping`` flag, then reads the sequence number; the dispatcher bumps the number, then swaps
+the flag to 0 and posts only if it was 1 (sequentially consistent atomics: one of the two sees
+the other). A worker that finds new work after setting the flag swaps it back; if the dispatcher
+got there first, a post is coming, and the worker takes it. The dispatcher itself waits for
+``remaining`` by the same yielding look.
+
+Slot layout (bytes): ``[0, 64)`` the worker's semaphore, then 8-byte fields: the ``remaining``
+counter's address, kernel function (null: the worker returns), buffer table, ranges (``lo, hi``
+pairs of i64), first chunk, chunk count, step, sequence number, sleeping flag. Needs
+``sem_init``/``sem_wait``/``sem_post``, ``sched_yield`` and ``clock_gettime`` in the process
+(glibc, musl); ``available()`` says whether they are there, else the device keeps its Python
+pool.
 """
 
 from __future__ import annotations
@@ -29,8 +42,13 @@ from llvmlite import ir
 from backends.llvm.loops import counted_loop
 
 SEM_BYTES = 64  # sem_t is 32 bytes on 64-bit glibc, 16 on musl
-SLOT_BYTES = SEM_BYTES + 7 * 8
-_F_DONE, _F_FN, _F_TABLE, _F_RANGES, _F_FIRST, _F_COUNT, _F_STEP = (SEM_BYTES + 8 * k for k in range(7))
+LINE = 64  # slots and the counter start on cache lines of their own: a worker watching its slot
+SLOT_BYTES = 3 * LINE  # is not disturbed by the dispatcher writing the next one
+_F_DONE, _F_FN, _F_TABLE, _F_RANGES, _F_FIRST, _F_COUNT, _F_STEP, _F_SEQ, _F_SLEEPING = (
+    SEM_BYTES + 8 * k for k in range(9)
+)
+SPIN_NS = 250_000  # how long a finished worker watches for more work before it sleeps
+_CLOCK_MONOTONIC = 1  # Linux's clockid_t
 
 _I8, _I32, _I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 _PTR = ir.PointerType()
@@ -43,7 +61,7 @@ _runtime: tuple | None = None  # (engine, worker address, parallel address), bui
 def _libc() -> ctypes.CDLL | None:
     try:
         libc = ctypes.CDLL(None)
-        for name in ("sem_init", "sem_wait", "sem_post", "sem_destroy"):
+        for name in ("sem_init", "sem_wait", "sem_post", "sem_destroy", "sched_yield", "clock_gettime"):
             getattr(libc, name)
         return libc
     except (OSError, AttributeError):
@@ -63,6 +81,9 @@ def _module() -> str:
     m.triple = llvm.get_process_triple()
     sem_wait = ir.Function(m, ir.FunctionType(_I32, [_PTR]), "sem_wait")
     sem_post = ir.Function(m, ir.FunctionType(_I32, [_PTR]), "sem_post")
+    sched_yield = ir.Function(m, ir.FunctionType(_I32, []), "sched_yield")
+    clock_gettime = ir.Function(m, ir.FunctionType(_I32, [_I32, _PTR]), "clock_gettime")
+    zero, one = ir.Constant(_I64, 0), ir.Constant(_I64, 1)
 
     def wait(b: ir.IRBuilder, sem: ir.Value) -> None:
         """``while (sem_wait(sem) != 0) {}``: a signal interrupts the wait with EINTR."""
@@ -74,14 +95,20 @@ def _module() -> str:
         b.cbranch(b.icmp_signed("!=", r, ir.Constant(_I32, 0)), again, done)
         b.position_at_end(done)
 
+    def now_ns(b: ir.IRBuilder, ts: ir.Value) -> ir.Value:
+        b.call(clock_gettime, [ir.Constant(_I32, _CLOCK_MONOTONIC), ts])
+        sec = b.load(ts, typ=_I64)
+        nsec = b.load(b.gep(ts, [one], source_etype=_I64), typ=_I64)
+        return b.add(b.mul(sec, ir.Constant(_I64, 1_000_000_000)), nsec)
+
     def chunks(b, kernel, table, ranges, first, count, step) -> None:
-        def one(k):
+        def one_chunk(k):
             lo = b.load(b.gep(ranges, [b.mul(k, ir.Constant(_I64, 2))], source_etype=_I64), typ=_I64)
-            hi_at = b.add(b.mul(k, ir.Constant(_I64, 2)), ir.Constant(_I64, 1))
+            hi_at = b.add(b.mul(k, ir.Constant(_I64, 2)), one)
             hi = b.load(b.gep(ranges, [hi_at], source_etype=_I64), typ=_I64)
             b.call(kernel, [table, lo, hi])
 
-        counted_loop(b, first, count, one, step)
+        counted_loop(b, first, count, one_chunk, step)
 
     def load(b, slot, offset, typ=_PTR):
         return b.load(_field(b, slot, offset), typ=typ)
@@ -90,42 +117,81 @@ def _module() -> str:
     worker = ir.Function(m, ir.FunctionType(ir.VoidType(), [_PTR]), "tile_worker")
     (slot,) = worker.args
     b = ir.IRBuilder(worker.append_basic_block("entry"))
-    top = worker.append_basic_block("top")
+    names = ("top", "spin", "look", "sleep", "cancel", "asleep", "got", "run", "stop")
+    top, spin, look, sleep, cancel, asleep, got, run, stop = (worker.append_basic_block(n) for n in names)
+    ts = b.alloca(_I64, 2)  # struct timespec
+    last = b.alloca(_I64)  # the sequence number of the work done last
+    b.store(zero, last)
+    seq_at, sleeping_at = _field(b, slot, _F_SEQ), _field(b, slot, _F_SLEEPING)
     b.branch(top)
     b.position_at_end(top)
+    start = now_ns(b, ts)
+    b.branch(look)
+    b.position_at_end(look)  # new work? else yield, and look again until SPIN_NS passed
+    new = b.icmp_unsigned("!=", b.load_atomic(seq_at, "acquire", 8, typ=_I64), b.load(last, typ=_I64))
+    b.cbranch(new, got, spin)
+    b.position_at_end(spin)
+    b.call(sched_yield, [])
+    b.cbranch(b.icmp_signed("<", b.sub(now_ns(b, ts), start), ir.Constant(_I64, SPIN_NS)), look, sleep)
+    b.position_at_end(sleep)  # the handshake of the module docstring
+    b.atomic_rmw("xchg", sleeping_at, one, "seq_cst")  # a seq_cst store (x86 makes one an xchg)
+    new = b.icmp_unsigned("!=", b.load_atomic(seq_at, "seq_cst", 8, typ=_I64), b.load(last, typ=_I64))
+    b.cbranch(new, cancel, asleep)
+    b.position_at_end(cancel)
+    was = b.atomic_rmw("xchg", sleeping_at, zero, "seq_cst")
+    b.cbranch(b.icmp_unsigned("==", was, one), got, asleep)  # 0: the dispatcher is posting
+    b.position_at_end(asleep)
     wait(b, slot)
+    b.branch(got)
+    b.position_at_end(got)
+    b.store(b.load_atomic(seq_at, "acquire", 8, typ=_I64), last)
     kernel = load(b, slot, _F_FN)
-    run, stop = worker.append_basic_block("run"), worker.append_basic_block("stop")
-    b.cbranch(b.icmp_unsigned("==", b.ptrtoint(kernel, _I64), ir.Constant(_I64, 0)), stop, run)
+    b.cbranch(b.icmp_unsigned("==", b.ptrtoint(kernel, _I64), zero), stop, run)
     b.position_at_end(stop)
     b.ret_void()
     b.position_at_end(run)
     args = [load(b, slot, f, t) for f, t in ((_F_TABLE, _PTR), (_F_RANGES, _PTR))]
     nums = [load(b, slot, f, _I64) for f in (_F_FIRST, _F_COUNT, _F_STEP)]
     chunks(b, _Callee(kernel), *args, *nums)
-    b.call(sem_post, [load(b, slot, _F_DONE)])
+    b.atomic_rmw("sub", load(b, slot, _F_DONE), one, "release")
     b.branch(top)
 
-    # void tile_parallel(ptr slots, i64 workers, ptr done, ptr kernel, ptr table, ptr ranges, i64 count)
+    # void tile_parallel(ptr slots, i64 workers, ptr remaining, ptr kernel, ptr table, ptr ranges, i64 count)
     par_ty = ir.FunctionType(ir.VoidType(), [_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64])
     par = ir.Function(m, par_ty, "tile_parallel")
-    slots, workers, done, kernel, table, ranges, count = par.args
+    slots, workers, remaining, kernel, table, ranges, count = par.args
     b = ir.IRBuilder(par.append_basic_block("entry"))
-    one = ir.Constant(_I64, 1)
     step = b.add(workers, one)
     busy = b.select(b.icmp_signed("<", b.sub(count, one), workers), b.sub(count, one), workers)
+    b.store(busy, remaining)  # published by each worker's sequence number (seq_cst)
 
     def post(w):
         s = b.gep(slots, [b.mul(w, ir.Constant(_I64, SLOT_BYTES))], source_etype=_I8)
-        for f, v in ((_F_DONE, done), (_F_FN, kernel), (_F_TABLE, table), (_F_RANGES, ranges)):
+        for f, v in ((_F_DONE, remaining), (_F_FN, kernel), (_F_TABLE, table), (_F_RANGES, ranges)):
             b.store(v, _field(b, s, f))
         for f, v in ((_F_FIRST, b.add(w, one)), (_F_COUNT, count), (_F_STEP, step)):
             b.store(v, _field(b, s, f))
+        seq_at = _field(b, s, _F_SEQ)
+        b.atomic_rmw("add", seq_at, one, "seq_cst")
+        was = b.atomic_rmw("xchg", _field(b, s, _F_SLEEPING), zero, "seq_cst")
+        fn = b.block.function
+        wake, on = fn.append_basic_block("wake"), fn.append_basic_block("on")
+        b.cbranch(b.icmp_unsigned("==", was, one), wake, on)
+        b.position_at_end(wake)
         b.call(sem_post, [s])
+        b.branch(on)
+        b.position_at_end(on)
 
-    counted_loop(b, ir.Constant(_I64, 0), busy, post, one)
-    chunks(b, _Callee(kernel), table, ranges, ir.Constant(_I64, 0), count, step)
-    counted_loop(b, ir.Constant(_I64, 0), busy, lambda _w: wait(b, done), one)
+    counted_loop(b, zero, busy, post, one)
+    chunks(b, _Callee(kernel), table, ranges, zero, count, step)
+    look, pause, done = (par.append_basic_block(n) for n in ("look", "pause", "done"))
+    b.branch(look)
+    b.position_at_end(look)
+    b.cbranch(b.icmp_unsigned("==", b.load_atomic(remaining, "acquire", 8, typ=_I64), zero), done, pause)
+    b.position_at_end(pause)
+    b.call(sched_yield, [])
+    b.branch(look)
+    b.position_at_end(done)
     b.ret_void()
     return str(m)
 
@@ -188,8 +254,10 @@ class NativePool:
         os.register_at_fork(after_in_child=lambda: (p := me()) is not None and p._fresh())
 
     def _fresh(self) -> None:
-        self._slots = (ctypes.c_char * (SLOT_BYTES * max(1, self.workers)))()
-        self._done = (ctypes.c_char * SEM_BYTES)()
+        self._memory = (ctypes.c_char * (SLOT_BYTES * max(1, self.workers) + 3 * LINE))()
+        start = ctypes.addressof(self._memory)
+        self._base = start + (-start) % LINE  # the slots, then the ``remaining`` counter's line
+        self._remaining = self._base + SLOT_BYTES * max(1, self.workers)
         self._started = False
         self._lock = threading.Lock()
         self._run_lock = threading.Lock()
@@ -203,8 +271,7 @@ class NativePool:
             assert libc is not None
             _, _, worker, parallel = _build()
             self._parallel = _PARALLEL(parallel)
-            base = ctypes.addressof(self._slots)
-            libc.sem_init(ctypes.c_void_p(ctypes.addressof(self._done)), 0, 0)
+            base = self._base
             ready = threading.Barrier(self.workers + 1)
             idents: dict[int, int] = {}
             loop = _WORKER(worker)
@@ -212,7 +279,7 @@ class NativePool:
                 slot = base + w * SLOT_BYTES
                 libc.sem_init(ctypes.c_void_p(slot), 0, 0)
 
-                def body(w: int = w, slot: int = slot, keep=(self._slots, self._done)) -> None:
+                def body(w: int = w, slot: int = slot, keep=self._memory) -> None:
                     idents[w] = threading.get_ident()
                     ready.wait()
                     loop(slot)  # waits for work for the process's life (daemon threads); keep: the
@@ -228,9 +295,9 @@ class NativePool:
         self._start()
         ranges = (ctypes.c_int64 * (2 * len(chunks)))(*[v for c in chunks for v in c])
         self._parallel(
-            ctypes.addressof(self._slots),
+            self._base,
             self.workers,
-            ctypes.addressof(self._done),
+            self._remaining,
             fn_address,
             ctypes.addressof(table),
             ctypes.addressof(ranges),
