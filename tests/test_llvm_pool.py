@@ -1,7 +1,8 @@
-"""The LLVM device's native thread pool (``backends.llvm.threads``): workers that finished watch
-for more work for ``SPIN_NS`` and then sleep on their semaphores. Calls back to back hand work to
-watching workers, calls after a pause wake sleeping ones; both must run every chunk on its runner,
-with no wake-up lost (that would hang) and results exact."""
+"""The LLVM device's native thread pool (``backends.llvm.threads``): a worker that finished
+watches for more work for a while (``spin_ns``) and then sleeps on its semaphore. Work handed to
+a watching worker and work that must wake a sleeping one both run every chunk on its runner,
+with no wake-up lost (that would hang) and results exact. Each path is forced by the watch time
+(none: every hand-off wakes a sleeper; 50 ms: back-to-back calls find the workers watching)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ import pytest
 
 from backends.llvm import LlvmCpuDevice
 from backends.llvm import threads as native
-from tests.llvm_runner import execute, lowered
+from backends.llvm.device import _start_worker
+from tests.llvm_runner import build, execute, lowered
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="no sem_* / sched_yield in this libc")
 
 ROWS = "function (A[M, N]) -> (O) { O[i: M] = +(A[i, j]); }"
+SHAPE = (600, 40)
 
 
 def _sleeping(pool: native.NativePool) -> list[int]:
@@ -27,21 +30,45 @@ def _sleeping(pool: native.NativePool) -> list[int]:
     ]
 
 
-def test_work_reaches_watching_and_sleeping_workers():
+def _all_asleep(pool: native.NativePool) -> bool:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if all(_sleeping(pool)):
+            return True
+        time.sleep(0.001)
+    return False
+
+
+def _calls(spin_ns: int | None, pause_every: int = 0):
+    """Ten calls of a row sum split over 3 threads; yields the sleeping flags right after each."""
     dev = LlvmCpuDevice(threads=3)
-    shape = (600, 40)
-    program = lowered(ROWS, {"A": np.zeros(shape, np.float32)})
+    if spin_ns is not None:
+        dev.pool.native = native.NativePool(2, _start_worker, spin_ns=spin_ns)
     pool = dev.pool.native
     assert pool is not None
-    asleep = awake = 0
-    for k in range(24):
-        a = np.arange(np.prod(shape), dtype=np.float32).reshape(shape) % 7 + k
-        got, kernels = execute(program, {"A": a}, device=dev)
+    program = lowered(ROWS, {"A": np.zeros(SHAPE, np.float32)})
+    library, _ = build(program, None, dev)
+    for k in range(10):
+        a = np.arange(np.prod(SHAPE), dtype=np.float32).reshape(SHAPE) % 7 + k
+        got, kernels = execute(program, {"A": a}, device=dev, library=library)
+        flags = _sleeping(pool)
         np.testing.assert_array_equal(got["O"], a.sum(axis=1))
         assert len(set(kernels[-1].last_threads)) == 3
-        if k % 4 == 3:  # a pause: the workers go to sleep, and the next call must wake them
-            time.sleep(3 * native.SPIN_NS / 1e9)
-            asleep += _sleeping(pool) == [1, 1]
-        else:
-            awake += _sleeping(pool) == [0, 0]  # still watching right after the call
-    assert asleep == 6 and awake >= 12  # (a slow host may let a watch run out now and then)
+        yield pool, flags
+        if pause_every and k % pause_every == pause_every - 1:
+            assert _all_asleep(pool)  # after a pause every worker sleeps; the next call wakes it
+
+
+def test_every_hand_off_wakes_a_sleeping_worker():
+    for pool, _ in _calls(spin_ns=0):
+        assert _all_asleep(pool)
+
+
+def test_back_to_back_calls_find_the_workers_watching():
+    watching = sum(flags == [0, 0] for _, flags in _calls(spin_ns=50_000_000))
+    assert watching >= 8  # (a host that stalls this process for 50 ms may miss one or two)
+
+
+def test_the_default_pool_with_pauses():
+    for _ in _calls(spin_ns=None, pause_every=3):
+        pass

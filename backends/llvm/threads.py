@@ -55,7 +55,7 @@ _PTR = ir.PointerType()
 _KERNEL = ir.FunctionType(ir.VoidType(), [_PTR, _I64, _I64])
 
 _lock = threading.Lock()
-_runtime: tuple | None = None  # (engine, worker address, parallel address), built once
+_runtimes: dict[int, tuple] = {}  # by watch time: (engine, module, worker, parallel addresses), built once
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -76,7 +76,7 @@ def _field(b: ir.IRBuilder, slot: ir.Value, offset: int) -> ir.Value:
     return b.gep(slot, [ir.Constant(_I64, offset)], source_etype=_I8)
 
 
-def _module() -> str:
+def _module(spin_ns: int) -> str:
     m = ir.Module(name="tile_threads")
     m.triple = llvm.get_process_triple()
     sem_wait = ir.Function(m, ir.FunctionType(_I32, [_PTR]), "sem_wait")
@@ -127,12 +127,12 @@ def _module() -> str:
     b.position_at_end(top)
     start = now_ns(b, ts)
     b.branch(look)
-    b.position_at_end(look)  # new work? else yield, and look again until SPIN_NS passed
+    b.position_at_end(look)  # new work? else yield, and look again until spin_ns passed
     new = b.icmp_unsigned("!=", b.load_atomic(seq_at, "acquire", 8, typ=_I64), b.load(last, typ=_I64))
     b.cbranch(new, got, spin)
     b.position_at_end(spin)
     b.call(sched_yield, [])
-    b.cbranch(b.icmp_signed("<", b.sub(now_ns(b, ts), start), ir.Constant(_I64, SPIN_NS)), look, sleep)
+    b.cbranch(b.icmp_signed("<", b.sub(now_ns(b, ts), start), ir.Constant(_I64, spin_ns)), look, sleep)
     b.position_at_end(sleep)  # the handshake of the module docstring
     b.atomic_rmw("xchg", sleeping_at, one, "seq_cst")  # a seq_cst store (x86 makes one an xchg)
     new = b.icmp_unsigned("!=", b.load_atomic(seq_at, "seq_cst", 8, typ=_I64), b.load(last, typ=_I64))
@@ -208,23 +208,22 @@ class _Callee:
         return self.ptr.get_reference()
 
 
-def _build() -> tuple:
-    global _runtime
+def _build(spin_ns: int) -> tuple:
     with _lock:
-        if _runtime is None:
+        if spin_ns not in _runtimes:
             from backends.llvm.device import _host, _target_machine
 
-            mod = llvm.parse_assembly(_module())
+            mod = llvm.parse_assembly(_module(spin_ns))
             mod.verify()
             engine = llvm.create_mcjit_compiler(mod, _target_machine(*_host()))
             engine.finalize_object()
-            _runtime = (
+            _runtimes[spin_ns] = (
                 engine,
                 mod,
                 engine.get_function_address("tile_worker"),
                 engine.get_function_address("tile_parallel"),
             )
-        return _runtime
+        return _runtimes[spin_ns]
 
 
 _WORKER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -245,8 +244,14 @@ class NativePool:
     chunks over ``workers + 1`` runners. Threads start at the first ``run``; ``start_thread``
     makes one (the device gives them large stacks)."""
 
-    def __init__(self, workers: int, start_thread: Callable[[Callable[[], None]], threading.Thread]):
+    def __init__(
+        self,
+        workers: int,
+        start_thread: Callable[[Callable[[], None]], threading.Thread],
+        spin_ns: int = SPIN_NS,
+    ):
         self.workers = max(0, workers)
+        self.spin_ns = spin_ns  # how long a finished worker watches for more work
         self._start_thread = start_thread
         self._fresh()
         # a forked child has none of the threads: it starts its own, on fresh semaphores
@@ -269,7 +274,7 @@ class NativePool:
                 return
             libc = _libc()
             assert libc is not None
-            _, _, worker, parallel = _build()
+            _, _, worker, parallel = _build(self.spin_ns)
             self._parallel = _PARALLEL(parallel)
             base = self._base
             ready = threading.Barrier(self.workers + 1)
