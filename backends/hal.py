@@ -246,27 +246,33 @@ class Device(abc.ABC):
 
 
 MAPPED_BYTES = 1 << 20  # host buffers from this size on are mappings of their own
+LINE = 64  # bytes
 HUGE_PAGE = 2 << 20
 
 
 def host_zeros(nbytes: int) -> np.ndarray:
-    """``nbytes`` of zeroed host memory for a buffer. From ``MAPPED_BYTES`` on, a fresh anonymous
-    mapping (page-aligned, huge pages asked for where the OS has them), not malloc's memory:
-    once a process has freed a large array, malloc serves the next ones from its heap, pages
-    that other arrays used before, and on the 16-core VM host of bench/RESULTS.md an elementwise
-    kernel reading and writing two such heap arrays ran 4x slower (26 ms against 7) than with its
-    output in a mapping. Huge pages also cut the first touch of a 16 MiB buffer from 4096 page
-    faults to 8. Views of the array keep it, and so the mapping, alive; it is unmapped with it."""
+    """``nbytes`` of zeroed host memory for a buffer, starting on a cache line (``LINE``: vector
+    loads and stores of a row never straddle two lines where the row does not). From
+    ``MAPPED_BYTES`` on, a fresh anonymous mapping (huge pages asked for, used where the OS grants
+    them), not malloc's memory: once a process has freed a large array, malloc serves the next
+    ones from its heap, pages that other arrays used before, and on the 16-core VM host of
+    bench/RESULTS.md an elementwise kernel reading and writing two such heap arrays ran 4x slower
+    (26 ms against 7) than with its output in a mapping. The array is over a buffer object, not a
+    view of another array: views of it keep it (and so its memory) alive, as ``np.zeros``'s do."""
     if nbytes < MAPPED_BYTES:
-        return np.zeros(nbytes, dtype=np.uint8)
-    m = mmap.mmap(-1, nbytes + HUGE_PAGE)  # room to start on a huge page's boundary
+        return _aligned(bytearray(nbytes + LINE), nbytes, LINE)
+    m = mmap.mmap(-1, nbytes + HUGE_PAGE)
     if hasattr(mmap, "MADV_HUGEPAGE"):
         try:
             m.madvise(mmap.MADV_HUGEPAGE)
         except OSError:  # a kernel without transparent huge pages: small pages then
             pass
-    start = -np.frombuffer(m, dtype=np.uint8, count=1).ctypes.data % HUGE_PAGE
-    return np.frombuffer(m, dtype=np.uint8, count=nbytes, offset=start)  # (pages never touched cost nothing)
+    return _aligned(m, nbytes, HUGE_PAGE)  # (pages never touched cost nothing)
+
+
+def _aligned(raw, nbytes: int, align: int) -> np.ndarray:
+    start = -np.frombuffer(raw, dtype=np.uint8, count=1).ctypes.data % align
+    return np.frombuffer(raw, dtype=np.uint8, count=nbytes, offset=start)
 
 
 class HostBuffer(Buffer):

@@ -149,3 +149,25 @@ def test_zeroed_outputs_start_from_zero_in_reused_memory():
         got[...] = 99  # the caller scribbles on it, then drops it
         del got
     assert "O" in {n for n, _ in _compiled(exe)._handed}
+
+
+def test_host_buffers_start_zeroed_on_a_cache_line_and_live_while_viewed():
+    """Small host buffers come from malloc, large ones (``MAPPED_BYTES`` on) are mappings of their
+    own; either way zeroed, on a cache line, and kept alive by views of them (the runner's reuse
+    test counts references to ``data``, which views hold)."""
+    import mmap
+    import sys
+
+    from backends.hal import LINE, MAPPED_BYTES, HostBuffer
+
+    for n in (1, 100, 4099, MAPPED_BYTES + 5):
+        buf = HostBuffer(n)
+        assert buf.size == n and buf.data.size == n and buf.address % LINE == 0
+        assert not buf.data.any() and buf.data.flags.writeable
+        assert isinstance(buf.data.base.obj, mmap.mmap) == (n >= MAPPED_BYTES)
+        view = buf.data[n // 2 :].view(np.uint8)
+        refs = sys.getrefcount(buf.data)  # the buffer's, the view's, getrefcount's argument
+        assert view.base is buf.data and refs == 3
+        del buf
+        view[:] = 7  # still the buffer's memory, alive through the view
+        assert (view == 7).all()
