@@ -80,7 +80,6 @@ from stripe.ir import (
     Index,
     Intrinsic,
     Load,
-    LoadIndex,
     RefDir,
     Refinement,
     Special,
@@ -89,15 +88,11 @@ from stripe.ir import (
     TensorShape,
     walk,
 )
-from stripe.lower import writes_every_element
 from stripe.passes.registry import register
 from stripe.passes.rewrite import Context, fresh, matches, rename_refs, substitute_indexes
-from stripe.passes.tiling import can_split, parent_sizes
-from stripe.passes.tiling import split as tile_split
+from stripe.passes.self_init import AGGREGATIONS, accumulator, fills_for, only_output, self_initialised
+from stripe.passes.tiling import parent_sizes
 from tile.affine import Affine
-from tile.dtypes import DType
-
-AGGREGATIONS = ("add", "mul", "max", "min")
 
 
 @dataclass(frozen=True)
@@ -195,10 +190,10 @@ class _Splitter:
             else:
                 new, bufs = got
                 shown = _showing(block, bufs)
-                if self.cfg.self_init and stmts and _fills_for(stmts[-1], new[-1], shown):
+                if self.cfg.self_init and stmts and fills_for(stmts[-1], new[-1], shown):
                     # the output's own identity fill goes: its last combine starts from the identity
                     last = new[-1]
-                    acc = _accumulator(last, shown)
+                    acc = accumulator(last, shown)
                     assert acc is not None
                     dtype = block.ref(acc.source).shape.dtype
                     stmts.pop()
@@ -231,7 +226,7 @@ class _Splitter:
         # point, and the points of one P (its init, its partials) could race.
         if any(p.idxs for p in parents):
             return None
-        acc = _accumulator(block, parents[-1])
+        acc = accumulator(block, parents[-1])
         if acc is None or acc.agg_op not in self.cfg.aggs:
             return None
         outs = {v for a in acc.access for v in a.vars}
@@ -277,7 +272,7 @@ class _Splitter:
         # long combine splits again.
         whole = Refinement(RefDir.INOUT, pname, tuple(Affine() for _ in sizes), pshape)
         declared = (*parents[:-1], replace(parents[-1], refs=(*parents[-1].refs, whole)))
-        if self.cfg.self_init and _only_output(partial, pacc):
+        if self.cfg.self_init and only_output(partial, pacc):
             blocks = [self_initialised(partial, pacc, dtype, parent_sizes(partial, declared[-1]))]
         else:
             blocks = [_init(block, acc.agg_op, pname, pshape), partial]
@@ -414,91 +409,13 @@ class _Splitter:
         )
 
 
-# ------------------------------------------------------------------------------ self-initialised
-def self_initialised(block: Block, acc: Refinement, dtype: DType, sizes: dict) -> Block:
-    """``block``, aggregating into ``acc`` (its only output), as an outer block over the indexes
-    of ``acc``'s access that fills a one-element local accumulator (of the buffer's ``dtype``) with
-    the aggregation's identity, runs the other indexes in an inner block aggregating into it (every
-    constraint moves there), and assigns it to ``acc``'s element. Each element the outer block
-    reaches is written once, so no fill of the whole buffer has to come first; each gets the same
-    values in the same order, started at the same identity (``sizes``: the parent views' sizes)."""
-    owned = {v for a in acc.access for v in a.vars}
-    outer = tile_split(block, {ix.name: 1 if ix.name in owned else ix.range for ix in block.idxs},
-                       parent_sizes=sizes)
-    (inner,) = outer.stmts
-    assert isinstance(inner, Block)
-    local = fresh(f"{acc.into}_sum" if acc.agg_op == "add" else f"{acc.into}_{acc.agg_op}",
-                  {r.into for r in outer.refs})
-    value = f"${local}"
-    fn = "zero" if acc.agg_op == "add" else f"agg_init_{acc.agg_op}"
-    rank = len(acc.access)
-    alloc = Refinement(RefDir.NONE, local, (Affine(),) * rank, TensorShape.dense(dtype, (1,) * rank),
-                       agg_op="assign")
-    inner = replace(
-        inner, refs=tuple(replace(r, from_=local) if r.into == acc.into else r for r in inner.refs)
-    )
-    refs = tuple(replace(r, agg_op="assign") if r.into == acc.into else r for r in outer.refs)
-    return replace(
-        outer,
-        refs=(*refs, alloc),
-        stmts=(Special(fn, (), (local,)), inner, Load(local, value), Store(value, acc.into)),
-    )
-
-
 def _showing(block: Block, bufs: list[tuple[str, TensorShape]]) -> Block:
     """``block`` with views of the new buffers ``bufs``, as it will declare them."""
     views = (Refinement(RefDir.INOUT, n, tuple(Affine() for _ in sh.dims), sh) for n, sh in bufs)
     return replace(block, refs=(*block.refs, *views))
 
 
-def _only_output(block: Block, acc: Refinement) -> bool:
-    return all(r is acc or r.dir is RefDir.IN for r in block.refs)
-
-
-def _fills_for(prev: Statement, last: Block, parent: Block) -> bool:
-    """``prev`` fills the whole output of ``last`` (a combine) with its aggregation's identity,
-    and ``last`` writes every element of it (no constraints; an output access numbering every
-    element): ``last`` may start from the identity itself."""
-    acc = _accumulator(last, parent)
-    if acc is None or not _only_output(last, acc) or last.constraints:
-        return False
-    if not isinstance(prev, Block) or prev.idxs or prev.constraints or len(prev.stmts) != 1:
-        return False
-    fill = prev.stmts[0]
-    fn = "zero" if acc.agg_op == "add" else f"agg_init_{acc.agg_op}"
-    if not isinstance(fill, Special) or fill.name != fn or len(prev.refs) != 1 or fill.inputs:
-        return False
-    ref, view = prev.refs[0], parent.ref(acc.source)
-    if ref.source != acc.source or ref.into not in fill.outputs:
-        return False
-    if any(not (a.is_constant and a.const == 0) for a in (*ref.access, *view.access)):
-        return False
-    if ref.shape.sizes != view.shape.sizes or view.dir is RefDir.IN:
-        return False
-    return writes_every_element(acc.access, last.idxs, view.shape.sizes)
-
-
 # ------------------------------------------------------------------------------ helpers
-def _accumulator(block: Block, parent: Block) -> Refinement | None:
-    """The one ``add|mul|max|min`` output of a leaf block over its parent's views (stored once,
-    never loaded), or None when the block is not of that form."""
-    if not can_split(block):
-        return None
-    if not all(isinstance(s, (Load, Store, Intrinsic, Constant, LoadIndex)) for s in block.stmts):
-        return None
-    views = {r.into for r in parent.refs}
-    if any(r.source not in views for r in block.refs):
-        return None
-    accs = [r for r in block.refs if r.agg_op in AGGREGATIONS]
-    others_ok = all(r.agg_op in ("", "assign", *AGGREGATIONS) or r.dir is RefDir.IN for r in block.refs)
-    if len(accs) != 1 or not others_ok or accs[0].dir not in (RefDir.OUT, RefDir.INOUT):
-        return None
-    acc = accs[0]
-    loads = [s for s in block.stmts if isinstance(s, Load) and s.from_ == acc.into]
-    stores = [s for s in block.stmts if isinstance(s, Store) and s.into == acc.into]
-    return acc if not loads and len(stores) == 1 else None
-
-
 def _movable(block: Block, acc: Refinement, outs: set[str]) -> set[str]:
     """Outputs other than ``acc`` that the combine block writes exactly as the block does (see the
     module docstring); none unless every constraint uses only output indexes."""

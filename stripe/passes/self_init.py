@@ -1,0 +1,182 @@
+"""``self_init``: a contraction whose output comes freshly filled with its aggregation's identity
+and that writes every element of it starts each element from the identity itself. The fill (the
+lowering's ``zero`` / ``agg_init_<op>`` block just before the contraction) goes, and the block
+takes ``self_initialised``'s form: an outer block over the output's indexes holding a one-element
+accumulator filled with the identity, an inner block aggregating the element's points into it,
+one assignment to the element. Each element gets the same values in the same order from the same
+start, so the meaning is unchanged to the bit (not a reordering pass; strict mode keeps it).
+
+Why: on a CPU the fill is a pass over the whole output and the contraction then reads and
+writes each element once per reduction point; a 2x2 max pool spent more time in its one-thread
+fill than in its 16-thread pool. With a short reduction (at most ``max_reduction`` points per
+element) the code generator unrolls the inner block, and the loop over the output's contiguous
+index vectorizes with the accumulators in registers. GEMM-shaped contractions (matmuls, convolutions,
+however short) keep their own kernels (the CPU micro-kernel folds the fill in already).
+
+``split_reduction`` builds its partial and combine blocks in the same form (``self_init``); the
+helpers here serve both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from stripe.gemm import match as gemm_match
+from stripe.hardware import Hardware
+from stripe.ir import (
+    Block,
+    Constant,
+    Intrinsic,
+    Load,
+    LoadIndex,
+    RefDir,
+    Refinement,
+    Special,
+    Statement,
+    Store,
+    TensorShape,
+)
+from stripe.lower import writes_every_element
+from stripe.passes.registry import register
+from stripe.passes.rewrite import fresh, matches
+from stripe.passes.tiling import can_split, parent_sizes
+from stripe.passes.tiling import split as tile_split
+from tile.affine import Affine
+from tile.dtypes import DType
+
+AGGREGATIONS = ("add", "mul", "max", "min")
+
+
+@dataclass(frozen=True)
+class SelfInitConfig:
+    reqs: tuple[str, ...]
+    max_reduction: int = 16  # reduction points per output element, at most (unrolled whole)
+    aggs: tuple[str, ...] = AGGREGATIONS
+
+    def invalid(self) -> tuple[str, str, str] | None:
+        """``(key, message, hint)`` for a value no rewrite can use (``stripe.config`` locates it)."""
+        if self.max_reduction < 1:
+            return "max_reduction", "max_reduction must be at least 1", "write 1 or more"
+        unknown = [a for a in self.aggs if a not in AGGREGATIONS]
+        if unknown:
+            return "aggs", f"'{unknown[0]}' is not an aggregation", f"name some of {', '.join(AGGREGATIONS)}"
+        return None
+
+
+@register("self_init", SelfInitConfig)
+def self_init(program: Block, cfg: SelfInitConfig, hw: Hardware) -> Block:
+    """Every matching block whose fill comes just before it, rewritten as the docstring says."""
+    return _visit(program, cfg)
+
+
+def _visit(block: Block, cfg: SelfInitConfig) -> Block:
+    stmts: list[Statement] = []
+    changed = False
+    for s in block.stmts:
+        if isinstance(s, Block) and stmts and _takes(s, stmts[-1], block, cfg):
+            acc = accumulator(s, block)
+            assert acc is not None
+            stmts.pop()  # the fill
+            stmts.append(self_initialised(s, acc, block.ref(acc.source).shape.dtype, parent_sizes(s, block)))
+            changed = True
+            continue
+        child = _visit(s, cfg) if isinstance(s, Block) else s
+        changed = changed or child is not s
+        stmts.append(child)
+    return replace(block, stmts=tuple(stmts)) if changed else block
+
+
+def _takes(block: Block, prev: Statement, parent: Block, cfg: SelfInitConfig) -> bool:
+    if not matches(block, cfg.reqs) or not fills_for(prev, block, parent):
+        return False
+    dtypes = {r.into: r.shape.dtype for r in parent.refs}
+    if gemm_match(block, tuple(dtypes), dtypes, reorder=False) is not None:
+        return False  # a GEMM's own kernels start from the identity themselves, faster
+    acc = accumulator(block, parent)
+    assert acc is not None
+    owned = {v for a in acc.access for v in a.vars}
+    points = 1
+    for ix in block.idxs:
+        points *= 1 if ix.name in owned else ix.range
+    return acc.agg_op in cfg.aggs and points <= cfg.max_reduction
+
+
+def self_initialised(block: Block, acc: Refinement, dtype: DType, sizes: dict) -> Block:
+    """``block``, aggregating into ``acc`` (its only output), as an outer block over the indexes
+    of ``acc``'s access that fills a one-element local accumulator (of the buffer's ``dtype``) with
+    the aggregation's identity, runs the other indexes in an inner block aggregating into it (every
+    constraint moves there), and assigns it to ``acc``'s element. Each element the outer block
+    reaches is written once, so no fill of the whole buffer has to come first; each gets the same
+    values in the same order, started at the same identity (``sizes``: the parent views' sizes)."""
+    owned = {v for a in acc.access for v in a.vars}
+    outer = tile_split(block, {ix.name: 1 if ix.name in owned else ix.range for ix in block.idxs},
+                       parent_sizes=sizes)
+    (inner,) = outer.stmts
+    assert isinstance(inner, Block)
+    local = fresh(f"{acc.into}_sum" if acc.agg_op == "add" else f"{acc.into}_{acc.agg_op}",
+                  {r.into for r in outer.refs})
+    value = f"${local}"
+    fn = "zero" if acc.agg_op == "add" else f"agg_init_{acc.agg_op}"
+    rank = len(acc.access)
+    alloc = Refinement(RefDir.NONE, local, (Affine(),) * rank, TensorShape.dense(dtype, (1,) * rank),
+                       agg_op="assign")
+    inner = replace(
+        inner, refs=tuple(replace(r, from_=local) if r.into == acc.into else r for r in inner.refs)
+    )
+    refs = tuple(replace(r, agg_op="assign") if r.into == acc.into else r for r in outer.refs)
+    return replace(
+        outer,
+        refs=(*refs, alloc),
+        stmts=(Special(fn, (), (local,)), inner, Load(local, value), Store(value, acc.into)),
+    )
+
+
+
+def only_output(block: Block, acc: Refinement) -> bool:
+    return all(r is acc or r.dir is RefDir.IN for r in block.refs)
+
+
+def fills_for(prev: Statement, last: Block, parent: Block) -> bool:
+    """``prev`` fills the whole output of ``last`` (a combine) with its aggregation's identity,
+    and ``last`` writes every element of it (no constraints; an output access numbering every
+    element): ``last`` may start from the identity itself."""
+    acc = accumulator(last, parent)
+    if acc is None or not only_output(last, acc) or last.constraints:
+        return False
+    if not isinstance(prev, Block) or prev.idxs or prev.constraints or len(prev.stmts) != 1:
+        return False
+    fill = prev.stmts[0]
+    fn = "zero" if acc.agg_op == "add" else f"agg_init_{acc.agg_op}"
+    if not isinstance(fill, Special) or fill.name != fn or len(prev.refs) != 1 or fill.inputs:
+        return False
+    ref, view = prev.refs[0], parent.ref(acc.source)
+    if ref.source != acc.source or ref.into not in fill.outputs:
+        return False
+    if any(not (a.is_constant and a.const == 0) for a in (*ref.access, *view.access)):
+        return False
+    if ref.shape.sizes != view.shape.sizes or view.dir is RefDir.IN:
+        return False
+    return writes_every_element(acc.access, last.idxs, view.shape.sizes)
+
+
+
+def accumulator(block: Block, parent: Block) -> Refinement | None:
+    """The one ``add|mul|max|min`` output of a leaf block over its parent's views (stored once,
+    never loaded), or None when the block is not of that form."""
+    if not can_split(block):
+        return None
+    if not all(isinstance(s, (Load, Store, Intrinsic, Constant, LoadIndex)) for s in block.stmts):
+        return None
+    views = {r.into for r in parent.refs}
+    if any(r.source not in views for r in block.refs):
+        return None
+    accs = [r for r in block.refs if r.agg_op in AGGREGATIONS]
+    others_ok = all(r.agg_op in ("", "assign", *AGGREGATIONS) or r.dir is RefDir.IN for r in block.refs)
+    if len(accs) != 1 or not others_ok or accs[0].dir not in (RefDir.OUT, RefDir.INOUT):
+        return None
+    acc = accs[0]
+    loads = [s for s in block.stmts if isinstance(s, Load) and s.from_ == acc.into]
+    stores = [s for s in block.stmts if isinstance(s, Store) and s.into == acc.into]
+    return acc if not loads and len(stores) == 1 else None
+
+

@@ -1,0 +1,94 @@
+"""``self_init``: a contraction that writes every element of an output its lowering just filled
+with the identity, over a short reduction, starts each element from the identity itself (no fill
+kernel). The interpreter gives bit-identical outputs before and after (same values, same order,
+same start), also on floats, infinities and NaNs; what it must leave alone keeps its fill."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import tile
+from stripe.config import TARGETS, ConfigError, parse_config
+from stripe.ir import Special, walk
+from tests.pass_support import assert_same_meaning, kernels, lowered, programs, run_pass
+
+PARAMS = {"reqs": ["contraction"], "max_reduction": 64}
+POOL = """function (I[N, H, W, C]) -> (O) {
+    O[n, x, y, c: N, H / 2, W / 2, C] = %s(I[n, 2x + i, 2y + j, c]), i < 2, j < 2;
+}"""
+
+
+def fills(program) -> list[str]:
+    return [s.name for b in walk(program) for s in b.stmts if isinstance(s, Special)]
+
+
+@pytest.mark.parametrize("agg", [">", "<", "+", "*"])
+def test_a_pool_starts_from_the_identity_itself(agg):
+    program = lowered(POOL % agg, {"I": (2, 6, 8, 3)})
+    out = run_pass("self_init", PARAMS, program)
+    identity = {">": "agg_init_max", "<": "agg_init_min", "+": "zero", "*": "agg_init_mul"}[agg]
+    assert identity in fills(program)
+    assert len(kernels(out)) == len(kernels(program)) - 1  # the fill kernel is gone
+    (k,) = kernels(out)
+    assert identity in [s.name for s in k.stmts if isinstance(s, Special)]  # the accumulator's own
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 6, 8, 3)).astype(np.float32)
+    x[0, 0, 0, 0], x[1, 2, 3, 1], x[0, 5, 7, 2] = np.inf, -np.inf, np.nan
+    assert_same_meaning(program, out, {"I": x})  # bit for bit, NaN where the interpreter has one
+
+
+def test_what_it_leaves_alone():
+    cases = [
+        # GEMM-shaped, however short its reduction: the micro-kernel starts from zero itself
+        ("function (A[M, K], B[K, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]); }",
+         {"A": (4, 8), "B": (8, 5)}),
+        # more reduction points per element than max_reduction
+        ("function (A[M, N]) -> (O) { O[i: M] = >(A[i, j]); }", {"A": (3, 65)}),
+        # not every element written (odd ones keep the fill)
+        ("function (A[N]) -> (O) { O[2 * i: 2 * N] = +(A[i]); }", {"A": (5,)}),
+        # a constraint that skips points of some elements
+        ("function (A[N]) -> (O) { O[i: N] = >(A[i + j]), i + j < N, j < 3; }", {"A": (6,)}),
+    ]
+    for src, shapes in cases:
+        program = lowered(src, shapes)
+        assert run_pass("self_init", PARAMS, program) == program, src
+
+
+def test_the_llvm_cpu_pipeline_runs_a_max_pool_as_one_kernel():
+    exe = tile.compile(POOL % ">", "llvm_cpu.0", {"cache": False})
+    x = np.random.default_rng(2).standard_normal((1, 10, 12, 16)).astype(np.float32)
+    want = x.reshape(1, 5, 2, 6, 2, 16).max(axis=(2, 4))
+    for settings_ in ({}, {"strict": True}):
+        exe = tile.compile(POOL % ">", "llvm_cpu.0", {"cache": False, **settings_})
+        np.testing.assert_array_equal(exe(I=x)["O"], want)
+        (compiled,) = exe._compiled.values()
+        assert len(compiled.infos) == 1
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(families=("contractions", "mixed")))
+def test_meaning_is_kept_on_drawn_programs(case):
+    program, inputs = case
+    assert_same_meaning(program, run_pass("self_init", PARAMS, program), inputs)
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("max_reduction", 0, "max_reduction must be at least 1"),
+        ("aggs", ["avg"], "'avg' is not an aggregation"),
+    ],
+)
+def test_bad_values_are_located_config_errors(key, value, message):
+    step = {"name": "own_start", "pass": "self_init", "params": {"reqs": ["contraction"], key: value}}
+    data = json.loads((TARGETS / "llvm_cpu.json").read_text())
+    text = json.dumps({**data, "passes": [step]}, indent=2)
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, "bad.json")
+    assert message in str(e.value)
+    line = next(n for n, s in enumerate(text.splitlines(), 1) if f'"{key}"' in s)
+    assert f"bad.json:{line}:" in str(e.value)
