@@ -41,6 +41,14 @@ def test_a_pool_starts_from_the_identity_itself(agg):
     assert_same_meaning(program, out, {"I": x})  # bit for bit, NaN where the interpreter has one
 
 
+def test_a_3x3_pool_with_the_default_limit():
+    src = "function (I[H, W]) -> (O) { O[x, y: H - 2, W - 2] = >(I[x + i, y + j]), i < 3, j < 3; }"
+    program = lowered(src, {"I": (8, 9)})
+    out = run_pass("self_init", {"reqs": ["contraction"]}, program)  # 9 points: under 16
+    assert len(kernels(out)) == 1 and len(kernels(program)) == 2
+    assert_same_meaning(program, out)
+
+
 def test_what_it_leaves_alone():
     cases = [
         # GEMM-shaped, however short its reduction: the micro-kernel starts from zero itself
