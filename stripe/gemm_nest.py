@@ -67,7 +67,8 @@ class _Refused(Exception):
 def read(block: Block) -> Nest | None:
     if not set(DEFAULT.group_set) <= block.tags:
         return None
-    cfg = replace(DEFAULT, memory=_memory(block.stmts[0], DEFAULT.memory), acc_memory=_memory(block, DEFAULT.acc_memory))
+    memory = _memory(block.stmts[0], DEFAULT.memory)
+    cfg = replace(DEFAULT, memory=memory, acc_memory=_memory(block, DEFAULT.acc_memory))
     try:
         got = _read(block, cfg)
     except (_Refused, KeyError, StopIteration, ValueError, IndexError, ZeroDivisionError):
