@@ -72,3 +72,31 @@ def test_back_to_back_calls_find_the_workers_watching():
 def test_the_default_pool_with_pauses():
     for _ in _calls(spin_ns=None, pause_every=3):
         pass
+
+
+def test_calls_from_two_threads_share_the_pool_safely():
+    """Two programs on one device called from two Python threads at once: each kernel's chunks are
+    handed out whole (the pool runs one kernel at a time), every result exact, nothing hangs."""
+    import threading
+
+    dev = LlvmCpuDevice(threads=3)
+    program = lowered(ROWS, {"A": np.zeros(SHAPE, np.float32)})
+    library, _ = build(program, None, dev)
+    errors: list[BaseException] = []
+
+    def calls(seed: int) -> None:
+        try:
+            for k in range(40):
+                a = np.full(SHAPE, seed * 100 + k, np.float32)
+                got, _ = execute(program, {"A": a}, device=dev, library=library)
+                np.testing.assert_array_equal(got["O"], a.sum(axis=1))
+        except BaseException as e:  # noqa: BLE001 - reported by the test below
+            errors.append(e)
+
+    runners = [threading.Thread(target=calls, args=(s,), daemon=True) for s in (1, 2)]
+    for t in runners:
+        t.start()
+    for t in runners:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in runners), "a call hung"
+    assert not errors, errors[0]

@@ -299,14 +299,15 @@ class NativePool:
         """Run the kernel at ``fn_address`` on every ``(lo, hi)`` chunk; the thread id per chunk."""
         self._start()
         ranges = (ctypes.c_int64 * (2 * len(chunks)))(*[v for c in chunks for v in c])
-        self._parallel(
-            self._base,
-            self.workers,
-            self._remaining,
-            fn_address,
-            ctypes.addressof(table),
-            ctypes.addressof(ranges),
-            len(chunks),
-        )
+        with self._run_lock:  # one kernel at a time: callers on two threads share the slots
+            self._parallel(
+                self._base,
+                self.workers,
+                self._remaining,
+                fn_address,
+                ctypes.addressof(table),
+                ctypes.addressof(ranges),
+                len(chunks),
+            )
         runners = [threading.get_ident(), *self._idents]
         return [runners[k % len(runners)] for k in range(len(chunks))]
