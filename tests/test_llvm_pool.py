@@ -100,3 +100,17 @@ def test_calls_from_two_threads_share_the_pool_safely():
         t.join(timeout=60)
     assert not any(t.is_alive() for t in runners), "a call hung"
     assert not errors, errors[0]
+
+
+def test_the_watch_time_comes_from_the_environment(monkeypatch):
+    from backends.llvm.device import env_watch_ns
+    from tile.errors import TileRuntimeError
+
+    assert env_watch_ns() == native.SPIN_NS
+    monkeypatch.setenv("TILE_THREAD_WATCH_US", "0")
+    assert env_watch_ns() == 0
+    pool = LlvmCpuDevice(threads=3).pool.native
+    assert pool is not None and pool.spin_ns == 0
+    monkeypatch.setenv("TILE_THREAD_WATCH_US", "-5")
+    with pytest.raises(TileRuntimeError, match="TILE_THREAD_WATCH_US is '-5', not a whole number"):
+        env_watch_ns()

@@ -153,18 +153,30 @@ def host_caches() -> dict[str, int]:
     return out
 
 
-def env_threads() -> int | None:
-    """``TILE_NUM_THREADS``: the thread pool's size (unset or empty: one thread per core)."""
-    raw = os.environ.get("TILE_NUM_THREADS", "").strip()
+def _env_count(name: str, least: int, hint: str) -> int | None:
+    """Environment variable ``name`` as a whole number of at least ``least`` (unset or empty: None)."""
+    raw = os.environ.get(name, "").strip()
     if not raw:
         return None
-    if not raw.isdigit() or int(raw) < 1:
-        raise TileRuntimeError(
-            f"TILE_NUM_THREADS is '{raw}', not a positive integer",
-            None,
-            hint="set it to the number of threads the CPU device may use (e.g. 4), or unset it",
-        )
+    if not raw.isdigit() or int(raw) < least:
+        what = "a positive integer" if least > 0 else "a whole number"
+        raise TileRuntimeError(f"{name} is '{raw}', not {what}", None, hint=hint)
     return int(raw)
+
+
+def env_threads() -> int | None:
+    """``TILE_NUM_THREADS``: the thread pool's size (unset or empty: one thread per core)."""
+    hint = "set it to the number of threads the CPU device may use (e.g. 4), or unset it"
+    return _env_count("TILE_NUM_THREADS", 1, hint)
+
+
+def env_watch_ns() -> int:
+    """``TILE_THREAD_WATCH_US``: how long a worker thread that finished watches for more work
+    before it sleeps, in microseconds (default 250; 0: it sleeps at once, for a CPU quota that
+    should not pay for watching threads)."""
+    hint = "set it to microseconds (e.g. 250, or 0 for no watching), or unset it"
+    us = _env_count("TILE_THREAD_WATCH_US", 0, hint)
+    return threads.SPIN_NS if us is None else us * 1000
 
 
 KERNEL_STACK_BYTES = 64 << 20  # room for the micro-kernel's packed panels (up to 2 MiB each)
@@ -198,7 +210,9 @@ class WorkerPool:
         self._queues: list[queue.SimpleQueue] = []
         self._lock = threading.Lock()
         # kernels' chunks go to native workers (``threads``): no Python between chunks
-        self.native = NativePool(self.size - 1, _start_worker) if native and threads.available() else None
+        self.native = None
+        if native and threads.available():
+            self.native = NativePool(self.size - 1, _start_worker, env_watch_ns())
 
     def _start(self) -> None:
         with self._lock:
