@@ -109,6 +109,12 @@ class Checked(Generic[V]):
     log: bool = False  # softmax: builtin_logsoftmax
 
 
+def fill_name(op: str) -> str:
+    """The special that fills its outputs with aggregation ``op``'s identity: ``zero`` for ``add``
+    (as lowering writes it), else ``agg_init_<op>``."""
+    return "zero" if op == "add" else f"agg_init_{op}"
+
+
 def identity(op: str, dt: DType) -> bool | int | float:
     """The identity of an aggregation in ``dt``: 0, 1, the lowest value (max) or the highest (min)."""
     if op in ("add", "mul"):

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from backends.clike.ops import binary
 from backends.clike.target import CTarget
 from stripe.ir import Block, Constant, Index, Load, RefDir, Refinement, Special, Store
+from stripe.specials import fill_name
 from tile.affine import Affine
 from tile.dtypes import DType
 
@@ -124,7 +125,7 @@ def _self_initialised(block: Block, buffers: tuple[str, ...], t: CTarget) -> Com
     part, acc = irefs.get(iload.from_), irefs.get(istore.into)
     if part is None or acc is None or acc.source != local.into or acc.agg_op not in AGGS:
         return None
-    fn = "zero" if acc.agg_op == "add" else f"agg_init_{acc.agg_op}"
+    fn = fill_name(acc.agg_op)
     src = refs.get(part.source)
     if fill.name != fn or src is None or src.dir is not RefDir.IN or part.dir is not RefDir.IN:
         return None

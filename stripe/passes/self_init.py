@@ -41,6 +41,7 @@ from stripe.passes.registry import register
 from stripe.passes.rewrite import fresh, matches
 from stripe.passes.tiling import can_split, parent_sizes
 from stripe.passes.tiling import split as tile_split
+from stripe.specials import fill_name
 from tile.affine import Affine
 from tile.dtypes import DType
 
@@ -116,7 +117,7 @@ def self_initialised(block: Block, acc: Refinement, dtype: DType, sizes: dict) -
     local = fresh(f"{acc.into}_sum" if acc.agg_op == "add" else f"{acc.into}_{acc.agg_op}",
                   {r.into for r in outer.refs})
     value = f"${local}"
-    fn = "zero" if acc.agg_op == "add" else f"agg_init_{acc.agg_op}"
+    fn = fill_name(acc.agg_op)
     rank = len(acc.access)
     alloc = Refinement(RefDir.NONE, local, (Affine(),) * rank, TensorShape.dense(dtype, (1,) * rank),
                        agg_op="assign")
@@ -146,7 +147,7 @@ def fills_for(prev: Statement, last: Block, parent: Block) -> bool:
     if not isinstance(prev, Block) or prev.idxs or prev.constraints or len(prev.stmts) != 1:
         return False
     fill = prev.stmts[0]
-    fn = "zero" if acc.agg_op == "add" else f"agg_init_{acc.agg_op}"
+    fn = fill_name(acc.agg_op)
     if not isinstance(fill, Special) or fill.name != fn or len(prev.refs) != 1 or fill.inputs:
         return False
     ref, view = prev.refs[0], parent.ref(acc.source)

@@ -92,6 +92,7 @@ from stripe.passes.registry import register
 from stripe.passes.rewrite import Context, fresh, matches, rename_refs, substitute_indexes
 from stripe.passes.self_init import AGGREGATIONS, accumulator, fills_for, only_output, self_initialised
 from stripe.passes.tiling import parent_sizes
+from stripe.specials import fill_name
 from tile.affine import Affine
 
 
@@ -469,7 +470,7 @@ def _product(values) -> int:
 
 def _init(block: Block, agg: str, pname: str, pshape: TensorShape) -> Block:
     """The special filling ``P`` with ``agg``'s identity, as lowering starts its accumulators."""
-    fn = "zero" if agg == "add" else f"agg_init_{agg}"
+    fn = fill_name(agg)
     ref = Refinement(RefDir.OUT, pname, tuple(Affine() for _ in pshape.dims), pshape, agg_op="assign")
     tags = {"special", fn} | ({"kernel"} & block.tags)
     return Block(
