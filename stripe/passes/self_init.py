@@ -19,6 +19,7 @@ helpers here serve both.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from stripe.gemm import match as gemm_match
@@ -74,11 +75,10 @@ def _visit(block: Block, cfg: SelfInitConfig) -> Block:
     stmts: list[Statement] = []
     changed = False
     for s in block.stmts:
-        if isinstance(s, Block) and stmts and _takes(s, stmts[-1], block, cfg):
-            acc = accumulator(s, block)
-            assert acc is not None
+        acc = _taken(s, stmts[-1], block, cfg) if isinstance(s, Block) and stmts else None
+        if acc is not None:
             stmts.pop()  # the fill
-            stmts.append(self_initialised(s, acc, block.ref(acc.source).shape.dtype, parent_sizes(s, block)))
+            stmts.append(without_fill(s, acc, block))
             changed = True
             continue
         child = _visit(s, cfg) if isinstance(s, Block) else s
@@ -87,19 +87,22 @@ def _visit(block: Block, cfg: SelfInitConfig) -> Block:
     return replace(block, stmts=tuple(stmts)) if changed else block
 
 
-def _takes(block: Block, prev: Statement, parent: Block, cfg: SelfInitConfig) -> bool:
-    if not matches(block, cfg.reqs) or not fills_for(prev, block, parent):
-        return False
+def _taken(block: Block, prev: Statement, parent: Block, cfg: SelfInitConfig) -> Refinement | None:
+    """``block``'s accumulator when the pass rewrites it (``prev`` its fill), else None."""
+    acc = fills_for(prev, block, parent) if matches(block, cfg.reqs) else None
+    if acc is None or acc.agg_op not in cfg.aggs:
+        return None
     dtypes = {r.into: r.shape.dtype for r in parent.refs}
     if gemm_match(block, tuple(dtypes), dtypes, reorder=False) is not None:
-        return False  # a GEMM's own kernels start from the identity themselves, faster
-    acc = accumulator(block, parent)
-    assert acc is not None
-    owned = {v for a in acc.access for v in a.vars}
-    points = 1
-    for ix in block.idxs:
-        points *= 1 if ix.name in owned else ix.range
-    return acc.agg_op in cfg.aggs and points <= cfg.max_reduction
+        return None  # a GEMM's own kernels start from the identity themselves, faster
+    owned = _owned(acc)
+    points = math.prod(ix.range for ix in block.idxs if ix.name not in owned)
+    return acc if points <= cfg.max_reduction else None
+
+
+def _owned(acc: Refinement) -> set[str]:
+    """The indexes of ``acc``'s access: those that pick the output element."""
+    return {v for a in acc.access for v in a.vars}
 
 
 def self_initialised(block: Block, acc: Refinement, dtype: DType, sizes: dict) -> Block:
@@ -109,7 +112,7 @@ def self_initialised(block: Block, acc: Refinement, dtype: DType, sizes: dict) -
     constraint moves there), and assigns it to ``acc``'s element. Each element the outer block
     reaches is written once, so no fill of the whole buffer has to come first; each gets the same
     values in the same order, started at the same identity (``sizes``: the parent views' sizes)."""
-    owned = {v for a in acc.access for v in a.vars}
+    owned = _owned(acc)
     outer = tile_split(block, {ix.name: 1 if ix.name in owned else ix.range for ix in block.idxs},
                        parent_sizes=sizes)
     (inner,) = outer.stmts
@@ -132,33 +135,38 @@ def self_initialised(block: Block, acc: Refinement, dtype: DType, sizes: dict) -
     )
 
 
-
 def only_output(block: Block, acc: Refinement) -> bool:
     return all(r is acc or r.dir is RefDir.IN for r in block.refs)
 
 
-def fills_for(prev: Statement, last: Block, parent: Block) -> bool:
-    """``prev`` fills the whole output of ``last`` (a combine) with its aggregation's identity,
-    and ``last`` writes every element of it (no constraints; an output access numbering every
-    element): ``last`` may start from the identity itself."""
+def fills_for(prev: Statement, last: Block, parent: Block) -> Refinement | None:
+    """``last``'s accumulator when ``prev`` fills the whole output of ``last`` with its
+    aggregation's identity and ``last`` writes every element of it (no constraints; an output
+    access numbering every element): ``last`` may start from the identity itself. Else None."""
     acc = accumulator(last, parent)
     if acc is None or not only_output(last, acc) or last.constraints:
-        return False
+        return None
     if not isinstance(prev, Block) or prev.idxs or prev.constraints or len(prev.stmts) != 1:
-        return False
+        return None
     fill = prev.stmts[0]
     fn = fill_name(acc.agg_op)
     if not isinstance(fill, Special) or fill.name != fn or len(prev.refs) != 1 or fill.inputs:
-        return False
+        return None
     ref, view = prev.refs[0], parent.ref(acc.source)
     if ref.source != acc.source or ref.into not in fill.outputs:
-        return False
+        return None
     if any(not (a.is_constant and a.const == 0) for a in (*ref.access, *view.access)):
-        return False
+        return None
     if ref.shape.sizes != view.shape.sizes or view.dir is RefDir.IN:
-        return False
-    return writes_every_element(acc.access, last.idxs, view.shape.sizes)
+        return None
+    return acc if writes_every_element(acc.access, last.idxs, view.shape.sizes) else None
 
+
+def without_fill(last: Block, acc: Refinement, parent: Block) -> Block:
+    """``last`` (whose fill ``fills_for`` found, ``acc`` its accumulator) in the self-initialised
+    form, for a ``parent`` that drops the fill."""
+    dtype = parent.ref(acc.source).shape.dtype
+    return self_initialised(last, acc, dtype, parent_sizes(last, parent))
 
 
 def accumulator(block: Block, parent: Block) -> Refinement | None:
@@ -179,5 +187,3 @@ def accumulator(block: Block, parent: Block) -> Refinement | None:
     loads = [s for s in block.stmts if isinstance(s, Load) and s.from_ == acc.into]
     stores = [s for s in block.stmts if isinstance(s, Store) and s.into == acc.into]
     return acc if not loads and len(stores) == 1 else None
-
-

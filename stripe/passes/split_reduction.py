@@ -90,7 +90,14 @@ from stripe.ir import (
 )
 from stripe.passes.registry import register
 from stripe.passes.rewrite import Context, fresh, matches, rename_refs, substitute_indexes
-from stripe.passes.self_init import AGGREGATIONS, accumulator, fills_for, only_output, self_initialised
+from stripe.passes.self_init import (
+    AGGREGATIONS,
+    accumulator,
+    fills_for,
+    only_output,
+    self_initialised,
+    without_fill,
+)
 from stripe.passes.tiling import parent_sizes
 from stripe.specials import fill_name
 from tile.affine import Affine
@@ -191,14 +198,11 @@ class _Splitter:
             else:
                 new, bufs = got
                 shown = _showing(block, bufs)
-                if self.cfg.self_init and stmts and fills_for(stmts[-1], new[-1], shown):
+                acc = fills_for(stmts[-1], new[-1], shown) if self.cfg.self_init and stmts else None
+                if acc is not None:
                     # the output's own identity fill goes: its last combine starts from the identity
-                    last = new[-1]
-                    acc = accumulator(last, shown)
-                    assert acc is not None
-                    dtype = block.ref(acc.source).shape.dtype
                     stmts.pop()
-                    new = [*new[:-1], self_initialised(last, acc, dtype, parent_sizes(last, shown))]
+                    new = [*new[:-1], without_fill(new[-1], acc, shown)]
                 stmts.extend(new)
                 changed = True
             declared.extend(bufs)
