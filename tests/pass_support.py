@@ -13,13 +13,16 @@ Stripe interpreter, and Hypothesis-drawn lowered programs.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pytest
 from hypothesis import strategies as st
 
 import tile
 from ref_interp.run import input_types
 from ref_interp.stripe_exec import run_stripe
-from stripe.config import pass_params, target_config
+from stripe.config import TARGETS, ConfigError, parse_config, pass_params, target_config
 from stripe.hardware import Hardware
 from stripe.ir import Block, walk
 from stripe.lower import lower
@@ -103,3 +106,16 @@ def kernels(program: Block, *tags: str) -> list[Block]:
     """Every kernel block of ``program`` (with ``tags`` too), outermost first."""
     return [k for k in walk(program) if k.has_tags("kernel", *tags)]
 
+
+
+def assert_located_config_error(pass_name: str, key: str, value, message: str) -> None:
+    """A config whose one step runs ``pass_name`` with ``key: value`` (``reqs``: contractions) is
+    refused with ``message``, located at the line of ``key``."""
+    step = {"name": "step", "pass": pass_name, "params": {"reqs": ["contraction"], key: value}}
+    data = json.loads((TARGETS / "llvm_cpu.json").read_text())
+    text = json.dumps({**data, "passes": [step]}, indent=2)
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, "bad.json")
+    assert message in str(e.value)
+    line = next(n for n, s in enumerate(text.splitlines(), 1) if f'"{key}"' in s)
+    assert f"bad.json:{line}:" in str(e.value)

@@ -5,16 +5,20 @@ same start), also on floats, infinities and NaNs; what it must leave alone keeps
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 import tile
-from stripe.config import TARGETS, ConfigError, parse_config
 from stripe.ir import Special, walk
-from tests.pass_support import assert_same_meaning, kernels, lowered, programs, run_pass
+from tests.pass_support import (
+    assert_located_config_error,
+    assert_same_meaning,
+    kernels,
+    lowered,
+    programs,
+    run_pass,
+)
 
 PARAMS = {"reqs": ["contraction"], "max_reduction": 64}
 POOL = """function (I[N, H, W, C]) -> (O) {
@@ -92,11 +96,4 @@ def test_meaning_is_kept_on_drawn_programs(case):
     ],
 )
 def test_bad_values_are_located_config_errors(key, value, message):
-    step = {"name": "own_start", "pass": "self_init", "params": {"reqs": ["contraction"], key: value}}
-    data = json.loads((TARGETS / "llvm_cpu.json").read_text())
-    text = json.dumps({**data, "passes": [step]}, indent=2)
-    with pytest.raises(ConfigError) as e:
-        parse_config(text, "bad.json")
-    assert message in str(e.value)
-    line = next(n for n, s in enumerate(text.splitlines(), 1) if f'"{key}"' in s)
-    assert f"bad.json:{line}:" in str(e.value)
+    assert_located_config_error("self_init", key, value, message)

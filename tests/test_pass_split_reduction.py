@@ -5,17 +5,22 @@ in ``test_split_reduction_meaning.py``."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 import pytest
 
-from stripe.config import TARGETS, ConfigError, parse_config, target_config
+from stripe.config import target_config
 from stripe.ir import Block, RefDir
 from stripe.parser import parse_stripe
 from stripe.passes import PASSES, optimize, steps
 from stripe.printer import fmt_affine, format_block
-from tests.pass_support import assert_same_meaning, check_rewrite, lowered, run_pass
+from tests.pass_support import (
+    assert_located_config_error,
+    assert_same_meaning,
+    check_rewrite,
+    lowered,
+    run_pass,
+)
 
 MAX_BEFORE = """
 0: #program block [] ( // program
@@ -469,11 +474,4 @@ def test_the_llvm_cpu_config_splits_long_reductions_over_threads(agg, parts):
     ],
 )
 def test_bad_values_are_located_config_errors(key, value, message):
-    step = {"name": "split", "pass": "split_reduction", "params": {"reqs": ["contraction"], key: value}}
-    data = json.loads((TARGETS / "llvm_cpu.json").read_text())
-    text = json.dumps({**data, "passes": [step]}, indent=2)
-    with pytest.raises(ConfigError) as e:
-        parse_config(text, "bad.json")
-    assert message in str(e.value)
-    line = next(n for n, s in enumerate(text.splitlines(), 1) if f'"{key}"' in s)
-    assert f"bad.json:{line}:" in str(e.value)
+    assert_located_config_error("split_reduction", key, value, message)
