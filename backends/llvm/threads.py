@@ -39,10 +39,11 @@ from collections.abc import Callable
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from backends.hal import LINE
 from backends.llvm.loops import counted_loop
 
 SEM_BYTES = 64  # sem_t is 32 bytes on 64-bit glibc, 16 on musl
-LINE = 64  # slots and the counter start on cache lines of their own: a worker watching its slot
+# slots and the counter start on cache lines (``LINE``) of their own: a worker watching its slot
 SLOT_BYTES = 3 * LINE  # is not disturbed by the dispatcher writing the next one
 _F_DONE, _F_FN, _F_TABLE, _F_RANGES, _F_FIRST, _F_COUNT, _F_STEP, _F_SEQ, _F_SLEEPING = (
     SEM_BYTES + 8 * k for k in range(9)
