@@ -95,14 +95,14 @@ def _taken(block: Block, prev: Statement, parent: Block, cfg: SelfInitConfig) ->
     dtypes = {r.into: r.shape.dtype for r in parent.refs}
     if gemm_match(block, tuple(dtypes), dtypes, reorder=False) is not None:
         return None  # a GEMM's own kernels start from the identity themselves, faster
-    owned = _owned(acc)
+    owned = access_indexes(acc)
     points = math.prod(ix.range for ix in block.idxs if ix.name not in owned)
     return acc if points <= cfg.max_reduction else None
 
 
-def _owned(acc: Refinement) -> set[str]:
-    """The indexes of ``acc``'s access: those that pick the output element."""
-    return {v for a in acc.access for v in a.vars}
+def access_indexes(ref: Refinement) -> set[str]:
+    """The indexes ``ref``'s access uses (for an accumulator: those that pick the output element)."""
+    return {v for a in ref.access for v in a.vars}
 
 
 def self_initialised(block: Block, acc: Refinement, dtype: DType, sizes: dict) -> Block:
@@ -112,7 +112,7 @@ def self_initialised(block: Block, acc: Refinement, dtype: DType, sizes: dict) -
     constraint moves there), and assigns it to ``acc``'s element. Each element the outer block
     reaches is written once, so no fill of the whole buffer has to come first; each gets the same
     values in the same order, started at the same identity (``sizes``: the parent views' sizes)."""
-    owned = _owned(acc)
+    owned = access_indexes(acc)
     outer = tile_split(block, {ix.name: 1 if ix.name in owned else ix.range for ix in block.idxs},
                        parent_sizes=sizes)
     (inner,) = outer.stmts

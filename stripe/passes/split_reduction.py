@@ -71,6 +71,7 @@ Reorders: an element receives its values lane by lane, so float results may diff
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from stripe.hardware import Hardware
@@ -92,6 +93,7 @@ from stripe.passes.registry import register
 from stripe.passes.rewrite import Context, fresh, matches, rename_refs, substitute_indexes
 from stripe.passes.self_init import (
     AGGREGATIONS,
+    access_indexes,
     accumulator,
     fills_for,
     only_output,
@@ -156,7 +158,7 @@ class _Split:
 
     @property
     def lanes(self) -> int:
-        return _product(p.range for p in self.parts if p.lane)
+        return math.prod(p.range for p in self.parts if p.lane)
 
 
 @register("split_reduction", SplitReductionConfig, reorders=True)
@@ -234,7 +236,7 @@ class _Splitter:
         acc = accumulator(block, parents[-1])
         if acc is None or acc.agg_op not in self.cfg.aggs:
             return None
-        outs = {v for a in acc.access for v in a.vars}
+        outs = access_indexes(acc)
         choice = self.choose(block, parents[-1], acc, outs, cap)
         if choice is None:
             return None
@@ -265,7 +267,7 @@ class _Splitter:
             moved = got if moved is None else moved
             pacc = next(r for r in partial.refs if r.into == pname)
             owned |= {n for n, _ in new}
-            count = _product(r for _, r in lanes)
+            count = math.prod(r for _, r in lanes)
             rest = max(cap // count, 1) if cap else 0
             choice = self.choose(partial, parents[-1], pacc, owned, rest)
             if choice is None:
@@ -292,8 +294,8 @@ class _Splitter:
         """The split giving the most lanes (see the module docstring), or None."""
         cfg = self.cfg
         ins = [r for r in block.refs if r.dir is RefDir.IN]
-        outputs = _product(i.range for i in block.idxs if i.name in outs)
-        reduction = _product(i.range for i in block.idxs if i.name not in outs)
+        outputs = math.prod(i.range for i in block.idxs if i.name in outs)
+        reduction = math.prod(i.range for i in block.idxs if i.name not in outs)
         threaded = outputs < self.max_outputs and reduction >= cfg.min_reduction
         # Vector lanes pay only where no output index already walks an input contiguously, and
         # only while P stays small next to what the block reads (a matmul-like block, reading
@@ -358,7 +360,7 @@ class _Splitter:
             whole = whole + Affine.var(name) * part.coeff
         out = substitute_indexes(block, {r.name: whole})
         constraints = out.constraints
-        if _product(p.range for p in choice.parts) != r.range:  # the parts are a mixed radix
+        if math.prod(p.range for p in choice.parts) != r.range:  # the parts are a mixed radix
             constraints += (Affine.constant(r.range - 1) - whole,)
         idxs: list[Index] = []
         for ix in block.idxs:
@@ -401,7 +403,7 @@ class _Splitter:
         tags = {t for t in block.tags if not t.startswith("comb_op_")}
         if tags != set(block.tags):
             tags.add("comb_op_none")
-        count = _product(n for _, n in lanes)
+        count = math.prod(n for _, n in lanes)
         return Block(
             f"{block.name}_combine" if block.name else "",
             tuple(ix for ix in block.idxs if ix.name in outs) + tuple(Index(n, r) for n, r in lanes),
@@ -433,8 +435,7 @@ def _movable(block: Block, acc: Refinement, outs: set[str]) -> set[str]:
             continue
         stores = [s for s in block.stmts if isinstance(s, Store) and s.into == ref.into]
         loads = [s for s in block.stmts if isinstance(s, Load) and s.from_ == ref.into]
-        access = {v for a in ref.access for v in a.vars}
-        if stores and not loads and access <= outs and all(s.from_ in constants for s in stores):
+        if stores and not loads and access_indexes(ref) <= outs and all(s.from_ in constants for s in stores):
             moved.add(ref.into)
     return moved
 
@@ -463,13 +464,6 @@ def _drop_stores(block: Block, moved: set[str]) -> Block:
 def _flat_stride(ref: Refinement, idx: str) -> int:
     """``idx``'s step in elements of ``ref``'s buffer."""
     return sum(int(a.coeff(idx)) * d.stride for a, d in zip(ref.access, ref.shape.dims))
-
-
-def _product(values) -> int:
-    n = 1
-    for v in values:
-        n *= v
-    return n
 
 
 def _init(block: Block, agg: str, pname: str, pshape: TensorShape) -> Block:
