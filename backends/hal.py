@@ -219,8 +219,9 @@ class Device(abc.ABC):
     capabilities: Capabilities
     compiler: Compiler
     executor: Executor
-    # The built-in Stripe optimizer config (stripe/targets/<optimizer>.json) this device compiles
-    # with; empty: none, the lowered program is compiled as it is (a new backend starts so).
+    # The Stripe optimizer config this device compiles with: a built-in config's name
+    # (stripe/targets/<optimizer>.json) or a config file's path (a plugin ships its own); empty:
+    # none, the lowered program is compiled as it is (a new backend starts so).
     optimizer: str = ""
 
     @property
@@ -243,6 +244,16 @@ class Device(abc.ABC):
         """Build settings worth timing for the program ``library`` holds (each merged into the
         settings of one trial build by ``backends.tune``); a backend without knobs has none."""
         return []
+
+
+class Found(list):
+    """What a ``tile.devices`` entry point may return: its devices, plus ``unavailable``, the
+    devices it knows of but cannot offer and why (``{id or kind: reason}``), which
+    ``python -m tile devices`` lists. A plain list or any iterable of devices does as well."""
+
+    def __init__(self, devices=(), unavailable: dict[str, str] | None = None):
+        super().__init__(devices)
+        self.unavailable = dict(unavailable or {})
 
 
 MAPPED_BYTES = 1 << 20  # host buffers from this size on are mappings of their own

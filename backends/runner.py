@@ -54,7 +54,7 @@ def device_config(device: Device, settings: Mapping | None = None) -> TargetConf
     if config is None:
         if not device.optimizer:
             return None  # a backend with no optimizer config compiles the lowered program as it is
-        config = target_config(device.optimizer)
+        config = settings_config(device.optimizer)  # a built-in config's name, or a plugin's file
     if settings.get("tiled", True) is False:
         config = replace(config, passes=tuple(s for s in config.passes if s.pass_ != "gemm_tile"))
     return replace(config, hardware=device.hardware(config.hardware))

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from conformance import report as reporting  # (pytest names a hook argument `report`)
+from tile.errors import TileDeviceError
 
 PROFILES = {
     # CI: derandomized and small, so the default test run stays well under its time budget (a
@@ -119,8 +120,8 @@ def device(target, request):
         pytest.skip("'interp' is the reference interpreter itself: there is nothing to compare")
     try:
         dev = registry.get(target)
-    except KeyError as e:
-        pytest.skip(str(e.args[0]))
+    except TileDeviceError as e:
+        pytest.skip(e.message)
     reporting.STATS.current = (family, target)
     yield dev
     reporting.STATS.current = None

@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             exe = StripeTarget(source, target)
         else:
             exe = tile.compile(source, target)
-    except KeyError as e:
-        print(f"error: {e.args[0]}", file=sys.stderr)
+    except (KeyError, tile.TileError) as e:
+        print(f"error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
         return 2
     print(
         f"{folder}: family {meta['family']}, recorded on {meta['target']}: {meta['problem'].splitlines()[0]}"

@@ -84,9 +84,10 @@ def test_interp_target_is_the_interpreter():
 
 
 def test_unknown_device_lists_the_available_ones():
-    with pytest.raises(KeyError) as e:
+    with pytest.raises(tile.TileDeviceError) as e:
         tile.compile("function (A) -> (B) { B = A; }", "no_such.0")
-    assert "interp" in str(e.value)
+    assert "interp" in str(e.value) and "no device 'no_such.0'" in str(e.value)
+    assert "hint: pick an id from `python -m tile devices`" in str(e.value)
 
 
 @pytest.mark.skipif("llvm_cpu.0" not in DEVICES, reason=f"llvm_cpu.0 unavailable: {registry.unavailable()}")

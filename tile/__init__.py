@@ -4,7 +4,14 @@ from tile.api import Executable, compile, grad_values
 from tile.ast import Program
 from tile.autodiff import grad, gradient
 from tile.bind import bind, bind_symbolic
-from tile.errors import TileError
+from tile.errors import (
+    TileBackendError,
+    TileDeviceError,
+    TileError,
+    TileInputError,
+    TileSyntaxError,
+    TileTypeError,
+)
 from tile.parser import parse, parse_file
 from tile.tensor import Tensor, empty, tensor
 
@@ -12,7 +19,12 @@ __all__ = [
     "Executable",
     "Program",
     "Tensor",
+    "TileBackendError",
+    "TileDeviceError",
     "TileError",
+    "TileInputError",
+    "TileSyntaxError",
+    "TileTypeError",
     "bind",
     "bind_symbolic",
     "compile",

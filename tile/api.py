@@ -122,12 +122,15 @@ class Executable:
         compiled = self._compiled.get(key)
         if compiled is None:
             from backends import registry
+            from backends.program import ProgramDevice, ProgramRun
             from backends.runner import CompiledProgram
             from tile.tuples import check_assignments
 
             bound = bind(self.program, types, host)
             check_assignments(bound)  # what the interpreter refuses for these shapes, refused here too
-            compiled = CompiledProgram(bound, registry.get(self.device), self.settings)
+            device = registry.get(self.device)
+            build = ProgramRun if isinstance(device, ProgramDevice) else CompiledProgram
+            compiled = build(bound, device, self.settings)
             self._compiled[key] = compiled
         return compiled
 
@@ -169,8 +172,10 @@ def refuse_tensors(given: Mapping, out: Mapping | None, resident: bool) -> None:
 def compile(
     program: str | ast.Program, device: str = "llvm_cpu.0", settings: Mapping | None = None
 ) -> Executable:
-    """``program`` for ``device`` (an id from ``python -m tile devices``; ``"interp"`` is the
-    reference interpreter). ``settings``:
+    """``program`` for ``device`` (an id from ``python -m tile devices``, a plugin's included;
+    ``"interp"`` is the reference interpreter; ``"external:COMMAND"`` a backend in another process,
+    docs/new_target.md). An unknown id is a ``TileDeviceError`` listing the available ones.
+    ``settings``:
 
     * ``{"cache": False}`` bypasses the kernel cache;
     * ``{"config": "F.json"}`` optimizes with that target config (a file, or a built-in config's
@@ -192,7 +197,12 @@ def compile(
     prog = parse(program) if isinstance(program, str) else program
     if device != "interp":
         from backends import registry
+        from backends.program import ProgramDevice, stage_config
         from backends.runner import device_config
 
-        device_config(registry.get(device), settings)  # fail now: an unknown device, a bad config
+        dev = registry.get(device)  # fail now: an unknown device (a TileDeviceError), a bad config
+        if isinstance(dev, ProgramDevice):
+            stage_config(dev, settings)
+        else:
+            device_config(dev, settings)
     return Executable(prog, device, settings)

@@ -10,7 +10,10 @@
   (``--target ID`` or ``--config F.json``, ``--after STEP``, ``--strict``, ``--report`` for the
   cost model's estimate); sizes come from the given or made-up inputs; ``flat-tile`` is the flat
   stage as runnable Tile over 1-D views of the tensors.
-* ``devices`` — every target: ``interp`` and each compiled device (``llvm_cpu.0``, ...).
+* ``devices`` — every target: ``interp`` and each device (``llvm_cpu.0``, ..., and those of
+  ``tile.devices`` plugins), then each entry point or device that gave none and why.
+* ``serve --target ID`` — serve a device over the external-backend protocol on stdin and stdout
+  (``backends.external``; the reference implementation of the protocol).
 * ``run F.tile --target ID [--inputs IN.npz] [--shape ...] [--output OUT.npz] [--no-cache]
   [--max-buffer-bytes N] [--max-total-bytes N]`` — compile for a target and run; the byte limits
   lower the device's memory limits (docs/semantics.md §8.4).
@@ -26,7 +29,7 @@ import sys
 from dataclasses import replace
 
 from tile.bind import bind_symbolic
-from tile.errors import TileError
+from tile.errors import TileDeviceError, TileError
 from tile.inputs import add_input_arguments, parse_shape_spec
 from tile.parser import parse_file
 
@@ -98,6 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"refuse to run when {what} would need more than N bytes (lowers the device's limit; "
             "suffixes K, M, G: powers of 1024)",
         )
+    v = sub.add_parser(
+        "serve",
+        help="serve a device over the external-backend protocol on stdin/stdout (docs/new_target.md)",
+    )
+    v.add_argument("--target", default="llvm_cpu.0", help="a device id from `devices` (default llvm_cpu.0)")
+    v.add_argument(
+        "--timeout", type=float, default=None, metavar="S", help="exit when no request comes for S seconds"
+    )
     t = sub.add_parser("tune", help="time the cost model's best tilings on a device, cache the fastest")
     t.add_argument("file")
     add_input_arguments(t, "an .npz archive giving the input shapes and dtypes")
@@ -122,19 +133,30 @@ def _byte_count(text: str) -> int:
 def cmd_devices(args) -> int:
     from backends import registry
 
-    print("interp       the exact reference interpreter (all dtypes)")
-    for dev_id, dev in registry.devices().items():
+    found = registry.devices()
+    width = max([12, *(len(i) for i in found)])
+    print(f"{'interp':<{width}} the exact reference interpreter (all dtypes)")
+    for dev_id, dev in found.items():
         caps = dev.capabilities
+        stage = getattr(dev, "stage", None)
+        takes = f", takes {stage} programs" if stage else ""
         print(
-            f"{dev_id:<12} {dev.description} (fp64: {'yes' if caps.fp64 else 'no'}, "
-            f"fp16: {'yes' if caps.fp16 else 'no'})"
+            f"{dev_id:<{width}} {dev.description} (fp64: {'yes' if caps.fp64 else 'no'}, "
+            f"fp16: {'yes' if caps.fp16 else 'no'}{takes})"
         )
     for kind, why in registry.unavailable().items():
-        print(f"{kind + '.*':<12} unavailable: {why}")
+        name = kind if "." in kind or " " in kind or ":" in kind else kind + ".*"
+        print(f"{name:<{width}} unavailable: {why}")
     missing = [p for p in args.require if not any(i.startswith(p) for i in registry.ids())]
     for prefix in missing:
         print(f"error: no available device whose id starts with '{prefix}'", file=sys.stderr)
     return 1 if missing else 0
+
+
+def cmd_serve(args) -> int:
+    from backends.external.server import serve
+
+    return serve(args.target, timeout=args.timeout)
 
 
 def cmd_run(args) -> int:
@@ -154,8 +176,8 @@ def cmd_run(args) -> int:
             if getattr(args, key) is not None:
                 settings[key] = getattr(args, key)
         exe = compile_program(program, args.target, settings)
-    except KeyError as e:
-        print(f"error: {e.args[0]}", file=sys.stderr)
+    except TileDeviceError as e:
+        print(e, file=sys.stderr)
         return 2
     outputs = exe(inputs)
     for name, arr in outputs.items():
@@ -179,8 +201,8 @@ def cmd_tune(args) -> int:
     bound = bind(program, input_types(program, arrays), arrays)
     try:
         device = registry.get(args.target)
-    except KeyError as e:
-        print(f"error: {e.args[0]}", file=sys.stderr)
+    except TileDeviceError as e:
+        print(e, file=sys.stderr)
         return 2
     settings = {"tune": True, "strict": args.strict, "tune_candidates": args.candidates,
                 "tune_refresh": args.retune, **({"config": args.config} if args.config else {})}
@@ -267,7 +289,7 @@ def _present_device(target: str):
 
     try:
         return registry.get(target)
-    except KeyError:
+    except TileDeviceError:
         return None
 
 
@@ -341,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             "devices": cmd_devices,
             "run": cmd_run,
             "tune": cmd_tune,
+            "serve": cmd_serve,
         }
         return commands[args.command](args)
     except TileError as e:

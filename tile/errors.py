@@ -123,5 +123,19 @@ class TileInputError(TileError):
     kind = "input error"
 
 
+class TileDeviceError(TileInputError):
+    """A target id that names no available device (the message lists those that are)."""
+
+    kind = "device error"
+
+
+class TileBackendError(TileError):
+    """A target failed to run a program it was given: a plugin device or an external backend
+    that crashed, timed out, broke its protocol or answered outputs of the wrong names, shapes
+    or dtypes. The message names the target; it is the target's fault, not the program's."""
+
+    kind = "backend error"
+
+
 class TilePrecisionWarning(UserWarning):
     """The exact interpreter fell back to float64 for an operation it cannot do exactly."""

@@ -104,11 +104,14 @@ def _device(device: str):
             None,
             hint="pass numpy arrays to an 'interp' program; pick a device id from `python -m tile devices`",
         )
-    try:
-        return registry.get(device)
-    except KeyError as e:
-        hint = "pick a device id from `python -m tile devices`"
-        raise TileInputError(str(e.args[0]), None, hint=hint) from None
+    dev = registry.get(device)  # an unknown id: a TileDeviceError listing the available ones
+    if not hasattr(dev, "executor"):
+        raise TileInputError(
+            f"{device} runs whole programs and has no device memory for tensors",
+            None,
+            hint="pass numpy arrays to its programs",
+        )
+    return dev
 
 
 def _dtype_of(dtype, what: str) -> DType:
