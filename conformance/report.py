@@ -48,14 +48,7 @@ def compare(want: dict, got: dict, tol: Tolerance) -> str | None:
         w, g = np.asarray(want[name]), np.asarray(got[name])
         if g.dtype != w.dtype or g.shape != w.shape:
             return f"{name}: expected {w.dtype}{list(w.shape)}, got {g.dtype}{list(g.shape)}"
-        if tol.exact or w.dtype.kind not in "fc":
-            bad = ~((g == w) | (_isnan(g) & _isnan(w)))
-        else:
-            w64, g64 = w.astype(np.float64), g.astype(np.float64)
-            limit = tol.ulps * tol.eps * max(tol.length, 1) * np.maximum(1.0, np.abs(w64))
-            with np.errstate(invalid="ignore"):  # inf - inf: the == term decides
-                close = np.abs(g64 - w64) <= limit
-            bad = ~(close | (np.isnan(g64) & np.isnan(w64)) | (g64 == w64))
+        bad = mismatches(w, g, tol)
         if bad.any():
             where = [tuple(int(i) for i in ix) for ix in zip(*np.nonzero(bad))] if w.ndim else [()]
             first = ", ".join(
@@ -64,6 +57,18 @@ def compare(want: dict, got: dict, tol: Tolerance) -> str | None:
             more = f" (and {len(where) - 3} more)" if len(where) > 3 else ""
             return f"{name}: {len(where)} of {w.size} elements differ: {first}{more}"
     return None
+
+
+def mismatches(w: np.ndarray, g: np.ndarray, tol: Tolerance) -> np.ndarray:
+    """Where ``g`` differs from ``w`` (same shape and dtype) under ``tol``: a boolean array, so that
+    ``compare`` and ``conformance.bisect`` (which lists more of them) agree on what differs."""
+    if tol.exact or w.dtype.kind not in "fc":
+        return ~((g == w) | (_isnan(g) & _isnan(w)))
+    w64, g64 = w.astype(np.float64), g.astype(np.float64)
+    limit = tol.ulps * tol.eps * max(tol.length, 1) * np.maximum(1.0, np.abs(w64))
+    with np.errstate(invalid="ignore"):  # inf - inf: the == term decides
+        close = np.abs(g64 - w64) <= limit
+    return ~(close | (np.isnan(g64) & np.isnan(w64)) | (g64 == w64))
 
 
 def _isnan(a: np.ndarray) -> np.ndarray:
