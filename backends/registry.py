@@ -92,7 +92,7 @@ def devices() -> dict[str, Device | ProgramDevice]:
     """Every available device by id, from every entry point (the interpreter is not a device:
     see ``ids``)."""
     _load_all()
-    return dict(_devices)
+    return _devices
 
 
 def ids() -> list[str]:

@@ -1,10 +1,18 @@
-"""Conformance options: ``--target=ID`` (repeatable; ``all`` for every device),
-``--conformance-profile=ci|thorough``, ``--conformance-examples=N`` (overrides the profile's count)
-and ``--conformance-failures=DIR``.
+"""Conformance options: ``--target=ID`` (repeatable; ``all`` for every device; a plugin's id or
+``external:COMMAND`` too), ``--config=F.json`` (repeatable: a user's target config), the
+``--conformance-profile=ci|thorough``, ``--conformance-examples=N`` (overrides the profile's
+count), ``--conformance-failures=DIR``, ``--conformance-shard=I/N`` (this run checks one of N
+shares of the examples: ``conformance.targets``) and ``--conformance-json=F`` (the summary as
+JSON, besides pytest's own ``--junitxml``).
 
 Without ``--target`` every available compiled device is checked (none: the tests skip with the
 reason). Targets come from ``backends.registry``, so a new backend is validated as soon as it
-registers. At the end of the session a summary gives, per family and target, the examples
+registers. With ``--config``, the ``optimized`` family checks every pass of that config (and of
+its small-memory variant) with the Stripe interpreter, and the compiled families run on the
+``--target`` devices (else the device the config names) compiled with that config; a config
+error is a usage error that points into the file. A device's ``known_difference`` turns a
+difference it documents into an expected one: the example is counted as such, and a test whose
+only differences were expected is reported as xfailed with the reasons. At the end of the session a summary gives, per family and target, the examples
 compared, those not run (and why), failing tests and seconds; under pytest-xdist (``-n auto``)
 the workers' counts are merged on the controller. Failing examples are written as described in
 ``conformance/report.py``.
@@ -12,13 +20,16 @@ the workers' counts are merged on the controller. Failing examples are written a
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from conformance import report as reporting  # (pytest names a hook argument `report`)
-from tile.errors import TileDeviceError
+from conformance import targets as subjects
+from tile.errors import TileBackendError, TileDeviceError, TileError
 
 PROFILES = {
     # CI: derandomized and small, so the default test run stays well under its time budget (a
@@ -75,28 +86,71 @@ def pytest_addoption(parser):
         metavar="DIR",
         help="where failing examples are written (default: conformance/failures)",
     )
+    group.addoption(
+        "--config",
+        action="append",
+        default=[],
+        metavar="F.json",
+        help="validate this target config (repeatable): its passes through the Stripe interpreter, "
+        "and the compiled families on --target (or the device the config names) with it",
+    )
+    group.addoption(
+        "--conformance-shard",
+        metavar="I/N",
+        help="check only shard I (0-based) of N: the N shards together check what one run does",
+    )
+    group.addoption(
+        "--conformance-json",
+        metavar="F",
+        help="also write the summary (examples, failures, seconds per family and target) as JSON",
+    )
 
 
 def _targets(config) -> list[str]:
     from backends import registry
 
-    asked = config.getoption("--target") or ["all"]
+    asked = config.getoption("--target")
+    if not asked and config.getoption("--config"):
+        return []  # each config's own device
     found: list[str] = []
-    for t in asked:
+    for t in asked or ["all"]:
         found.extend(registry.devices() if t == "all" else [t])
     return list(dict.fromkeys(found)) or ["<none>"]
 
 
 def pytest_generate_tests(metafunc):
     if "target" in metafunc.fixturenames:
-        metafunc.parametrize("target", _targets(metafunc.config))
+        params = subjects.params(_targets(metafunc.config), _USER_CONFIGS)
+        metafunc.parametrize("target", params, ids=[p.name for p in params])
 
 
 _CONFIG: list = []  # the session's config, for the hooks that are not given it
+_USER_CONFIGS: list = []  # the loaded --config files
+_STARTED: list[float] = []
+
+
+def _load_user_configs(config) -> None:
+    from backends.runner import settings_config
+
+    loaded = []
+    for path in config.getoption("--config"):
+        try:
+            loaded.append(settings_config(path))
+        except TileError as e:  # a located ConfigError: shown as it is, not as an internal error
+            raise pytest.UsageError(f"--config {path}:\n{e}") from None
+    _USER_CONFIGS[:] = loaded
 
 
 def pytest_configure(config):
     _CONFIG[:] = [config]
+    _STARTED[:] = [time.perf_counter()]
+    _load_user_configs(config)
+    shard = config.getoption("--conformance-shard")
+    if shard:
+        try:
+            subjects.SHARD = subjects.Shard.parse(shard)
+        except ValueError as e:
+            raise pytest.UsageError(str(e)) from None
     profile = f"conformance-{config.getoption('--conformance-profile')}"
     if config.getoption("--conformance-examples"):
         n = config.getoption("--conformance-examples")
@@ -109,22 +163,43 @@ def pytest_configure(config):
 
 @pytest.fixture
 def device(target, request):
-    """The target's ``Device``; the test's examples are counted under (family, target)."""
+    """The target as a ``conformance.targets.Subject`` (its device, and the user's config if
+    any); the test's examples are counted under (family, target name)."""
     from backends import registry
 
     family = request.node.originalname.removeprefix("test_")
-    request.node.user_properties.append(("conformance", [family, target]))
-    if target == "<none>":
+    request.node.user_properties.append(("conformance", [family, target.name]))
+    if target.name == "<none>":
         pytest.skip(f"no compiled device is available: {registry.unavailable() or 'none registered'}")
-    if target == "interp":
+    if target.device_id == "interp":
         pytest.skip("'interp' is the reference interpreter itself: there is nothing to compare")
-    try:
-        dev = registry.get(target)
-    except TileDeviceError as e:
-        pytest.skip(e.message)
-    reporting.STATS.current = (family, target)
-    yield dev
+    dev = None
+    if target.device_id is not None:
+        try:
+            dev = registry.get(target.device_id)
+            dev.capabilities  # an external backend starts here: a broken one fails the test cleanly
+        except TileDeviceError as e:
+            pytest.skip(e.message)
+        except TileBackendError as e:
+            pytest.fail(f"{target.device_id}: {e.message}", pytrace=False)
+    user = next((c for c in _USER_CONFIGS if c.source == target.config), None)
+    settings = {"config": target.config} if target.config and dev is not None else {}
+    reporting.STATS.current = (family, target.name)
+    reporting.STATS.test_expected.clear()
+    yield subjects.Subject(target.name, dev, user, settings)
     reporting.STATS.current = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A conformance test that passed with expected differences is reported as xfailed, naming
+    them (a failure stays a failure)."""
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "call" and rep.passed and reporting.STATS.test_expected:
+        reasons = sorted(set(reporting.STATS.test_expected))
+        rep.outcome = "skipped"
+        rep.wasxfail = f"{len(reporting.STATS.test_expected)} expected difference(s): " + "; ".join(reasons)
 
 
 def _is_xdist_controller(config) -> bool:
@@ -157,11 +232,19 @@ def pytest_testnodedown(node, error):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    lines = reporting.STATS.lines(config.getoption("--conformance-profile"))
+    profile = config.getoption("--conformance-profile")
+    lines = reporting.STATS.lines(profile)
     if lines:
         terminalreporter.write_sep("=", "conformance: examples per family and target")
         for line in lines:
             terminalreporter.write_line(line)
+    path = config.getoption("--conformance-json")
+    if path and not hasattr(config, "workeroutput"):
+        shard = config.getoption("--conformance-shard") or "0/1"
+        seconds = time.perf_counter() - _STARTED[0]
+        data = reporting.STATS.summary(profile, shard, seconds)
+        Path(path).write_text(json.dumps(data, indent=2) + "\n")
+        terminalreporter.write_line(f"conformance summary written to {path}")
 
 
 @pytest.fixture(scope="module")

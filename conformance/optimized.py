@@ -44,11 +44,19 @@ def small(cfg: TargetConfig) -> TargetConfig:
     return replace(cfg, name=f"{cfg.name}-small", hardware=replace(hw, mem_units=mems, exec_units=units))
 
 
-def config_named(name: str) -> TargetConfig:
-    for cfg in configs():
+def config_named(name: str, path: str | None = None) -> TargetConfig:
+    """A built-in config or its small variant by name; with ``path``, the user's config in that
+    file (``name`` may end in ``-small``)."""
+    known = configs()
+    if path is not None:
+        from stripe.config import load_config
+
+        user = load_config(path)
+        known = (user, small(user))
+    for cfg in known:
         if cfg.name == name:
             return cfg
-    raise KeyError(f"no config '{name}' (known: {', '.join(c.name for c in configs())})")
+    raise KeyError(f"no config '{name}' (known: {', '.join(c.name for c in known)})")
 
 
 def after_step(bound, config: TargetConfig, step: str | None):
@@ -59,9 +67,10 @@ def after_step(bound, config: TargetConfig, step: str | None):
     return optimize(lower(bound), config, after=step, check=True)
 
 
-def check_passes(bound, inputs: dict[str, np.ndarray], tol, on_failure) -> None:
-    """Run every config's passes over ``bound``'s lowered program; ``on_failure(target, problem,
-    want, got)`` is called at the first pass whose result differs (or that fails to verify/run)."""
+def check_passes(bound, inputs: dict[str, np.ndarray], tol, on_failure, checked=None) -> None:
+    """Run every config's passes over ``bound``'s lowered program (``checked``: these configs
+    instead of the built-in ones and their small variants); ``on_failure(target, problem, want,
+    got)`` is called at the first pass whose result differs (or that fails to verify/run)."""
     from conformance.report import compare
     from ref_interp.stripe_exec import run_stripe
     from stripe.lower import lower
@@ -69,7 +78,7 @@ def check_passes(bound, inputs: dict[str, np.ndarray], tol, on_failure) -> None:
 
     lowered = lower(bound)
     want = run_stripe(lowered, inputs)
-    for cfg in configs():
+    for cfg in checked if checked is not None else configs():
         it = steps(lowered, cfg, check=True)
         for spec in cfg.passes:  # steps() yields once per pass, in this order
             target = f"stripe:{cfg.name}@{spec.name}"
@@ -93,10 +102,10 @@ class StripeTarget:
     """``stripe:<config>@<step>`` as a target: the program optimized up to that step, run by the
     Stripe interpreter (what ``python -m conformance.reproduce`` runs for such a folder)."""
 
-    def __init__(self, source: str, target: str):
+    def __init__(self, source: str, target: str, config: str | None = None):
         name, _, step = target.removeprefix("stripe:").partition("@")
         self.source = source
-        self.config = config_named(name)
+        self.config = config_named(name, config)
         self.step = step or None
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

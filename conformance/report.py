@@ -18,14 +18,17 @@ them before printing the summary.
 
 from __future__ import annotations
 
-import hashlib
 import json
+import re
+import shlex
 import shutil
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from conformance.targets import example_digest
 
 FAILURES = Path(__file__).resolve().parent / "failures"  # --conformance-failures changes it
 
@@ -83,8 +86,14 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-def reproduce_command(path: str, target: str) -> str:
-    return f"python -m conformance.reproduce {path} --target {target}"
+def reproduce_command(path: str, target: str, config: str | None = None) -> str:
+    with_config = f" --config {shlex.quote(config)}" if config else ""
+    return f"python -m conformance.reproduce {path} --target {shlex.quote(target)}{with_config}"
+
+
+def folder_name(target: str) -> str:
+    """``target`` as part of a folder name (an ``external:COMMAND`` id holds spaces and slashes)."""
+    return re.sub(r"[^A-Za-z0-9_.@+-]+", "_", target)[:60]
 
 
 def refusal_text(error) -> str:
@@ -93,23 +102,27 @@ def refusal_text(error) -> str:
 
 
 def write_failure(
-    case, target: str, want: dict, got: dict | None, problem: str, tol: Tolerance, refusal: str | None = None
+    case,
+    target: str,
+    want: dict,
+    got: dict | None,
+    problem: str,
+    tol: Tolerance,
+    refusal: str | None = None,
+    config: str | None = None,
 ) -> str:
     """Write one failing example; returns its directory as shown to the user. ``refusal``: the
-    interpreter's error (``Class: message``) where it refuses the program and the target did not."""
-    digest = hashlib.sha1(case.source.encode())
-    for k in sorted(case.inputs):
-        a = np.ascontiguousarray(case.inputs[k])
-        digest.update(f"{k}:{a.dtype}:{a.shape}".encode())
-        digest.update(a.tobytes())
-    folder = FAILURES / f"{case.family}-{target}-{digest.hexdigest()[:10]}"
+    interpreter's error (``Class: message``) where it refuses the program and the target did not;
+    ``config``: the user's config file the target ran with (``--config``)."""
+    digest = example_digest(case.source, case.inputs)
+    folder = FAILURES / f"{case.family}-{folder_name(target)}-{digest[:10]}"
     folder.mkdir(parents=True, exist_ok=True)
     shown = _display(folder)
     header = [
         f"// conformance failure: family {case.family}, target {target}",
         *(f"// {line}" for line in problem.splitlines()),
-        f"// reproduce: {reproduce_command(shown, target)}",
-        _run_it(shown, target),
+        f"// reproduce: {reproduce_command(shown, target, config)}",
+        _run_it(shown, target, config),
     ]
     (folder / "case.tile").write_text("\n".join(header) + "\n" + case.source.rstrip() + "\n")
     np.savez(folder / "inputs.npz", **case.inputs)
@@ -121,23 +134,26 @@ def write_failure(
     meta = {"family": case.family, "target": target, "problem": problem, "tolerance": asdict(tol)}
     if refusal is not None:
         meta["refusal"] = refusal
+    if config is not None:
+        meta["config"] = str(Path(config).resolve())
     (folder / "case.json").write_text(json.dumps(meta, indent=2) + "\n")
     STATS.written.append((shown, target, str(folder)))
     return shown
 
 
-def _run_it(shown: str, target: str) -> str:
+def _run_it(shown: str, target: str, config: str | None = None) -> str:
     """The header line saying how to look at the failing program by hand."""
     if target.startswith("stripe:"):  # a pass of a config, checked by the Stripe interpreter
-        config, _, step = target.removeprefix("stripe:").partition("@")
-        config = config.removesuffix("-small")
+        name, _, step = target.removeprefix("stripe:").partition("@")
+        which = f"--config {shlex.quote(config)}" if config else f"--target {name.removesuffix('-small')}"
         return (
-            f"// or see it: python -m tile emit {shown}/case.tile --stage optimized --target {config} "
+            f"// or see it: python -m tile emit {shown}/case.tile --stage optimized {which} "
             f"--after {step} --inputs {shown}/inputs.npz   (the -small variant shrinks every memory)"
         )
+    with_config = f" --config {shlex.quote(config)}" if config else ""
     return (
-        f"// or run it: python -m tile run {shown}/case.tile --target {target} --inputs {shown}/inputs.npz"
-        " --output got.npz   (compare with expected.npz)"
+        f"// or run it: python -m tile run {shown}/case.tile --target {shlex.quote(target)}{with_config} "
+        f"--inputs {shown}/inputs.npz --output got.npz   (compare with expected.npz)"
     )
 
 
@@ -150,14 +166,21 @@ class Row:
     examples: int = 0
     invalid: int = 0  # the interpreter rejects the drawn program for its inputs
     unsupported: int = 0  # the target lacks a dtype the program uses
+    expected: int = 0  # differences the target declares (a documented semantic difference)
+    other_shard: int = 0  # drawn, but checked by another shard (--conformance-shard)
     failed: int = 0
     seconds: float = 0.0
+    # the XOR of the checked examples' hashes (``targets.example_digest``): independent of order,
+    # so the shards of a run together give the unsharded run's fingerprint
+    fingerprint: int = 0
 
 
 @dataclass
 class Stats:
     rows: dict[tuple[str, str], Row] = field(default_factory=dict)
     unsupported: Counter = field(default_factory=Counter)  # (target, reason) -> examples
+    expected_reasons: Counter = field(default_factory=Counter)  # (target, reason) -> examples
+    test_expected: list[str] = field(default_factory=list)  # reasons met by the running test
     failures: list[tuple[str, str]] = field(default_factory=list)  # (directory, target)
     skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (family, target, reason)
     current: tuple[str, str] | None = None  # (family, target) of the running conformance test
@@ -166,11 +189,23 @@ class Stats:
     def row(self, key: tuple[str, str]) -> Row:
         return self.rows.setdefault(key, Row())
 
-    def example(self, key: tuple[str, str]) -> None:
-        self.row(key).examples += 1
+    def example(self, key: tuple[str, str], digest: str | None = None) -> None:
+        row = self.row(key)
+        row.examples += 1
+        if digest is not None:
+            row.fingerprint ^= int(digest[:16], 16)
 
     def invalid(self, key: tuple[str, str]) -> None:
         self.row(key).invalid += 1
+
+    def expected(self, key: tuple[str, str], reason: str) -> None:
+        """An example on which the target differs for a reason it declares (not a failure)."""
+        self.row(key).expected += 1
+        self.expected_reasons[(key[1], reason)] += 1
+        self.test_expected.append(reason)
+
+    def other_shard(self, key: tuple[str, str]) -> None:
+        self.row(key).other_shard += 1
 
     def unsupported_example(self, key: tuple[str, str], reason: str) -> None:
         self.row(key).unsupported += 1
@@ -193,6 +228,7 @@ class Stats:
             {
                 "rows": [[*k, asdict(v)] for k, v in self.rows.items()],
                 "unsupported": [[*k, n] for k, n in self.unsupported.items()],
+                "expected": [[*k, n] for k, n in self.expected_reasons.items()],
                 "failures": self.failures,
                 "skipped": self.skipped,
             }
@@ -203,19 +239,24 @@ class Stats:
         for family, target, r in data["rows"]:
             row = self.row((family, target))
             for k, v in r.items():
-                setattr(row, k, getattr(row, k) + v)
+                setattr(row, k, getattr(row, k) ^ v if k == "fingerprint" else getattr(row, k) + v)
         for target, reason, n in data["unsupported"]:
             self.unsupported[(target, reason)] += n
+        for target, reason, n in data["expected"]:
+            self.expected_reasons[(target, reason)] += n
         self.failures.extend(tuple(f) for f in data["failures"])
         self.skipped.extend(tuple(s) for s in data["skipped"])
 
     def lines(self, profile: str) -> list[str]:
         if not self.rows and not self.skipped:
             return []
-        head = ("family", "target", "tests", "examples", "invalid", "unsupported", "failed", "seconds")
+        sharded = any(r.other_shard for r in self.rows.values())
+        head = ("family", "target", "tests", "examples", "invalid", "unsupported", "failed", "expected", "seconds")
+        head += ("other shards",) if sharded else ()
         table = [head]
         for (family, target), r in sorted(self.rows.items()):
-            cells = (r.tests, r.examples, r.invalid, r.unsupported, r.failed, f"{r.seconds:.1f}")
+            cells = (r.tests, r.examples, r.invalid, r.unsupported, r.failed, r.expected, f"{r.seconds:.1f}")
+            cells += (r.other_shard,) if sharded else ()
             table.append((family, target, *map(str, cells)))
         widths = [max(len(row[i]) for row in table) for i in range(len(head))]
         out = [
@@ -226,6 +267,8 @@ class Stats:
             out.append(f"skipped {family} on {target}: {reason}")
         for (target, reason), n in sorted(self.unsupported.items()):
             out.append(f"not run on {target}: {n} example(s), {reason}")
+        for (target, reason), n in sorted(self.expected_reasons.items()):
+            out.append(f"expected difference on {target}: {n} example(s), {reason}")
         for folder, target in self.failures:
             out.append(f"failing example: {folder}  ->  {reproduce_command(folder, target)}")
         rows = self.rows.values()
@@ -237,6 +280,33 @@ class Stats:
             " must refuse with the same error)"
         )
         return out
+
+
+    def summary(self, profile: str, shard: str, seconds: float) -> dict:
+        """The run as data (``--conformance-json``): rows per family and target, the examples not
+        run and why, the expected differences, the failure folders and the totals."""
+        rows = [
+            {"family": f, "target": t, **asdict(r), "fingerprint": f"{r.fingerprint:016x}"}
+            for (f, t), r in sorted(self.rows.items())
+        ]
+        return {
+            "profile": profile,
+            "shard": shard,
+            "rows": rows,
+            "skipped": [{"family": f, "target": t, "reason": r} for f, t, r in sorted(set(self.skipped))],
+            "unsupported": [{"target": t, "reason": r, "examples": n} for (t, r), n in self.unsupported.items()],
+            "expected": [{"target": t, "reason": r, "examples": n} for (t, r), n in self.expected_reasons.items()],
+            "failures": [
+                {"folder": f, "target": t, "reproduce": reproduce_command(f, t)}
+                for f, t in self.failures
+            ],
+            "total": {
+                "examples": sum(r["examples"] for r in rows),
+                "failed_tests": sum(r["failed"] for r in rows),
+                "test_seconds": sum(r["seconds"] for r in rows),
+                "wall_seconds": seconds,
+            },
+        }
 
 
 STATS = Stats()

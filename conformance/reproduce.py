@@ -4,7 +4,8 @@ DIR is a folder the conformance suite wrote (``case.tile``, ``inputs.npz``, ``ex
 ``case.json``). The program runs on the target (default: the one that failed) and its outputs are
 compared with ``expected.npz`` under the suite's tolerance. Exit status 0: the target now matches;
 1: it still differs (the difference is printed); 2: the folder is unusable or the target unknown.
-``--save got.npz`` keeps what the target produced.
+``--save got.npz`` keeps what the target produced; ``--config F.json`` compiles with that config
+(by default the one a ``--config`` run recorded in ``case.json``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ def main(argv: list[str] | None = None) -> int:
         help="device id (default: the target that failed; 'interp' allowed; 'stripe:CONFIG@STEP' runs the "
         "program optimized up to that pass step in the Stripe interpreter)",
     )
+    p.add_argument(
+        "--config",
+        metavar="F.json",
+        help="compile with this config (default: the config the failure was recorded with, if any)",
+    )
     p.add_argument("--save", metavar="OUT.npz", help="write the target's outputs here")
     args = p.parse_args(argv)
 
@@ -47,14 +53,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {folder} is not a conformance failure folder: {e}", file=sys.stderr)
         return 2
     target = args.target or meta["target"]
+    config = args.config or meta.get("config")
     tol = Tolerance(**meta["tolerance"])
     try:
         if target.startswith("stripe:"):
             from conformance.optimized import StripeTarget
 
-            exe = StripeTarget(source, target)
+            exe = StripeTarget(source, target, config)
         else:
-            exe = tile.compile(source, target)
+            exe = tile.compile(source, target, {"config": config} if config else None)
     except (KeyError, tile.TileError) as e:
         print(f"error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
         return 2

@@ -12,7 +12,7 @@ from hypothesis import assume, given
 
 import ref_interp
 import tile
-from conformance import report
+from conformance import report, targets
 from conformance.optimized import check_passes
 from conformance.strategies import (
     Case,
@@ -25,17 +25,24 @@ from conformance.strategies import (
     optimized,
     sized,
 )
-from stripe.config import builtin_names
 from tile.dtypes import DType
 from tile.errors import TileLimitError
 from tile.inputs import input_types
 
 
 def check(case: Case, device, passes: bool = False) -> None:
-    """``case`` on ``device`` against the interpreter; with ``passes``, first every config's passes
-    through the Stripe interpreter (``conformance.optimized``), and the target runs its tiled
-    pipeline (``Device.tiled_optimizer``) besides its default one."""
-    key = report.STATS.current or (case.family, device.id)  # counted under the running test
+    """``case`` on ``device`` (a ``conformance.targets.Subject``, or a device) against the
+    interpreter; with ``passes``, first every config's passes through the Stripe interpreter
+    (``conformance.optimized``; under ``--config`` the user's config), and the target runs its
+    tiled pipeline (``Device.tiled_optimizer``) besides its default one. An example of another
+    shard (``--conformance-shard``) passes unchecked. A difference the device declares
+    (``known_difference``) is counted as expected, not failed."""
+    subject = targets.as_subject(device)
+    key = report.STATS.current or (case.family, subject.name)  # counted under the running test
+    digest = targets.example_digest(case.source, case.inputs)
+    if not targets.SHARD.takes(digest):
+        report.STATS.other_shard(key)
+        return
     try:
         prog = tile.parse(case.source)
         bound = tile.bind(prog, input_types(prog, case.inputs), case.inputs)
@@ -44,63 +51,77 @@ def check(case: Case, device, passes: bool = False) -> None:
         assume(False)  # not a valid program for these inputs: no target sees it
         return
     for t in bound.types.values():
-        if not device.capabilities.supports(t.dtype):
+        if not subject.supports(t.dtype):
             report.STATS.unsupported_example(key, f"{t.dtype} unsupported")
             assume(False)
     try:
         want = ref_interp.run(bound, case.inputs)
     except tile.TileError as e:
         report.STATS.invalid(key)
-        refuses_alike(case, device, prog, e)
+        if subject.device is not None:
+            refuses_alike(case, subject, prog, e)
         assume(False)  # refused alike (an empty index space, a double `=` write, ...)
         return
     # the coarsest float type anywhere in the program bounds how far rounding can differ
     floats = [np.finfo(t.dtype.numpy).eps for t in bound.types.values() if t.dtype.is_float]
     tol = report.Tolerance(case.exact, case.ulps, case.length, float(max(floats, default=0.0)))
-    report.STATS.example(key)
+    report.STATS.example(key, digest)
     if passes:
 
-        def pass_failure(target: str, problem: str, want_: dict, got_) -> None:
-            fail(case, target, problem, want_, got_, tol)
+        user = subject.config.source if subject.config is not None else None
 
-        check_passes(bound, case.inputs, tol, pass_failure)
-    configs = [None]
-    tiled = device.tiled_optimizer
-    if passes and tiled in builtin_names():
-        configs.append(tiled)  # the target also runs its tiled pipeline
-    for config in configs:
+        def pass_failure(target: str, problem: str, want_: dict, got_) -> None:
+            fail(case, target, problem, want_, got_, tol, config=user)
+
+        check_passes(bound, case.inputs, tol, pass_failure, subject.pass_configs())
+    for settings in subject.compile_settings(passes):
         got = None
         try:
-            got = tile.compile(prog, device.id, {"config": config} if config else None)(case.inputs)
+            got = tile.compile(prog, subject.device.id, settings or None)(case.inputs)
         except Exception as e:  # a target that crashes on a valid program fails like a wrong answer
-            problem = f"{device.id} raised {type(e).__name__}: {e}"
+            problem = f"{subject.device.id} raised {type(e).__name__}: {e}"
         else:
             problem = report.compare(want, got, tol)
         if problem is not None:
+            config = settings.get("config")
             where = f" (with config {config})" if config else ""
-            fail(case, device.id, problem + where, want, got, tol)
+            reason = subject.known_difference(case.source, problem)
+            if reason is not None:
+                report.STATS.expected(key, reason)
+                continue
+            fail(case, subject.device.id, problem + where, want, got, tol, config=config)
 
 
-def fail(case: Case, target: str, problem: str, want: dict, got, tol, refusal: str | None = None) -> None:
+def fail(
+    case: Case,
+    target: str,
+    problem: str,
+    want: dict,
+    got,
+    tol,
+    refusal: str | None = None,
+    config: str | None = None,
+) -> None:
     """Write the failing example and raise, ending with the command that reproduces it."""
-    folder = report.write_failure(case, target, want, got, problem, tol, refusal)
+    folder = report.write_failure(case, target, want, got, problem, tol, refusal, config)
     raise AssertionError(
         f"{problem}\nprogram:\n{case.source}\n"
         f"written to {folder}/ (case.tile, inputs.npz, expected.npz); reproduce with:\n"
-        f"    {report.reproduce_command(folder, target)}"
+        f"    {report.reproduce_command(folder, target, config)}"
     )
 
 
-def refuses_alike(case: Case, device, prog, error: tile.TileError) -> None:
+def refuses_alike(case: Case, subject, prog, error: tile.TileError) -> None:
     """A program the interpreter refuses for its inputs must be refused by the target with the same
     located error, not answered."""
     if isinstance(error, TileLimitError):
         return  # the interpreter's own resource bound, not a language rule
+    device = subject.device
     refusal = report.refusal_text(error)
     head = f"the interpreter refuses it with {refusal}\nbut {device.id}"
     got = None
     try:
-        got = tile.compile(prog, device.id)(case.inputs)
+        got = tile.compile(prog, device.id, subject.settings or None)(case.inputs)
     except tile.TileError as e:
         if report.refusal_text(e) == refusal:
             return
@@ -109,44 +130,62 @@ def refuses_alike(case: Case, device, prog, error: tile.TileError) -> None:
         problem = f"{head} raised {type(e).__name__}: {e}"
     else:
         problem = f"{head} answered"
-    fail(case, device.id, problem, {}, got, report.Tolerance(), refusal)
+    reason = subject.known_difference(case.source, problem)
+    if reason is not None:
+        report.STATS.expected(report.STATS.current or (case.family, subject.name), reason)
+        return
+    config = subject.settings.get("config")
+    fail(case, device.id, problem, {}, got, report.Tolerance(), refusal, config)
 
 
 def needs(device, dtype: DType, why: str) -> None:
     """Skip a family whose every program uses ``dtype`` when the target lacks it."""
-    caps = device.capabilities
-    if not caps.supports(dtype) or (dtype == DType.FLOAT64 and not caps.fp64):
-        pytest.skip(f"{device.id} has no {dtype}: {why}")
+    subject = targets.as_subject(device)
+    if not subject.supports(dtype) or (dtype == DType.FLOAT64 and not subject.has_fp64()):
+        pytest.skip(f"{subject.name} has no {dtype}: {why}")
+
+
+def compiled(device) -> None:
+    """Skip a family that only compares compiled results when the subject is a config alone."""
+    subject = targets.as_subject(device)
+    if subject.device is None:
+        pytest.skip(f"{subject.name} names no device: only its passes are checked (test_optimized)")
 
 
 @given(contractions())
 def test_contractions(device, case):
+    compiled(device)
     check(case, device)
 
 
 @given(elementwise())
 def test_elementwise(device, case):
+    compiled(device)
     check(case, device)
 
 
 @given(mixed())
 def test_mixed(device, case):
+    compiled(device)
     check(case, device)
 
 
 @given(gradients())
 def test_gradients(device, case):
+    compiled(device)
     needs(device, DType.FLOAT64, "gradient programs are checked in float64")
     check(case, device)
 
 
 @given(defracted())
 def test_defracted(device, case):
+    compiled(device)
     check(case, device)
 
 
 @given(flat())
 def test_flat(device, case):
+    compiled(device)
     check(case, device)
 
 
@@ -157,4 +196,5 @@ def test_optimized(device, case):
 
 @given(sized())
 def test_sized(device, case):
+    compiled(device)
     check(case, device)

@@ -8,6 +8,7 @@ A target is a file, not a fork (``stripe/targets/<name>.json`` ships the built-i
                    "mem_units": {"DRAM": {"size_KiB": 16777216}, "L2": {"size_KiB": 1024}},
                    "exec_units": {"CPU": {"count": 2, "ops_per_cycle": 16}},
                    "tx_units": {}, "buses": []},
+      "device": "llvm_cpu.0",    (optional: the device it is for)
       "passes": [
         {"name": "tile_contractions", "pass": "autotile",
          "params": {"reqs": ["contraction"], "memory": "L2"}}
@@ -56,6 +57,8 @@ class TargetConfig:
     hardware: Hardware
     passes: tuple[PassSpec, ...]
     source: str = "<string>"
+    device: str = ""  # the device id it is meant for ("device" in the file; the conformance suite
+    # runs the compiled families there under --config); empty: any
 
 
 def builtin_names() -> list[str]:
@@ -98,12 +101,13 @@ def parse_config(text: str, name: str = "<string>") -> TargetConfig:
         hint = 'write {"name": ..., "hardware": ..., "passes": [...]}'
         raise reader.error((), "a config is a JSON object", hint)
     required = {"name", "hardware", "passes"}
-    reader.keys(data, (), required | {"description"}, required, "a config")
+    reader.keys(data, (), required | {"description", "device"}, required, "a config")
     name_ = reader.convert(data["name"], str, ("name",))
+    device = reader.convert(data.get("device", ""), str, ("device",))
     hardware = reader.convert(data["hardware"], Hardware, ("hardware",))
     passes = reader.convert(data["passes"], list, ("passes",))
     specs = tuple(reader.pass_spec(p, ("passes", k)) for k, p in enumerate(passes))
-    return TargetConfig(name_, hardware, specs, name)
+    return TargetConfig(name_, hardware, specs, name, device)
 
 
 def pass_params(pass_name: str, params: dict) -> object:

@@ -1,0 +1,138 @@
+"""What a conformance run validates, and which share of the examples this run takes.
+
+A ``Subject`` is one parametrization of the suite's ``target``: a device (built in, a plugin's,
+or ``external:COMMAND``) compiled with its own config; a device compiled with a user's config
+(``--config F.json`` with ``--target ID``, or the device the config names); or a user's config
+alone, whose passes the Stripe interpreter checks (``stripe:<name>``: a config that names no
+device, run without ``--target``).
+
+``--conformance-shard=I/N`` splits the examples by a hash of each example's program and inputs:
+every example Hypothesis draws is checked by exactly one of the N shards. Examples of other
+shards pass without being compiled, so Hypothesis draws the same sequence in every shard (its
+choice of the next example never depends on a check it skipped), and the N shards together check
+what one unsharded run with the same seed checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from stripe.config import TargetConfig
+from tile.dtypes import DType
+
+
+@dataclass(frozen=True)
+class Param:
+    """One ``target`` parametrization, as collected (devices are looked up in the fixture)."""
+
+    name: str  # as reported, in the summary and the failure folders
+    device_id: str | None  # None: the config's passes only
+    config: str | None = None  # a user's config file
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def params(targets: list[str], configs: list[TargetConfig]) -> list[Param]:
+    """The subjects of a run: each target as it is or, under ``--config``, each config on each
+    given target (else on the device it names, else alone)."""
+    if not configs:
+        return [Param(t, t if t != "<none>" else None) for t in targets]
+    out = []
+    for cfg in configs:
+        devices = targets or ([cfg.device] if cfg.device else [])
+        if not devices:
+            out.append(Param(f"stripe:{cfg.name}", None, cfg.source))
+        out += [Param(f"{d}+{cfg.name}", d, cfg.source) for d in devices]
+    return out
+
+
+@dataclass
+class Subject:
+    """A ``Param`` with its device found: what ``test_conformance.check`` validates."""
+
+    name: str
+    device: object | None  # backends.hal.Device or backends.program.ProgramDevice; None: passes only
+    config: TargetConfig | None = None  # a user's config (None: the device's own)
+    settings: dict = field(default_factory=dict)  # for tile.compile
+
+    @property
+    def id(self) -> str:
+        return self.device.id if self.device is not None else self.name
+
+    def supports(self, dtype: DType) -> bool:
+        return self.device is None or self.device.capabilities.supports(dtype)
+
+    def has_fp64(self) -> bool:
+        return self.device is None or (
+            self.supports(DType.FLOAT64) and getattr(self.device.capabilities, "fp64", True)
+        )
+
+    def pass_configs(self) -> tuple[TargetConfig, ...] | None:
+        """The configs whose passes the ``optimized`` family checks (None: every built-in one)."""
+        if self.config is None:
+            return None
+        from conformance.optimized import small
+
+        return (self.config, small(self.config))
+
+    def compile_settings(self, passes: bool) -> list[dict]:
+        """One settings dict per compiled run of an example: the device's own config (or the
+        user's); with ``passes``, also its built-in tiled pipeline where it has one."""
+        if self.device is None:
+            return []
+        runs = [dict(self.settings)]
+        tiled = getattr(self.device, "tiled_optimizer", "")
+        if passes and self.config is None and tiled:
+            from stripe.config import builtin_names
+
+            if tiled in builtin_names():
+                runs.append({**self.settings, "config": tiled})
+        return runs
+
+    def known_difference(self, source: str, problem: str) -> str | None:
+        """The documented reason this target differs on ``source``, if its device declares one."""
+        known = getattr(self.device, "known_difference", None)
+        return known(source, problem) if known is not None else None
+
+
+def as_subject(target) -> Subject:
+    """A device passed where a subject is expected (tests call ``check`` with a device)."""
+    return target if isinstance(target, Subject) else Subject(target.id, target)
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int  # 0-based
+    count: int
+
+    @staticmethod
+    def parse(text: str) -> Shard:
+        """``I/N`` with 0 <= I < N; a ``ValueError`` saying so otherwise."""
+        try:
+            i, n = (int(p) for p in text.split("/"))
+        except ValueError:
+            raise ValueError(f"--conformance-shard={text}: write I/N, e.g. 0/4") from None
+        if n < 1 or not 0 <= i < n:
+            raise ValueError(f"--conformance-shard={text}: I must be in 0..N-1 and N at least 1")
+        return Shard(i, n)
+
+    def takes(self, digest: str) -> bool:
+        """Whether the example of this ``example_digest`` is this shard's."""
+        return self.count == 1 or int(digest[:15], 16) % self.count == self.index
+
+
+def example_digest(source: str, inputs: dict[str, np.ndarray]) -> str:
+    """A hash of a program and its inputs (the failure folders are named by it too)."""
+    digest = hashlib.sha1(source.encode())
+    for k in sorted(inputs):
+        a = np.ascontiguousarray(inputs[k])
+        digest.update(f"{k}:{a.dtype}:{a.shape}".encode())
+        digest.update(a.tobytes())
+    return digest.hexdigest()
+
+
+SHARD = Shard(0, 1)  # the run's shard (conftest sets it from --conformance-shard)
