@@ -20,7 +20,7 @@ from tile import ast
 from tile.affine import Affine
 from tile.asserts import check_assert, is_assert
 from tile.bounds import check_bounded
-from tile.builtins import BUILTINS
+from tile.builtins import BUILTINS, VALUE_FREE_PARAMS
 from tile.dtypes import DType, arithmetic, literal_int_type, promote
 from tile.errors import Span, TileIndexError, TileInputError, TileNameError, TileShapeError, TileTypeError
 from tile.gc_pause import paused_gc
@@ -399,6 +399,29 @@ class _Binder:
         except (TileTypeError, TileNameError):
             return None
 
+    def value_free(self, e: ast.Expr, fn: str) -> Size:
+        """An argument that changes no value of ``fn`` (``VALUE_FREE_PARAMS``): a compile-time
+        integer is kept as it is; any other expression PlaidML accepts (a 0-D tensor computed from
+        dimensions, say) is typed, checked to be a numeric scalar, and then stands as 0."""
+        try:
+            return self.const(e, f"an argument of '{fn}'")
+        except TileTypeError:
+            pass
+        t = self.expr(e).type
+        if t.shape is not None and len(t.shape) != 0:
+            raise TileTypeError(
+                f"the last argument of '{fn}' must be a scalar, not a {t}",
+                e.span,
+                hint="pass the element count as a number, a dimension or a 0-D tensor; it changes no value",
+            )
+        if t.dtype is DType.BOOL:
+            raise TileTypeError(
+                f"the last argument of '{fn}' must be a number, not a {t}",
+                e.span,
+                hint="pass the element count as a number, a dimension or a 0-D tensor; it changes no value",
+            )
+        return 0
+
     def const(self, e: ast.Expr, what: str) -> Size:
         """An integer expression of dimensions and integer constants; ``/`` truncates."""
         if isinstance(e, ast.IntLit):
@@ -538,7 +561,10 @@ class _Binder:
             more = " or more" if b.params < 0 else ""
             raise TileTypeError(f"'{fn}' takes {want}{more} argument(s), got {len(args)}", span, hint=b.doc)
         targs = [self.expr(a) for a in args[: b.tensors]]
-        params = [self.const(a, f"an argument of '{fn}'") for a in args[b.tensors :]]
+        if fn in VALUE_FREE_PARAMS:
+            params = [self.value_free(a, fn) for a in args[b.tensors :]]
+        else:
+            params = [self.const(a, f"an argument of '{fn}'") for a in args[b.tensors :]]
         names = _Described(args[: b.tensors])
         rtype = b.rule([t.type for t in targs], params, span, names, self.notes)
         return TCall(fn, tuple(targs), rtype, tuple(params), span)

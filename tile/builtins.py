@@ -291,6 +291,10 @@ _add(
     _floaty,
     "builtin_binary_crossentropy(P, T, n) = -T*log(P) - (1-T)*log(1-P); n is accepted and unused",
 )
+# Builtins whose compile-time arguments change no value: the binder accepts any numeric scalar
+# expression there (PlaidML's Keras passes a 0-D tensor computed from dimensions), not only
+# integers of dimensions (docs/semantics.md §5.2).
+VALUE_FREE_PARAMS = frozenset({"builtin_binary_crossentropy"})
 _add("reverse_grad", 2, 0, _first, "reverse_grad(X, s): X itself; its gradient is -s times the adjoint")
 _add("prng_step", 1, -1, prng.step_rule, "H = prng_step(S, d1, ..., dk): S uint32 [3, 2048]; see tile.prng")
 _add("prng_value", 1, 0, prng.value_rule, "prng_value(H): float32 [d1, ..., dk] uniform in [0, 1]")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tile import ast
-from tile.builtins import BUILTINS
+from tile.builtins import BUILTINS, VALUE_FREE_PARAMS
 from tile.errors import Span, TileInputError
 from tile.typed import BoundProgram
 
@@ -147,4 +147,7 @@ def _builtin_params(e: ast.Expr) -> Iterator[tuple[str, ast.Expr]]:
         for a in e.args[:ntensors]:
             yield from _builtin_params(a)
         for a in e.args[ntensors:]:
-            yield e.fn, a
+            if e.fn in VALUE_FREE_PARAMS:  # any scalar will do there: an input is no size
+                yield from _builtin_params(a)
+            else:
+                yield e.fn, a
