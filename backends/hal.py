@@ -17,7 +17,7 @@ import mmap
 import re
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -244,6 +244,45 @@ class Device(abc.ABC):
         """Build settings worth timing for the program ``library`` holds (each merged into the
         settings of one trial build by ``backends.tune``); a backend without knobs has none."""
         return []
+
+
+STAGES = ("tile", "stripe", "optimized")  # what a ProgramDevice may take (backends.program)
+
+
+class ProgramDevice(abc.ABC):
+    """A target that runs whole programs: it is handed the program as text at its ``stage``
+    (Tile source, lowered Stripe text, or Stripe text optimized by its ``config``) and the input
+    arrays, and returns the output arrays. ``tile.compile`` runs it through
+    ``backends.program.ProgramRun``, which renders the program and checks what comes back. The
+    shape of a backend in another process or language (``backends.external``), or of another
+    Tile implementation (``backends.plaidml``)."""
+
+    id: str
+    description: str
+    capabilities: Capabilities
+    stage: str = "tile"
+    config: str = ""  # for stage "optimized": the config the program is optimized by
+
+    @abc.abstractmethod
+    def execute(
+        self,
+        program: str,
+        inputs: Mapping[str, np.ndarray],
+        outputs: Mapping[str, tuple[DType, tuple[int, ...]]],
+    ) -> dict[str, np.ndarray]:
+        """Run ``program`` (text at ``stage``) on ``inputs`` and return every output by name.
+        ``outputs`` says what the program produces (dtype and shape of each), for a backend that
+        wants to allocate them first. A failure of the target raises ``TileBackendError``; a
+        program the target refuses as the interpreter would raises that ``TileError``."""
+
+    def known_difference(self, source: str, problem: str) -> str | None:
+        """Why this target is expected to differ from the interpreter on ``source`` (a documented
+        semantic difference), or None. The conformance suite reports such a difference as an
+        expected failure that names the reason instead of a failure."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 - most devices hold nothing to release
+        """Release what the device holds (a child process, say)."""
 
 
 class Found(list):

@@ -20,7 +20,6 @@ so a target that answers wrongly shaped data fails with a ``TileBackendError`` n
 
 from __future__ import annotations
 
-import abc
 import os
 import sys
 import time
@@ -28,44 +27,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from backends.hal import Capabilities
+from backends.hal import STAGES, ProgramDevice
 from tile.dtypes import DType
 from tile.errors import TileBackendError, TileInputError
 from tile.tensor import Tensor
 from tile.typed import BoundProgram
 
-STAGES = ("tile", "stripe", "optimized")
-
-
-class ProgramDevice(abc.ABC):
-    """A target that runs whole programs (see the module's docstring)."""
-
-    id: str
-    description: str
-    capabilities: Capabilities
-    stage: str = "tile"
-    config: str = ""  # for stage "optimized": the config the program is optimized by
-
-    @abc.abstractmethod
-    def execute(
-        self,
-        program: str,
-        inputs: Mapping[str, np.ndarray],
-        outputs: Mapping[str, tuple[DType, tuple[int, ...]]],
-    ) -> dict[str, np.ndarray]:
-        """Run ``program`` (text at ``stage``) on ``inputs`` and return every output by name.
-        ``outputs`` says what the program produces (dtype and shape of each), for a backend that
-        wants to allocate them first. A failure of the target raises ``TileBackendError``; a
-        program the target refuses as the interpreter would raises that ``TileError``."""
-
-    def known_difference(self, source: str, problem: str) -> str | None:
-        """Why this target is expected to differ from the interpreter on ``source`` (a documented
-        semantic difference), or None. The conformance suite reports such a difference as an
-        expected failure that names the reason instead of a failure."""
-        return None
-
-    def close(self) -> None:
-        """Release what the device holds (a child process, say)."""
+__all__ = ["STAGES", "ProgramDevice", "ProgramRun", "check_outputs", "render", "stage_config"]
 
 
 def render(bound: BoundProgram, stage: str, config=None) -> str:
@@ -93,9 +61,9 @@ def stage_config(device: ProgramDevice, settings: Mapping | None):
     first), else None."""
     if device.stage != "optimized":
         return None
-    from backends.runner import settings_config
+    from stripe.config import resolve_config
 
-    config = settings_config((settings or {}).get("config") or device.config)
+    config = resolve_config((settings or {}).get("config") or device.config)
     if config is None:
         raise TileInputError(
             f"{device.id} takes programs optimized by a config, and names none",

@@ -28,7 +28,11 @@ EXTERNAL = "external:"
 # The built-in entry points as pyproject.toml declares them: used only where the installed
 # metadata lacks them (a source checkout run without `pip install -e .`, or an install older
 # than the group). tests/test_registry.py checks that the two agree.
-BUILTIN = {"llvm_cpu": "backends.llvm:devices", "opencl": "backends.opencl:devices"}
+BUILTIN = {
+    "llvm_cpu": "backends.llvm:devices",
+    "opencl": "backends.opencl:devices",
+    "plaidml": "backends.plaidml:devices",
+}
 
 _devices: dict[str, Device | ProgramDevice] = {}
 _why_not: dict[str, str] = {}  # entry point (or device id) -> why it gives no device
@@ -78,7 +82,9 @@ def _load(ep: metadata.EntryPoint) -> None:
         if not isinstance(dev_id, str) or not dev_id or dev_id == "interp" or dev_id.startswith(EXTERNAL):
             _why_not[f"{ep.name}:{dev_id!r}"] = f"{where} returned a device with the unusable id {dev_id!r}"
         elif dev_id in _devices:
-            _why_not[f"{dev_id} ({ep.name})"] = f"{where} repeats the id '{dev_id}', which another entry point gave"
+            _why_not[f"{dev_id} ({ep.name})"] = (
+                f"{where} repeats the id '{dev_id}', which another entry point gave"
+            )
         else:
             _devices[dev_id] = dev
 
@@ -130,7 +136,9 @@ def external(device_id: str) -> ProgramDevice:
         command = device_id[len(EXTERNAL) :].strip()
         if not command:
             raise TileDeviceError(
-                "'external:' names no command", None, hint="write external:COMMAND, e.g. 'external:./my_backend'"
+                "'external:' names no command",
+                None,
+                hint="write external:COMMAND, e.g. 'external:./my_backend'",
             )
         dev = _external[device_id] = ExternalDevice(command, device_id)
     return dev

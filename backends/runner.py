@@ -25,7 +25,7 @@ from backends.hal import (
 from backends.naming import label, work
 from backends.tune import tune, with_choices
 from backends.zeroing import needs_zero
-from stripe.config import TargetConfig, builtin_names, load_config, target_config
+from stripe.config import TargetConfig, resolve_config
 from stripe.ir import Block, RefDir, walk
 from stripe.lower import lower
 from stripe.passes import optimize
@@ -62,13 +62,7 @@ def device_config(device: Device, settings: Mapping | None = None) -> TargetConf
 
 def settings_config(given) -> TargetConfig | None:
     """``settings["config"]``: a config file's path, or the name of a built-in config."""
-    if not given:
-        return None
-    if isinstance(given, TargetConfig):  # already loaded (the autotuner's trial configs)
-        return given
-    if isinstance(given, str) and given in builtin_names():
-        return target_config(given)
-    return load_config(given)
+    return resolve_config(given)
 
 
 def cache_bytes(hw) -> dict[str, int]:

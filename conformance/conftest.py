@@ -12,7 +12,9 @@ its small-memory variant) with the Stripe interpreter, and the compiled families
 ``--target`` devices (else the device the config names) compiled with that config; a config
 error is a usage error that points into the file. A device's ``known_difference`` turns a
 difference it documents into an expected one: the example is counted as such, and a test whose
-only differences were expected is reported as xfailed with the reasons. At the end of the session a summary gives, per family and target, the examples
+only differences were expected is reported as xfailed with the reasons.
+
+At the end of the session a summary gives, per family and target, the examples
 compared, those not run (and why), failing tests and seconds; under pytest-xdist (``-n auto``)
 the workers' counts are merged on the controller. Failing examples are written as described in
 ``conformance/report.py``.
@@ -177,7 +179,7 @@ def device(target, request):
     if target.device_id is not None:
         try:
             dev = registry.get(target.device_id)
-            dev.capabilities  # an external backend starts here: a broken one fails the test cleanly
+            _ = dev.capabilities  # an external backend starts here: a broken one fails the test cleanly
         except TileDeviceError as e:
             pytest.skip(e.message)
         except TileBackendError as e:

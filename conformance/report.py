@@ -251,7 +251,8 @@ class Stats:
         if not self.rows and not self.skipped:
             return []
         sharded = any(r.other_shard for r in self.rows.values())
-        head = ("family", "target", "tests", "examples", "invalid", "unsupported", "failed", "expected", "seconds")
+        head = ("family", "target", "tests", "examples", "invalid", "unsupported", "failed", "expected")
+        head += ("seconds",)
         head += ("other shards",) if sharded else ()
         table = [head]
         for (family, target), r in sorted(self.rows.items()):
@@ -294,8 +295,8 @@ class Stats:
             "shard": shard,
             "rows": rows,
             "skipped": [{"family": f, "target": t, "reason": r} for f, t, r in sorted(set(self.skipped))],
-            "unsupported": [{"target": t, "reason": r, "examples": n} for (t, r), n in self.unsupported.items()],
-            "expected": [{"target": t, "reason": r, "examples": n} for (t, r), n in self.expected_reasons.items()],
+            "unsupported": _counted(self.unsupported),
+            "expected": _counted(self.expected_reasons),
             "failures": [
                 {"folder": f, "target": t, "reproduce": reproduce_command(f, t)}
                 for f, t in self.failures
@@ -307,6 +308,10 @@ class Stats:
                 "wall_seconds": seconds,
             },
         }
+
+
+def _counted(counter: Counter) -> list[dict]:
+    return [{"target": t, "reason": r, "examples": n} for (t, r), n in counter.items()]
 
 
 STATS = Stats()

@@ -79,6 +79,18 @@ def target_config(target: str) -> TargetConfig:
     return load_config(path)
 
 
+def resolve_config(given) -> TargetConfig | None:
+    """A config as settings and devices name one: a loaded ``TargetConfig`` (the autotuner's trial
+    configs), the name of a built-in config, or a config file's path; None for none."""
+    if not given:
+        return None
+    if isinstance(given, TargetConfig):
+        return given
+    if isinstance(given, str) and given in builtin_names():
+        return target_config(given)
+    return load_config(given)
+
+
 def load_config(path: str | Path) -> TargetConfig:
     path = Path(path)
     try:

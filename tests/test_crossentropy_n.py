@@ -22,7 +22,8 @@ KERAS = """function (T[X_T_0, X_T_1], P[X_P_0, X_P_1]) -> (O) {
   X_T7 = builtin_binary_crossentropy(X_T5, T, X_T6);
   O = ident(X_T7);
 }"""
-CONSTANT_N = KERAS.replace("builtin_binary_crossentropy(X_T5, T, X_T6)", "builtin_binary_crossentropy(X_T5, T, 6)")
+CALL = "builtin_binary_crossentropy(X_T5, T, X_T6)"
+CONSTANT_N = KERAS.replace(CALL, "builtin_binary_crossentropy(X_T5, T, 6)")
 
 # P in (0, 1) away from the clip bounds, T in {0, 1}: float64 so the closed form is exact enough
 P = np.array([[0.25, 0.5, 0.75], [0.125, 0.625, 0.875]])
@@ -68,7 +69,7 @@ def test_the_gradient_treats_n_as_a_constant():
     ],
 )
 def test_a_non_scalar_or_non_numeric_n_is_a_located_error(n, message):
-    src = KERAS.replace("builtin_binary_crossentropy(X_T5, T, X_T6)", f"builtin_binary_crossentropy(X_T5, T, {n})")
+    src = KERAS.replace(CALL, f"builtin_binary_crossentropy(X_T5, T, {n})")
     with pytest.raises(tile.TileTypeError) as e:
         tile.compile(src, "interp")(T=T, P=P)
     text = str(e.value)

@@ -12,11 +12,11 @@ import os
 import subprocess
 import sys
 import textwrap
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 
 import tile
 from backends import registry
@@ -155,7 +155,9 @@ def test_the_cli_lists_plugins_and_their_failures(tmp_path):
     src = tmp_path / "mm.tile"
     src.write_text(MATMUL)
     run = [sys.executable, "-m", "tile", "run", str(src), "--shape", "A=2x3", "--shape", "B=3x4"]
-    ran = subprocess.run([*run, "--target", "plug_cpu.0"], capture_output=True, text=True, env=env, timeout=120)
+    ran = subprocess.run(
+        [*run, "--target", "plug_cpu.0"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert ran.returncode == 0, ran.stderr
     assert "C: float32[2, 4]" in ran.stdout
     bad = subprocess.run([*run, "--target", "nosuch.0"], capture_output=True, text=True, env=env, timeout=120)
