@@ -1,4 +1,5 @@
-"""Running a bound Tile program on a device: lower to Stripe, build once, run many times."""
+"""Running a built program on a device: prepare its kernels once, allocate its buffers once, run
+many times (``backends.driver`` builds it)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,57 +19,29 @@ from backends.hal import (
     Event,
     HostBuffer,
     KernelInfo,
+    Library,
     MemoryLimit,
     kernel_symbol,
     wait_all,
 )
-from backends.naming import label, work
-from backends.tune import tune, with_choices
 from backends.zeroing import needs_zero
-from stripe.config import TargetConfig, resolve_config
+from stripe.config import TargetConfig
 from stripe.ir import Block, RefDir, walk
-from stripe.lower import lower
-from stripe.passes import optimize
 from tile.errors import Span, TileInputError, TileResourceError
 from tile.tensor import Tensor
 from tile.typed import BoundProgram
 
 
-def _buffer_names(kernel: Block, buffers: Mapping) -> tuple[str, ...]:
-    """The program buffers a kernel uses, in first-use order (its own scratch buffers excluded)."""
-    names: dict[str, None] = {}
-    for r in kernel.refs:
-        if (r.from_ or r.into) in buffers:
-            names.setdefault(r.from_ or r.into)
-    return tuple(names)
+@dataclass
+class Build:
+    """What ``backends.driver.build`` made of one bound program for one device."""
 
-
-def device_config(device: Device, settings: Mapping | None = None) -> TargetConfig | None:
-    """The optimizer config a device compiles with: ``settings["config"]`` (a path or a built-in
-    config's name, such as ``opencl_gpu_tiled``) or the device's built-in one (``Device.optimizer``;
-    none for a backend that names none), with the sizes the device reports filled into its
-    hardware model. ``tiled=False`` leaves out its ``gemm_tile`` steps (GEMM kernels then run one
-    work-item per output element)."""
-    settings = settings or {}
-    config = settings_config(settings.get("config"))
-    if config is None:
-        if not device.optimizer:
-            return None  # a backend with no optimizer config compiles the lowered program as it is
-        config = settings_config(device.optimizer)  # a built-in config's name, or a plugin's file
-    if settings.get("tiled", True) is False:
-        config = replace(config, passes=tuple(s for s in config.passes if s.pass_ != "gemm_tile"))
-    return replace(config, hardware=device.hardware(config.hardware))
-
-
-def settings_config(given) -> TargetConfig | None:
-    """``settings["config"]``: a config file's path, or the name of a built-in config."""
-    return resolve_config(given)
-
-
-def cache_bytes(hw) -> dict[str, int]:
-    """The sizes of the hardware model's ``L1`` and ``L2`` memories (one core's caches), where it
-    has them: what the LLVM CPU micro-kernel sizes its cache blocks from."""
-    return {n: hw.mem_bytes(n) for n in ("L1", "L2") if n in hw.mem_units}
+    lowered: Block
+    config: TargetConfig | None
+    program: Block  # optimized
+    infos: list[KernelInfo]
+    library: Library
+    seconds: float  # code generation's
 
 
 def _nbytes(shape) -> int:
@@ -136,43 +109,22 @@ def check_memory(bound: BoundProgram, buffers: Mapping, device: Device, settings
 
 
 class CompiledProgram:
-    """A program built for one device and one set of input shapes and dtypes: lowered to Stripe,
-    optimized by the device's config (``settings``: ``config`` a config file, ``strict`` to keep
-    every aggregation in the interpreter's order, ``optimize=False`` to skip the passes;
-    ``max_buffer_bytes`` / ``max_total_bytes`` to lower the memory limits ``check_memory`` applies
-    before the first run allocates; ``tune`` to time tilings first, ``backends.tune``). Its buffers
-    are allocated at the first run and reused by every later one (``run``)."""
+    """A program built for one device and one set of input shapes and dtypes (by
+    ``backends.driver.build``: lowered, optimized, its kernels generated), ready to run: its kernels
+    prepared, its buffers allocated at the first run (after ``check_memory``, with the settings'
+    ``max_buffer_bytes`` / ``max_total_bytes``) and reused by every later one (``run``)."""
 
-    def __init__(self, bound: BoundProgram, device: Device, settings: Mapping | None = None):
+    def __init__(self, bound: BoundProgram, device: Device, build: Build, settings: Mapping | None = None):
         self.bound = bound
         self.device = device
-        settings = dict(settings or {})
-        self.settings = settings
-        self.lowered = lower(bound)
-        self.config = device_config(device, settings)
-        self.program = self.lowered
-        self.tuning = None
-        if settings.get("tune") and settings.get("optimize", True) and self.config is not None:
-            self.tuning = tune(CompiledProgram, bound, self.lowered, device, self.config, settings)
-            self.config = with_choices(self.config, self.tuning.choices)
-            settings.update(self.tuning.settings)  # the code generator's tuned knobs
-        if settings.get("optimize", True) and self.config is not None:
-            self.program = optimize(self.lowered, self.config, strict=bool(settings.get("strict", False)))
-        main = self.program.stmts[0]
+        self.settings = dict(settings or {})
+        self.lowered = build.lowered
+        self.config = build.config
+        self.program = build.program
+        self.infos = build.infos
+        self.library = build.library
+        self.build_seconds = build.seconds
         self.buffers = {r.into: r.shape for r in self.program.refs}
-        self.infos = []
-        for k in main.stmts:
-            names = _buffer_names(k, self.buffers)
-            dtypes = tuple(self.buffers[n].dtype for n in names)
-            flops, nbytes = work(k, self.buffers, names)
-            self.infos.append(KernelInfo(label(k), k, names, dtypes, flops, nbytes))
-        build = dict(settings or {})
-        caches = cache_bytes(self.config.hardware) if self.config is not None else {}
-        if caches:  # the CPU code generator fits its cache blocks to the config's caches
-            build.setdefault("cache_bytes", caches)
-        start = time.perf_counter()
-        self.library = device.compiler.build(self.infos, build)
-        self.build_seconds = time.perf_counter() - start
         self.kernels = [device.executor.prepare(self.library, i) for i in range(len(self.infos))]
         self.inputs = [r.into for r in self.program.refs if "input" in r.tags]
         self.outputs = list(bound.outputs)

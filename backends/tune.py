@@ -1,6 +1,9 @@
 """Autotuning: time the cost model's best few tilings of each tiled block on the device, keep
 the fastest, and remember it in the disk cache.
 
+The blocks a step can tile, and the candidates it ranks for each, are the pass's ``sites``
+(``stripe.passes.registry.PassInfo``); each trial is a full build by ``backends.driver``.
+
 The cost models rank the candidates (``stripe.cost`` ``autotile``'s by traffic per flop,
 ``gemm_tile.GemmModel`` the GEMM kernels' work-group tiles, register blocks and K steps); the
 device decides. For every ``autotile`` or ``gemm_tile`` step of the config and every block it
@@ -30,12 +33,15 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from backends.diskcache import cache_dir, digest, read_entry, write_entry
+from backends.driver import compile_bound
 from backends.hal import Device
 from stripe.config import TargetConfig
 from stripe.ir import Block
-from stripe.passes import gemm_tile, steps
-from stripe.passes.autotile import sites
+from stripe.lower import lower
+from stripe.passes import PASSES, steps
 from stripe.printer import format_block
+from tile.inputs import random_array
+from tile.tensor import zeros_on
 from tile.typed import BoundProgram
 
 FORMAT = 2
@@ -62,7 +68,8 @@ class Tuning:
 
 
 def with_choices(config: TargetConfig, choices: Mapping[str, Mapping[str, int]]) -> TargetConfig:
-    """``config`` with each autotile or gemm_tile step's ``choices`` replaced by the tuned ones."""
+    """``config`` with the ``choices`` of each step that has search sites replaced by the tuned
+    ones."""
     passes = tuple(
         replace(s, params=replace(s.params, choices=dict(choices[s.name]))) if s.name in choices else s
         for s in config.passes
@@ -85,16 +92,15 @@ def tune_key(lowered: Block, device: Device, config: TargetConfig, settings: Map
 
 
 def tune(
-    compiled_cls: type,
     bound: BoundProgram,
-    lowered: Block,
     device: Device,
     config: TargetConfig,
     settings: Mapping,
     report: Callable[[Trial], None] | None = None,
 ) -> Tuning:
-    """The fastest choices for ``bound`` on ``device`` (from the cache, else timed and stored).
-    ``compiled_cls`` is ``backends.runner.CompiledProgram`` (passed in: the runner calls this)."""
+    """The fastest choices for ``bound`` on ``device`` (from the cache, else timed and stored);
+    each trial is a full build by ``backends.driver``."""
+    lowered = lower(bound)
     key = tune_key(lowered, device, config, settings)
     path = cache_dir("tune") / f"{key}.json"
     use_cache = bool(settings.get("cache", True))
@@ -116,7 +122,7 @@ def tune(
     ) -> float | None:
         if not feed:
             feed.update(_inputs(bound, device))
-        took = _time(compiled_cls, bound, device, cfg, {**base, **extra}, feed, seen, rank)
+        took = _time(bound, device, cfg, {**base, **extra}, feed, seen, rank)
         got = Trial(step, what, rank, tuple(tiles), *took)
         trials.append(got)
         if report is not None:
@@ -134,7 +140,7 @@ def tune(
             choices[step][block] = _fastest(times)
     # then the code generator's own knobs (OpenCL: the GEMM kernels' tiles), the default first
     cfg = with_choices(config, choices)
-    space = _space(compiled_cls, bound, device, cfg, base)
+    space = _space(bound, device, cfg, base)
     chosen: dict = {}
     if space:
         seen = {}
@@ -156,13 +162,13 @@ def _tiles(extra: Mapping) -> tuple[int, ...]:
     return tuple(v for vs in extra.values() if isinstance(vs, (list, tuple)) for v in vs)
 
 
-def _space(compiled_cls, bound, device, cfg: TargetConfig, settings: Mapping) -> list[dict]:
+def _space(bound, device, cfg: TargetConfig, settings: Mapping) -> list[dict]:
     """The device's code-generation settings worth timing for this program (``Device.tuning_space``
     of its default build); none when that build fails."""
     if type(device).tuning_space is Device.tuning_space:
         return []  # the backend has no knobs: no build needed to ask
     try:
-        cp = compiled_cls(bound, device, {**settings, "config": cfg})
+        cp = compile_bound(bound, device, {**settings, "config": cfg})
     except Exception:  # noqa: BLE001 - the trials report it
         return []
     return list(device.tuning_space(cp.library))[: 2 * max(1, int(settings.get("tune_candidates", 4)))]
@@ -173,19 +179,16 @@ def _sites(lowered, config: TargetConfig, strict: bool) -> dict[str, dict[str, l
     on the program as it reaches that step."""
     out: dict[str, dict[str, list]] = {}
     before = lowered
-    found = {"autotile": sites, "gemm_tile": gemm_tile.sites}
     for spec, after, _ in steps(lowered, config, strict=strict):
-        if spec.pass_ in found:
-            out[spec.name] = found[spec.pass_](before, spec.params, config.hardware)
+        sites = PASSES[spec.pass_].sites
+        if sites is not None:
+            out[spec.name] = sites(before, spec.params, config.hardware)
         before = after
     return out
 
 
 def _inputs(bound, device) -> dict:
     """Seeded small integers on the device, one tensor per input (timing without copies)."""
-    from tile.inputs import random_array
-    from tile.tensor import zeros_on
-
     rng = np.random.default_rng(0)
     feed = {}
     for name, t in bound.inputs:
@@ -194,15 +197,11 @@ def _inputs(bound, device) -> dict:
     return feed
 
 
-def _time(
-    compiled_cls, bound, device, cfg, settings, feed, seen: dict, rank: int
-) -> tuple[float | None, str]:
+def _time(bound, device, cfg, settings, feed, seen: dict, rank: int) -> tuple[float | None, str]:
     """The fastest of a few calls (at most ~0.3 s of them) of ``bound`` compiled with ``cfg``;
     not timed when its code is a candidate's in ``seen`` (generated source -> rank)."""
-    from tile.tensor import zeros_on
-
     try:
-        cp = compiled_cls(bound, device, {**settings, "config": cfg})
+        cp = compile_bound(bound, device, {**settings, "config": cfg})
         if cp.library.source in seen:
             return None, f"the same code as candidate {seen[cp.library.source]}"
         seen[cp.library.source] = rank

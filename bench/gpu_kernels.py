@@ -18,6 +18,7 @@ import numpy as np
 
 import tile
 from backends import registry
+from backends.driver import compile_bound
 from backends.runner import CompiledProgram
 from tile.bind import bind
 from tile.inputs import input_types
@@ -30,7 +31,7 @@ CONV = """function (I[N, X, Y, CI], F[KX, KY, CI, CO]) -> (O) {
 
 def compiled(device: str, src: str, inputs: dict, settings: dict) -> CompiledProgram:
     prog = tile.parse(src)
-    return CompiledProgram(bind(prog, input_types(prog, inputs)), registry.get(device), settings)
+    return compile_bound(bind(prog, input_types(prog, inputs)), registry.get(device), settings)
 
 
 def kernel_seconds(device: str, cp: CompiledProgram, inputs: dict, reps: int = 10) -> tuple[float, int]:

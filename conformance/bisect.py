@@ -122,8 +122,9 @@ def plan(failure: Failure, config_arg: str | None, target_arg: str | None) -> Pl
     """The config and device to bisect with; ``Unusable`` for a bad config or an unknown target."""
     import tile
     from backends import registry
+    from backends.driver import config_for
     from backends.program import ProgramDevice
-    from backends.runner import device_config, settings_config
+    from stripe.config import resolve_config
     from conformance.optimized import config_named, small
 
     target = target_arg or failure.meta["target"]
@@ -136,16 +137,16 @@ def plan(failure: Failure, config_arg: str | None, target_arg: str | None) -> Pl
             name = target.removeprefix("stripe:").partition("@")[0]
             if not config_arg:
                 return Plan(target, config_named(name), None, None)
-            config = settings_config(config_arg)
+            config = resolve_config(config_arg)
             if name == f"{config.name}-small":  # the suite checks each config shrunk too
                 config = small(config)
             return Plan(target, config, config_arg, None)
         device = registry.get(target)
         if isinstance(device, ProgramDevice):
             if config_arg:
-                settings_config(config_arg)  # a bad file is refused here, not by the device
+                resolve_config(config_arg)  # a bad file is refused here, not by the device
             return Plan(target, None, config_arg, device, whole_program=True)
-        config = device_config(device, {"config": config_arg} if config_arg else {})
+        config = config_for(device, {"config": config_arg} if config_arg else {})
         return Plan(target, config, config_arg, device)
     except KeyError as e:
         raise Unusable(e.args[0]) from None

@@ -132,12 +132,12 @@ _STARTED: list[float] = []
 
 
 def _load_user_configs(config) -> None:
-    from backends.runner import settings_config
+    from stripe.config import resolve_config
 
     loaded = []
     for path in config.getoption("--config"):
         try:
-            loaded.append(settings_config(path))
+            loaded.append(resolve_config(path))
         except TileError as e:  # a located ConfigError: shown as it is, not as an internal error
             raise pytest.UsageError(f"--config {path}:\n{e}") from None
     _USER_CONFIGS[:] = loaded

@@ -16,7 +16,7 @@ import pytest
 import ref_interp
 import tile
 from backends import registry
-from backends.runner import CompiledProgram
+from backends.driver import compile_bound
 from tests.llvm_runner import assert_same
 from tile.bind import bind
 from tile.inputs import input_types
@@ -46,7 +46,7 @@ def run(src: str, inputs: dict, dev=None, settings: dict | None = None) -> dict:
     if dev is None:
         return tile.compile(src, DEVICE_ID, settings)(inputs)
     prog = tile.parse(src)
-    return CompiledProgram(bind(prog, input_types(prog, inputs)), dev, settings)(inputs)
+    return compile_bound(bind(prog, input_types(prog, inputs)), dev, settings)(inputs)
 
 
 def check(src: str, inputs: dict, dev=None, settings: dict | None = None, ulps: int = 0) -> dict:

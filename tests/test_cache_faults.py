@@ -22,7 +22,7 @@ import pytest
 
 import tile
 from backends import diskcache, registry
-from backends.runner import CompiledProgram
+from backends.driver import compile_bound
 from tile.bind import bind
 from tile.inputs import input_types
 
@@ -49,7 +49,7 @@ def device_id(request, tmp_path, monkeypatch):
 def build(src: str, ins: dict, device_id: str, settings: dict | None = None):
     """Compile and run once (the OpenCL build synchronously); the program and its outputs."""
     p = tile.parse(src)
-    cp = CompiledProgram(
+    cp = compile_bound(
         bind(p, input_types(p, ins)), registry.get(device_id), {"async": False, **(settings or {})}
     )
     return cp, cp(ins)

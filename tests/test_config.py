@@ -180,7 +180,7 @@ def test_strict_keeps_float_results_bit_identical_to_the_interpreter():
     import ref_interp
     import tile
     from backends import registry
-    from backends.runner import CompiledProgram
+    from backends.driver import compile_bound
     from ref_interp.run import input_types
     from stripe.ir import walk
     from tile.bind import bind
@@ -196,9 +196,9 @@ def test_strict_keeps_float_results_bit_identical_to_the_interpreter():
     p = tile.parse(src)
     bound = bind(p, input_types(p, {"A": a, "B": b}))
     device = registry.get("llvm_cpu.0")
-    unoptimized = CompiledProgram(bound, device, {"optimize": False}).program
-    assert CompiledProgram(bound, device, settings).program == unoptimized
-    tiled = CompiledProgram(bound, device, {"config": "llvm_cpu_tiled"}).program
+    unoptimized = compile_bound(bound, device, {"optimize": False}).program
+    assert compile_bound(bound, device, settings).program == unoptimized
+    tiled = compile_bound(bound, device, {"config": "llvm_cpu_tiled"}).program
     assert any("tile" in blk.tags for blk in walk(tiled))  # without strict, the reduction is tiled
 
 

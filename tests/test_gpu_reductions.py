@@ -15,6 +15,7 @@ import ref_interp
 import tile
 from backends import registry
 from backends.clike import groupreduce
+from backends.driver import compile_bound
 from backends.runner import CompiledProgram
 from stripe.config import TARGETS
 from stripe.ir import walk
@@ -120,7 +121,7 @@ def _program(src: str, shape: tuple[int, ...], config: str, strict: bool = False
     prog = tile.parse(src)
     x = np.zeros(shape, np.float32)
     settings = {"config": config, "strict": strict, "cache": False}
-    return CompiledProgram(bind(prog, input_types(prog, {"X": x})), registry.get(DEVICE_ID), settings)
+    return compile_bound(bind(prog, input_types(prog, {"X": x})), registry.get(DEVICE_ID), settings)
 
 
 @requires_opencl

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from backends import registry
-from backends.runner import CompiledProgram, device_config
+from backends.driver import compile_bound, config_for
 from bench.cases import long_chain, long_chain_ref
 from stripe.lower import lower
 from stripe.passes.pipeline import optimize
@@ -33,7 +33,7 @@ def _bound(n: int, a: np.ndarray):
 
 def test_chain_of_5000_statements_compiles_to_few_kernels_and_is_exact():
     a = np.arange(-8, 9, dtype=np.float32)
-    compiled = CompiledProgram(_bound(5000, a), registry.get("llvm_cpu.0"), {"cache": False})
+    compiled = compile_bound(_bound(5000, a), registry.get("llvm_cpu.0"), {"cache": False})
     # 5,000 statements in groups of at most 11, fused again once their temporaries are registers:
     # about 5000 / 11 / 11 kernels. Hundreds would mean the second round stopped working.
     assert len(compiled.infos) <= 60, len(compiled.infos)
@@ -44,7 +44,7 @@ def test_fused_groups_stay_within_the_refinement_cap():
     """After the first fusion step every kernel has at most ``max_refs`` refinements: the work of
     checking one more statement against a group is bounded, so fusing n statements is O(n)."""
     a = np.zeros(4, np.float32)
-    config = device_config(registry.get("llvm_cpu.0"), {})
+    config = config_for(registry.get("llvm_cpu.0"), {})
     (step,) = [s for s in config.passes if s.name == "fuse_eltwise"]
     program = optimize(lower(_bound(600, a)), config, after="fuse_eltwise")
     kernels = program.stmts[0].stmts
@@ -56,9 +56,9 @@ def test_chain_meaning_is_kept_at_every_step():
     """A shorter chain through the whole pipeline (every step verified) equals numpy exactly."""
     a = np.arange(-3, 4, dtype=np.float32)
     bound = _bound(300, a)
-    program = optimize(lower(bound), device_config(registry.get("llvm_cpu.0"), {}), check=True)
+    program = optimize(lower(bound), config_for(registry.get("llvm_cpu.0"), {}), check=True)
     assert len(program.stmts[0].stmts) <= 5
-    out = CompiledProgram(bound, registry.get("llvm_cpu.0"), {"cache": False})({"A": a})
+    out = compile_bound(bound, registry.get("llvm_cpu.0"), {"cache": False})({"A": a})
     np.testing.assert_array_equal(out["O"], long_chain_ref(a, 300))
 
 

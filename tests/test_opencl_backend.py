@@ -22,10 +22,10 @@ import pytest
 import ref_interp
 import tile
 from backends.clike import CTarget, generate
+from backends.driver import compile_bound
 from backends.hal import Event, KernelInfo
 from backends.opencl import DeviceTypeError, OpenCLDevice, discover
 from backends.opencl.executor import CLBuffer, CLEvent
-from backends.runner import CompiledProgram
 from ref_interp.stripe_exec import run_stripe
 from tests.llvm_runner import buffer_names, lowered
 from tests.opencl_support import DEVICE_ID, assert_same, check, device, ints, requires_opencl, run
@@ -43,7 +43,7 @@ RNG = np.random.default_rng(5)
 
 def build(src: str, inputs: dict, settings: dict | None = None, dev=None):
     prog = tile.parse(src)
-    return CompiledProgram(bind(prog, input_types(prog, inputs)), dev or device(), settings)
+    return compile_bound(bind(prog, input_types(prog, inputs)), dev or device(), settings)
 
 
 # ----------------------------------------------------------------------------- devices

@@ -15,6 +15,7 @@ import ref_interp
 import tile
 from backends import registry
 from backends.clike import rowkernel
+from backends.driver import compile_bound
 from backends.runner import CompiledProgram
 from bench.gpu_reductions import SOFTMAX
 from stripe.config import TARGETS
@@ -37,7 +38,7 @@ def gpu_config(tmp_path_factory) -> str:
 def _compiled(src: str, shapes: dict, settings: dict) -> CompiledProgram:
     prog = tile.parse(src)
     ins = {k: np.zeros(v, np.float32) for k, v in shapes.items()}
-    return CompiledProgram(bind(prog, input_types(prog, ins)), registry.get(DEVICE_ID), settings)
+    return compile_bound(bind(prog, input_types(prog, ins)), registry.get(DEVICE_ID), settings)
 
 
 def _row_kernels(cp: CompiledProgram) -> list[str]:
@@ -123,5 +124,5 @@ def test_llvm_runs_a_row_program(tmp_path):
     got = tile.compile(src, "llvm_cpu.0", settings)({"X": x})["Y"]
     np.testing.assert_array_equal(got, ref_interp.run(src, {"X": x})["Y"])
     prog = tile.parse(src)
-    cp = CompiledProgram(bind(prog, input_types(prog, {"X": x})), registry.get("llvm_cpu.0"), settings)
+    cp = compile_bound(bind(prog, input_types(prog, {"X": x})), registry.get("llvm_cpu.0"), settings)
     assert _row_kernels(cp)

@@ -16,8 +16,9 @@ import pytest
 import ref_interp
 from backends.clike import generate
 from backends.clike.tiled import Tiles
+from backends.driver import compile_bound, config_for
 from backends.opencl.target import OpenCLTarget
-from backends.runner import CompiledProgram, device_config
+from backends.runner import CompiledProgram
 from backends.tune import with_choices
 from stripe.gemm_nest import read
 from tests.opencl_support import DEVICE_ID, check, device, ints, requires_opencl, run
@@ -35,7 +36,7 @@ CONV = """function (I[N, X, Y, CI], F[KX, KY, CI, CO]) -> (O) {
 
 def compiled(src: str, inputs: dict, settings: dict | None = None) -> CompiledProgram:
     prog = parse(src)
-    return CompiledProgram(bind(prog, input_types(prog, inputs)), device(), settings or {})
+    return compile_bound(bind(prog, input_types(prog, inputs)), device(), settings or {})
 
 
 def tiled_kernels(cp: CompiledProgram) -> int:
@@ -73,7 +74,7 @@ def test_output_transposed_swaps_roles():
     src = "function (A[M, K], B[K, N]) -> (C) { C[n, m : N, M] = +(A[m, k] * B[k, n]); }"
     prog = parse(src)
     a, b = np.zeros((40, 9), np.float32), np.zeros((9, 130), np.float32)
-    cp = CompiledProgram(bind(prog, input_types(prog, {"A": a, "B": b})), device(), {})
+    cp = compile_bound(bind(prog, input_types(prog, {"A": a, "B": b})), device(), {})
     k = max(cp.infos, key=lambda i: i.flops)
     g = read(k.block).gemm
     assert [ix.name for ix in g.n.idxs] == ["m"] and g.b.ref.source == "A"
@@ -168,7 +169,7 @@ def test_tile_choice_and_plain_c_target():
     prog = parse(MM)
     a = np.zeros((300, 8), np.float32)
     b = np.zeros((8, 40), np.float32)
-    cp = CompiledProgram(bind(prog, input_types(prog, {"A": a, "B": b})), device(), {})
+    cp = compile_bound(bind(prog, input_types(prog, {"A": a, "B": b})), device(), {})
     k = max(cp.infos, key=lambda i: i.flops)
     t = Tiles.of(read(k.block))
     units = sum(u.count for u in cp.config.hardware.exec_units.values())
@@ -186,7 +187,7 @@ def test_choices_are_other_tilings():
     same exact answer."""
     rng = np.random.default_rng(8)
     a, b = ints(rng, (70, 33)), ints(rng, (33, 45))
-    cfg = device_config(device())
+    cfg = config_for(device())
     names = set()
     for rank in (0, 1, 2, 5):
         settings = {"config": with_choices(cfg, {"tile_gemms": {"k1_C": rank}}), "cache": False}
@@ -264,7 +265,7 @@ def test_kernel_names_carry_the_tiles():
     """``backends.naming`` names a kernel before the generator chooses its tiles; the tiled kernel's
     symbol adds them (work-group tile, register block, K step), and so do profiles."""
     a, b = np.ones((300, 200), np.float32), np.ones((200, 260), np.float32)
-    cfg = device_config(device())
+    cfg = config_for(device())
     given = compiled(MM, {"A": a, "B": b}, {"config": with_choices(cfg, {"tile_gemms": {"k1_C": 0}})})
     k = max(given.infos, key=lambda i: i.flops)
     name = f"tile_k1_matmul_300x260x200_{Tiles.of(read(k.block)).suffix}"

@@ -10,9 +10,9 @@ import pytest
 
 import tile
 from backends import registry
+from backends.driver import compile_bound
 from backends.hal import HostBuffer
 from backends.naming import label
-from backends.runner import CompiledProgram
 from backends.zeroing import needs_zero
 from stripe.parser import parse_stripe
 from tests.opencl_support import DEVICE_ID as OPENCL
@@ -26,7 +26,7 @@ MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, 
 
 def compiled(src: str, inputs: dict, device: str = "llvm_cpu.0", settings: dict | None = None):
     prog = tile.parse(src)
-    return CompiledProgram(bind(prog, input_types(prog, inputs)), registry.get(device), settings)
+    return compile_bound(bind(prog, input_types(prog, inputs)), registry.get(device), settings)
 
 
 def program(kernel: str, out: str = "fp32(4:8, 8:1)") -> str:

@@ -15,6 +15,7 @@ import pytest
 
 import ref_interp
 from backends import registry
+from backends.driver import compile_bound
 from backends.runner import CompiledProgram
 from tests.llvm_runner import assert_same
 from tests.opencl_support import DEVICE_ID as OPENCL_DEVICE
@@ -49,7 +50,7 @@ def compiled(src: str, inputs: dict, dev_id: str, settings: dict) -> CompiledPro
     if dev_id is None or dev_id not in registry.devices():
         pytest.skip(f"{dev_id} is not available: {registry.unavailable()}")
     prog = parse(src)
-    return CompiledProgram(bind(prog, input_types(prog, inputs)), registry.get(dev_id), settings)
+    return compile_bound(bind(prog, input_types(prog, inputs)), registry.get(dev_id), settings)
 
 
 def specials(rng: np.random.Generator, shape, count: int) -> np.ndarray:

@@ -8,7 +8,7 @@ import pytest
 
 import tile
 from backends import registry
-from backends.runner import CompiledProgram, device_config
+from backends.driver import config_for
 from backends.tune import tune, with_choices
 from stripe.config import target_config
 from stripe.lower import lower
@@ -96,7 +96,7 @@ def test_choices_take_the_cost_models_runners_up():
     """``AutotileConfig.choices`` (the tuner's knob) changes the tiling, and nothing else; an
     empty one is the default behaviour."""
     dev = registry.get("llvm_cpu.0")
-    cfg = device_config(dev, {"config": "llvm_cpu_tiled"})
+    cfg = config_for(dev, {"config": "llvm_cpu_tiled"})
     lowered = lower(_bound(_feed()))
     default = optimize(lowered, cfg)
     assert optimize(lowered, with_choices(cfg, {"tile_contractions": {}})) == default
@@ -111,7 +111,7 @@ def test_without_an_autotiled_block_nothing_is_timed():
     bound = _bound(feed)
     dev = registry.get("llvm_cpu.0")
     cfg = target_config("llvm_cpu")
-    got = tune(CompiledProgram, bound, lower(bound), dev, cfg, {"tune": True, "cache": False})
+    got = tune(bound, dev, cfg, {"tune": True, "cache": False})
     if any(s.pass_ == "autotile" for s in cfg.passes):
         pytest.skip("the default llvm_cpu config autotiles now")
     assert got.trials == [] and all(not v for v in got.choices.values())
@@ -148,7 +148,7 @@ def test_a_device_knob_with_the_defaults_code_is_not_timed():
 
     bound = _bound(_feed())
     dev = Knobs(threads=1)
-    got = tune(CompiledProgram, bound, lower(bound), dev, device_config(dev), {"tune": True, "cache": False})
+    got = tune(bound, dev, config_for(dev), {"tune": True, "cache": False})
     codegen = [t for t in got.trials if t.step == "codegen"]
     assert [(t.rank, t.seconds is not None) for t in codegen] == [(0, True), (1, False)]
     assert codegen[1].error == "the same code as candidate 0" and got.settings == {}

@@ -108,7 +108,6 @@ class Executable:
     def _compiled_for(self, given: Mapping):
         """The program compiled for these inputs' shapes and dtypes (and size values): typed,
         keyed, and built at the first call that needs it."""
-        from tile.bind import bind
         from tile.inputs import input_types
         from tile.size_inputs import size_key, size_uses
 
@@ -121,16 +120,13 @@ class Executable:
         key += size_key(self._size_inputs, host)
         compiled = self._compiled.get(key)
         if compiled is None:
-            from backends import registry
-            from backends.program import ProgramDevice, ProgramRun
-            from backends.runner import CompiledProgram
-            from tile.tuples import check_assignments
+            from backends import driver, registry
 
-            bound = bind(self.program, types, host)
-            check_assignments(bound)  # what the interpreter refuses for these shapes, refused here too
-            device = registry.get(self.device)
-            build = ProgramRun if isinstance(device, ProgramDevice) else CompiledProgram
-            compiled = build(bound, device, self.settings)
+            bound = driver.bind_inputs(self.program, host)  # `=` checked from the shapes, as the
+            device = registry.get(self.device)  # interpreter checks it
+            settings, tuning = tuned(bound, device, self.settings)
+            compiled = driver.compile_bound(bound, device, settings)
+            compiled.tuning = tuning  # what the tuner timed and chose (None: not tuned)
             self._compiled[key] = compiled
         return compiled
 
@@ -144,6 +140,23 @@ class Executable:
                 hint="call the program first (on a compiled device, not 'interp')",
             )
         return self._last.profile()
+
+
+def tuned(bound, device, settings: dict) -> tuple[dict, object]:
+    """``settings`` with ``{"tune": True}`` made concrete: the config with the tuned tilings and
+    the code generator's tuned knobs (``backends.tune``, timed once and cached on disk), and the
+    ``Tuning`` (None where nothing was tuned)."""
+    from backends import driver
+    from backends.hal import Device
+    from backends.tune import tune, with_choices
+
+    if not settings.get("tune") or not settings.get("optimize", True) or not isinstance(device, Device):
+        return settings, None
+    config = driver.config_for(device, settings)
+    if config is None:
+        return settings, None
+    tuning = tune(bound, device, config, settings)
+    return {**settings, **tuning.settings, "config": with_choices(config, tuning.choices)}, tuning
 
 
 def stand_in(value: np.ndarray | Tensor) -> np.ndarray:
@@ -196,13 +209,8 @@ def compile(
     check_settings(settings)
     prog = parse(program) if isinstance(program, str) else program
     if device != "interp":
-        from backends import registry
-        from backends.program import ProgramDevice, stage_config
-        from backends.runner import device_config
+        from backends import driver, registry
 
-        dev = registry.get(device)  # fail now: an unknown device (a TileDeviceError), a bad config
-        if isinstance(dev, ProgramDevice):
-            stage_config(dev, settings)
-        else:
-            device_config(dev, settings)
+        # fail now: an unknown device (a TileDeviceError listing the ids), a bad config (located)
+        driver.check_config(registry.get(device), settings)
     return Executable(prog, device, settings)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 
 from tile.bind import bind_symbolic
 from tile.errors import TileDeviceError, TileError
@@ -55,9 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--emit", action="store_true", help="print the gradient program instead of running it")
     g.add_argument("--precision", choices=("native", "float64", "exact"), default="native")
     g.add_argument("--output", help="write grad_<Input> arrays to this .npz archive")
-    e = sub.add_parser("emit", help="print a program after a transform stage")
-    e.add_argument("file")
-    stages = ("tile", "reduced", "defracted", "flat", "flat-tile", "stripe", "optimized")
+    e = sub.add_parser(
+        "emit",
+        help="print a program after a transform stage, or (--stage config) a target config resolved",
+    )
+    e.add_argument("file", nargs="?", help="the .tile program (not needed for --stage config)")
+    stages = ("tile", "reduced", "defracted", "flat", "flat-tile", "stripe", "optimized", "config")
     e.add_argument("--stage", choices=stages, required=True)
     add_input_arguments(e, "an .npz archive giving the input shapes and dtypes")
     e.add_argument(
@@ -189,16 +191,13 @@ def cmd_run(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from backends import registry
-    from backends.runner import CompiledProgram, device_config
+    from backends import driver, registry
     from backends.tune import tune
-    from stripe.lower import lower
-    from tile.bind import bind
-    from tile.inputs import gather_inputs, input_types, load_npz
+    from tile.inputs import gather_inputs, load_npz
 
     program = parse_file(args.file)
     arrays = gather_inputs(program, load_npz(args.inputs) if args.inputs else {}, args.shape, args.seed)
-    bound = bind(program, input_types(program, arrays), arrays)
+    bound = driver.bind_inputs(program, arrays)
     try:
         device = registry.get(args.target)
     except TileDeviceError as e:
@@ -206,7 +205,7 @@ def cmd_tune(args) -> int:
         return 2
     settings = {"tune": True, "strict": args.strict, "tune_candidates": args.candidates,
                 "tune_refresh": args.retune, **({"config": args.config} if args.config else {})}
-    config = device_config(device, settings)
+    config = driver.config_for(device, settings) if hasattr(device, "compiler") else None
     if config is None:
         print(f"{args.target} compiles without an optimizer config: nothing to tune")
         return 0
@@ -215,7 +214,7 @@ def cmd_tune(args) -> int:
         took = f"{t.seconds * 1e3:.3f} ms" if t.seconds is not None else f"not timed: {t.error}"
         print(f"{t.step} {t.block}: candidate {t.rank} tiles {'x'.join(map(str, t.tiles))}: {took}")
 
-    tuning = tune(CompiledProgram, bound, lower(bound), device, config, settings, report)
+    tuning = tune(bound, device, config, settings, report)
     chosen = {f"{s}/{b}": rank for s, blocks in tuning.choices.items() for b, rank in blocks.items()}
     chosen.update(tuning.settings)  # the code generator's own knobs (Device.tuning_space)
     if not chosen:
@@ -228,56 +227,30 @@ def cmd_tune(args) -> int:
 
 
 def cmd_emit(args) -> int:
-    import numpy as np
-
-    from tile.bind import bind
-    from tile.dtypes import DType
+    from backends import driver
     from tile.inputs import gather_inputs, load_npz
-    from tile.transforms import apply_stage
-    from tile.transforms.emit import format_flat_program, format_stage
-    from tile.typed import TensorType
 
+    device = _present_device(args.target) if args.stage in ("optimized", "config") else None
+    if args.stage == "config":
+        print(driver.config_text(driver.emitted_config(args.target, device, args.config)), end="")
+        return 0
+    if args.file is None:
+        print(f"error: emit --stage {args.stage} needs a .tile file", file=sys.stderr)
+        return 2
     program = parse_file(args.file)
     given = load_npz(args.inputs) if args.inputs else {}
-    arrays = gather_inputs(program, given, args.shape)
-    types = {k: TensorType(DType.of(np.asarray(v).dtype), tuple(np.shape(v))) for k, v in arrays.items()}
-    bound = bind(program, types, arrays)
-    if args.stage == "stripe":
-        from stripe.lower import lower
-        from stripe.printer import format_block
-
-        print(format_block(lower(bound)))
-        return 0
-    if args.stage == "optimized":
-        return emit_optimized(bound, args)
-    if args.stage == "flat-tile":
-        print(format_flat_program(apply_stage(bound, "flat")), end="")
-        return 0
-    print(format_stage(apply_stage(bound, args.stage)), end="")
-    return 0
-
-
-def emit_optimized(bound, args) -> int:
-    from stripe.config import target_config
-    from stripe.lower import lower
-    from stripe.passes import optimize
-    from stripe.printer import format_block
-
-    if args.config:
-        from backends.runner import settings_config
-
-        config = settings_config(args.config)
-    else:
-        config = target_config(args.target)
-        device = _present_device(args.target)
-        if device is not None:
-            config = replace(config, hardware=device.hardware(config.hardware))
-    program = optimize(lower(bound), config, after=args.after, strict=args.strict)
-    print(format_block(program))
-    if args.report:
-        from stripe.cost import estimate
-
-        print(estimate(program, config.hardware).format())
+    bound = driver.bind_inputs(program, gather_inputs(program, given, args.shape), check=False)
+    text = driver.emit(
+        bound,
+        args.stage,
+        target=args.target,
+        device=device,
+        config=args.config,
+        after=args.after,
+        strict=args.strict,
+        report=args.report,
+    )
+    print(text, end="")
     return 0
 
 
@@ -349,7 +322,7 @@ def cmd_check(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if hasattr(args, "file"):
+        if getattr(args, "file", None) is not None:
             with open(args.file, encoding="utf-8"):
                 pass
     except OSError as e:

@@ -26,7 +26,7 @@ from stripe import cost
 from stripe.config import ConfigError
 from stripe.hardware import Hardware
 from stripe.ir import Block, Constant, Intrinsic, Load, LoadIndex, RefDir, Store
-from stripe.passes.registry import register
+from stripe.passes.registry import register, search_sites
 from stripe.passes.rewrite import Context, reads_writes, rewrite
 from stripe.passes.tiling import can_split, parent_sizes, split
 
@@ -217,6 +217,7 @@ def search(model: cost.TileModel, cfg: AutotileConfig, hw: Hardware):
     return price(best), [c for c in seen.values() if c is not None]
 
 
+@search_sites("autotile")
 def sites(program: Block, cfg: AutotileConfig, hw: Hardware) -> dict[str, list[cost.TileCost]]:
     """Each block this step would tile, by name, with its ``ranking``: what an autotuner can
     choose from (the program is left as it is)."""

@@ -61,7 +61,7 @@ from stripe.gemm_model import GemmModel, GemmTiles, index_tiles, k_tiles
 from stripe.hardware import Hardware
 from stripe.ir import Block, Dim, Index, Load, Location, RefDir, Refinement, Store, TensorShape
 from stripe.ir import dense_strides as _dense_strides
-from stripe.passes.registry import register
+from stripe.passes.registry import register, search_sites
 from stripe.passes.rewrite import Context, fresh, rewrite
 from tile.affine import Affine
 from tile.dtypes import DType
@@ -125,7 +125,7 @@ def pieces(idxs: tuple[Index, ...], tiles: dict[str, int], t: int, r: int, taken
 
 
 # ------------------------------------------------------------------------------ the pass
-@register("gemm_tile", GemmTileConfig)
+@register("gemm_tile", GemmTileConfig, kernel_tiling=True)
 def gemm_tile(program: Block, cfg: GemmTileConfig, hw: Hardware) -> Block:
     """Rewrites each matched kernel into the nest of the module docstring, with the tiles that
     ``GemmModel.ranking`` ranks first (or ``choices``' rank). Kernels it cannot match stay."""
@@ -172,6 +172,7 @@ def analyze(block: Block, parent: Block | None, cfg: GemmTileConfig) -> Gemm | N
     return g
 
 
+@search_sites("gemm_tile")
 def sites(program: Block, cfg: GemmTileConfig, hw: Hardware) -> dict[str, list[GemmTiles]]:
     """Each kernel this step would tile, by name, with its ranking (for ``backends.tune``)."""
     out: dict[str, list[GemmTiles]] = {}

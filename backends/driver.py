@@ -1,0 +1,196 @@
+"""The compile spine: the one place where a Tile program becomes something that runs.
+
+::
+
+    text ─ parse ─► ast.Program ─ bind (input shapes) ─► BoundProgram ─ lower ─► Stripe
+         ─ optimize (a target config) ─► Stripe ─ code generation (Device.compiler) ─► Library
+         ─► backends.runner.CompiledProgram (allocates, copies, runs)
+
+``tile.compile`` (``tile.api``), every command of ``python -m tile`` (``emit`` at each stage,
+``run``, ``tune``) and the conformance suite go through here; the runner only runs what this
+built, and the autotuner (``backends.tune``) builds its trial programs here. A whole-program
+device (``backends.hal.ProgramDevice``) takes the program as text at its stage instead
+(``backends.program.ProgramRun``).
+
+Which config a device compiles with (``config_for``) is decided here too: the settings' config
+or the device's own, its hardware model filled in from the device, and with ``tiled=False`` the
+steps of passes that tile kernels for the code generator (``PassInfo.kernel_tiling``) left out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+
+import numpy as np
+
+from backends.hal import Device, KernelInfo, ProgramDevice
+from backends.naming import label, work
+from backends.program import ProgramRun, stage_config
+from backends.runner import Build, CompiledProgram
+from stripe.config import TargetConfig, resolve_config, target_config
+from stripe.cost import estimate
+from stripe.ir import Block
+from stripe.lower import lower
+from stripe.passes import PASSES, optimize
+from stripe.printer import format_block
+from tile import ast
+from tile.bind import bind
+from tile.inputs import input_types
+from tile.parser import parse
+from tile.tuples import check_assignments
+from tile.typed import BoundProgram
+
+# what `emit` can show: the transform stages of tile.transforms, then Stripe and the config
+EMIT_STAGES = ("tile", "reduced", "defracted", "flat", "flat-tile", "stripe", "optimized", "config")
+
+
+def parse_program(program: str | ast.Program) -> ast.Program:
+    return parse(program) if isinstance(program, str) else program
+
+
+def bind_inputs(program: ast.Program, host: Mapping[str, np.ndarray], check: bool = True) -> BoundProgram:
+    """``program`` typed for these arrays' shapes and dtypes (0-D size inputs by value); with
+    ``check``, the single-writer rule of ``=`` checked from the shapes, as the interpreter checks
+    it (what runs must be refused alike; what is only printed need not)."""
+    bound = bind(program, input_types(program, host), host)
+    if check:
+        check_assignments(bound)
+    return bound
+
+
+def config_for(device: Device, settings: Mapping | None = None) -> TargetConfig | None:
+    """The optimizer config ``device`` compiles with: ``settings["config"]`` (a path or a built-in
+    config's name, such as ``opencl_gpu_tiled``) or the device's own (``Device.optimizer``; none
+    for a backend that names none), with the sizes the device reports filled into its hardware
+    model. ``tiled=False`` leaves out the steps that tile kernels for the code generator (GEMM
+    kernels then run one work-item per output element)."""
+    settings = settings or {}
+    config = resolve_config(settings.get("config"))
+    if config is None:
+        if not device.optimizer:
+            return None  # a backend with no optimizer config compiles the lowered program as it is
+        config = resolve_config(device.optimizer)
+    if settings.get("tiled", True) is False:
+        config = replace(config, passes=tuple(s for s in config.passes if not PASSES[s.pass_].kernel_tiling))
+    return replace(config, hardware=device.hardware(config.hardware))
+
+
+def optimized(
+    lowered: Block, config: TargetConfig | None, settings: Mapping | None = None, after: str | None = None
+) -> Block:
+    """``lowered`` after ``config``'s passes (up to the step ``after``); ``settings``: ``strict``
+    skips the passes that reorder aggregation, ``optimize=False`` skips them all."""
+    settings = settings or {}
+    if config is None or not settings.get("optimize", True):
+        return lowered
+    return optimize(lowered, config, after=after, strict=bool(settings.get("strict", False)))
+
+
+def kernels(program: Block) -> list[KernelInfo]:
+    """The kernels of an optimized program, in order: each top-level block of ``main``, with the
+    program buffers it uses, their dtypes, and its work (for names and ``TILE_DEBUG``)."""
+    buffers = {r.into: r.shape for r in program.refs}
+    infos = []
+    for k in program.stmts[0].stmts:
+        names = _buffer_names(k, buffers)
+        flops, nbytes = work(k, buffers, names)
+        infos.append(KernelInfo(label(k), k, names, tuple(buffers[n].dtype for n in names), flops, nbytes))
+    return infos
+
+
+def _buffer_names(kernel: Block, buffers: Mapping) -> tuple[str, ...]:
+    """The program buffers a kernel uses, in first-use order (its own scratch buffers excluded)."""
+    names: dict[str, None] = {}
+    for r in kernel.refs:
+        if (r.from_ or r.into) in buffers:
+            names.setdefault(r.from_ or r.into)
+    return tuple(names)
+
+
+def cache_bytes(hw) -> dict[str, int]:
+    """The sizes of the hardware model's ``L1`` and ``L2`` memories (one core's caches), where it
+    has them: what the LLVM CPU micro-kernel sizes its cache blocks from."""
+    return {n: hw.mem_bytes(n) for n in ("L1", "L2") if n in hw.mem_units}
+
+
+def build(bound: BoundProgram, device: Device, settings: Mapping | None = None) -> Build:
+    """Lower, optimize with ``config_for(device, settings)``, and generate code for ``device``."""
+    settings = dict(settings or {})
+    lowered = lower(bound)
+    config = config_for(device, settings)
+    program = optimized(lowered, config, settings)
+    infos = kernels(program)
+    caches = cache_bytes(config.hardware) if config is not None else {}
+    if caches:  # the CPU code generator fits its cache blocks to the config's caches
+        settings.setdefault("cache_bytes", caches)
+    start = time.perf_counter()
+    library = device.compiler.build(infos, settings)
+    return Build(lowered, config, program, infos, library, time.perf_counter() - start)
+
+
+def compile_bound(
+    bound: BoundProgram, device: Device | ProgramDevice, settings: Mapping | None = None
+) -> CompiledProgram | ProgramRun:
+    """``bound`` ready to run on ``device``: built and handed to the runner, or, for a
+    whole-program device, rendered at its stage."""
+    if isinstance(device, ProgramDevice):
+        return ProgramRun(bound, device, settings)
+    return CompiledProgram(bound, device, build(bound, device, settings), settings)
+
+
+def check_config(device: Device | ProgramDevice, settings: Mapping | None) -> None:
+    """Load the config ``settings`` names for ``device`` (a bad file fails here, located)."""
+    if isinstance(device, ProgramDevice):
+        stage_config(device, settings)
+    else:
+        config_for(device, settings)
+
+
+def emitted_config(target: str, device: Device | None = None, config: str | None = None) -> TargetConfig:
+    """The config ``emit`` optimizes with: ``config`` (a file or a built-in name), else the built-in
+    config of ``target``'s kind with the sizes ``device`` (when present) reports."""
+    if config:
+        return resolve_config(config)
+    cfg = target_config(target)
+    return replace(cfg, hardware=device.hardware(cfg.hardware)) if device is not None else cfg
+
+
+def config_text(cfg: TargetConfig) -> str:
+    """``cfg`` fully resolved, as a config file."""
+    from stripe.config import format_config  # (arrives with configs by composition)
+
+    return format_config(cfg)
+
+
+def emit(
+    bound: BoundProgram,
+    stage: str,
+    *,
+    target: str = "llvm_cpu.0",
+    device: Device | None = None,
+    config: str | None = None,
+    after: str | None = None,
+    strict: bool = False,
+    report: bool = False,
+) -> str:
+    """The program at ``stage`` (``EMIT_STAGES``) as text. ``optimized`` and ``config`` use
+    ``config`` (a file or a built-in name) or ``target``'s built-in config, with the sizes that
+    ``device`` (the device ``target`` names, when present) reports; ``report`` adds the cost
+    model's estimate per kernel of the optimized program."""
+    from tile.transforms import apply_stage
+    from tile.transforms.emit import format_flat_program, format_stage
+
+    if stage == "flat-tile":
+        return format_flat_program(apply_stage(bound, "flat"))
+    if stage not in ("stripe", "optimized", "config"):
+        return format_stage(apply_stage(bound, stage))
+    if stage == "stripe":
+        return format_block(lower(bound)) + "\n"
+    cfg = emitted_config(target, device, config)
+    if stage == "config":
+        return config_text(cfg)
+    program = optimized(lower(bound), cfg, {"strict": strict}, after)
+    text = format_block(program) + "\n"
+    return text + estimate(program, cfg.hardware).format() + "\n" if report else text
