@@ -1,8 +1,8 @@
 """One Stripe kernel as a C-like function body: work-items over the owned indexes, loops over the rest.
 
 A kernel's work-item ``gid`` (``0 <= gid < work_items``) fixes the values of its *owned* indexes
-(``backends.llvm.schedule.plan``: every written element belongs to exactly one value of them, so
-work-items never race), the one of smallest output stride varying fastest. Inside, the other
+(``stripe.ownership``: every written element belongs to exactly one value of them, so work-items
+never race), the one of smallest output stride varying fastest. Inside, the other
 indexes loop in Stripe order, so every element receives its writes in the interpreter's
 (row-major) order; a kernel owning no index is one work-item running every point in order.
 
@@ -33,7 +33,6 @@ from backends.clike.target import CTarget, Value, wrap
 from backends.clike.tiled import GemmEmitter, Tiles
 from backends.clike.views import View
 from backends.hal import KernelInfo, kernel_symbol
-from backends.llvm.schedule import plan
 from stripe.gemm_nest import read
 from stripe.ir import (
     AGG_OPS,
@@ -49,6 +48,7 @@ from stripe.ir import (
     block_error,
     where,
 )
+from stripe.ownership import owned_indexes
 from stripe.scope import Scope, check_access_rank, missing_parent
 from tile.affine import Affine
 from tile.dtypes import DType
@@ -162,7 +162,7 @@ class KernelEmitter:
             views = {r.into: self.view(block, r, {}, None) for r in block.refs}
             work = emit_special(self, block.stmts[0], views, where(block), parallel=True)
         else:
-            owned = plan(block, tuple(self.info.buffers), 1).owned
+            owned = owned_indexes(block, tuple(self.info.buffers))
             vals, work = self.work_items(owned)
             hoist = self.hoistable(owned)
             around = (lambda: self.open_accumulators(hoist, vals), self.close_accumulators)

@@ -1,14 +1,9 @@
 """``thread``: map a block onto a GPU, its work-groups and the work-items of one work-group.
 
-Only an index that the output **owns** may be spread over work-items or work-groups: the rule of
-``backends/llvm/schedule.py``, restated here because ``stripe`` may not import a backend. For every
-buffer the block writes, every store's element offset (an affine of the block's and nested blocks'
-indexes, through the chain of views) must have the same non-zero coefficient ``c`` for the index
-and the same coefficients for the indexes owned before it, and ``|c|`` must exceed the spread of
-the rest (every other index over its range, and the constants). Owned indexes are found greedily,
-in index order. Two points that write one element then agree on every owned index, so running
-different owned values at once never races, and the order in which one element receives its
-values (the not-owned indexes, in Stripe order) is the interpreter's: the pass does not reorder.
+Only an index that the output **owns** (``stripe.ownership``: points that write one element
+agree on every owned index) may be spread over work-items or work-groups: running different owned
+values at once never races, and the order in which one element receives its values (the
+not-owned indexes, in Stripe order) is the interpreter's: the pass does not reorder.
 
 Shapes produced (``gpu_group`` / ``gpu_thread`` stand for ``outer_set`` / ``inner_set``):
 
@@ -21,8 +16,8 @@ Shapes produced (``gpu_group`` / ``gpu_thread`` stand for ``outer_set`` / ``inne
   outer block becomes the ``gpu_group``, the inner one the ``gpu_thread`` when its owned product
   fits; otherwise the inner block is split again and the middle block is a loop every work-item
   runs (``split_through`` keeps the passthroughs a split with remainders left in the leaf). An
-  index split in two by autotile is judged whole (see ``Ownership``), so partial tiles do not
-  hide that the output owns it.
+  index split in two by autotile is judged whole (``stripe.ownership``'s split indexes), so
+  partial tiles do not hide that the output owns it.
 
 Attrs say what the OpenCL generator needs: ``threads`` (work-items per group: the product of the
 thread indexes' ranges) and ``thread_idxs`` (comma-separated) on the ``gpu_thread`` block, and
@@ -34,10 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from stripe.hardware import Hardware
-from stripe.ir import Block, Dim, Index, RefDir, Special, Store
+from stripe.ir import Block, Index, RefDir, Special
+from stripe.ownership import NotAnalysable, Ownership
 from stripe.passes.registry import register
 from stripe.passes.rewrite import Context, rewrite
-from stripe.passes.tiling import can_split, split
+from stripe.passes.tiling import can_split, parent_sizes, split
 from tile.affine import Affine
 
 
@@ -82,14 +78,26 @@ def thread(program: Block, cfg: ThreadConfig, hw: Hardware) -> Block:
     return rewrite(program, fn, cfg.reqs)
 
 
+def _ownership(block: Block, parent: Block | None) -> Ownership | None:
+    """Who owns what in ``block`` and its nested blocks, split indexes judged whole; its
+    refinements count in the strides of the parent's views they refine (None: not analysable)."""
+    views = {r.into: r.shape.dims for r in parent.refs} if parent is not None else {}
+    try:
+        return Ownership(block, {r.source: views.get(r.source) for r in block.refs}, tiles=True)
+    except NotAnalysable:
+        return None
+
+
 def _map_leaf(block: Block, parent: Block | None, threads: int, group_tags, thread_tags) -> Block | None:
-    analysis = Ownership(block, parent)
+    analysis = _ownership(block, parent)
+    if analysis is None:
+        return None
     owned = [ix.name for ix in block.idxs if analysis.owns(0, ix.name)]
     if not owned:
         return None
     tiles = _thread_tiles(block, owned, analysis, 0, threads)
     out = split(
-        block, tiles, outer_tags=group_tags, inner_tags=thread_tags, parent_sizes=_sizes(block, parent)
+        block, tiles, outer_tags=group_tags, inner_tags=thread_tags, parent_sizes=parent_sizes(block, parent)
     )
     inner = _thread_attrs(out.stmts[0], owned)
     return replace(out, stmts=(inner,), attrs=out.attrs + (("group_idxs", ",".join(owned)),))
@@ -97,7 +105,9 @@ def _map_leaf(block: Block, parent: Block | None, threads: int, group_tags, thre
 
 def _map_pair(block: Block, parent: Block | None, threads: int, group_tags, thread_tags) -> Block | None:
     leaf = block.stmts[0]
-    analysis = Ownership(block, parent)
+    analysis = _ownership(block, parent)
+    if analysis is None:
+        return None
     owned = [ix.name for ix in leaf.idxs if ix.affine is None and analysis.owns(1, ix.name)]
     if not owned:
         return None
@@ -110,7 +120,7 @@ def _map_pair(block: Block, parent: Block | None, threads: int, group_tags, thre
         inner = _thread_attrs(replace(leaf, tags=leaf.tags | thread_tags), owned)
     else:
         tiles = _thread_tiles(leaf, owned, analysis, 1, threads)
-        middle = split_through(leaf, tiles, thread_tags, _sizes(leaf, block))
+        middle = split_through(leaf, tiles, thread_tags, parent_sizes(leaf, block))
         if middle is None:
             return None
         inner = replace(middle, stmts=(_thread_attrs(middle.stmts[0], owned),))
@@ -178,13 +188,6 @@ def _thread_tiles(
     return tiles
 
 
-def _sizes(block: Block, parent: Block | None) -> dict[str, tuple[int, ...]]:
-    if parent is None:
-        return {}
-    views = {r.into: r for r in parent.refs}
-    return {r.into: views[r.source].shape.sizes for r in block.refs if r.source in views}
-
-
 def _no_locals(block: Block, parent: Block | None) -> bool:
     names = {r.into for r in parent.refs} if parent is not None else set()
     return all(r.dir is not RefDir.NONE or r.source in names for r in block.refs)
@@ -198,118 +201,3 @@ def _is_leaf(block: Block, parent: Block | None, need_split: bool = True) -> boo
     if not block.idxs or any(isinstance(s, (Block, Special)) for s in block.stmts):
         return False
     return _no_locals(block, parent)
-
-
-# ------------------------------------------------------------------------------ ownership
-class Ownership:
-    """Which indexes of a block (depth 0) and of the blocks nested in it (depth 1, ...) the
-    output owns (see the module docstring).
-
-    A split index (tile number ``V`` outside, ``v`` of range ``t`` inside, with the same name) is
-    judged as the one index ``w = t*V + v`` when every write uses it so (``c_V = t * c_v``), with
-    the range the split's remainder constraint ``r - 1 - t*V - v >= 0`` leaves: a partial last
-    tile would otherwise seem to overlap the next row. ``w`` owned makes both owned, because
-    ``0 <= v < t`` gives ``V`` and ``v`` from ``w``. (Used on a leaf or an outer/inner pair, where
-    every store is in the innermost block, so every constraint limits every write.)"""
-
-    def __init__(self, block: Block, parent: Block | None):
-        self.ranges: dict[str, int] = {}
-        self.keys: dict[tuple[int, str], str] = {}  # (depth, index name) -> variable
-        self.writes: dict[str, list[Affine]] = {}  # buffer -> offsets
-        self.constraints: list[Affine] = []
-        views = {r.into: r.shape.dims for r in parent.refs} if parent is not None else {}
-        top = {r.source: (r.source, Affine(), views.get(r.source)) for r in block.refs}
-        self._visit(block, {}, top, 0)
-        self.members = {key: (key,) for key in self.ranges}  # variable -> the keys it stands for
-        self.var_ranges = dict(self.ranges)
-        self.offsets = {buf: list(ws) for buf, ws in self.writes.items()}
-        self._merge_tiles()
-        self.owned: list[str] = []
-        grew = True
-        while grew:
-            grew = False
-            for var in self.var_ranges:
-                if var not in self.owned and self._owns(var):
-                    self.owned.append(var)
-                    grew = True
-                    break
-        self.owned_keys = {k for var in self.owned for k in self.members[var]}
-
-    def owns(self, depth: int, name: str) -> bool:
-        return self.keys.get((depth, name)) in self.owned_keys
-
-    def stride(self, depth: int, name: str) -> int:
-        key = self.keys[(depth, name)]
-        return max((abs(int(o.coeff(key))) for ws in self.writes.values() for o in ws), default=0)
-
-    def _visit(self, block: Block, env: dict[str, Affine], parents: dict, depth: int) -> None:
-        """``parents``: per name a ref of ``block`` may refine, (buffer, base offset, dims whose
-        strides its access uses); a dims of None means the ref's own (a top-level view)."""
-        own: dict[str, Affine] = {}
-        for ix in block.idxs:
-            key = f"{depth}.{len(self.ranges)}/{ix.name}"
-            self.ranges[key] = ix.range
-            self.keys.setdefault((depth, ix.name), key)
-            start = Affine() if ix.affine is None else ix.affine.substitute(env)
-            own[ix.name] = start + Affine.var(key)
-        self.constraints.extend(c.substitute(own) for c in block.constraints)
-        views: dict[str, tuple[str, Affine, tuple[Dim, ...]]] = {}
-        for r in block.refs:
-            if r.source not in parents:
-                continue  # a local allocation: private to its point
-            buf, base, dims = parents[r.source]
-            dims = dims if dims is not None else r.shape.dims
-            for a, d in zip(r.access, dims):
-                base = base + a.substitute(own) * d.stride
-            views[r.into] = (buf, base, r.shape.dims)
-        for s in block.stmts:
-            if isinstance(s, Store) and s.into in views:
-                buf, base, _ = views[s.into]
-                self.writes.setdefault(buf, []).append(base)
-            elif isinstance(s, Block):
-                self._visit(s, own, views, depth + 1)
-
-    def _merge_tiles(self) -> None:
-        for (depth, name), a in list(self.keys.items()):
-            b = self.keys.get((depth + 1, name))
-            if b is None or a not in self.var_ranges or b not in self.var_ranges:
-                continue
-            t = self.ranges[b]
-            every = [o for ws in self.offsets.values() for o in ws]
-            if any(o.coeff(a) != t * o.coeff(b) for o in every):
-                continue
-            bound = t * self.ranges[a]
-            for c in self.constraints:
-                live = {v: k for v, k in c.terms if self.ranges.get(v, 0) > 1}
-                if live == {a: -t, b: -1}:
-                    bound = min(bound, int(c.const) + 1)
-            var = f"{a}+{b}"
-            self.members[var] = (a, b)
-            self.var_ranges = {
-                (var if u == a else u): (max(bound, 1) if u == a else r)
-                for u, r in self.var_ranges.items()
-                if u != b
-            }
-            env = {a: Affine(), b: Affine.var(var)}
-            self.offsets = {buf: [o.substitute(env) for o in ws] for buf, ws in self.offsets.items()}
-
-    def _owns(self, v: str) -> bool:
-        fixed = {v, *self.owned}
-        for offsets in self.offsets.values():
-            c = offsets[0].coeff(v)
-            if c == 0:
-                return False
-            if any(len({o.coeff(u) for o in offsets}) != 1 for u in fixed):
-                return False
-            lo = hi = None
-            for o in offsets:
-                olo = ohi = o.const
-                for u, cu in o.terms:
-                    if u not in fixed:
-                        span = cu * (self.var_ranges[u] - 1)
-                        olo, ohi = olo + min(0, span), ohi + max(0, span)
-                lo = olo if lo is None else min(lo, olo)
-                hi = ohi if hi is None else max(hi, ohi)
-            if abs(c) <= hi - lo:
-                return False
-        return True
