@@ -100,7 +100,7 @@ class ProgramRun:
                 None,
                 hint="pass numpy arrays and use the returned arrays",
             )
-        arrays = {r: np.ascontiguousarray(inputs[r]) for r, _ in self.bound.inputs}
+        arrays = {r: np.asarray(inputs[r], order="C") for r, _ in self.bound.inputs}  # (0-D stays 0-D)
         start = time.perf_counter()
         got = self.device.execute(self.text, arrays, self.outputs)
         self._last = time.perf_counter() - start

@@ -136,6 +136,7 @@ def test_zero_dim_and_empty_arrays_keep_their_shapes(compiled_id):
     dtypes = {"O": tile.dtypes.DType.FLOAT32, "T": tile.dtypes.DType.FLOAT32, "F": tile.dtypes.DType.INT32}
     got = registry.get(target).execute(src, x, {k: (dtypes[k], shapes[k]) for k in shapes})
     assert_same(got, tile.compile(src, "interp")(x))
+    assert_same(tile.compile(src, target)(x), tile.compile(src, "interp")(x))  # through ProgramRun too
 
 
 @needs_llvm
