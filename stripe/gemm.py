@@ -16,12 +16,13 @@ The analysis the optimizer (``stripe.passes.gemm_tile``) and the code generators
   kernel's index names: for a fused kernel the outer and inner accesses added) and ``leaf`` (the
   refinement the load or store names: ``ref`` itself, or the fused contraction's inner one).
 * ``Group``: ``idxs`` (flattened, the last fastest), ``total``, ``names``.
-* ``element_offset(ref)``, ``FLOATS``, ``MIN_SIDE``.
+* ``element_offset(ref)`` (``stripe.roles``), ``FLOATS``, ``MIN_SIDE``.
 
 A kernel matches when it is one flat block ``O[out] += X[a] * Y[b]`` of one float type (float32 or
 float64): statements exactly ``load, load, mul, store`` with the store's refinement ``agg_op``
 ``add``, every refinement a view of a kernel buffer, every access affine and integral. Its indexes
-then fall into four groups (the implicit-GEMM view of any contraction, convolutions included):
+then fall into four groups (the implicit-GEMM view of any contraction, convolutions included),
+the output and reduction indexes of ``stripe.roles`` with the outputs split by the operands:
 
 * **M**: output indexes only the first operand uses, **N**: output indexes only the second uses,
 * **batch**: output indexes both use, **K**: the indexes the output does not use (the reduction).
@@ -44,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stripe.ir import Block, Index, Intrinsic, Load, RefDir, Refinement, Special, Store
+from stripe.roles import element_offset, offset, one_to_one, roles, stride
 from tile.affine import Affine
 from tile.dtypes import DType
 
@@ -95,33 +97,6 @@ class Gemm:
     epilogue: tuple[Block, Refinement] | None = None  # fused: the kernel block, its accumulator
 
 
-def element_offset(r: Refinement) -> Affine | None:
-    """The element offset of a kernel-level refinement as one affine (None: not integral)."""
-    out = Affine.constant(0)
-    for a, d in zip(r.access, r.shape.dims):
-        if not a.is_integral:
-            return None
-        out = out + a * d.stride
-    return out
-
-
-def _stride(aff: Affine, name: str) -> int:
-    return abs(int(aff.coeff(name)))
-
-
-def one_to_one(offset: Affine, idxs: tuple[Index, ...]) -> bool:
-    """Whether ``offset`` takes a different value at every point of the box of ``idxs`` (those of
-    range 1 aside): sorted by stride, each stride exceeds the span of the smaller ones. A
-    sufficient test, which every dense output passes."""
-    span = 0
-    for ix in sorted((ix for ix in idxs if ix.range > 1), key=lambda ix: _stride(offset, ix.name)):
-        s = _stride(offset, ix.name)
-        if s <= span:
-            return False
-        span += s * (ix.range - 1)
-    return True
-
-
 def _body(block: Block) -> tuple[Refinement, Refinement, Refinement, DType] | None:
     """``load X, load Y, mul, store O`` of one float type: the refinements X, Y, O and the type."""
     st = block.stmts
@@ -167,20 +142,17 @@ def match(block: Block, buffers: tuple[str, ...], buffer_dtypes: dict[str, DType
         return None
     if any(r.source not in buffers or buffer_dtypes.get(r.source) is not dt for r in (first, second, out)):
         return None
-    offs = [element_offset(r) for r in (first, second, out)]
-    if any(o is None for o in offs):
+    rl = roles(block, out.into, {r.into: r.shape.dims for r in block.refs})
+    if rl is None:
         return None
-    fa, fb, fo = offs
-    outs = frozenset(fo.vars)
-    if not one_to_one(fo, tuple(ix for ix in block.idxs if ix.name in outs)):
-        return None
+    fa, fb, fo = (rl.offsets[r.into] for r in (first, second, out))
     return _group(
         dt,
-        block.idxs,
+        rl.outputs,
+        rl.reductions,
         block.constraints,
         (first, fa, first.access, first),
         (second, fb, second.access, second),
-        outs,
         fo,
         Operand(out, fo, (), out.access, out),
         reorder,
@@ -221,52 +193,46 @@ def _fused(block: Block, buffers, buffer_dtypes, reorder: bool):
         parent = outer.get(r.source)
         if parent is None or parent.source not in buffers or buffer_dtypes.get(parent.source) is not dt:
             return None
-        po = element_offset(parent)
-        io = Affine.constant(0)
-        for a, d in zip(r.access, parent.shape.dims):
-            if not a.is_integral:
-                return None
-            io = io + a.substitute(subst) * d.stride
-        if po is None or len(r.access) != len(parent.shape.dims):
+        po, io = element_offset(parent), offset(r.access, parent.shape.dims)
+        if po is None or io is None or len(r.access) != len(parent.shape.dims):
             return None
         access = tuple(p + a.substitute(subst) for p, a in zip(parent.access, r.access))
-        ops.append((parent, po + io, access, r))
+        ops.append((parent, po + io.substitute(subst), access, r))
     writes = {s.into for s in epilogue if isinstance(s, Store)}
     if {outer[w].source for w in writes if w in outer} & {first.source, second.source}:
         return None
-    names = frozenset(ix.name for ix in block.idxs)
     stores = [element_offset(outer[w]) for w in writes if w in outer and outer[w].source in buffers]
     if not writes <= set(outer) or any(o is None or not one_to_one(o, block.idxs) for o in stores):
         return None  # each point of the block must write its own elements
     order = stores[0] if stores and stores[0] is not None else Affine.constant(0)
     cons = tuple(c.substitute(subst) for c in inner.constraints) + block.constraints
-    idxs = block.idxs + tuple(kidx)
-    return _group(dt, idxs, cons, ops[0], ops[1], names, order, None, reorder, (block, local))
+    return _group(dt, block.idxs, tuple(kidx), cons, ops[0], ops[1], order, None, reorder, (block, local))
 
 
-def _group(dt, idxs, constraints, a, b, outs, order: Affine, out, reorder, epilogue=None) -> Gemm | None:
-    """Sort the indexes into M, N, batch and K and the constraints into guards (module docstring);
-    ``order`` is the output's element offset (its strides order M and N)."""
+def _group(dt, outs, reductions, constraints, a, b, order: Affine, out, reorder, epilogue=None):
+    """Sort the output indexes ``outs`` into M, N and batch by the operands that use them (the
+    ``reductions`` are K) and the constraints into guards (module docstring); ``order`` is the
+    output's element offset (its strides order M and N)."""
     (first, fa, xa, la), (second, fb, xb, lb) = a, b
-    m = [ix for ix in idxs if ix.name in outs and ix.name in fa.vars and ix.name not in fb.vars]
-    n = [ix for ix in idxs if ix.name in outs and ix.name in fb.vars and ix.name not in fa.vars]
-    bt = [ix for ix in idxs if ix.name in outs and ix.name in fa.vars and ix.name in fb.vars]
-    k = [ix for ix in idxs if ix.name not in outs]
+    m = [ix for ix in outs if ix.name in fa.vars and ix.name not in fb.vars]
+    n = [ix for ix in outs if ix.name in fb.vars and ix.name not in fa.vars]
+    bt = [ix for ix in outs if ix.name in fa.vars and ix.name in fb.vars]
+    k = list(reductions)
     if len(m) + len(n) + len(bt) != len(outs):
         return None  # an output index neither operand reads (a broadcast) does not fit
     if min(Group(tuple(m)).total, Group(tuple(n)).total) < MIN_SIDE:
         return None  # a matrix-vector product: the lanes of split_reduction serve it better
 
     def fastest(grp: list[Index]) -> int:
-        return min((_stride(order, ix.name) for ix in grp), default=1 << 62)
+        return min((stride(order, ix.name) for ix in grp), default=1 << 62)
 
     # N holds the output's contiguous index, so consecutive work-items store consecutive elements
     if fastest(m) < fastest(n):
         m, n, first, second, fa, fb, xa, xb, la, lb = n, m, second, first, fb, fa, xb, xa, lb, la
     for grp in (m, n, bt):
-        grp.sort(key=lambda ix: -_stride(order, ix.name))
+        grp.sort(key=lambda ix: -stride(order, ix.name))
     if reorder:
-        k.sort(key=lambda ix: -_stride(fa, ix.name))
+        k.sort(key=lambda ix: -stride(fa, ix.name))
     mn, nn, kn = ({ix.name for ix in g} for g in (m, n, k))
     ga, gb, gs = [], [], []
     for c in constraints:
@@ -282,7 +248,7 @@ def _group(dt, idxs, constraints, a, b, outs, order: Affine, out, reorder, epilo
         else:
             ga.append(c)
             gb.append(c)
-    starts = {ix.name: int(ix.affine.const) if ix.affine is not None else 0 for ix in idxs}
+    starts = {ix.name: int(ix.affine.const) if ix.affine is not None else 0 for ix in (*outs, *reductions)}
     return Gemm(
         dt,
         Operand(first, fa, tuple(ga), xa, la),

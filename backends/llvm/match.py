@@ -2,12 +2,14 @@
 
 ``analyse`` is pure: it reads a leaf block and the dims and buffer types of what its refinements
 refine, and names the vector index, the row index, the other owned indexes and the reductions
-(see ``microkernel``'s docstring for the rule). ``VectorConfig`` is what the host and the
-precision policy allow. Also pure, for the code generator around it: ``panel_split`` (threads
-over a matmul's panels rather than its rows), ``cache_blocks`` (the K and N blocks that fit L1
-and L2) and ``covers`` (whether a kernel writes every element of its output, so that its zero
-fill may be skipped) and ``from_nest`` (an optimizer's ``gemm_tile`` nest as a flat GEMM and its
-cache tiles).
+(see ``microkernel``'s docstring for the rule): the output and reduction indexes are those of
+``stripe.roles``, the analysis the GEMM view (``stripe.gemm``) builds on; what is its own here is
+the form of the statements it takes and the choice of the vector and row indexes.
+``VectorConfig`` is what the host and the precision policy allow. Also pure, for the code
+generator around it: ``panel_split`` (threads over a matmul's panels rather than its rows),
+``cache_blocks`` (the K and N blocks that fit L1 and L2) and ``covers`` (whether a kernel writes
+every element of its output, so that its zero fill may be skipped) and ``from_nest`` (an
+optimizer's ``gemm_tile`` nest as a flat GEMM and its cache tiles).
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from backends.llvm.schedule import Schedule
-from stripe.gemm import match, one_to_one
+from stripe.gemm import match
 from stripe.gemm_nest import read as read_nest
 from stripe.ir import Block, Dim, Intrinsic, Load, RefDir, Store
-from tile.affine import Affine
+from stripe.roles import roles
 from tile.dtypes import DType
 
 AGGS = ("add", "max", "min")  # max/min: the scalar code's NaN-wins select, lane-wise
@@ -100,29 +102,22 @@ def analyse(
                 return None
         else:
             return None
-    names = [ix.name for ix in block.idxs]
-    coefs: dict[str, tuple[int, ...]] = {}
     for r in block.refs:
         if r.into not in parent_dims or (r.dir is RefDir.NONE and r.from_ is None):
             return None
-        dims = parent_dims[r.into]
-        if len(r.access) != len(dims) or buf_dtypes[r.into] is not r.shape.dtype:
+        if buf_dtypes.get(r.into) is not r.shape.dtype:
             return None
         dtype = dtype or r.shape.dtype
         if r.shape.dtype is not dtype or dtype not in (DType.FLOAT32, DType.FLOAT64):
             return None
-        if any(not a.is_integral or not set(a.vars) <= set(names) for a in r.access):
-            return None
-        coefs[r.into] = tuple(int(sum(a.coeff(n) * d.stride for a, d in zip(r.access, dims))) for n in names)
-    if out not in coefs or block.ref(out).agg_op not in AGGS:
+    rl = roles(block, out, parent_dims)  # None too when two output points might write one element
+    if rl is None or block.ref(out).agg_op not in AGGS:
         return None
-    free = [k for k, ix in enumerate(block.idxs) if ix.range > 1]
+    names = [ix.name for ix in block.idxs]
+    coefs = rl.coefs(block.idxs)
     oc = coefs[out]
-    owned = [k for k in free if oc[k] != 0]
-    red = tuple(k for k in free if oc[k] == 0)
-    offset = sum((Affine.var(names[k]) * oc[k] for k in owned), Affine.constant(0))
-    if not one_to_one(offset, tuple(block.idxs[k] for k in owned)):
-        return None  # two owned points might write one element (the GEMM analysis' test)
+    owned = [names.index(ix.name) for ix in rl.outputs if ix.range > 1]
+    red = tuple(names.index(ix.name) for ix in rl.reductions if ix.range > 1)
     in_cons = {v for c in block.constraints for v in c.vars}
     vs = [k for k in owned if oc[k] == 1 and names[k] not in in_cons]
     if not vs or (bounded is not None and bounded in red):
