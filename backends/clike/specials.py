@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from backends.clike.ops import binary, float_fn
-from backends.llvm.specials import TAUS88
+from backends.prng import TAUS88
 from ref_interp.prng import SCALE
 from stripe.ir import Special
 from stripe.specials import BACKEND, Checked, check, identity

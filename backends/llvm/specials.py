@@ -19,6 +19,7 @@ from llvmlite import ir
 from backends.llvm.intrinsics import binary, float_fn
 from backends.llvm.loops import View, for_box, for_range, unravel
 from backends.llvm.scalars import I64, Emitter, i64, reg_type
+from backends.prng import TAUS88
 from ref_interp.prng import SCALE
 from stripe.ir import Special
 from stripe.specials import BACKEND, Checked, check, identity
@@ -144,10 +145,6 @@ def _softmax(em: Emitter, sp: Checked[View]) -> None:
         for_range(em, i64(0), i64(cols), out)
 
     for_range(em, i64(0), i64(rows), per_row)
-
-
-# taus88, per component: (mask, mask shift left, feedback shift left, shift right)
-TAUS88 = ((0xFFFFFFFE, 12, 13, 19), (0xFFFFFFF8, 4, 2, 25), (0xFFFFFFF0, 17, 3, 11))
 
 
 def _prng(em: Emitter, sp: Checked[View]) -> None:
