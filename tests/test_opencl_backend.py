@@ -22,6 +22,7 @@ import pytest
 import ref_interp
 import tile
 from backends.clike import CTarget, generate
+from backends.clike.helpers import helper_source
 from backends.driver import compile_bound
 from backends.hal import Event, KernelInfo
 from backends.opencl import DeviceTypeError, OpenCLDevice, discover
@@ -375,7 +376,7 @@ def test_the_clike_emission_is_plain_c_too(tmp_path):
     infos = [KernelInfo(k.name, k, buffer_names(k, roots)) for k in program.stmts[0].stmts]
     t = CTarget()
     kernels = generate(t, infos, {r.into: r.shape.dtype.value for r in program.refs})
-    text = "\n\n".join(["\n".join(t.header()), *t.helper_source(), *(k.text for k in kernels)])
+    text = "\n\n".join(["\n".join(t.header()), *helper_source(t), *(k.text for k in kernels)])
     (tmp_path / "k.c").write_text(text)
     lib = tmp_path / "k.so"
     subprocess.run(

@@ -12,12 +12,8 @@ A target may replace any of them with ``helper_text`` (OpenCL has ``vload_half``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from backends.clike.target import CTarget
 from tile.dtypes import DType
-
-if TYPE_CHECKING:
-    from backends.clike.target import CTarget
 
 # definition order: a helper only calls those before it
 ORDER = ("tile_bits_f", "tile_bits_d", "tile_h2f", "tile_f2h", "tile_rh", "tile_rhd", "tile_f2l", "tile_d2l")

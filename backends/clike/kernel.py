@@ -2,9 +2,9 @@
 
 A kernel's work-item ``gid`` (``0 <= gid < work_items``) fixes the values of its *owned* indexes
 (``stripe.ownership``: every written element belongs to exactly one value of them, so work-items
-never race), the one of smallest output stride varying fastest. Inside, the other
-indexes loop in Stripe order, so every element receives its writes in the interpreter's
-(row-major) order; a kernel owning no index is one work-item running every point in order.
+never race), the one of smallest output stride varying fastest. Inside, the other indexes loop
+in Stripe order, so every element receives its writes in the interpreter's (row-major) order; a
+kernel owning no index is one work-item running every point in order.
 
 A block runs, per point (``stripe.ir`` semantics): index values ``start + counter``; constraints
 ``affine >= 0`` as guards at the shallowest loop that binds their indexes; refinements as element
@@ -13,27 +13,22 @@ buffer, whose element type comes from ``KernelInfo.buffer_dtypes``); then its st
 A refinement naming nothing of its parent (dir none, no ``from_``) is a zero-filled private array
 per point (holding registers). Stores go through the refinement's ``agg_op`` in the buffer's type.
 An output element that only the owned indexes choose is accumulated in a register (``hoistable``).
-A kernel that is one ``Special`` runs it in parallel where it can (``specials``). On a target with
-work-groups (OpenCL), a GEMM-shaped contraction, with or without a fused epilogue, is emitted by
-``tiled`` instead (``contraction.match`` decides; the setting ``tiled=False`` keeps this path), and
-a ``split_reduction`` combine tagged ``split_combine`` by ``groupreduce`` (a work-group tree), and
-a ``row_fusion`` row program by ``rowkernel`` (a work-group per row).
+A kernel that is one ``Special`` runs it in parallel where it can (``specials``). The other forms
+a kernel may take on a target with work-groups emit their statements through this emitter too
+(``program`` chooses).
 """
 
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from backends.clike import groupreduce, rowkernel
 from backends.clike.ops import binary, intrinsic
 from backends.clike.specials import emit_special
 from backends.clike.target import CTarget, Value, wrap
-from backends.clike.tiled import GemmEmitter, Tiles
 from backends.clike.views import View
+from backends.clike.writer import CodeWriter
 from backends.hal import KernelInfo, kernel_symbol
-from stripe.gemm_nest import read
 from stripe.ir import (
     AGG_OPS,
     Block,
@@ -64,18 +59,15 @@ class KernelSource:
     local: int = 0  # the work-group size the kernel needs (0: any)
 
 
-class KernelEmitter:
-    """Generates one kernel; ``source()`` gives its function text and its number of work-items."""
+class KernelEmitter(CodeWriter):
+    """Emits one kernel's blocks and statements; ``general()`` gives the kernel as work-items over
+    its owned indexes (``program`` picks the form a kernel takes)."""
 
     def __init__(self, t: CTarget, index: int, info: KernelInfo, buffer_dtypes: dict[str, DType]):
-        self.t = t
+        super().__init__(t)
         self.info = info
         self.block: Block = info.block  # type: ignore[assignment]
         self.symbol = kernel_symbol(index, info)
-        self.lines: list[str] = []
-        self.depth = 0
-        self.names: set[str] = set()
-        self.long = t.reg(DType.INT64)
         self.params: list[tuple[str, DType]] = []
         self.ptrs: dict[str, str] = {}
         self.buf_dtypes = dict(buffer_dtypes)
@@ -92,34 +84,7 @@ class KernelEmitter:
         self.products: dict[str, tuple[str, str, DType]] = {}  # fast_math: $v = a * b
         self.accs: dict[str, tuple[View, str]] = {}  # hoisted outputs: refinement -> (view, register)
 
-    # ------------------------------------------------------------------- text
-    def line(self, text: str) -> None:
-        self.lines.append("    " * self.depth + text)
-
-    @contextmanager
-    def scope(self, head: str):
-        self.line(f"{head} {{" if head else "{")
-        self.depth += 1
-        yield
-        self.depth -= 1
-        self.line("}")
-
-    def fresh(self, base: str) -> str:
-        name = re.sub(r"[^A-Za-z0-9_]", "_", base)
-        out, k = name, 1
-        while out in self.names:
-            out, k = f"{name}_{k}", k + 1
-        self.names.add(out)
-        return out
-
-    def declare(self, dt: DType, expr: str, base: str = "t") -> str:
-        var = self.fresh(base)
-        self.line(f"const {self.t.reg(dt)} {var} = {expr};")
-        return var
-
-    def tmp(self, expr: str, dt: DType) -> str:
-        return self.declare(dt, expr)
-
+    # ------------------------------------------------------------------ affines
     def affine(self, aff: Affine, vals: dict[str, str], block: Block, what: str) -> str:
         if not aff.is_integral:
             raise block_error(
@@ -140,7 +105,8 @@ class KernelEmitter:
         return "(" + " + ".join(parts) + ")" if parts else "0"
 
     # ------------------------------------------------------------------ kernel
-    def source(self) -> KernelSource:
+    def begin(self) -> None:
+        """Checks that every kernel index starts at a constant; the body's lines go one deep."""
         block = self.block
         self.t.where = f"kernel '{self.info.name}'"
         for ix in block.idxs:
@@ -149,15 +115,12 @@ class KernelEmitter:
                     block, f"kernel index '{ix.name}' has the affine '{ix.affine}'", "kernels start at 0"
                 )
         self.depth = 1
+
+    def general(self) -> KernelSource:
+        """The kernel as work-items over its owned indexes and loops over the rest, or a kernel
+        that is one ``Special`` spread over work-items where it can be (``specials``)."""
+        block = self.block
         owned: tuple[str, ...] = ()
-        tiled = self.tiled()
-        if tiled is not None:
-            return tiled
-        grouped = self.grouped()
-        if grouped is not None:
-            return grouped
-        if rowkernel.match(self):
-            return self.rows()
         if self.is_special_kernel():
             views = {r.into: self.view(block, r, {}, None) for r in block.refs}
             work = emit_special(self, block.stmts[0], views, where(block), parallel=True)
@@ -174,43 +137,6 @@ class KernelEmitter:
         # 64, the local_size default, 64 us); smaller ones keep more, smaller groups
         local = 256 if self.t.workgroups and work >= 1 << 20 else 0
         return KernelSource(self.symbol, text, work, owned, local)
-
-    def tiled(self) -> KernelSource | None:
-        """A ``gemm_tile`` nest on a target with work-groups: the tiled kernel (``tiled``), its tiles
-        read from the nest (``stripe.gemm_nest``)."""
-        if not self.t.workgroups:
-            return None
-        nest = read(self.block)
-        if nest is None:
-            return None
-        g = nest.gemm
-        ops = [o for o in (g.a, g.b, g.out) if o is not None]
-        if any(self.buf_dtypes.get(o.ref.source) is not g.dtype for o in ops):
-            return None
-        tiles = Tiles.of(nest)
-        emitter = GemmEmitter(self.t, g, self.ptrs, tiles, self.t.contract, self.epilogue(g))
-        symbol = f"{self.symbol}_{tiles.suffix}"  # the name carries the tiles chosen here
-        text, work, local = emitter.source(symbol, self.params)
-        return KernelSource(symbol, text, work, (), local)
-
-    def grouped(self) -> KernelSource | None:
-        """A split reduction's combine on a target with work-groups: a tree in ``__local`` memory
-        per output point (``groupreduce``)."""
-        c = groupreduce.match(self.block, tuple(self.info.buffers), self.t)
-        if c is None:
-            return None
-        text, work, local = groupreduce.emit(self.t, c, self.symbol, self.params, self.ptrs)
-        return KernelSource(self.symbol, text, work, (), local)
-
-    def rows(self) -> KernelSource:
-        """A ``row_fusion`` row program on a target with work-groups: one work-group per row
-        (``rowkernel``)."""
-        work, local = rowkernel.emit(self)
-        self.depth = 0
-        args = ", ".join(f"__global {self.t.mem(dt)}* restrict {p}" for p, dt in self.params)
-        head = f"__kernel __attribute__((reqd_work_group_size({local}, 1, 1)))\nvoid {self.symbol}({args})"
-        text = "\n".join([head, "{", *self.lines, "}"])
-        return KernelSource(self.symbol, text, work, (), local)
 
     def epilogue(self, g):
         """For a fused kernel: emits its statements after the contraction for one output element,
@@ -499,17 +425,3 @@ class KernelEmitter:
             fused = binary(t, v.agg_op, cur, value, v.buf_dtype)
         self.line(f"{acc} = {fused};" if acc else v.store_raw(t, v.base, fused))
 
-
-def generate(t: CTarget, kernels: list[KernelInfo], buffer_dtypes: dict) -> list[KernelSource]:
-    """Every kernel's source (``buffer_dtypes``: buffer name -> dtype, for kernels whose
-    ``KernelInfo.buffer_dtypes`` is empty)."""
-    out = []
-    for k, info in enumerate(kernels):
-        per = getattr(info, "buffer_dtypes", ())
-        dtypes = (
-            {b: DType(str(d)) for b, d in zip(info.buffers, per)}
-            if per
-            else {b: DType(str(buffer_dtypes[b])) for b in info.buffers if b in buffer_dtypes}
-        )
-        out.append(KernelEmitter(t, k, info, dtypes).source())
-    return out

@@ -23,17 +23,13 @@ returns None, and the general kernel runs the block (one work-item per row, the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from backends.clike.kernel import KernelEmitter
 from backends.clike.ops import binary
 from backends.clike.specials import emit_special
 from backends.clike.views import View
 from stripe.ir import Block, RefDir, Refinement, Special, Store, where
 from stripe.specials import identity
 from tile.dtypes import DType
-
-if TYPE_CHECKING:
-    from backends.clike.kernel import KernelEmitter
 
 ROW_TAG = "row_program"
 MAX_GROUP = 256  # work-items per row when the block has no ``group`` attribute

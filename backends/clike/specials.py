@@ -16,11 +16,11 @@ element per work-item. All three give the interpreter's bits exactly (``ref_inte
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from backends.clike.ops import binary, float_fn
+from backends.clike.views import View
+from backends.clike.writer import CodeWriter
 from backends.prng import TAUS88
 from ref_interp.prng import SCALE
 from stripe.ir import Special
@@ -28,15 +28,11 @@ from stripe.specials import BACKEND, Checked, check, identity
 from tile.dtypes import DType
 from tile.prng import STREAMS
 
-if TYPE_CHECKING:
-    from backends.clike.kernel import KernelEmitter
-    from backends.clike.views import View
-
 
 class _Loops:
     """Loop helpers over one emitter; ``each`` uses the work-item id once when ``parallel``."""
 
-    def __init__(self, em: KernelEmitter, parallel: bool):
+    def __init__(self, em: CodeWriter, parallel: bool):
         self.em = em
         self.parallel = parallel
         self.work = 1
@@ -74,7 +70,7 @@ class _Loops:
         return list(reversed(coords))
 
 
-def emit_special(em: KernelEmitter, stmt: Special, views: dict[str, View], where: str, parallel: bool) -> int:
+def emit_special(em: CodeWriter, stmt: Special, views: dict[str, View], where: str, parallel: bool) -> int:
     """Emit ``stmt``; return the number of work-items it needs (1 unless ``parallel``)."""
     sp = check(stmt, views, where, BACKEND)
     lp = _Loops(em, parallel and len(sp.outs) == 1)
@@ -82,7 +78,7 @@ def emit_special(em: KernelEmitter, stmt: Special, views: dict[str, View], where
     return lp.work
 
 
-def _fill(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
+def _fill(em: CodeWriter, lp: _Loops, sp: Checked[View]) -> None:
     t = em.t
     for o in sp.outs:
         value = t.literal(identity(sp.op, o.dtype), o.dtype)
@@ -92,7 +88,7 @@ def _fill(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
         )
 
 
-def _copy(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
+def _copy(em: CodeWriter, lp: _Loops, sp: Checked[View]) -> None:
     (src,), (dst,) = sp.ins, sp.outs
     t = em.t
 
@@ -105,14 +101,14 @@ def _copy(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
     lp.each(dst.elements, move)
 
 
-def _shape(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
+def _shape(em: CodeWriter, lp: _Loops, sp: Checked[View]) -> None:
     (src,), (dst,) = sp.ins, sp.outs
     t = em.t
     for k, s in enumerate(src.sizes):
         em.line(dst.write(t, dst.at([str(k)]), t.const(s, DType.INT32, dst.dtype)))
 
 
-def clamp_index(em: KernelEmitter, v: str, dt: DType, n: int) -> str:
+def clamp_index(em: CodeWriter, v: str, dt: DType, n: int) -> str:
     """An index register of integer ``dt`` clamped into ``[0, n)`` (compared in its own type)."""
     t = em.t
     v = em.tmp(v, dt)
@@ -125,7 +121,7 @@ def clamp_index(em: KernelEmitter, v: str, dt: DType, n: int) -> str:
     return em.declare(DType.INT64, f"{v} > {top} ? {n - 1} : {wide}", "row")
 
 
-def _gather(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
+def _gather(em: CodeWriter, lp: _Loops, sp: Checked[View]) -> None:
     (data, idx), (out,) = sp.ins, sp.outs
     r = len(idx.dims)
     t = em.t
@@ -139,7 +135,7 @@ def _gather(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
     lp.each(out.elements, body)
 
 
-def _scatter(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
+def _scatter(em: CodeWriter, lp: _Loops, sp: Checked[View]) -> None:
     (values, idx), (out,), length = sp.ins[:2], sp.outs, sp.length
     r = len(idx.dims)
     t = em.t
@@ -164,7 +160,7 @@ def _scatter(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
     lp.each(cols, column)
 
 
-def _softmax(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
+def _softmax(em: CodeWriter, lp: _Loops, sp: Checked[View]) -> None:
     (x,), (o,), log = sp.ins, sp.outs, sp.log
     rows, cols = x.sizes
     if rows == 0 or cols == 0:
@@ -207,7 +203,7 @@ def _softmax(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
     lp.each(rows, per_row)
 
 
-def _prng(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
+def _prng(em: CodeWriter, lp: _Loops, sp: Checked[View]) -> None:
     (state,), (out,), n = sp.ins, sp.outs, sp.length
     t = em.t
     u32 = t.reg(DType.UINT32)
@@ -230,7 +226,7 @@ def _prng(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
     lp.each(STREAMS, stream)
 
 
-def _prng_value(em: KernelEmitter, lp: _Loops, sp: Checked[View]) -> None:
+def _prng_value(em: CodeWriter, lp: _Loops, sp: Checked[View]) -> None:
     (raw,), (out,) = sp.ins, sp.outs
     t = em.t
 

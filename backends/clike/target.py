@@ -275,14 +275,9 @@ class CTarget:
         return "\n".join(lines)
 
     def helper_text(self, name: str) -> str | None:
-        """A dialect's own definition of helper ``name`` (None: the plain C one)."""
+        """A dialect's own definition of helper ``name`` (None: the plain C one,
+        ``backends.clike.helpers``, which writes the definitions the code calls)."""
         return None
-
-    def helper_source(self) -> list[str]:
-        """The definitions of the helper functions the generated code calls."""
-        from backends.clike.helpers import helper_source
-
-        return helper_source(self)
 
 
 __all__ = ["CTarget", "Value", "const_convert", "unsigned_of", "wrap"]

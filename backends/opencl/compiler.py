@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import pyopencl as cl
 
 from backends.clike import generate
+from backends.clike.helpers import helper_source
 from backends.hal import Compiler, KernelInfo, Library
 from backends.opencl.cache import BinaryCache, cache_key
 from backends.opencl.target import OpenCLTarget
@@ -135,7 +136,7 @@ class OpenCLCompiler(Compiler):
         t = self.target(settings)
         sources = generate(t, list(kernels), settings.get("buffer_dtypes") or {})
         self.check(t)
-        helpers = t.helper_source()
+        helpers = helper_source(t)
         text = "\n\n".join(["\n".join(t.header())] + helpers + [s.text for s in sources]) + "\n"
         options = ["-cl-fp32-correctly-rounded-divide-sqrt"] if dev.exact_div else []
         cache = BinaryCache(

@@ -1,0 +1,91 @@
+"""A program's kernels as C-like functions, each in the first form that takes it.
+
+On a target with work-groups (OpenCL): a ``gemm_tile`` nest whose operands have the GEMM's type
+as one tiled kernel (``tiled``: work-group tiles in ``__local`` memory, register blocks, the
+fused epilogue before the store; ``stripe.gemm_nest.read`` decides; the setting ``tiled=False``
+turns work-groups off), a ``split_reduction`` combine tagged ``split_combine`` as a work-group
+tree (``groupreduce``), a ``row_fusion`` row program as a work-group per row (``rowkernel``).
+Every other kernel, and every kernel of a target without work-groups: work-items over its owned
+indexes (``kernel.KernelEmitter.general``).
+"""
+
+from __future__ import annotations
+
+from backends.clike import groupreduce, rowkernel
+from backends.clike.kernel import KernelEmitter, KernelSource
+from backends.clike.target import CTarget
+from backends.clike.tiled import GemmEmitter, Tiles
+from backends.hal import KernelInfo
+from stripe.gemm_nest import read
+from tile.dtypes import DType
+
+
+def kernel_source(t: CTarget, index: int, info: KernelInfo, buffer_dtypes: dict[str, DType]) -> KernelSource:
+    """Kernel ``index`` of the program (module docstring)."""
+    em = KernelEmitter(t, index, info, buffer_dtypes)
+    em.begin()
+    for form in (_tiled, _grouped, _rows):
+        got = form(em)
+        if got is not None:
+            return got
+    return em.general()
+
+
+def _tiled(em: KernelEmitter) -> KernelSource | None:
+    """A ``gemm_tile`` nest on a target with work-groups: the tiled kernel (``tiled``), its tiles
+    read from the nest (``stripe.gemm_nest``)."""
+    if not em.t.workgroups:
+        return None
+    nest = read(em.block)
+    if nest is None:
+        return None
+    g = nest.gemm
+    ops = [o for o in (g.a, g.b, g.out) if o is not None]
+    if any(em.buf_dtypes.get(o.ref.source) is not g.dtype for o in ops):
+        return None
+    tiles = Tiles.of(nest)
+    emitter = GemmEmitter(em.t, g, em.ptrs, tiles, em.t.contract, em.epilogue(g))
+    symbol = f"{em.symbol}_{tiles.suffix}"  # the name carries the tiles chosen here
+    text, work, local = emitter.source(symbol, em.params)
+    return KernelSource(symbol, text, work, (), local)
+
+
+def _grouped(em: KernelEmitter) -> KernelSource | None:
+    """A split reduction's combine on a target with work-groups: a tree in ``__local`` memory
+    per output point (``groupreduce``)."""
+    c = groupreduce.match(em.block, tuple(em.info.buffers), em.t)
+    if c is None:
+        return None
+    text, work, local = groupreduce.emit(em.t, c, em.symbol, em.params, em.ptrs)
+    return KernelSource(em.symbol, text, work, (), local)
+
+
+def _rows(em: KernelEmitter) -> KernelSource | None:
+    """A ``row_fusion`` row program on a target with work-groups: one work-group per row
+    (``rowkernel``)."""
+    if not rowkernel.match(em):
+        return None
+    work, local = rowkernel.emit(em)
+    em.depth = 0
+    args = ", ".join(f"__global {em.t.mem(dt)}* restrict {p}" for p, dt in em.params)
+    head = f"__kernel __attribute__((reqd_work_group_size({local}, 1, 1)))\nvoid {em.symbol}({args})"
+    text = "\n".join([head, "{", *em.lines, "}"])
+    return KernelSource(em.symbol, text, work, (), local)
+
+
+def generate(t: CTarget, kernels: list[KernelInfo], buffer_dtypes: dict) -> list[KernelSource]:
+    """Every kernel's source (``buffer_dtypes``: buffer name -> dtype, for kernels whose
+    ``KernelInfo.buffer_dtypes`` is empty)."""
+    out = []
+    for k, info in enumerate(kernels):
+        per = getattr(info, "buffer_dtypes", ())
+        dtypes = (
+            {b: DType(str(d)) for b, d in zip(info.buffers, per)}
+            if per
+            else {b: DType(str(buffer_dtypes[b])) for b in info.buffers if b in buffer_dtypes}
+        )
+        out.append(kernel_source(t, k, info, dtypes))
+    return out
+
+
+__all__ = ["generate", "kernel_source"]
