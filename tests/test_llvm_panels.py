@@ -13,7 +13,8 @@ import pytest
 
 import tile
 from backends.llvm import LlvmCpuDevice
-from backends.llvm.device import _host, chunk_ranges
+from backends.llvm.device import chunk_ranges
+from backends.llvm.host import host_target
 from backends.llvm.match import (
     VectorConfig,
     analyse,
@@ -37,7 +38,7 @@ RNG = np.random.default_rng(41)
 MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]); }"
 BATCHED = "function (A[Q, M, K], B[Q, K, N]) -> (C) { C[q, i, j: Q, M, N] = +(A[q, i, k] * B[q, k, j]); }"
 EIGHT = LlvmCpuDevice(threads=8)
-CFG = VectorConfig(host_vector_bytes(_host()[1]), fma=True, reassoc=True)
+CFG = VectorConfig(host_vector_bytes(host_target()[1]), fma=True, reassoc=True)
 
 
 def ints(*shape: int) -> np.ndarray:

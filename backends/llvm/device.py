@@ -28,7 +28,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import queue
 import threading
@@ -58,6 +57,7 @@ from backends.llvm import threads
 from backends.llvm.cache import ObjectCache, cache_key
 from backends.llvm.codegen import buffer_dtypes, generate
 from backends.llvm.epilogue import read_fused, takes
+from backends.llvm.host import host_target, target_machine
 from backends.llvm.match import VectorConfig, from_nest, host_vector_bytes, panel_split
 from backends.llvm.schedule import Schedule, plan
 from backends.llvm.threads import NativePool
@@ -67,30 +67,6 @@ from tile.errors import TileRuntimeError
 from tile.gc_pause import paused_gc
 
 _KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
-_init_lock = threading.Lock()
-_target: tuple[str, str] | None = None
-
-
-def _host() -> tuple[str, str]:
-    """The host CPU's name and feature string (LLVM initialized once)."""
-    global _target
-    with _init_lock:
-        if _target is None:
-            llvm.initialize_native_target()
-            llvm.initialize_native_asmprinter()
-            libm = ctypes.util.find_library("m")
-            if libm:
-                llvm.load_library_permanently(libm)
-            cpu = llvm.get_host_cpu_name()
-            features = llvm.get_host_cpu_features().flatten()
-            _target = (cpu, features)
-        return _target
-
-
-def _target_machine(cpu: str, features: str) -> llvm.TargetMachine:
-    """A fresh host target machine: the MCJIT engine takes ownership of the one it is given."""
-    target = llvm.Target.from_triple(llvm.get_process_triple())
-    return target.create_target_machine(cpu=cpu, features=features, opt=3, codemodel="jitdefault")
 
 
 def host_available_memory() -> tuple[int | None, str]:
@@ -270,8 +246,8 @@ class LlvmCompiler(Compiler):
     def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library:
         start = time.perf_counter()
         settings = dict(settings or {})
-        cpu, features = _host()
-        tm = _target_machine(cpu, features)
+        cpu, features = host_target()
+        tm = target_machine(cpu, features)
         threads = int(settings.get("threads", self.threads))
         f16c = "+f16c" in features.split(",") and not settings.get("soft_half", False)
         dtypes = settings.get("buffer_dtypes") or {}
@@ -506,7 +482,7 @@ class LlvmCpuDevice(Device):
 
     def __init__(self, threads: int | None = None):
         n = threads or env_threads() or os.cpu_count() or 1
-        cpu, features = _host()
+        cpu, features = host_target()
         major, minor, _ = llvm.llvm_version_info
         width = host_vector_bytes(features)
         where = " (TILE_NUM_THREADS)" if not threads and env_threads() else ""

@@ -40,6 +40,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from backends.hal import LINE
+from backends.llvm.host import host_target, target_machine
 from backends.llvm.loops import counted_loop
 
 SEM_BYTES = 64  # sem_t is 32 bytes on 64-bit glibc, 16 on musl
@@ -212,11 +213,9 @@ class _Callee:
 def _build(spin_ns: int) -> tuple:
     with _lock:
         if spin_ns not in _runtimes:
-            from backends.llvm.device import _host, _target_machine
-
             mod = llvm.parse_assembly(_module(spin_ns))
             mod.verify()
-            engine = llvm.create_mcjit_compiler(mod, _target_machine(*_host()))
+            engine = llvm.create_mcjit_compiler(mod, target_machine(*host_target()))
             engine.finalize_object()
             _runtimes[spin_ns] = (
                 engine,
