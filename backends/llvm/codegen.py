@@ -74,7 +74,7 @@ class KernelCodegen:
     ):
         self.em = em
         self.blocks = blocks  # the cache tiles of the optimizer's nest this kernel came from
-        self.epilogue = epilogue  # the nest's fused epilogue (``epilogue.Epilogue``), if any
+        self.epilogue = epilogue  # the nest's fused epilogue (``tile_epilogue.Epilogue``), if any
         self.fresh = fresh  # the kernel before only zero-fills this one's output: its elements
         self.took_fresh = False  # the micro-kernel starts from zero instead: the fill is skipped
         self.vector = vector or VectorConfig()

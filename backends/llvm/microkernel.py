@@ -46,11 +46,11 @@ from dataclasses import replace
 
 from llvmlite import ir
 
-from backends.llvm.epilogue import TileEpilogue
 from backends.llvm.intrinsics import binary
 from backends.llvm.loops import View, counted_loop, for_range, smin
 from backends.llvm.match import PACK_LIMIT, Shape, VectorConfig, analyse, cache_blocks, covers, panel
 from backends.llvm.scalars import F32, F64, I32, I64, PTR, i64
+from backends.llvm.tile_epilogue import TileEpilogue
 from stripe.ir import Block, Dim, Intrinsic, Load, Store
 from tile.affine import Affine
 from tile.dtypes import DType
@@ -92,7 +92,7 @@ class MicroKernel:
         self.kbase: ir.Value | None = None  # the first reduction point of the packed K block
         self.pack_slots: dict[str, ir.Value] = {}
         self.packed: dict[str, ir.Value] = {}
-        self.epilogue = None  # an ``epilogue.TileEpilogue``: finished tiles go through it
+        self.epilogue = None  # a ``tile_epilogue.TileEpilogue``: finished tiles go through it
         self.last: bool | ir.Value = True  # during a K block, whether it is the last one
         self.tail: ir.Value | None = None  # the lanes of the last partial vector
 
@@ -551,7 +551,7 @@ def emit_microkernel(
     clear (else 0); when the kernel writes every element of it (``covers``), its tiles start from
     zero and ``cg.took_fresh`` is set (the caller then skips the fill), else the output is read
     as usual. ``blocks``: the cache tiles ``(KC, NC)`` to block by (an optimizer nest's), instead
-    of those ``cache_blocks`` sizes from the caches. ``epilogue``: an ``epilogue.Epilogue`` that
+    of those ``cache_blocks`` sizes from the caches. ``epilogue``: a ``tile_epilogue.Epilogue`` that
     stores the final elements (tiles start from zero; no zero fill is taken)."""
     if not cfg.vector_bytes:
         return False
