@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-from stripe.config import ConfigError, PassSpec, TargetConfig
+from stripe.config_types import ConfigError, PassSpec, TargetConfig
 from stripe.ir import Block
 from stripe.passes.registry import PASSES
 from stripe.printer import format_block
