@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field, replace
 
 from stripe import cost
-from stripe.config import ConfigError
+from stripe.config_types import ConfigError
 from stripe.hardware import Hardware
 from stripe.ir import Block, Constant, Intrinsic, Load, LoadIndex, RefDir, Store
 from stripe.passes.registry import register, search_sites
