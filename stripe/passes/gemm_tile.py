@@ -55,7 +55,7 @@ import os
 import sys
 from dataclasses import dataclass, field, replace
 
-from stripe.config import ConfigError
+from stripe.config_types import ConfigError
 from stripe.gemm import Gemm, match
 from stripe.gemm_model import GemmModel, GemmTiles, index_tiles, k_tiles
 from stripe.hardware import Hardware
