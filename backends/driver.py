@@ -35,11 +35,10 @@ from stripe.ir import Block
 from stripe.lower import lower
 from stripe.passes import PASSES, optimize
 from stripe.printer import format_block
-from tile import ast
+from tile import ast, tuples
 from tile.bind import bind
 from tile.inputs import input_types
 from tile.parser import parse
-from tile.tuples import check_assignments
 from tile.typed import BoundProgram
 
 # what `emit` can show: the transform stages of tile.transforms, then Stripe and the config
@@ -56,7 +55,7 @@ def bind_inputs(program: ast.Program, host: Mapping[str, np.ndarray], check: boo
     it (what runs must be refused alike; what is only printed need not)."""
     bound = bind(program, input_types(program, host), host)
     if check:
-        check_assignments(bound)
+        tuples.check_assignments(bound)
     return bound
 
 

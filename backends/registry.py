@@ -19,8 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from importlib import metadata
 
-from backends.hal import Device
-from backends.program import ProgramDevice
+from backends.hal import Device, ProgramDevice
 from tile.errors import TileDeviceError
 
 GROUP = "tile.devices"

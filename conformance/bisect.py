@@ -124,8 +124,8 @@ def plan(failure: Failure, config_arg: str | None, target_arg: str | None) -> Pl
     from backends import registry
     from backends.driver import config_for
     from backends.program import ProgramDevice
-    from stripe.config import resolve_config
     from conformance.optimized import config_named, small
+    from stripe.config import resolve_config
 
     target = target_arg or failure.meta["target"]
     if not config_arg and not target_arg:

@@ -3,10 +3,11 @@
 For a drawn program (contractions, elementwise chains, mixed programs), the exact Stripe
 interpreter runs the lowered program once, then the program after **each pass** of every
 built-in config (``stripe/targets/*.json``) and of a *small* variant of each (every memory shrunk
-to ``SMALL_BYTES`` and every unit to a few threads, so that the tiny conformance shapes get tiled,
-cached and scheduled for real), with ``stripe.verify`` after every pass. Each result must equal
-the lowered program's: exactly on integer-valued data, within the reduction-length tolerance
-where float rounding may differ (passes may reorder aggregation, semantics §8.1). The accelerator
+to ``conformance.targets.SMALL_BYTES`` and every unit to a few threads, so that the tiny
+conformance shapes get tiled, cached and scheduled for real), with ``stripe.verify`` after every
+pass. Each result must equal the lowered program's: exactly on integer-valued data, within the
+reduction-length tolerance where float rounding may differ (passes may reorder aggregation,
+semantics §8.1). The accelerator
 config has no hardware; this is where its optimized programs are checked. The compiled target
 then runs the program optimized by its own config (``test_conformance.check``).
 
@@ -16,14 +17,12 @@ A failure is recorded against the target ``stripe:<config>@<step>``, which
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
 
+from conformance.targets import small
 from stripe.config import TargetConfig, builtin_names, target_config
-
-SMALL_BYTES = 256
 
 
 @lru_cache(maxsize=1)
@@ -33,15 +32,6 @@ def configs() -> tuple[TargetConfig, ...]:
         cfg = target_config(name)
         out += [cfg, small(cfg)]
     return tuple(out)
-
-
-def small(cfg: TargetConfig) -> TargetConfig:
-    hw = cfg.hardware
-    mems = {k: replace(m, size_KiB=SMALL_BYTES / 1024) for k, m in hw.mem_units.items()}
-    units = {
-        k: replace(u, count=min(u.count, 2), threads=min(u.threads, 4)) for k, u in hw.exec_units.items()
-    }
-    return replace(cfg, name=f"{cfg.name}-small", hardware=replace(hw, mem_units=mems, exec_units=units))
 
 
 def config_named(name: str, path: str | None = None) -> TargetConfig:

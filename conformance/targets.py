@@ -16,12 +16,23 @@ what one unsharded run with the same seed checks.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from stripe.config import TargetConfig
+from stripe.config import TargetConfig, builtin_names
 from tile.dtypes import DType
+
+SMALL_BYTES = 256
+
+
+def small(cfg: TargetConfig) -> TargetConfig:
+    hw = cfg.hardware
+    mems = {k: replace(m, size_KiB=SMALL_BYTES / 1024) for k, m in hw.mem_units.items()}
+    units = {
+        k: replace(u, count=min(u.count, 2), threads=min(u.threads, 4)) for k, u in hw.exec_units.items()
+    }
+    return replace(cfg, name=f"{cfg.name}-small", hardware=replace(hw, mem_units=mems, exec_units=units))
 
 
 @dataclass(frozen=True)
@@ -75,8 +86,6 @@ class Subject:
         """The configs whose passes the ``optimized`` family checks (None: every built-in one)."""
         if self.config is None:
             return None
-        from conformance.optimized import small
-
         return (self.config, small(self.config))
 
     def compile_settings(self, passes: bool) -> list[dict]:
@@ -86,11 +95,8 @@ class Subject:
             return []
         runs = [dict(self.settings)]
         tiled = getattr(self.device, "tiled_optimizer", "")
-        if passes and self.config is None and tiled:
-            from stripe.config import builtin_names
-
-            if tiled in builtin_names():
-                runs.append({**self.settings, "config": tiled})
+        if passes and self.config is None and tiled in builtin_names():
+            runs.append({**self.settings, "config": tiled})
         return runs
 
     def known_difference(self, source: str, problem: str) -> str | None:
