@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import threading
 import time
-import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
 
 import pyopencl as cl
 
@@ -32,31 +30,21 @@ from backends.clike import generate
 from backends.clike.helpers import helper_source
 from backends.hal import Compiler, KernelInfo, Library
 from backends.opencl.cache import BinaryCache, cache_key
+from backends.opencl.driver import Driver, quiet_build
 from backends.opencl.target import OpenCLTarget
 from tile.dtypes import DType
 from tile.errors import TileTypeError
-
-if TYPE_CHECKING:
-    from backends.opencl.device import OpenCLDevice
 
 
 class DeviceTypeError(TileTypeError):
     """A program needs an element type (float16, float64) that the device does not have."""
 
 
-def quiet_build(program: cl.Program, options: list[str]) -> cl.Program:
-    """Build without pyopencl's own source cache, and without its warning about a non-empty build
-    log (drivers log notes such as NVIDIA's "kernel, so overriding noinline attribute")."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", cl.CompilerWarning)
-        return program.build(options=options, cache_dir=False)
-
-
 class ProgramHandle:
     """A program being built: ``program()`` waits for it (and re-raises a build failure)."""
 
     def __init__(
-        self, device: OpenCLDevice, source: str, options: list[str], cache: BinaryCache, extra: dict
+        self, device: Driver, source: str, options: list[str], cache: BinaryCache, extra: dict
     ):
         self.device = device
         self.source = source
@@ -113,7 +101,7 @@ class ProgramHandle:
 
 
 class OpenCLCompiler(Compiler):
-    def __init__(self, device: OpenCLDevice):
+    def __init__(self, device: Driver):
         self.device = device
 
     def target(self, settings: dict) -> OpenCLTarget:

@@ -3,20 +3,20 @@
 ``discover()`` lists each OpenCL device as ``opencl_<kind>.<n>`` (kind ``gpu``, ``cpu`` or
 ``accelerator``; ``n`` counts the devices of that kind across the platforms in platform order), so
 ids stay the same from run to run on one machine. Capabilities come from the driver: float64 when
-``double_fp_config`` is non-zero, float16 when the device has ``cl_khr_fp16``. The context and the
-(in-order, profiling) command queue are made on first use, so listing devices stays cheap.
+``double_fp_config`` is non-zero, float16 when the device has ``cl_khr_fp16``. What the driver
+reports, its context and queue are the ``driver.Driver`` each ``OpenCLDevice`` is, which the
+compiler and the executor work through.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import threading
 from dataclasses import replace
 
 import pyopencl as cl
 
 from backends.hal import Capabilities, Device, MemoryLimit
-from backends.opencl.compiler import OpenCLCompiler, quiet_build
+from backends.opencl.compiler import OpenCLCompiler
+from backends.opencl.driver import Driver
 from backends.opencl.executor import OpenCLExecutor
 from tile.dtypes import DType
 
@@ -34,7 +34,7 @@ def _kind(d: cl.Device) -> str:
     return "other"
 
 
-class OpenCLDevice(Device):
+class OpenCLDevice(Driver, Device):
     """One OpenCL device. float64 is there when the driver reports a double configuration.
     float16 is always there: the generated code keeps float16 values in float registers, rounds
     once per operation and reaches memory through the core ``vload_half``/``vstore_half_rte``, so it
@@ -44,46 +44,20 @@ class OpenCLDevice(Device):
     def __init__(
         self, cl_device: cl.Device, device_id: str, fp16: bool | None = None, fp64: bool | None = None
     ):
+        super().__init__(cl_device, device_id, fp16, fp64)
         d = cl_device
-        self.cl_device = d
-        self.id = device_id
-        self.name = d.name.strip()
-        extensions = set(d.extensions.split())
-        try:
-            double_config = d.double_fp_config
-        except cl.Error:
-            double_config = 0
-        self.half_extension = "cl_khr_fp16" in extensions
-        self.fp64 = bool(double_config) if fp64 is None else fp64
-        self.fp16 = True if fp16 is None else fp16
-        self.exact_div = bool(d.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT)
         dtypes = {
             dt
             for dt in DType
             if (dt is not DType.FLOAT16 or self.fp16) and (dt is not DType.FLOAT64 or self.fp64)
         }
-        atomics = "cl_khr_global_int32_base_atomics" in extensions or not d.version.startswith("OpenCL 1.0")
+        atomics = "cl_khr_global_int32_base_atomics" in self.extensions
+        atomics = atomics or not d.version.startswith("OpenCL 1.0")
         self.capabilities = Capabilities(frozenset(dtypes), fp64=self.fp64, fp16=self.fp16, atomics=atomics)
-        platform = d.platform
-        self.identity = {
-            "name": self.name,
-            "vendor": d.vendor.strip(),
-            "version": d.version.strip(),
-            "driver": d.driver_version.strip(),
-            "platform": platform.name.strip(),
-            "platform_version": platform.version.strip(),
-            "fp16": self.fp16,
-            "fp64": self.fp64,
-        }
         self.description = (
-            f"{self.name} through OpenCL ({platform.name.strip()}, {d.version.strip()}, driver "
+            f"{self.name} through OpenCL ({d.platform.name.strip()}, {d.version.strip()}, driver "
             f"{d.driver_version.strip()})"
         )
-        self.max_work_group = int(d.max_work_group_size)
-        self._lock = threading.Lock()
-        self._context: cl.Context | None = None
-        self._queue: cl.CommandQueue | None = None
-        self.build_pool = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"tile-{device_id}-build")
         self.compiler = OpenCLCompiler(self)
         self.executor = OpenCLExecutor(self)
 
@@ -119,36 +93,8 @@ class OpenCLDevice(Device):
         clock = float(d.max_clock_frequency or hw.clock_mhz)
         return replace(hw, clock_mhz=clock, mem_units=mems, exec_units=units)
 
-    @property
-    def context(self) -> cl.Context:
-        with self._lock:
-            if self._context is None:
-                self._context = cl.Context([self.cl_device])
-            return self._context
-
-    @property
-    def queue(self) -> cl.CommandQueue:
-        ctx = self.context
-        with self._lock:
-            if self._queue is None:
-                props = cl.command_queue_properties.PROFILING_ENABLE
-                self._queue = cl.CommandQueue(ctx, self.cl_device, properties=props)
-            return self._queue
-
-    def probe(self) -> str | None:
-        """Why the device cannot compile a trivial kernel (None: it can)."""
-        try:
-            quiet_build(cl.Program(self.context, _PROBE), [])
-        except cl.Error as e:
-            first = next((ln.strip() for ln in str(e).splitlines() if "error" in ln.lower()), str(e))
-            return f"its OpenCL compiler fails on a trivial kernel: {first[:200]}"
-        return None
-
     def __repr__(self) -> str:
         return f"OpenCLDevice({self.id!r}, {self.name!r})"
-
-
-_PROBE = "__kernel void tile_probe(__global int* a) { a[get_global_id(0)] = 1; }"
 
 
 def discover(unusable: dict[str, str] | None = None) -> list[OpenCLDevice]:

@@ -17,22 +17,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyopencl as cl
 
 from backends.hal import Bound, Buffer, Event, Executor, Kernel, Library
 from backends.opencl.compiler import ProgramHandle
-
-if TYPE_CHECKING:
-    from backends.opencl.device import OpenCLDevice
+from backends.opencl.driver import Driver
 
 
 class CLEvent(Event):
     """An OpenCL event; ``duration`` comes from OpenCL profiling (seconds)."""
 
-    def __init__(self, event: cl.Event, device: OpenCLDevice):
+    def __init__(self, event: cl.Event, device: Driver):
         super().__init__(None)
         self.cl_event = event
         self.device = device
@@ -55,7 +52,7 @@ class CLEvent(Event):
             return 0.0
 
 
-def wait_list(device: OpenCLDevice, deps: Sequence[Event]) -> list[cl.Event]:
+def wait_list(device: Driver, deps: Sequence[Event]) -> list[cl.Event]:
     """What a command enqueued on ``device``'s queue must list to wait for ``deps``: nothing, as
     the queue is in order and the device's events are all its own (``in_order``); the other
     events are waited for here."""
@@ -71,7 +68,7 @@ def in_order(queue: cl.CommandQueue) -> bool:
 
 
 class CLBuffer(Buffer):
-    def __init__(self, device: OpenCLDevice, size: int):
+    def __init__(self, device: Driver, size: int):
         super().__init__(size)
         self.device = device
         self.buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE, max(size, 1))
@@ -123,7 +120,7 @@ class CLBuffer(Buffer):
 
 
 class OpenCLKernel(Kernel):
-    def __init__(self, device: OpenCLDevice, library: Library, index: int):
+    def __init__(self, device: Driver, library: Library, index: int):
         self.device = device
         self.library = library
         self.info = library.kernels[index]
@@ -202,7 +199,7 @@ class CLBound(Bound):
 
 
 class OpenCLExecutor(Executor):
-    def __init__(self, device: OpenCLDevice):
+    def __init__(self, device: Driver):
         self.device = device
 
     def allocate(self, size: int) -> CLBuffer:
