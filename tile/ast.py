@@ -1,7 +1,8 @@
 """The Tile syntax tree, exactly as written (before any shapes or types are known).
 
 Nodes are frozen dataclasses with tuple fields; spans never take part in equality, so
-``parse(print(p)) == p``. One expression family serves elementwise code, output sizes, constraint
+``parse(print(p)) == p``, the text ``format_program`` (at the end, ``tile.printer``'s names) gives
+and ``str`` of a ``Program``. One expression family serves elementwise code, output sizes, constraint
 bounds and index polynomials: what each may contain is checked when the program is bound to
 shapes (``tile.bind``), where the meaning of ``/`` (truncating for sizes, exact for indices) is
 decided by context.
@@ -219,6 +220,123 @@ class Program:
         return tuple(o.name for o in self.outputs)
 
     def __str__(self) -> str:
-        from tile.printer import format_program
-
         return format_program(self)
+
+
+# ------------------------------------------------------------------------------------ text
+# Tile text from the tree, ``parse(format_program(p)) == p``: expressions get the fewest
+# parentheses the grammar in ``tile.parser`` needs; statements are printed one per line, indented
+# four spaces, in the spelling the parser accepts (``= =(`` for the assign aggregation,
+# ``A[..] == B[..] ? C[..]`` for the conditional combination).
+
+# Binding strength of each operator (higher binds tighter); mirrors tile.parser._LEVELS.
+_LEVEL = {
+    "|": 1,
+    "^": 2,
+    "&": 3,
+    "==": 4,
+    "!=": 4,
+    "<": 5,
+    ">": 5,
+    "<=": 5,
+    ">=": 5,
+    "<<": 6,
+    ">>": 6,
+    "+": 7,
+    "-": 7,
+    "*": 8,
+    "/": 8,
+}
+_NONASSOC = {4, 5}
+_UNARY, _PRIMARY = 9, 10
+
+
+def _level(e: Expr) -> int:
+    if isinstance(e, Ternary):
+        return 0
+    if isinstance(e, Binary):
+        return _LEVEL[e.op]
+    if isinstance(e, Unary):
+        return _UNARY
+    if isinstance(e, (IntLit, FloatLit)) and _text(e).startswith("-"):
+        return _UNARY
+    return _PRIMARY
+
+
+def _text(e: IntLit | FloatLit) -> str:
+    return str(e.value) if isinstance(e, IntLit) else e.text
+
+
+def _wrap(e: Expr, need: bool) -> str:
+    s = format_expr(e)
+    return f"({s})" if need else s
+
+
+def format_expr(e: Expr) -> str:
+    """One expression in Tile syntax."""
+    if isinstance(e, (IntLit, FloatLit)):
+        return _text(e)
+    if isinstance(e, Name):
+        return e.name
+    if isinstance(e, Call):
+        return f"{e.fn}({', '.join(format_expr(a) for a in e.args)})"
+    if isinstance(e, Unary):
+        inner = _wrap(e.operand, _level(e.operand) < _UNARY)
+        # `- -x` must not print as `--x`; `-(-3)` keeps its parentheses to stay a Unary.
+        if inner.startswith("-") or (isinstance(e.operand, (IntLit, FloatLit))):
+            inner = f"({inner})"  # `inner` is unwrapped here; reuse it (formatting twice was exponential)
+        return f"{e.op}{inner}"
+    if isinstance(e, Binary):
+        lvl = _LEVEL[e.op]
+        strict = lvl in _NONASSOC
+        lhs = _wrap(e.lhs, _level(e.lhs) < lvl or (strict and _level(e.lhs) == lvl))
+        rhs = _wrap(e.rhs, _level(e.rhs) <= lvl)
+        return f"{lhs} {e.op} {rhs}"
+    if isinstance(e, Ternary):
+        cond = _wrap(e.cond, _level(e.cond) == 0)
+        return f"{cond} ? {format_expr(e.then)} : {format_expr(e.other)}"
+    raise AssertionError(f"unknown expression node {e!r}")
+
+
+def format_ref(r: TensorRef) -> str:
+    return f"{r.name}[{', '.join(format_expr(i) for i in r.indices)}]"
+
+
+def format_combination(comb: CombOp, operands: list[str]) -> str:
+    """The inside of ``agg(...)``: ``A[..]``, ``A[..] * B[..]`` or ``A[..] == B[..] ? C[..]``."""
+    if comb is CombOp.NONE:
+        return operands[0]
+    if comb is CombOp.COND:
+        return f"{operands[0]} == {operands[1]} ? {operands[2]}"
+    return f" {comb.value} ".join(operands)
+
+
+def format_statement(s: Statement) -> str:
+    """One statement, with its semicolon."""
+    if isinstance(s, Assignment):
+        return f"{s.name} = {format_expr(s.expr)};"
+    out = ", ".join(format_expr(i) for i in s.output.indices)
+    if s.sizes:
+        out = f"{out}: {', '.join(format_expr(x) for x in s.sizes)}"
+    elif s.sizes is not None and s.output.indices:
+        out = f"{out}:"
+    body = format_combination(s.comb, [format_ref(o) for o in s.operands])
+    text = f"{s.output.name}[{out}] = {s.agg.value}({body})"
+    for c in s.constraints:
+        text += f", {format_expr(c.poly)} < {format_expr(c.bound)}"
+    if s.no_defract:
+        text += " no_defract"
+    if s.default is not None:
+        text += f" default {s.default}"
+    return text + ";"
+
+
+def format_program(p: Program) -> str:
+    """A whole function, one statement per line."""
+
+    def inp(i: Input) -> str:
+        return i.name if i.dims is None else f"{i.name}[{', '.join(i.dims)}]"
+
+    head = f"function ({', '.join(inp(i) for i in p.inputs)}) -> ({', '.join(p.output_names)}) {{"
+    body = [f"    {format_statement(s)}" for s in p.stmts]
+    return "\n".join([head, *body, "}"]) + "\n"
