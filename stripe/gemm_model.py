@@ -13,15 +13,27 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from itertools import product
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from stripe.gemm import Gemm
 from stripe.hardware import Hardware
 from stripe.ir import Index
 from tile.dtypes import DType
 
-if TYPE_CHECKING:
-    from stripe.passes.gemm_tile import GemmTileConfig
+
+class GemmChoices(Protocol):
+    """The params of a config the model reads (``gemm_tile``'s config has them): the memories the
+    operand tiles and a fused accumulator live in, the candidate work-group ``sides``, register
+    blocks and K steps, the ``model`` (``gpu`` or ``cpu``) and the CPU code generator's ``panel``."""
+
+    memory: str
+    acc_memory: str
+    sides: tuple[int, ...]
+    registers: tuple[int, ...]
+    k_steps: tuple[int, ...]
+    model: str
+    panel: tuple[int, int]
+
 
 @dataclass(frozen=True)
 class GemmTiles:
@@ -62,7 +74,7 @@ class GemmModel:
     A choice is valid when its work-items (``tm/rm · tn/rn``) fit a unit's ``threads``, divide
     the staged tiles, and the two double-buffered tiles fit ``memory``."""
 
-    def __init__(self, g: Gemm, hw: Hardware, cfg: GemmTileConfig):
+    def __init__(self, g: Gemm, hw: Hardware, cfg: GemmChoices):
         self.g, self.hw, self.cfg = g, hw, cfg
         units = list(hw.exec_units.values())
         self.units = sum(u.count for u in units) or 1
