@@ -257,41 +257,97 @@ class _Levels:
                     out = out + Affine.var(name) * (int(c) * w)
         return out, used
 
+    def throughs(self, used: set[tuple[str, str]], path: str) -> tuple[Index, ...]:
+        """The passthroughs of the block at the end of ``path``: the enclosing levels' indexes that it
+        or a block inside it uses, each reading its parent's index (its own, or its passthrough)."""
+        out = []
+        for lev, name in sorted(used, key=lambda u: ("GSFTR".index(u[0]), u[1])):
+            if lev not in path[:-1]:
+                continue
+            src = name if path[-2] == lev else self.through[(lev, name)]
+            out.append(Index(self.through[(lev, name)], 1, Affine.var(src)))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class _Tile:
+    """A tile allocation: its name, its dense shape, and the kernel's index along each dim."""
+
+    name: str
+    shape: TensorShape
+    vars: tuple[str, ...]
+
 
 def build(kb: Block, parent: Block, g: Gemm, t: GemmTiles, cfg: GemmTileConfig) -> Block:
     """The nest of the module docstring for kernel ``kb`` with tiles ``t``."""
-    mtiles = index_tiles(g.m.idxs, t.tm)
-    ntiles = index_tiles(g.n.idxs, t.tn)
-    tiles = {**mtiles, **ntiles, **{ix.name: 1 for ix in g.batch.idxs}, **k_tiles(g.k.idxs, t.kt)}
-    ranges = {ix.name: ix.range for grp in (g.m, g.n, g.k, g.batch) for ix in grp.idxs}
-    # new names (indexes, the staged tiles) avoid the kernel's own: #main's other buffers are not
-    # in scope below it (and the code generator, which rebuilds the nest to check it, sees only
-    # the kernel's)
-    taken = set(ranges) | {r.into for r in kb.refs}
-    if g.epilogue is not None:
-        taken |= {r.into for r in g.epilogue[0].stmts[0].refs}
-    lv = _Levels(g, tiles, t, taken)
-    main = {r.into: r for r in parent.refs}
-    dt = g.dtype
-    M, N, K = g.m.idxs, g.n.idxs, g.k.idxs
+    return _Nest(kb, parent, g, t, cfg).group()
 
-    def edges(names) -> list[Affine]:
+
+class _Nest:
+    """One kernel's nest, built from the outside in: the work-group level (``group``) holds the K
+    steps (``kstep``), which fill the staged operand tiles (``fills``) and hold the work-items and
+    their register blocks that multiply them (``products``); a fused kernel's work-group level ends
+    with the work-items that apply its epilogue to the accumulator (``epilogue``). Each level sees
+    the kernel's refs through views of its own share of the accesses (``whole_view``,
+    ``local_view``) and the constraints over its enclosing levels' indexes (``constraints``)."""
+
+    def __init__(self, kb: Block, parent: Block, g: Gemm, t: GemmTiles, cfg: GemmTileConfig):
+        self.kb, self.g, self.cfg = kb, g, cfg
+        mtiles = index_tiles(g.m.idxs, t.tm)
+        ntiles = index_tiles(g.n.idxs, t.tn)
+        self.tiles = {**mtiles, **ntiles, **{ix.name: 1 for ix in g.batch.idxs}, **k_tiles(g.k.idxs, t.kt)}
+        self.ranges = {ix.name: ix.range for grp in (g.m, g.n, g.k, g.batch) for ix in grp.idxs}
+        # new names (indexes, the staged tiles) avoid the kernel's own: #main's other buffers are not
+        # in scope below it (and the code generator, which rebuilds the nest to check it, sees only
+        # the kernel's)
+        taken = set(self.ranges) | {r.into for r in kb.refs}
+        if g.epilogue is not None:
+            taken |= {r.into for r in g.epilogue[0].stmts[0].refs}
+        self.lv = _Levels(g, self.tiles, t, taken)
+        self.main = {r.into: r for r in parent.refs}
+        # the staged operand tiles A_l (M.., K..) and B_l (K.., N..); the output tile (M.., N..), a
+        # fused kernel's accumulator
+        self.a_l = self.tile(fresh(f"{g.a.ref.into}_l", taken), g.m.idxs + g.k.idxs)
+        taken.add(self.a_l.name)
+        self.b_l = self.tile(fresh(f"{g.b.ref.into}_l", taken), g.k.idxs + g.n.idxs)
+        taken.add(self.b_l.name)
+        self.acc = self.tile(g.epilogue[1].into if g.epilogue is not None else "", g.m.idxs + g.n.idxs)
+        self.out = self.out_chain()
+        self.thread_pieces = self.lv.pieces["t"]
+        regs = self.lv.pieces["c"] + self.lv.pieces["q"]
+        self.reg_pieces = [p for p in regs if p.var in mtiles] + [p for p in regs if p.var in ntiles]
+
+    def tile(self, name: str, idxs: tuple[Index, ...]) -> _Tile:
+        vars_ = tuple(ix.name for ix in idxs)
+        return _Tile(name, _dense(self.g.dtype, [self.tiles[v] for v in vars_]), vars_)
+
+    # ------------------------------------------------------------ indexes, views and constraints
+    def tile_numbers(self, idxs: tuple[Index, ...]) -> tuple[Index, ...]:
+        return tuple(Index(ix.name, -(-ix.range // self.tiles[ix.name])) for ix in idxs)
+
+    def edges(self, names) -> list[Affine]:
+        """``r - 1 - v >= 0`` for each index ``v`` whose tile does not divide its range ``r``."""
+        ranges, tiles = self.ranges, self.tiles
         return [Affine.constant(ranges[v] - 1) - Affine.var(v) for v in names if ranges[v] % tiles[v]]
 
-    def cons(affs: list[Affine], path: str) -> tuple[tuple[Affine, ...], set]:
+    def constraints(self, affs: list[Affine], path: str) -> tuple[tuple[Affine, ...], set]:
+        """``affs`` in the block at the end of ``path``, and the enclosing levels' indexes they use."""
         out, used = [], set()
         for c in affs:
-            got, u = lv.whole(c, path)
+            got, u = self.lv.whole(c, path)
             out.append(got)
             used |= u
         return tuple(out), used
 
-    def whole_view(r: Refinement, access: tuple[Affine, ...], level: str, dir_=None, agg=None) -> Refinement:
+    def whole_view(
+        self, r: Refinement, access: tuple[Affine, ...], level: str, dir_=None, agg=None
+    ) -> Refinement:
+        """A view of the kernel's ref ``r`` (its buffer whole) offset by ``level``'s share of ``access``."""
         return Refinement(
             dir_ or r.dir,
             r.into,
-            tuple(lv.part(a, level) for a in access),
-            TensorShape(r.shape.dtype, main[r.source].shape.dims),
+            tuple(self.lv.part(a, level) for a in access),
+            TensorShape(r.shape.dtype, self.main[r.source].shape.dims),
             r.from_ if level == "G" else None,
             r.agg_op if agg is None else agg,
             r.location if level == "G" else None,
@@ -299,163 +355,156 @@ def build(kb: Block, parent: Block, g: Gemm, t: GemmTiles, cfg: GemmTileConfig) 
             r.tags if level == "G" else frozenset(),
         )
 
-    def local_view(name: str, shape: TensorShape, vars_: list[str], level: str, dir_, agg="", into=None):
-        """A view of a tile allocation whose dims are ``vars_``: each dim's share at ``level``."""
-        acc = tuple(lv.part(Affine.var(v), level) if v in lv.share else Affine.constant(0) for v in vars_)
-        scalar = level in ("F", "R")
-        return Refinement(
-            dir_, into or name, acc, _scalar(shape) if scalar else shape, name if into else None, agg
+    def local_view(self, tile: _Tile, level: str, dir_, agg="", into=None) -> Refinement:
+        """A view of a tile allocation: each dim's share at ``level``."""
+        lv = self.lv
+        acc = tuple(lv.part(Affine.var(v), level) if v in lv.share else Affine.constant(0) for v in tile.vars)
+        shape = _scalar(tile.shape) if level in ("F", "R") else tile.shape
+        return Refinement(dir_, into or tile.name, acc, shape, tile.name if into else None, agg)
+
+    def allocation(self, tile: _Tile, memory: str, agg: str = "") -> Refinement:
+        return Refinement(RefDir.NONE, tile.name, tuple(Affine.constant(0) for _ in tile.vars), tile.shape,
+                          location=Location(memory), agg_op=agg)
+
+    def out_chain(self) -> dict[str, Refinement]:
+        """The view of the products' output at each level: the kernel's output, or (fused) its
+        accumulator, a tile allocated at the work-group level."""
+        g = self.g
+        if g.epilogue is None:
+            out = g.out
+            out_leaf = out.leaf or out.ref
+            return {
+                "G": self.whole_view(out.ref, out.access, "G"),
+                "S": self.whole_view(out.ref, out.access, "S", agg="add"),
+                "T": self.whole_view(out.ref, out.access, "T", agg="add"),
+                "R": replace(self.whole_view(out.ref, out.access, "R", agg="add"), shape=out_leaf.shape),
+            }
+        kb_, local = g.epilogue
+        leaf = next(r for r in kb_.stmts[0].refs if r.source == local.into)
+        return {
+            "G": self.allocation(self.acc, self.cfg.acc_memory, local.agg_op),
+            "S": self.local_view(self.acc, "S", RefDir.OUT, leaf.agg_op),
+            "T": self.local_view(self.acc, "T", RefDir.OUT, leaf.agg_op),
+            "R": self.local_view(self.acc, "R", RefDir.OUT, leaf.agg_op, into=leaf.into),
+        }
+
+    # ------------------------------------------------------------ the levels, outermost first
+    def group(self) -> Block:
+        """The kernel itself, over the work-group tiles: its K steps, then (fused) its epilogue."""
+        g, kb = self.g, self.kb
+        refs = [self.whole_view(g.a.ref, g.a.access, "G", dir_=RefDir.IN),
+                self.whole_view(g.b.ref, g.b.access, "G", dir_=RefDir.IN), self.out["G"]]
+        stmts: list = [self.kstep()]
+        if g.epilogue is not None:
+            epilogue, erefs = self.epilogue()
+            refs += [self.whole_view(r, r.access, "G") for r in erefs]
+            stmts.append(epilogue)
+        return replace(
+            kb,
+            idxs=self.tile_numbers(g.batch.idxs + g.m.idxs + g.n.idxs),
+            constraints=(),
+            refs=tuple(refs),
+            stmts=tuple(stmts),
+            tags=kb.tags | frozenset(self.cfg.group_set),
         )
 
-    # ---- the operand tiles and their fills
-    a_vars = [ix.name for ix in M + K]
-    b_vars = [ix.name for ix in K + N]
-    a_name, b_name = fresh(f"{g.a.ref.into}_l", taken), ""
-    taken.add(a_name)
-    b_name = fresh(f"{g.b.ref.into}_l", taken)
-    taken.add(b_name)
-    a_shape = _dense(dt, [tiles[v] for v in a_vars])
-    b_shape = _dense(dt, [tiles[v] for v in b_vars])
-    fills, fill_used = [], set()
-    for op, name, shape, vars_ in ((g.a, a_name, a_shape, a_vars), (g.b, b_name, b_shape, b_vars)):
-        c, used = cons(list(op.guards) + edges(vars_), "GSF")
-        fill_used |= used
-        src = replace(op.ref, shape=(op.leaf or op.ref).shape)
+    def kstep(self) -> Block:
+        """One K step: the staged tiles allocated, filled, then multiplied by the work-items."""
+        g = self.g
+        fills, fill_used = self.fills()
+        thread, mul_used = self.products()
         refs = (
-            Refinement(RefDir.IN, op.ref.into, tuple(lv.part(a, "F") for a in op.access), _scalar(src.shape)),
-            local_view(name, shape, vars_, "F", RefDir.OUT, "assign"),
+            self.whole_view(g.a.ref, g.a.access, "S", dir_=RefDir.IN),
+            self.whole_view(g.b.ref, g.b.access, "S", dir_=RefDir.IN),
+            self.out["S"],
+            self.allocation(self.a_l, self.cfg.memory),
+            self.allocation(self.b_l, self.cfg.memory),
         )
-        idxs = tuple(Index(v, tiles[v]) for v in vars_)
-        stmts = (Load(op.ref.into, "$x"), Store("$x", name))
-        fills.append([idxs, c, refs, stmts, used])
+        return Block(
+            "",
+            self.tile_numbers(g.k.idxs) + self.lv.throughs(fill_used | mul_used, "GS"),
+            (),
+            refs,
+            (*fills, thread),
+            frozenset(self.cfg.kstep_set),
+        )
 
-    # ---- the products
-    guards = list(dict.fromkeys(g.a.guards + g.b.guards + g.store_guards))
-    mn_vars = [ix.name for ix in M + N]
-    acc_shape = _dense(dt, [tiles[v] for v in mn_vars])
-    if g.epilogue is None:
-        out, body = g.out, kb
-        out_leaf = out.leaf or out.ref
-        out_chain = {
-            "G": whole_view(out.ref, out.access, "G"),
-            "S": whole_view(out.ref, out.access, "S", agg="add"),
-            "T": whole_view(out.ref, out.access, "T", agg="add"),
-            "R": replace(whole_view(out.ref, out.access, "R", agg="add"), shape=out_leaf.shape),
-        }
-    else:
-        kb_, local = g.epilogue
-        body = kb_.stmts[0]
-        leaf = next(r for r in body.refs if r.source == local.into)
-        acc = local.into
-        out_chain = {
-            "G": Refinement(RefDir.NONE, acc, tuple(Affine.constant(0) for _ in mn_vars), acc_shape,
-                            location=Location(cfg.acc_memory), agg_op=local.agg_op),
-            "S": local_view(acc, acc_shape, mn_vars, "S", RefDir.OUT, leaf.agg_op),
-            "T": local_view(acc, acc_shape, mn_vars, "T", RefDir.OUT, leaf.agg_op),
-            "R": local_view(acc, acc_shape, mn_vars, "R", RefDir.OUT, leaf.agg_op, into=leaf.into),
-        }
-    c_mul, mul_used = cons(guards + edges(a_vars + [ix.name for ix in N]), "GSTR")
-    body_refs = {r.into: r for r in body.refs}
-    la = (g.a.leaf or g.a.ref).into
-    lb = (g.b.leaf or g.b.ref).into
-    reg_refs = (
-        local_view(a_name, a_shape, a_vars, "R", RefDir.IN, into=la),
-        local_view(b_name, b_shape, b_vars, "R", RefDir.IN, into=lb),
-        out_chain["R"],
-    )
-    reg_refs = tuple(sorted(reg_refs, key=lambda r: list(body_refs).index(r.into)))
-    reg_idxs = tuple(Index(v, tiles[v]) for v in (ix.name for ix in K))
-    reg_pieces = [p for p in lv.pieces["c"] + lv.pieces["q"] if p.var in mtiles] + [
-        p for p in lv.pieces["c"] + lv.pieces["q"] if p.var in ntiles
-    ]
-    thread_pieces = lv.pieces["t"]
-    reg = Block(
-        "",
-        reg_idxs + tuple(Index(p.name, p.range) for p in reg_pieces) + _throughs(lv, mul_used, "GSTR"),
-        c_mul,
-        reg_refs,
-        body.stmts,
-        frozenset(cfg.reg_set),
-    )
-    thread = Block(
-        "",
-        tuple(Index(p.name, p.range) for p in thread_pieces) + _throughs(lv, mul_used, "GST"),
-        (),
-        (
-            local_view(a_name, a_shape, a_vars, "T", RefDir.IN),
-            local_view(b_name, b_shape, b_vars, "T", RefDir.IN),
-            out_chain["T"],
-        ),
-        (reg,),
-        frozenset(cfg.thread_set),
-    )
-    fill_blocks = tuple(
-        Block("", idxs + _throughs(lv, used, "GSF"), c, refs, stmts, frozenset(cfg.fill_set))
-        for idxs, c, refs, stmts, used in fills
-    )
-    kstep_refs = (
-        whole_view(g.a.ref, g.a.access, "S", dir_=RefDir.IN),
-        whole_view(g.b.ref, g.b.access, "S", dir_=RefDir.IN),
-        out_chain["S"],
-        Refinement(RefDir.NONE, a_name, tuple(Affine.constant(0) for _ in a_vars), a_shape,
-                   location=Location(cfg.memory)),
-        Refinement(RefDir.NONE, b_name, tuple(Affine.constant(0) for _ in b_vars), b_shape,
-                   location=Location(cfg.memory)),
-    )
-    kstep = Block(
-        "",
-        tuple(Index(ix.name, -(-ix.range // tiles[ix.name])) for ix in K)
-        + _throughs(lv, fill_used | mul_used, "GS"),
-        (),
-        kstep_refs,
-        (*fill_blocks, thread),
-        frozenset(cfg.kstep_set),
-    )
-    group_refs = [whole_view(g.a.ref, g.a.access, "G", dir_=RefDir.IN),
-                  whole_view(g.b.ref, g.b.access, "G", dir_=RefDir.IN), out_chain["G"]]
-    stmts: list = [kstep]
-    if g.epilogue is not None:
-        kb_, local = g.epilogue
+    def fills(self) -> tuple[tuple[Block, ...], set[tuple[str, str]]]:
+        """A block per operand copying its K step's tile into the staged tile (within its guards and
+        the edges), and the enclosing indexes they use."""
+        g, lv = self.g, self.lv
+        blocks, fill_used = [], set()
+        for op, tile in ((g.a, self.a_l), (g.b, self.b_l)):
+            c, used = self.constraints(list(op.guards) + self.edges(tile.vars), "GSF")
+            fill_used |= used
+            src = _scalar((op.leaf or op.ref).shape)
+            refs = (
+                Refinement(RefDir.IN, op.ref.into, tuple(lv.part(a, "F") for a in op.access), src),
+                self.local_view(tile, "F", RefDir.OUT, "assign"),
+            )
+            idxs = tuple(Index(v, self.tiles[v]) for v in tile.vars) + lv.throughs(used, "GSF")
+            stmts = (Load(op.ref.into, "$x"), Store("$x", tile.name))
+            blocks.append(Block("", idxs, c, refs, stmts, frozenset(self.cfg.fill_set)))
+        return tuple(blocks), fill_used
+
+    def products(self) -> tuple[Block, set[tuple[str, str]]]:
+        """The work-items, each with its register blocks running the contraction's own statements
+        over the staged tiles, and the enclosing indexes they use."""
+        g, lv = self.g, self.lv
+        body = self.kb if g.epilogue is None else g.epilogue[0].stmts[0]
+        guards = list(dict.fromkeys(g.a.guards + g.b.guards + g.store_guards))
+        mkn = [ix.name for ix in g.m.idxs + g.k.idxs + g.n.idxs]
+        c_mul, mul_used = self.constraints(guards + self.edges(mkn), "GSTR")
+        body_refs = {r.into: r for r in body.refs}
+        reg_refs = (
+            self.local_view(self.a_l, "R", RefDir.IN, into=(g.a.leaf or g.a.ref).into),
+            self.local_view(self.b_l, "R", RefDir.IN, into=(g.b.leaf or g.b.ref).into),
+            self.out["R"],
+        )
+        reg = Block(
+            "",
+            tuple(Index(ix.name, self.tiles[ix.name]) for ix in g.k.idxs)
+            + tuple(Index(p.name, p.range) for p in self.reg_pieces) + lv.throughs(mul_used, "GSTR"),
+            c_mul,
+            tuple(sorted(reg_refs, key=lambda r: list(body_refs).index(r.into))),
+            body.stmts,
+            frozenset(self.cfg.reg_set),
+        )
+        thread = Block(
+            "",
+            tuple(Index(p.name, p.range) for p in self.thread_pieces) + lv.throughs(mul_used, "GST"),
+            (),
+            tuple(self.local_view(tile, "T", RefDir.IN) for tile in (self.a_l, self.b_l)) + (self.out["T"],),
+            (reg,),
+            frozenset(self.cfg.thread_set),
+        )
+        return thread, mul_used
+
+    def epilogue(self) -> tuple[Block, list[Refinement]]:
+        """A fused kernel's work-items applying its epilogue to the accumulator (within the store
+        guards and the edges), and the kernel's refs the epilogue uses."""
+        assert self.g.epilogue is not None
+        kb_, local = self.g.epilogue
+        lv = self.lv
         used_names = _epilogue_refs(kb_)
         erefs = [r for r in kb_.refs if r.into in used_names and r.into != local.into]
-        c_epi, epi_used = cons(list(g.store_guards) + edges(mn_vars), "GTR")
-        epi_reg = Block(
+        c_epi, epi_used = self.constraints(list(self.g.store_guards) + self.edges(self.acc.vars), "GTR")
+        reg = Block(
             "",
-            tuple(Index(p.name, p.range) for p in reg_pieces) + _throughs(lv, epi_used, "GTR"),
+            tuple(Index(p.name, p.range) for p in self.reg_pieces) + lv.throughs(epi_used, "GTR"),
             c_epi,
-            tuple(replace(whole_view(r, r.access, "R"), shape=r.shape) for r in erefs)
-            + (local_view(local.into, acc_shape, mn_vars, "R", RefDir.IN),),
+            tuple(replace(self.whole_view(r, r.access, "R"), shape=r.shape) for r in erefs)
+            + (self.local_view(self.acc, "R", RefDir.IN),),
             kb_.stmts[1:],
-            frozenset(cfg.reg_set),
+            frozenset(self.cfg.reg_set),
         )
-        epi_thread = Block(
+        thread = Block(
             "",
-            tuple(Index(p.name, p.range) for p in thread_pieces) + _throughs(lv, epi_used, "GT"),
+            tuple(Index(p.name, p.range) for p in self.thread_pieces) + lv.throughs(epi_used, "GT"),
             (),
-            tuple(whole_view(r, r.access, "T") for r in erefs)
-            + (local_view(local.into, acc_shape, mn_vars, "T", RefDir.IN),),
-            (epi_reg,),
-            frozenset(cfg.thread_set),
+            tuple(self.whole_view(r, r.access, "T") for r in erefs)
+            + (self.local_view(self.acc, "T", RefDir.IN),),
+            (reg,),
+            frozenset(self.cfg.thread_set),
         )
-        group_refs += [whole_view(r, r.access, "G") for r in erefs]
-        stmts.append(epi_thread)
-    return replace(
-        kb,
-        idxs=tuple(Index(ix.name, -(-ix.range // tiles[ix.name])) for ix in g.batch.idxs + M + N),
-        constraints=(),
-        refs=tuple(group_refs),
-        stmts=tuple(stmts),
-        tags=kb.tags | frozenset(cfg.group_set),
-    )
-
-
-def _throughs(lv: _Levels, used: set[tuple[str, str]], path: str) -> tuple[Index, ...]:
-    """The passthroughs of the block at the end of ``path``: the enclosing levels' indexes that it
-    or a block inside it uses, each reading its parent's index (its own, or its passthrough)."""
-    out = []
-    for lev, name in sorted(used, key=lambda u: ("GSFTR".index(u[0]), u[1])):
-        if lev not in path[:-1]:
-            continue
-        src = name if path[-2] == lev else lv.through[(lev, name)]
-        out.append(Index(lv.through[(lev, name)], 1, Affine.var(src)))
-    return tuple(out)
+        return thread, erefs
