@@ -31,7 +31,7 @@ from backends.plaidml import differences as diff
 from backends.plaidml.worker import PeerError, PlaidML
 from tile import ast
 from tile.dtypes import DType
-from tile.errors import TileBackendError, TileError, TileLimitError
+from tile.errors import TileBackendError, TileError, TileInputError, TileLimitError
 
 REMEMBERED = 4  # programs whose last inputs and outcome known_difference can look up
 HINTS = {
@@ -141,12 +141,13 @@ def outcome_of(problem: str) -> str | None:
 def interpreter_refusal(prog: ast.Program, inputs: Mapping) -> TileError | None:
     """The located error the interpreter refuses ``prog`` with for ``inputs`` at run time (an
     empty index space, say, on which PlaidML aborts: §10.3), or None where it runs it. Its own
-    resource bound (``TileLimitError``) is no refusal."""
+    resource bound (``TileLimitError``) is no refusal, nor an input error (``tile.compile`` checked
+    the inputs; one here is an artifact of how they were handed over)."""
     import ref_interp  # the oracle decides what a program means, PlaidML's failure or not
 
     try:
         ref_interp.run(prog, inputs)
-    except TileLimitError:
+    except (TileLimitError, TileInputError):  # (inputs were checked before the device got them)
         return None
     except TileError as e:
         return e
