@@ -10,8 +10,9 @@ Grammar (``{x}`` repeats, ``[x]`` is optional; ``//`` comments are dropped by th
     attribute   := "[[" IDX ["(" name {"," name} ")"] "]]"       accepted and ignored
     assignment  := ID "=" expr
     contraction := ID "[" [poly {"," poly}] [":" [expr {"," expr}]] "]" "=" aggop
-                   "(" operand [combop operand ["?" operand]] ")" {"," constraint} {suffix}
+                   combination {"," constraint} {suffix}
     aggop       := "+" | "*" | ">" | "<" | "="        ("= =(" may be written "==(")
+    combination := "(" operand [combop operand ["?" operand]] ")"
     combop      := "*" | "+" | "=="                   ("A == B ? C" is the conditional form)
     operand     := ID "[" [poly {"," poly}] "]"
     constraint  := poly "<" poly                      meaning 0 <= poly < bound
@@ -29,7 +30,12 @@ Grammar (``{x}`` repeats, ``[x]`` is optional; ``//`` comments are dropped by th
 
 Operator precedence is C's (``|`` below ``^`` below ``&``); the original put ``^`` below ``|``.
 
-Limits: an expression nests at most ``MAX_NESTING`` levels (see ``_Parser.enter``), so no later
+The parser is four classes, each a layer of the grammar on the one below: ``_Tokens`` (the
+token stream: expecting and accepting tokens), ``_Expressions`` (``expr`` down to ``primary``, with
+the nesting limit), ``_Contractions`` (``contraction`` and its parts), ``_Parser`` (``program``,
+inputs, outputs and statements).
+
+Limits: an expression nests at most ``MAX_NESTING`` levels (see ``_Expressions.enter``), so no later
 stage (binder, printer, autodiff, interpreter, all recursive over expressions) can run past
 Python's recursion limit; a file must be UTF-8 (``read_source``).
 """
@@ -100,30 +106,15 @@ def _describe(tok: Token) -> str:
     return f"'{tok.text}'"
 
 
-class _Parser:
+class _Tokens:
+    """The token stream: the current token, and expecting or accepting the next one (a located
+    ``expected X, found Y`` error otherwise)."""
+
     def __init__(self, source: Source, tokens: list[Token]):
         self.source = source
         self.toks = tokens
         self.pos = 0
-        self.nesting = 0  # open expr()/unary() calls: bounds this parser's own recursion
-        self.depths: dict[int, int] = {}  # id(node) -> height of the tree it roots (leaves: 1)
 
-    def enter(self, tok: Token) -> None:
-        """One more level of recursion; past ``MAX_NESTING`` a located error, not a RecursionError."""
-        self.nesting += 1
-        if self.nesting > MAX_NESTING:
-            raise _too_deep(tok)
-
-    def node(self, e: ast.Expr, tok: Token, *children: ast.Expr) -> ast.Expr:
-        """Record the height of ``e``'s tree: ``A + A + ... + A`` nests without parentheses, and
-        the binder, printer, autodiff and interpreter recurse over that height."""
-        height = 1 + max((self.depths.get(id(c), 1) for c in children), default=0)
-        if height > MAX_NESTING:
-            raise _too_deep(tok)
-        self.depths[id(e)] = height
-        return e
-
-    # ------------------------------------------------------------------ token helpers
     @property
     def tok(self) -> Token:
         return self.toks[self.pos]
@@ -159,227 +150,31 @@ class _Parser:
             raise self.error(what, hint=hint)
         return self.advance()
 
-    # --------------------------------------------------------------------- program
-    def program(self) -> ast.Program:
-        if not (self.tok.kind == "KEYWORD" and self.tok.text == "function"):
-            raise self.error("'function'", hint="a Tile program is `function (Inputs) -> (Outputs) { ... }`")
-        self.advance()
-        self.expect_op("(")
-        inputs: list[ast.Input] = []
-        if not self.tok.is_op(")"):
-            inputs.append(self.input())
-            while self.accept_op(","):
-                inputs.append(self.input())
-        self.expect_op(")")
-        self.expect_op("->", hint="the inputs are followed by `-> (Outputs)`")
-        self.expect_op("(")
-        outputs = [self.output()]
-        while self.accept_op(","):
-            outputs.append(self.output())
-        self.expect_op(")")
-        self.expect_op("{")
-        stmts: list[ast.Statement] = []
-        while not self.tok.is_op("}"):
-            if self.tok.kind == "EOF":
-                raise self.error(
-                    "'}' to close the function body", hint="the function body runs from '{' to a matching '}'"
-                )
-            stmt = self.statement()
-            if stmt is not None:
-                stmts.append(stmt)
-        self.advance()
-        if self.tok.kind != "EOF":
-            raise self.error(
-                "end of file after the function body",
-                hint="a file holds one function; remove what follows its closing '}'",
-            )
-        return ast.Program(tuple(inputs), tuple(outputs), tuple(stmts), self.source)
 
-    def input(self) -> ast.Input:
-        name = self.expect_kind("ID", "an input name")
-        if not self.accept_op("["):
-            return ast.Input(name.text, None, name.span)
-        dims: list[Token] = []
-        if not self.tok.is_op("]"):
-            dims.append(self.expect_kind("ID", "a dimension name"))
-            while self.accept_op(","):
-                dims.append(self.expect_kind("ID", "a dimension name"))
-        close = self.expect_op("]", hint="input dimensions are names, e.g. `I[N, M]`")
-        return ast.Input(
-            name.text, tuple(d.text for d in dims), name.span.to(close.span), tuple(d.span for d in dims)
-        )
+class _Expressions(_Tokens):
+    """Expressions, ``expr`` down to ``primary``: operators by precedence climbing, every node's
+    height recorded so that no expression nests past ``MAX_NESTING``."""
 
-    def output(self) -> ast.Output:
-        if self.tok.is_op("["):
-            raise self.error(
-                "an output name",
-                hint="outputs have no dimensions in the header; they are given where the output is computed",
-            )
-        name = self.expect_kind("ID", "an output name")
-        if self.tok.is_op("["):
-            raise self.error(
-                "',' or ')'",
-                hint="outputs have no dimensions in the header; they are given where the output is computed",
-            )
-        return ast.Output(name.text, name.span)
+    def __init__(self, source: Source, tokens: list[Token]):
+        super().__init__(source, tokens)
+        self.nesting = 0  # open expr()/unary() calls: bounds this parser's own recursion
+        self.depths: dict[int, int] = {}  # id(node) -> height of the tree it roots (leaves: 1)
 
-    # ------------------------------------------------------------------- statements
-    def statement(self) -> ast.Statement | None:
-        while self.tok.is_op("[["):
-            self.attribute()
-        if self.accept_op(";"):
-            return None
-        if self.tok.kind == "IDX" and self.peek().is_op("=", "["):
-            raise TileSyntaxError(
-                f"'{self.tok.text}' cannot be assigned: it is an index name",
-                self.tok.span,
-                hint=f"tensor names start with an upper-case letter: '{self.tok.text.capitalize()}'",
-            )
-        name = self.expect_kind("ID", "a statement (`Name = ...;` or `Name[...] = op(...);`)")
-        if self.tok.is_op("["):
-            stmt: ast.Statement = self.contraction(name)
-        elif self.tok.is_op("="):
-            self.advance()
-            expr = self.expr()
-            stmt = ast.Assignment(name.text, expr, name.span.to(_end_span(expr)))
-        else:
-            raise self.error("'=' or '['")
-        if not self.tok.is_op(";"):
-            raise self.error(
-                "';' at the end of the statement", hint="every Tile statement ends with a semicolon"
-            )
-        self.advance()
-        return stmt
+    def enter(self, tok: Token) -> None:
+        """One more level of recursion; past ``MAX_NESTING`` a located error, not a RecursionError."""
+        self.nesting += 1
+        if self.nesting > MAX_NESTING:
+            raise _too_deep(tok)
 
-    def attribute(self) -> None:
-        self.expect_op("[[")
-        self.expect_kind("IDX", "an attribute name")
-        if self.accept_op("("):
-            if self.tok.kind not in ("ID", "IDX"):
-                raise self.error("an attribute argument")
-            self.advance()
-            while self.accept_op(","):
-                if self.tok.kind not in ("ID", "IDX"):
-                    raise self.error("an attribute argument")
-                self.advance()
-            self.expect_op(")")
-        self.expect_op("]]")
+    def node(self, e: ast.Expr, tok: Token, *children: ast.Expr) -> ast.Expr:
+        """Record the height of ``e``'s tree: ``A + A + ... + A`` nests without parentheses, and
+        the binder, printer, autodiff and interpreter recurse over that height."""
+        height = 1 + max((self.depths.get(id(c), 1) for c in children), default=0)
+        if height > MAX_NESTING:
+            raise _too_deep(tok)
+        self.depths[id(e)] = height
+        return e
 
-    def contraction(self, name: Token) -> ast.Contraction:
-        self.expect_op("[")
-        indices: list[ast.Expr] = []
-        if not self.tok.is_op(":", "]"):
-            indices.append(self.poly())
-            while self.accept_op(","):
-                indices.append(self.poly())
-        sizes: list[ast.Expr] | None = None
-        if self.accept_op(":"):
-            sizes = []
-            if not self.tok.is_op("]"):
-                sizes.append(self.expr())
-                while self.accept_op(","):
-                    sizes.append(self.expr())
-        close = self.expect_op("]")
-        if sizes is None and not indices:
-            sizes = []  # `O[]` is 0-D
-        output = ast.TensorRef(name.text, tuple(indices), name.span.to(close.span))
-        if self.tok.is_op("==") and self.peek().is_op("("):
-            agg_tok = self.advance()  # `==(` is `= =(`
-        else:
-            self.expect_op("=")
-            agg_tok = self.tok
-            if not (agg_tok.kind == "OP" and agg_tok.text in _AGG and self.peek().is_op("(")):
-                raise self.error(
-                    "an aggregation '+(', '*(', '>(', '<(' or '=('",
-                    agg_tok,
-                    hint=f"a contraction aggregates its values, e.g. `{name.text}[...] = +(A[...])`; "
-                    f"write `{name.text} = ...` (no brackets) for an elementwise statement",
-                )
-            self.advance()
-        agg = ast.AggOp.ASSIGN if agg_tok.text == "==" else _AGG[agg_tok.text]
-        self.expect_op("(")
-        operands = [self.operand()]
-        comb = ast.CombOp.NONE
-        if self.tok.kind == "OP" and self.tok.text in _COMB:
-            comb = _COMB[self.advance().text]
-            operands.append(self.operand())
-            if self.tok.is_op("?"):
-                if comb is not ast.CombOp.EQ:
-                    raise TileSyntaxError(
-                        "the conditional form is `A[...] == B[...] ? C[...]`",
-                        self.tok.span,
-                        hint="compare the operands with `==`",
-                    )
-                self.advance()
-                operands.append(self.operand())
-                comb = ast.CombOp.COND
-        elif not self.tok.is_op(")"):
-            raise self.error(
-                "')' or a combination '*', '+' or '=='",
-                hint="a contraction combines at most two tensors with `*` or `+` "
-                "(or `A == B ? C`); do other arithmetic in an elementwise statement",
-            )
-        self.expect_op(")")
-        constraints: list[ast.Constraint] = []
-        while self.accept_op(","):
-            constraints.append(self.constraint())
-        default, default_span, no_defract = None, ast._NO_SPAN, False
-        while self.tok.kind == "KEYWORD" and self.tok.text in ("default", "no_defract"):
-            kw = self.advance()
-            if kw.text == "no_defract":
-                no_defract = True
-            else:
-                d = self.expect_kind("ID", "the name of the default tensor")
-                default, default_span = d.text, d.span
-        return ast.Contraction(
-            output,
-            tuple(sizes) if sizes is not None else None,
-            agg,
-            comb,
-            tuple(operands),
-            tuple(constraints),
-            default,
-            no_defract,
-            name.span.to(self.toks[self.pos - 1].span),
-            default_span,
-        )
-
-    def operand(self) -> ast.TensorRef:
-        if self.tok.kind in ("INT", "FLOAT"):
-            raise self.error(
-                "a tensor like `A[i, j]`",
-                hint="constants cannot appear inside a contraction; scale the result "
-                "in an elementwise statement",
-            )
-        name = self.expect_kind("ID", "a tensor like `A[i, j]`")
-        if not self.tok.is_op("["):
-            raise self.error(
-                "'['",
-                hint=f"tensors in a contraction are indexed: `{name.text}[i, ...]`; "
-                f"a 0-D tensor is `{name.text}[]`",
-            )
-        self.advance()
-        indices: list[ast.Expr] = []
-        if not self.tok.is_op("]"):
-            indices.append(self.poly())
-            while self.accept_op(","):
-                indices.append(self.poly())
-        close = self.expect_op("]")
-        return ast.TensorRef(name.text, tuple(indices), name.span.to(close.span))
-
-    def constraint(self) -> ast.Constraint:
-        poly = self.poly()
-        if self.tok.is_op("<=", ">", ">="):
-            raise TileSyntaxError(
-                f"constraints are written `poly < bound`, not with '{self.tok.text}'",
-                self.tok.span,
-                hint="`j < N` means 0 <= j < N; write `j < N + 1` for j <= N",
-            )
-        self.expect_op("<", hint="a constraint is `poly < bound`, meaning 0 <= poly < bound")
-        bound = self.poly()
-        return ast.Constraint(poly, bound, _start_span(poly).to(_end_span(bound)))
-
-    # ------------------------------------------------------------------ expressions
     def expr(self) -> ast.Expr:
         self.enter(self.tok)
         cond = self.binary(0)
@@ -497,6 +292,251 @@ class _Parser:
             self.expect_op(")")
             return inner
         raise self.error("an expression")
+
+
+class _Contractions(_Expressions):
+    """A contraction after its output's name: the output's indices and sizes, the aggregation, the
+    combination of its operands, its constraints and suffixes."""
+
+    def contraction(self, name: Token) -> ast.Contraction:
+        output, sizes = self.contraction_output(name)
+        agg = self.aggop(name)
+        operands, comb = self.combination()
+        constraints: list[ast.Constraint] = []
+        while self.accept_op(","):
+            constraints.append(self.constraint())
+        default, default_span, no_defract = self.suffixes()
+        return ast.Contraction(
+            output,
+            sizes,
+            agg,
+            comb,
+            operands,
+            tuple(constraints),
+            default,
+            no_defract,
+            name.span.to(self.toks[self.pos - 1].span),
+            default_span,
+        )
+
+    def contraction_output(self, name: Token) -> tuple[ast.TensorRef, tuple[ast.Expr, ...] | None]:
+        """``[indices : sizes]`` after the output's name; no sizes is None (``O[]`` is 0-D)."""
+        self.expect_op("[")
+        indices: list[ast.Expr] = []
+        if not self.tok.is_op(":", "]"):
+            indices.append(self.poly())
+            while self.accept_op(","):
+                indices.append(self.poly())
+        sizes: list[ast.Expr] | None = None
+        if self.accept_op(":"):
+            sizes = []
+            if not self.tok.is_op("]"):
+                sizes.append(self.expr())
+                while self.accept_op(","):
+                    sizes.append(self.expr())
+        close = self.expect_op("]")
+        if sizes is None and not indices:
+            sizes = []  # `O[]` is 0-D
+        output = ast.TensorRef(name.text, tuple(indices), name.span.to(close.span))
+        return output, tuple(sizes) if sizes is not None else None
+
+    def aggop(self, name: Token) -> ast.AggOp:
+        """``= op`` before the combination's ``(``."""
+        if self.tok.is_op("==") and self.peek().is_op("("):
+            agg_tok = self.advance()  # `==(` is `= =(`
+        else:
+            self.expect_op("=")
+            agg_tok = self.tok
+            if not (agg_tok.kind == "OP" and agg_tok.text in _AGG and self.peek().is_op("(")):
+                raise self.error(
+                    "an aggregation '+(', '*(', '>(', '<(' or '=('",
+                    agg_tok,
+                    hint=f"a contraction aggregates its values, e.g. `{name.text}[...] = +(A[...])`; "
+                    f"write `{name.text} = ...` (no brackets) for an elementwise statement",
+                )
+            self.advance()
+        return ast.AggOp.ASSIGN if agg_tok.text == "==" else _AGG[agg_tok.text]
+
+    def combination(self) -> tuple[tuple[ast.TensorRef, ...], ast.CombOp]:
+        self.expect_op("(")
+        operands = [self.operand()]
+        comb = ast.CombOp.NONE
+        if self.tok.kind == "OP" and self.tok.text in _COMB:
+            comb = _COMB[self.advance().text]
+            operands.append(self.operand())
+            if self.tok.is_op("?"):
+                if comb is not ast.CombOp.EQ:
+                    raise TileSyntaxError(
+                        "the conditional form is `A[...] == B[...] ? C[...]`",
+                        self.tok.span,
+                        hint="compare the operands with `==`",
+                    )
+                self.advance()
+                operands.append(self.operand())
+                comb = ast.CombOp.COND
+        elif not self.tok.is_op(")"):
+            raise self.error(
+                "')' or a combination '*', '+' or '=='",
+                hint="a contraction combines at most two tensors with `*` or `+` "
+                "(or `A == B ? C`); do other arithmetic in an elementwise statement",
+            )
+        self.expect_op(")")
+        return tuple(operands), comb
+
+    def suffixes(self) -> tuple[str | None, Span, bool]:
+        """``default T`` and ``no_defract``: the default's name and span, and no_defract."""
+        default, default_span, no_defract = None, ast._NO_SPAN, False
+        while self.tok.kind == "KEYWORD" and self.tok.text in ("default", "no_defract"):
+            kw = self.advance()
+            if kw.text == "no_defract":
+                no_defract = True
+            else:
+                d = self.expect_kind("ID", "the name of the default tensor")
+                default, default_span = d.text, d.span
+        return default, default_span, no_defract
+
+    def operand(self) -> ast.TensorRef:
+        if self.tok.kind in ("INT", "FLOAT"):
+            raise self.error(
+                "a tensor like `A[i, j]`",
+                hint="constants cannot appear inside a contraction; scale the result "
+                "in an elementwise statement",
+            )
+        name = self.expect_kind("ID", "a tensor like `A[i, j]`")
+        if not self.tok.is_op("["):
+            raise self.error(
+                "'['",
+                hint=f"tensors in a contraction are indexed: `{name.text}[i, ...]`; "
+                f"a 0-D tensor is `{name.text}[]`",
+            )
+        self.advance()
+        indices: list[ast.Expr] = []
+        if not self.tok.is_op("]"):
+            indices.append(self.poly())
+            while self.accept_op(","):
+                indices.append(self.poly())
+        close = self.expect_op("]")
+        return ast.TensorRef(name.text, tuple(indices), name.span.to(close.span))
+
+    def constraint(self) -> ast.Constraint:
+        poly = self.poly()
+        if self.tok.is_op("<=", ">", ">="):
+            raise TileSyntaxError(
+                f"constraints are written `poly < bound`, not with '{self.tok.text}'",
+                self.tok.span,
+                hint="`j < N` means 0 <= j < N; write `j < N + 1` for j <= N",
+            )
+        self.expect_op("<", hint="a constraint is `poly < bound`, meaning 0 <= poly < bound")
+        bound = self.poly()
+        return ast.Constraint(poly, bound, _start_span(poly).to(_end_span(bound)))
+
+
+class _Parser(_Contractions):
+    """A whole program: the header's inputs and outputs, then the statements of its body."""
+
+    def program(self) -> ast.Program:
+        if not (self.tok.kind == "KEYWORD" and self.tok.text == "function"):
+            raise self.error("'function'", hint="a Tile program is `function (Inputs) -> (Outputs) { ... }`")
+        self.advance()
+        self.expect_op("(")
+        inputs: list[ast.Input] = []
+        if not self.tok.is_op(")"):
+            inputs.append(self.input())
+            while self.accept_op(","):
+                inputs.append(self.input())
+        self.expect_op(")")
+        self.expect_op("->", hint="the inputs are followed by `-> (Outputs)`")
+        self.expect_op("(")
+        outputs = [self.output()]
+        while self.accept_op(","):
+            outputs.append(self.output())
+        self.expect_op(")")
+        self.expect_op("{")
+        stmts: list[ast.Statement] = []
+        while not self.tok.is_op("}"):
+            if self.tok.kind == "EOF":
+                raise self.error(
+                    "'}' to close the function body", hint="the function body runs from '{' to a matching '}'"
+                )
+            stmt = self.statement()
+            if stmt is not None:
+                stmts.append(stmt)
+        self.advance()
+        if self.tok.kind != "EOF":
+            raise self.error(
+                "end of file after the function body",
+                hint="a file holds one function; remove what follows its closing '}'",
+            )
+        return ast.Program(tuple(inputs), tuple(outputs), tuple(stmts), self.source)
+
+    def input(self) -> ast.Input:
+        name = self.expect_kind("ID", "an input name")
+        if not self.accept_op("["):
+            return ast.Input(name.text, None, name.span)
+        dims: list[Token] = []
+        if not self.tok.is_op("]"):
+            dims.append(self.expect_kind("ID", "a dimension name"))
+            while self.accept_op(","):
+                dims.append(self.expect_kind("ID", "a dimension name"))
+        close = self.expect_op("]", hint="input dimensions are names, e.g. `I[N, M]`")
+        return ast.Input(
+            name.text, tuple(d.text for d in dims), name.span.to(close.span), tuple(d.span for d in dims)
+        )
+
+    def output(self) -> ast.Output:
+        if self.tok.is_op("["):
+            raise self.error(
+                "an output name",
+                hint="outputs have no dimensions in the header; they are given where the output is computed",
+            )
+        name = self.expect_kind("ID", "an output name")
+        if self.tok.is_op("["):
+            raise self.error(
+                "',' or ')'",
+                hint="outputs have no dimensions in the header; they are given where the output is computed",
+            )
+        return ast.Output(name.text, name.span)
+
+    def statement(self) -> ast.Statement | None:
+        while self.tok.is_op("[["):
+            self.attribute()
+        if self.accept_op(";"):
+            return None
+        if self.tok.kind == "IDX" and self.peek().is_op("=", "["):
+            raise TileSyntaxError(
+                f"'{self.tok.text}' cannot be assigned: it is an index name",
+                self.tok.span,
+                hint=f"tensor names start with an upper-case letter: '{self.tok.text.capitalize()}'",
+            )
+        name = self.expect_kind("ID", "a statement (`Name = ...;` or `Name[...] = op(...);`)")
+        if self.tok.is_op("["):
+            stmt: ast.Statement = self.contraction(name)
+        elif self.tok.is_op("="):
+            self.advance()
+            expr = self.expr()
+            stmt = ast.Assignment(name.text, expr, name.span.to(_end_span(expr)))
+        else:
+            raise self.error("'=' or '['")
+        if not self.tok.is_op(";"):
+            raise self.error(
+                "';' at the end of the statement", hint="every Tile statement ends with a semicolon"
+            )
+        self.advance()
+        return stmt
+
+    def attribute(self) -> None:
+        self.expect_op("[[")
+        self.expect_kind("IDX", "an attribute name")
+        if self.accept_op("("):
+            if self.tok.kind not in ("ID", "IDX"):
+                raise self.error("an attribute argument")
+            self.advance()
+            while self.accept_op(","):
+                if self.tok.kind not in ("ID", "IDX"):
+                    raise self.error("an attribute argument")
+                self.advance()
+            self.expect_op(")")
+        self.expect_op("]]")
 
 
 def _too_deep(tok: Token) -> TileSyntaxError:
