@@ -21,12 +21,13 @@ from __future__ import annotations
 import numpy as np
 
 from ref_interp.numerics import Numerics
-from tile.prng import STREAMS
+from tile.prng import SCALE as _SCALE
+from tile.prng import STREAMS, TAUS88
 from tile.typed import TCall
 
-_MASKS = (np.uint32(0xFFFFFFFE), np.uint32(0xFFFFFFF8), np.uint32(0xFFFFFFF0))
-_SHIFTS = ((12, 13, 19), (4, 2, 25), (17, 3, 11))  # (mask shift left, feedback shift left, right)
-SCALE = np.float32(2.0**-32)
+_MASKS = tuple(np.uint32(mask) for mask, *_ in TAUS88)
+_SHIFTS = tuple(shifts for _, *shifts in TAUS88)  # (mask shift left, feedback shift left, right)
+SCALE = np.float32(_SCALE)
 
 
 def advance(s: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ from tile.cli import main
 from tile.errors import TileError, TileIndexError, TileInputError, TileShapeError
 from tile.inputs import input_types
 from tile.size_inputs import size_uses
-from tile.tensor import tensor as tile_tensor
+from tile.api import tensor as tile_tensor
 
 RNG = np.random.default_rng(15)
 CT = OWN["same_upper_s2"].source()

@@ -1,6 +1,6 @@
 """Tile: PlaidML's tensor language — parse, bind, grad, compile for a device."""
 
-from tile.api import Executable, compile, grad_values
+from tile.api import Executable, compile, empty, grad_values, tensor
 from tile.ast import Program
 from tile.autodiff import grad, gradient
 from tile.bind import bind, bind_symbolic
@@ -13,7 +13,7 @@ from tile.errors import (
     TileTypeError,
 )
 from tile.parser import parse, parse_file
-from tile.tensor import Tensor, empty, tensor
+from tile.tensor import Tensor
 
 __all__ = [
     "Executable",

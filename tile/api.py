@@ -12,7 +12,7 @@ from tile.dtypes import DType
 from tile.errors import TileInputError
 from tile.parser import parse
 from tile.settings import check as check_settings
-from tile.tensor import Tensor
+from tile.tensor import Tensor, dtype_of, zeros_on
 
 
 def grad_values(
@@ -214,3 +214,41 @@ def compile(
         # fail now: an unknown device (a TileDeviceError listing the ids), a bad config (located)
         driver.check_config(registry.get(device), settings)
     return Executable(prog, device, settings)
+
+
+def tensor(array, device: str = "llvm_cpu.0") -> Tensor:
+    """A copy of ``array`` in ``device``'s memory, to pass to programs compiled for that device."""
+    arr = np.asarray(array)
+    dt = dtype_of(arr.dtype, "the array")
+    t = empty(arr.shape, dt, device)
+    t.write(arr)
+    return t
+
+
+def empty(shape: Sequence[int], dtype=np.float32, device: str = "llvm_cpu.0") -> Tensor:
+    """A tensor of ``shape`` and ``dtype`` on ``device``, for a program's ``out=`` (its contents
+    start as zero bytes)."""
+    dt = dtype_of(dtype, "the tensor")
+    shape = tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise TileInputError(f"a tensor's sizes cannot be negative: {shape}", None, hint="use sizes >= 0")
+    return zeros_on(_device(device), shape, dt)
+
+
+def _device(device: str):
+    from backends import registry
+
+    if device == "interp":
+        raise TileInputError(
+            "the reference interpreter has no device memory: tensors live on a compiled device",
+            None,
+            hint="pass numpy arrays to an 'interp' program; pick a device id from `python -m tile devices`",
+        )
+    dev = registry.get(device)  # an unknown id: a TileDeviceError listing the available ones
+    if not hasattr(dev, "executor"):
+        raise TileInputError(
+            f"{device} runs whole programs and has no device memory for tensors",
+            None,
+            hint="pass numpy arrays to its programs",
+        )
+    return dev

@@ -27,6 +27,12 @@ from tile.shapes import fmt_shape, may_equal
 from tile.typed import TAssign, TCall, TContraction, TensorType, TExpr, TRef, TStatement, calls
 
 STREAMS = 2048
+# taus88, L'Ecuyer's three-component Tausworthe generator, as PlaidML's prng_step runs it: per
+# component (mask, mask shift left, feedback shift left, shift right), one step being
+# s = ((s & mask) << a) ^ (((s << c) ^ s) >> r) in 32-bit arithmetic (ref_interp.prng is its
+# meaning; the code generators unroll these numbers)
+TAUS88 = ((0xFFFFFFFE, 12, 13, 19), (0xFFFFFFF8, 4, 2, 25), (0xFFFFFFF0, 17, 3, 11))
+SCALE = 2.0**-32  # a value is float32(raw) * SCALE
 STATE_SHAPE = (3, STREAMS)
 NAMES = ("prng_step", "prng_value", "prng_state")
 _TRIPLE = "H = prng_step(S, d1, ..., dk); V = prng_value(H); S2 = prng_state(H);"

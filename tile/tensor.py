@@ -4,8 +4,9 @@ bus every call.
 
 A ``Tensor`` is a backend ``Buffer`` with a shape, a dtype and the events of the last work that
 wrote or read it (work is asynchronous: a call may return before its kernels finish; reading or
-writing from the host waits for them). The language package does not depend on the backends:
-the registry is imported only when a tensor is made.
+writing from the host waits for them). This module knows devices only as the objects it is given
+(the runner's, ``zeros_on``'s); ``tile.tensor`` and ``tile.empty`` (``tile.api``) find a device
+by its id.
 """
 
 from __future__ import annotations
@@ -95,26 +96,7 @@ class Tensor:
         return f"tile.Tensor(shape={self._shape}, dtype={self._dtype.value}, device={self.device!r})"
 
 
-def _device(device: str):
-    from backends import registry  # the language package reaches the backends only here
-
-    if device == "interp":
-        raise TileInputError(
-            "the reference interpreter has no device memory: tensors live on a compiled device",
-            None,
-            hint="pass numpy arrays to an 'interp' program; pick a device id from `python -m tile devices`",
-        )
-    dev = registry.get(device)  # an unknown id: a TileDeviceError listing the available ones
-    if not hasattr(dev, "executor"):
-        raise TileInputError(
-            f"{device} runs whole programs and has no device memory for tensors",
-            None,
-            hint="pass numpy arrays to its programs",
-        )
-    return dev
-
-
-def _dtype_of(dtype, what: str) -> DType:
+def dtype_of(dtype, what: str) -> DType:
     try:
         return dtype if isinstance(dtype, DType) else DType.of(np.dtype(dtype))
     except TypeError:
@@ -123,25 +105,6 @@ def _dtype_of(dtype, what: str) -> DType:
             None,
             hint="use bool, int8..int64, uint8..uint64 or float16/32/64",
         ) from None
-
-
-def tensor(array, device: str = "llvm_cpu.0") -> Tensor:
-    """A copy of ``array`` in ``device``'s memory, to pass to programs compiled for that device."""
-    arr = np.asarray(array)
-    dt = _dtype_of(arr.dtype, "the array")
-    t = empty(arr.shape, dt, device)
-    t.write(arr)
-    return t
-
-
-def empty(shape: Sequence[int], dtype=np.float32, device: str = "llvm_cpu.0") -> Tensor:
-    """A tensor of ``shape`` and ``dtype`` on ``device``, for a program's ``out=`` (its contents
-    start as zero bytes)."""
-    dt = _dtype_of(dtype, "the tensor")
-    shape = tuple(int(d) for d in shape)
-    if any(d < 0 for d in shape):
-        raise TileInputError(f"a tensor's sizes cannot be negative: {shape}", None, hint="use sizes >= 0")
-    return zeros_on(_device(device), shape, dt)
 
 
 def zeros_on(device, shape: tuple[int, ...], dtype: DType) -> Tensor:

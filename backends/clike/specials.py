@@ -21,12 +21,10 @@ import numpy as np
 from backends.clike.ops import binary, float_fn
 from backends.clike.views import View
 from backends.clike.writer import CodeWriter
-from backends.prng import TAUS88
-from ref_interp.prng import SCALE
 from stripe.ir import Special
 from stripe.specials import BACKEND, Checked, check, identity
 from tile.dtypes import DType
-from tile.prng import STREAMS
+from tile.prng import SCALE, STREAMS, TAUS88
 
 
 class _Loops:

@@ -19,12 +19,10 @@ from llvmlite import ir
 from backends.llvm.intrinsics import binary, float_fn
 from backends.llvm.loops import View, for_box, for_range, unravel
 from backends.llvm.scalars import I64, Emitter, i64, reg_type
-from backends.prng import TAUS88
-from ref_interp.prng import SCALE
 from stripe.ir import Special
 from stripe.specials import BACKEND, Checked, check, identity
 from tile.dtypes import DType
-from tile.prng import STREAMS
+from tile.prng import SCALE, STREAMS, TAUS88
 
 
 def fill(em: Emitter, view: View, value: ir.Value) -> None:
