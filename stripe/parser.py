@@ -18,6 +18,11 @@ grammar, with the details of names, numbers and comments, is in ``stripe.printer
 
 A call with ``:DTYPE`` is an Intrinsic, one without is a Special. Statement numbers must count
 0, 1, 2, ...; errors are ``TileSyntaxError``s with a caret and a hint.
+
+The parser is four classes, each a layer of the grammar on the one below: ``_Tokens`` (the token
+stream and the atoms: names, numbers, strings, element types), ``_Affines`` (``affine`` and
+``loc``), ``_Declarations`` (``index``, constraints, ``ref``), ``_Parser`` (``program``, ``block``
+and ``stmt``, which nest in each other).
 """
 
 from __future__ import annotations
@@ -123,12 +128,14 @@ def _comment_text(tok: Token) -> str:
     return body
 
 
-class _Parser:
+class _Tokens:
+    """The token stream (comments are skipped, except where a block header reads them) and the
+    grammar's atoms: names (plain or quoted), integers, numbers, strings and element types."""
+
     def __init__(self, text: str, name: str):
         self.toks = tokenize(text, Source(text, name))
         self.pos = 0
 
-    # ------------------------------------------------------------------ tokens
     @property
     def raw(self) -> Token:
         return self.toks[self.pos]
@@ -165,7 +172,6 @@ class _Parser:
             raise self.error(f"'{word}'", hint)
         return self.advance()
 
-    # ------------------------------------------------------------------ atoms
     def at_name(self) -> bool:
         t = self.tok
         return t.kind == "QNAME" or (t.kind == "NAME" and t.text not in KEYWORDS)
@@ -222,7 +228,10 @@ class _Parser:
             return DTYPES_BY_NAME[t.text]
         raise self.error("an element type", "one of " + ", ".join(DTYPES_BY_NAME))
 
-    # ------------------------------------------------------------------ affines
+
+class _Affines(_Tokens):
+    """Affine expressions (exact, with ``Fraction`` coefficients), lists of them, and locations."""
+
     def affine(self) -> Affine:
         coeffs: dict[str, Fraction] = {}
         const = Fraction(0)
@@ -285,84 +294,9 @@ class _Parser:
         self.expect(">", "a location is `<NAME>` or `<NAME[unit, ...]>`, e.g. `<GPU[0]>`")
         return Location(name, units)
 
-    # ------------------------------------------------------------------ blocks
-    def program(self) -> Block:
-        if self.tok.kind == "INT":
-            self.statement_number(0)
-        block = self.block()
-        if self.tok.kind != "EOF":
-            raise self.error("the end of the text", "the text holds one root block")
-        return block
 
-    def statement_number(self, expected: int) -> None:
-        t = self.tok
-        if t.kind != "INT":
-            raise self.error(f"the statement number '{expected}:'", "statements are written `k: ...`")
-        if int(t.text) != expected:
-            hint = f"statements count up from 0: this one is {expected}"
-            raise TileSyntaxError(f"statement number {t.text} out of order", t.span, hint)
-        self.advance()
-        self.expect(":")
-
-    def block(self) -> Block:
-        tags: set[str] = set()
-        attrs: list[tuple[str, int | float | str | bool]] = []
-        while self.accept("#"):
-            key = self.name("a tag name")
-            if self.accept("="):
-                attrs.append((key, self.value()))
-            else:
-                tags.add(key)
-        self.expect_kw("block", "a block is `#tags block [idx:range, ...] ( refs ) { statements }`")
-        location = self.location()
-        self.expect("[", "the index list `[i:4, j:2]` follows `block` (`[]` for none)")
-        idxs: list[Index] = []
-        if not self.tok.is_op("]"):
-            idxs.append(self.index())
-            while self.accept(","):
-                idxs.append(self.index())
-        self.expect("]")
-        paren = self.expect("(", "the block's refinements and constraints follow its indexes in `( ... )`")
-        name = ""
-        if self.raw.kind == "COMMENT" and self.raw.span.line == paren.span.line:
-            name = _comment_text(self.raw)
-            self.pos += 1
-        comments: list[str] = []
-        constraints: list[Affine] = []
-        refs: list[Refinement] = []
-        while True:
-            if self.raw.kind == "COMMENT":
-                comments.append(_comment_text(self.raw))
-                self.pos += 1
-            elif self.raw.is_op(")"):
-                break
-            elif self.raw.is_op("#") or self.raw.is_kw(*_DIRS):
-                refs.append(self.ref())
-            elif self.raw.kind == "EOF":
-                raise self.error("')'", "close the block header with `) {`")
-            else:
-                constraints.append(self.constraint())
-        self.expect(")")
-        self.expect("{", "the block's statements follow in `{ ... }`")
-        stmts: list[Statement] = []
-        while not self.tok.is_op("}"):
-            if self.tok.kind == "EOF":
-                raise self.error("'}'", "close the block's statements with `}`")
-            self.statement_number(len(stmts))
-            stmts.append(self.statement())
-            self.accept(";")
-        self.expect("}")
-        return Block(
-            name,
-            tuple(idxs),
-            tuple(constraints),
-            tuple(refs),
-            tuple(stmts),
-            frozenset(tags),
-            tuple(comments),
-            location,
-            tuple(attrs),
-        )
+class _Declarations(_Affines):
+    """What a block declares: indexes, constraints, and refinements with their dims."""
 
     def index(self) -> Index:
         name = self.name("an index name")
@@ -424,7 +358,98 @@ class _Parser:
         self.expect(":", "a dim is `size:stride`")
         return Dim(size, self.int_("a stride"))
 
-    # ------------------------------------------------------------------ statements
+
+class _Parser(_Declarations):
+    """A program: blocks (tags, location, indexes, header, numbered statements) and statements
+    (nested blocks, loads and stores, constants, intrinsics and specials)."""
+
+    def program(self) -> Block:
+        if self.tok.kind == "INT":
+            self.statement_number(0)
+        block = self.block()
+        if self.tok.kind != "EOF":
+            raise self.error("the end of the text", "the text holds one root block")
+        return block
+
+    def statement_number(self, expected: int) -> None:
+        t = self.tok
+        if t.kind != "INT":
+            raise self.error(f"the statement number '{expected}:'", "statements are written `k: ...`")
+        if int(t.text) != expected:
+            hint = f"statements count up from 0: this one is {expected}"
+            raise TileSyntaxError(f"statement number {t.text} out of order", t.span, hint)
+        self.advance()
+        self.expect(":")
+
+    def block(self) -> Block:
+        tags, attrs = self.block_tags()
+        self.expect_kw("block", "a block is `#tags block [idx:range, ...] ( refs ) { statements }`")
+        location = self.location()
+        idxs = self.indexes()
+        name, comments, constraints, refs = self.header()
+        stmts = self.body()
+        return Block(name, idxs, constraints, refs, stmts, tags, comments, location, attrs)
+
+    def block_tags(self) -> tuple[frozenset[str], tuple[tuple[str, int | float | str | bool], ...]]:
+        """``#tag`` and ``#key=value`` before ``block``."""
+        tags: set[str] = set()
+        attrs: list[tuple[str, int | float | str | bool]] = []
+        while self.accept("#"):
+            key = self.name("a tag name")
+            if self.accept("="):
+                attrs.append((key, self.value()))
+            else:
+                tags.add(key)
+        return frozenset(tags), tuple(attrs)
+
+    def indexes(self) -> tuple[Index, ...]:
+        self.expect("[", "the index list `[i:4, j:2]` follows `block` (`[]` for none)")
+        idxs: list[Index] = []
+        if not self.tok.is_op("]"):
+            idxs.append(self.index())
+            while self.accept(","):
+                idxs.append(self.index())
+        self.expect("]")
+        return tuple(idxs)
+
+    def header(self) -> tuple[str, tuple[str, ...], tuple[Affine, ...], tuple[Refinement, ...]]:
+        """``( ... )``: the name (a comment on the line of ``(``), comments, constraints and refs."""
+        paren = self.expect("(", "the block's refinements and constraints follow its indexes in `( ... )`")
+        name = ""
+        if self.raw.kind == "COMMENT" and self.raw.span.line == paren.span.line:
+            name = _comment_text(self.raw)
+            self.pos += 1
+        comments: list[str] = []
+        constraints: list[Affine] = []
+        refs: list[Refinement] = []
+        while True:
+            if self.raw.kind == "COMMENT":
+                comments.append(_comment_text(self.raw))
+                self.pos += 1
+            elif self.raw.is_op(")"):
+                break
+            elif self.raw.is_op("#") or self.raw.is_kw(*_DIRS):
+                refs.append(self.ref())
+            elif self.raw.kind == "EOF":
+                raise self.error("')'", "close the block header with `) {`")
+            else:
+                constraints.append(self.constraint())
+        self.expect(")")
+        return name, tuple(comments), tuple(constraints), tuple(refs)
+
+    def body(self) -> tuple[Statement, ...]:
+        """``{ 0: stmt 1: stmt ... }``, numbered from 0."""
+        self.expect("{", "the block's statements follow in `{ ... }`")
+        stmts: list[Statement] = []
+        while not self.tok.is_op("}"):
+            if self.tok.kind == "EOF":
+                raise self.error("'}'", "close the block's statements with `}`")
+            self.statement_number(len(stmts))
+            stmts.append(self.statement())
+            self.accept(";")
+        self.expect("}")
+        return tuple(stmts)
+
     def statement(self) -> Statement:
         t = self.tok
         if t.is_op("#") or t.is_kw("block"):
