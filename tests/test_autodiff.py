@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def check_fd(program, inputs: dict, seed: dict | None = None, wrt=None, custom=None) -> dict:
-    grads = tile.grad_values(program, inputs, wrt=wrt, seed=seed, precision="float64", custom=custom)
+    grads = tile.grad_values(program, inputs, wrt=wrt, cotangents=seed, precision="float64", custom=custom)
     length = sum(np.size(v) for v in inputs.values())
     for name, g in grads.items():
         assert_close(g, fd_grad(program, inputs, name, seed), length)
@@ -39,7 +39,7 @@ def check_fd(program, inputs: dict, seed: dict | None = None, wrt=None, custom=N
 
 
 def grads(program, seed=None, wrt=None, custom=None, **inputs) -> dict:
-    return tile.grad_values(program, inputs, wrt=wrt, seed=seed, precision="float64", custom=custom)
+    return tile.grad_values(program, inputs, wrt=wrt, cotangents=seed, precision="float64", custom=custom)
 
 
 def f64(*rows) -> np.ndarray:
@@ -245,7 +245,7 @@ def test_integer_inputs_are_excluded_from_default_wrt():
 
 def test_seed_selects_outputs_and_values():
     src = "function (X[N]) -> (O, P) { O = X; P = X * X; }"
-    g = tile.gradient(src, seed=["P"])
+    g = tile.gradient(src, outputs=["P"])
     assert list(g.cotangents) == ["P"] and [i.name for i in g.program.inputs] == ["X", g.cotangents["P"]]
     got = grads(src, {"P": f64(2, 3)}, X=f64(1, 2))
     np.testing.assert_array_equal(got["X"], f64(1 + 2 * 2 * 1, 1 + 2 * 3 * 2))  # O's seed is ones
@@ -294,7 +294,7 @@ def test_wrt_naming_a_non_input_is_a_name_error(wrt):
 
 def test_seed_naming_a_non_output_is_a_name_error():
     with pytest.raises(TileNameError, match="'A'"):
-        tile.grad("function (A[N]) -> (O) { O = A * 2; }", seed=["A"])
+        tile.grad("function (A[N]) -> (O) { O = A * 2; }", outputs=["A"])
 
 
 # ------------------------------------------------------------------------- custom gradients

@@ -20,7 +20,7 @@ from tile.dtypes import DType
 
 
 def check_fd(program, inputs: dict, seed: dict | None = None) -> dict:
-    grads = tile.grad_values(program, inputs, seed=seed, precision="float64")
+    grads = tile.grad_values(program, inputs, cotangents=seed, precision="float64")
     assert set(grads) == {n for n, v in inputs.items() if np.asarray(v).dtype.kind == "f"}
     length = sum(np.size(v) for v in inputs.values())
     for name, g in grads.items():
@@ -180,18 +180,18 @@ def test_reshape_gradient_reshapes_back():
 
 def test_reshape_gradient_values():
     got = tile.grad_values("function (X[N, M]) -> (O) { O = reshape(X, 3, 2); }", {"X": np.zeros((2, 3))},
-                           seed={"O": np.arange(6.0).reshape(3, 2)})
+                           cotangents={"O": np.arange(6.0).reshape(3, 2)})
     np.testing.assert_array_equal(got["X"], np.arange(6.0).reshape(2, 3))
 
 
 def test_softmax_gradient_closed_form():
     x, d = uniform(-2, 2), uniform(-1, 1)
     got = tile.grad_values("function (X[N, M]) -> (O) { O = builtin_softmax(X, N, M); }", {"X": x},
-                           seed={"O": d}, precision="float64")
+                           cotangents={"O": d}, precision="float64")
     s = np.exp(x) / np.exp(x).sum(axis=1, keepdims=True)
     assert_close(got["X"], s * (d - (d * s).sum(axis=1, keepdims=True)), 3)
     got = tile.grad_values("function (X[N, M]) -> (O) { O = builtin_logsoftmax(X, N, M); }", {"X": x},
-                           seed={"O": d}, precision="float64")
+                           cotangents={"O": d}, precision="float64")
     assert_close(got["X"], d - s * d.sum(axis=1, keepdims=True), 3)
 
 

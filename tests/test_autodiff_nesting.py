@@ -38,7 +38,7 @@ def test_second_order_gradient_of_the_deepest_product():
     a = np.array([1, -1, 1, -1], np.float32)
     do = np.array([1, 2, -1, 3], np.float32)
     dda = np.array([2, 1, 1, -2], np.float32)
-    got1 = grad_values(prog, {"A": a}, seed={"O": do})["A"]
+    got1 = grad_values(prog, {"A": a}, cotangents={"O": do})["A"]
     np.testing.assert_array_equal(got1, depth * a ** (depth - 1) * do)
     (cot,) = first.cotangents.values()
     feed = {"A": a, cot: do, second.cotangents[first.gradients["A"]]: dda}

@@ -30,7 +30,7 @@ PROPS = settings(derandomize=True, deadline=None, max_examples=60,
 
 # ------------------------------------------------------------------------------------ helpers
 def check_fd(program, inputs: dict, seed: dict | None = None, wrt=None) -> dict:
-    grads = tile.grad_values(program, inputs, wrt=wrt, seed=seed, precision="float64")
+    grads = tile.grad_values(program, inputs, wrt=wrt, cotangents=seed, precision="float64")
     length = sum(np.size(v) for v in inputs.values())
     for name, g in grads.items():
         assert g.shape == np.shape(inputs[name])
@@ -220,7 +220,7 @@ def einsum_grads(spec: str, a: np.ndarray, b: np.ndarray, d: np.ndarray):
 
 def check_einsum(spec: str, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> None:
     src = einsum_program(spec, a.shape, b.shape)
-    got = tile.grad_values(src, {"A": a, "B": b}, seed={"O": d}, precision="float64")
+    got = tile.grad_values(src, {"A": a, "B": b}, cotangents={"O": d}, precision="float64")
     da, db = einsum_grads(spec, a, b, d)
     length = max(a.size, b.size)
     assert_close(got["A"], da, length)
@@ -257,7 +257,7 @@ def einsum_case(draw):
 @given(einsum_case())
 def test_random_sums_of_products_match_einsum_exactly(case):
     spec, a, b, d = case
-    got = tile.grad_values(einsum_program(spec, a.shape, b.shape), {"A": a, "B": b}, seed={"O": d},
+    got = tile.grad_values(einsum_program(spec, a.shape, b.shape), {"A": a, "B": b}, cotangents={"O": d},
                            precision="float64")
     da, db = einsum_grads(spec, a, b, d)
     np.testing.assert_array_equal(got["A"], da)  # small integers: exact

@@ -160,7 +160,7 @@ def test_reverse_grad_is_the_identity(target):
 def test_reverse_grad_gradient_is_minus_s_times_the_adjoint():
     x, s, d = np.array([1.0, -2.0, 3.0]), np.array(0.25), np.array([2.0, 5.0, -1.0])
     got = tile.grad_values("function (X[N], S) -> (O) { O = reverse_grad(X, S); }", {"X": x, "S": s},
-                           seed={"O": d}, precision="float64")
+                           cotangents={"O": d}, precision="float64")
     np.testing.assert_array_equal(got["X"], -0.25 * d)
     np.testing.assert_array_equal(got["S"], 0.0)
     # through other operations: d/dX of reverse_grad(X, 2) * X is X - 2 X = -X
@@ -185,7 +185,7 @@ GRADIENTS = {
 def test_gradient_matches_finite_differences(name):
     src, inputs = GRADIENTS[name]
     seed = {"O": RNG.standard_normal(5)}
-    grads = tile.grad_values(src, inputs, seed=seed, precision="float64")
+    grads = tile.grad_values(src, inputs, cotangents=seed, precision="float64")
     for k, g in grads.items():
         assert_close(g, fd_grad(src, inputs, k, seed), 5)
 

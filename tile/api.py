@@ -1,16 +1,19 @@
-"""The Python API on numpy arrays: gradients by value (compile() arrives with the backends)."""
+"""The Python API: ``compile`` / ``compile_file`` for a device, gradients by value (``grad_values``)."""
 
 from __future__ import annotations
 
+import os
+import sys
+import time
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from tile import ast
-from tile.autodiff import gradient
+from tile import ast, lint
 from tile.dtypes import DType
 from tile.errors import TileInputError
-from tile.parser import parse
+from tile.parser import parse, parse_file
 from tile.settings import check as check_settings
 from tile.tensor import Tensor, dtype_of, zeros_on
 
@@ -19,16 +22,25 @@ def grad_values(
     program: str | ast.Program,
     inputs: Mapping[str, np.ndarray],
     wrt: Sequence[str] | None = None,
-    seed: Mapping[str, np.ndarray] | None = None,
+    cotangents: Mapping[str, np.ndarray] | None = None,
     precision: str = "native",
     custom: Mapping[str, str | ast.Program] | None = None,
+    *,
+    seed: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
-    """``{input: gradient}`` of ``sum(seed[O] * O)`` over the outputs, by the reference interpreter.
+    """``{input: gradient}`` of ``sum(cotangents[O] * O)`` over the outputs, by the reference
+    interpreter.
 
-    ``seed`` gives cotangents by output name; outputs not in it get all-ones, so the default is
-    the gradient of the sum of all outputs.
+    ``cotangents`` gives the output gradients by output name; outputs not in it get all-ones, so
+    the default is the gradient of the sum of all outputs. (``seed=`` is its old name, kept for a
+    while with a ``DeprecationWarning``: on the command line ``--seed`` is the random seed.)
     """
     import ref_interp  # the oracle; imported here so the language package does not depend on it
+    from tile.autodiff import gradient
+
+    if seed is not None:
+        warnings.warn("grad_values(seed=...) is now cotangents=...", DeprecationWarning, stacklevel=2)
+        cotangents = seed if cotangents is None else cotangents
 
     prog = parse(program) if isinstance(program, str) else program
     arrays = {k: np.asarray(v) for k, v in inputs.items()}
@@ -38,7 +50,7 @@ def grad_values(
     forward = ref_interp.run(prog, arrays, precision) if g.cotangents else {}
     feed = dict(arrays)
     for out, cot in g.cotangents.items():
-        given = (seed or {}).get(out)
+        given = (cotangents or {}).get(out)
         value = forward[out]
         dtype = np.float64 if value.dtype == object else value.dtype
         feed[cot] = np.asarray(given) if given is not None else np.ones(value.shape, dtype=dtype)
@@ -95,6 +107,17 @@ class Executable:
         self._last = compiled
         return compiled.run(given, out, resident)
 
+    def prepare(self, inputs: Mapping[str, np.ndarray | Tensor] | None = None, /, **arrays) -> object:
+        """Compile for these inputs' shapes and dtypes now, without running (a later call with such
+        inputs starts at once): what ``python -m tile run`` times as the compile time. Returns the
+        compiled program (None on ``interp``, which compiles nothing)."""
+        if self.device == "interp":
+            return None
+        given = {**(inputs or {}), **arrays}
+        return self._compiled_for(
+            {k: v if isinstance(v, Tensor) else np.asarray(v) for k, v in given.items()}
+        )
+
     def _quick_key(self, given: Mapping) -> tuple | None:
         """The inputs' names, shapes and dtypes as given, which pick the same compiled program as
         last time they were seen without typing the inputs again; None where values matter too
@@ -122,12 +145,20 @@ class Executable:
         if compiled is None:
             from backends import driver, registry
 
+            start = time.perf_counter()
             bound = driver.bind_inputs(self.program, host)  # `=` checked from the shapes, as the
             device = registry.get(self.device)  # interpreter checks it
             settings, tuning = tuned(bound, device, self.settings)
             compiled = driver.compile_bound(bound, device, settings)
             compiled.tuning = tuning  # what the tuner timed and chose (None: not tuned)
             self._compiled[key] = compiled
+            if os.environ.get("TILE_DEBUG", "0") >= "1":
+                shapes = ", ".join(f"{k}{list(np.shape(v))}" for k, v in host.items())
+                generated = getattr(compiled, "build_seconds", None)
+                of_which = f" (code generation {generated:.3f} s)" if generated is not None else ""
+                print(f"tile: compiled for {shapes} on {self.device} in {time.perf_counter() - start:.3f} s"
+                      f"{of_which}; the first call that follows includes one-time start-up",
+                      file=sys.stderr)
         return compiled
 
     def profile(self) -> list[tuple[str, float]]:
@@ -185,10 +216,16 @@ def refuse_tensors(given: Mapping, out: Mapping | None, resident: bool) -> None:
 def compile(
     program: str | ast.Program, device: str = "llvm_cpu.0", settings: Mapping | None = None
 ) -> Executable:
-    """``program`` for ``device`` (an id from ``python -m tile devices``, a plugin's included;
-    ``"interp"`` is the reference interpreter; ``"external:COMMAND"`` a backend in another process,
-    docs/new_target.md). An unknown id is a ``TileDeviceError`` listing the available ones.
-    ``settings``:
+    """``program`` (Tile text or a parsed ``tile.Program``; ``compile_file`` reads a file) for
+    ``device`` (an id from ``python -m tile devices``, a plugin's included; ``"interp"`` is the
+    reference interpreter; ``"external:COMMAND"`` a backend in another process,
+    docs/new_target.md). Only that device's backend is loaded.
+
+    Refused here rather than at the first call: syntax errors, unknown functions and names (what
+    ``python -m tile check`` finds without shapes), an unknown device id (a ``TileDeviceError``
+    listing the available ones), unknown settings, a bad config file; text that looks like a file
+    path is a ``TileInputError`` saying to read the file. A likely index typo in a contraction is a
+    ``tile.TileIndexWarning`` (given once). ``settings``:
 
     * ``{"cache": False}`` bypasses the kernel cache;
     * ``{"config": "F.json"}`` optimizes with that target config (a file, or a built-in config's
@@ -205,15 +242,46 @@ def compile(
       for each shape and keeps the fastest (``backends.tune``; remembered in the disk cache).
 
     Backends read more (``tile.settings.KNOWN`` lists them all); an unknown name is a
-    ``TileSettingsError`` here. A bad config file fails here, not at the first call."""
+    ``TileSettingsError`` here."""
     check_settings(settings)
+    if isinstance(program, str):
+        refuse_path(program)
     prog = parse(program) if isinstance(program, str) else program
+    return _checked(prog, device, settings)
+
+
+def compile_file(
+    path: str | os.PathLike, device: str = "llvm_cpu.0", settings: Mapping | None = None
+) -> Executable:
+    """``compile`` for the program in the file ``path`` (its errors and warnings name the file)."""
+    check_settings(settings)
+    return _checked(parse_file(os.fspath(path)), device, settings)
+
+
+def _checked(prog: ast.Program, device: str, settings: Mapping | None) -> Executable:
+    lint.early_check(prog)
+    lint.warn(prog)
     if device != "interp":
         from backends import driver, registry
 
         # fail now: an unknown device (a TileDeviceError listing the ids), a bad config (located)
         driver.check_config(registry.get(device), settings)
     return Executable(prog, device, settings)
+
+
+def refuse_path(text: str) -> None:
+    """A ``TileInputError`` when program text is a file's path instead (``tile.compile("mm.tile")``):
+    no ``function`` header, one line, and it names an existing file or ends in ``.tile``."""
+    stripped = text.strip()
+    if "function" in stripped or "\n" in stripped or not stripped:
+        return
+    if stripped.endswith(".tile") or os.path.isfile(stripped):
+        raise TileInputError(
+            f"'{stripped}' looks like a file path, not Tile program text",
+            None,
+            hint=f"read the file first, tile.compile(open({stripped!r}).read()), or call "
+            f"tile.compile_file({stripped!r})",
+        )
 
 
 def tensor(array, device: str = "llvm_cpu.0") -> Tensor:

@@ -56,26 +56,51 @@ class TileError(Exception):
         self.hint = hint
 
     def __str__(self) -> str:
-        head = f"{self.kind}: {self.message}"
-        parts = []
-        span = self.span
-        if span is not None and span.source is not None:
-            src = span.source
-            parts.append(f"{src.name}:{span.line}:{span.col}: {head}")
-            text = src.line(span.line)
-            if text:
-                shown = text.expandtabs(1)
-                parts.append(f"    {shown}")
-                width = max(1, min(span.length, len(shown) - span.col + 1))
-                parts.append("    " + " " * (span.col - 1) + "^" + "~" * (width - 1))
-        elif span is not None:
-            parts.append(f"<unknown>:{span.line}:{span.col}: {head}")
+        return located(self.kind, self.message, self.span, self.hint)
+
+
+def located(kind: str, message: str, span: Span | None, hint: str | None) -> str:
+    """``file:line:col: kind: message``, the source line with a caret under the span, and the hint.
+
+    Characters a terminal would act on rather than show (NUL, ESC, DEL, C1 controls, bidi
+    overrides, lone surrogates of undecodable bytes) are shown as Python escapes such as ``\\x05``,
+    and the caret still points at the right place."""
+    head = f"{kind}: {message}"
+    parts = []
+    if span is not None and span.source is not None:
+        src = span.source
+        parts.append(f"{escape(src.name)}:{span.line}:{span.col}: {head}")
+        text = src.line(span.line)
+        if text:
+            shown = [escape(c) for c in text.expandtabs(1)]
+            start = sum(len(c) for c in shown[: span.col - 1]) + max(0, span.col - 1 - len(shown))
+            end = sum(len(c) for c in shown[: span.col - 1 + max(1, span.length)])
+            line = "".join(shown)
+            width = max(1, min(end - start, len(line) - start))
+            parts.append(f"    {line}")
+            parts.append("    " + " " * start + "^" + "~" * (width - 1))
+    elif span is not None:
+        parts.append(f"<unknown>:{span.line}:{span.col}: {head}")
+    else:
+        parts.append(head)
+    if hint:
+        parts.append(f"hint: {hint}")
+    return escape("\n".join(parts), keep="\n")
+
+
+def escape(text: str, keep: str = "") -> str:
+    """``text`` with every character that does not print as itself (``str.isprintable``; a tab and
+    the characters in ``keep`` excepted) written as a Python escape: ``\\x00``, ``\\u202e``."""
+    if text.isprintable():
+        return text
+    out = []
+    for c in text:
+        if c.isprintable() or c == "\t" or c in keep:
+            out.append(c)
         else:
-            parts.append(head)
-        if self.hint:
-            parts.append(f"hint: {self.hint}")
-        # Lone surrogates (text decoded with errors="surrogateescape") cannot be printed as UTF-8.
-        return "\n".join(parts).encode("utf-8", "backslashreplace").decode("utf-8")
+            n = ord(c)
+            out.append(f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}")
+    return "".join(out)
 
 
 class TileSyntaxError(TileError):
@@ -139,3 +164,27 @@ class TileBackendError(TileError):
 
 class TilePrecisionWarning(UserWarning):
     """The exact interpreter fell back to float64 for an operation it cannot do exactly."""
+
+
+class TileWarning(UserWarning):
+    """Legal Tile that is probably not what was meant, located like a ``TileError``. Each is
+    given once per program text and place; silence a kind with
+    ``warnings.filterwarnings("ignore", category=tile.TileIndexWarning)`` (on the command line:
+    ``python -W ignore::UserWarning -m tile ...``)."""
+
+    kind = "warning"
+
+    def __init__(self, message: str, span: Span | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.span = span
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return located(self.kind, self.message, self.span, self.hint)
+
+
+class TileIndexWarning(TileWarning):
+    """A contraction with an output index that no operand uses while an operand's index is summed
+    (``C[i, q: M, N] = +(A[i, k] * B[k, j])``): legal (``q`` broadcasts, ``j`` is summed), and
+    almost always a typo for ``j``."""

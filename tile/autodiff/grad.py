@@ -1,7 +1,7 @@
 """Reverse-mode automatic differentiation, Tile to Tile.
 
-``grad(program, wrt, seed)`` returns a new Tile program: its inputs are the forward inputs plus
-one cotangent ``D<Out>`` per seeded output, and its outputs are ``D<X>`` for each ``X`` in
+``grad(program, wrt, outputs)`` returns a new Tile program: its inputs are the forward inputs plus
+one cotangent ``D<Out>`` per differentiated output, and its outputs are ``D<X>`` for each ``X`` in
 ``wrt``, the gradient of ``sum(D<Out> * Out)``. With all-ones cotangents that is the gradient of
 the sum of the outputs. The program recomputes the forward statements it needs, then runs the
 adjoint statements in reverse order; everything is ordinary Tile, so the result can itself be
@@ -11,6 +11,7 @@ differentiated (second order) and runs on the interpreter and on every backend.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
@@ -31,21 +32,31 @@ from tile.typed import BoundProgram, Size, TCall, TConst, TContraction, TExpr, T
 def grad(
     program: str | ast.Program,
     wrt: Sequence[str] | None = None,
-    seed: Sequence[str] | None = None,
+    outputs: Sequence[str] | None = None,
     *,
     custom: Mapping[str, str | ast.Program] | None = None,
     dtypes: Mapping[str, DType] | None = None,
     shapes: Mapping[str, tuple[int, ...]] | None = None,
+    seed: Sequence[str] | None = None,
 ) -> ast.Program:
     """The gradient program of ``program``.
 
     ``wrt``: the inputs to differentiate with respect to (default: every float input).
-    ``seed``: the outputs whose cotangents ``D<Out>`` are inputs (default: all outputs); the
-    others contribute nothing. ``custom``: ``{tensor: Tile function}`` gradients used instead of
-    the derived ones (see ``tile.autodiff.custom``). ``dtypes``/``shapes``: input types when
+    ``outputs``: the outputs whose cotangents ``D<Out>`` are inputs (default: all outputs); the
+    others contribute nothing (``seed=`` is its old name, deprecated). ``custom``:
+    ``{tensor: Tile function}`` gradients used instead of the derived ones (see ``tile.autodiff.custom``). ``dtypes``/``shapes``: input types when
     known (default float32 inputs with symbolic sizes).
     """
-    return gradient(program, wrt, seed, custom=custom, dtypes=dtypes, shapes=shapes).program
+    outputs = _renamed(outputs, seed)
+    return gradient(program, wrt, outputs, custom=custom, dtypes=dtypes, shapes=shapes).program
+
+
+def _renamed(outputs: Sequence[str] | None, seed: Sequence[str] | None) -> Sequence[str] | None:
+    """``seed=``, the old name of ``outputs=`` (on the command line ``--seed`` is the random seed)."""
+    if seed is None:
+        return outputs
+    warnings.warn("grad(seed=...) and gradient(seed=...) are now outputs=...", DeprecationWarning, stacklevel=3)
+    return seed if outputs is None else outputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,21 +75,23 @@ class Gradient:
 def gradient(
     program: str | ast.Program,
     wrt: Sequence[str] | None = None,
-    seed: Sequence[str] | None = None,
+    outputs: Sequence[str] | None = None,
     *,
     custom: Mapping[str, str | ast.Program] | None = None,
     dtypes: Mapping[str, DType] | None = None,
     shapes: Mapping[str, tuple[int, ...]] | None = None,
+    seed: Sequence[str] | None = None,
 ) -> Gradient:
     """``grad`` with the cotangent and gradient names it chose."""
+    outputs = _renamed(outputs, seed)
     if isinstance(program, str):
         program = parse(program)
     bound = bind_symbolic(program, dtypes, shapes)
-    return _Reverse(program, bound, wrt, seed, custom or {}).run()
+    return _Reverse(program, bound, wrt, outputs, custom or {}).run()
 
 
 class _Reverse:
-    def __init__(self, program: ast.Program, bound: BoundProgram, wrt, seed, custom):
+    def __init__(self, program: ast.Program, bound: BoundProgram, wrt, of, custom):
         self.p = program
         self.b = bound
         self.types = bound.types
@@ -99,10 +112,10 @@ class _Reverse:
                     None,
                 )
         outputs = list(program.output_names)
-        for n in seed or ():
+        for n in of or ():
             if n not in outputs:
                 raise TileNameError(
-                    f"cannot seed '{n}': it is not an output",
+                    f"cannot differentiate output '{n}': it is not an output",
                     None,
                     hint=f"the outputs are: {', '.join(outputs)}",
                 )
@@ -115,7 +128,7 @@ class _Reverse:
                     hint=f"custom gradients replace a statement's: {', '.join(sorted(computed))}",
                 )
         self.wrt = list(wrt)
-        self.seed = list(seed) if seed is not None else outputs
+        self.seed = list(of) if of is not None else outputs
         self.custom = custom
         taken = set(inputs) | set(bound.constants) | {s.name for s in program.stmts}
         self.namer = Namer(taken)
