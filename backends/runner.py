@@ -133,6 +133,7 @@ class CompiledProgram:
         self._checked = False  # check_memory ran
         self._last: list[Event] = []
         self._launched: list[Event] = []  # the last run's kernel events, for profile()
+        self._launched_once = False  # a first call ran (TILE_DEBUG labels the first)
         # each kernel bound to the buffers of the last run that used it: rebound only when a call
         # passes other buffers (another tensor, a numpy input read in place, a handed-out output)
         self._bound: list[Bound | None] = [None] * len(self.kernels)
@@ -307,6 +308,8 @@ class CompiledProgram:
         its time."""
         events = deps
         total = 0.0
+        first = not self._launched_once  # TILE_DEBUG says so: its times include one-time start-up
+        self._launched_once = True
         launched = self._launched = []
         bound = self._bound
         for k, info in enumerate(self.infos):
@@ -320,9 +323,10 @@ class CompiledProgram:
             if debug:
                 secs = event.duration
                 total += secs
-                print(debug_line(k, info, secs, self.symbol(k)), file=sys.stderr)
+                print(debug_line(k, info, secs, self.symbol(k), first), file=sys.stderr)
         if debug:
-            print(f"tile: {len(self.infos)} kernels, {total * 1e3:.3f} ms", file=sys.stderr)
+            call = " (first call: one-time start-up included, not a steady-state time)" if first else ""
+            print(f"tile: {len(self.infos)} kernels, {total * 1e3:.3f} ms{call}", file=sys.stderr)
         return events
 
 
@@ -411,9 +415,10 @@ def _transfer(nbytes: int, secs: float) -> str:
     return f"{nbytes / 1e6:.3g} MB ({secs * 1e3:.3f} ms)" if nbytes else "nothing"
 
 
-def debug_line(k: int, info: KernelInfo, secs: float, symbol: str | None = None) -> str:
+def debug_line(k: int, info: KernelInfo, secs: float, symbol: str | None = None, first: bool = False) -> str:
     """``TILE_DEBUG=1``'s line for one kernel: its symbol, Stripe name, time and rate (GFLOP/s for
-    contractions, GB/s of the buffers it names for the rest)."""
+    contractions, GB/s of the buffers it names for the rest); ``first`` marks a program's first
+    call, whose times include one-time start-up (threads, page faults, lazy code)."""
     s = max(secs, 1e-12)
     rate = (
         f"{info.flops / s / 1e9:.2f} GFLOP/s"
@@ -421,7 +426,8 @@ def debug_line(k: int, info: KernelInfo, secs: float, symbol: str | None = None)
         else f"{info.bytes / s / 1e9:.2f} GB/s"
     )
     symbol = symbol or kernel_symbol(k, info)
-    return f"tile: kernel {symbol} ({info.block.name}): {secs * 1e3:.3f} ms, {rate}"  # type: ignore[attr-defined]
+    call = " [first call]" if first else ""
+    return f"tile: kernel {symbol} ({info.block.name}): {secs * 1e3:.3f} ms, {rate}{call}"  # type: ignore[attr-defined]
 
 
 def kernels_of(program: Block) -> list[Block]:

@@ -1,5 +1,9 @@
 """``python -m ref_interp run F.tile [--inputs IN.npz] [--shape I=2x3] [--seed S]
-[--precision native|float64|exact] [--output OUT.npz] [--max-points N]``."""
+[--precision native|float64|exact] [--output OUT.npz] [--max-points N]``.
+
+Made-up inputs are checked before any is made: none may have more elements than the index-space
+limit (``--max-points``), and together they must fit this machine's memory. Output to a closed
+pipe (``| head``) ends quietly."""
 
 from __future__ import annotations
 
@@ -9,10 +13,21 @@ import warnings
 
 import numpy as np
 
+from ref_interp.contraction import max_points_default
 from ref_interp.numerics import PRECISIONS
 from ref_interp.run import run
 from tile.errors import TileError, TileInputError, TilePrecisionWarning
-from tile.inputs import add_input_arguments, describe, gather_inputs, load_npz, random_array
+from tile.inputs import (
+    PRECISION_HELP,
+    Limits,
+    add_input_arguments,
+    check_writable,
+    describe,
+    gather_inputs,
+    load_npz,
+    quiet_broken_pipe,
+    random_array,
+)
 from tile.parser import parse, read_source
 
 
@@ -24,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="evaluate a .tile program, or a .stripe program")
     r.add_argument("file", help="the .tile (or .stripe) program")
     add_input_arguments(r)
-    r.add_argument("--precision", choices=PRECISIONS, default="native")
+    r.add_argument("--precision", choices=PRECISIONS, default="native", help=PRECISION_HELP)
     r.add_argument("--output", help="write every output to this .npz archive")
     r.add_argument(
         "--stage",
@@ -51,13 +66,34 @@ def _run_stripe(text: str, args, given: dict) -> tuple[dict, dict]:
     verify(block)
     rng = np.random.default_rng(args.seed)
     inputs = dict(given)
-    for name, sizes, dtype in stripe_input_names(block):
-        if name not in inputs:
-            inputs[name] = random_array(sizes, dtype, rng)
+    planned = {n: (tuple(sizes), dtype) for n, sizes, dtype in stripe_input_names(block) if n not in inputs}
+    limit = _limits(args).elements
+    for name, (sizes, _dtype) in planned.items():
+        if limit is not None and int(np.prod(sizes, dtype=object)) > limit[0]:
+            raise TileInputError(
+                f"input '{name}' would have {int(np.prod(sizes, dtype=object))} elements, more than "
+                f"{limit[1]} of {limit[0]}",
+                None,
+                "use smaller sizes in the program, or raise --max-points",
+            )
+    for name, (sizes, dtype) in planned.items():
+        inputs[name] = random_array(sizes, dtype, rng)
     return inputs, run_stripe(block, inputs, args.precision, max_points=args.max_points)
 
 
+def _limits(args) -> Limits:
+    limit = args.max_points if args.max_points is not None else max_points_default()
+    return Limits(elements=(limit, "the interpreter's index-space limit (--max-points)"))
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return quiet_broken_pipe()
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         text = read_source(args.file)
@@ -68,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         print(e, file=sys.stderr)
         return 1
     try:
+        check_writable(args.output)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", TilePrecisionWarning)
             given = load_npz(args.inputs) if args.inputs else {}
@@ -75,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                 inputs, outputs = _run_stripe(text, args, given)
             else:
                 program = parse(text, args.file)
-                inputs = gather_inputs(program, given, args.shape, args.seed)
+                inputs = gather_inputs(program, given, args.shape, args.seed, _limits(args))
                 outputs = run(program, inputs, args.precision, max_points=args.max_points, stage=args.stage)
     except TileError as e:
         print(e, file=sys.stderr)

@@ -15,8 +15,15 @@
 * ``serve --target ID`` — serve a device over the external-backend protocol on stdin and stdout
   (``backends.external``; the reference implementation of the protocol).
 * ``run F.tile --target ID [--inputs IN.npz] [--shape ...] [--output OUT.npz] [--no-cache]
-  [--max-buffer-bytes N] [--max-total-bytes N]`` — compile for a target and run; the byte limits
-  lower the device's memory limits (docs/semantics.md §8.4).
+  [--max-buffer-bytes N] [--max-total-bytes N] [--repeat N]`` — compile for a target and run; the
+  byte limits lower the device's memory limits (docs/semantics.md §8.4) and are checked before any
+  input is made up. It prints the compile time and the first call's time apart (the first call
+  includes one-time start-up); ``--repeat N`` runs N more calls and prints their best and median
+  time and rate (GFLOP/s for contractions, else GB/s).
+
+Output is a pipe's like any Unix tool's: ``python -m tile emit ... | head`` ends quietly. A likely
+index typo (``tile.lint``) is a located ``warning:`` on stderr; ``python -W ignore::UserWarning -m
+tile ...`` silences it.
 * ``tune F.tile --target ID [--shape ...] [--config F.json] [--candidates N] [--retune]`` — time
   the cost model's best tilings on the device and cache the fastest, which ``tile.compile(...,
   settings={"tune": True})`` then uses (``backends.tune``).
@@ -25,11 +32,20 @@
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
+import warnings
 
-from tile.bind import bind_symbolic
-from tile.errors import TileDeviceError, TileError
-from tile.inputs import add_input_arguments, parse_shape_spec
+from tile.errors import TileDeviceError, TileError, TileInputError, TileWarning
+from tile.inputs import (
+    PRECISION_HELP,
+    Limits,
+    add_input_arguments,
+    check_writable,
+    parse_shape_spec,
+    quiet_broken_pipe,
+)
 from tile.parser import parse_file
 
 
@@ -52,7 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--wrt", help="comma-separated inputs to differentiate with respect to (default: float inputs)"
     )
     g.add_argument("--emit", action="store_true", help="print the gradient program instead of running it")
-    g.add_argument("--precision", choices=("native", "float64", "exact"), default="native")
+    g.add_argument(
+        "--precision", choices=("native", "float64", "exact"), default="native", help=PRECISION_HELP
+    )
     g.add_argument("--output", help="write grad_<Input> arrays to this .npz archive")
     e = sub.add_parser(
         "emit",
@@ -60,13 +78,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("file", nargs="?", help="the .tile program (not needed for --stage config)")
     stages = ("tile", "reduced", "defracted", "flat", "flat-tile", "stripe", "optimized", "config")
-    e.add_argument("--stage", choices=stages, required=True)
+    e.add_argument(
+        "--stage",
+        choices=stages,
+        required=True,
+        help="optimized and config use --config if given, else the built-in config of --target "
+        "(default llvm_cpu.0: the llvm_cpu config)",
+    )
     add_input_arguments(e, "an .npz archive giving the input shapes and dtypes")
     e.add_argument(
         "--target",
         default="llvm_cpu.0",
-        help="optimized: whose built-in config (llvm_cpu, opencl_gpu, accel; a device id works, and "
-        "its reported sizes are used when it is present)",
+        help="optimized: whose built-in config (default llvm_cpu.0, whose config is llvm_cpu; also "
+        "opencl_gpu, accel, ...; a device id works, and its reported sizes are used when it is present)",
     )
     e.add_argument(
         "--config", metavar="F.json", help="optimized: your own target config file (or a built-in config)"
@@ -103,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"refuse to run when {what} would need more than N bytes (lowers the device's limit; "
             "suffixes K, M, G: powers of 1024)",
         )
+    r.add_argument(
+        "--repeat",
+        type=_positive,
+        metavar="N",
+        help="after the first call, time N more calls and print their best and median time and rate",
+    )
     v = sub.add_parser(
         "serve",
         help="serve a device over the external-backend protocol on stdin/stdout (docs/new_target.md)",
@@ -130,6 +160,12 @@ def _byte_count(text: str) -> int:
     if not digits.isdigit() or int(digits) <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive byte count (e.g. 4096, 64K, 2G), not '{text}'")
     return int(digits) * scale
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, not '{text}'")
+    return int(text)
 
 
 def cmd_devices(args) -> int:
@@ -162,32 +198,89 @@ def cmd_serve(args) -> int:
 
 
 def cmd_run(args) -> int:
-    import numpy as np
-
     from tile.api import compile as compile_program
     from tile.inputs import describe, gather_inputs, load_npz
 
     program = parse_file(args.file)
-    given = load_npz(args.inputs) if args.inputs else {}
-    inputs = gather_inputs(program, given, args.shape, args.seed)
+    check_writable(args.output)
+    settings = {"cache": not args.no_cache, "strict": args.strict}
+    if args.config:
+        settings["config"] = args.config
+    for key in ("max_buffer_bytes", "max_total_bytes"):
+        if getattr(args, key) is not None:
+            settings[key] = getattr(args, key)
     try:
-        settings = {"cache": not args.no_cache, "strict": args.strict}
-        if args.config:
-            settings["config"] = args.config
-        for key in ("max_buffer_bytes", "max_total_bytes"):
-            if getattr(args, key) is not None:
-                settings[key] = getattr(args, key)
         exe = compile_program(program, args.target, settings)
     except TileDeviceError as e:
         print(e, file=sys.stderr)
         return 2
+    given = load_npz(args.inputs) if args.inputs else {}
+    inputs = gather_inputs(program, given, args.shape, args.seed, _limits(args))
+    start = time.perf_counter()
+    compiled = exe.prepare(inputs)
+    compile_s = time.perf_counter() - start
+    start = time.perf_counter()
     outputs = exe(inputs)
+    first_s = time.perf_counter() - start
+    times = []
+    for _ in range(args.repeat or 0):
+        start = time.perf_counter()
+        outputs = exe(inputs)
+        times.append(time.perf_counter() - start)
     for name, arr in outputs.items():
         print(f"{name}: {arr.dtype}{list(arr.shape)}")
         print("  " + describe(arr).replace("\n", "\n  "))
+    if args.repeat:
+        print(f"compile: {compile_s:.3f} s; first call: {_ms(first_s)} (includes one-time start-up)")
+        best, median = min(times), statistics.median(times)
+        rate = _rates(compiled, best, median)
+        print(f"{len(times)} calls after the first: best {_ms(best)}, median {_ms(median)}{rate}")
     if args.output:
-        np.savez(args.output, **outputs)
+        import numpy as np
+
+        try:
+            np.savez(args.output, **outputs)
+        except OSError as e:
+            print(TileInputError(f"cannot write '{args.output}': {e.strerror}"), file=sys.stderr)
+            return 1
     return 0
+
+
+def _limits(args) -> Limits:
+    """What made-up inputs must fit on the target: ``--max-buffer-bytes``, ``--max-total-bytes``
+    and the device's own memory limits, the smallest of each."""
+    from backends import registry
+
+    per, total = [], []
+    try:
+        mem = registry.get(args.target).memory_bytes()
+    except (TileError, AttributeError):
+        mem = None  # the interpreter, or a device without memory limits of its own
+    if mem is not None:
+        per += [(n, mem.what) for n in (mem.per_buffer, mem.total) if n is not None]
+        total += [(mem.total, mem.what)] if mem.total is not None else []
+    if getattr(args, "max_buffer_bytes", None) is not None:
+        per.append((args.max_buffer_bytes, "--max-buffer-bytes"))
+    if getattr(args, "max_total_bytes", None) is not None:
+        total.append((args.max_total_bytes, "--max-total-bytes"))
+    return Limits(min(per) if per else None, min(total) if total else None)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms"
+
+
+def _rates(compiled, best: float, median: float) -> str:
+    """``, 210.3 GFLOP/s at best, 205.1 median`` from the kernels' work (2 FLOP a multiply-add of
+    the contractions; else the bytes the kernels read and write), or nothing without kernels."""
+    infos = getattr(compiled, "infos", None)
+    if not infos:
+        return ""
+    flops = sum(i.flops for i in infos if i.block.has_tags("contraction"))
+    work, unit = (flops / 1e9, "GFLOP/s") if flops else (sum(i.bytes for i in infos) / 1e9, "GB/s")
+    if not work:
+        return ""
+    return f"; {work / best:.2f} {unit} at best, {work / median:.2f} at the median"
 
 
 def cmd_tune(args) -> int:
@@ -196,7 +289,8 @@ def cmd_tune(args) -> int:
     from tile.inputs import gather_inputs, load_npz
 
     program = parse_file(args.file)
-    arrays = gather_inputs(program, load_npz(args.inputs) if args.inputs else {}, args.shape, args.seed)
+    arrays = gather_inputs(program, load_npz(args.inputs) if args.inputs else {}, args.shape, args.seed,
+                           _limits(args))
     bound = driver.bind_inputs(program, arrays)
     try:
         device = registry.get(args.target)
@@ -273,6 +367,7 @@ def cmd_grad(args) -> int:
     from tile.printer import format_program
 
     program = parse_file(args.file)
+    check_writable(args.output)
     wrt = [w.strip() for w in args.wrt.split(",")] if args.wrt else None
     if args.emit:
         dtypes = {}
@@ -286,7 +381,7 @@ def cmd_grad(args) -> int:
         print(format_program(g.program), end="")
         return 0
     given = load_npz(args.inputs) if args.inputs else {}
-    inputs = gather_inputs(program, given, args.shape, args.seed)
+    inputs = gather_inputs(program, given, args.shape, args.seed, _interp_limits())
     grads = grad_values(program, inputs, wrt, precision=args.precision)
     for name, arr in grads.items():
         print(f"grad_{name}: {arr.dtype}{list(arr.shape)}")
@@ -294,14 +389,26 @@ def cmd_grad(args) -> int:
     if args.output:
         import numpy as np
 
-        np.savez(
-            args.output,
-            **{f"grad_{k}": (v.astype(np.float64) if v.dtype == object else v) for k, v in grads.items()},
-        )
+        saved = {f"grad_{k}": (v.astype(np.float64) if v.dtype == object else v) for k, v in grads.items()}
+        try:
+            np.savez(args.output, **saved)
+        except OSError as e:
+            print(TileInputError(f"cannot write '{args.output}': {e.strerror}"), file=sys.stderr)
+            return 1
     return 0
 
 
+def _interp_limits() -> Limits:
+    """The interpreter's: no input larger than its index-space limit (``TILE_INTERP_MAX_POINTS``)."""
+    from ref_interp.contraction import max_points_default
+
+    return Limits(elements=(max_points_default(), "the interpreter's limit"))
+
+
 def cmd_check(args) -> int:
+    from tile import lint
+    from tile.bind import bind_symbolic  # (sympy: not for --help)
+
     program = parse_file(args.file)
     shapes, dtypes = {}, {}
     for spec in args.shape:
@@ -315,6 +422,7 @@ def cmd_check(args) -> int:
         print(f"{name:<{width}}  {t}  {role}".rstrip())
     for note in bound.notes:
         print(f"note: {note}")
+    lint.warn(program)
     print(f"ok: {args.file}")
     return 0
 
@@ -328,17 +436,31 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"error: cannot read {args.file}: {e.strerror}", file=sys.stderr)
         return 2
+    commands = {
+        "check": cmd_check,
+        "grad": cmd_grad,
+        "emit": cmd_emit,
+        "devices": cmd_devices,
+        "run": cmd_run,
+        "tune": cmd_tune,
+        "serve": cmd_serve,
+    }
+    shown = warnings.showwarning
+    warnings.showwarning = _show_warning
     try:
-        commands = {
-            "check": cmd_check,
-            "grad": cmd_grad,
-            "emit": cmd_emit,
-            "devices": cmd_devices,
-            "run": cmd_run,
-            "tune": cmd_tune,
-            "serve": cmd_serve,
-        }
         return commands[args.command](args)
     except TileError as e:
         print(e, file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        return quiet_broken_pipe()
+    finally:
+        warnings.showwarning = shown
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A ``TileWarning`` as a located ``warning:`` (its own text); others as Python shows them."""
+    if isinstance(message, TileWarning):
+        print(message, file=sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))

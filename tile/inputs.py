@@ -1,22 +1,36 @@
-"""Input arrays for the command lines: ``--inputs IN.npz``, ``--shape I=2x3:int8``, ``--seed``.
+"""Input arrays for the command lines: ``--inputs IN.npz``, ``--shape I=2x3:int8``, ``--seed`` (and
+what else the command lines share: the ``--precision`` help, ``--output`` and closed-pipe checks).
 
 Inputs missing from the npz are filled with seeded random small integers (exact in every dtype)
 when their shape is known: from ``--shape``, from dimensions other inputs already bind, or
 because they are 0-D. A 0-D input used as a size gets a whole number from 0 to 6.
+
+Every made-up input's size is checked before any is made (``Limits``: a device's or a setting's
+bytes per buffer and in all, the interpreter's element count, and always this machine's memory),
+and each is filled in its own dtype a slice at a time, so making up an input takes its own
+memory and no more.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import zipfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from tile import ast
 from tile.dtypes import DType
-from tile.errors import TileInputError
+from tile.errors import TileInputError, TileResourceError
 from tile.size_inputs import size_uses
 from tile.typed import TensorType
+
+PRECISION_HELP = (
+    "native: compute in the declared dtypes (default); float64: float tensors in float64; exact: "
+    "float tensors as exact fractions (slow)"
+)
 
 
 def parse_shape_spec(spec: str) -> tuple[str, tuple[int, ...], DType]:
@@ -67,18 +81,97 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
         raise TileInputError(f"cannot read '{path}' as an .npz archive: {e}", hint=hint) from None
 
 
+_CHUNK = 1 << 20  # elements drawn at a time: the draws are the same as one call's
+
+
 def random_array(shape: tuple[int, ...], dtype: DType, rng: np.random.Generator) -> np.ndarray:
-    """Small integers: -3..3 (0..6 unsigned, 0..1 bool), exact in every dtype."""
-    if dtype is DType.BOOL:
-        return rng.integers(0, 2, shape).astype(bool)
-    lo = 0 if (dtype.is_int and not dtype.is_signed) else -3
-    return rng.integers(lo, lo + 7, shape).astype(dtype.numpy)
+    """Small integers: -3..3 (0..6 unsigned, 0..1 bool), exact in every dtype; written into an
+    array of ``dtype`` a slice at a time (no int64 array of the whole size on the way)."""
+    out = np.empty(shape, dtype=dtype.numpy)
+    flat = out.reshape(-1)
+    lo, hi = (0, 2) if dtype is DType.BOOL else (0, 7) if dtype.is_int and not dtype.is_signed else (-3, 4)
+    for start in range(0, flat.size, _CHUNK):
+        stop = min(start + _CHUNK, flat.size)
+        flat[start:stop] = rng.integers(lo, hi, stop - start)
+    return out
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What made-up inputs must fit, each as ``(number, what it is)`` for the message: bytes of
+    one input, bytes of all of them, elements of one (the interpreter's index-space limit).
+    This machine's memory always bounds the total too."""
+
+    buffer_bytes: tuple[int, str] | None = None
+    total_bytes: tuple[int, str] | None = None
+    elements: tuple[int, str] | None = None
+
+
+def host_memory_bytes() -> int | None:
+    """This machine's physical memory, where the OS says."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _bytes(n: int) -> str:
+    return f"{n} bytes ({n / 2**30:.1f} GiB)" if n >= 2**30 else f"{n} bytes"
+
+
+def check_made_up(
+    program: ast.Program, planned: Mapping[str, tuple[tuple[int, ...], DType]], limits: Limits | None
+) -> None:
+    """Refuse, before making any, inputs too large for ``limits`` or for this machine."""
+    limits = limits or Limits()
+    decls = {i.name: i for i in program.inputs}
+    hint = "give smaller --shape sizes, or pass your own arrays with --inputs"
+    need = {}
+    for name, (shape, dtype) in planned.items():
+        elements = int(np.prod(shape, dtype=object))
+        need[name] = elements * dtype.numpy.itemsize
+        typed = f"{dtype.value}[{', '.join(map(str, shape))}]"
+        if limits.elements is not None and elements > limits.elements[0]:
+            n, what = limits.elements
+            raise TileResourceError(
+                f"input '{name}' ({typed}) would have {elements} elements, more than {what} of {n}; "
+                "nothing was made up",
+                decls[name].span,
+                "give smaller --shape sizes, or raise the limit (--max-points, TILE_INTERP_MAX_POINTS)",
+            )
+        if limits.buffer_bytes is not None and need[name] > limits.buffer_bytes[0]:
+            n, what = limits.buffer_bytes
+            raise TileResourceError(
+                f"input '{name}' ({typed}) would need {_bytes(need[name])}, over the limit of {_bytes(n)} "
+                f"for one buffer ({what}); nothing was made up",
+                decls[name].span,
+                hint,
+            )
+    totals = [t for t in (limits.total_bytes,) if t is not None]
+    host = host_memory_bytes()
+    if host is not None:
+        totals.append((host, "this machine's memory"))
+    total = sum(need.values())
+    for n, what in sorted(totals):
+        if total > n:
+            big = max(need, key=need.__getitem__)
+            raise TileResourceError(
+                f"the made-up inputs would need {_bytes(total)} together, over the limit of {_bytes(n)} "
+                f"({what}); the largest is '{big}' ({_bytes(need[big])}); nothing was made up",
+                decls[big].span,
+                hint,
+            )
 
 
 def gather_inputs(
-    program: ast.Program, given: Mapping[str, np.ndarray], shape_specs: list[str], seed: int = 0
+    program: ast.Program,
+    given: Mapping[str, np.ndarray],
+    shape_specs: list[str],
+    seed: int = 0,
+    limits: Limits | None = None,
 ) -> dict[str, np.ndarray]:
-    """The arrays for every input of ``program``: given ones first, the rest made up."""
+    """The arrays for every input of ``program``: given ones first, the rest made up (each
+    checked against ``limits`` and this machine's memory before any is made)."""
     specs = {}
     for spec in shape_specs:
         name, shape, dtype = parse_shape_spec(spec)
@@ -90,18 +183,17 @@ def gather_inputs(
                 f"--shape names '{name}', which is not an input",
                 hint=f"the inputs are: {', '.join(declared) or '(none)'}",
             )
-    out = dict(given)
     dims: dict[str, int] = {}
-    for name, arr in out.items():
+    for name, arr in given.items():
         decl = declared.get(name)
         if decl is not None and decl.dims is not None and len(decl.dims) == np.ndim(arr):
             dims.update({d: int(s) for d, s in zip(decl.dims, np.shape(arr))})
-    rng = np.random.default_rng(seed)
     sizes = size_uses(program)
+    planned: dict[str, tuple[tuple[int, ...], DType]] = {}
     # Inputs given a --shape first, so their dimensions can size the others.
     ordered = sorted(declared.items(), key=lambda kv: kv[0] not in specs)
     for name, decl in ordered:
-        if name in out:
+        if name in given:
             continue
         if name in specs:
             shape, dtype = specs[name]
@@ -118,13 +210,18 @@ def gather_inputs(
                 hint=f"put '{name}' in the --inputs npz or give --shape "
                 f"{name}={'x'.join(['2'] * len(decl.dims or (1, 2)))}",
             )
+        planned[name] = (shape, dtype)
+        if decl.dims is not None and len(decl.dims) == len(shape):
+            for d, s in zip(decl.dims, shape):
+                dims.setdefault(d, s)
+    check_made_up(program, planned, limits)
+    rng = np.random.default_rng(seed)
+    out = dict(given)
+    for name, (shape, dtype) in planned.items():
         if name in sizes and shape == ():  # a size input: a made-up size is a whole number 0..6
             out[name] = np.asarray(rng.integers(0, 7), dtype=dtype.numpy)
         else:
             out[name] = random_array(shape, dtype, rng)
-        if decl.dims is not None and len(decl.dims) == len(shape):
-            for d, s in zip(decl.dims, shape):
-                dims.setdefault(d, s)
     return out
 
 
@@ -177,3 +274,27 @@ def add_input_arguments(parser, inputs_help: str = "an .npz archive with one arr
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=2x3[:dtype]",
                         help="make up a random small-integer input of this shape (repeatable)")
     parser.add_argument("--seed", type=int, default=0, help="seed for made-up inputs (default 0)")
+
+
+def check_writable(path: str | None) -> None:
+    """Refuse an ``--output`` whose folder does not exist or cannot be written, before running."""
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise TileInputError(
+            f"cannot write '{path}': there is no folder '{folder}'", None, "create it, or write elsewhere"
+        )
+    if not os.access(folder, os.W_OK):
+        raise TileInputError(f"cannot write '{path}': the folder is not writable", None, "write elsewhere")
+
+
+def quiet_broken_pipe() -> int:
+    """The reader of our output went away (``| head``): stop as a Unix tool stopped by SIGPIPE
+    does, without a traceback, and without another error when Python flushes stdout at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141  # 128 + SIGPIPE, what a shell reports for a tool the signal stopped
