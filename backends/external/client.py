@@ -332,7 +332,7 @@ class ExternalDevice(ProgramDevice):
         limit = (hello.get("limits") or {}).get("max_bytes")
         if limit is None:
             return
-        total = sum(s["nbytes"] for s in specs)
+        total = sum(spec["nbytes"] for spec in specs)
         total += sum(math.prod(s) * d.numpy.itemsize for d, s in outputs.values())
         if total > limit:
             raise TileResourceError(
