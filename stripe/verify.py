@@ -30,7 +30,8 @@ Rules:
   constraints onto the access with integer Fourier–Motzkin (each derived inequality divided by its
   gcd, its constant floored), whose bounds are never tighter than the truth, so a valid block is
   never rejected. A projection growing past ``FM_LIMIT`` inequalities is given up, and that dim
-  gets only the ``S <= P`` check. The box is tightened the same way before nested blocks use it.
+  gets only the ``S <= P`` check. The box is tightened the same way before nested blocks use it
+  (``stripe.index_points`` holds the box, the enumeration and the projection).
   Blocks with no valid point, views with a zero size and local allocations get no bounds check.
 * Statements: scalars start with ``$``, are defined once (``load``, ``load_index``, constants,
   intrinsic outputs) before any use (``store``, intrinsic inputs), and are local to their block.
@@ -41,11 +42,9 @@ Rules:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-import numpy as np
-
+from stripe.index_points import Box, IndexPoints
 from stripe.ir import (
     AGG_OPS,
     Block,
@@ -66,8 +65,6 @@ from tile.bounds import poly_interval
 from tile.builtins import BUILTINS
 from tile.errors import TileError
 
-Box = dict[str, tuple[int, int]]
-_T = "\0access"  # the projected variable; no index can have this name
 FM_LIMIT = 300  # inequalities; past it a projection gives up (and its check is skipped)
 ENUM_LIMIT = 200_000  # index points; a constrained block up to this size is checked point by point
 
@@ -100,7 +97,11 @@ class _Pos:
     own_hi: int = 0
 
 
-class _Checker:
+class _BlockRules:
+    """The checks of one block: its place in the tree (``path``, ``parent``), what the enclosing
+    checker knows (its index points' box and access ranges, its views' positions), and the rules
+    of its indexes and affines."""
+
     def __init__(
         self,
         path: str,
@@ -113,21 +114,13 @@ class _Checker:
         self.path, self.parent, self.b = path, parent, block
         self.parent_box = parent_box
         self.parent_pos = parent_pos
-        self.parent_range = parent_range  # the enclosing checker's access_range over its points
+        self.parent_range = parent_range  # the enclosing block's access_range over its points
         self.pos: dict[str, tuple[_Pos, ...]] = {}
         self.idx_names = {i.name for i in block.idxs}
-        self.points: dict[str, np.ndarray] | None = None  # every valid index point, when few enough
 
     def fail(self, message: str, hint: str) -> StripeError:
         return StripeError(f"in block {self.path}: {message}", None, hint)
 
-    def run(self) -> None:
-        self.check_indexes()
-        box = self.box()
-        self.check_refs(box)
-        self.check_stmts(box)
-
-    # ------------------------------------------------------------------ indexes
     def affine(self, a: Affine, names: set[str], what: str, scope: str) -> None:
         if not a.is_integral:
             raise self.fail(
@@ -156,48 +149,13 @@ class _Checker:
         for c in self.b.constraints:
             self.affine(c, self.idx_names, f"constraint `{fmt_affine(c)} >= 0`", "the block's indexes")
 
-    def box(self) -> Box | None:
-        """Each index's range of values, tightened by the constraints; None if the block never runs."""
-        if self.parent_box is None or any(i.range <= 0 for i in self.b.idxs):
-            return None
-        box: Box = {}
-        for i in self.b.idxs:
-            lo, hi = poly_interval(i.affine, self.parent_box) if i.affine is not None else (0, 0)
-            box[i.name] = (int(lo), int(hi) + i.range - 1)
-        if not self.b.constraints:
-            return box
-        self.points = enumerate_points(box, self.b.constraints)
-        if self.points is not None:
-            if not len(next(iter(self.points.values()))):
-                return None  # no point meets the constraints
-            return {v: (int(p.min()), int(p.max())) for v, p in self.points.items()}
-        try:
-            tight = {v: project(self.ineqs(box), Affine.var(v)) for v in box}
-        except Empty:
-            return None
-        return {v: tight[v] or box[v] for v in box}
 
-    def ineqs(self, box: Box) -> list[Ineq]:
-        out = [ineq(c) for c in self.b.constraints]
-        for v, (lo, hi) in box.items():
-            out += [ineq(Affine.var(v) - lo), ineq(hi - Affine.var(v))]
-        return [i for i in out if i is not None]
+class _RefinementRules(_BlockRules):
+    """The rules of a block's refinements: names, agg_ops and ranks; each one's parent ref; sizes
+    that fit the parent; and, where memory is touched, each dim's position in its buffer inside
+    the buffer over the block's points (see the module docstring)."""
 
-    def access_range(self, a: Affine, box: Box) -> tuple[int, int] | None:
-        """The access's least and greatest value over the block's points (None: too costly to tell)."""
-        if not self.b.constraints or a.is_constant:
-            lo, hi = poly_interval(a, box)
-            return int(lo), int(hi)
-        if self.points is not None and small(a):
-            values = evaluate(a, self.points)
-            return int(values.min()), int(values.max())
-        try:
-            return project(self.ineqs(box), a)
-        except Empty:  # pragma: no cover - box() already found the block empty
-            return None
-
-    # ------------------------------------------------------------------ refinements
-    def check_refs(self, box: Box | None) -> None:
+    def check_refs(self, points: IndexPoints) -> None:
         seen: set[str] = set()
         touched = self.touched()
         for r in self.b.refs:
@@ -219,8 +177,8 @@ class _Checker:
             self.pos[r.into] = self.position(r, parent_ref)
             if parent_ref is not None:
                 self.check_sizes(r, parent_ref, what)
-                if box is not None and r.into in touched:
-                    self.check_bounds(r, box, what)
+                if points.box is not None and r.into in touched:
+                    self.check_bounds(r, points, what)
 
     def touched(self) -> set[str]:
         """Refinements whose bounds are checked here: used by a statement of this block, or not
@@ -309,16 +267,16 @@ class _Checker:
                     "a view fits inside the ref it refines",
                 )
 
-    def check_bounds(self, r: Refinement, box: Box, what: str) -> None:
+    def check_bounds(self, r: Refinement, points: IndexPoints, what: str) -> None:
         if any(d.size == 0 for d in r.shape.dims):
             return
         for d, (view, pos) in enumerate(zip(r.shape.dims, self.pos[r.into])):
-            span = self.access_range(pos.affine, box)
+            span = points.access_range(pos.affine)
             if span is None:
                 continue
             lo, hi = span[0] + pos.lo, span[1] + pos.hi
             if pos.own is not None and (lo < 0 or hi + view.size > pos.size):
-                other = self.access_range(pos.own, box)
+                other = points.access_range(pos.own)
                 if other is not None:
                     lo, hi = max(lo, other[0] + pos.own_lo), min(hi, other[1] + pos.own_hi)
             if lo < 0 or hi + view.size > pos.size:
@@ -328,183 +286,105 @@ class _Checker:
                     "shrink the index ranges or add the constraints that keep the access in bounds",
                 )
 
-    # ------------------------------------------------------------------ statements
-    def check_stmts(self, box: Box | None) -> None:
-        refs = {r.into: r for r in self.b.refs}
-        defined: set[str] = set()
 
-        def at(k: int, s: Statement) -> str:
-            return f"statement {k} (`{fmt_stmt(s)}`)"
+class _Checker(_RefinementRules):
+    """One block: its indexes, its index points, its refinements, then its statements in order
+    (a nested block checked by a checker of its own)."""
 
-        def ref(name: str, k: int, s: Statement, writes: bool) -> None:
-            if name not in refs:
-                raise self.fail(
-                    f"{at(k, s)} names '{name}', which is not a refinement of this block",
-                    "add a refinement of it to the block",
-                )
-            if writes and refs[name].dir is RefDir.IN:
-                raise self.fail(
-                    f"{at(k, s)} writes into '{name}', an `in` refinement",
-                    "make the refinement `out` or `inout`",
-                )
+    def run(self) -> None:
+        self.check_indexes()
+        points = IndexPoints(self.b, self.parent_box, ENUM_LIMIT, FM_LIMIT)
+        self.check_refs(points)
+        self.check_stmts(points)
 
-        def use(name: str, k: int, s: Statement) -> None:
-            if name not in defined:
-                raise self.fail(
-                    f"{at(k, s)} uses the scalar '{name}' before it is defined",
-                    "scalars are local to their block and must be defined by an earlier statement",
-                )
-
-        def define(name: str, k: int, s: Statement) -> None:
-            if not name.startswith("$"):
-                raise self.fail(f"{at(k, s)}: scalar '{name}' lacks '$'", "write '$name'")
-            if name in defined:
-                raise self.fail(
-                    f"{at(k, s)} defines the scalar '{name}' a second time",
-                    "scalars are assigned once; use a new name",
-                )
-            defined.add(name)
-
+    def check_stmts(self, points: IndexPoints) -> None:
+        scalars = _Statements(self)
         for k, s in enumerate(self.b.stmts):
             if isinstance(s, Block):
                 label = s.name or f"[{k}]"
-                inner = _Checker(f"{self.path}/{label}", self.b, s, box, self.pos)
-                if box is not None:
-                    inner.parent_range = lambda a, box=box: self.access_range(a, box)
+                inner = _Checker(f"{self.path}/{label}", self.b, s, points.box, self.pos)
+                if points.box is not None:
+                    inner.parent_range = points.access_range
                 inner.run()
-            elif isinstance(s, Load):
-                ref(s.from_, k, s, False)
-                define(s.into, k, s)
-            elif isinstance(s, Store):
-                use(s.from_, k, s)
-                ref(s.into, k, s, True)
-            elif isinstance(s, LoadIndex):
-                self.affine(s.affine, self.idx_names, f"statement {k} (load_index)", "the block's indexes")
-                define(s.into, k, s)
-            elif isinstance(s, Constant):
-                define(s.into, k, s)
-            elif isinstance(s, Intrinsic):
-                if s.name not in BUILTINS and s.name != "assign":
-                    raise self.fail(
-                        f"{at(k, s)}: unknown intrinsic '{s.name}'",
-                        "intrinsics are tile.builtins names or 'assign'",
-                    )
-                if len(s.outputs) != 1:
-                    raise self.fail(f"{at(k, s)} has {len(s.outputs)} outputs", "an intrinsic has one")
-                for i in s.inputs:
-                    use(i, k, s)
-                define(s.outputs[0], k, s)
-            elif isinstance(s, Special):
-                for i in s.inputs:
-                    ref(i, k, s, False)
-                for o in s.outputs:
-                    ref(o, k, s, True)
             else:
-                raise self.fail(f"statement {k} is not a Stripe statement: {s!r}", "see stripe.ir.Statement")
+                scalars.check(k, s)
 
 
-# ---------------------------------------------------------------------- enumeration
-def enumerate_points(box: Box, constraints: tuple[Affine, ...]) -> dict[str, np.ndarray] | None:
-    """The index points of ``box`` meeting every constraint, as one array per index; None when the
-    box has more than ``ENUM_LIMIT`` points or coefficients too large for int64."""
-    sizes = [hi - lo + 1 for lo, hi in box.values()]
-    if math.prod(sizes) > ENUM_LIMIT or not box:
-        return None
-    if any(abs(x) > 2**20 for lo, hi in box.values() for x in (lo, hi)) or not all(map(small, constraints)):
-        return None
-    axes = [np.arange(lo, hi + 1, dtype=np.int64) for lo, hi in box.values()]
-    grid = {v: g.ravel() for v, g in zip(box, np.meshgrid(*axes, indexing="ij"))}
-    keep = np.ones(math.prod(sizes), dtype=bool)
-    for k in constraints:
-        keep &= evaluate(k, grid) >= 0
-    return {v: g[keep] for v, g in grid.items()}
+class _Statements:
+    """The rules of a block's own statements: scalars are defined once (with a ``$``) before any
+    use; loads, stores and specials name refinements of the block, and never write an ``in`` one;
+    intrinsics are builtins with one output."""
 
+    def __init__(self, checker: _BlockRules):
+        self.checker = checker
+        self.fail = checker.fail
+        self.refs = {r.into: r for r in checker.b.refs}
+        self.defined: set[str] = set()
 
-def small(a: Affine) -> bool:
-    """Whether ``a`` evaluates in int64 without overflow over points with coordinates below 2**20."""
-    return abs(a.const) < 2**40 and all(abs(c) < 2**30 for _, c in a.terms) and len(a.terms) < 256
-
-
-def evaluate(a: Affine, points: dict[str, np.ndarray]) -> np.ndarray:
-    n = len(next(iter(points.values())))
-    out = np.full(n, int(a.const), dtype=np.int64)
-    for v, c in a.terms:
-        out += int(c) * points[v]
-    return out
-
-
-# ---------------------------------------------------------------------- integer Fourier–Motzkin
-# An inequality ``sum(a_v * v) + c >= 0`` over integer points, as (sorted integer coefficients, c).
-Ineq = tuple[tuple[tuple[str, int], ...], int]
-
-
-class Empty(Exception):
-    """The polyhedron has no integer point."""
-
-
-def ineq(a: Affine) -> Ineq | None:
-    """``a >= 0`` divided by the gcd of its coefficients, the constant floored (sound for integer
-    points, and it tightens); None when it always holds; ``Empty`` when it never does."""
-    coeffs = {v: int(c) for v, c in a.terms}
-    const = int(a.const)
-    if not coeffs:
-        if const < 0:
-            raise Empty
-        return None
-    g = math.gcd(*coeffs.values())
-    return tuple(sorted((v, c // g) for v, c in coeffs.items())), const // g
-
-
-def project(ineqs: list[Ineq], target: Affine) -> tuple[int, int] | None:
-    """The least and greatest integer value ``target`` may take (an over-approximation: the real
-    shadow with gcd tightening); None when elimination grows past ``FM_LIMIT`` inequalities."""
-    work = [*ineqs, ineq(Affine.var(_T) - target), ineq(target - Affine.var(_T))]
-    rows: dict[tuple, int] = {}
-    for i in work:
-        if i is not None and (i[0] not in rows or i[1] < rows[i[0]]):
-            rows[i[0]] = i[1]
-    while True:
-        if len(rows) > FM_LIMIT:
-            return None
-        others = {v for coeffs in rows for v, _ in coeffs if v != _T}
-        if not others:
-            break
-        var = min(sorted(others), key=lambda v: _cost(rows, v))
-        rows = _eliminate(rows, var)
-    lo = hi = None
-    for coeffs, const in rows.items():
-        ((_, a),) = coeffs  # only the target is left, with coefficient +-1 after tightening
-        if a > 0:
-            lo = -const if lo is None else max(lo, -const)
+    def check(self, k: int, s: Statement) -> None:
+        if isinstance(s, Load):
+            self.ref(s.from_, k, s, False)
+            self.define(s.into, k, s)
+        elif isinstance(s, Store):
+            self.use(s.from_, k, s)
+            self.ref(s.into, k, s, True)
+        elif isinstance(s, LoadIndex):
+            c = self.checker
+            c.affine(s.affine, c.idx_names, f"statement {k} (load_index)", "the block's indexes")
+            self.define(s.into, k, s)
+        elif isinstance(s, Constant):
+            self.define(s.into, k, s)
+        elif isinstance(s, Intrinsic):
+            if s.name not in BUILTINS and s.name != "assign":
+                raise self.fail(
+                    f"{_at(k, s)}: unknown intrinsic '{s.name}'",
+                    "intrinsics are tile.builtins names or 'assign'",
+                )
+            if len(s.outputs) != 1:
+                raise self.fail(f"{_at(k, s)} has {len(s.outputs)} outputs", "an intrinsic has one")
+            for i in s.inputs:
+                self.use(i, k, s)
+            self.define(s.outputs[0], k, s)
+        elif isinstance(s, Special):
+            for i in s.inputs:
+                self.ref(i, k, s, False)
+            for o in s.outputs:
+                self.ref(o, k, s, True)
         else:
-            hi = const if hi is None else min(hi, const)
-    assert lo is not None and hi is not None, "the index box bounds every access"
-    if lo > hi:
-        raise Empty
-    return lo, hi
+            raise self.fail(f"statement {k} is not a Stripe statement: {s!r}", "see stripe.ir.Statement")
+
+    def ref(self, name: str, k: int, s: Statement, writes: bool) -> None:
+        if name not in self.refs:
+            raise self.fail(
+                f"{_at(k, s)} names '{name}', which is not a refinement of this block",
+                "add a refinement of it to the block",
+            )
+        if writes and self.refs[name].dir is RefDir.IN:
+            raise self.fail(
+                f"{_at(k, s)} writes into '{name}', an `in` refinement",
+                "make the refinement `out` or `inout`",
+            )
+
+    def use(self, name: str, k: int, s: Statement) -> None:
+        if name not in self.defined:
+            raise self.fail(
+                f"{_at(k, s)} uses the scalar '{name}' before it is defined",
+                "scalars are local to their block and must be defined by an earlier statement",
+            )
+
+    def define(self, name: str, k: int, s: Statement) -> None:
+        if not name.startswith("$"):
+            raise self.fail(f"{_at(k, s)}: scalar '{name}' lacks '$'", "write '$name'")
+        if name in self.defined:
+            raise self.fail(
+                f"{_at(k, s)} defines the scalar '{name}' a second time",
+                "scalars are assigned once; use a new name",
+            )
+        self.defined.add(name)
 
 
-def _cost(rows: dict[tuple, int], v: str) -> int:
-    p = sum(1 for coeffs in rows if dict(coeffs).get(v, 0) > 0)
-    n = sum(1 for coeffs in rows if dict(coeffs).get(v, 0) < 0)
-    return p * n - p - n
-
-
-def _eliminate(rows: dict[tuple, int], var: str) -> dict[tuple, int]:
-    pos, neg, out = [], [], {}
-    for coeffs, const in rows.items():
-        a = dict(coeffs).get(var, 0)
-        if a == 0:
-            out[coeffs] = const
-        else:
-            (pos if a > 0 else neg).append((dict(coeffs), const, a))
-    for pc, pk, pa in pos:
-        for nc, nk, na in neg:
-            merged = {v: pc.get(v, 0) * -na + nc.get(v, 0) * pa for v in set(pc) | set(nc) if v != var}
-            i = ineq(Affine.build(merged, pk * -na + nk * pa))
-            if i is not None and (i[0] not in out or i[1] < out[i[0]]):
-                out[i[0]] = i[1]
-    return out
+def _at(k: int, s: Statement) -> str:
+    return f"statement {k} (`{fmt_stmt(s)}`)"
 
 
 __all__ = ["StripeError", "verify"]
