@@ -35,11 +35,16 @@ def needs_zero(program: Block, inputs: frozenset[str] | set[str]) -> set[str]:
     main = program.stmts[0]
     assert isinstance(main, Block)
     sizes = {r.into: r.shape for r in program.refs}
+    first_use: dict[str, Block] = {}  # the first kernel naming each buffer, in one walk (not one each)
+    for s in main.stmts:
+        if isinstance(s, Block):
+            for r in s.refs:
+                first_use.setdefault(r.source, s)
     out = set()
     for name, shape in sizes.items():
         if name in inputs or shape.elements == 0:
             continue
-        first = next((s for s in main.stmts if isinstance(s, Block) and _names(s, name)), None)
+        first = first_use.get(name)
         if first is None or not _covers(first, name, tuple(d.size for d in shape.dims),
                                         tuple(d.stride for d in shape.dims)):
             out.add(name)

@@ -18,6 +18,7 @@ statement of ``#main`` stays a ``#kernel`` block. Shared helpers the other passe
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from stripe.hardware import Hardware
@@ -127,8 +128,8 @@ def _dead_code(block: Block, parents: tuple[Block, ...]) -> Block:
         live = {r.into for r in block.refs if r.source in keep}
     else:
         live = {r.into for r in block.refs if not is_local(r, parent)}
-    sources = [r.source for r in block.refs]
-    live.update(r.into for r in block.refs if sources.count(r.source) > 1)  # aliased views
+    sources = Counter(r.source for r in block.refs)
+    live.update(r.into for r in block.refs if sources[r.source] > 1)  # aliased views
     scalars: set[str] = set()
     kept: list[Statement] = []
     for s in reversed(block.stmts):

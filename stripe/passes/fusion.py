@@ -114,6 +114,8 @@ def _fuse_statements(parent: Block, cfg: FusionConfig) -> Block | None:
     """``parent`` with its adjacent pairs fused, chains included (see ``fusion``), or None."""
     stmts: list[Statement] = list(parent.stmts)
     views = _views(parent)  # the parent's refinements do not change while its statements fuse
+    # their dtypes, for a_gemm's match: once per parent, not once per pair (that was quadratic)
+    dtypes = {r.into: r.shape.dtype for r in parent.refs} if cfg.a_gemm else {}
     changed, i = False, 0
     while i + 1 < len(stmts):
         a, j = stmts[i], i + 1
@@ -123,7 +125,7 @@ def _fuse_statements(parent: Block, cfg: FusionConfig) -> Block | None:
         b, fused = stmts[j], None
         if isinstance(a, Block) and isinstance(b, Block):
             skip = any(t in a.tags for t in cfg.a_skip)
-            if not skip and matches(a, cfg.a_reqs) and matches(b, cfg.b_reqs) and _gemm(parent, a, cfg):
+            if not skip and matches(a, cfg.a_reqs) and matches(b, cfg.b_reqs) and _gemm(a, dtypes, cfg):
                 fused = fuse_pair(parent, a, b, cfg, views)
         if fused is None:
             i += 1
@@ -140,9 +142,9 @@ def _fuse_statements(parent: Block, cfg: FusionConfig) -> Block | None:
     return evolve(parent, stmts=tuple(stmts)) if changed else None
 
 
-def _gemm(parent: Block, a: Block, cfg: FusionConfig) -> bool:
-    """Unless ``a_gemm``, True; else whether ``a`` is a GEMM-shaped contraction (``stripe.gemm``)."""
-    dtypes = {r.into: r.shape.dtype for r in parent.refs}
+def _gemm(a: Block, dtypes: dict, cfg: FusionConfig) -> bool:
+    """Unless ``a_gemm``, True; else whether ``a`` is a GEMM-shaped contraction (``stripe.gemm``)
+    over the parent's views (``dtypes``: their dtypes by name)."""
     return not cfg.a_gemm or gemm_match(a, tuple(dtypes), dtypes, reorder=False) is not None
 
 

@@ -40,7 +40,7 @@ from stripe.ir import (
 from stripe.lower import writes_every_element
 from stripe.passes.registry import register
 from stripe.passes.rewrite import fresh, matches
-from stripe.passes.tiling import can_split, parent_sizes
+from stripe.passes.tiling import can_split, parent_sizes, tables_of, views_of
 from stripe.passes.tiling import split as tile_split
 from stripe.specials import fill_name
 from tile.affine import Affine
@@ -92,8 +92,8 @@ def _taken(block: Block, prev: Statement, parent: Block, cfg: SelfInitConfig) ->
     acc = fills_for(prev, block, parent) if matches(block, cfg.reqs) else None
     if acc is None or acc.agg_op not in cfg.aggs:
         return None
-    dtypes = {r.into: r.shape.dtype for r in parent.refs}
-    if gemm_match(block, tuple(dtypes), dtypes, reorder=False) is not None:
+    views = tables_of(parent)
+    if gemm_match(block, views.names, views.dtypes, reorder=False) is not None:
         return None  # a GEMM's own kernels start from the identity themselves, faster
     owned = access_indexes(acc)
     points = math.prod(ix.range for ix in block.idxs if ix.name not in owned)
@@ -152,7 +152,7 @@ def fills_for(prev: Statement, last: Block, parent: Block) -> Refinement | None:
     fn = fill_name(acc.agg_op)
     if not isinstance(fill, Special) or fill.name != fn or len(prev.refs) != 1 or fill.inputs:
         return None
-    ref, view = prev.refs[0], parent.ref(acc.source)
+    ref, view = prev.refs[0], views_of(parent)[acc.source]
     if ref.source != acc.source or ref.into not in fill.outputs:
         return None
     if any(not (a.is_constant and a.const == 0) for a in (*ref.access, *view.access)):
@@ -165,7 +165,7 @@ def fills_for(prev: Statement, last: Block, parent: Block) -> Refinement | None:
 def without_fill(last: Block, acc: Refinement, parent: Block) -> Block:
     """``last`` (whose fill ``fills_for`` found, ``acc`` its accumulator) in the self-initialised
     form, for a ``parent`` that drops the fill."""
-    dtype = parent.ref(acc.source).shape.dtype
+    dtype = views_of(parent)[acc.source].shape.dtype
     return self_initialised(last, acc, dtype, parent_sizes(last, parent))
 
 
@@ -176,7 +176,7 @@ def accumulator(block: Block, parent: Block) -> Refinement | None:
         return None
     if not all(isinstance(s, (Load, Store, Intrinsic, Constant, LoadIndex)) for s in block.stmts):
         return None
-    views = {r.into for r in parent.refs}
+    views = views_of(parent)
     if any(r.source not in views for r in block.refs):
         return None
     accs = [r for r in block.refs if r.agg_op in AGGREGATIONS]

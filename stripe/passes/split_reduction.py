@@ -100,7 +100,7 @@ from stripe.passes.self_init import (
     self_initialised,
     without_fill,
 )
-from stripe.passes.tiling import parent_sizes
+from stripe.passes.tiling import parent_sizes, views_of
 from stripe.specials import fill_name
 from tile.affine import Affine
 
@@ -300,7 +300,8 @@ class _Splitter:
         # Vector lanes pay only where no output index already walks an input contiguously, and
         # only while P stays small next to what the block reads (a matmul-like block, reading
         # each element many times, would need its output times the lanes).
-        reads = sum(parent.ref(r.source).shape.elements for r in ins)
+        views = views_of(parent)
+        reads = sum(views[r.source].shape.elements for r in ins)
         vectorizable = (
             not cfg.interleave
             and cfg.vector > 1

@@ -40,8 +40,39 @@ def parent_sizes(block: Block, parent: Block | None) -> dict[str, tuple[int, ...
     """Per refinement of ``block``, the sizes of the parent view it refines (for ``split``)."""
     if parent is None:
         return {}
-    views = {r.into: r for r in parent.refs}
+    views = views_of(parent)
     return {r.into: views[r.source].shape.sizes for r in block.refs if r.source in views}
+
+
+class Views:
+    """A block's refinements by name, and their dtypes (what ``stripe.gemm.match`` takes)."""
+
+    __slots__ = ("by_name", "dtypes", "names")
+
+    def __init__(self, block: Block):
+        self.by_name = {r.into: r for r in block.refs}
+        self.dtypes = {r.into: r.shape.dtype for r in block.refs}
+        self.names = tuple(self.dtypes)
+
+
+_LAST: tuple[Block | None, Views | None] = (None, None)
+
+
+def tables_of(parent: Block) -> Views:
+    """``Views`` of ``parent``, kept for the last parent asked about: the passes ask once per child
+    block, and building the tables each time made them quadratic in a program's length (a
+    5,000-statement program's ``main`` has 5,000 views). Blocks are immutable, so the same object
+    has the same refinements."""
+    global _LAST
+    last = _LAST
+    if last[0] is not parent:
+        last = _LAST = (parent, Views(parent))
+    return last[1]  # type: ignore[return-value]
+
+
+def views_of(parent: Block) -> dict[str, Refinement]:
+    """``parent``'s refinements by name (``tables_of``)."""
+    return tables_of(parent).by_name
 
 
 def split(
