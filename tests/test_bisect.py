@@ -155,7 +155,9 @@ def test_a_pass_that_raises_is_named(failures, tmp_path, capsys):
 
     register(name, NoParams)(crash)
     try:
-        passes = _llvm_passes()[:1] + [{"name": "boom", "pass": name, "params": {}}] + _llvm_passes()[1:3]
+        steps = _llvm_passes()
+        at = next(k for k, p in enumerate(steps) if p["name"] == "fuse_eltwise")
+        passes = steps[at : at + 1] + [{"name": "boom", "pass": name, "params": {}}] + steps[at + 1 : at + 3]
         config = _config_file(tmp_path, passes, "crashing")
         folder = _folder(failures, SUM, "stripe:llvm_cpu@fuse_eltwise")
         assert bisect.main([folder, "--config", str(config)]) == 1
