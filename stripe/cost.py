@@ -17,8 +17,11 @@ is estimated to cost on a ``Hardware``.
   totals (kernels run one after another). Bytes: a kernel-level refinement counts against its
   location's memory, or the largest memory without one; a nested refinement counts only when it
   has a location (data brought into that memory there). A leaf block moves what its refinements
-  touch over its whole index box once; a block with nested blocks moves its refinements' views
-  (its tiles) once per point. Constraints are ignored: counts are over index boxes.
+  touch over its whole index box once; a block with nested blocks moves, once per point, what its
+  nested blocks reach through each refinement (their accesses over their index boxes, clipped to
+  the view): a tiled block may keep a whole-buffer view (``gemm_tile``'s work-groups view all of
+  A, B and C) while each point touches only its tile. Constraints are ignored: counts are over
+  index boxes.
 
 Both models are deliberately simple: they rank tilings and compare programs, they do not predict
 times.
@@ -273,7 +276,7 @@ def _kernel_cost(kernel: Block, hw: Hardware, largest: str) -> KernelCost:
                 continue
             line = hw.memory(mem).line_bytes
             if nested:
-                n = b.index_space * view_bytes(r.shape.sizes, _strides(r), _elem_bytes(r), line)
+                n = b.index_space * view_bytes(_reached(b, r), _strides(r), _elem_bytes(r), line)
             else:
                 n = view_bytes(_touched_sizes(b, r), _strides(r), _elem_bytes(r), line)
             moved[mem] = moved.get(mem, 0) + mult * factor * n
@@ -316,6 +319,35 @@ def _touched_sizes(b: Block, r: Refinement) -> tuple[int, ...]:
         span = sum(abs(int(a.coeff(v))) * (ranges.get(v, 1) - 1) for v in a.vars)
         out.append(span + r.shape.dims[d].size)
     return tuple(out)
+
+
+def _reached(b: Block, r: Refinement) -> tuple[int, ...]:
+    """Per dim, how many elements of ``r``'s view one point of ``b`` touches: the whole view where
+    ``b``'s own statements name it, else the span its nested blocks reach through it (each
+    child's access over its index box, plus what one point of the child reaches), clipped to the
+    view."""
+    sizes = r.shape.sizes
+    own = (s for s in b.stmts if not isinstance(s, Block))
+    if any(r.into in (*getattr(s, "inputs", ()), *getattr(s, "outputs", ()), getattr(s, "from_", None),
+                      getattr(s, "into", None)) for s in own):
+        return sizes
+    lo: list[int | None] = [None] * len(sizes)
+    hi: list[int | None] = [None] * len(sizes)
+    for child in (s for s in b.stmts if isinstance(s, Block)):
+        ranges = {i.name: i.range for i in child.idxs}
+        for cr in child.refs:
+            if cr.source != r.into or len(cr.access) != len(sizes):
+                continue
+            inner = _reached(child, cr) if any(isinstance(s, Block) for s in child.stmts) else cr.shape.sizes
+            for d, a in enumerate(cr.access):
+                coeffs = [(int(a.coeff(v)), ranges.get(v, 1) - 1) for v in a.vars]
+                low = int(a.const) + sum(min(c, 0) * n for c, n in coeffs)
+                high = int(a.const) + sum(max(c, 0) * n for c, n in coeffs) + inner[d]
+                lo[d] = low if lo[d] is None else min(lo[d], low)
+                hi[d] = high if hi[d] is None else max(hi[d], high)
+    if any(x is None for x in lo):
+        return sizes  # no child reaches it (or not in every dim): the view, as before
+    return tuple(min(n, max(0, top - max(0, low))) for n, low, top in zip(sizes, lo, hi))  # type: ignore[operator]
 
 
 def _bandwidth(hw: Hardware, mem: str) -> float | None:

@@ -7,6 +7,8 @@ import dataclasses
 import itertools
 import json
 
+import numpy as np
+
 from stripe.config import TARGETS
 from stripe.cost import TileModel, estimate, ops_per_point, view_bytes
 from stripe.hardware import ExecUnit, Hardware, MemUnit
@@ -145,3 +147,74 @@ def test_cli_report(tmp_path, capsys):
     assert main(["emit", str(tmp_path / "mm.tile"), *args, "--shape", "A=8x16", "--shape", "B=16x4"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-2].split() == ["total", "1024", "32", "3072", "192", "192"]
+
+
+# A work-group nest as gemm_tile writes it (issue: --report charged every work-group all of A, B and
+# C, 4.29 GB for a 1024^3 matmul): whole-buffer views at every level, tiles only in the accesses.
+GROUPED = """0: #program block [] ( // program
+    #input #user none A[0, 0] fp32(64:64, 64:1)
+    #input #user none B[0, 0] fp32(64:64, 64:1)
+    #output #user none C[0, 0] fp32(64:64, 64:1)
+) {
+  0: #main block [] ( // main
+      in A[0, 0] fp32(64:64, 64:1)
+      in B[0, 0] fp32(64:64, 64:1)
+      out C[0, 0] fp32(64:64, 64:1)
+  ) {
+    0: #kernel block [i:4, j:2] ( // k1_C
+        in A[16*i, 0] fp32(64:64, 64:1)
+        in B[0, 32*j] fp32(64:64, 64:1)
+        out C[16*i, 32*j]:add fp32(64:64, 64:1)
+    ) {
+      0: block [k:8] (
+          in A[0, 8*k] fp32(64:64, 64:1)
+          in B[8*k, 0] fp32(64:64, 64:1)
+          out C[0, 0]:add fp32(64:64, 64:1)
+      ) {
+        0: block [m:16, n:32, kk:8] (
+            in A[m, kk] fp32(1:64, 1:1)
+            in B[kk, n] fp32(1:64, 1:1)
+            out C[m, n]:add fp32(1:64, 1:1)
+        ) {
+          0: $A = load(A)
+          1: $B = load(B)
+          2: $v = mul($A, $B):fp32
+          3: C = store($v)
+        }
+      }
+    }
+  }
+}
+"""
+
+
+def test_estimate_charges_a_work_group_its_tiles_not_the_whole_buffers():
+    (mm,) = estimate(parse_stripe(GROUPED), hardware("llvm_cpu")).kernels
+    # 8 groups (16 x 32 tiles of C). Each reads A's 16 rows x 64 (16 rows of 256 B = 4096 B), B's
+    # 64 rows x 32 columns (64 rows of 128 B = 8192 B) and reads and writes its C tile (16 rows of
+    # 128 B, twice = 4096 B): 16384 B a group, 131072 B in all (the whole views: 8 x 65536).
+    assert mm.bytes == {"DRAM": 8 * (16 * 256 + 64 * 128 + 2 * 16 * 128)}
+    assert mm.flops == 2 * 64 * 64 * 64
+
+
+def test_opencl_gpu_report_of_a_square_matmul_grows_as_n_cubed():
+    from backends.driver import bind_inputs
+    from stripe.config import target_config
+    from stripe.lower import lower
+    from stripe.passes import optimize
+    from tile.parser import parse
+
+    mm = "function (A[M, L], B[L, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]); }"
+    cfg = target_config("opencl_gpu")
+    got = {}
+    for n in (512, 1024):
+        a = np.zeros((n, n), np.float32)
+        program = optimize(lower(bind_inputs(parse(mm), {"A": a, "B": a})), cfg)
+        kernel = program.stmts[0].stmts[-1]
+        groups = {ix.name: ix.range for ix in kernel.idxs}
+        tm, tn = n // groups["i"], n // groups["j"]  # the work-group tile of C
+        # by hand: per group, A's tm x n rows, B's n x tn panel, C's tile read and written
+        want = groups["i"] * groups["j"] * 4 * (tm * n + n * tn + 2 * tm * tn)
+        got[n] = estimate(program, cfg.hardware).kernels[-1].bytes["GLOBAL"]
+        assert got[n] == want, (n, tm, tn)
+    assert got[1024] < 300 * 2**20  # 4.29 GB before
