@@ -24,7 +24,6 @@ import numpy as np
 from tile import ast
 from tile.dtypes import DType
 from tile.errors import TileInputError, TileResourceError
-from tile.size_inputs import size_uses
 from tile.typed import TensorType
 
 PRECISION_HELP = (
@@ -172,6 +171,8 @@ def gather_inputs(
 ) -> dict[str, np.ndarray]:
     """The arrays for every input of ``program``: given ones first, the rest made up (each
     checked against ``limits`` and this machine's memory before any is made)."""
+    from tile.size_inputs import size_uses  # (through tile.shapes: sympy; not for --help)
+
     specs = {}
     for spec in shape_specs:
         name, shape, dtype = parse_shape_spec(spec)
