@@ -1,8 +1,8 @@
 """The hardware abstraction layer: what a backend implements to run Stripe programs.
 
-In the spirit of the original HAL (``../shared/seeds/hardware-interface-hal.txt``), everything is
-asynchronous: ``Kernel.run`` and ``Executor.copy`` take the events they must wait for and return
-an ``Event`` at once; ``Event.wait()`` blocks and ``Event.duration`` reports the time it took.
+In the spirit of PlaidML's own HAL (``tile/base/hal.h`` in github.com/plaidml/plaidml, v0.x),
+everything is asynchronous: ``Kernel.run`` and ``Executor.copy`` take the events they must wait
+for and return an ``Event`` at once; ``Event.wait()`` blocks and ``Event.duration`` reports the time it took.
 
 A backend provides a ``Device`` (description and capabilities), whose ``compiler`` builds a
 ``Library`` from the kernels of a program and whose ``executor`` allocates ``Buffer``s, copies

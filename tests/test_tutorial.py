@@ -1,5 +1,6 @@
-"""Every example program of the Tile tutorial (seeds/writing-tile-code.txt) and the strided dilated
-convolution of the autodiff post, run through the reference interpreter.
+"""Every example program of PlaidML's Tile tutorial ("Writing Tile Code": docs/docs/writing_tile_code.md
+in github.com/plaidml/plaidml; ours, with other examples, is docs/tutorial.md) and a strided dilated
+convolution's gradient, run through the reference interpreter.
 
 Inputs are small and integer-valued, so sums and products are exact in every dtype and each result
 is compared exactly with an expectation computed independently: numpy (``np.einsum``, slicing) or
@@ -251,7 +252,7 @@ def test_conv2d_dilated():
     check(run(CONV2D_DILATED, I=i, K=k)["O"], want)
 
 
-# ------------------------------------------------------ the autodiff post's strided conv
+# ------------------------------------------- a strided dilated conv and its gradient by hand
 CONV_STRIDED = """
 function (I[N, H, W, CI], K[KH, KW, CI, CO]) -> (O) {
     O[n, y, x, co: N, H/3, W/3, CO] = +(I[n, 3*y + 2*j, 3*x + 2*i, ci] * K[j, i, ci, co]);
