@@ -64,7 +64,11 @@ def lower(bound: BoundProgram, name: str = "program") -> Block:
     return _Lowering(bound).program(name)
 
 
-class _Lowering:
+class _Kernels:
+    """The program's buffers (one per tensor, dense and row-major, with temporaries added as
+    lowering needs them) and the ``#kernel`` blocks lowered so far, in order. A Special statement
+    is a kernel of its own (``special``)."""
+
     def __init__(self, bound: BoundProgram):
         self.b = bound
         self.types: dict[str, TensorType] = dict(bound.types)
@@ -72,7 +76,6 @@ class _Lowering:
         self.temps: list[str] = []
         self._shapes: dict[str, TensorShape] = {}
 
-    # --------------------------------------------------------------------- buffers
     def shape(self, tensor: str) -> TensorShape:
         # A tensor's type never changes once known; long programs ask for each shape many times.
         shape = self._shapes.get(tensor)
@@ -93,46 +96,22 @@ class _Lowering:
         shape = self.shape(tensor)
         return Refinement(direction, tensor, tuple(Affine() for _ in shape.dims), shape, agg_op=agg)
 
-    def program(self, name: str) -> Block:
-        for stmt in self.b.stmts:
-            if isinstance(stmt, TAssign):
-                self.assignment(stmt.name, stmt.expr)
-            else:
-                self.contraction(stmt)
-        inputs = [n for n, _ in self.b.inputs]
-        outputs = list(self.b.outputs)
-        buffers = [*inputs, *(s.name for s in self.b.stmts), *self.temps]
-        root_refs, main_refs = [], []
-        for t in buffers:
-            role = {"user", "input"} if t in inputs else {"user", "output"} if t in outputs else {"tmp"}
-            root_refs.append(
-                Refinement(
-                    RefDir.NONE,
-                    t,
-                    tuple(Affine() for _ in self.shape(t).dims),
-                    self.shape(t),
-                    tags=frozenset(role),
-                )
-            )
-            direction = RefDir.IN if t in inputs else RefDir.OUT if t in outputs else RefDir.INOUT
-            main_refs.append(self.full_ref(t, direction))
-        main = Block("main", refs=tuple(main_refs), stmts=tuple(self.kernels), tags=frozenset({"main"}))
-        return Block(name, refs=tuple(root_refs), stmts=(main,), tags=frozenset({"program"}))
+    def kernel(self, out: str, **fields) -> None:
+        """A kernel writing ``out``, named by its place and its output (``k3_O``)."""
+        self.kernels.append(Block(f"k{len(self.kernels)}_{out}", **fields))
 
     def special(self, fn: str, inputs: list[str], output: str, params: tuple[int, ...] = ()) -> None:
         refs = [self.full_ref(t, RefDir.IN) for t in dict.fromkeys(inputs)]
         refs.append(self.full_ref(output, RefDir.OUT, "assign"))
         stmt = Special(fn, tuple(inputs), (output,), params)
-        self.kernels.append(
-            Block(
-                f"k{len(self.kernels)}_{output}",
-                refs=tuple(refs),
-                stmts=(stmt,),
-                tags=frozenset({"kernel", "special", fn}),
-            )
-        )
+        self.kernel(output, refs=tuple(refs), stmts=(stmt,), tags=frozenset({"kernel", "special", fn}))
 
-    # -------------------------------------------------------------------- elementwise
+
+class _Elementwise(_Kernels):
+    """Elementwise statements: a call of a special (``SPECIALS``) is a special kernel, its tensor
+    arguments first computed into temporaries; any other expression is a kernel over the output's
+    shape, its specials hoisted out into temporaries, its value computed by ``_ScalarCode``."""
+
     def assignment(self, out: str, expr: TExpr) -> None:
         expr = self.hoist(expr)
         if isinstance(expr, TCall) and expr.fn in SPECIALS:
@@ -140,70 +119,10 @@ class _Lowering:
             self.special(expr.fn, args, out, expr.params)
             return
         shape = tuple(int(d) for d in self.types[out].shape)
-        idxs = tuple(Index(f"i{k}", d) for k, d in enumerate(shape))
-        refs: dict[str, Refinement] = {}
-        stmts: list = []
-        fns: set[str] = set()
-
-        def access(tensor: str) -> tuple[Affine, ...]:
-            sizes = tuple(int(d) for d in self.types[tensor].shape)
-            off = len(shape) - len(sizes)
-            return tuple(
-                Affine() if s == 1 and shape[k + off] != 1 else Affine.var(f"i{k + off}")
-                for k, s in enumerate(sizes)
-            )
-
-        def scalar(e: TExpr) -> str:
-            if isinstance(e, TRef) and e.name.startswith("$"):
-                return e.name  # a scalar already computed (a composite's argument)
-            if isinstance(e, TRef):
-                if e.name not in refs:
-                    refs[e.name] = Refinement(
-                        RefDir.IN, e.name, access(e.name), self.shape(e.name).scalar_view()
-                    )
-                    stmts.append(Load(e.name, f"${e.name}"))
-                return f"${e.name}"
-            into = f"$t{len(stmts)}"
-            if isinstance(e, TConst):
-                stmts.append(_constant(into, e))
-                return into
-            if e.fn == "index":
-                tsizes = tuple(int(d) for d in e.args[0].type.shape)
-                pos = e.params[0] + len(shape) - len(tsizes)
-                affine = Affine() if tsizes[e.params[0]] == 1 and shape[pos] != 1 else Affine.var(f"i{pos}")
-                stmts.append(LoadIndex(affine, into))
-                out_i32 = f"$t{len(stmts)}"
-                stmts.append(Intrinsic("as_int", (into,), (out_i32,), DType.INT32, (32,)))
-                return out_i32
-            args = tuple(scalar(a) for a in e.args)
-            if e.fn in COMPOSITES:
-                # the arguments computed once, then the builtins of its expansion over them
-                slots = tuple(TRef(s, a.type) for s, a in zip(args, e.args, strict=True))
-                return scalar(expand(TCall(e.fn, slots, e.type, e.params, e.span)))
-            if e.fn.startswith("cmp_"):
-                # A comparison works in its operands' promoted Tile type. A float literal's scalar is
-                # a double (its exact value travels until used), but its Tile type is float32: so
-                # `X_f32 == 0.1` compares with float32(0.1). Convert such operands first.
-                common = promote(e.args[0].type.dtype, e.args[1].type.dtype)
-                fixed = []
-                for a, s in zip(e.args, args):
-                    if isinstance(a, TConst) and a.type.dtype.is_float and common is not DType.FLOAT64:
-                        conv = f"$t{len(stmts)}"
-                        stmts.append(Intrinsic("assign", (s,), (conv,), common))
-                        s = conv
-                    fixed.append(s)
-                args = tuple(fixed)
-            fns.add(e.fn)
-            into = f"$t{len(stmts)}"
-            stmts.append(Intrinsic(e.fn, args, (into,), e.type.dtype, tuple(e.params)))
-            return into
-
-        value = scalar(expr)
-        dtype = self.types[out].dtype
-        if isinstance(expr, TRef) or (isinstance(expr, TConst)):
-            conv = f"$t{len(stmts)}"
-            stmts.append(Intrinsic("assign", (value,), (conv,), dtype))
-            value = conv
+        code = _ScalarCode(self, shape)
+        value = code.scalar(expr)
+        if isinstance(expr, (TRef, TConst)):
+            value = code.emit("assign", (value,), self.types[out].dtype)
         out_ref = Refinement(
             RefDir.OUT,
             out,
@@ -211,17 +130,13 @@ class _Lowering:
             self.shape(out).scalar_view(),
             agg_op="assign",
         )
-        stmts.append(Store(value, out))
-        tags = {"kernel", "eltwise", *(f"eltwise_{f}" for f in sorted(fns))}
-        self.kernels.append(
-            Block(
-                f"k{len(self.kernels)}_{out}",
-                idxs,
-                (),
-                (*refs.values(), out_ref),
-                tuple(stmts),
-                frozenset(tags),
-            )
+        code.stmts.append(Store(value, out))
+        self.kernel(
+            out,
+            idxs=tuple(Index(f"i{k}", d) for k, d in enumerate(shape)),
+            refs=(*code.refs.values(), out_ref),
+            stmts=tuple(code.stmts),
+            tags=frozenset({"kernel", "eltwise", *(f"eltwise_{f}" for f in sorted(code.fns))}),
         )
 
     def hoist(self, e: TExpr, root: bool = True) -> TExpr:
@@ -241,7 +156,85 @@ class _Lowering:
         self.assignment(name, e)
         return name
 
-    # -------------------------------------------------------------------- contractions
+
+class _ScalarCode:
+    """The statements of one elementwise kernel over an output of ``shape`` (indexes ``i0, i1,
+    ..``): each tensor loaded once through a scalar view that broadcasts (a size-1 dim where the
+    output's is not reads element 0), each operation an intrinsic into a fresh ``$t<k>``."""
+
+    def __init__(self, kernels: _Kernels, shape: tuple[int, ...]):
+        self.kernels = kernels
+        self.shape = shape
+        self.refs: dict[str, Refinement] = {}
+        self.stmts: list = []
+        self.fns: set[str] = set()  # the builtins used, for the kernel's tags
+
+    def emit(self, fn: str, args: tuple[str, ...], dtype: DType, params: tuple[int, ...] = ()) -> str:
+        """An ``Intrinsic`` into a fresh scalar, which it returns."""
+        into = f"$t{len(self.stmts)}"
+        self.stmts.append(Intrinsic(fn, args, (into,), dtype, params))
+        return into
+
+    def broadcast(self, sizes: tuple[int, ...], k: int) -> Affine:
+        """The access of dim ``k`` of a tensor of ``sizes`` at the output's point."""
+        pos = k + len(self.shape) - len(sizes)
+        return Affine() if sizes[k] == 1 and self.shape[pos] != 1 else Affine.var(f"i{pos}")
+
+    def scalar(self, e: TExpr) -> str:
+        if isinstance(e, TRef) and e.name.startswith("$"):
+            return e.name  # a scalar already computed (a composite's argument)
+        if isinstance(e, TRef):
+            return self.load(e.name)
+        if isinstance(e, TConst):
+            into = f"$t{len(self.stmts)}"
+            self.stmts.append(_constant(into, e))
+            return into
+        if e.fn == "index":
+            return self.index(e)
+        args = tuple(self.scalar(a) for a in e.args)
+        if e.fn in COMPOSITES:
+            # the arguments computed once, then the builtins of its expansion over them
+            slots = tuple(TRef(s, a.type) for s, a in zip(args, e.args, strict=True))
+            return self.scalar(expand(TCall(e.fn, slots, e.type, e.params, e.span)))
+        if e.fn.startswith("cmp_"):
+            args = self.compared(e, args)
+        self.fns.add(e.fn)
+        return self.emit(e.fn, args, e.type.dtype, tuple(e.params))
+
+    def load(self, tensor: str) -> str:
+        if tensor not in self.refs:
+            sizes = tuple(int(d) for d in self.kernels.types[tensor].shape)
+            access = tuple(self.broadcast(sizes, k) for k in range(len(sizes)))
+            view = self.kernels.shape(tensor).scalar_view()
+            self.refs[tensor] = Refinement(RefDir.IN, tensor, access, view)
+            self.stmts.append(Load(tensor, f"${tensor}"))
+        return f"${tensor}"
+
+    def index(self, e: TCall) -> str:
+        """``index(T, axis)``: the output's coordinate along ``T``'s axis, as int32."""
+        tsizes = tuple(int(d) for d in e.args[0].type.shape)
+        into = f"$t{len(self.stmts)}"
+        self.stmts.append(LoadIndex(self.broadcast(tsizes, e.params[0]), into))
+        return self.emit("as_int", (into,), DType.INT32, (32,))
+
+    def compared(self, e: TCall, args: tuple[str, ...]) -> tuple[str, ...]:
+        """A comparison works in its operands' promoted Tile type. A float literal's scalar is a
+        double (its exact value travels until used), but its Tile type is float32: so
+        `X_f32 == 0.1` compares with float32(0.1). Convert such operands first."""
+        common = promote(e.args[0].type.dtype, e.args[1].type.dtype)
+        fixed = []
+        for a, s in zip(e.args, args):
+            if isinstance(a, TConst) and a.type.dtype.is_float and common is not DType.FLOAT64:
+                s = self.emit("assign", (s,), common)
+            fixed.append(s)
+        return tuple(fixed)
+
+
+class _Contractions(_Elementwise):
+    """Contractions (see the module docstring): defracted, over their exact index box; the output
+    written directly, or from the identity, or through an accumulator and a mask that a final
+    elementwise select reads."""
+
     def contraction(self, c: TContraction) -> None:
         out = c.name
         if any(int(d) == 0 for d in c.type.shape) or any(
@@ -250,42 +243,9 @@ class _Lowering:
             self.init(out, c.default)  # nothing is aggregated: 0 or the default everywhere
             return
         d = transform(c, "defracted")
-        try:
-            box = index_box(d)
-        except TileIndexError:
-            # The defracted form has lost the source's conditions: name, as the interpreter does,
-            # the written one that empties the index space (it is empty too).
-            space(c).fail_empty()
-            raise
-        names = list(d.index_names)
-        shift = {v: Affine.var(v) + box[v][0] for v in names}
-        # in the interpreter's order (first appearance, output first): its row-major enumeration
-        # is the order each element receives its values, which strict mode keeps (semantics §8.3)
-        idxs = tuple(Index(v, box[v][1] - box[v][0] + 1) for v in names)
-        shifted = {v: (0, box[v][1] - box[v][0]) for v in names}
-        constraints = []
-        for r in merge_parallel(ranges(d)):
-            q = r.poly.substitute(shift)
-            lo, hi = poly_interval(q, shifted)
-            if lo < r.lo:
-                constraints.append(q - r.lo)
-            if hi > r.hi:
-                constraints.append(Affine.constant(r.hi) - q)
-        direct = (c.agg is AggOp.SUM and c.default is None) or c.agg is AggOp.ASSIGN
+        idxs, constraints, shift = _index_space(c, d)
         out_access = tuple(p.substitute(shift) for p in d.output.polys)
-        sizes = tuple(int(n) for n in c.type.shape)
-        target = out
-        mask = None
-        if direct:
-            self.init(out, c.default if c.agg is AggOp.ASSIGN else None)
-        elif not constraints and writes_every_element(out_access, idxs, sizes):
-            # every element is written: it starts at the identity and no default shows
-            self.special("zero" if c.agg is AggOp.SUM else f"agg_init_{_AGG[c.agg]}", [], out)
-        else:
-            target = self.temp(f"{out}_acc", c.type)
-            mask = self.temp(f"{out}_written", TensorType(DType.BOOL, c.type.shape))
-            self.special(f"agg_init_{_AGG[c.agg]}", [], target)
-            self.special("zero", [], mask)
+        target, mask = self.accumulator(c, out_access, idxs, constraints)
         refs, stmts = [], []
         loaded = []
         for k, acc in enumerate(d.operands):
@@ -312,20 +272,39 @@ class _Lowering:
             )
             stmts.append(Constant("$one", 1, DType.BOOL))
             stmts.append(Store("$one", mask))
-        tags = {"kernel", "contraction", f"agg_op_{_AGG[c.agg]}", f"comb_op_{_COMB[c.comb]}"}
-        self.kernels.append(
-            Block(
-                f"k{len(self.kernels)}_{out}",
-                idxs,
-                tuple(constraints),
-                tuple(refs),
-                tuple(stmts),
-                frozenset(tags),
-                (format_contraction(d),),
-            )
+        self.kernel(
+            out,
+            idxs=idxs,
+            constraints=constraints,
+            refs=tuple(refs),
+            stmts=tuple(stmts),
+            tags=frozenset({"kernel", "contraction", f"agg_op_{_AGG[c.agg]}", f"comb_op_{_COMB[c.comb]}"}),
+            comments=(format_contraction(d),),
         )
         if mask is not None:
             self.select(out, mask, target, c.default)
+
+    def accumulator(
+        self, c: TContraction, out_access: tuple[Affine, ...], idxs: tuple[Index, ...], constraints: tuple
+    ) -> tuple[str, str | None]:
+        """Where the contraction aggregates, started (by kernels before its own) so that unwritten
+        elements end up 0 or the default: the output itself, or a temporary with a mask of the
+        elements written (returned too)."""
+        out = c.name
+        direct = (c.agg is AggOp.SUM and c.default is None) or c.agg is AggOp.ASSIGN
+        sizes = tuple(int(n) for n in c.type.shape)
+        if direct:
+            self.init(out, c.default if c.agg is AggOp.ASSIGN else None)
+        elif not constraints and writes_every_element(out_access, idxs, sizes):
+            # every element is written: it starts at the identity and no default shows
+            self.special("zero" if c.agg is AggOp.SUM else f"agg_init_{_AGG[c.agg]}", [], out)
+        else:
+            target = self.temp(f"{out}_acc", c.type)
+            mask = self.temp(f"{out}_written", TensorType(DType.BOOL, c.type.shape))
+            self.special(f"agg_init_{_AGG[c.agg]}", [], target)
+            self.special("zero", [], mask)
+            return target, mask
+        return out, None
 
     def combine(self, c: TContraction, loaded: list[str], stmts: list) -> str:
         dtype = c.type.dtype
@@ -354,6 +333,64 @@ class _Lowering:
         other: TExpr = TRef(default, self.types[default]) if default else TConst(0, TensorType(t.dtype, ()))
         expr = TCall("cond", (TRef(mask, self.types[mask]), TRef(acc, self.types[acc]), other), t)
         self.assignment(out, expr)
+
+
+class _Lowering(_Contractions):
+    """The whole program: each statement lowered in order, then the root block over every buffer
+    (``#user`` inputs and outputs, ``#tmp`` the rest) and ``#main`` holding the kernels."""
+
+    def program(self, name: str) -> Block:
+        for stmt in self.b.stmts:
+            if isinstance(stmt, TAssign):
+                self.assignment(stmt.name, stmt.expr)
+            else:
+                self.contraction(stmt)
+        inputs = [n for n, _ in self.b.inputs]
+        outputs = list(self.b.outputs)
+        buffers = [*inputs, *(s.name for s in self.b.stmts), *self.temps]
+        root_refs, main_refs = [], []
+        for t in buffers:
+            role = {"user", "input"} if t in inputs else {"user", "output"} if t in outputs else {"tmp"}
+            root_refs.append(
+                Refinement(
+                    RefDir.NONE,
+                    t,
+                    tuple(Affine() for _ in self.shape(t).dims),
+                    self.shape(t),
+                    tags=frozenset(role),
+                )
+            )
+            direction = RefDir.IN if t in inputs else RefDir.OUT if t in outputs else RefDir.INOUT
+            main_refs.append(self.full_ref(t, direction))
+        main = Block("main", refs=tuple(main_refs), stmts=tuple(self.kernels), tags=frozenset({"main"}))
+        return Block(name, refs=tuple(root_refs), stmts=(main,), tags=frozenset({"program"}))
+
+
+def _index_space(c: TContraction, d: TContraction) -> tuple[tuple[Index, ...], tuple[Affine, ...], dict]:
+    """The indexes of ``d`` (``c`` defracted) over their exact box shifted to start at 0, the
+    constraints the box does not imply, and the shift (each index's affine in the shifted ones)."""
+    try:
+        box = index_box(d)
+    except TileIndexError:
+        # The defracted form has lost the source's conditions: name, as the interpreter does,
+        # the written one that empties the index space (it is empty too).
+        space(c).fail_empty()
+        raise
+    names = list(d.index_names)
+    shift = {v: Affine.var(v) + box[v][0] for v in names}
+    # in the interpreter's order (first appearance, output first): its row-major enumeration
+    # is the order each element receives its values, which strict mode keeps (semantics §8.3)
+    idxs = tuple(Index(v, box[v][1] - box[v][0] + 1) for v in names)
+    shifted = {v: (0, box[v][1] - box[v][0]) for v in names}
+    constraints = []
+    for r in merge_parallel(ranges(d)):
+        q = r.poly.substitute(shift)
+        lo, hi = poly_interval(q, shifted)
+        if lo < r.lo:
+            constraints.append(q - r.lo)
+        if hi > r.hi:
+            constraints.append(Affine.constant(r.hi) - q)
+    return idxs, tuple(constraints), shift
 
 
 def _constant(into: str, e: TConst) -> Constant:
