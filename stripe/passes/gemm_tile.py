@@ -4,7 +4,7 @@ their register blocks.
 
 Matches kernels (children of ``#main``) with every tag in ``reqs`` and none in ``skip`` that
 ``stripe.gemm.match`` accepts in Stripe's K order (flat, or fused with an elementwise epilogue),
-whose indexes all start at 0. The tiles come from ``GemmModel`` (the cost model below):
+whose indexes all start at 0. The tiles come from ``GemmModel`` (``stripe.gemm_model``):
 work-group tile ``tm x tn`` (flat over the M and N groups), register block ``rm x rn`` per
 work-item, K step ``kt``; then per index: M and N tiles are powers of two whose product is
 ``tm`` (``tn``), chosen to pad the fewest points (a 56x56 image takes 8x8, not 1x128); batch
@@ -283,45 +283,34 @@ def build(kb: Block, parent: Block, g: Gemm, t: GemmTiles, cfg: GemmTileConfig) 
     return _Nest(kb, parent, g, t, cfg).group()
 
 
-class _Nest:
-    """One kernel's nest, built from the outside in: the work-group level (``group``) holds the K
-    steps (``kstep``), which fill the staged operand tiles (``fills``) and hold the work-items and
-    their register blocks that multiply them (``products``); a fused kernel's work-group level ends
-    with the work-items that apply its epilogue to the accumulator (``epilogue``). Each level sees
-    the kernel's refs through views of its own share of the accesses (``whole_view``,
-    ``local_view``) and the constraints over its enclosing levels' indexes (``constraints``)."""
+class _Views:
+    """A kernel's indexes and refs as one level of its nest sees them: each index's tile and the
+    indexes holding its value per level (``_Levels``), hence each level's indexes
+    (``tile_numbers``), its constraints over its enclosing levels' indexes (``constraints``, with the
+    ``edges``), its views of the kernel's refs (``whole_view``) and of tile allocations
+    (``local_view``, ``allocation``)."""
 
-    def __init__(self, kb: Block, parent: Block, g: Gemm, t: GemmTiles, cfg: GemmTileConfig):
-        self.kb, self.g, self.cfg = kb, g, cfg
-        mtiles = index_tiles(g.m.idxs, t.tm)
-        ntiles = index_tiles(g.n.idxs, t.tn)
-        self.tiles = {**mtiles, **ntiles, **{ix.name: 1 for ix in g.batch.idxs}, **k_tiles(g.k.idxs, t.kt)}
+    def __init__(self, kb: Block, parent: Block, g: Gemm, t: GemmTiles):
+        self.kb, self.g = kb, g
+        self.mtiles = index_tiles(g.m.idxs, t.tm)
+        self.ntiles = index_tiles(g.n.idxs, t.tn)
+        self.tiles = {
+            **self.mtiles, **self.ntiles, **{ix.name: 1 for ix in g.batch.idxs}, **k_tiles(g.k.idxs, t.kt)
+        }
         self.ranges = {ix.name: ix.range for grp in (g.m, g.n, g.k, g.batch) for ix in grp.idxs}
         # new names (indexes, the staged tiles) avoid the kernel's own: #main's other buffers are not
         # in scope below it (and the code generator, which rebuilds the nest to check it, sees only
         # the kernel's)
-        taken = set(self.ranges) | {r.into for r in kb.refs}
+        self.taken = set(self.ranges) | {r.into for r in kb.refs}
         if g.epilogue is not None:
-            taken |= {r.into for r in g.epilogue[0].stmts[0].refs}
-        self.lv = _Levels(g, self.tiles, t, taken)
+            self.taken |= {r.into for r in g.epilogue[0].stmts[0].refs}
+        self.lv = _Levels(g, self.tiles, t, self.taken)
         self.main = {r.into: r for r in parent.refs}
-        # the staged operand tiles A_l (M.., K..) and B_l (K.., N..); the output tile (M.., N..), a
-        # fused kernel's accumulator
-        self.a_l = self.tile(fresh(f"{g.a.ref.into}_l", taken), g.m.idxs + g.k.idxs)
-        taken.add(self.a_l.name)
-        self.b_l = self.tile(fresh(f"{g.b.ref.into}_l", taken), g.k.idxs + g.n.idxs)
-        taken.add(self.b_l.name)
-        self.acc = self.tile(g.epilogue[1].into if g.epilogue is not None else "", g.m.idxs + g.n.idxs)
-        self.out = self.out_chain()
-        self.thread_pieces = self.lv.pieces["t"]
-        regs = self.lv.pieces["c"] + self.lv.pieces["q"]
-        self.reg_pieces = [p for p in regs if p.var in mtiles] + [p for p in regs if p.var in ntiles]
 
     def tile(self, name: str, idxs: tuple[Index, ...]) -> _Tile:
         vars_ = tuple(ix.name for ix in idxs)
         return _Tile(name, _dense(self.g.dtype, [self.tiles[v] for v in vars_]), vars_)
 
-    # ------------------------------------------------------------ indexes, views and constraints
     def tile_numbers(self, idxs: tuple[Index, ...]) -> tuple[Index, ...]:
         return tuple(Index(ix.name, -(-ix.range // self.tiles[ix.name])) for ix in idxs)
 
@@ -365,6 +354,30 @@ class _Nest:
     def allocation(self, tile: _Tile, memory: str, agg: str = "") -> Refinement:
         return Refinement(RefDir.NONE, tile.name, tuple(Affine.constant(0) for _ in tile.vars), tile.shape,
                           location=Location(memory), agg_op=agg)
+
+
+class _Nest(_Views):
+    """One kernel's nest, built from the outside in: the work-group level (``group``) holds the K
+    steps (``kstep``), which fill the staged operand tiles (``fills``) and hold the work-items and
+    their register blocks that multiply them (``products``); a fused kernel's work-group level ends
+    with the work-items that apply its epilogue to the accumulator (``epilogue``)."""
+
+    def __init__(self, kb: Block, parent: Block, g: Gemm, t: GemmTiles, cfg: GemmTileConfig):
+        super().__init__(kb, parent, g, t)
+        self.cfg = cfg
+        # the staged operand tiles A_l (M.., K..) and B_l (K.., N..); the output tile (M.., N..), a
+        # fused kernel's accumulator
+        self.a_l = self.tile(fresh(f"{g.a.ref.into}_l", self.taken), g.m.idxs + g.k.idxs)
+        self.taken.add(self.a_l.name)
+        self.b_l = self.tile(fresh(f"{g.b.ref.into}_l", self.taken), g.k.idxs + g.n.idxs)
+        self.taken.add(self.b_l.name)
+        self.acc = self.tile(g.epilogue[1].into if g.epilogue is not None else "", g.m.idxs + g.n.idxs)
+        self.out = self.out_chain()
+        self.thread_pieces = self.lv.pieces["t"]
+        regs = self.lv.pieces["c"] + self.lv.pieces["q"]
+        self.reg_pieces = [p for p in regs if p.var in self.mtiles] + [
+            p for p in regs if p.var in self.ntiles
+        ]
 
     def out_chain(self) -> dict[str, Refinement]:
         """The view of the products' output at each level: the kernel's output, or (fused) its
