@@ -27,6 +27,7 @@ from tile.errors import (
     TileWarning,
 )
 from tile.parser import parse, parse_file
+from tile.printer import format_program
 from tile.settings import TileSettingsError
 from tile.tensor import Tensor
 
@@ -90,6 +91,7 @@ __all__ = [
     "compile",
     "compile_file",
     "empty",
+    "format_program",
     "grad",
     "grad_values",
     "gradient",

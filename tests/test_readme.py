@@ -1,0 +1,165 @@
+"""README.md and docs/tutorial.md as doctests: every ``sh`` and ``python`` block runs as written,
+in order, in an empty folder of its own (one per document).
+
+The folder holds nothing but links to the checkout's ``examples/`` and ``conformance/`` (what a
+block may name, as a reader runs them from the checkout's root); every other file a block uses an
+earlier block makes. Shell blocks run in ``bash -e`` with ``python`` being this interpreter; Python
+blocks share one namespace per document, and a block of ``>>>`` lines is a doctest whose printed
+output must match. A block is marked by an HTML comment on the line before it:
+
+* ``<!-- doctest: skip (reason) -->``: not run, reported as skipped with the reason;
+* ``<!-- doctest: needs PREFIX (reason) -->``: run only where a device id starts with PREFIX
+  (``opencl_gpu``), else skipped with the reason.
+
+Each block is a test of its own (``test_block[README.md:57 sh]``); after a failing block the rest
+of its document are skipped, since they may depend on it.
+"""
+
+from __future__ import annotations
+
+import doctest
+import io
+import os
+import re
+import subprocess
+import sys
+from contextlib import redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCUMENTS = ("README.md", "docs/tutorial.md")
+SHIPPED = ("examples", "conformance")  # the checkout's folders a block may name
+FENCE = re.compile(
+    r"^(?:<!-- doctest: (?P<mark>[^\n]*?) -->\n)?```(?P<lang>[a-z]*)\n(?P<body>.*?)^```$", re.M | re.S
+)
+MARK = re.compile(r"^(?P<kind>skip|needs (?P<prefix>[\w.]+)) \((?P<reason>.+)\)$")
+
+
+@dataclass(frozen=True)
+class Block:
+    document: str
+    line: int
+    lang: str
+    body: str
+    mark: str | None
+
+    @property
+    def id(self) -> str:
+        return f"{self.document}:{self.line} {self.lang}"
+
+
+def blocks(document: str) -> list[Block]:
+    """The runnable blocks of ``document`` (``sh`` and ``python``), in order."""
+    text = (REPO / document).read_text()
+    found = []
+    for m in FENCE.finditer(text):
+        if m["lang"] in ("sh", "python"):
+            line = text.count("\n", 0, m.start("lang")) + 1
+            found.append(Block(document, line, m["lang"], m["body"], m["mark"]))
+    return found
+
+
+ALL = [b for d in DOCUMENTS for b in blocks(d)]
+
+
+class Session:
+    """A document's folder, Python namespace and state (a block failed: the rest are skipped)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.namespace: dict = {"__name__": "__main__"}
+        self.failed: str | None = None
+        bin_dir = root.parent / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        (bin_dir / "python").unlink(missing_ok=True)
+        (bin_dir / "python").symlink_to(sys.executable)
+        self.env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+        self.env.pop("TILE_DEBUG", None)
+        for name in SHIPPED:
+            (root / name).symlink_to(REPO / name)
+
+
+@pytest.fixture(scope="module")
+def sessions(tmp_path_factory) -> dict[str, Session]:
+    return {d: Session(tmp_path_factory.mktemp(Path(d).stem)) for d in DOCUMENTS}
+
+
+def skip_reason(block: Block) -> str | None:
+    if block.mark is None:
+        return None
+    m = MARK.match(block.mark)
+    assert m, f"{block.id}: a doctest mark is 'skip (reason)' or 'needs PREFIX (reason)', not {block.mark!r}"
+    if m["kind"] == "skip":
+        return m["reason"]
+    from backends import registry
+
+    if any(i.startswith(m["prefix"]) for i in registry.ids()):
+        return None
+    return f"needs {m['prefix']}: {m['reason']}"
+
+
+@pytest.mark.parametrize("block", ALL, ids=[b.id for b in ALL])
+def test_block(block: Block, sessions: dict[str, Session]):
+    session = sessions[block.document]
+    if session.failed:
+        pytest.skip(f"an earlier block of {block.document} failed ({session.failed})")
+    reason = skip_reason(block)
+    if reason:
+        pytest.skip(reason)
+    try:
+        if block.lang == "sh":
+            run_shell(block, session)
+        elif block.body.lstrip().startswith(">>>"):
+            run_doctest(block, session)
+        else:
+            run_python(block, session)
+    except BaseException:
+        session.failed = block.id
+        raise
+
+
+def run_shell(block: Block, session: Session) -> None:
+    r = subprocess.run(["bash", "-e", "-c", block.body], cwd=session.root, env=session.env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (
+        f"{block.id} failed (exit status {r.returncode}):\n{block.body}\n--- stdout\n{r.stdout[-3000:]}"
+        f"\n--- stderr\n{r.stderr[-3000:]}"
+    )
+
+
+def run_python(block: Block, session: Session) -> None:
+    code = compile(block.body, f"{block.document}:{block.line}", "exec")
+    here = os.getcwd()
+    os.chdir(session.root)
+    try:
+        with redirect_stdout(io.StringIO()):
+            exec(code, session.namespace)  # noqa: S102 - the document's own example code
+    finally:
+        os.chdir(here)
+
+
+def run_doctest(block: Block, session: Session) -> None:
+    test = doctest.DocTestParser().get_doctest(block.body, session.namespace, block.id, block.document,
+                                               block.line)
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
+    out = io.StringIO()
+    here = os.getcwd()
+    os.chdir(session.root)
+    try:
+        runner.run(test, out=out.write, clear_globs=False)
+    finally:
+        os.chdir(here)
+    session.namespace.update(test.globs)  # (a DocTest runs in a copy of the namespace it is given)
+    assert runner.failures == 0, f"{block.id}:\n{out.getvalue()}"
+
+
+def test_the_documents_have_blocks_and_every_skip_gives_its_reason():
+    assert len(blocks("README.md")) >= 10 and len(blocks("docs/tutorial.md")) >= 10
+    for b in ALL:
+        if b.mark is not None:
+            assert MARK.match(b.mark), b.id
+    skipped = [b for b in blocks("README.md") if b.mark and b.mark.startswith("skip")]
+    assert len(skipped) <= 2  # setup + test run, a package install: everything else runs
