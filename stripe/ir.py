@@ -25,6 +25,10 @@ elementwise builtin of ``tile.builtins`` by name, or ``assign``, on scalars, com
 ``agg_init_<op>``, ``reshape``, ``gather``, ``scatter``, ``builtin_softmax`` …) and nested
 ``Block``s. Scalar names start with ``$``, are assigned once, and are local to their block.
 
+A block's ``plan`` (None, or one of ``stripe.plans``) is what the pass that shaped it for a special
+code generator declares about it (a GEMM nest's index roles and tiles, a row program's row values,
+a combine's lanes); executors ignore it.
+
 Affines reuse ``tile.affine.Affine`` (exact), and must have integer coefficients here.
 
 Buffers other than inputs start as zeros. A refinement with dir NONE and no ``from_`` that names
@@ -213,6 +217,7 @@ class Block:
     comments: tuple[str, ...] = ()
     location: Location | None = None
     attrs: tuple[tuple[str, int | float | str | bool], ...] = ()
+    plan: object | None = None  # a stripe.plans plan: the hand-off of the pass that shaped it
 
     def ref(self, name: str) -> Refinement:
         for r in self.refs:

@@ -6,7 +6,8 @@ grammar, with the details of names, numbers and comments, is in ``stripe.printer
 
     program  := [INT ':'] block
     block    := {'#' name ['=' value]} 'block' [loc] '[' [index {',' index}] ']'
-                '(' [NAMECOMMENT] {COMMENT | affine '>=' '0' | ref} ')' '{' {INT ':' stmt [';']} '}'
+                '(' [NAMECOMMENT] {COMMENT | plan | affine '>=' '0' | ref} ')' '{' {INT ':' stmt [';']} '}'
+    plan     := 'plan' name '(' [name ':' value {',' name ':' value}] ')'    (stripe.plans)
     index    := name ':' int ['=' affine]
     ref      := {'#' name} dir [loc] ['const'] [OFFSET] name ['=' name]
                 '[' [affine {',' affine}] ']' [':' name] DTYPE '(' [int ':' int {',' int ':' int}] ')'
@@ -32,6 +33,7 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
+from stripe import plans
 from stripe.ir import (
     DTYPES_BY_NAME,
     Block,
@@ -49,6 +51,7 @@ from stripe.ir import (
     Store,
     TensorShape,
 )
+from stripe.plans import Plan
 from stripe.printer import KEYWORDS
 from tile.affine import Affine
 from tile.dtypes import DType
@@ -386,9 +389,9 @@ class _Parser(_Declarations):
         self.expect_kw("block", "a block is `#tags block [idx:range, ...] ( refs ) { statements }`")
         location = self.location()
         idxs = self.indexes()
-        name, comments, constraints, refs = self.header()
+        name, comments, plan, constraints, refs = self.header()
         stmts = self.body()
-        return Block(name, idxs, constraints, refs, stmts, tags, comments, location, attrs)
+        return Block(name, idxs, constraints, refs, stmts, tags, comments, location, attrs, plan)
 
     def block_tags(self) -> tuple[frozenset[str], tuple[tuple[str, int | float | str | bool], ...]]:
         """``#tag`` and ``#key=value`` before ``block``."""
@@ -412,8 +415,9 @@ class _Parser(_Declarations):
         self.expect("]")
         return tuple(idxs)
 
-    def header(self) -> tuple[str, tuple[str, ...], tuple[Affine, ...], tuple[Refinement, ...]]:
-        """``( ... )``: the name (a comment on the line of ``(``), comments, constraints and refs."""
+    def header(self) -> tuple[str, tuple[str, ...], Plan | None, tuple[Affine, ...], tuple[Refinement, ...]]:
+        """``( ... )``: the name (a comment on the line of ``(``), comments, the plan, constraints
+        and refs."""
         paren = self.expect("(", "the block's refinements and constraints follow its indexes in `( ... )`")
         name = ""
         if self.raw.kind == "COMMENT" and self.raw.span.line == paren.span.line:
@@ -422,10 +426,15 @@ class _Parser(_Declarations):
         comments: list[str] = []
         constraints: list[Affine] = []
         refs: list[Refinement] = []
+        plan = None
         while True:
             if self.raw.kind == "COMMENT":
                 comments.append(_comment_text(self.raw))
                 self.pos += 1
+            elif self.raw.is_kw("plan"):
+                if plan is not None:
+                    raise TileSyntaxError("a second plan", self.raw.span, "a block has at most one plan")
+                plan = self.plan()
             elif self.raw.is_op(")"):
                 break
             elif self.raw.is_op("#") or self.raw.is_kw(*_DIRS):
@@ -435,7 +444,43 @@ class _Parser(_Declarations):
             else:
                 constraints.append(self.constraint())
         self.expect(")")
-        return name, tuple(comments), tuple(constraints), tuple(refs)
+        return name, tuple(comments), plan, tuple(constraints), tuple(refs)
+
+    def plan(self) -> Plan:
+        """``plan KIND(field: value, ...)`` (``stripe.plans``)."""
+        self.expect_kw("plan")
+        at = self.tok
+        kind = self.name("the plan's kind")
+        self.expect("(", "a plan is `plan KIND(field: value, ...)`")
+        values: dict[str, object] = {}
+        while not self.tok.is_op(")"):
+            if values:
+                self.expect(",")
+            key = self.advance().text if self.tok.kind == "NAME" else self.name("a plan field")  # `out` too
+            self.expect(":", "a plan field is `name: value`")
+            values[key] = self.plan_value()
+        self.expect(")")
+        try:
+            return plans.make(kind, values)
+        except ValueError as e:
+            raise TileSyntaxError(str(e), at.span, "write the plan as stripe.printer prints it") from None
+
+    def plan_value(self) -> object:
+        """An int, a bool, a name, or a list of names with or without ``:int``."""
+        if self.tok.is_kw("true", "false"):
+            return self.advance().text == "true"
+        if self.tok.kind == "INT" or self.tok.is_op("-"):
+            return self.int_()
+        if not self.accept("["):
+            return self.name("a plan value")
+        out: list = []
+        while not self.tok.is_op("]"):
+            if out:
+                self.expect(",")
+            item = self.name("an index or refinement name")
+            out.append((item, self.int_()) if self.accept(":") else item)
+        self.expect("]")
+        return tuple(out)
 
     def body(self) -> tuple[Statement, ...]:
         """``{ 0: stmt 1: stmt ... }``, numbered from 0."""

@@ -28,7 +28,9 @@ end of its line; a ``;`` after a statement is optional, as in the slides)::
 
     program  := [INT ':'] block
     block    := {mark} 'block' [loc] '[' [index {',' index}] ']'
-                '(' [NAMECOMMENT] {COMMENT | affine '>=' '0' | ref} ')' '{' {INT ':' stmt [';']} '}'
+                '(' [NAMECOMMENT] {COMMENT | plan | affine '>=' '0' | ref} ')' '{' {INT ':' stmt [';']} '}'
+    plan     := 'plan' name '(' [field {',' field}] ')'   at most one, after the comments
+    field    := name ':' (int | name | 'true' | 'false' | '[' [item {',' item}] ']'),  item := name [':' int]
     mark     := '#' name ['=' value]              tags (sorted), then attrs (in order)
     index    := name ':' int ['=' affine]         the affine is of the enclosing block's indexes
     ref      := {'#' name} dir [loc] ['const'] [OFFSET] name ['=' name]
@@ -48,10 +50,13 @@ end of its line; a ``;`` after a statement is optional, as in the slides)::
   header are the block's ``comments``; comments elsewhere are ignored.
 * A ref prints ``into = from`` whenever ``from_`` is set (even to ``into`` itself), ``:agg_op``
   when it is not empty, and ``DTYPE(size:stride, ...)`` with the short names of ``ir.DTYPE_NAMES``.
+* ``plan`` is the block's ``stripe.plans`` plan: its kind (``gemm``, ``row``, ``combine``) and
+  its fields in order, names as names, lists of index names with their tiles or extents as
+  ``[i0:64, i1:4]``, e.g. ``plan row(rows: [i], values: [Mx_row, S_row], group: 512)``.
 * ``OFFSET`` is ``@0x`` and lowercase hex digits (``@0x1c0``): a refinement's placement ``offset``
   in bytes, written only when it is set.
 * A name is ``[A-Za-z_$][A-Za-z0-9_$']*``; any other string, or a keyword (``block none in out
-  inout const load store load_index``), is written between backticks with JSON escapes
+  inout const load store load_index plan``), is written between backticks with JSON escapes
   (`` `my name` ``), so every string round-trips. Function names are quoted the same way, so a
   Special called ``load`` is `` `load`(...) `` and cannot be mistaken for a Load.
 * Strings (str params, attr values) are JSON strings. Floats are ``repr`` (``1.5``, ``1e-07``,
@@ -70,6 +75,7 @@ import re
 
 import numpy as np
 
+from stripe import plans
 from stripe.ir import (
     DTYPE_NAMES,
     Block,
@@ -83,9 +89,10 @@ from stripe.ir import (
     Statement,
     Store,
 )
+from stripe.plans import Plan
 from tile.affine import Affine
 
-KEYWORDS = frozenset({"block", "none", "in", "out", "inout", "const", "load", "store", "load_index"})
+KEYWORDS = frozenset({"block", "none", "in", "out", "inout", "const", "load", "store", "load_index", "plan"})
 NAME_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$']*")
 
 
@@ -156,6 +163,23 @@ def fmt_ref(r: Refinement) -> str:
     return " ".join(parts) + f"{access} {DTYPE_NAMES[r.shape.dtype]}({dims})"
 
 
+def _plan_value(v: object) -> str:
+    if isinstance(v, bool):
+        return fmt_value(v)
+    if isinstance(v, str):
+        return fmt_name(v)
+    if isinstance(v, tuple):
+        return "[" + ", ".join(_plan_value(x) if isinstance(x, str) else f"{fmt_name(x[0])}:{x[1]}"
+                               for x in v) + "]"
+    return str(v)
+
+
+def fmt_plan(plan: Plan) -> str:
+    """``plan KIND(field: value, ...)``: the block's hand-off (``stripe.plans``)."""
+    body = ", ".join(f"{name}: {_plan_value(v)}" for name, v in plans.items(plan))
+    return f"plan {plans.kind(plan)}({body})"
+
+
 def _call(outputs: tuple[str, ...], name: str, args: list[str], suffix: str = "") -> str:
     lhs = ", ".join(fmt_name(o) for o in outputs)
     return (f"{lhs} = " if outputs else "") + f"{fmt_name(name)}({', '.join(args)}){suffix}"
@@ -192,6 +216,8 @@ def _block(b: Block, indent: int, prefix: str, out: list[str]) -> None:
     out.append(pad + prefix + head + (f" {fmt_comment(b.name)}" if b.name else ""))
     inner = " " * (indent + 4)
     out.extend(inner + fmt_comment(c) for c in b.comments)
+    if b.plan is not None:
+        out.append(inner + fmt_plan(b.plan))
     out.extend(f"{inner}{fmt_affine(c)} >= 0" for c in b.constraints)
     out.extend(inner + fmt_ref(r) for r in b.refs)
     out.append(pad + ") {")
@@ -212,4 +238,6 @@ def format_block(block: Block) -> str:
 
 format_program = format_block
 
-__all__ = ["KEYWORDS", "fmt_affine", "fmt_name", "fmt_ref", "fmt_stmt", "format_block", "format_program"]
+__all__ = [
+    "KEYWORDS", "fmt_affine", "fmt_name", "fmt_plan", "fmt_ref", "fmt_stmt", "format_block", "format_program",
+]

@@ -38,12 +38,15 @@ Rules:
   Loads, stores and specials name refinements of their block; nothing stores into (or is a
   special's output) an ``in`` refinement. Intrinsics are ``tile.builtins`` names or ``assign``,
   with exactly one output.
+* Plans: a block's ``plan`` (``stripe.plans``) names indexes and refinements the block has, with
+  tiles and ranges consistent with it, and the block carries the tags its emitter expects.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stripe import plans
 from stripe.index_points import Box, IndexPoints
 from stripe.ir import (
     AGG_OPS,
@@ -295,7 +298,16 @@ class _Checker(_RefinementRules):
         self.check_indexes()
         points = IndexPoints(self.b, self.parent_box, ENUM_LIMIT, FM_LIMIT)
         self.check_refs(points)
+        self.check_plan()
         self.check_stmts(points)
+
+    def check_plan(self) -> None:
+        """A plan names what its block has, with consistent tiles and ranges (``stripe.plans``)."""
+        if self.b.plan is None:
+            return
+        for problem in plans.problems(self.b.plan, self.b):
+            hint = "a pass that rewrites a planned block keeps its plan valid or drops it (plan=None)"
+            raise self.fail(f"its {plans.kind(self.b.plan)} plan {problem}", hint)
 
     def check_stmts(self, points: IndexPoints) -> None:
         scalars = _Statements(self)

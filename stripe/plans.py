@@ -1,0 +1,194 @@
+"""Declared hand-offs: what a pass that shaped a block for a special emitter tells the code generator.
+
+A pass that makes a block for one emitter (``gemm_tile``'s nest, ``row_fusion``'s row program,
+``split_reduction``'s combine) attaches a *plan* to it (``Block.plan``): which of the block's
+indexes and refinements play which role, and the sizes it chose. A code generator picks the
+emitter by the plan's type and reads the roles from it, instead of recognising the block's shape;
+a block without a plan runs through the general emitters. The plan is part of the IR: the Stripe
+text prints it (``plan gemm(m: [i0:64], ...)``, ``stripe.printer``), ``stripe.verify`` checks it
+against its block (``problems``), and a pass that rewrites a planned block keeps the plan valid or
+drops it.
+
+* ``GemmPlan`` (``gemm``): a ``gemm_tile`` nest. ``m``, ``n``, ``batch``, ``k``: the GEMM's index
+  names in their order with each one's tile (batch tiles are 1); M, N and batch are the kernel's
+  own indexes (tile numbers), K the indexes of its first statement (the K step). ``a``, ``b``,
+  ``out``: the kernel's refinements of the operands and of the products' output (a fused kernel's
+  accumulator). ``tm tn rm rn kt``: the ``GemmTiles`` shape. ``epilogue``: the kernel's second
+  statement applies a fused epilogue.
+* ``RowPlan`` (``row``): a row program. ``rows``: the block's indexes (one row per point);
+  ``values``: its one-element locals, the per-row values; ``group``: the suggested work-items per
+  row (a power of two).
+* ``CombinePlan`` (``combine``): a split reduction's combine ``out[outs] = agg over lanes of
+  src[outs, lanes]``. ``lanes``: the lane indexes with their extents (the block's, or, when
+  ``self_init``, its inner block's); ``agg``: the aggregation; ``src``, ``out``: the refinements
+  read and written; ``self_init``: the block starts from the identity itself (a local filled with
+  it, an inner block over the lanes aggregating into it, the result assigned to ``out``).
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from dataclasses import dataclass, fields
+
+from stripe.gemm_model import GemmTiles
+from stripe.ir import Block, RefDir
+
+Named = tuple[tuple[str, int], ...]  # (index name, tile or extent), in order
+ROW_TAG = "row_program"
+AGGS = ("add", "mul", "max", "min")
+
+
+@dataclass(frozen=True, slots=True)
+class GemmPlan:
+    m: Named
+    n: Named
+    batch: Named
+    k: Named
+    a: str
+    b: str
+    out: str
+    tm: int
+    tn: int
+    rm: int
+    rn: int
+    kt: int
+    epilogue: bool
+
+    @property
+    def shape(self) -> GemmTiles:
+        return GemmTiles(self.tm, self.tn, self.rm, self.rn, self.kt)
+
+    @property
+    def tiles(self) -> dict[str, int]:
+        return dict(self.batch + self.m + self.n + self.k)
+
+
+@dataclass(frozen=True, slots=True)
+class RowPlan:
+    rows: tuple[str, ...]
+    values: tuple[str, ...]
+    group: int
+
+
+@dataclass(frozen=True, slots=True)
+class CombinePlan:
+    lanes: Named
+    agg: str
+    src: str
+    out: str
+    self_init: bool
+
+    @property
+    def lane_count(self) -> int:
+        return math.prod(n for _, n in self.lanes)
+
+
+Plan = GemmPlan | RowPlan | CombinePlan
+KINDS: dict[str, type] = {"gemm": GemmPlan, "row": RowPlan, "combine": CombinePlan}
+_KIND_OF = {cls: kind for kind, cls in KINDS.items()}
+
+
+def kind(plan: Plan) -> str:
+    return _KIND_OF[type(plan)]
+
+
+def items(plan: Plan) -> list[tuple[str, object]]:
+    """The plan's fields in order, as the text format writes them."""
+    return [(f.name, getattr(plan, f.name)) for f in fields(plan)]
+
+
+def make(kind_: str, values: dict[str, object]) -> Plan:
+    """The plan of kind ``kind_`` from the text's fields (lists as tuples, ``[]`` of either list
+    type); a ``ValueError`` names a missing, unknown or mistyped field."""
+    cls = KINDS.get(kind_)
+    if cls is None:
+        raise ValueError(f"no plan kind '{kind_}' (one of {', '.join(KINDS)})")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in fields(cls)]
+    if sorted(values) != sorted(names):
+        raise ValueError(f"a {kind_} plan has the fields {', '.join(names)}")
+    for name in names:
+        if not _fits(values[name], hints[name]):
+            raise ValueError(f"the {kind_} plan's field '{name}' is not a {_spell(hints[name])}")
+    return cls(**values)
+
+
+def _fits(value: object, hint) -> bool:
+    if hint is bool or hint is str:
+        return type(value) is hint
+    if hint is int:
+        return type(value) is int
+    if not isinstance(value, tuple):
+        return False
+    if hint == tuple[str, ...]:
+        return all(isinstance(v, str) for v in value)
+    return all(isinstance(v, tuple) and isinstance(v[1], int) for v in value)  # Named
+
+
+def _spell(hint) -> str:
+    spelled = {bool: "bool", str: "name", int: "int", tuple[str, ...]: "list of names"}
+    return spelled.get(hint, "list of name:int")
+
+
+# ------------------------------------------------------------------------------ checks
+def problems(plan: Plan, block: Block) -> list[str]:
+    """What is wrong with ``plan`` as ``block``'s plan: names it refers to that the block lacks,
+    inconsistent tiles or ranges, a missing tag the emitter expects. Empty when it is valid."""
+    if isinstance(plan, GemmPlan):
+        return _gemm_problems(plan, block)
+    if isinstance(plan, RowPlan):
+        return _row_problems(plan, block)
+    return _combine_problems(plan, block)
+
+
+def _missing(names, have, what: str) -> list[str]:
+    return [f"names the {what} '{n}', which the block does not have" for n in names if n not in have]
+
+
+def _gemm_problems(p: GemmPlan, b: Block) -> list[str]:
+    own = {ix.name for ix in b.idxs}
+    refs = {r.into for r in b.refs}
+    first = b.stmts[0] if b.stmts and isinstance(b.stmts[0], Block) else Block()
+    out = _missing([v for v, _ in p.batch + p.m + p.n], own, "index")
+    out += _missing([v for v, _ in p.k], {ix.name for ix in first.idxs}, "K step index")
+    out += _missing((p.a, p.b, p.out), refs, "refinement")
+    if any(t < 1 for _, t in p.batch + p.m + p.n + p.k) or any(t != 1 for _, t in p.batch):
+        out.append("has a tile below 1, or a batch tile other than 1")
+    if (math.prod(t for _, t in p.m), math.prod(t for _, t in p.n)) != (p.tm, p.tn):
+        out.append(f"has tiles whose products are not its shape's {p.tm} x {p.tn}")
+    if math.prod(t for _, t in p.k) != p.kt or p.rm < 1 or p.rn < 1 or p.tm % p.rm or p.tn % p.rn:
+        out.append("has a K tile or register block inconsistent with its tiles")
+    if p.epilogue != (len(b.stmts) == 2):
+        out.append(f"says epilogue={str(p.epilogue).lower()} for a block of {len(b.stmts)} statements")
+    return out
+
+
+def _row_problems(p: RowPlan, b: Block) -> list[str]:
+    locals_ = {r.into for r in b.refs if r.dir is RefDir.NONE and r.from_ is None}
+    out = [] if ROW_TAG in b.tags else [f"needs the tag #{ROW_TAG}"]
+    if p.rows != tuple(ix.name for ix in b.idxs):
+        out.append(f"names the rows {list(p.rows)}, not the block's indexes")
+    out += _missing(p.values, locals_, "row-value local")
+    if p.group < 1 or p.group & (p.group - 1):
+        out.append(f"suggests {p.group} work-items, not a power of two")
+    return out
+
+
+def _combine_problems(p: CombinePlan, b: Block) -> list[str]:
+    inner = b.stmts[1] if p.self_init and len(b.stmts) > 1 and isinstance(b.stmts[1], Block) else b
+    ranges = {ix.name: ix.range for ix in inner.idxs}
+    out = _missing([v for v, _ in p.lanes], ranges, "lane index")
+    out += [f"gives the lane '{v}' the extent {n}, not its range"
+            for v, n in p.lanes if ranges.get(v, n) != n]
+    out += _missing((p.src, p.out), {r.into for r in b.refs}, "refinement")
+    if p.agg not in AGGS:
+        out.append(f"aggregates with '{p.agg}', not one of {', '.join(AGGS)}")
+    if p.self_init and inner is b:
+        out.append("is self-initialised but the block's second statement is not a block")
+    return out
+
+
+__all__ = [
+    "KINDS", "ROW_TAG", "CombinePlan", "GemmPlan", "Plan", "RowPlan", "items", "kind", "make", "problems",
+]
