@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from stripe.gemm_nest import read
 from stripe.ir import Block, Intrinsic, Load, RefDir, Special, TensorShape
+from stripe.plans import RowPlan
 
 _AGG_NAMES = {"add": "sum", "mul": "prod", "max": "max", "min": "min", "assign": "assign"}
 
@@ -48,7 +49,7 @@ def _extents(chain: list[Block]) -> tuple[dict[str, int], dict[str, int]]:
 
 def _kind(block: Block, leaf: Block) -> str:
     tags = block.tags
-    if "row_program" in tags:  # stripe.passes.row_fusion: per-row reductions and their readers
+    if isinstance(block.plan, RowPlan):  # stripe.passes.row_fusion: per-row reductions and their readers
         return "rows"
     if "special" in tags or ("contraction" not in tags and any(isinstance(s, Special) for s in block.stmts)):
         names = [s.name for s in leaf.stmts if isinstance(s, Special)]
@@ -68,8 +69,9 @@ def _kind(block: Block, leaf: Block) -> str:
 
 
 def _plain(block: Block) -> Block:
-    """A ``gemm_tile`` nest is named and counted as the kernel it computes (``Nest.flat``)."""
-    nest = read(block) if "gpu_group" in block.tags else None
+    """A ``gemm_tile`` nest (a block with a ``GemmPlan``) is named and counted as the kernel it
+    computes (``Nest.flat``)."""
+    nest = read(block)
     return nest.flat(block.name, block.tags) if nest is not None else block
 
 

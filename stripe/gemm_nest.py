@@ -1,15 +1,14 @@
 """Reading a ``gemm_tile`` nest back: what a code generator needs to emit it as one tiled kernel.
 
-``read(block)`` takes a kernel and returns a ``Nest`` when the kernel is exactly the nest that
-``stripe.passes.gemm_tile.build`` makes (with the pass's default tags) of some GEMM with some
-tiles, else None. It recovers, from the nest's own data: the index groups and their ranges (a
-tile number's range times its tile, or an *edge* constraint ``r - 1 - v >= 0``), each index's
-tile (the fill blocks' ranges), the work-items (the thread block's ranges) and register blocks,
-the operands' and the output's accesses (a level's share of an index divided by its tile), the
-constraints (back over whole index values) and a fused epilogue's statements and refinements.
-Then it rebuilds the nest from what it recovered and requires it equal to ``block``: whatever a
-later pass changed, or a nest made with other tags, is not misread, only refused (the code
-generator then runs the nest as it runs any kernel).
+``read(block)`` takes a kernel and, when it carries the ``GemmPlan`` that ``gemm_tile`` attached
+(``stripe.plans``), returns a ``Nest``, else None. The plan declares the index roles (M, N, batch,
+K by name, in order, with their tiles), the refinements and the shape; what the nest's own data
+holds is read from it: the index ranges (a tile number's range times its tile, or an *edge*
+constraint ``r - 1 - v >= 0``), the operands' and the output's accesses (a level's share of an
+index divided by its tile), the constraints (back over whole index values) and a fused
+epilogue's statements and refinements. A pass that rewrites a planned nest keeps its plan valid or
+drops it (``stripe.verify`` checks it), so nothing here recognises the nest's shape; a nest whose
+accesses do not read back (None) runs as any kernel.
 
 ``Nest``: ``gemm`` (a ``stripe.gemm.Gemm`` over the kernel's original index names and ranges,
 starts 0, K in Stripe order), ``tiles`` (index name -> tile: M and N powers of two, batch 1, K
@@ -19,16 +18,16 @@ tile, the product of the K tiles).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from stripe.gemm import Gemm, Group, Operand, element_offset
-from stripe.gemm_model import GemmTiles, k_tiles
+from stripe.gemm_model import GemmTiles
 from stripe.ir import Block, Index, Intrinsic, Load, RefDir, Refinement, Store
-from stripe.passes.gemm_tile import GemmTileConfig, build
+from stripe.passes.gemm_tile import GemmTileConfig
+from stripe.plans import GemmPlan
 from tile.affine import Affine
 
-DEFAULT = GemmTileConfig(reqs=())
+GROUP_SET = frozenset(GemmTileConfig(reqs=()).group_set)  # the work-group level's default tag
 
 
 @dataclass(frozen=True)
@@ -57,39 +56,23 @@ class Nest:
         stmts = (Load("$a", "$x"), Load("$b", "$y"), Intrinsic("mul", ("$x", "$y"), ("$z",), g.dtype),
                  Store("$z", "$out"))
         cons = tuple(dict.fromkeys(g.a.guards + g.b.guards + g.store_guards))
-        return Block(name, idxs, cons, (*refs, out), stmts, tags - set(DEFAULT.group_set))
+        return Block(name, idxs, cons, (*refs, out), stmts, tags - GROUP_SET)
 
 
 class _Refused(Exception):
-    """The block is not a nest this module reads."""
+    """The nest's accesses do not read back over its plan's tiles."""
 
 
 def read(block: Block) -> Nest | None:
-    if not set(DEFAULT.group_set) <= block.tags:
+    """The nest ``block``'s ``GemmPlan`` declares (module docstring), or None without one."""
+    plan = block.plan
+    if not isinstance(plan, GemmPlan):
         return None
-    memory = _memory(block.stmts[0], DEFAULT.memory)
-    cfg = replace(DEFAULT, memory=memory, acc_memory=_memory(block, DEFAULT.acc_memory))
     try:
-        got = _read(block, cfg)
+        g = _read(block, plan)
     except (_Refused, KeyError, StopIteration, ValueError, IndexError, ZeroDivisionError):
         return None
-    g, kb, parent, shape, tiles = got
-    for kt in dict.fromkeys((shape.kt, *cfg.k_steps)):
-        if k_tiles(g.k.idxs, kt) == {ix.name: tiles[ix.name] for ix in g.k.idxs}:
-            if build(kb, parent, g, replace(shape, kt=kt), cfg) == block:
-                return Nest(g, tiles, shape)
-            return None
-    return None
-
-
-def _memory(b, default: str) -> str:
-    """The memory of ``b``'s first allocation (the staged tiles, the accumulator), as the config
-    that built the nest named it (a GPU's LOCAL, a CPU's L2)."""
-    if isinstance(b, Block):
-        for r in b.refs:
-            if r.dir is RefDir.NONE and r.from_ is None and r.location is not None:
-                return r.location.name
-    return default
+    return Nest(g, plan.tiles, plan.shape)
 
 
 def _blocks(stmts) -> list[Block]:
@@ -117,22 +100,16 @@ def _throughs(chain: list[Block]) -> dict[str, tuple[int, str]]:
     return known[len(chain) - 1]
 
 
-def _read(G: Block, cfg: GemmTileConfig):
-    stmts = _blocks(G.stmts[:1])
-    S = stmts[0]
+def _read(G: Block, plan: GemmPlan) -> Gemm:
+    """The GEMM of the nest ``G``, its index roles and tiles from ``plan``: the kernel holds the
+    K step ``S`` (the fills ``FA``, ``FB`` of the staged tiles, the work-items ``T`` with their
+    register blocks ``R``), then a fused epilogue ``E``."""
+    S = _blocks(G.stmts[:1])[0]
     FA, FB, T = _blocks(S.stmts)
     (R,) = _blocks(T.stmts)
-    knames = [ix.name for ix in _own(S)]
-    fa, fb = _own(FA), _own(FB)
-    mnames = [ix.name for ix in fa if ix.name not in knames]
-    nnames = [ix.name for ix in fb if ix.name not in knames]
-    if [ix.name for ix in fa] != mnames + knames or [ix.name for ix in fb] != knames + nnames:
-        raise _Refused
+    mnames, nnames, knames, bnames = ([v for v, _ in grp] for grp in (plan.m, plan.n, plan.k, plan.batch))
     gnames = [ix.name for ix in G.idxs]
-    bnames = [v for v in gnames if v not in mnames + nnames]
-    if gnames != bnames + mnames + nnames:
-        raise _Refused
-    tiles = {ix.name: ix.range for ix in fa + fb} | {v: 1 for v in bnames}
+    tiles = plan.tiles
     counts = {ix.name: ix.range for ix in G.idxs + tuple(_own(S))}
     level = {v: 0 for v in gnames} | {k: 1 for k in knames}  # where a tile number lives
 
@@ -145,7 +122,7 @@ def _read(G: Block, cfg: GemmTileConfig):
                 raise _Refused
             depth, own = through[name]
             if depth == len(chain) - 1 or level.get(own) != depth:
-                continue  # the tile's own part: the rebuild checks it
+                continue  # the tile's own part
             if int(coeff) % tiles[own]:
                 raise _Refused
             out = out + Affine.var(own) * (int(coeff) // tiles[own])
@@ -212,8 +189,8 @@ def _read(G: Block, cfg: GemmTileConfig):
     epilogue, out = None, None
     staged = {FA.stmts[1].into, FB.stmts[1].into}
     (leaf,) = [r for r in R.refs if r.source not in staged]
-    o = g_refs[S.ref(T.ref(leaf.source).source).source]
-    if len(G.stmts) == 2:
+    o = g_refs[plan.out]
+    if plan.epilogue:
         (E,) = _blocks(G.stmts[1:])
         (ER,) = _blocks(E.stmts)
         erefs = [r for r in G.refs if r.into not in (a.ref.into, b.ref.into, o.into)]
@@ -223,22 +200,15 @@ def _read(G: Block, cfg: GemmTileConfig):
         inner = Block("", (), (), R.refs, R.stmts)
         local = zero(Refinement(RefDir.NONE, o.into, o.access, o.shape, agg_op=o.agg_op))
         kb = replace(G, idxs=(), constraints=(), refs=(zero(a.ref), zero(b.ref), local, *kernel_refs),
-                     stmts=(inner, *ER.stmts), tags=G.tags - set(cfg.group_set))
+                     stmts=(inner, *ER.stmts), tags=G.tags - GROUP_SET, plan=None)
         epilogue = (kb, local)
-        buffers = [r for r in G.refs if r.into != o.into]
     else:
-        if len(G.refs) != 3:
-            raise _Refused
         access = original(o, o, None)
         off = element_offset(replace(o, access=access))
         if off is None:
             raise _Refused
         out = Operand(o, off, (), access, leaf)
-        by_leaf = {a.leaf.into: a.ref, b.leaf.into: b.ref, leaf.into: o}
-        kb = replace(G, idxs=(), constraints=(), refs=tuple(by_leaf[r.into] for r in R.refs),
-                     stmts=R.stmts, tags=G.tags - set(cfg.group_set))
-        buffers = list(G.refs)
-    g = Gemm(
+    return Gemm(
         dtype,
         a,
         b,
@@ -251,14 +221,3 @@ def _read(G: Block, cfg: GemmTileConfig):
         {v: 0 for v in ranges},
         epilogue,
     )
-    thread_m = math.prod(
-        ix.range for ix in _own(T) if any(ix.name in x.vars for x in T.ref(FA.stmts[1].into).access)
-    )
-    tm, tn = math.prod(tiles[v] for v in mnames), math.prod(tiles[v] for v in nnames)
-    threads = math.prod(ix.range for ix in _own(T))
-    kt = math.prod(tiles[k] for k in knames)
-    shape = GemmTiles(tm, tn, tm // thread_m, tn // (threads // thread_m), kt)
-    parent = Block("main", refs=tuple(
-        Refinement(RefDir.NONE, r.source, (), r.shape) for r in buffers
-    ), tags=frozenset({"main"}))
-    return g, kb, parent, shape, tiles

@@ -2,7 +2,8 @@
 
 On a target with work-groups (OpenCL): a ``gemm_tile`` nest whose operands have the GEMM's type
 as one tiled kernel (``tiled``: work-group tiles in ``__local`` memory, register blocks, the
-fused epilogue before the store; ``stripe.gemm_nest.read`` decides; the setting ``tiled=False``
+fused epilogue before the store; the block's ``GemmPlan`` decides, ``stripe.gemm_nest.read`` reads
+the nest through it; the setting ``tiled=False``
 turns work-groups off), a ``split_reduction`` combine tagged ``split_combine`` as a work-group
 tree (``groupreduce``), a ``row_fusion`` row program as a work-group per row (``rowkernel``).
 Every other kernel, and every kernel of a target without work-groups: work-items over its owned

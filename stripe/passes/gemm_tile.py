@@ -51,6 +51,7 @@ and ``panel`` (the CPU code generator's register tile), whose nest the LLVM back
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from dataclasses import dataclass, field, replace
@@ -63,6 +64,7 @@ from stripe.ir import Block, Dim, Index, Load, Location, RefDir, Refinement, Sto
 from stripe.ir import dense_strides as _dense_strides
 from stripe.passes.registry import register, search_sites
 from stripe.passes.rewrite import Context, fresh, rewrite
+from stripe.plans import GemmPlan
 from tile.affine import Affine
 from tile.dtypes import DType
 
@@ -364,7 +366,7 @@ class _Nest(_Views):
 
     def __init__(self, kb: Block, parent: Block, g: Gemm, t: GemmTiles, cfg: GemmTileConfig):
         super().__init__(kb, parent, g, t)
-        self.cfg = cfg
+        self.cfg, self.t = cfg, t
         # the staged operand tiles A_l (M.., K..) and B_l (K.., N..); the output tile (M.., N..), a
         # fused kernel's accumulator
         self.a_l = self.tile(fresh(f"{g.a.ref.into}_l", self.taken), g.m.idxs + g.k.idxs)
@@ -419,7 +421,21 @@ class _Nest(_Views):
             refs=tuple(refs),
             stmts=tuple(stmts),
             tags=kb.tags | frozenset(self.cfg.group_set),
+            plan=self.plan(refs),
         )
+
+    def plan(self, refs: list[Refinement]) -> GemmPlan:
+        """The hand-off to the code generator (``stripe.plans``): the index roles with their tiles,
+        the operands' and the output's refinements, the shape, whether an epilogue follows."""
+        g, t = self.g, self.t
+
+        def named(grp) -> tuple[tuple[str, int], ...]:
+            return tuple((ix.name, self.tiles[ix.name]) for ix in grp.idxs)
+
+        a, b, out = (r.into for r in refs[:3])
+        kt = math.prod(self.tiles[ix.name] for ix in g.k.idxs)  # the flat K tile (short K: below t.kt)
+        return GemmPlan(named(g.m), named(g.n), named(g.batch), named(g.k), a, b, out,
+                        t.tm, t.tn, t.rm, t.rn, kt, g.epilogue is not None)
 
     def kstep(self) -> Block:
         """One K step: the staged tiles allocated, filled, then multiplied by the work-items."""
