@@ -146,7 +146,7 @@ def test_combines_of_many_lanes_are_trees(gpu_config):
                        ("function (X[N]) -> (S) { S[] = >(X[i]); }", (65536,)),
                        ("function (X[M, N]) -> (S) { S[i: M] = +(X[i, j]); }", (5, 65537))):
         cp = _program(src, shape, gpu_config)
-        assert any(groupreduce.match(i.block, i.buffers, _target()) for i in cp.infos), src
+        assert any(groupreduce.takes(i.block, i.buffers, _target()) for i in cp.infos), src
 
 
 def _target():
@@ -178,7 +178,7 @@ def test_a_global_reduction_is_three_kernels_without_fills(gpu_config):
     src = "function (X[M, N]) -> (S) { S[] = >(X[i, j]); }"
     cp = _program(src, (4096, 4096), gpu_config)
     assert len(cp.infos) == 3 and not any("special" in i.block.tags for i in cp.infos), cp.infos
-    trees = [i for i in cp.infos if groupreduce.match(i.block, i.buffers, _target())]
+    trees = [i for i in cp.infos if groupreduce.takes(i.block, i.buffers, _target())]
     assert len(trees) == 2 and all(t.block.has_tags("split_combine") for t in trees)
     exe = tile.compile(src, DEVICE_ID, {"config": gpu_config, "cache": False})
     rng = np.random.default_rng(4)

@@ -14,11 +14,11 @@ import pytest
 import ref_interp
 import tile
 from backends import registry
-from backends.clike import rowkernel
 from backends.driver import compile_bound
 from backends.runner import CompiledProgram
 from bench.gpu_reductions import SOFTMAX
 from stripe.config import TARGETS
+from stripe.plans import RowPlan
 from tests.opencl_support import DEVICE_ID, requires_opencl
 from tile.bind import bind
 from tile.inputs import input_types
@@ -42,7 +42,7 @@ def _compiled(src: str, shapes: dict, settings: dict) -> CompiledProgram:
 
 
 def _row_kernels(cp: CompiledProgram) -> list[str]:
-    return [i.block.name for i in cp.infos if rowkernel.ROW_TAG in i.block.tags]
+    return [i.block.name for i in cp.infos if isinstance(i.block.plan, RowPlan)]
 
 
 @requires_opencl

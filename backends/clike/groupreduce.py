@@ -10,14 +10,14 @@ work-item ``w`` aggregates lanes ``w, w + W, ...`` in a register (adjacent work-
 adjacent lanes), the ``W`` values meet in a tree in ``__local`` memory, and work-item 0 aggregates
 the result into ``O`` as any kernel's store does (``O`` holds the aggregation's start). The lanes
 are regrouped: the reordering ``split_reduction`` already declares (strict mode runs neither).
-Only plain register types (no bool, no float16), a leaf block of one load and one store (and the
-constant stores of ``written`` masks, done by work-item 0), no constraints, at least ``MIN_LANES``
-lanes, and an output access giving each output point its own element (each dim a constant or one
-output index of coefficient 1) are taken; else None. A combine in ``split_reduction``'s
-``self_initialised`` form (an outer block over the output points: a local accumulator filled with
-the identity, an inner block over the lanes aggregating into it, its value stored) is taken too:
-the lanes' accesses are the outer view's plus the inner one's, and work-item 0 assigns the result
-(the output held nothing to aggregate with).
+What the block is comes from its ``CombinePlan`` (``split_reduction`` attaches it to the marked
+blocks of the two forms a tree runs, ``stripe.passes.combine_plans``): the lanes, the aggregation,
+the refinements read and written, and whether the block is in the ``self_initialised`` form (an
+outer block over the output points: a local accumulator filled with the identity, an inner block
+over the lanes aggregating into it, its value stored; the lanes' accesses are the outer view's
+plus the inner one's, and work-item 0 assigns the result). Nothing here recognises the block's
+shape; ``takes`` keeps the target's own refusals (plain register types: no bool, no float16; the
+kernel's buffers; at least ``MIN_LANES`` lanes), and the general kernel runs a refused block.
 """
 
 from __future__ import annotations
@@ -27,14 +27,13 @@ from dataclasses import dataclass, replace
 
 from backends.clike.ops import binary
 from backends.clike.target import CTarget
-from stripe.ir import Block, Constant, Index, Load, RefDir, Refinement, Special, Store
-from stripe.specials import fill_name
+from stripe.ir import Block, Constant, Index, Refinement
+from stripe.plans import CombinePlan
 from tile.affine import Affine
 from tile.dtypes import DType
 
 MAX_GROUP = 256  # work-items per output point: within every OpenCL GPU's work-group limit
 MIN_LANES = 128  # fewer: the general loop is as fast (H100: 4096 outputs x 32 lanes, 4 us; a tree 7)
-AGGS = ("add", "mul", "max", "min")
 
 
 @dataclass(frozen=True)
@@ -62,124 +61,43 @@ class Combine:
         return 1 << (n.bit_length() - 1)
 
 
-def match(block: Block, buffers: tuple[str, ...], t: CTarget) -> Combine | None:
-    """The combine of the module docstring's form, or None."""
-    if not t.workgroups or "split_combine" not in block.tags:
+def takes(block: Block, buffers: tuple[str, ...], t: CTarget) -> Combine | None:
+    """The combine ``block``'s ``CombinePlan`` declares, when this target runs it as a tree: it has
+    work-groups, the combine reads and writes the kernel's buffers in a plain register type (no
+    bool, no float16; no float16 mask either), over at least ``MIN_LANES`` lanes; else None."""
+    plan = block.plan
+    if not t.workgroups or not isinstance(plan, CombinePlan):
         return None
-    if block.constraints or len(block.stmts) < 2:
-        return None
-    if isinstance(block.stmts[0], Special):
-        return _self_initialised(block, buffers, t)
-    load, store = block.stmts[:2]
-    if not (isinstance(load, Load) and isinstance(store, Store) and store.from_ == load.into):
-        return None
-    refs = {r.into: r for r in block.refs}
-    src, dst = refs.get(load.from_), refs.get(store.into)
-    marks = _marks(block.stmts[2:], refs, buffers)
-    if marks is None or len(block.refs) != 2 + len(marks):
-        return None
-    if src is None or dst is None or src.dir is not RefDir.IN or dst.agg_op not in AGGS:
-        return None
-    if dst.dir not in (RefDir.OUT, RefDir.INOUT) or not {src.source, dst.source} <= set(buffers):
-        return None
-    dt = dst.shape.dtype
-    if src.shape.dtype is not dt or dt in (DType.BOOL, DType.FLOAT16) or t.mem(dt) != t.reg(dt):
-        return None
-    if any(ix.affine is not None and not ix.affine.is_constant for ix in block.idxs):
-        return None
-    outs = _owned(dst, block.idxs)
-    if outs is None:
-        return None
-    if any(not set(_vars(r)) <= outs for r, _ in marks):
-        return None
-    lanes = tuple(ix for ix in block.idxs if ix.name not in outs)
-    got = Combine(src, dst, tuple(ix for ix in block.idxs if ix.name in outs), lanes, dt, tuple(marks))
-    return got if got.lane_count >= MIN_LANES else None
-
-
-def _self_initialised(block: Block, buffers: tuple[str, ...], t: CTarget) -> Combine | None:
-    """A combine in ``split_reduction.self_initialised`` form: ``a = identity; inner block over the
-    lanes aggregating P into a; O = a`` (every outer index owned). The lanes' accesses are the outer
-    view's plus the inner one's; the result is assigned to ``O``."""
-    if len(block.stmts) != 4:
-        return None
-    fill, inner, load, store = block.stmts
-    refs = {r.into: r for r in block.refs}
-    if not (isinstance(fill, Special) and isinstance(inner, Block) and isinstance(load, Load)):
-        return None
-    if not isinstance(store, Store) or store.from_ != load.into or fill.inputs or len(fill.outputs) != 1:
-        return None
-    local, dst = refs.get(load.from_), refs.get(store.into)
-    if local is None or dst is None or local.into != fill.outputs[0] or local.dir is not RefDir.NONE:
-        return None
-    if local.from_ is not None or dst.dir is not RefDir.OUT or dst.agg_op not in ("", "assign"):
-        return None
-    if inner.constraints or len(inner.refs) != 2 or len(inner.stmts) != 2:
-        return None
-    if any(ix.affine is not None for ix in (*block.idxs, *inner.idxs)):
-        return None
-    iload, istore = inner.stmts
-    irefs = {r.into: r for r in inner.refs}
-    if not (isinstance(iload, Load) and isinstance(istore, Store) and istore.from_ == iload.into):
-        return None
-    part, acc = irefs.get(iload.from_), irefs.get(istore.into)
-    if part is None or acc is None or acc.source != local.into or acc.agg_op not in AGGS:
-        return None
-    fn = fill_name(acc.agg_op)
-    src = refs.get(part.source)
-    if fill.name != fn or src is None or src.dir is not RefDir.IN or part.dir is not RefDir.IN:
-        return None
-    if not {src.source, dst.source} <= set(buffers) or len(block.refs) != 3:
-        return None
-    if [d.stride for d in part.shape.dims] != [d.stride for d in src.shape.dims]:
-        return None
-    dt = dst.shape.dtype
-    if {src.shape.dtype, part.shape.dtype, local.shape.dtype, acc.shape.dtype} != {dt}:
+    c = _self_initialised(block, plan) if plan.self_init else _plain(block, plan)
+    dt = c.dtype
+    if not {c.src.source, c.dst.source, *(r.source for r, _ in c.marks)} <= set(buffers):
         return None
     if dt in (DType.BOOL, DType.FLOAT16) or t.mem(dt) != t.reg(dt):
         return None
-    outs = _owned(dst, block.idxs)
-    if outs is None or outs != {ix.name for ix in block.idxs}:
+    if any(k.dtype is DType.FLOAT16 for _, k in c.marks):
         return None
+    return c if c.lane_count >= MIN_LANES else None
+
+
+def _plain(block: Block, plan: CombinePlan) -> Combine:
+    """``O[outs] = agg over lanes of P[outs, lanes]``, then the constant stores of the masks."""
+    lanes = {v for v, _ in plan.lanes}
+    marks = tuple((block.ref(st.into), k) for k, st in zip(block.stmts[2::2], block.stmts[3::2]))
+    dst = block.ref(plan.out)
+    outs = tuple(ix for ix in block.idxs if ix.name not in lanes)
+    got = tuple(ix for ix in block.idxs if ix.name in lanes)
+    return Combine(block.ref(plan.src), dst, outs, got, dst.shape.dtype, marks)
+
+
+def _self_initialised(block: Block, plan: CombinePlan) -> Combine:
+    """An outer block over the output points, its inner block over the lanes: the lanes' accesses
+    are the outer view's plus the inner one's; the result is assigned to ``O``."""
+    inner = block.stmts[1]
+    part = inner.ref(inner.stmts[0].from_)
+    src = block.ref(plan.src)
     whole = replace(src, access=tuple(a + b for a, b in zip(src.access, part.access, strict=True)))
-    got = Combine(whole, replace(dst, agg_op=acc.agg_op), block.idxs, inner.idxs, dt, (), True)
-    return got if got.lane_count >= MIN_LANES else None
-
-
-def _marks(stmts, refs: dict[str, Refinement], buffers: tuple[str, ...]):
-    """``(refinement, constant)`` of each ``c = constant; O2 = store(c)`` pair (the ``written``
-    masks ``split_reduction`` moves to its combine), or None for any other statement."""
-    if len(stmts) % 2:
-        return None
-    out = []
-    for const, store in zip(stmts[::2], stmts[1::2]):
-        if not (isinstance(const, Constant) and isinstance(store, Store) and store.from_ == const.into):
-            return None
-        r = refs.get(store.into)
-        if r is None or r.dir is not RefDir.OUT or r.agg_op not in ("", "assign") or r.source not in buffers:
-            return None
-        if r.shape.dtype is not const.dtype or const.dtype in (DType.FLOAT16,):
-            return None
-        out.append((r, const))
-    return out
-
-
-def _vars(r: Refinement) -> list[str]:
-    return [v for a in r.access for v in a.vars]
-
-
-def _owned(dst: Refinement, idxs: tuple[Index, ...]) -> set[str] | None:
-    """The output indexes when each dim of ``dst`` is a constant or one of them (coefficient 1,
-    each in one dim only: every output point its own element), else None."""
-    seen: set[str] = set()
-    for a in dst.access:
-        names = list(a.vars)
-        if not names:
-            continue
-        if len(names) != 1 or a.coeff(names[0]) != 1 or names[0] in seen:
-            return None
-        seen.add(names[0])
-    return seen if seen <= {ix.name for ix in idxs} else None
+    dst = block.ref(plan.out)
+    return Combine(whole, replace(dst, agg_op=plan.agg), block.idxs, inner.idxs, dst.shape.dtype, (), True)
 
 
 def emit(t: CTarget, c: Combine, symbol: str, params: list[tuple[str, DType]], ptrs: dict[str, str]):

@@ -54,7 +54,7 @@ def _tiled(em: KernelEmitter) -> KernelSource | None:
 def _grouped(em: KernelEmitter) -> KernelSource | None:
     """A split reduction's combine on a target with work-groups: a tree in ``__local`` memory
     per output point (``groupreduce``)."""
-    c = groupreduce.match(em.block, tuple(em.info.buffers), em.t)
+    c = groupreduce.takes(em.block, tuple(em.info.buffers), em.t)
     if c is None:
         return None
     text, work, local = groupreduce.emit(em.t, c, em.symbol, em.params, em.ptrs)
@@ -64,7 +64,7 @@ def _grouped(em: KernelEmitter) -> KernelSource | None:
 def _rows(em: KernelEmitter) -> KernelSource | None:
     """A ``row_fusion`` row program on a target with work-groups: one work-group per row
     (``rowkernel``)."""
-    if not rowkernel.match(em):
+    if rowkernel.takes(em) is None:
         return None
     work, local = rowkernel.emit(em)
     em.depth = 0

@@ -1,9 +1,9 @@
-"""Row programs (``stripe.passes.row_fusion``, tagged ``row_program``) as one work-group per row.
+"""Row programs (``stripe.passes.row_fusion``, planned with a ``RowPlan``) as one work-group per row.
 
 The block runs over the rows; its statements are fills of per-row locals and inner blocks over
 the row's other indexes. Here each row is a work-group of ``W`` work-items (a power of two, at
-most the block's ``group`` attribute, which ``row_fusion`` sets within the device's work-group
-size, or ``MAX_GROUP`` without one; at most the longest inner block's points; H100, softmax of
+most the plan's ``group``, which ``row_fusion`` sets within the device's work-group size; at
+most the longest inner block's points; H100, softmax of
 4096 x 4096: 256 work-items 67 us, 512 57-59 us, 1024 86 us): work-item ``w`` takes the points
 ``w, w + W, ...`` of each inner block (adjacent work-items, adjacent points). An inner block
 aggregating into a per-row local starts a private partial at the aggregation's identity, the
@@ -14,11 +14,12 @@ same stride. The row's later passes over its inputs then find them in the caches
 ``X`` from DRAM once. The tree regroups each row's aggregation: the reordering ``row_fusion``
 declares (strict mode does not run it).
 
-Taken: a block tagged ``row_program`` on a target with work-groups whose refinements are views of
-the kernel's buffers and one-element locals of plain register types (no bool, no float16), whose
-statements are specials filling a local and inner blocks without index affines, each either
-storing only into one local (through ``add mul max min``) or only into buffers. Anything else
-returns None, and the general kernel runs the block (one work-item per row, the same results).
+Taken: a block whose ``RowPlan`` says what it is (its row indexes, its row values: the
+one-element locals the inner blocks aggregate into), on a target with work-groups that keeps each
+row value in a register of its type (no bool, no float16: ``takes``). Otherwise the general kernel
+runs the block (one work-item per row, the same results). Nothing here recognises the block's
+shape: ``row_fusion`` declared it, and a pass that rewrites a planned block keeps the plan valid or
+drops it.
 """
 
 from __future__ import annotations
@@ -27,72 +28,44 @@ from backends.clike.kernel import KernelEmitter
 from backends.clike.ops import binary
 from backends.clike.specials import emit_special
 from backends.clike.views import View
-from stripe.ir import Block, RefDir, Refinement, Special, Store, where
+from stripe.ir import Block, Refinement, Special, Store, where
+from stripe.plans import ROW_TAG, RowPlan
 from stripe.specials import identity
 from tile.dtypes import DType
 
-ROW_TAG = "row_program"
-MAX_GROUP = 256  # work-items per row when the block has no ``group`` attribute
-AGGS = ("add", "mul", "max", "min")
 
-
-def _is_local(r: Refinement, ptrs: dict[str, str]) -> bool:
-    return r.dir is RefDir.NONE and r.from_ is None and r.into not in ptrs
-
-
-def _reduces_into(b: Block, locals_: set[str]) -> Refinement | None | bool:
-    """The one refinement of a local ``b`` aggregates into; None when it stores only into buffers;
-    False when it is neither."""
-    targets = {s.into for s in b.stmts if isinstance(s, Store)}
+def _reduces_into(b: Block, locals_: set[str]) -> Refinement | None:
+    """The one refinement of a row value ``b`` aggregates into; None when it stores only into
+    buffers (the row plan's inner blocks are one or the other)."""
     refs = {r.into: r for r in b.refs}
-    into_locals = [refs[n] for n in targets if refs[n].source in locals_]
-    if not into_locals:
-        return None
-    if len(into_locals) != 1 or len(targets) != 1 or into_locals[0].agg_op not in AGGS:
-        return False
-    return into_locals[0]
+    into_locals = [refs[s.into] for s in b.stmts if isinstance(s, Store) and refs[s.into].source in locals_]
+    return into_locals[0] if into_locals else None
 
 
-def match(em: KernelEmitter) -> bool:
-    """Whether the kernel is a row program this module emits (the module docstring's form)."""
+def takes(em: KernelEmitter) -> RowPlan | None:
+    """The kernel's ``RowPlan`` when this target runs it as work-groups: it has work-groups and
+    keeps each row value in a register of its type (no bool, no float16); else None (the general
+    kernel runs the block, one work-item per row, the same results)."""
     b, t = em.block, em.t
-    if not t.workgroups or ROW_TAG not in b.tags or b.constraints or not b.idxs:
-        return False
-    if any(ix.affine is not None for ix in b.idxs):
-        return False
-    locals_ = set()
-    for r in b.refs:
-        if _is_local(r, em.ptrs):
-            dt = r.shape.dtype
-            if r.shape.elements != 1 or dt in (DType.BOOL, DType.FLOAT16) or t.mem(dt) != t.reg(dt):
-                return False
-            locals_.add(r.into)
-        elif r.source not in em.ptrs:
-            return False
-    for s in b.stmts:
-        if isinstance(s, Special):
-            if s.inputs or len(s.outputs) != 1 or s.outputs[0] not in locals_:
-                return False
-        elif isinstance(s, Block):
-            if any(ix.affine is not None for ix in s.idxs) or _reduces_into(s, locals_) is False:
-                return False
-            if any(isinstance(x, Block | Special) for x in s.stmts):
-                return False
-            if any(r.source not in {x.into for x in b.refs} for r in s.refs):
-                return False
-        else:
-            return False
-    return True
+    if not t.workgroups or not isinstance(b.plan, RowPlan):
+        return None
+    for name in b.plan.values:
+        dt = b.ref(name).shape.dtype
+        if dt in (DType.BOOL, DType.FLOAT16) or t.mem(dt) != t.reg(dt):
+            return None
+    return b.plan
 
 
 def emit(em: KernelEmitter) -> tuple[int, int]:
     """Emits the kernel's body through ``em`` (its lines); returns its work-items and its
     work-group size."""
     b, t = em.block, em.t
+    plan = b.plan
+    assert isinstance(plan, RowPlan), "rowkernel.emit runs planned row programs (takes)"
     inner = [s for s in b.stmts if isinstance(s, Block)]
-    W = min(dict(b.attrs).get("group", MAX_GROUP), max(s.index_space for s in inner) if inner else 1)
+    W = min(plan.group, max(s.index_space for s in inner) if inner else 1)
     W = 1 << (max(int(W), 1).bit_length() - 1)
-    locals_ = {r.into for r in b.refs if _is_local(r, em.ptrs)}
+    locals_ = set(plan.values)
     reductions = {id(s): _reduces_into(s, locals_) for s in inner}
     trees: dict[int, str] = {}
     for s in inner:
@@ -170,4 +143,4 @@ def _decode(em: KernelEmitter, var: str, idxs) -> dict[str, str]:
     return vals
 
 
-__all__ = ["ROW_TAG", "emit", "match"]
+__all__ = ["ROW_TAG", "emit", "takes"]

@@ -1,5 +1,7 @@
 """``row_fusion``: kernels that share their rows (per-row reductions and the elementwise kernels
-reading their results) become one kernel per row, a *row program*, tagged ``row_program``.
+reading their results) become one kernel per row, a *row program*, tagged ``row_program`` and
+planned: its ``stripe.plans.RowPlan`` (the row indexes, the row-value locals, the work-group size
+suggestion) is the hand-off to the code generator (``backends.clike.rowkernel``).
 
 A softmax after ``recompute`` is ``Mx[i] = max_j X[i, j]; S[i] = sum_j exp(X[i, j] - Mx[i]);
 Y[i, j] = exp(X[i, j] - Mx[i]) / S[i]``: three kernels, each a pass over ``X`` in memory, and two
@@ -67,10 +69,10 @@ from stripe.ir import (
 from stripe.passes.cleanup import drop_unused_tmps
 from stripe.passes.registry import register
 from stripe.passes.rewrite import Context, fresh, rewrite
+from stripe.plans import ROW_TAG, RowPlan
 from tile.affine import Affine
 from tile.bounds import poly_interval
 
-ROW_TAG = "row_program"
 _LEAF = (Load, Store, Constant, Intrinsic, LoadIndex)
 _AGGS = ("add", "mul", "max", "min")
 
@@ -378,6 +380,7 @@ def _fuse(g: _Group, parent: Block, group: int) -> list[Block]:
         stmts=tuple(stmts),
         tags=frozenset({"kernel", ROW_TAG}),
         attrs=(("group", work),),
+        plan=RowPlan(tuple(g.names), tuple(loc.into for loc in local.values()), work),
         comments=tuple(c for m in g.members for c in m.block.comments if m.kind != "clear"),
     )]
 

@@ -65,6 +65,11 @@ least two lanes. The index split is the one giving the most lanes; among equals,
 ``interleave`` one an input reads with stride 1, else the one of the largest stride (whole rows
 per lane); then the first.
 
+The blocks carrying ``combine_set`` (the combines, and the partials of a combine split again) get
+a ``stripe.plans.CombinePlan`` (its lanes, aggregation, refinements, self-initialised or not) when
+a work-group tree can run them (``stripe.passes.combine_plans``): the hand-off to the code generator
+(``backends.clike.groupreduce``).
+
 Reorders: an element receives its values lane by lane, so float results may differ in rounding
 (``settings={"strict": True}`` skips the pass).
 """
@@ -89,6 +94,7 @@ from stripe.ir import (
     TensorShape,
     walk,
 )
+from stripe.passes.combine_plans import planned
 from stripe.passes.registry import register
 from stripe.passes.rewrite import Context, fresh, matches, rename_refs, substitute_indexes
 from stripe.passes.self_init import (
@@ -205,7 +211,7 @@ class _Splitter:
                     # the output's own identity fill goes: its last combine starts from the identity
                     stmts.pop()
                     new = [*new[:-1], without_fill(new[-1], acc, shown)]
-                stmts.extend(new)
+                stmts.extend(planned(b, self.cfg.combine_set) for b in new)
                 changed = True
             declared.extend(bufs)
         if not declared:
