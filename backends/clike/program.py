@@ -1,13 +1,16 @@
-"""A program's kernels as C-like functions, each in the first form that takes it.
+"""A program's kernels as C-like functions: the special emitter a kernel's plan names, else the
+general one.
 
-On a target with work-groups (OpenCL): a ``gemm_tile`` nest whose operands have the GEMM's type
-as one tiled kernel (``tiled``: work-group tiles in ``__local`` memory, register blocks, the
-fused epilogue before the store; the block's ``GemmPlan`` decides, ``stripe.gemm_nest.read`` reads
-the nest through it; the setting ``tiled=False``
-turns work-groups off), a ``split_reduction`` combine tagged ``split_combine`` as a work-group
-tree (``groupreduce``), a ``row_fusion`` row program as a work-group per row (``rowkernel``).
-Every other kernel, and every kernel of a target without work-groups: work-items over its owned
-indexes (``kernel.KernelEmitter.general``).
+A pass that shaped a kernel for a special emitter attached a plan (``stripe.plans``); the plan's
+type picks the emitter, which reads the kernel's roles from it. On a target with work-groups
+(OpenCL): a ``GemmPlan`` (``gemm_tile``'s nest) whose operands have the GEMM's type as one tiled
+kernel (``tiled``: work-group tiles in ``__local`` memory, register blocks, the fused epilogue
+before the store; ``stripe.gemm_nest.read`` reads the nest through its plan; the setting
+``tiled=False`` turns work-groups off), a ``CombinePlan`` (``split_reduction``'s combine) as a
+work-group tree (``groupreduce``), a ``RowPlan`` (``row_fusion``'s row program) as a work-group
+per row (``rowkernel``). Each emitter may still refuse what the target cannot do (a type it cannot
+keep in a register); then, as for every kernel without a plan and every kernel of a target without
+work-groups: work-items over its owned indexes (``kernel.KernelEmitter.general``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from backends.clike.target import CTarget
 from backends.clike.tiled import GemmEmitter, Tiles
 from backends.hal import KernelInfo
 from stripe.gemm_nest import read
+from stripe.plans import CombinePlan, GemmPlan, RowPlan
 from tile.dtypes import DType
 
 
@@ -25,11 +29,9 @@ def kernel_source(t: CTarget, index: int, info: KernelInfo, buffer_dtypes: dict[
     """Kernel ``index`` of the program (module docstring)."""
     em = KernelEmitter(t, index, info, buffer_dtypes)
     em.begin()
-    for form in (_tiled, _grouped, _rows):
-        got = form(em)
-        if got is not None:
-            return got
-    return em.general()
+    form = _FORMS.get(type(em.block.plan))
+    got = form(em) if form is not None else None
+    return got if got is not None else em.general()
 
 
 def _tiled(em: KernelEmitter) -> KernelSource | None:
@@ -72,6 +74,9 @@ def _rows(em: KernelEmitter) -> KernelSource | None:
     head = f"__kernel __attribute__((reqd_work_group_size({local}, 1, 1)))\nvoid {em.symbol}({args})"
     text = "\n".join([head, "{", *em.lines, "}"])
     return KernelSource(em.symbol, text, work, (), local)
+
+
+_FORMS = {GemmPlan: _tiled, CombinePlan: _grouped, RowPlan: _rows}
 
 
 def generate(t: CTarget, kernels: list[KernelInfo], buffer_dtypes: dict) -> list[KernelSource]:
