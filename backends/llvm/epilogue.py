@@ -2,12 +2,12 @@
 
 After ``fuse_contraction_eltwise`` and ``gemm_tile``, a kernel is a nest whose contraction sums
 into an accumulator local and whose other statements (the *epilogue*: a bias, a relu, a scale, a
-residual, ...) compute and store the final element from it. ``read_fused`` reads such a nest back
-(``stripe.gemm_nest``) as the flat GEMM it computes (``Nest.flat``: its output the refinement the
-epilogue stores first), its cache tiles and an ``Epilogue`` (``tile_epilogue``); ``takes`` says
-whether the micro-kernel will run that flat GEMM under the kernel's schedule (else the device
-runs the nest as it is, as plain loops). The micro-kernel then runs the epilogue on each final
-tile (``tile_epilogue.TileEpilogue``).
+residual, ...) compute and store the final element from it (its ``GemmPlan`` says ``epilogue``).
+``read_fused`` reads such a nest through its plan (``stripe.gemm_nest``) as the flat GEMM it
+computes (``Nest.flat``: its output the refinement the epilogue stores first), its cache tiles and
+an ``Epilogue`` (``tile_epilogue``); ``takes`` says whether the micro-kernel will run that flat
+GEMM under the kernel's schedule (else the device runs the nest as it is, as plain loops). The
+micro-kernel then runs the epilogue on each final tile (``tile_epilogue.TileEpilogue``).
 
 Between K blocks the partial sums live in the output buffer itself (``Epilogue.partials``): only
 when the output is overwritten (``=``), has the accumulator's type (``match.analyse`` checks it)

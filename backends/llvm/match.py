@@ -9,7 +9,8 @@ the form of the statements it takes and the choice of the vector and row indexes
 generator around it: ``panel_split`` (threads over a matmul's panels rather than its rows),
 ``cache_blocks`` (the K and N blocks that fit L1 and L2) and ``covers`` (whether a kernel writes
 every element of its output, so that its zero fill may be skipped) and ``from_nest`` (an
-optimizer's ``gemm_tile`` nest as a flat GEMM and its cache tiles).
+optimizer's ``gemm_tile`` nest, known by the ``GemmPlan`` the pass attached, as a flat GEMM and its
+cache tiles).
 """
 
 from __future__ import annotations
