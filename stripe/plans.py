@@ -61,7 +61,8 @@ class GemmPlan:
 
     @property
     def tiles(self) -> dict[str, int]:
-        return dict(self.batch + self.m + self.n + self.k)
+        """Index name -> tile: M, K and N (the staged tiles' order), then batch."""
+        return dict(self.m + self.k + self.n + self.batch)
 
 
 @dataclass(frozen=True, slots=True)

@@ -432,10 +432,15 @@ class _Nest(_Views):
         def named(grp) -> tuple[tuple[str, int], ...]:
             return tuple((ix.name, self.tiles[ix.name]) for ix in grp.idxs)
 
+        def threads(tiles: dict[str, int]) -> int:
+            return math.prod(p.range for p in self.thread_pieces if p.var in tiles)
+
         a, b, out = (r.into for r in refs[:3])
+        # as the nest has them: a tile below the register block (a CPU's 2 rows) is one work-item's
+        rm, rn = t.tm // threads(self.mtiles), t.tn // threads(self.ntiles)
         kt = math.prod(self.tiles[ix.name] for ix in g.k.idxs)  # the flat K tile (short K: below t.kt)
         return GemmPlan(named(g.m), named(g.n), named(g.batch), named(g.k), a, b, out,
-                        t.tm, t.tn, t.rm, t.rn, kt, g.epilogue is not None)
+                        t.tm, t.tn, rm, rn, kt, g.epilogue is not None)
 
     def kstep(self) -> Block:
         """One K step: the staged tiles allocated, filled, then multiplied by the work-items."""
