@@ -29,7 +29,7 @@ from backends.clike.ops import binary
 from backends.clike.specials import emit_special
 from backends.clike.views import View
 from stripe.ir import Block, Refinement, Special, Store, where
-from stripe.plans import ROW_TAG, RowPlan
+from stripe.plans import RowPlan
 from stripe.specials import identity
 from tile.dtypes import DType
 
@@ -143,4 +143,4 @@ def _decode(em: KernelEmitter, var: str, idxs) -> dict[str, str]:
     return vals
 
 
-__all__ = ["ROW_TAG", "emit", "takes"]
+__all__ = ["emit", "takes"]
