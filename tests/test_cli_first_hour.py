@@ -44,7 +44,8 @@ def test_run_repeat_prints_compile_first_call_and_steady_state(mm):
     assert first and steady, r.stdout
     best, median, rate = float(steady[1]), float(steady[2]), float(steady[3])
     assert best <= median
-    assert rate == pytest.approx(2 * 64**3 / (best * 1e-3) / 1e9, rel=0.02)  # 2 FLOP per multiply-add
+    # 2 FLOP per multiply-add (best is printed to 4 digits, the rate to 2 decimals)
+    assert rate == pytest.approx(2 * 64**3 / (best * 1e-3) / 1e9, rel=0.01, abs=0.01)
 
 
 @LLVM

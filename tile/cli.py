@@ -251,6 +251,8 @@ def _limits(args) -> Limits:
     and the device's own memory limits, the smallest of each."""
     from backends import registry
 
+    if args.target == "interp":
+        return _interp_limits()
     per, total = [], []
     try:
         mem = registry.get(args.target).memory_bytes()
@@ -267,7 +269,7 @@ def _limits(args) -> Limits:
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e3:.4g} ms"
 
 
 def _rates(compiled, best: float, median: float) -> str:
