@@ -44,8 +44,9 @@ def grad(
     ``wrt``: the inputs to differentiate with respect to (default: every float input).
     ``outputs``: the outputs whose cotangents ``D<Out>`` are inputs (default: all outputs); the
     others contribute nothing (``seed=`` is its old name, deprecated). ``custom``:
-    ``{tensor: Tile function}`` gradients used instead of the derived ones (see ``tile.autodiff.custom``). ``dtypes``/``shapes``: input types when
-    known (default float32 inputs with symbolic sizes).
+    ``{tensor: Tile function}`` gradients used instead of the derived ones (see
+    ``tile.autodiff.custom``). ``dtypes``/``shapes``: input types when known (default float32
+    inputs with symbolic sizes).
     """
     outputs = _renamed(outputs, seed)
     return gradient(program, wrt, outputs, custom=custom, dtypes=dtypes, shapes=shapes).program
@@ -55,7 +56,9 @@ def _renamed(outputs: Sequence[str] | None, seed: Sequence[str] | None) -> Seque
     """``seed=``, the old name of ``outputs=`` (on the command line ``--seed`` is the random seed)."""
     if seed is None:
         return outputs
-    warnings.warn("grad(seed=...) and gradient(seed=...) are now outputs=...", DeprecationWarning, stacklevel=3)
+    warnings.warn(
+        "grad(seed=...) and gradient(seed=...) are now outputs=...", DeprecationWarning, stacklevel=3
+    )
     return seed if outputs is None else outputs
 
 
