@@ -155,3 +155,12 @@ def test_cotangents_and_outputs_replace_seed():
     np.testing.assert_array_equal(old["X"], got["X"])
     with pytest.warns(DeprecationWarning, match="outputs"):
         assert tile.grad(src, seed=["P"]) == tile.grad(src, outputs=["P"])
+
+
+def test_a_program_repr_is_short_and_str_is_its_text():
+    g = tile.grad("function (A[M, L], B[L, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]); }")
+    assert repr(g) == "<tile.Program (A[M, L], B[L, N], DC[M, N]) -> (DA, DB): 2 statements>"
+    assert str(g).startswith("function (A[M, L], B[L, N], DC[M, N]) -> (DA, DB) {")
+    assert tile.parse(str(g)) == g
+    one = tile.parse("function (S) -> (O) { O = S; }")
+    assert repr(one) == "<tile.Program (S) -> (O): 1 statement>"

@@ -208,19 +208,26 @@ class Output:
     span: Span = _span()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Program:
     inputs: tuple[Input, ...]
     outputs: tuple[Output, ...]
     stmts: tuple[Statement, ...]
-    source: Source | None = field(default=None, compare=False, repr=False)
+    source: Source | None = field(default=None, compare=False)
 
     @property
     def output_names(self) -> tuple[str, ...]:
         return tuple(o.name for o in self.outputs)
 
     def __str__(self) -> str:
+        """The program as Tile text (``parse(str(p)) == p``)."""
         return format_program(self)
+
+    def __repr__(self) -> str:
+        """A short form for the REPL: the signature and the statement count (``str`` is the text)."""
+        ins = ", ".join(f"{i.name}[{', '.join(i.dims)}]" if i.dims else i.name for i in self.inputs)
+        n = len(self.stmts)
+        return f"<tile.Program ({ins}) -> ({', '.join(self.output_names)}): {n} statement{'s' * (n != 1)}>"
 
 
 # ------------------------------------------------------------------------------------ text

@@ -64,6 +64,7 @@ from stripe.ir import Block, Dim, Index, Load, Location, RefDir, Refinement, Sto
 from stripe.ir import dense_strides as _dense_strides
 from stripe.passes.registry import register, search_sites
 from stripe.passes.rewrite import Context, fresh, rewrite
+from stripe.passes.tiling import tables_of
 from stripe.plans import GemmPlan
 from tile.affine import Affine
 from tile.dtypes import DType
@@ -160,14 +161,14 @@ def analyze(block: Block, parent: Block | None, cfg: GemmTileConfig) -> Gemm | N
     """The ``Gemm`` of a kernel this pass tiles (Stripe's K order), or None."""
     if parent is None or "main" not in parent.tags or any(t in block.tags for t in cfg.skip):
         return None
-    buffers = tuple(r.into for r in parent.refs)
-    g = match(block, buffers, {r.into: r.shape.dtype for r in parent.refs}, reorder=False)
+    views = tables_of(parent)  # (one table per parent: per kernel it made the pass quadratic)
+    g = match(block, views.names, views.dtypes, reorder=False)
     if g is None or any(g.starts.values()) or any(not a.is_integral for a in g.a.access + g.b.access):
         return None
     if g.epilogue is not None:
         kb, local = g.epilogue
         used = _epilogue_refs(kb)
-        names = {r.into for r in parent.refs}
+        names = views.by_name
         for r in kb.refs:
             if r.into in used and r.into != local.into and (r.source not in names or r in (g.a.ref, g.b.ref)):
                 return None  # a local of its own, or an operand's view the epilogue reads too
