@@ -29,12 +29,12 @@ from tests.gradcheck import assert_close, fd_grad
 from tests.opencl_support import DEVICE_ID as OPENCL
 from tests.opencl_support import requires_opencl
 from tile.api import grad_values
+from tile.api import tensor as tile_tensor
 from tile.bind import bind
 from tile.cli import main
 from tile.errors import TileError, TileIndexError, TileInputError, TileShapeError
 from tile.inputs import input_types
 from tile.size_inputs import size_uses
-from tile.api import tensor as tile_tensor
 
 RNG = np.random.default_rng(15)
 CT = OWN["same_upper_s2"].source()

@@ -225,7 +225,7 @@ class Program:
 
     def __repr__(self) -> str:
         """A short form for the REPL: the signature and the statement count (``str`` is the text)."""
-        ins = ", ".join(f"{i.name}[{', '.join(i.dims)}]" if i.dims else i.name for i in self.inputs)
+        ins = ", ".join(i.name if i.dims is None else f"{i.name}[{', '.join(i.dims)}]" for i in self.inputs)
         n = len(self.stmts)
         return f"<tile.Program ({ins}) -> ({', '.join(self.output_names)}): {n} statement{'s' * (n != 1)}>"
 

@@ -44,8 +44,9 @@ class Span:
         return Span(self.line, self.col, end - self.col, self.source)
 
 
-class TileError(Exception):
-    """A user error with a location, a caret and a hint."""
+class Located:
+    """A message with a location, a caret and a hint: what ``TileError`` and ``TileWarning`` share
+    (``kind`` names the class of message in its first line)."""
 
     kind = "error"
 
@@ -57,6 +58,12 @@ class TileError(Exception):
 
     def __str__(self) -> str:
         return located(self.kind, self.message, self.span, self.hint)
+
+
+class TileError(Located, Exception):
+    """A user error with a location, a caret and a hint."""
+
+    kind = "error"
 
 
 def located(kind: str, message: str, span: Span | None, hint: str | None) -> str:
@@ -166,22 +173,13 @@ class TilePrecisionWarning(UserWarning):
     """The exact interpreter fell back to float64 for an operation it cannot do exactly."""
 
 
-class TileWarning(UserWarning):
+class TileWarning(Located, UserWarning):
     """Legal Tile that is probably not what was meant, located like a ``TileError``. Each is
     given once per program text and place; silence a kind with
     ``warnings.filterwarnings("ignore", category=tile.TileIndexWarning)`` (on the command line:
     ``python -W ignore::UserWarning -m tile ...``)."""
 
     kind = "warning"
-
-    def __init__(self, message: str, span: Span | None = None, hint: str | None = None):
-        super().__init__(message)
-        self.message = message
-        self.span = span
-        self.hint = hint
-
-    def __str__(self) -> str:
-        return located(self.kind, self.message, self.span, self.hint)
 
 
 class TileIndexWarning(TileWarning):
