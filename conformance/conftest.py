@@ -145,8 +145,6 @@ def _load_user_configs(config) -> None:
 
 def pytest_configure(config):
     _CONFIG[:] = [config]
-    # drawn programs repeat sums along free output indexes on purpose: the typo warning is noise here
-    config.addinivalue_line("filterwarnings", "ignore::tile.errors.TileIndexWarning")
     _STARTED[:] = [time.perf_counter()]
     _load_user_configs(config)
     shard = config.getoption("--conformance-shard")

@@ -30,6 +30,10 @@ from tile.errors import TileLimitError
 from tile.inputs import input_types
 
 
+# drawn programs repeat sums along free output indexes on purpose: the typo warning is noise here
+pytestmark = pytest.mark.filterwarnings("ignore::tile.errors.TileIndexWarning")
+
+
 def check(case: Case, device, passes: bool = False) -> None:
     """``case`` on ``device`` (a ``conformance.targets.Subject``, or a device) against the
     interpreter; with ``passes``, first every config's passes through the Stripe interpreter
