@@ -29,7 +29,6 @@ from tile.dtypes import DType
 from tile.errors import TileLimitError
 from tile.inputs import input_types
 
-
 # drawn programs repeat sums along free output indexes on purpose: the typo warning is noise here
 pytestmark = pytest.mark.filterwarnings("ignore::tile.errors.TileIndexWarning")
 
