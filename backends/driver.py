@@ -29,7 +29,7 @@ from backends.hal import Device, KernelInfo, ProgramDevice
 from backends.naming import label, work
 from backends.program import ProgramRun, stage_config
 from backends.runner import Build, CompiledProgram
-from stripe.config import TargetConfig, resolve_config, target_config
+from stripe.config import TargetConfig, format_config, resolve_config, target_config
 from stripe.cost import estimate
 from stripe.ir import Block
 from stripe.lower import lower
@@ -38,15 +38,9 @@ from stripe.printer import format_block
 from tile import ast, tuples
 from tile.bind import bind
 from tile.inputs import input_types
-from tile.parser import parse
+from tile.transforms import apply_stage
+from tile.transforms.emit import format_flat_program, format_stage
 from tile.typed import BoundProgram
-
-# what `emit` can show: the transform stages of tile.transforms, then Stripe and the config
-EMIT_STAGES = ("tile", "reduced", "defracted", "flat", "flat-tile", "stripe", "optimized", "config")
-
-
-def parse_program(program: str | ast.Program) -> ast.Program:
-    return parse(program) if isinstance(program, str) else program
 
 
 def bind_inputs(program: ast.Program, host: Mapping[str, np.ndarray], check: bool = True) -> BoundProgram:
@@ -156,13 +150,6 @@ def emitted_config(target: str, device: Device | None = None, config: str | None
     return replace(cfg, hardware=device.hardware(cfg.hardware)) if device is not None else cfg
 
 
-def config_text(cfg: TargetConfig) -> str:
-    """``cfg`` fully resolved, as a config file."""
-    from stripe.config import format_config  # (arrives with configs by composition)
-
-    return format_config(cfg)
-
-
 def emit(
     bound: BoundProgram,
     stage: str,
@@ -174,13 +161,10 @@ def emit(
     strict: bool = False,
     report: bool = False,
 ) -> str:
-    """The program at ``stage`` (``EMIT_STAGES``) as text. ``optimized`` and ``config`` use
-    ``config`` (a file or a built-in name) or ``target``'s built-in config, with the sizes that
-    ``device`` (the device ``target`` names, when present) reports; ``report`` adds the cost
-    model's estimate per kernel of the optimized program."""
-    from tile.transforms import apply_stage
-    from tile.transforms.emit import format_flat_program, format_stage
-
+    """The program at ``stage`` (those of ``python -m tile emit --stage``) as text. ``optimized``
+    and ``config`` use ``config`` (a file or a built-in name) or ``target``'s built-in config,
+    with the sizes that ``device`` (the device ``target`` names, when present) reports;
+    ``report`` adds the cost model's estimate per kernel of the optimized program."""
     if stage == "flat-tile":
         return format_flat_program(apply_stage(bound, "flat"))
     if stage not in ("stripe", "optimized", "config"):
@@ -189,7 +173,7 @@ def emit(
         return format_block(lower(bound)) + "\n"
     cfg = emitted_config(target, device, config)
     if stage == "config":
-        return config_text(cfg)
+        return format_config(cfg)
     program = optimized(lower(bound), cfg, {"strict": strict}, after)
     text = format_block(program) + "\n"
     return text + estimate(program, cfg.hardware).format() + "\n" if report else text

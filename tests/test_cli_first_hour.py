@@ -185,6 +185,7 @@ def test_registry_loads_the_entry_point_whose_name_begins_the_id(monkeypatch):
     monkeypatch.setattr(registry, "entry_points", lambda: points)
     monkeypatch.setattr(registry, "_load", load)
     monkeypatch.setattr(registry, "_devices", devices)
+    monkeypatch.setattr(registry, "_all_loaded", False)  # this registry has loaded nothing yet
     assert registry.get("bbb.0") == "device of bbb" and loaded == ["bbb"]
     with pytest.raises(registry.TileDeviceError):
         registry.get("zzz.0")  # no entry point begins it: all are loaded, then it is an error
