@@ -23,17 +23,23 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import re
 import sys
 import traceback
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from conformance.report import Tolerance, compare, mismatches
+from conformance.report import (
+    Failure,
+    NotAFailure,
+    Tolerance,
+    compare,
+    differing,
+    element_text,
+    read_failure,
+)
 
 ELEMENTS = 10  # differing elements shown per output
 
@@ -45,18 +51,6 @@ class Unusable(Exception):
     def __init__(self, message: str, located: bool = False):
         super().__init__(message)
         self.located = located
-
-
-@dataclass
-class Failure:
-    """A conformance failure folder, loaded."""
-
-    folder: Path
-    meta: dict
-    source: str
-    inputs: dict[str, np.ndarray]
-    want: dict[str, np.ndarray]
-    tol: Tolerance
 
 
 @dataclass
@@ -72,32 +66,12 @@ class Plan:
     whole_program: bool = False
 
 
-def _load(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
-
-
 def load_failure(folder: Path) -> Failure:
-    if not folder.is_dir():
-        raise Unusable(f"{folder} is not a conformance failure folder: not a directory")
-    name = "case.json"
     try:
-        meta = json.loads((folder / name).read_text())
-        name = "case.tile"
-        source = (folder / name).read_text()
-        name = "inputs.npz"
-        inputs = _load(folder / name)
-        name = "expected.npz"
-        want = _load(folder / name)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else e
-        raise Unusable(f"{folder} is not a conformance failure folder: {name}: {why}") from None
-    try:
-        tol = Tolerance(**meta["tolerance"])
-        if not all(isinstance(meta[k], str) for k in ("target", "family", "problem")):
-            raise TypeError("target, family and problem are strings")
-    except (TypeError, KeyError) as e:
-        raise Unusable(f"{folder}/case.json lacks what the suite writes ({type(e).__name__}: {e})") from None
+        failure = read_failure(folder)
+    except NotAFailure as e:
+        raise Unusable(str(e)) from None
+    meta = failure.meta
     if meta.get("refusal") is not None:
         refusal = str(meta["refusal"]).splitlines()[0]
         raise Unusable(
@@ -105,7 +79,7 @@ def load_failure(folder: Path) -> Failure:
             f"are no outputs to bisect against; `python -m conformance.reproduce {folder}` checks that the "
             "target refuses it too"
         )
-    return Failure(folder, meta, source, inputs, want, tol)
+    return failure
 
 
 def _recorded_config(meta: dict) -> str | None:
@@ -161,13 +135,11 @@ def differences(want: dict, got: dict, tol: Tolerance, limit: int = ELEMENTS) ->
         w, g = np.asarray(want[name]), np.asarray(got.get(name))
         if name not in got or g.dtype != w.dtype or g.shape != w.shape:
             return [compare(want, got, tol) or ""]
-        bad = mismatches(w, g, tol)
-        if not bad.any():
+        where = differing(w, g, tol)
+        if not where:
             continue
-        where = [tuple(int(i) for i in ix) for ix in zip(*np.nonzero(bad))] if w.ndim else [()]
         lines.append(f"{name}: {len(where)} of {w.size} elements differ")
-        for ix in where[:limit]:
-            lines.append(f"    {name}{list(ix)}: expected {w[ix].tolist()!r}, got {g[ix].tolist()!r}")
+        lines += [f"    {element_text(name, ix, w, g)}" for ix in where[:limit]]
         if len(where) > limit:
             lines.append(f"    ... and {len(where) - limit} more")
     extra = sorted(set(got) - set(want))

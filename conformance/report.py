@@ -22,6 +22,7 @@ import json
 import re
 import shlex
 import shutil
+import zipfile
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,12 +52,9 @@ def compare(want: dict, got: dict, tol: Tolerance) -> str | None:
         w, g = np.asarray(want[name]), np.asarray(got[name])
         if g.dtype != w.dtype or g.shape != w.shape:
             return f"{name}: expected {w.dtype}{list(w.shape)}, got {g.dtype}{list(g.shape)}"
-        bad = mismatches(w, g, tol)
-        if bad.any():
-            where = [tuple(int(i) for i in ix) for ix in zip(*np.nonzero(bad))] if w.ndim else [()]
-            first = ", ".join(
-                f"{name}{list(ix)}: expected {w[ix].tolist()!r}, got {g[ix].tolist()!r}" for ix in where[:3]
-            )
+        where = differing(w, g, tol)
+        if where:
+            first = ", ".join(element_text(name, ix, w, g) for ix in where[:3])
             more = f" (and {len(where) - 3} more)" if len(where) > 3 else ""
             return f"{name}: {len(where)} of {w.size} elements differ: {first}{more}"
     return None
@@ -72,6 +70,19 @@ def mismatches(w: np.ndarray, g: np.ndarray, tol: Tolerance) -> np.ndarray:
     with np.errstate(invalid="ignore"):  # inf - inf: the == term decides
         close = np.abs(g64 - w64) <= limit
     return ~(close | (np.isnan(g64) & np.isnan(w64)) | (g64 == w64))
+
+
+def differing(w: np.ndarray, g: np.ndarray, tol: Tolerance) -> list[tuple[int, ...]]:
+    """The indexes of the elements that differ (``mismatches``), in row-major order."""
+    bad = mismatches(w, g, tol)
+    if not w.ndim:
+        return [()] if bad.any() else []
+    return [tuple(int(i) for i in ix) for ix in zip(*np.nonzero(bad))]
+
+
+def element_text(name: str, ix: tuple[int, ...], w: np.ndarray, g: np.ndarray) -> str:
+    """One differing element as the suite and ``bisect`` show it."""
+    return f"{name}{list(ix)}: expected {w[ix].tolist()!r}, got {g[ix].tolist()!r}"
 
 
 def _isnan(a: np.ndarray) -> np.ndarray:
@@ -99,6 +110,53 @@ def folder_name(target: str) -> str:
 def refusal_text(error) -> str:
     """How a failure folder records an error a program must be refused with: class and message."""
     return f"{type(error).__name__}: {error.message}"
+
+
+class NotAFailure(Exception):
+    """A folder ``read_failure`` cannot use: the message says which file and why."""
+
+
+@dataclass
+class Failure:
+    """A conformance failure folder, loaded."""
+
+    folder: Path
+    meta: dict
+    source: str
+    inputs: dict[str, np.ndarray]
+    want: dict[str, np.ndarray]
+    tol: Tolerance
+
+
+def read_failure(folder: Path) -> Failure:
+    """A failure folder as ``write_failure`` wrote it, or ``NotAFailure`` naming what is missing."""
+    if not folder.is_dir():
+        raise NotAFailure(f"{folder} is not a conformance failure folder: not a directory")
+    name = "case.json"
+    try:
+        meta = json.loads((folder / name).read_text())
+        name = "case.tile"
+        source = (folder / name).read_text()
+        name = "inputs.npz"
+        inputs = _load_npz(folder / name)
+        name = "expected.npz"
+        want = _load_npz(folder / name)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else e
+        raise NotAFailure(f"{folder} is not a conformance failure folder: {name}: {why}") from None
+    try:
+        tol = Tolerance(**meta["tolerance"])
+        if not all(isinstance(meta[k], str) for k in ("target", "family", "problem")):
+            raise TypeError("target, family and problem are strings")
+    except (TypeError, KeyError) as e:
+        what = f"{type(e).__name__}: {e}"
+        raise NotAFailure(f"{folder}/case.json lacks what the suite writes ({what})") from None
+    return Failure(folder, meta, source, inputs, want, tol)
+
+
+def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
 
 
 def write_failure(

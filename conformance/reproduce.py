@@ -11,18 +11,12 @@ compared with ``expected.npz`` under the suite's tolerance. Exit status 0: the t
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from conformance.report import Tolerance, compare, refusal_text
-
-
-def _load(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
+from conformance.report import NotAFailure, compare, read_failure, refusal_text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,16 +39,13 @@ def main(argv: list[str] | None = None) -> int:
 
     folder = Path(args.dir)
     try:
-        meta = json.loads((folder / "case.json").read_text())
-        source = (folder / "case.tile").read_text()
-        inputs = _load(folder / "inputs.npz")
-        want = _load(folder / "expected.npz")
-    except (OSError, ValueError) as e:
-        print(f"error: {folder} is not a conformance failure folder: {e}", file=sys.stderr)
+        failure = read_failure(folder)
+    except NotAFailure as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
+    meta, source, inputs, want, tol = failure.meta, failure.source, failure.inputs, failure.want, failure.tol
     target = args.target or meta["target"]
     config = args.config or meta.get("config")
-    tol = Tolerance(**meta["tolerance"])
     try:
         if target.startswith("stripe:"):
             from conformance.optimized import StripeTarget

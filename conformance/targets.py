@@ -70,17 +70,12 @@ class Subject:
     config: TargetConfig | None = None  # a user's config (None: the device's own)
     settings: dict = field(default_factory=dict)  # for tile.compile
 
-    @property
-    def id(self) -> str:
-        return self.device.id if self.device is not None else self.name
-
     def supports(self, dtype: DType) -> bool:
         return self.device is None or self.device.capabilities.supports(dtype)
 
     def has_fp64(self) -> bool:
-        return self.device is None or (
-            self.supports(DType.FLOAT64) and getattr(self.device.capabilities, "fp64", True)
-        )
+        """Whether the device computes in float64 (``supports`` says whether it takes the dtype)."""
+        return self.device is None or getattr(self.device.capabilities, "fp64", True)
 
     def pass_configs(self) -> tuple[TargetConfig, ...] | None:
         """The configs whose passes the ``optimized`` family checks (None: every built-in one)."""
