@@ -7,6 +7,7 @@ Internal invariants use ``assert`` instead: those are our bugs, not the user's.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 
 
@@ -116,6 +117,27 @@ class TileSyntaxError(TileError):
 
 class TileNameError(TileError):
     kind = "name error"
+
+
+def unknown_name(name: str, span: Span | None, known, later: dict) -> TileNameError:
+    """The error for a name nothing defines at this point: used before the statement ``later``
+    (name -> its span) defines it, or unknown, with the nearest of ``known`` as the hint."""
+    if name in later:
+        return TileNameError(
+            f"'{name}' is used before it is defined (line {later[name].line})",
+            span,
+            hint="statements run in order; move the definition up",
+        )
+    close = difflib.get_close_matches(name, list(known), n=1)
+    hint = f"did you mean '{close[0]}'?" if close else "declare it as an input or define it first"
+    return TileNameError(f"unknown name '{name}'", span, hint=hint)
+
+
+def unknown_function(fn: str, span: Span | None, known) -> TileNameError:
+    """The error for a call of a function that is not a builtin (``known``: the builtins' names)."""
+    close = difflib.get_close_matches(fn, list(known), n=1)
+    hint = f"did you mean '{close[0]}'?" if close else "see docs/semantics.md for the builtins"
+    return TileNameError(f"unknown function '{fn}'", span, hint=hint)
 
 
 class TileTypeError(TileError):

@@ -13,12 +13,11 @@ once per program text and place.
 
 from __future__ import annotations
 
-import difflib
 import warnings
 from collections.abc import Iterator
 
 from tile import ast
-from tile.errors import TileError, TileIndexWarning, TileNameError
+from tile.errors import TileError, TileIndexWarning, TileNameError, unknown_function, unknown_name
 
 _SEEN: dict = {}  # the warnings registry of ``warn``: each warning once per text and place
 
@@ -59,24 +58,11 @@ def _function(call: ast.Call) -> None:
     from tile.builtins import BUILTINS
 
     if call.fn not in BUILTINS:
-        close = difflib.get_close_matches(call.fn, list(BUILTINS), n=1)
-        raise TileNameError(
-            f"unknown function '{call.fn}'",
-            call.span,
-            hint=f"did you mean '{close[0]}'?" if close else "see docs/semantics.md for the builtins",
-        )
+        raise unknown_function(call.fn, call.span, BUILTINS)
 
 
 def _unknown(name: str, node: ast.Name | ast.TensorRef, known: set[str], later: dict) -> None:
-    if name in later:
-        raise TileNameError(
-            f"'{name}' is used before it is defined (line {later[name].line})",
-            node.span,
-            hint="statements run in order; move the definition up",
-        )
-    close = difflib.get_close_matches(name, sorted(known), n=1)
-    hint = f"did you mean '{close[0]}'?" if close else "declare it as an input or define it first"
-    raise TileNameError(f"unknown name '{name}'", node.span, hint=hint)
+    raise unknown_name(name, node.span, sorted(known), later)
 
 
 def _exprs(stmt: ast.Statement) -> Iterator[ast.Expr]:
@@ -91,19 +77,7 @@ def _exprs(stmt: ast.Statement) -> Iterator[ast.Expr]:
     while stack:
         e = stack.pop()
         yield e
-        stack.extend(reversed(_children(e)))
-
-
-def _children(e: ast.Expr) -> tuple[ast.Expr, ...]:
-    if isinstance(e, ast.Call):
-        return e.args
-    if isinstance(e, ast.Unary):
-        return (e.operand,)
-    if isinstance(e, ast.Binary):
-        return (e.lhs, e.rhs)
-    if isinstance(e, ast.Ternary):
-        return (e.cond, e.then, e.other)
-    return ()
+        stack.extend(reversed(ast.children(e)))
 
 
 def _index_names(exprs) -> list[ast.Name]:
@@ -114,7 +88,7 @@ def _index_names(exprs) -> list[ast.Name]:
             e = stack.pop()
             if isinstance(e, ast.Name) and e.is_index:
                 out.append(e)
-            stack.extend(_children(e))
+            stack.extend(ast.children(e))
     return out
 
 

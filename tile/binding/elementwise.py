@@ -4,7 +4,6 @@ from its tensor arguments' types and its compile-time parameters."""
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from fractions import Fraction
 
@@ -12,7 +11,7 @@ from tile import ast
 from tile.binding.scope import Scope
 from tile.builtins import BUILTINS, VALUE_FREE_PARAMS
 from tile.dtypes import DType, literal_int_type
-from tile.errors import Span, TileNameError, TileTypeError
+from tile.errors import Span, TileNameError, TileTypeError, unknown_function
 from tile.printer import format_expr
 from tile.shapes import is_concrete
 from tile.typed import Size, TCall, TConst, TensorType, TExpr, TRef
@@ -63,12 +62,7 @@ class Elementwise:
     def call(self, span: Span, fn: str, args: list[ast.Expr]) -> TExpr:
         b = BUILTINS.get(fn)
         if b is None:
-            close = difflib.get_close_matches(fn, list(BUILTINS), n=1)
-            raise TileNameError(
-                f"unknown function '{fn}'",
-                span,
-                hint=f"did you mean '{close[0]}'?" if close else "see docs/semantics.md for the builtins",
-            )
+            raise unknown_function(fn, span, BUILTINS)
         nparams_ok = b.params < 0 or len(args) - b.tensors == b.params  # -1: any number of them
         if len(args) < b.tensors or not nparams_ok:
             want = b.tensors + max(b.params, 0)

@@ -8,10 +8,8 @@ and evaluates compile-time integer expressions (``const``).
 
 from __future__ import annotations
 
-import difflib
-
 from tile import ast
-from tile.errors import Span, TileNameError, TileTypeError
+from tile.errors import Span, TileNameError, TileTypeError, unknown_name
 from tile.shapes import size_binop
 from tile.size_inputs import size_uses
 from tile.typed import Size, TensorType
@@ -55,16 +53,7 @@ class Scope:
         raise self.unknown(name, span)
 
     def unknown(self, name: str, span: Span) -> TileNameError:
-        if name in self.later:
-            return TileNameError(
-                f"'{name}' is used before it is defined (line {self.later[name].line})",
-                span,
-                hint="statements run in order; move the definition up",
-            )
-        known = list(self.types) + list(self.consts)
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f"did you mean '{close[0]}'?" if close else "declare it as an input or define it first"
-        return TileNameError(f"unknown name '{name}'", span, hint=hint)
+        return unknown_name(name, span, [*self.types, *self.consts], self.later)
 
     # ---------------------------------------------------------- compile-time integers
     def try_const(self, e: ast.Expr) -> Size | None:
