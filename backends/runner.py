@@ -28,6 +28,7 @@ from backends.zeroing import needs_zero
 from stripe.config import TargetConfig
 from stripe.ir import Block, RefDir, walk
 from tile.errors import Span, TileInputError, TileResourceError
+from tile.inputs import bytes_text
 from tile.tensor import Tensor
 from tile.typed import BoundProgram
 
@@ -51,10 +52,6 @@ def _nbytes(shape) -> int:
 def _typed(shape) -> str:
     """``float32[100000, 100000]``, as the memory messages show a buffer's type."""
     return f"{shape.dtype.value}[{', '.join(str(n) for n in shape.sizes)}]"
-
-
-def _gib(n: int) -> str:
-    return f"{n} bytes ({n / 2**30:.1f} GiB)" if n >= 2**30 else f"{n} bytes"
 
 
 def _span_of(bound: BoundProgram, name: str) -> Span | None:
@@ -89,8 +86,8 @@ def check_memory(bound: BoundProgram, buffers: Mapping, device: Device, settings
         for name, shape in buffers.items():
             if sizes[name] > limit:
                 raise TileResourceError(
-                    f"tensor '{name}' ({_typed(shape)}) needs {_gib(sizes[name])}, over the "
-                    f"limit of {_gib(limit)} for one buffer ({what})",
+                    f"tensor '{name}' ({_typed(shape)}) needs {bytes_text(sizes[name])}, over the "
+                    f"limit of {bytes_text(limit)} for one buffer ({what})",
                     _span_of(bound, name),
                     hint,
                 )
@@ -100,9 +97,9 @@ def check_memory(bound: BoundProgram, buffers: Mapping, device: Device, settings
         if need > limit:
             big = max(sizes, key=lambda n: sizes[n])
             raise TileResourceError(
-                f"the program's {len(sizes)} buffers need {_gib(need)} together, over the limit of "
-                f"{_gib(limit)} ({what}); the largest is '{big}' ({_typed(buffers[big])}, "
-                f"{_gib(sizes[big])})",
+                f"the program's {len(sizes)} buffers need {bytes_text(need)} together, over the limit of "
+                f"{bytes_text(limit)} ({what}); the largest is '{big}' ({_typed(buffers[big])}, "
+                f"{bytes_text(sizes[big])})",
                 _span_of(bound, big),
                 hint,
             )

@@ -106,7 +106,7 @@ class Limits:
     elements: tuple[int, str] | None = None
 
 
-def host_memory_bytes() -> int | None:
+def host_memorybytes_text() -> int | None:
     """This machine's physical memory, where the OS says."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -114,7 +114,8 @@ def host_memory_bytes() -> int | None:
         return None
 
 
-def _bytes(n: int) -> str:
+def bytes_text(n: int) -> str:
+    """A byte count as the resource errors word it (with GiB from 1 GiB on)."""
     return f"{n} bytes ({n / 2**30:.1f} GiB)" if n >= 2**30 else f"{n} bytes"
 
 
@@ -141,13 +142,13 @@ def check_made_up(
         if limits.buffer_bytes is not None and need[name] > limits.buffer_bytes[0]:
             n, what = limits.buffer_bytes
             raise TileResourceError(
-                f"input '{name}' ({typed}) would need {_bytes(need[name])}, over the limit of {_bytes(n)} "
-                f"for one buffer ({what}); nothing was made up",
+                f"input '{name}' ({typed}) would need {bytes_text(need[name])}, over the limit of "
+                f"{bytes_text(n)} for one buffer ({what}); nothing was made up",
                 decls[name].span,
                 hint,
             )
     totals = [t for t in (limits.total_bytes,) if t is not None]
-    host = host_memory_bytes()
+    host = host_memorybytes_text()
     if host is not None:
         totals.append((host, "this machine's memory"))
     total = sum(need.values())
@@ -155,8 +156,8 @@ def check_made_up(
         if total > n:
             big = max(need, key=need.__getitem__)
             raise TileResourceError(
-                f"the made-up inputs would need {_bytes(total)} together, over the limit of {_bytes(n)} "
-                f"({what}); the largest is '{big}' ({_bytes(need[big])}); nothing was made up",
+                f"the made-up inputs would need {bytes_text(total)} together, over the limit of "
+                f"{bytes_text(n)} ({what}); the largest is '{big}' ({bytes_text(need[big])}); nothing was made up",
                 decls[big].span,
                 hint,
             )
