@@ -157,7 +157,8 @@ def check_made_up(
             big = max(need, key=need.__getitem__)
             raise TileResourceError(
                 f"the made-up inputs would need {bytes_text(total)} together, over the limit of "
-                f"{bytes_text(n)} ({what}); the largest is '{big}' ({bytes_text(need[big])}); nothing was made up",
+                f"{bytes_text(n)} ({what}); the largest is '{big}' ({bytes_text(need[big])}); "
+                "nothing was made up",
                 decls[big].span,
                 hint,
             )
