@@ -72,6 +72,7 @@ class Session:
         self.root = root
         self.namespace: dict = {"__name__": "__main__"}
         self.failed: str | None = None
+        self.ran = 0  # the blocks of the document run so far in this process
         bin_dir = root.parent / "bin"
         bin_dir.mkdir(exist_ok=True)
         (bin_dir / "python").unlink(missing_ok=True)
@@ -104,11 +105,22 @@ def skip_reason(block: Block) -> str | None:
 @pytest.mark.parametrize("block", ALL, ids=[b.id for b in ALL])
 def test_block(block: Block, sessions: dict[str, Session]):
     session = sessions[block.document]
+    order = [b for b in ALL if b.document == block.document]
+    # the blocks before this one first, where this process has not run them (pytest-xdist may
+    # give a document's blocks to several workers): a block runs in the folder they made
+    for earlier in order[session.ran : order.index(block)]:
+        if not session.failed and not skip_reason(earlier):
+            run_block(earlier, session)
+    session.ran = order.index(block) + 1
     if session.failed:
         pytest.skip(f"an earlier block of {block.document} failed ({session.failed})")
     reason = skip_reason(block)
     if reason:
         pytest.skip(reason)
+    run_block(block, session)
+
+
+def run_block(block: Block, session: Session) -> None:
     try:
         if block.lang == "sh":
             run_shell(block, session)
