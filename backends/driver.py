@@ -150,6 +150,12 @@ def emitted_config(target: str, device: Device | None = None, config: str | None
     return replace(cfg, hardware=device.hardware(cfg.hardware)) if device is not None else cfg
 
 
+def config_text(target: str, device: Device | None = None, config: str | None = None) -> str:
+    """The config ``emit`` optimizes with (``emitted_config``), fully resolved, as a config file:
+    ``python -m tile emit --stage config``, which needs no program."""
+    return format_config(emitted_config(target, device, config))
+
+
 def emit(
     bound: BoundProgram,
     stage: str,
@@ -171,9 +177,9 @@ def emit(
         return format_stage(apply_stage(bound, stage))
     if stage == "stripe":
         return format_block(lower(bound)) + "\n"
-    cfg = emitted_config(target, device, config)
     if stage == "config":
-        return format_config(cfg)
+        return config_text(target, device, config)
+    cfg = emitted_config(target, device, config)
     program = optimized(lower(bound), cfg, {"strict": strict}, after)
     text = format_block(program) + "\n"
     return text + estimate(program, cfg.hardware).format() + "\n" if report else text

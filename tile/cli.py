@@ -328,9 +328,7 @@ def cmd_emit(args) -> int:
 
     device = _present_device(args.target) if args.stage in ("optimized", "config") else None
     if args.stage == "config":
-        from stripe.config import format_config
-
-        print(format_config(driver.emitted_config(args.target, device, args.config)), end="")
+        print(driver.config_text(args.target, device, args.config), end="")
         return 0
     if args.file is None:
         print(f"error: emit --stage {args.stage} needs a .tile file", file=sys.stderr)
