@@ -70,3 +70,28 @@ def test_a_bad_config_is_a_located_error(tmp_path):
     assert "^" in run.stderr and "hint:" in run.stderr
     run = emit(tmp_path, "--target", "accel", "--after", "nope")
     assert run.returncode == 1 and "has no pass step named 'nope'" in run.stderr
+
+
+def test_stage_config_prints_a_config_resolved_which_reads_back_equal(tmp_path):
+    """``emit --stage config`` needs no program: a built-in delta (opencl_cpu extends opencl_gpu)
+    prints whole, and a user's config extending it prints with its edit applied."""
+    from stripe.config import parse_config, target_config
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def config(*args: str) -> str:
+        cmd = [sys.executable, "-m", "tile", "emit", "--stage", "config", *args]
+        run = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+
+    text = config("--target", "opencl_cpu")
+    assert "extends" not in json.loads(text)
+    builtin = target_config("opencl_cpu")
+    assert parse_config(text, builtin.source) == builtin
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps({"extends": "opencl_cpu", "name": "mine", "remove": ["tile_gemms"]}))
+    resolved = json.loads(config("--config", str(mine)))
+    assert resolved["name"] == "mine"
+    steps = [s["name"] for s in json.loads(text)["passes"]]
+    assert [s["name"] for s in resolved["passes"]] == [s for s in steps if s != "tile_gemms"]
