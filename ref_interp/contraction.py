@@ -4,6 +4,12 @@
 `=` writes an element at most once). Survivors gather their operands,
 combine them, and aggregate with ``ufunc.at`` into the output. Elements nothing writes keep 0 or
 the ``default`` tensor's value. Memory is bounded by the chunk size whatever the box size.
+
+A `+` contraction of `*` products (the GEMM and convolution shape) is a *matrix product*: with a
+float16 or bfloat16 result, outside the float64 and exact modes, each product is computed exactly
+in float32, summed in float32 and rounded to the result type once (tensor cores accumulate in
+float32). With a float32 result, ``tf32`` and ``3xtf32`` precision round the operands as such a
+unit does (``tile.precision``), then multiply and sum in float32. docs/semantics.md §8.1.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from ref_interp.numerics import Numerics
 from tile.ast import AggOp, CombOp
 from tile.dtypes import DType, promote
 from tile.errors import TileLimitError
+from tile.precision import MATRIX_MODES, round_tf32, split_3xtf32
 from tile.tuples import SingleWriter, blocks, space
 from tile.typed import TContraction
 
@@ -66,6 +73,9 @@ def evaluate(
     if sp is None:
         return init.reshape(shape)  # nothing can be aggregated: 0 (or default) everywhere
     operand_values = [_operand_storage(c, k, env, nx) for k in range(len(c.operands))]
+    mode = matrix_mode(c, nx)
+    if mode is not None:
+        return _matrix_product(c, sp, operand_values, mode, init, nx)
     acc = _identity_buffer(c.agg, dtype, size, nx)
     written = np.zeros(size, dtype=bool)
     rule = SingleWriter(sp, size, report_shape or shape) if c.agg is AggOp.ASSIGN else None
@@ -83,6 +93,47 @@ def evaluate(
     if not any_valid:
         sp.fail_empty()
     return np.where(written, acc, init.reshape(-1)).reshape(shape)
+
+
+def matrix_mode(c: TContraction, nx: Numerics) -> str | None:
+    """How the interpreter computes ``c`` if it is a matrix product with its own rounding:
+    ``"float32"`` (float16/bfloat16 operands, float32 accumulation), ``"tf32"`` or ``"3xtf32"``
+    (float32 in those precision modes); None for every other contraction and mode."""
+    if c.agg is not AggOp.SUM or c.comb is not CombOp.MUL or nx.precision in ("float64", "exact"):
+        return None
+    if c.type.dtype.is_narrow_float:
+        return "float32"
+    if c.type.dtype is DType.FLOAT32 and nx.precision in MATRIX_MODES:
+        return nx.precision
+    return None
+
+
+def _matrix_product(c: TContraction, sp, operands: list[np.ndarray], mode: str, init, nx) -> np.ndarray:
+    """Sum of exact-in-float32 products in a float32 accumulator, rounded to the result once."""
+    size = init.size
+    wide = [np.asarray(v, dtype=np.float32) for v in operands]  # exact: float16/bfloat16/float32
+    if mode == "tf32":
+        wide = [round_tf32(v) for v in wide]
+    parts = [split_3xtf32(v) for v in wide] if mode == "3xtf32" else None
+    acc = np.zeros(size, dtype=np.float32)
+    written = np.zeros(size, dtype=bool)
+    for b in blocks(sp):
+        out_flat = b.flats[0]
+        fa, fb = b.flats[1:]
+        with np.errstate(all="ignore"):
+            if parts is None:
+                values = wide[0][fa] * wide[1][fb]  # exact: at most 11 x 11 significant bits
+            else:
+                (ha, la), (hb, lb) = parts
+                hi_a, hi_b = ha[fa], hb[fb]
+                # small terms first, as three MMAs into one accumulator would add them
+                values = (hi_a * lb[fb] + la[fa] * hi_b) + hi_a * hi_b
+            np.add.at(acc, out_flat, values)
+        written[out_flat] = True
+    if not written.any():
+        sp.fail_empty()
+    out = nx.cast(acc, c.type.dtype)
+    return np.where(written, out, init.reshape(-1)).reshape(c.type.shape)
 
 
 def _initial(c: TContraction, env, nx: Numerics) -> np.ndarray:

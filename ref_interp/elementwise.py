@@ -345,7 +345,7 @@ def _pow(nx, call, args):
 
 
 # ---------------------------------------------------------------------------- casts
-@_impl("as_float", "as_int", "as_uint", "as_bool")
+@_impl("as_float", "as_bfloat", "as_int", "as_uint", "as_bool")
 def _convert(nx, call, args):
     return nx.cast(args[0], call.type.dtype)
 
@@ -398,7 +398,10 @@ def _softmax_rows(x: np.ndarray, log: bool) -> np.ndarray:
     m = np.max(x, axis=1, keepdims=True)
     shifted = x - m
     e = np.exp(shifted)
-    s = np.sum(e, axis=1, keepdims=True)
+    if x.dtype.kind == "f" or x.dtype == object:
+        s = np.sum(e, axis=1, keepdims=True)
+    else:  # bfloat16: summed in float32 as numpy sums float16, then rounded once
+        s = np.sum(e, axis=1, keepdims=True, dtype=np.float32).astype(x.dtype)
     return shifted - np.log(s) if log else e / s
 
 

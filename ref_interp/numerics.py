@@ -1,6 +1,10 @@
 """How values are stored and converted in each precision mode.
 
-* ``native``  — every tensor in its declared Tile dtype (float32 stays float32).
+* ``native``  — every tensor in its declared Tile dtype (float32 stays float32; bfloat16 is an
+  ``ml_dtypes.bfloat16`` array, each operation computed in float32 and rounded once). A `+`
+  contraction of `*` products of float16/bfloat16 accumulates in float32 (``contraction``).
+* ``tf32``, ``3xtf32`` — native, except float32 `+` contractions of `*` products, whose operands
+  are rounded to TF32 (or split into two TF32 parts) as a matrix unit would (``contraction``).
 * ``float64`` — float tensors computed in float64; integers and bools as declared.
 * ``exact``   — float tensors as object arrays of ``fractions.Fraction`` (no rounding ever);
   integers and bools as declared (numpy integer arithmetic is already exact, with wrap-around).
@@ -18,10 +22,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from tile.dtypes import DType
+from tile.dtypes import BFLOAT16_NUMPY, DType
 from tile.errors import TilePrecisionWarning
+from tile.precision import PRECISIONS, check_precision, to_bfloat16
 
-PRECISIONS = ("native", "float64", "exact")
+__all__ = ["PRECISIONS", "Numerics"]
 
 
 def _to_fraction(x):
@@ -38,9 +43,7 @@ _frac = np.frompyfunc(_to_fraction, 1, 1)
 
 class Numerics:
     def __init__(self, precision: str = "native"):
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-        self.precision = precision
+        self.precision = check_precision(precision)
         self.exact = precision == "exact"
         self._warned: set[str] = set()
 
@@ -70,6 +73,8 @@ class Numerics:
             out[()] = _to_fraction(value)
             return out
         if dt.is_float:
+            if self.storage(dt) == BFLOAT16_NUMPY:
+                return to_bfloat16(np.asarray(float(value)))
             return np.asarray(float(value), dtype=self.storage(dt))
         return self.cast(
             np.asarray(int(value) if isinstance(value, Fraction) and value.denominator == 1 else value), dt
@@ -87,11 +92,15 @@ class Numerics:
             if target == np.dtype(object):
                 return np.asarray(_frac(arr), dtype=object) if arr.size else arr.astype(object)
             if arr.dtype == object:
-                return np.asarray(arr.astype(np.float64), dtype=target)
+                arr = np.asarray(arr.astype(np.float64))
+            if target == BFLOAT16_NUMPY:
+                return to_bfloat16(arr)  # one rounding, also from float64 (ml_dtypes rounds twice)
+            if arr.dtype == object:
+                return np.asarray(arr, dtype=target)
             with np.errstate(all="ignore"):
                 return arr.astype(target)
         # to an integer type
-        if arr.dtype == object or arr.dtype.kind == "f":
+        if arr.dtype == object or arr.dtype.kind == "f" or arr.dtype == BFLOAT16_NUMPY:
             return _float_to_int(arr, dt)
         return arr.astype(target)
 

@@ -126,7 +126,7 @@ def _input_array(nx: Numerics, name: str, sizes, dt: DType, inputs) -> np.ndarra
         raise TileInputError(
             f"input '{name}' has dtype {arr.dtype}, which Tile does not have",
             None,
-            hint="use bool, int8..int64, uint8..uint64 or float16/32/64 arrays",
+            hint="use bool, int8..int64, uint8..uint64, float16/32/64 or ml_dtypes.bfloat16 arrays",
         ) from None
     if arr.shape != tuple(sizes):
         raise TileInputError(

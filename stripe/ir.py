@@ -69,6 +69,7 @@ DTYPE_NAMES = {
     DType.UINT32: "u32",
     DType.UINT64: "u64",
     DType.FLOAT16: "fp16",
+    DType.BFLOAT16: "bf16",
     DType.FLOAT32: "fp32",
     DType.FLOAT64: "fp64",
 }

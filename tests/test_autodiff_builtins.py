@@ -78,6 +78,7 @@ CASES: dict[str, tuple[str, dict, str]] = {
     "atanh": (X_ % "atanh(X)", {"X": uniform(-0.9, 0.9)}, "derivative"),
     "sigmoid": (X_ % "sigmoid(X)", {"X": uniform(-3, 3)}, "derivative"),
     "as_float": (XY % "as_float(X * Y, 32)", PAIR, "derivative"),
+    "as_bfloat": (XY % "as_bfloat(X * Y, 16)", PAIR, "derivative"),
     "mod": (XY % "mod(X, Y)", {"X": uniform(-3, 3), "Y": away_from_zero() * 1.7}, "derivative"),
     "recip": (X_ % "recip(X)", {"X": away_from_zero()}, "derivative"),
     "builtin_binary_crossentropy": (XY % "builtin_binary_crossentropy(X, Y, N * M)",

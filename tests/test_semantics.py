@@ -7,6 +7,7 @@ import math
 import warnings
 from fractions import Fraction
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -331,6 +332,11 @@ CASES = {
     "round": ("round(A)", {"A": F}, np.array([-2, -1, 0, 1, 2, 3.0])),
     "sigmoid": ("sigmoid(A)", *_unary(lambda x: 1 / (1 + math.exp(-x)), F)),
     "as_float": ("as_float(A, 16)", {"A": i32(1, -3, 2049)}, np.array([1, -3, 2048], np.float16)),
+    "as_bfloat": (  # 257 is halfway between 256 and 258: to even; 259 goes up to 260
+        "as_bfloat(A, 16)",
+        {"A": i32(1, -3, 257, 259)},
+        np.array([1, -3, 256, 260], ml_dtypes.bfloat16),
+    ),
     "as_int": ("as_int(A, 16)", {"A": F}, np.array([-1, 0, 0, 0, 2, 2], np.int16)),
     "as_uint": ("as_uint(A, 16)", {"A": F}, np.array([65535, 0, 0, 0, 2, 2], np.uint16)),
     "as_bool": ("as_bool(A)", {"A": F}, F != 0),

@@ -257,6 +257,13 @@ _add(
     "convert to float16/32/64",
 )
 _add(
+    "as_bfloat",
+    1,
+    1,
+    _cast({16: DType.BFLOAT16}, "as_bfloat"),
+    "convert to bfloat16 (the only width): round to nearest even, nan stays nan",
+)
+_add(
     "as_int",
     1,
     1,

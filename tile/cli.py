@@ -47,6 +47,7 @@ from tile.inputs import (
     quiet_broken_pipe,
 )
 from tile.parser import parse_file
+from tile.precision import PRECISIONS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,9 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--wrt", help="comma-separated inputs to differentiate with respect to (default: float inputs)"
     )
     g.add_argument("--emit", action="store_true", help="print the gradient program instead of running it")
-    g.add_argument(
-        "--precision", choices=("native", "float64", "exact"), default="native", help=PRECISION_HELP
-    )
+    g.add_argument("--precision", choices=PRECISIONS, default="native", help=PRECISION_HELP)
     g.add_argument("--output", help="write grad_<Input> arrays to this .npz archive")
     e = sub.add_parser(
         "emit",

@@ -6,13 +6,19 @@
 * ``bool`` takes part as a 1-bit integer, so ``bool + int8 -> int8``; arithmetic whose result
   would still be ``bool`` (``bool + bool``, ``+``/``*`` aggregation of bools) is done in int32.
 * Integer literals are int32 (int64 when the value does not fit), float literals float32.
+* ``bfloat16`` (8 exponent bits, 8 significant bits; numpy arrays of ``ml_dtypes.bfloat16``) is a
+  16-bit float like ``float16``; the two mixed give ``float32``, which holds both exactly
+  (``bfloat16 + float16 -> float32``, either order, as in JAX).
 """
 
 from __future__ import annotations
 
 from enum import Enum
 
+import ml_dtypes
 import numpy as np
+
+BFLOAT16_NUMPY = np.dtype(ml_dtypes.bfloat16)
 
 
 class DType(Enum):
@@ -26,16 +32,22 @@ class DType(Enum):
     UINT32 = "uint32"
     UINT64 = "uint64"
     FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
     FLOAT32 = "float32"
     FLOAT64 = "float64"
 
     @property
     def bits(self) -> int:
-        return 1 if self is DType.BOOL else np.dtype(self.value).itemsize * 8
+        return 1 if self is DType.BOOL else self.numpy.itemsize * 8
 
     @property
     def is_float(self) -> bool:
-        return self.value.startswith("float")
+        return self.value.startswith(("float", "bfloat"))
+
+    @property
+    def is_narrow_float(self) -> bool:
+        """float16 or bfloat16: stored in 16 bits, computed in float32 and rounded back."""
+        return self is DType.FLOAT16 or self is DType.BFLOAT16
 
     @property
     def is_int(self) -> bool:
@@ -48,7 +60,7 @@ class DType(Enum):
 
     @property
     def numpy(self) -> np.dtype:
-        return np.dtype(self.value)
+        return BFLOAT16_NUMPY if self is DType.BFLOAT16 else np.dtype(self.value)
 
     @staticmethod
     def of(array_dtype: np.dtype | type | str) -> DType:
@@ -65,6 +77,8 @@ class DType(Enum):
 
 def promote(lhs: DType, rhs: DType) -> DType:
     """The common type of a binary operation, by the original Tile rules (left wins ties)."""
+    if {lhs, rhs} == {DType.FLOAT16, DType.BFLOAT16}:
+        return DType.FLOAT32  # neither holds the other: float32 holds both exactly
     if lhs.is_float != rhs.is_float:
         return lhs if lhs.is_float else rhs
     return rhs if rhs.bits > lhs.bits else lhs

@@ -28,7 +28,8 @@ from tile.typed import TensorType
 
 PRECISION_HELP = (
     "native: compute in the declared dtypes (default); float64: float tensors in float64; exact: "
-    "float tensors as exact fractions (slow)"
+    "float tensors as exact fractions (slow); tf32 / 3xtf32: native, with float32 matrix products' "
+    "operands rounded to TF32 (or split into two TF32 parts)"
 )
 
 
@@ -43,7 +44,7 @@ def parse_shape_spec(spec: str) -> tuple[str, tuple[int, ...], DType]:
     except ValueError:
         raise TileInputError(
             f"unknown dtype '{dtype_text}' in --shape '{spec}'",
-            hint="use bool, int8..int64, uint8..uint64 or float16/32/64",
+            hint="use bool, int8..int64, uint8..uint64, float16/32/64 or ml_dtypes.bfloat16",
         ) from None
     try:
         shape = tuple(int(d) for d in dims_text.lower().split("x")) if dims_text.strip() else ()
@@ -265,7 +266,7 @@ def input_types(program: ast.Program, inputs: Mapping[str, np.ndarray]) -> dict[
             raise TileInputError(
                 f"input '{name}' has dtype {arr.dtype}, which Tile does not have",
                 decl.span,
-                hint="use bool, int8..int64, uint8..uint64 or float16/32/64 arrays",
+                hint="use bool, int8..int64, uint8..uint64, float16/32/64 or ml_dtypes.bfloat16 arrays",
             ) from None
         types[name] = TensorType(dt, tuple(int(d) for d in arr.shape))
     return types

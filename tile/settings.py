@@ -2,7 +2,8 @@
 
 A setting nobody reads would leave a user believing they asked for something (``"stirct": True``
 and results that are not bit-identical). ``check`` refuses any name not listed here, suggesting
-the nearest known one. Each entry names where the setting is read; the values are checked there.
+the nearest known one. Each entry names where the setting is read; the values are checked there,
+except ``precision``'s, checked here (``tile.precision.PRECISIONS``) for every target alike.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import difflib
 from collections.abc import Mapping
 
 from tile.errors import TileError
+from tile.precision import PRECISIONS
 
 KNOWN: dict[str, str] = {
     # every target (tile.api, backends.runner, backends.tune)
@@ -24,7 +26,8 @@ KNOWN: dict[str, str] = {
     "tune": "True times the cost model's best candidates on the device and keeps the fastest",
     "tune_candidates": "how many candidates tuning times (default 4)",
     "tune_refresh": "True tunes again instead of reading the tuning cache",
-    "precision": "the interpreter's arithmetic: native, float64 or exact",
+    "precision": "native, float64 or exact (the interpreter's arithmetic); tf32 or 3xtf32: float32 "
+    "matrix products may round operands to TF32 (or split them in two), docs/semantics.md 8.1",
     "tiled": "False leaves out the GEMM tiling (gemm_tile steps, OpenCL work-group kernels)",
     # the LLVM CPU backend (backends.llvm)
     "threads": "how many threads a kernel uses (default: TILE_NUM_THREADS or every core)",
@@ -64,4 +67,11 @@ def check(settings: Mapping | None) -> None:
             f"unknown setting '{name}'",
             None,
             hint + "the settings are: " + ", ".join(sorted(KNOWN)),
+        )
+    if settings and "precision" in settings and settings["precision"] not in PRECISIONS:
+        near = difflib.get_close_matches(str(settings["precision"]), PRECISIONS, n=1)
+        raise TileSettingsError(
+            f"unknown precision {settings['precision']!r}",
+            None,
+            (f"did you mean '{near[0]}'? " if near else "") + "the precisions are: " + ", ".join(PRECISIONS),
         )

@@ -103,7 +103,7 @@ def dtype_of(dtype, what: str) -> DType:
         raise TileInputError(
             f"{what} has dtype {dtype}, which Tile does not have",
             None,
-            hint="use bool, int8..int64, uint8..uint64 or float16/32/64",
+            hint="use bool, int8..int64, uint8..uint64, float16/32/64 or ml_dtypes.bfloat16",
         ) from None
 
 

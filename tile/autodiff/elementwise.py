@@ -78,6 +78,7 @@ def local_adjoints(fn: str, args: list[ast.Expr], y: ast.Expr, g: ast.Expr) -> l
         "neg": lambda: [neg(g)],
         "ident": lambda: [g],
         "as_float": lambda: [g],
+        "as_bfloat": lambda: [g],
         "abs": lambda: [cond(ast.Binary("<", a[0], _ZERO), neg(g), g)],
         "relu": lambda: [cond(ast.Binary(">", a[0], _ZERO), g, _ZERO)],
         "max": lambda: [

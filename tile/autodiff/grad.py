@@ -269,10 +269,10 @@ class _Reverse:
         return inp
 
     def zeros_like(self, x: str) -> ast.Expr:
-        bits = self.types[x].dtype.bits
+        dt = self.types[x].dtype
         if self.types[x].rank:
-            return call("as_float", ast.Binary("*", call("index", ast.Name(x), lit(0)), lit(0)), lit(bits))
-        return call("as_float", lit(0), lit(bits))
+            return float_cast(ast.Binary("*", call("index", ast.Name(x), lit(0)), lit(0)), dt)
+        return float_cast(lit(0), dt)
 
     def fix_dtypes(self, program: ast.Program, outputs: list[str]) -> ast.Program:
         """Each gradient gets its input's dtype (a float32 literal may have widened a float16)."""
@@ -293,11 +293,11 @@ class _Reverse:
                 k = next(i for i, s in enumerate(stmts) if s.name == out)
                 s = stmts[k]
                 if isinstance(s, ast.Assignment):
-                    stmts[k] = ast.Assignment(out, call("as_float", s.expr, lit(want.bits)))
+                    stmts[k] = ast.Assignment(out, float_cast(s.expr, want))
                 else:
                     tmp = self.namer.fresh(f"{out}_wide")
                     stmts[k] = dataclasses.replace(s, output=ref(tmp, s.output.indices))
-                    stmts.insert(k + 1, ast.Assignment(out, call("as_float", ast.Name(tmp), lit(want.bits))))
+                    stmts.insert(k + 1, ast.Assignment(out, float_cast(ast.Name(tmp), want)))
         return dataclasses.replace(program, stmts=tuple(stmts))
 
     # ------------------------------------------------------------------- adjoints
@@ -399,6 +399,11 @@ class _Reverse:
         if fn == "builtin_softmax":
             return [ast.Binary("*", y, ast.Binary("-", g, ast.Name(total)))]
         return [ast.Binary("-", g, ast.Binary("*", call("exp", y), ast.Name(total)))]
+
+
+def float_cast(e: ast.Expr, dt: DType) -> ast.Expr:
+    """``e`` converted to float type ``dt``: ``as_float(e, bits)``, or ``as_bfloat(e, 16)``."""
+    return call("as_bfloat" if dt is DType.BFLOAT16 else "as_float", e, lit(dt.bits))
 
 
 def _leaves(e: TExpr) -> set[str]:
