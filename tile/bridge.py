@@ -1,0 +1,283 @@
+"""What the framework bridges (``tile.torch``, ``tile.jax``) share, without importing a framework:
+one Tile function as an operator with a fixed input order, its output types from Tile's own shape
+and dtype inference, and its forward and gradient programs compiled per (shapes, dtypes, device)
+and kept.
+
+A framework hands it numpy arrays (views of its own tensors where it can) and gets numpy arrays
+back; the bridges only translate tensors, registrations and error messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from tile import ast
+from tile.dtypes import DType
+from tile.errors import TileError, TileInputError
+from tile.parser import parse
+from tile.size_inputs import size_uses
+from tile.typed import TensorType
+
+Key = tuple  # ((shape, dtype name) per input, in the function's order)
+
+
+class Op:
+    """A Tile function used as an operator: inputs by position, outputs in declared order.
+
+    ``what`` names it in errors (``"tile.torch op 'conv'"``). Programs whose output shapes depend
+    on input values (0-D inputs used as sizes) are refused: a framework must know an output's
+    shape from its inputs' shapes alone."""
+
+    def __init__(self, source: str | ast.Program, what: str):
+        self.program = parse(source) if isinstance(source, str) else source
+        self.text = source if isinstance(source, str) else str(source)
+        self.digest = hashlib.sha1(self.text.encode()).hexdigest()[:10]
+        self.what = what
+        self.inputs = tuple(i.name for i in self.program.inputs)
+        self.outputs = self.program.output_names
+        sizes = size_uses(self.program)
+        if sizes:
+            name = next(iter(sizes))
+            raise TileInputError(
+                f"{what}: input '{name}' is used as a size, so output shapes depend on its value, "
+                "which a framework's shape inference cannot see",
+                next(i.span for i in self.program.inputs if i.name == name),
+                hint="write the size into the source (build the text in Python with the number)",
+            )
+        from tile.api import compile as tile_compile
+
+        self._compile = tile_compile
+        tile_compile(self.program, "interp")  # refuse unknown names and functions now
+        self._types: dict[Key, tuple[tuple[tuple[int, ...], np.dtype], ...]] = {}
+        self._runs: dict[tuple, tuple] = {}  # (key, device) -> (Executable, CompiledProgram | None)
+        self._grads: dict[tuple, tuple] = {}  # (key, wrt, device) -> (runner, Gradient)
+        self._lock = threading.Lock()
+
+    # -- types ---------------------------------------------------------------------------------
+
+    def key(self, shapes: Sequence[tuple[int, ...]], dtypes: Sequence[np.dtype]) -> Key:
+        return tuple(zip(shapes, dtypes))
+
+    def out_types(self, key: Key) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
+        """``(shape, numpy dtype)`` of each output for inputs of ``key``'s shapes and dtypes
+        (typed once per key); a mismatch is the binder's located error, prefixed with the tensors
+        the caller gave."""
+        found = self._types.get(key)
+        if found is None:
+            from tile.bind import bind
+
+            bound = self.rephrased(lambda: bind(self.program, self.tile_types(key)), key)
+            found = tuple((tuple(int(d) for d in t.shape), t.dtype.numpy)
+                          for t in (bound.types[o] for o in self.outputs))
+            self._types[key] = found
+        return found
+
+    def tile_types(self, key: Key) -> dict[str, TensorType]:
+        if len(key) != len(self.inputs):
+            raise TileInputError(
+                f"{self.what} takes {len(self.inputs)} tensor(s) ({', '.join(self.inputs)}), "
+                f"got {len(key)}",
+                self.program.inputs[0].span if self.program.inputs else None,
+                hint="pass one tensor per input of the Tile function, in its order",
+            )
+        types = {}
+        for name, (shape, dtype) in zip(self.inputs, key):
+            try:
+                types[name] = TensorType(DType.of(dtype), tuple(shape))
+            except TypeError:
+                raise TileInputError(
+                    f"{self.what}: input '{name}' has dtype {dtype}, which Tile does not have",
+                    self._span(name),
+                    hint="pass bool, integer or float16/32/64 tensors",
+                ) from None
+        return types
+
+    def rephrased(self, fn, key: Key):
+        """``fn()``, with a ``TileError`` it raises restated in the caller's terms: which op, and
+        every tensor given by Tile input name, dtype and shape (same class, span and hint)."""
+        try:
+            return fn()
+        except TileError as e:
+            if getattr(e, "_bridge", False):
+                raise
+            given = ", ".join(f"{n} {np.dtype(d).name}{list(s)}" for n, (s, d) in zip(self.inputs, key))
+            try:
+                err = type(e)(f"{self.what} called with {given}: {e.message}", e.span, e.hint)
+            except TypeError:  # a kind with another constructor: as it was
+                raise e from None
+            err._bridge = True
+            raise err from None
+
+    def _span(self, name: str):
+        return next((i.span for i in self.program.inputs if i.name == name), None)
+
+    def symbolic_out_shapes(
+        self, shapes: Sequence[Sequence[object]], dtypes: Sequence[np.dtype], minmax: tuple = (max, min)
+    ):
+        """``(shape, dtype)`` of each output when some input sizes are symbolic (a framework's
+        symbolic integers, e.g. torch ``SymInt``): the sizes typed as sympy symbols, and each output
+        size evaluated back with the framework's own integers. None where typing or evaluating
+        fails (the caller then specializes to concrete sizes)."""
+        import sympy
+
+        from tile.bind import bind
+
+        symbols: dict[str, sympy.Symbol] = {}
+        back: dict[sympy.Symbol, object] = {}
+        sym_shapes = []
+        for shape in shapes:
+            dims = []
+            for d in shape:
+                if isinstance(d, int):
+                    dims.append(int(d))
+                    continue
+                s = symbols.get(str(d))
+                if s is None:
+                    s = symbols[str(d)] = sympy.Symbol(f"_s{len(symbols)}", positive=True, integer=True)
+                    back[s] = d
+                dims.append(s)
+            sym_shapes.append(tuple(dims))
+        key = self.key([tuple(s) for s in sym_shapes], dtypes)
+        try:
+            bound = self.rephrased(lambda: bind(self.program, self.tile_types(key)), key)
+            return [
+                (tuple(_evaluate(d, back, minmax) for d in bound.types[o].shape), bound.types[o].dtype.numpy)
+                for o in self.outputs
+            ]
+        except TileError:
+            raise
+        except Exception:
+            return None
+
+    # -- running -------------------------------------------------------------------------------
+
+    def forward(self, device: str, arrays: Sequence[np.ndarray], key: Key) -> list[np.ndarray]:
+        """The outputs for ``arrays`` (in input order) on ``device``; on a host-memory device
+        C-contiguous inputs are read in place and the outputs are written where they are returned."""
+        run = self._runs.get((key, device))
+        if run is None:
+            with self._lock:
+                run = self._runs.get((key, device)) or self._prepared(self.program, device, arrays, key)
+                self._runs[(key, device)] = run
+        inputs = dict(zip(self.inputs, arrays))
+        out = run[1].run(inputs) if run[1] is not None else run[0](inputs)
+        return [out[o] for o in self.outputs]
+
+    def backward(
+        self,
+        device: str,
+        arrays: Sequence[np.ndarray],
+        cotangents: Sequence[np.ndarray | None],
+        wrt: Sequence[int],
+        key: Key,
+    ) -> list[np.ndarray]:
+        """The gradients of ``sum(cotangent * output)`` with respect to the inputs at positions
+        ``wrt`` only (Tile's gradient program for exactly those inputs, compiled once per key,
+        ``wrt`` and device); a missing cotangent counts as zeros."""
+        wrt = tuple(wrt)
+        if not wrt:
+            return []
+        entry = self._grads.get((key, wrt, device))
+        if entry is None:
+            with self._lock:
+                entry = self._grads.get((key, wrt, device)) or self._gradient(device, arrays, wrt, key)
+                self._grads[(key, wrt, device)] = entry
+        run, g, feeds = entry
+        types = self.out_types(key)
+        inputs = {}
+        for name, arr in zip(self.inputs, arrays):
+            if name in feeds:
+                inputs[name] = arr
+        for o, cot, (shape, dtype) in zip(self.outputs, cotangents, types):
+            name = g.cotangents.get(o)
+            if name is not None and name in feeds:
+                inputs[name] = np.zeros(shape, dtype) if cot is None else cot
+        out = run[1].run(inputs) if run[1] is not None else run[0](inputs)
+        result = []
+        for i in wrt:
+            grad = out[g.gradients[self.inputs[i]]]
+            shape, dtype = key[i]
+            if grad.shape != tuple(shape):
+                grad = np.array(np.broadcast_to(grad, shape))
+            result.append(grad.astype(dtype, copy=False))
+        return result
+
+    def differentiable(self, key: Key) -> list[bool]:
+        """Which inputs a gradient flows to: the float ones."""
+        return [DType.of(d).is_float for _, d in key]
+
+    def _prepared(self, program: ast.Program, device: str, arrays: Mapping | Sequence, key: Key) -> tuple:
+        exe = self._compile(program, device)
+        feed = arrays if isinstance(arrays, Mapping) else dict(zip(self.inputs, arrays))
+        return exe, self.rephrased(lambda: exe.prepare(feed), key)
+
+    def _gradient(self, device: str, arrays: Sequence[np.ndarray], wrt: tuple[int, ...], key: Key) -> tuple:
+        from tile.autodiff import gradient
+
+        types = self.tile_types(key)
+        float_outputs = [o for o, (_, d) in zip(self.outputs, self.out_types(key)) if DType.of(d).is_float]
+        g = self.rephrased(
+            lambda: gradient(
+                self.program,
+                [self.inputs[i] for i in wrt],
+                float_outputs,
+                dtypes={n: t.dtype for n, t in types.items()},
+                shapes={n: t.shape for n, t in types.items()},
+            ),
+            key,
+        )
+        feeds = {i.name for i in g.program.inputs}
+        stand_ins = {}
+        for name, arr in zip(self.inputs, arrays):
+            if name in feeds:
+                stand_ins[name] = arr
+        for o, (shape, dtype) in zip(self.outputs, self.out_types(key)):
+            name = g.cotangents.get(o)
+            if name in feeds:
+                stand_ins[name] = np.broadcast_to(np.zeros((), dtype), shape)
+        return self._prepared(g.program, device, stand_ins, key), g, feeds
+
+
+def _evaluate(expr, back: Mapping, minmax: tuple):
+    """A sympy size expression evaluated with ``back``'s integers for its symbols (``+``, ``*``,
+    integer powers, ``floor``/``ceiling`` of a quotient, ``Max``/``Min`` by ``minmax``'s two
+    functions): the framework's symbolic integers stay symbolic."""
+    import sympy
+
+    if isinstance(expr, int):
+        return expr
+    expr = sympy.sympify(expr)
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        return back[expr]
+    if expr.is_Add:
+        total = 0
+        for a in expr.args:
+            total = total + _evaluate(a, back, minmax)
+        return total
+    if expr.is_Mul and all(not (a.is_Rational and not a.is_Integer) for a in expr.args):
+        prod = 1
+        for a in expr.args:
+            prod = prod * _evaluate(a, back, minmax)
+        return prod
+    if expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
+        return _evaluate(expr.base, back, minmax) ** int(expr.exp)
+    if isinstance(expr, sympy.floor | sympy.ceiling):
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        if den.free_symbols or not den.is_Integer:
+            raise ValueError(f"cannot evaluate {expr}")
+        n = _evaluate(sympy.expand(num), back, minmax)
+        return n // int(den) if isinstance(expr, sympy.floor) else -((-n) // int(den))
+    if isinstance(expr, sympy.Max | sympy.Min):
+        pick = minmax[0] if isinstance(expr, sympy.Max) else minmax[1]
+        vals = [_evaluate(a, back, minmax) for a in expr.args]
+        result = vals[0]
+        for v in vals[1:]:
+            result = pick(result, v)
+        return result
+    raise ValueError(f"cannot evaluate {expr}")

@@ -1,0 +1,260 @@
+"""``tile.torch.op``: a Tile function as a PyTorch custom operator (``torch.library.custom_op``).
+
+Imported only on use (``import tile`` never imports torch). The operator takes torch tensors in
+the function's input order and returns one tensor, or a tuple for several outputs. Its fake
+(meta) kernel is Tile's shape and dtype inference; its backward is a second custom operator that
+runs Tile's gradient program (``tile.grad``) for exactly the inputs that need a gradient, compiled
+for the same device. Both are therefore visible to ``torch.compile`` as single graph nodes.
+
+Where a call runs (docs/frameworks.md):
+
+* CPU tensors run on ``llvm_cpu.0`` without copies: inputs are read in place through numpy views
+  of the tensors' memory, outputs are written into memory that the returned tensors then own.
+  A non-contiguous input is made contiguous first (one copy, said under ``TILE_DEBUG=1``).
+* CUDA tensors run on ``opencl_gpu.0`` through host copies (in, and back out onto the tensors'
+  CUDA device); ``TILE_DEBUG=1`` prints the path and the bytes copied.
+* ``device=`` names a Tile device for every call instead (e.g. ``"opencl_cpu.0"``); tensors that
+  are not on the host cross through it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import torch
+
+from tile.bridge import Op
+from tile.errors import TileInputError
+
+__all__ = ["TorchOp", "op"]
+
+_OPS: dict[str, TorchOp] = {}
+DEFAULT_DEVICES = {"cpu": "llvm_cpu.0", "cuda": "opencl_gpu.0"}
+
+_TO_NUMPY: dict[torch.dtype, np.dtype] = {
+    torch.bool: np.dtype(np.bool_),
+    torch.uint8: np.dtype(np.uint8),
+    torch.int8: np.dtype(np.int8),
+    torch.int16: np.dtype(np.int16),
+    torch.int32: np.dtype(np.int32),
+    torch.int64: np.dtype(np.int64),
+    torch.uint16: np.dtype(np.uint16),
+    torch.uint32: np.dtype(np.uint32),
+    torch.uint64: np.dtype(np.uint64),
+    torch.float16: np.dtype(np.float16),
+    torch.float32: np.dtype(np.float32),
+    torch.float64: np.dtype(np.float64),
+}
+try:
+    import ml_dtypes
+
+    _TO_NUMPY[torch.bfloat16] = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency of Tile's dtypes
+    pass
+_TO_TORCH = {v: k for k, v in _TO_NUMPY.items()}
+
+
+def op(source, *, name: str | None = None, device: str | None = None) -> TorchOp:
+    """A PyTorch operator running the Tile function ``source`` (text or a ``tile.Program``).
+
+    ``name`` is its name in ``torch.ops.tile`` (default ``tile_<hash of the source>``); the same
+    source, name and device give the same operator back. ``device`` is a Tile device id used for
+    every call; by default CPU tensors run on ``llvm_cpu.0`` and CUDA tensors on ``opencl_gpu.0``.
+    Unknown names and functions in the source are refused here."""
+    text = source if isinstance(source, str) else str(source)
+    core = Op(source, "tile.torch op")
+    qualified = name or f"tile_{core.digest}"
+    if not qualified.isidentifier():
+        raise TileInputError(
+            f"tile.torch op name '{qualified}' is not an identifier",
+            None,
+            hint="use letters, digits and '_' (it becomes torch.ops.tile.<name>)",
+        )
+    found = _OPS.get(qualified)
+    if found is not None:
+        if found.core.text == text and found.device == device:
+            return found
+        raise TileInputError(
+            f"a tile.torch op named '{qualified}' exists already, with other source or device",
+            None,
+            hint="give this one another name= (PyTorch operators cannot be redefined)",
+        )
+    made = _OPS[qualified] = TorchOp(core, qualified, device)
+    return made
+
+
+class TorchOp:
+    """The callable ``tile.torch.op`` returns; ``.op`` is the ``torch.library`` operator (and
+    ``.backward_op`` the one running the gradient program)."""
+
+    def __init__(self, core: Op, name: str, device: str | None):
+        core.what = f"tile.torch op '{name}'"
+        self.core = core
+        self.name = name
+        self.device = device
+        args = ", ".join(f"Tensor {n}" for n in core.inputs)
+        outs = "Tensor" if len(core.outputs) == 1 else f"({', '.join(['Tensor'] * len(core.outputs))})"
+        lib = torch.library.custom_op
+        self.op = lib(f"tile::{name}", self._forward, mutates_args=(), schema=f"({args}) -> {outs}")
+        self.op.register_fake(self._fake)
+        sep = ", " if args else ""
+        self.backward_op = lib(
+            f"tile::{name}_backward",
+            self._backward_impl,
+            mutates_args=(),
+            schema=f"({args}{sep}Tensor?[] cotangents, int[] wrt) -> Tensor[]",
+        )
+        self.backward_op.register_fake(self._backward_fake)
+        self.op.register_autograd(self._backward, setup_context=self._setup_context)
+        self._call = self.op._opoverload  # the operator itself, past CustomOpDef's Python wrapper
+
+    def __call__(self, *tensors: torch.Tensor):
+        return self._call(*tensors)
+
+    def __repr__(self) -> str:
+        ins = ", ".join(self.core.inputs)
+        return f"tile.torch.op({self.name}: ({ins}) -> ({', '.join(self.core.outputs)}))"
+
+    # -- kernels ------------------------------------------------------------------------------
+
+    def _forward(self, *tensors: torch.Tensor):
+        where = self._where(tensors)
+        arrays, key, note = self._arrays(tensors, where)
+        self.core.out_types(key)  # a shape or dtype mismatch: in the caller's terms
+        outs = self.core.forward(where[0], arrays, key)
+        result = self._tensors(outs, where, note)
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def _fake(self, *tensors: torch.Tensor):
+        types = self._types(tensors)
+        device = tensors[0].device if tensors else torch.device("cpu")
+        result = [torch.empty(shape, dtype=_TO_TORCH[dtype], device=device) for shape, dtype in types]
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def _types(self, tensors) -> list:
+        dtypes = [self._np_dtype(t, i) for i, t in enumerate(tensors)]
+        shapes = [tuple(t.shape) for t in tensors]
+        if all(isinstance(d, int) for s in shapes for d in s):
+            return list(self.core.out_types(self.core.key(shapes, dtypes)))
+        found = self.core.symbolic_out_shapes(shapes, dtypes, (torch.sym_max, torch.sym_min))
+        if found is not None:
+            return found
+        concrete = [tuple(int(d) for d in s) for s in shapes]  # specializes (a guard on each size)
+        return list(self.core.out_types(self.core.key(concrete, dtypes)))
+
+    def _setup_context(self, ctx, inputs, output) -> None:
+        ctx.save_for_backward(*inputs)
+
+    def _backward(self, ctx, *grads):
+        inputs = ctx.saved_tensors
+        wrt = [
+            i for i, (need, t) in enumerate(zip(ctx.needs_input_grad, inputs))
+            if need and t.dtype.is_floating_point
+        ]
+        result: list[torch.Tensor | None] = [None] * len(inputs)
+        if wrt:
+            for i, g in zip(wrt, self.backward_op(*inputs, list(grads), wrt)):
+                result[i] = g
+        return tuple(result)
+
+    def _backward_impl(self, *args):
+        n = len(self.core.inputs)
+        tensors, cotangents, wrt = args[:n], args[n], list(args[n + 1])
+        where = self._where(tensors)
+        arrays, key, note = self._arrays(tensors, where)
+        cots, _, _ = self._arrays([c for c in cotangents if c is not None], where, "cotangent")
+        it = iter(cots)
+        cot_arrays = [None if c is None else next(it) for c in cotangents]
+        grads = self.core.backward(where[0], arrays, cot_arrays, wrt, key)
+        return self._tensors(grads, where, note)
+
+    def _backward_fake(self, *args):
+        n = len(self.core.inputs)
+        return [args[i].new_empty(args[i].shape) for i in args[n + 1]]
+
+    # -- tensors <-> arrays -------------------------------------------------------------------
+
+    def _where(self, tensors) -> tuple[str, torch.device, bool]:
+        """(Tile device, the tensors' torch device, whether they are used in place)."""
+        device = tensors[0].device if tensors else torch.device("cpu")
+        for i, t in enumerate(tensors):
+            if t.device != device:
+                raise TileInputError(
+                    f"{self.core.what}: input '{self.core.inputs[i]}' is on {t.device}, "
+                    f"'{self.core.inputs[0]}' on {device}",
+                    self.core._span(self.core.inputs[i]),
+                    hint="move every input to one device",
+                )
+        tile_device = self.device or DEFAULT_DEVICES.get(device.type)
+        if tile_device is None:
+            raise TileInputError(
+                f"{self.core.what}: tensors on '{device.type}' have no Tile device",
+                None,
+                hint="use CPU or CUDA tensors, or pass device= to tile.torch.op",
+            )
+        in_place = device.type == "cpu" and tile_device.startswith("llvm_cpu")
+        return tile_device, device, in_place
+
+    def _np_dtype(self, t: torch.Tensor, i: int, what: str = "input") -> np.dtype:
+        dt = _TO_NUMPY.get(t.dtype)
+        if dt is None:
+            name = self.core.inputs[i] if what == "input" and i < len(self.core.inputs) else str(i)
+            raise TileInputError(
+                f"{self.core.what}: {what} '{name}' is a {t.dtype} tensor, which Tile does not have",
+                None,
+                hint="pass bool, integer, float16, bfloat16, float32 or float64 tensors",
+            )
+        return dt
+
+    def _arrays(self, tensors, where, what: str = "input") -> tuple[list[np.ndarray], tuple, list[str]]:
+        """numpy arrays of ``tensors``: views of their memory on the host (a copy only for a
+        non-contiguous one), host copies of device tensors; the key; what was copied."""
+        arrays, note = [], []
+        copied = 0
+        for i, t in enumerate(tensors):
+            dt = self._np_dtype(t, i, what)
+            if t.requires_grad:
+                t = t.detach()
+            if t.device.type != "cpu":
+                t = t.cpu()
+                copied += t.nbytes
+            elif not t.is_contiguous():
+                t = t.contiguous()
+                note.append(f"{what} '{self.core.inputs[i] if what == 'input' else i}' was not "
+                            "contiguous: copied")
+            if t.dtype == torch.bfloat16:
+                arrays.append(t.view(torch.int16).numpy().view(dt))
+            else:
+                arrays.append(t.numpy())
+        if copied:
+            note.append(f"{copied} bytes copied to the host")
+        key = tuple((a.shape, a.dtype) for a in arrays)
+        return arrays, key, note
+
+    def _tensors(self, arrays, where, note: list[str]) -> list[torch.Tensor]:
+        tile_device, device, in_place = where
+        result = []
+        copied = 0
+        for a in arrays:
+            if a.dtype == _TO_NUMPY.get(torch.bfloat16):
+                t = torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+            else:
+                t = torch.from_numpy(a if a.flags.writeable else a.copy())
+            if device.type != "cpu":
+                t = t.to(device)
+                copied += t.nbytes
+            result.append(t)
+        if os.environ.get("TILE_DEBUG", "0") >= "1":
+            if in_place:
+                path = "zero-copy (inputs read in place, outputs written into the returned tensors' memory)"
+            elif device.type == "cpu":
+                path = f"host copies into and out of {tile_device}'s buffers"
+            else:
+                path = f"host copies ({device.type} -> host -> {tile_device} -> host -> {device.type})"
+            if copied:
+                note = [*note, f"{copied} bytes copied back to {device}"]
+            extra = f"; {'; '.join(note)}" if note else ""
+            print(f"tile.torch: {self.name} on {tile_device}: {path}{extra}", file=sys.stderr)
+        return result
