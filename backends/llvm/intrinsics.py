@@ -28,7 +28,7 @@ from stripe.specials import check_intrinsic
 from tile.dtypes import DType, promote
 
 _CMP = {"cmp_eq": "==", "cmp_ne": "!=", "cmp_lt": "<", "cmp_gt": ">", "cmp_le": "<=", "cmp_ge": ">="}
-_CASTS = ("as_float", "as_int", "as_uint", "as_bool", "ident", "assign")
+_CASTS = ("as_float", "as_bfloat", "as_int", "as_uint", "as_bool", "ident", "assign")
 # the C library functions, by builtin (float32 and float16 use the ``f`` suffixed one)
 _LIBM = {
     "exp": "exp",
@@ -143,7 +143,7 @@ def binary(em: Emitter, op: str, x: ir.Value, y: ir.Value, dt: DType) -> ir.Valu
     if dt.is_float:
         fn = {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[op]
         out = fn(x, y)
-        return em.round_half(out) if dt is DType.FLOAT16 else out
+        return em.narrow(out, dt)
     if op != "div":
         return {"add": b.add, "sub": b.sub, "mul": b.mul}[op](x, y)
     zero = em.zero(dt)
@@ -172,7 +172,7 @@ def remainder(em: Emitter, x: ir.Value, y: ir.Value, dt: DType) -> ir.Value:
     b = em.builder
     if dt.is_float:
         out = b.frem(x, y)
-        return em.round_half(out) if dt is DType.FLOAT16 else out
+        return em.narrow(out, dt)
     zero = em.zero(dt)
     # x mod 0 is 0, and x mod -1 is 0 (INT_MIN srem -1 would trap): both divide by 1 instead
     trivial = b.icmp_unsigned("==", y, zero)
@@ -186,10 +186,8 @@ def float_fn(em: Emitter, name: str, xs: list[ir.Value], dt: DType) -> ir.Value:
     """A float builtin on registers of float ``dt`` (float16: computed in float, rounded once)."""
     b = em.builder
     x = xs[0]
-    half = dt is DType.FLOAT16
-
     def done(v: ir.Value) -> ir.Value:
-        return em.round_half(v) if half else v
+        return em.narrow(v, dt)
 
     if name in _LLVM_UNARY:
         return done(em.unary_intrinsic(_LLVM_UNARY[name], x))

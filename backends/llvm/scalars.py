@@ -5,15 +5,17 @@ Representation (the backend's one convention, used by every other module):
 * **registers**: ``bool`` is ``i1``; integers are ``iN`` (signedness lives in the dtype, not the
   type); ``float32``/``float64`` are ``float``/``double``; ``float16`` is a ``float`` that always
   holds a value exactly representable in half precision (every float16 operation computes in
-  ``float`` and rounds back, which is what numpy does, and never needs LLVM's ``half`` arithmetic).
+  ``float`` and rounds back, which is what numpy does, and never needs LLVM's ``half`` arithmetic);
+  ``bfloat16`` likewise (a ``float`` whose low 16 bits are zero).
 * **memory**: ``bool`` is one byte (0 or 1, as numpy stores it); ``float16`` is its IEEE bits in an
-  ``i16``; the others as in registers.
+  ``i16``, ``bfloat16`` the high 16 bits of the float (``ml_dtypes.bfloat16``); the others as in
+  registers.
 
 Conversions follow ``ref_interp.numerics`` exactly: to bool is ``x != 0`` (nan is true); float to
 integer truncates toward zero and wraps modulo 2**bits, nan and ±inf giving 0 (through an exact
 reduction modulo 2**64, see ``_ftoi64``); integers wrap; every rounding to float16 is a single
 correct rounding (double -> float16 goes through float rounded to odd, which makes the second
-rounding exact).
+rounding exact); rounding to bfloat16 is integer code: nearest even, nan kept a (quiet) nan.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 from llvmlite import ir
 
 from tile.dtypes import DType
+from tile.precision import to_bfloat16
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
@@ -42,7 +45,7 @@ def reg_type(dt: DType) -> ir.Type:
 def mem_type(dt: DType) -> ir.Type:
     if dt is DType.BOOL:
         return I8
-    if dt is DType.FLOAT16:
+    if dt.is_narrow_float:
         return I16
     return reg_type(dt)
 
@@ -128,6 +131,8 @@ class Emitter:
             return b.icmp_unsigned("!=", raw, ir.Constant(I8, 0))
         if dt is DType.FLOAT16:
             return self.h2f(raw)
+        if dt is DType.BFLOAT16:
+            return self.bf2f(raw)
         return raw
 
     def store(self, value: ir.Value, ptr: ir.Value, index: ir.Value, dt: DType) -> None:
@@ -136,6 +141,8 @@ class Emitter:
             value = b.zext(value, I8)
         elif dt is DType.FLOAT16:
             value = self.f2h(value)
+        elif dt is DType.BFLOAT16:
+            value = self.f2bf(value)
         b.store(value, b.gep(ptr, [index], inbounds=True, source_etype=mem_type(dt)))
 
     # ---------------------------------------------------------------------- constants
@@ -143,6 +150,8 @@ class Emitter:
         """``value`` (int, float, bool) converted to ``dt`` as a register constant."""
         if dt is DType.BOOL:
             return ir.Constant(I1, int(bool(value)))
+        if dt is DType.BFLOAT16:
+            return ir.Constant(F32, float(to_bfloat16(np.asarray(float(value)))))  # rounded once
         if dt.is_float:
             v = float(np.asarray(value, dtype=dt.numpy))  # rounds like numpy (float16 included)
             return ir.Constant(reg_type(dt), v)
@@ -168,6 +177,35 @@ class Emitter:
         """A float rounded to the nearest float16 value (kept in a float register)."""
         return self.h2f(self.f2h(x))
 
+    # ------------------------------------------------------------------- bfloat16
+    def f2bf(self, x: ir.Value) -> ir.Value:
+        """float -> bfloat16 bits: round to nearest even; a nan stays a (quiet) nan."""
+        b = self.builder
+        c32 = lambda n: ir.Constant(I32, n)  # noqa: E731
+        bits = b.bitcast(x, I32)
+        odd = b.and_(b.lshr(bits, c32(16)), c32(1))
+        rounded = b.lshr(b.add(bits, b.add(c32(0x7FFF), odd)), c32(16))
+        quiet = b.or_(b.lshr(bits, c32(16)), c32(0x40))
+        out = b.select(b.fcmp_unordered("uno", x, x), quiet, rounded)
+        return b.trunc(out, I16)
+
+    def bf2f(self, h: ir.Value) -> ir.Value:
+        """bfloat16 bits -> float (exact: the high half of the float's bits)."""
+        b = self.builder
+        return b.bitcast(b.shl(b.zext(h, I32), ir.Constant(I32, 16)), F32)
+
+    def round_bfloat(self, x: ir.Value) -> ir.Value:
+        """A float rounded to the nearest bfloat16 value (kept in a float register)."""
+        return self.bf2f(self.f2bf(x))
+
+    def narrow(self, x: ir.Value, dt: DType) -> ir.Value:
+        """A float register rounded to ``dt`` when that is float16 or bfloat16, else ``x``."""
+        if dt is DType.FLOAT16:
+            return self.round_half(x)
+        if dt is DType.BFLOAT16:
+            return self.round_bfloat(x)
+        return x
+
     def round_to_odd_f32(self, d: ir.Value) -> ir.Value:
         """double -> float, truncating and setting the last bit when inexact (round to odd)."""
         b = self.builder
@@ -191,20 +229,24 @@ class Emitter:
                 return b.fcmp_unordered("!=", v, self.zero(src))
             return b.icmp_unsigned("!=", v, self.zero(src))
         if dst.is_float:
+            if dst is DType.BFLOAT16 and not src.is_float and src.bits > 16:
+                # int32 to float would round once and bfloat16 again: exact double, then odd
+                d = b.sitofp(v, F64) if src.is_signed else b.uitofp(v, F64)
+                return self.round_bfloat(self.round_to_odd_f32(d))
             if not src.is_float:
                 wide = F64 if dst is DType.FLOAT64 else F32
                 signed = src.is_signed and src is not DType.BOOL
                 out = b.sitofp(v, wide) if signed else b.uitofp(v, wide)
                 # |int| < 65520 converts exactly to float, larger ones stay >= 65520 (-> inf)
-                return self.round_half(out) if dst is DType.FLOAT16 else out
+                return self.narrow(out, dst)  # bfloat16: 16-bit integers are exact in float
             if dst is DType.FLOAT64:
                 return b.fpext(v, F64)
             if src is DType.FLOAT64:
                 if dst is DType.FLOAT32:
                     return b.fptrunc(v, F32)
-                return self.round_half(self.round_to_odd_f32(v))
-            # float16 <-> float32 (both float registers)
-            return v if dst is DType.FLOAT32 else self.round_half(v)
+                return self.narrow(self.round_to_odd_f32(v), dst)
+            # float16 / bfloat16 / float32 to each other (all float registers, one rounding)
+            return self.narrow(v, dst)
         to = reg_type(dst)
         if src is DType.BOOL:
             return b.zext(v, to)

@@ -105,7 +105,7 @@ def _softmax(em: Emitter, sp: Checked[View]) -> None:
     if rows == 0 or cols == 0:
         return
     dt = o.dtype
-    acc_dt = DType.FLOAT32 if dt is DType.FLOAT16 else dt
+    acc_dt = DType.FLOAT32 if dt.is_narrow_float else dt
     b = em.builder
     m_slot = em.alloca(reg_type(dt))
     s_slot = em.alloca(reg_type(acc_dt))
