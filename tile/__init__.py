@@ -41,7 +41,15 @@ _LAZY = {
 }
 
 
+# submodules loaded at first use: the framework bridges import torch / jax (never on `import tile`)
+_LAZY_MODULES = ("torch", "jax")
+
+
 def __getattr__(name: str):
+    if name in _LAZY_MODULES:
+        import importlib
+
+        return importlib.import_module(f"tile.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tile' has no attribute '{name}'")
