@@ -6,6 +6,9 @@
 * ``tile_rh`` / ``tile_rhd``: float / double rounded once to the nearest float16 value.
 * plain C only: ``tile_bits_f``/``tile_bits_d`` (IEEE bits), ``tile_h2f``/``tile_f2h`` (half bits
   <-> float in integer arithmetic, round to nearest even).
+* ``tile_bf2f`` / ``tile_f2bf``: bfloat16 bits <-> float by bit shifts (round to nearest even, a nan
+  stays a quiet nan); ``tile_rbf`` / ``tile_rbfd``: float / double rounded once to bfloat16 (the
+  double through float rounded to odd).
 
 A target may replace any of them with ``helper_text`` (OpenCL has ``vload_half``/``vstore_half_rte``).
 """
@@ -17,6 +20,7 @@ from tile.dtypes import DType
 
 # definition order: a helper only calls those before it
 ORDER = ("tile_bits_f", "tile_bits_d", "tile_h2f", "tile_f2h", "tile_rh", "tile_rhd", "tile_f2l", "tile_d2l")
+ORDER += ("tile_f_of_bits", "tile_bf2f", "tile_f2bf", "tile_rbf", "tile_rbfd")
 
 
 def _ftol(t: CTarget, double: bool) -> str:
@@ -54,6 +58,8 @@ def _c_helper(t: CTarget, name: str) -> str:
     q = t.function_qualifier
     if name == "tile_bits_f":
         return f"{q}uint32_t tile_bits_f(float x) {{ uint32_t b; memcpy(&b, &x, 4); return b; }}"
+    if name == "tile_f_of_bits":
+        return f"{q}float tile_f_of_bits(uint32_t b) {{ float x; memcpy(&x, &b, 4); return x; }}"
     if name == "tile_bits_d":
         return f"{q}uint64_t tile_bits_d(double x) {{ uint64_t b; memcpy(&b, &x, 8); return b; }}"
     if name == "tile_h2f":
@@ -92,7 +98,49 @@ def _c_helper(t: CTarget, name: str) -> str:
     }}
     return tile_h2f(tile_f2h(f));
 }}"""
+    if name in BFLOAT_HELPERS:
+        return bfloat_helper(t, name)
     raise KeyError(name)
+
+
+BFLOAT_HELPERS = ("tile_bf2f", "tile_f2bf", "tile_rbf", "tile_rbfd")
+
+
+def bfloat_helper(t: CTarget, name: str) -> str:
+    """The bfloat16 helpers in the target's spelling of types and bit casts (``t.bits``,
+    ``t.from_bits``): plain integer code, the same in C and OpenCL."""
+    q, u16, u32 = t.function_qualifier, t.TYPES[DType.UINT16], t.TYPES[DType.UINT32]
+    if name == "tile_bf2f":
+        return f"{q}float tile_bf2f({u16} h) {{ return {t.float_of_bits(f'(({u32})h << 16)')}; }}"
+    if name == "tile_f2bf":
+        return "\n".join(
+            [
+                f"{q}{u16} tile_f2bf(float f)",
+                "{",
+                f"    {u32} x = {t.bits('f', DType.FLOAT32)};",
+                f"    if ((x & 0x7fffffffu) > 0x7f800000u) return ({u16})((x >> 16) | 0x40u);",
+                f"    return ({u16})((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);",
+                "}",
+            ]
+        )
+    if name == "tile_rbf":
+        return f"{q}float tile_rbf(float x) {{ return tile_bf2f(tile_f2bf(x)); }}"
+    # double -> float rounded to odd (truncate, set the last bit when inexact), then to bfloat16
+    return "\n".join(
+        [
+            f"{q}float tile_rbfd(double d)",
+            "{",
+            "    float f = (float)d;",
+            "    if ((double)f != d && d == d) {",
+            f"        {u32} b = {t.bits('f', DType.FLOAT32)};",
+            "        if (fabs((double)f) > fabs(d)) b -= 1;",
+            "        b |= 1u;",
+            f"        f = {t.float_of_bits('b')};",
+            "    }",
+            "    return tile_bf2f(tile_f2bf(f));",
+            "}",
+        ]
+    )
 
 
 def helper_source(t: CTarget) -> list[str]:
@@ -108,4 +156,6 @@ def helper_source(t: CTarget) -> list[str]:
                 t.helpers.add("tile_bits_f")
             if name in ("tile_rh", "tile_rhd") and t.helper_text(name) is None:
                 t.helpers |= {"tile_h2f", "tile_f2h"}
+            if name in ("tile_rbf", "tile_rbfd"):
+                t.helpers |= {"tile_bf2f", "tile_f2bf"}
     return [texts[n] for n in ORDER if n in texts]

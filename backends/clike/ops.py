@@ -108,14 +108,17 @@ def _wrapping(t: CTarget, x: str, op: str, y: str, dt: DType) -> str:
     return t.cast(dt, f"(({u}){x} {op} ({u}){y})")
 
 
+_FLOAT_REGS = (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16)  # held in a float register
+
+
 def compare(t: CTarget, op: str, a: Value, b: Value) -> str:
     common = promote(a.declared, b.declared)
     if common is DType.FLOAT64:
         # a float32/float16 register against a double constant: decided in float, exactly, so a
         # float literal in a comparison needs no double arithmetic
-        if b.const is not None and a.const is None and a.dtype in (DType.FLOAT32, DType.FLOAT16):
+        if b.const is not None and a.const is None and a.dtype in _FLOAT_REGS:
             return _float_vs_const(t, op, a.expr, float(b.const))
-        if a.const is not None and b.const is None and b.dtype in (DType.FLOAT32, DType.FLOAT16):
+        if a.const is not None and b.const is None and b.dtype in _FLOAT_REGS:
             return _float_vs_const(t, _MIRROR[op], b.expr, float(a.const))
     return f"({t.to(a, common)} {op} {t.to(b, common)})"
 
@@ -158,9 +161,9 @@ def binary(t: CTarget, op: str, x: str, y: str, dt: DType) -> str:
         return f"({keep} ? {x} : {y})"
     sym = {"add": "+", "sub": "-", "mul": "*", "div": "/"}[op]
     if dt.is_float:
-        work = DType.FLOAT32 if dt is DType.FLOAT16 else dt
+        work = DType.FLOAT32 if dt.is_narrow_float else dt
         out = t.fdiv(x, y, work) if op == "div" else f"({x} {sym} {y})"
-        return t.round_half(out) if dt is DType.FLOAT16 else out
+        return t.narrow(out, dt)
     if op != "div":
         return _wrapping(t, x, sym, y, dt)
     zero = t.literal(0, dt)
@@ -174,9 +177,9 @@ def remainder(t: CTarget, x: str, y: str, dt: DType) -> str:
     """``mod`` of two register expressions of ``dt`` (variables or literals): the remainder of
     truncating division, with the sign of ``x``."""
     if dt.is_float:
-        work = DType.FLOAT32 if dt is DType.FLOAT16 else dt
+        work = DType.FLOAT32 if dt.is_narrow_float else dt
         out = t.math("fmod", work, [x, y])
-        return t.round_half(out) if dt is DType.FLOAT16 else out
+        return t.narrow(out, dt)
     zero = t.literal(0, dt)
     # x mod 0 is 0, and x mod -1 is 0 (INT_MIN % -1 would trap)
     trivial = f"{y} == {zero}" + (f" || {y} == {t.literal(-1, dt)}" if dt.is_signed else "")
@@ -184,14 +187,13 @@ def remainder(t: CTarget, x: str, y: str, dt: DType) -> str:
 
 
 def float_fn(t: CTarget, tmp: Tmp, name: str, xs: list[str], dt: DType) -> str:
-    """A float builtin on register expressions of float ``dt`` (float16: computed in float, rounded
-    once per step)."""
-    half = dt is DType.FLOAT16
-    work = DType.FLOAT32 if half else dt
+    """A float builtin on register expressions of float ``dt`` (float16, bfloat16: computed in
+    float, rounded once per step)."""
+    work = DType.FLOAT32 if dt.is_narrow_float else dt
     x = xs[0]
 
     def done(e: str) -> str:
-        return t.round_half(e) if half else e
+        return t.narrow(e, dt)
 
     def fn(f: str, args: list[str]) -> str:
         fast = t.native(f, work, args) if t.fast_math and work is DType.FLOAT32 else None

@@ -166,7 +166,7 @@ def _softmax(em: CodeWriter, lp: _Loops, sp: Checked[View]) -> None:
         return
     t = em.t
     dt = o.dtype
-    acc = DType.FLOAT32 if dt is DType.FLOAT16 else dt
+    acc = DType.FLOAT32 if dt.is_narrow_float else dt
 
     def per_row(row: str) -> None:
         def elem(col: str) -> str:

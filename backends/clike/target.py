@@ -8,16 +8,20 @@ Representation (the one convention every other module of ``clike`` relies on):
 * **registers**: ``bool`` is ``bool`` (0 or 1), integers their C type, ``float32``/``float64``
   ``float``/``double``; ``float16`` is a ``float`` that always holds a value exactly representable in
   half precision: every float16 operation computes in float and rounds once (numpy's behaviour;
-  the double rounding is harmless since 24 >= 2 * 11 + 2 bits).
-* **memory**: ``bool`` one byte 0/1, ``float16`` IEEE half bits, the others as in registers.
+  the double rounding is harmless since 24 >= 2 * 11 + 2 bits); ``bfloat16`` likewise (a float
+  whose low 16 bits are zero).
+* **memory**: ``bool`` one byte 0/1, ``float16`` IEEE half bits, ``bfloat16`` the float's high 16
+  bits (``tile_f2bf``: bit shifts, round to nearest even, nan kept nan), the others as in registers.
 * **signed arithmetic** is done in the unsigned type of the same width, so overflow wraps instead of
   being undefined; conversions between integer types wrap (two's complement, as every C compiler).
 
 Conversions follow ``ref_interp.numerics``: to bool is ``x != 0`` (nan is true); float to integer
 truncates toward zero and wraps modulo 2**bits, nan and ±inf giving 0 (``tile_f2l``/``tile_d2l``);
-rounding to float16 is one correct rounding. A ``Constant`` stays a compile-time value: each use
-converts it in Python (``const_convert``) and emits a literal of the type it is used in, so a
-float literal needs no ``double`` arithmetic on the device unless an operation really is float64.
+rounding to float16 or bfloat16 is one correct rounding (a double or a 32/64-bit integer reaches
+bfloat16 through float rounded to odd, so it needs float64 on the device). A ``Constant`` stays a
+compile-time value: each use converts it in Python (``const_convert``) and emits a literal of the
+type it is used in, so a float literal needs no ``double`` arithmetic on the device unless an
+operation really is float64.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tile.dtypes import DType
+from tile.precision import to_bfloat16
 
 _C_TYPES = {
     DType.BOOL: "bool",
@@ -40,6 +45,7 @@ _C_TYPES = {
     DType.UINT32: "uint32_t",
     DType.UINT64: "uint64_t",
     DType.FLOAT16: "float",
+    DType.BFLOAT16: "float",
     DType.FLOAT32: "float",
     DType.FLOAT64: "double",
 }
@@ -73,6 +79,8 @@ def const_convert(value, src: DType, dst: DType):
         return bool(value != 0)
     if dst.is_float:
         with np.errstate(all="ignore"):
+            if dst is DType.BFLOAT16:  # one rounding (ml_dtypes rounds a double twice)
+                return float(to_bfloat16(np.asarray(value, dtype=src.numpy)))
             return float(np.asarray(value, dtype=src.numpy).astype(dst.numpy))
     if src.is_float:
         f = float(value)
@@ -106,6 +114,7 @@ class CTarget:
         self.uses: dict[DType, str] = {}  # dtype -> where it was first needed
         self.where = ""  # what is being generated, for ``uses``
         self.helpers: set[str] = set()  # helper functions the code calls
+        self.matrix_units: dict = {}  # the hardware's matrix units, by name (stripe.hardware.MatrixUnit)
 
     # ---------------------------------------------------------------------- types
     def note(self, dt: DType) -> None:
@@ -124,6 +133,8 @@ class CTarget:
             return self.TYPES[DType.UINT8]
         if dt is DType.FLOAT16:
             return self.half_mem_type()
+        if dt is DType.BFLOAT16:
+            return self.TYPES[DType.UINT16]
         return self.TYPES[dt]
 
     def half_mem_type(self) -> str:
@@ -180,12 +191,17 @@ class CTarget:
                 if dst is DType.FLOAT64:
                     return self.cast(dst, x)
                 if src is DType.FLOAT64:
+                    if dst is DType.BFLOAT16:
+                        return self.round_bfloat_double(x)
                     return self.cast(dst, x) if dst is DType.FLOAT32 else self.round_half_double(x)
-                return x if dst is DType.FLOAT32 else self.round_half(x)  # float16 <-> float32
+                return self.narrow(x, dst)  # float16 / bfloat16 / float32 to each other
+            if dst is DType.BFLOAT16 and src.bits > 16:
+                # an int32 to float rounds, and bfloat16 again: exact double, then one rounding
+                return self.round_bfloat_double(self.cast(DType.FLOAT64, x))
             wide = DType.FLOAT64 if dst is DType.FLOAT64 else DType.FLOAT32
             out = self.cast(wide, x)
             # |int| < 65520 converts exactly to float, larger ones stay >= 65520 (-> inf)
-            return self.round_half(out) if dst is DType.FLOAT16 else out
+            return self.narrow(out, dst)
         if src.is_float:
             helper = "tile_d2l" if src is DType.FLOAT64 else "tile_f2l"
             self.helpers.add(helper)
@@ -203,6 +219,25 @@ class CTarget:
         self.helpers.add("tile_rhd")
         return f"tile_rhd({x})"
 
+    # -------------------------------------------------------------- bfloat16
+    def round_bfloat(self, x: str) -> str:
+        """A float expression rounded to the nearest bfloat16 value (kept in a float)."""
+        self.helpers.add("tile_rbf")
+        return f"tile_rbf({x})"
+
+    def round_bfloat_double(self, x: str) -> str:
+        """A double rounded once to the nearest bfloat16 value (as a float)."""
+        self.helpers.add("tile_rbfd")
+        return f"tile_rbfd({x})"
+
+    def narrow(self, x: str, dt: DType) -> str:
+        """A float expression rounded to ``dt`` when that is float16 or bfloat16, else ``x``."""
+        if dt is DType.FLOAT16:
+            return self.round_half(x)
+        if dt is DType.BFLOAT16:
+            return self.round_bfloat(x)
+        return x
+
     # ------------------------------------------------------------------- memory
     def load(self, ptr: str, off: str, dt: DType) -> str:
         """The register value of element ``off`` of buffer ``ptr`` holding ``dt``."""
@@ -212,6 +247,9 @@ class CTarget:
         if dt is DType.FLOAT16:
             self.helpers.add("tile_h2f")
             return f"tile_h2f({ptr}[{off}])"
+        if dt is DType.BFLOAT16:
+            self.helpers.add("tile_bf2f")
+            return f"tile_bf2f({ptr}[{off}])"
         return f"{ptr}[{off}]"
 
     def store(self, ptr: str, off: str, value: str, dt: DType) -> str:
@@ -222,6 +260,9 @@ class CTarget:
         if dt is DType.FLOAT16:
             self.helpers.add("tile_f2h")
             return f"{ptr}[{off}] = tile_f2h({value});"
+        if dt is DType.BFLOAT16:
+            self.helpers.add("tile_f2bf")
+            return f"{ptr}[{off}] = tile_f2bf({value});"
         return f"{ptr}[{off}] = {value};"
 
     # ------------------------------------------------------------------- math
@@ -257,6 +298,11 @@ class CTarget:
         helper = "tile_bits_d" if dt is DType.FLOAT64 else "tile_bits_f"
         self.helpers.add(helper)
         return f"{helper}({x})"
+
+    def float_of_bits(self, x: str) -> str:
+        """The float whose IEEE bits are the uint32 expression ``x``."""
+        self.helpers.add("tile_f_of_bits")
+        return f"tile_f_of_bits({x})"
 
     # --------------------------------------------------------------- program text
     def header(self) -> list[str]:

@@ -31,6 +31,7 @@ class OpenCLTarget(CTarget):
         DType.UINT32: "uint",
         DType.UINT64: "ulong",
         DType.FLOAT16: "float",
+        DType.BFLOAT16: "float",
         DType.FLOAT32: "float",
         DType.FLOAT64: "double",
     }
@@ -67,6 +68,9 @@ class OpenCLTarget(CTarget):
 
     def bits(self, x: str, dt: DType) -> str:
         return f"as_ulong({x})" if dt is DType.FLOAT64 else f"as_uint({x})"
+
+    def float_of_bits(self, x: str) -> str:
+        return f"as_float({x})"
 
     def helper_text(self, name: str) -> str | None:
         if name in ("tile_rh", "tile_rhd"):
