@@ -39,6 +39,7 @@ KNOWN: dict[str, str] = {
     "microkernel": "False turns the register-blocked micro-kernel off",
     "panel_split": "False splits a micro-kernel's work over rows, not B's panels",
     "cache_blocks": "False turns the micro-kernel's cache blocking off",
+    "sum_block": "points per fresh partial of a long float + reduction (default 4096; 0: one running sum)",
     "cache_bytes": "cache sizes by level name ({'L1': bytes, 'L2': bytes}) for cache blocking",
     "soft_half": "True converts float16 in software even where the CPU has F16C",
     # the OpenCL backend (backends.opencl)

@@ -33,6 +33,7 @@ from backends.llvm.intrinsics import binary, emit_intrinsic, unordered_minmax
 from backends.llvm.loops import View, for_range
 from backends.llvm.match import VectorConfig
 from backends.llvm.microkernel import emit_microkernel
+from backends.llvm.partials import Running, SumBlocks, chunked, plan_sums, sum_in_blocks
 from backends.llvm.scalars import F64, I64, PTR, VOID, Emitter, Scalar, i64, mem_type
 from backends.llvm.schedule import Schedule
 from backends.llvm.specials import emit_special
@@ -186,9 +187,15 @@ class KernelCodegen:
             with b.if_then(ok):
                 then()
 
-        def nest(depth: int, vals: dict[str, ir.Value]) -> None:
+        sums = self.sum_plan(block, order, parent_views, bounded if bounds is not None else -1)
+
+        def nest(depth: int, vals: dict[str, ir.Value], run: Running | None = None) -> None:
             if depth == len(order):
-                self.point(block, vals, parent_views)
+                self.point(block, vals, parent_views, run)
+                return
+            if sums is not None and depth == sums.start and run is None:  # one sum per element
+                out = self.view(block, block.ref(sums.out), vals, parent_views)
+                sum_in_blocks(em, out, lambda r: nest(depth, vals, r))
                 return
             k = order[depth]
             ix = idxs[k]
@@ -197,11 +204,27 @@ class KernelCodegen:
             def body(counter: ir.Value) -> None:
                 value = counter if _is_zero(starts[k]) else em.builder.add(starts[k], counter)
                 inner = {**vals, ix.name: value}
-                guarded(depth, inner, lambda: nest(depth + 1, inner))
+                guarded(depth, inner, lambda: nest(depth + 1, inner, run))
 
-            for_range(em, lo, hi, body)
+            if run is not None and depth == sums.chunked:  # type: ignore[union-attr]
+                chunked(em, lo, hi, sums.chunk, run, body)  # type: ignore[union-attr]
+            else:
+                for_range(em, lo, hi, body)
 
         guarded(-1, {}, lambda: nest(0, {}))
+
+    def sum_plan(self, block: Block, order, parent_views, after: int) -> SumBlocks | None:
+        """How a long float ``+`` reduction of ``block`` sums in blocks (``partials``), outside
+        strict mode; None: as written."""
+        if not self.vector.reassoc:
+            return None
+        dts = {}
+        for r in block.refs:
+            if parent_views is None and r.source in self.ptrs:
+                dts[r.into] = self.buf_dtypes[r.source]
+            elif parent_views is not None and r.source in parent_views:
+                dts[r.into] = parent_views[r.source].buf_dtype
+        return plan_sums(block, order, self.vector.sum_block, after, dts)
 
     def nested(self, block: Block, parent_vals: dict[str, ir.Value], views: dict[str, View]) -> None:
         starts = [
@@ -253,8 +276,14 @@ class KernelCodegen:
         return View(r.into, slot, r.shape.dtype, i64(0), dims, r.shape.dtype, r.agg_op)
 
     # ---------------------------------------------------------------------- statements
-    def point(self, block: Block, vals: dict[str, ir.Value], parent_views: dict[str, View] | None) -> None:
-        views = {r.into: self.view(block, r, vals, parent_views) for r in block.refs}
+    def point(self, block: Block, vals: dict[str, ir.Value], parent_views: dict[str, View] | None,
+              run: Running | None = None) -> None:
+        """One point of ``block``; ``run``: its sum goes into that partial (``partials``)."""
+        views = {
+            r.into: run.partial if run is not None and r.into == run.partial.name
+            else self.view(block, r, vals, parent_views)
+            for r in block.refs
+        }
         self.statements(block, vals, views)
 
     def statements(self, block: Block, vals: dict[str, ir.Value], views: dict[str, View]) -> None:

@@ -256,6 +256,7 @@ class LlvmCompiler(Compiler):
             host_vector_bytes(features) if settings.get("microkernel", True) else 0,
             fma=not settings.get("strict", False),
             reassoc=not settings.get("strict", False),
+            sum_block=int(settings.get("sum_block", 4096)),
             l1_bytes=int(caches.get("L1", 0)) if settings.get("cache_blocks", True) else 0,
             l2_bytes=int(caches.get("L2", 0)),
         )

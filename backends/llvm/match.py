@@ -35,11 +35,14 @@ class VectorConfig:
     SSE/NEON; 0 turns the micro-kernel off), whether fused multiply-add may contract ``acc + a*b``,
     and whether the plain loops' float ``+`` aggregations may be reassociated (so that LLVM
     vectorizes a sum over a contiguous reduction index; §8.3, never under ``strict``); the
-    sizes of a core's L1 and L2 data caches, which the micro-kernel's cache blocks fit."""
+    sizes of a core's L1 and L2 data caches, which the micro-kernel's cache blocks fit; with
+    ``reassoc``, how many points a long float sum adds into one fresh partial (``partials``; 0:
+    one running sum per element)."""
 
     vector_bytes: int = 0
     fma: bool = False
     reassoc: bool = False
+    sum_block: int = 4096
     l1_bytes: int = 0  # one core's data caches (0: unknown: no cache blocks, whole reductions)
     l2_bytes: int = 0
 

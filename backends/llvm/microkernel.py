@@ -49,6 +49,7 @@ from llvmlite import ir
 from backends.llvm.intrinsics import binary
 from backends.llvm.loops import View, counted_loop, for_range, smin
 from backends.llvm.match import PACK_LIMIT, Shape, VectorConfig, analyse, cache_blocks, covers, panel
+from backends.llvm.partials import microkernel_sums
 from backends.llvm.scalars import F32, F64, I32, I64, PTR, i64
 from backends.llvm.tile_epilogue import TileEpilogue
 from stripe.ir import Block, Dim, Intrinsic, Load, Store
@@ -318,7 +319,7 @@ class MicroKernel:
                         start = b.select(self.fresh, zero, start)
                 b.store(start, slots[m][n])
         self.slots = slots
-        self.red_level(0, base, None)
+        microkernel_sums(self, base)  # red_level(0, ...), a long sum in fresh chunks (partials)
         if self.epilogue is not None:  # the final tile through the epilogue, a partial one stored
             self.epilogue.finish(self, base)
             return
@@ -343,9 +344,7 @@ class MicroKernel:
         b = self.b()
         p = self.pos(ref, base)
         coefs = self.s.coefs[ref]
-        off = 0
-        if self.s.r is not None:
-            off += coefs[self.s.r] * m
+        off = coefs[self.s.r] * m if self.s.r is not None else 0
         off += coefs[self.s.v] * n * self.width
         return b.add(p, i64(off)) if off else p
 
