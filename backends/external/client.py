@@ -313,6 +313,7 @@ class ExternalDevice(ProgramDevice):
             arrays = [np.asarray(a, order="C") for a in inputs.values()]  # (0-D stays 0-D)
             specs = [spec_of(name, a) for name, a in zip(inputs, arrays)]
             wanted = [{"name": n, "dtype": d.value, "shape": list(s)} for n, (d, s) in outputs.items()]
+            self._check_bfloat16(proc.hello, program, specs, wanted)
             self._check_limits(proc.hello, specs, outputs)
             request = {"id": rid, "op": "run", "program": program, "inputs": specs, "outputs": wanted}
             deadline = time.monotonic() + self.timeout
@@ -327,6 +328,22 @@ class ExternalDevice(ProgramDevice):
             except ProtocolError as e:
                 self._fail(f"broke the protocol answering request {rid}: it {e}")
             raise AssertionError("unreachable: _fail raises")
+
+    def _check_bfloat16(self, hello: dict, program: str, specs: list[dict], wanted: list[dict]) -> None:
+        """Refuse, before sending, a bfloat16 program to a backend that did not announce bfloat16
+        (a backend written before the dtype existed would misread its bytes)."""
+        if DType.BFLOAT16.value in hello["dtypes"]:
+            return
+        uses = [a["name"] for a in specs + wanted if a["dtype"] == DType.BFLOAT16.value]
+        if uses or "as_bfloat" in program or " bf16" in program:
+            what = f"'{uses[0]}' is bfloat16" if uses else "it converts to bfloat16"
+            raise TileDeviceError(
+                f"{self.id} cannot run this program: {what}, and the backend's dtypes "
+                f"({', '.join(hello['dtypes'])}) do not include bfloat16",
+                None,
+                hint="convert with as_float(X, 32), or run it on a device with bfloat16 "
+                "(python -m tile devices)",
+            )
 
     def _check_limits(self, hello: dict, specs: list[dict], outputs: Mapping) -> None:
         limit = (hello.get("limits") or {}).get("max_bytes")
