@@ -29,6 +29,13 @@ SOFTMAX = """function (X[M, N]) -> (Y) {
   S[i, 0: M, 1] = +(E[i, j]);
   Y = E / S;
 }"""
+LAYERNORM = """function (X[M, N], G[N], Bt[N]) -> (Y) {
+  S[i, 0: M, 1] = +(X[i, j]);
+  Mu = S / N;
+  D = X - Mu;
+  V[i, 0: M, 1] = +(D[i, j] * D[i, j]);
+  Y = D / sqrt(V / N + 0.00001) * G + Bt;
+}"""
 CASES = (
     # name, source, input shape, numpy answer, torch op
     (f"sum {N * N} (1-D)", "function (X[N]) -> (S) { S[] = +(X[i]); }", (N * N,),

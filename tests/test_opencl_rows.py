@@ -16,7 +16,7 @@ import tile
 from backends import registry
 from backends.driver import compile_bound
 from backends.runner import CompiledProgram
-from bench.gpu_reductions import SOFTMAX
+from bench.gpu_reductions import LAYERNORM, SOFTMAX
 from stripe.config import TARGETS
 from stripe.plans import RowPlan
 from tests.opencl_support import DEVICE_ID, requires_opencl
@@ -82,6 +82,63 @@ def test_each_aggregation_with_a_consumer_is_exact(gpu_config, agg):
     got = tile.compile(src, DEVICE_ID, settings)({"X": x})["Y"]
     np.testing.assert_array_equal(got, ref_interp.run(src, {"X": x})["Y"])
     assert len(_row_kernels(_compiled(src, {"X": shape}, settings))) == 1
+
+
+@requires_opencl
+@pytest.mark.parametrize("shape", [(1, 2), (5, 3), (37, 300), (16, 1024), (3, 4097)])
+@pytest.mark.parametrize("config", ["gpu", "opencl_cpu"])
+def test_layernorm_rows(gpu_config, shape, config):
+    """The layernorm of issue 24 as one row program: the sum, the mean (a row value computed from
+    it, which every work-item computes for itself), the variance of the centred row, then the
+    normalisation with gain and bias along the row."""
+    rng = np.random.default_rng(6)
+    n = shape[1]
+    ins = {"X": (rng.standard_normal(shape) * 3 + 1).astype(np.float32),
+           "G": rng.standard_normal(n).astype(np.float32), "Bt": rng.standard_normal(n).astype(np.float32)}
+    settings = {"config": gpu_config if config == "gpu" else config, "cache": False}
+    got = tile.compile(LAYERNORM, DEVICE_ID, settings)(ins)["Y"]
+    want = ref_interp.run(LAYERNORM, ins)["Y"]
+    # the mean and the variance are sums of n terms (relative error <= n eps each, the variance's
+    # terms centred by the rounded mean), then a sqrt, a division, a product and a sum
+    eps = 2.0**-23
+    np.testing.assert_allclose(got, want, rtol=0, atol=8 * (n + 8) * eps * np.max(np.abs(want)))
+    if config == "gpu":
+        shapes = {k: v.shape for k, v in ins.items()}
+        assert len(_compiled(LAYERNORM, shapes, settings).infos) == 1
+        assert len(_row_kernels(_compiled(LAYERNORM, shapes, settings))) == 1
+
+
+@requires_opencl
+@pytest.mark.parametrize("form", ["inlined", "inner blocks", "untiled"])
+def test_row_values_computed_from_row_values_are_exact(gpu_config, tmp_path, form):
+    """Row values computed from others (``T`` from the sum and the max, ``U`` from ``T``), read by
+    a later reduction and by the elementwise output: integer-valued, exact in any order. As the
+    row block's own statements (``inline`` flattens one-point blocks), as one-point inner blocks
+    (without ``inline``), and without work-groups (``tiled=False``: one work-item per row). ``Z``,
+    one element per row, is stored once per row (work-item 0), not by every work-item."""
+    src = """function (X[M, N]) -> (Y, Z) {
+      S[i, 0: M, 1] = +(X[i, j]);
+      Mx[i, 0: M, 1] = >(X[i, j]);
+      T = S * 2 - Mx;
+      U = T + 1;
+      R[i, 0: M, 1] = <(X[i, j] * T[i, 0]);
+      Y = X * U + R - T;
+      Z = R * T;
+    }"""
+    x = np.random.default_rng(7).integers(-8, 9, (29, 130)).astype(np.float32)
+    config = gpu_config
+    if form == "inner blocks":
+        data = json.loads(open(gpu_config).read())
+        data["passes"] = [p for p in data["passes"] if p["pass"] != "inline"]
+        config = str(tmp_path / "no_inline.json")
+        open(config, "w").write(json.dumps(data))
+    settings = {"config": config, "cache": False, "tiled": form != "untiled"}
+    got = tile.compile(src, DEVICE_ID, settings)({"X": x})
+    want = ref_interp.run(src, {"X": x})
+    for name in ("Y", "Z"):  # Z: one element per row, a buffer the row block stores into once
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    cp = _compiled(src, {"X": x.shape}, settings)
+    assert len(cp.infos) == 1 and len(_row_kernels(cp)) == 1
 
 
 @requires_opencl

@@ -7,14 +7,15 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
-from bench.gpu_reductions import SOFTMAX
+from bench.gpu_reductions import LAYERNORM, SOFTMAX
 from stripe.config import target_config
 from stripe.ir import Block, Special
 from stripe.parser import parse_stripe
 from stripe.passes import optimize
 from stripe.passes.row_fusion import ROW_TAG
+from stripe.plans import RowPlan
 from stripe.printer import format_block
-from tests.pass_support import assert_same_meaning, kernels, lowered, programs, run_pass
+from tests.pass_support import assert_same_meaning, check_rewrite, kernels, lowered, programs, run_pass
 
 MAIN = {"reqs": ["main"]}
 ANY_ROWS = {"reqs": ["main"], "rows_per_unit": 0}
@@ -36,6 +37,150 @@ def test_a_softmax_is_one_row_program():
     assert parse_stripe(format_block(out)) == out  # the text keeps the tag and the group attribute
     x = np.random.default_rng(0).integers(-3, 4, (6, 5)).astype(np.float32)
     assert_same_meaning(program, out, {"X": x})
+
+
+MEAN_BEFORE = """
+0: #program block [] (
+    #input #user none X[0, 0] fp32(3:4, 4:1)
+    #tmp none S[0, 0] fp32(3:1, 1:1)
+    #tmp none Mu[0, 0] fp32(3:1, 1:1)
+    #output #user none Y[0, 0] fp32(3:4, 4:1)
+) {
+  0: #main block [] (
+      in X[0, 0] fp32(3:4, 4:1)
+      inout S[0, 0] fp32(3:1, 1:1)
+      inout Mu[0, 0] fp32(3:1, 1:1)
+      out Y[0, 0] fp32(3:4, 4:1)
+  ) {
+    0: #kernel block [] ( // k0_S
+        out S[0, 0]:assign fp32(3:1, 1:1)
+    ) {
+      0: S = zero()
+    }
+    1: #kernel block [i:3, j:4] ( // k1_S
+        in X[i, j] fp32(1:4, 1:1)
+        out S[i, 0]:add fp32(1:1, 1:1)
+    ) {
+      0: $X = load(X)
+      1: S = store($X)
+    }
+    2: #kernel block [i0:3, i1:1] ( // k2_Mu
+        in S[i0, i1] fp32(1:1, 1:1)
+        out Mu[i0, i1]:assign fp32(1:1, 1:1)
+    ) {
+      0: $S = load(S)
+      1: $t1 = (i32)4
+      2: $t2 = div($S, $t1):fp32
+      3: Mu = store($t2)
+    }
+    3: #kernel block [i0:3, i1:4] ( // k3_Y
+        in X[i0, i1] fp32(1:4, 1:1)
+        in Mu[i0, 0] fp32(1:1, 1:1)
+        out Y[i0, i1]:assign fp32(1:4, 1:1)
+    ) {
+      0: $X = load(X)
+      1: $Mu = load(Mu)
+      2: $t2 = sub($X, $Mu):fp32
+      3: Y = store($t2)
+    }
+  }
+}
+"""
+MEAN_EXPECTED = """
+0: #program block [] (
+    #input #user none X[0, 0] fp32(3:4, 4:1)
+    #output #user none Y[0, 0] fp32(3:4, 4:1)
+) {
+  0: #main block [] (
+      in X[0, 0] fp32(3:4, 4:1)
+      out Y[0, 0] fp32(3:4, 4:1)
+  ) {
+    0: #kernel #row_program #group=4 block [i:3] ( // k1_S_rows
+        plan row(rows: [i], values: [S_row, Mu_row], group: 4)
+        in X[i, 0] fp32(1:4, 4:1)
+        out Y[i, 0]:assign fp32(1:4, 4:1)
+        none S_row[0, 0]:assign fp32(1:1, 1:1)
+        none Mu_row[0, 0]:assign fp32(1:1, 1:1)
+    ) {
+      0: S_row = zero()
+      1: block [j:4] ( // k1_S
+          in X[0, j] fp32(1:4, 1:1)
+          out S = S_row[0, 0]:add fp32(1:1, 1:1)
+      ) {
+        0: $X = load(X)
+        1: S = store($X)
+      }
+      2: block [i1:1] ( // k2_Mu
+          in S = S_row[0, 0] fp32(1:1, 1:1)
+          out Mu = Mu_row[0, 0]:assign fp32(1:1, 1:1)
+      ) {
+        0: $S = load(S)
+        1: $t1 = (i32)4
+        2: $t2 = div($S, $t1):fp32
+        3: Mu = store($t2)
+      }
+      3: block [i1:4] ( // k3_Y
+          in X[0, i1] fp32(1:4, 1:1)
+          in Mu = Mu_row[0, 0] fp32(1:1, 1:1)
+          out Y[0, i1]:assign fp32(1:4, 1:1)
+      ) {
+        0: $X = load(X)
+        1: $Mu = load(Mu)
+        2: $t2 = sub($X, $Mu):fp32
+        3: Y = store($t2)
+      }
+    }
+  }
+}
+"""
+
+
+def test_a_row_value_computed_from_another_becomes_a_local():
+    """``Mu = S / 4`` has one point per row (its ``i1`` has range 1) and writes a temporary: it is
+    a row value like the sum, a one-point inner block assigning a local, which the division
+    across the row reads (before, ``Mu`` was a buffer the group could not read back)."""
+    out = check_rewrite("row_fusion", ANY_ROWS, MEAN_BEFORE, MEAN_EXPECTED, "opencl_gpu")
+    assert_same_meaning(parse_stripe(MEAN_BEFORE), out)
+
+
+def test_a_layernorm_is_one_row_program():
+    """Sum, mean, variance of the centred row, and the normalisation with gain and bias read along
+    the row: one row program with three row values (was four kernels: the sum's fill, the sum,
+    the mean, then a row program for the variance and the normalisation)."""
+    program = run_pass("recompute", MAIN, lowered(LAYERNORM, {"X": (6, 8), "G": (8,), "Bt": (8,)}))
+    out = run_pass("row_fusion", ANY_ROWS, program)
+    (k,) = kernels(out)
+    assert isinstance(k.plan, RowPlan) and len(k.plan.values) == 3
+    assert {r.into for r in out.refs} == {"X", "G", "Bt", "Y"}
+    rng = np.random.default_rng(0)
+    inputs = {"X": rng.standard_normal((6, 8)).astype(np.float32),
+              "G": rng.standard_normal(8).astype(np.float32), "Bt": rng.standard_normal(8).astype(np.float32)}
+    assert_same_meaning(program, out, inputs)  # the interpreter runs each row in the same order
+
+
+def test_the_layernorm_of_the_goals_is_one_kernel_on_the_gpu():
+    """8192 x 1024 on ``opencl_gpu`` (issue 24's case): one kernel, planned, its rows the 8192
+    rows; in strict mode (no reordering passes) six kernels."""
+    program = lowered(LAYERNORM, {"X": (8192, 1024), "G": (1024,), "Bt": (1024,)})
+    config = target_config("opencl_gpu")
+    (k,) = kernels(optimize(program, config))
+    assert isinstance(k.plan, RowPlan) and [ix.range for ix in k.idxs] == [8192]
+    assert len(kernels(optimize(program, config, strict=True))) == 6
+
+
+def test_what_a_computed_row_value_leaves_alone():
+    cases = [
+        # the mean is an output: it is written anyway, and the normalisation cannot read it back
+        "function (X[M, N]) -> (Y, Mu) { S[i, 0: M, 1] = +(X[i, j]); Mu = S / N; Y = X - Mu; }",
+        # the mean is read outside the group too (by a contraction over the rows)
+        "function (X[M, N]) -> (Y, Z) { S[i, 0: M, 1] = +(X[i, j]); Mu = S / N; Y = X - Mu; "
+        "Z[j: N] = +(X[i, j] * Mu[i, 0]); }",
+    ]
+    for src in cases:
+        program = run_pass("recompute", MAIN, lowered(src, {"X": (6, 6)}))
+        out = run_pass("row_fusion", ANY_ROWS, program)
+        assert all("Mu_row" not in k.plan.values for k in rows(out)), src
+        assert_same_meaning(program, out)
 
 
 def test_other_row_shapes():

@@ -351,56 +351,62 @@ class KernelEmitter(CodeWriter):
 
     # -------------------------------------------------------------- statements
     def point(self, block: Block, vals: dict[str, str], parents: dict[str, View] | None) -> None:
-        t = self.t
         hoisted = self.accs if parents is None else {}
         views = {r.into: self.view(block, r, vals, parents) for r in block.refs if r.into not in hoisted}
 
         scope: Scope[View, Value] = Scope(block, views)
-        get, put, ref = scope.get, scope.put, scope.ref
-
         for stmt in block.stmts:
-            if isinstance(stmt, Load):
-                v = ref(stmt.from_, stmt)
-                var = self.declare(v.dtype, v.read(t, v.base), f"s_{stmt.into[1:]}")
-                put(stmt.into, Value(var, v.dtype, v.dtype))
-            elif isinstance(stmt, Store):
-                if stmt.into in hoisted:
-                    self.store(block, hoisted[stmt.into][0], get(stmt.from_), hoisted[stmt.into][1])
-                else:
-                    self.store(block, ref(stmt.into, stmt), get(stmt.from_))
-            elif isinstance(stmt, LoadIndex):
-                expr = self.affine(stmt.affine, vals, block, f"load_index into '{stmt.into}'")
-                put(
-                    stmt.into,
-                    Value(self.declare(DType.INT64, expr, f"s_{stmt.into[1:]}"), DType.INT64, DType.INT64),
-                )
-            elif isinstance(stmt, Constant):
-                if stmt.dtype.is_float:
-                    put(stmt.into, Value("<const>", DType.FLOAT64, stmt.dtype, float(stmt.value)))
-                else:
-                    value = (
-                        bool(stmt.value) if stmt.dtype is DType.BOOL else wrap(int(stmt.value), stmt.dtype)
-                    )
-                    put(stmt.into, Value("<const>", stmt.dtype, stmt.dtype, value))
-            elif isinstance(stmt, Intrinsic):
-                if len(stmt.outputs) != 1:
-                    raise block_error(block, f"intrinsic '{stmt.name}' must have one output", "one scalar")
-                args = [get(x) for x in stmt.inputs]
-                expr = intrinsic(t, self.tmp, stmt.name, args, stmt.dtype, where(block))
-                var = self.declare(stmt.dtype, expr, f"s_{stmt.outputs[0][1:]}")
-                if (
-                    stmt.name == "mul"
-                    and stmt.dtype is DType.FLOAT32
-                    and all(a.dtype is stmt.dtype for a in args)
-                ):
-                    self.products[var] = (args[0].expr, args[1].expr, stmt.dtype)
-                put(stmt.outputs[0], Value(var, stmt.dtype, stmt.dtype))
-            elif isinstance(stmt, Special):
-                emit_special(self, stmt, views, where(block), parallel=False)
-            elif isinstance(stmt, Block):
-                self.nested(stmt, vals, views)
+            self.statement(block, stmt, scope, vals, hoisted)
+
+    def statement(
+        self, block: Block, stmt, scope: Scope[View, Value], vals: dict[str, str], hoisted: dict | None = None
+    ) -> None:
+        """One statement of ``block`` at the point ``vals``, its views and earlier scalars in
+        ``scope`` (``rowkernel`` runs a row block's own statements through this)."""
+        t, views, hoisted = self.t, scope.views, hoisted or {}
+        get, put, ref = scope.get, scope.put, scope.ref
+        if isinstance(stmt, Load):
+            v = ref(stmt.from_, stmt)
+            var = self.declare(v.dtype, v.read(t, v.base), f"s_{stmt.into[1:]}")
+            put(stmt.into, Value(var, v.dtype, v.dtype))
+        elif isinstance(stmt, Store):
+            if stmt.into in hoisted:
+                self.store(block, hoisted[stmt.into][0], get(stmt.from_), hoisted[stmt.into][1])
             else:
-                raise block_error(block, f"unknown statement {stmt!r}", "see stripe.ir.Statement")
+                self.store(block, ref(stmt.into, stmt), get(stmt.from_))
+        elif isinstance(stmt, LoadIndex):
+            expr = self.affine(stmt.affine, vals, block, f"load_index into '{stmt.into}'")
+            put(
+                stmt.into,
+                Value(self.declare(DType.INT64, expr, f"s_{stmt.into[1:]}"), DType.INT64, DType.INT64),
+            )
+        elif isinstance(stmt, Constant):
+            if stmt.dtype.is_float:
+                put(stmt.into, Value("<const>", DType.FLOAT64, stmt.dtype, float(stmt.value)))
+            else:
+                value = (
+                    bool(stmt.value) if stmt.dtype is DType.BOOL else wrap(int(stmt.value), stmt.dtype)
+                )
+                put(stmt.into, Value("<const>", stmt.dtype, stmt.dtype, value))
+        elif isinstance(stmt, Intrinsic):
+            if len(stmt.outputs) != 1:
+                raise block_error(block, f"intrinsic '{stmt.name}' must have one output", "one scalar")
+            args = [get(x) for x in stmt.inputs]
+            expr = intrinsic(t, self.tmp, stmt.name, args, stmt.dtype, where(block))
+            var = self.declare(stmt.dtype, expr, f"s_{stmt.outputs[0][1:]}")
+            if (
+                stmt.name == "mul"
+                and stmt.dtype is DType.FLOAT32
+                and all(a.dtype is stmt.dtype for a in args)
+            ):
+                self.products[var] = (args[0].expr, args[1].expr, stmt.dtype)
+            put(stmt.outputs[0], Value(var, stmt.dtype, stmt.dtype))
+        elif isinstance(stmt, Special):
+            emit_special(self, stmt, views, where(block), parallel=False)
+        elif isinstance(stmt, Block):
+            self.nested(stmt, vals, views)
+        else:
+            raise block_error(block, f"unknown statement {stmt!r}", "see stripe.ir.Statement")
 
     def store(self, block: Block, v: View, s: Value, acc: str | None = None) -> None:
         """Store ``s`` through ``v``'s agg_op, into memory or into the register ``acc``."""

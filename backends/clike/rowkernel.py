@@ -8,10 +8,13 @@ most the longest inner block's points; H100, softmax of
 ``w, w + W, ...`` of each inner block (adjacent work-items, adjacent points). An inner block
 aggregating into a per-row local starts a private partial at the aggregation's identity, the
 ``W`` partials meet in a tree in ``__local`` memory, and every work-item aggregates the tree's
-result into its own copy of the local (so all hold the row's value for the blocks after). Other
-inner blocks (the elementwise ones, whose points write distinct elements) run their points in the
-same stride. The row's later passes over its inputs then find them in the caches: a softmax reads
-``X`` from DRAM once. The tree regroups each row's aggregation: the reordering ``row_fusion``
+result into its own copy of the local (so all hold the row's value for the blocks after). An
+inner block assigning a per-row local (a row value computed from earlier ones, a layernorm's
+mean) and the row block's own statements (such a block once ``inline`` flattened it) run in
+every work-item, each on its own copy; a store of the row block's own into a buffer is work-item
+0's. Other inner blocks (the elementwise ones, whose points write distinct elements) run their
+points in the same stride. The row's later passes over its inputs then find them in the caches:
+a softmax reads ``X`` from DRAM once. The tree regroups each row's aggregation: the reordering ``row_fusion``
 declares (strict mode does not run it).
 
 Taken: a block whose ``RowPlan`` says what it is (its row indexes, its row values: the
@@ -27,19 +30,26 @@ from __future__ import annotations
 from backends.clike.kernel import KernelEmitter
 from backends.clike.ops import binary
 from backends.clike.specials import emit_special
+from backends.clike.target import Value
 from backends.clike.views import View
 from stripe.ir import Block, Refinement, Special, Store, where
 from stripe.plans import RowPlan
+from stripe.scope import Scope
 from stripe.specials import identity
 from tile.dtypes import DType
 
 
-def _reduces_into(b: Block, locals_: set[str]) -> Refinement | None:
-    """The one refinement of a row value ``b`` aggregates into; None when it stores only into
-    buffers (the row plan's inner blocks are one or the other)."""
+def _into_local(b: Block, locals_: set[str]) -> Refinement | None:
+    """The one refinement of a row value ``b`` stores into (aggregating: a reduction; assigning:
+    a value computed from earlier ones); None when it stores only into buffers (the row plan's
+    inner blocks are one or the other)."""
     refs = {r.into: r for r in b.refs}
     into_locals = [refs[s.into] for s in b.stmts if isinstance(s, Store) and refs[s.into].source in locals_]
     return into_locals[0] if into_locals else None
+
+
+def _aggregates(r: Refinement | None) -> bool:
+    return r is not None and r.agg_op not in ("", "assign")
 
 
 def takes(em: KernelEmitter) -> RowPlan | None:
@@ -66,11 +76,11 @@ def emit(em: KernelEmitter) -> tuple[int, int]:
     W = min(plan.group, max(s.index_space for s in inner) if inner else 1)
     W = 1 << (max(int(W), 1).bit_length() - 1)
     locals_ = set(plan.values)
-    reductions = {id(s): _reduces_into(s, locals_) for s in inner}
+    reductions = {id(s): _into_local(s, locals_) for s in inner}
     trees: dict[int, str] = {}
     for s in inner:
         r = reductions[id(s)]
-        if r:
+        if _aggregates(r):
             dt = b.ref(r.source).shape.dtype
             trees[id(s)] = em.fresh("red")
             em.line(f"__local {t.reg(dt)} {trees[id(s)]}[{W}];")
@@ -86,12 +96,19 @@ def emit(em: KernelEmitter) -> tuple[int, int]:
             views[r.into] = View(r.into, name, dt, "0", r.shape.dims, dt, r.agg_op, True)
         else:
             views[r.into] = em.view(b, r, vals, None)
+    scope: Scope[View, Value] = Scope(b, views)
     for s in b.stmts:
         if isinstance(s, Special):
             emit_special(em, s, views, where(b), parallel=False)
             continue
+        if not isinstance(s, Block):  # the row's own statements: every work-item runs them
+            _row_statement(em, b, s, scope, vals)
+            continue
         r = reductions[id(s)]
-        if not r:
+        if r is not None and not _aggregates(r):  # a row value from earlier ones: in every work-item
+            _stride(em, s, views, 1, "0")
+            continue
+        if r is None:
             _stride(em, s, views, W)
             continue
         loc = views[r.source]
@@ -117,10 +134,21 @@ def emit(em: KernelEmitter) -> tuple[int, int]:
     return groups * W, W
 
 
-def _stride(em: KernelEmitter, s: Block, views: dict[str, View], W: int) -> None:
-    """The points of ``s`` in this work-item's stride: ``lid, lid + W, ...``."""
+def _row_statement(em: KernelEmitter, b: Block, s, scope: Scope[View, Value], vals: dict[str, str]) -> None:
+    """A statement of the row block itself (a pass inlined a one-point inner block): every
+    work-item runs it, so each holds the row values it assigns; a store into a buffer is made by
+    work-item 0 alone (an aggregation must reach the buffer once per row)."""
+    if isinstance(s, Store) and not scope.ref(s.into, s).local:
+        with em.scope("if (lid == 0)"):
+            em.statement(b, s, scope, vals)
+        return
+    em.statement(b, s, scope, vals)
+
+
+def _stride(em: KernelEmitter, s: Block, views: dict[str, View], W: int, first: str = "lid") -> None:
+    """The points of ``s`` in this work-item's stride: ``first, first + W, ...``."""
     p = em.fresh("p")
-    with em.scope(f"for (long {p} = lid; {p} < {s.index_space}; {p} += {W})"):
+    with em.scope(f"for (long {p} = {first}; {p} < {s.index_space}; {p} += {W})"):
         vals = _decode(em, p, s.idxs)
         conds = [f"{em.affine(c, vals, s, 'a constraint')} >= 0" for c in s.constraints]
         if conds:

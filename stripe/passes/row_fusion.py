@@ -20,30 +20,37 @@ A group is a run of consecutive child kernels of a block carrying ``reqs``, each
   index alone (coefficient 1, range the dim's size): its *row indexes*; the rest reduce;
 * an **elementwise** kernel: a leaf kernel with one output written through ``assign`` at an access
   giving each point its own element (each dim one index alone, coefficient 1, every index in
-  one dim), reading at least one row value.
+  one dim), reading at least one row value. One with a single point per row (its other indexes
+  of range 1) writing a ``tmp`` buffer at a row value's access computes a *row value* from
+  earlier ones (a layernorm's mean ``Mu = S / N``, read by the variance and the normalisation):
+  its output becomes a per-row local like a reduction's.
 
 Some member reading a row value runs over an index that is not a row (a softmax's division over
-``j``): otherwise each row value is read once per row, which the ordinary fusion of a contraction
-with its elementwise consumer (and ``gemm_tile`` for a matrix product with a bias) does as well.
-Every member reads the row values of earlier reductions at the writer's element (each row index
-matched to one row of the group, consistently, with the group's ranges); its row indexes cover
-all of the group's rows. A row value is used by no statement outside the group, and read by no
-member before its reduction; a buffer an elementwise member writes is named by no other member;
-what members read otherwise nobody in the group writes; ``load_index`` uses no row index. So
-rows never exchange data: running the members row by row (each row its members in order) gives
-every element the same values as running them kernel by kernel. Each member's points in a row
-run at most ``max_row``; the group runs at least ``rows_per_unit`` rows per compute unit (fewer
-rows leave a GPU idle: ``split_reduction`` then splits the long reductions instead). The block's
-attribute ``group`` suggests the work-items per row: the largest power of two at most ``group``,
-the exec units' ``threads`` (an OpenCL device's work-group size) and the longest member row.
+``j``): otherwise each row value is read once per row, which the ordinary fusion of a
+contraction with its elementwise consumer (and ``gemm_tile`` for a matrix product with a bias)
+does as well. Every member reads the row values of earlier members at the writer's element (each
+row index matched to one row of the group, consistently, with the group's ranges; a dim of size
+1 at 0 or at an index of range 1); its row indexes cover all of the group's rows. A row value is
+used by no statement outside the group, and read by no member before its writer; a buffer an
+elementwise member writes is named by no other member; what members read otherwise nobody in the
+group writes; ``load_index`` uses no row index. So rows never exchange data: running the members
+row by row (each row its members in order) gives every element the same values as running them
+kernel by kernel. Each member's points in a row run at most ``max_row``; the group runs at least
+``rows_per_unit`` rows per compute unit (fewer rows leave a GPU idle: ``split_reduction`` then
+splits the long reductions instead). The block's attribute ``group`` suggests the work-items per
+row: the largest power of two at most ``group``, the exec units' ``threads`` (an OpenCL device's
+work-group size) and the longest member row.
 
 The fused block runs over the group's rows (the first reduction's row indexes). Each row value
 becomes a local allocation of one element (a fresh one per row, as the row's ``tmp`` was
 zero), the fills become specials on it, and each kernel becomes an inner block over its other
 indexes whose refinements refine per-row views of the block (each access split into its row part,
-in the outer view, and the rest). Guarantee: the same outputs. Registered as reordering: a work-
-group tree sums a row in another order than the interpreter (``docs/semantics.md`` §8.3), so
-strict mode skips it.
+in the outer view, and the rest). A layernorm (``S = sum_j X; Mu = S / N; V = sum_j (X - Mu)^2;
+Y = (X - Mu) / sqrt(V / N + eps) * G + B``) is one row program: fill, sum, mean (a one-point
+inner block, which ``inline`` later makes the row block's own statements), fill, sum, and the
+normalisation reading ``G`` and ``B`` along the row. Guarantee: the same outputs. Registered
+as reordering: a work-group tree sums a row in another order than the interpreter
+(``docs/semantics.md`` §8.3), so strict mode skips it.
 """
 
 from __future__ import annotations
@@ -113,7 +120,7 @@ def row_fusion(program: Block, cfg: RowFusionConfig, hw: Hardware) -> Block:
 @dataclass
 class _Member:
     block: Block
-    kind: str  # "fill", "reduce" or "map"
+    kind: str  # "fill", "clear", "reduce", "value" or "map"
     rows: dict[str, int] = field(default_factory=dict)  # row index -> the group's row
 
 
@@ -217,24 +224,36 @@ def _add(g: _Group, b: Block, parent: Block, tmps: set[str], max_row: int) -> bo
         if not _plain_view(out, parent):
             return False
         kind, pattern = "map", None
+        if _points_per_row(ranges, rows) == 1 and out.source in tmps:  # one point per row: a row value
+            pattern = _reduction(g, b, out, parent, tmps, dict(rows), ranges)
+            kind = "map" if pattern is None else "value"
     else:
         return False
-    cols = 1
-    for name, n in ranges.items():
-        cols *= 1 if name in rows else n
-    if cols > max_row or any(s.affine.vars and set(s.affine.vars) & set(rows)
+    if _points_per_row(ranges, rows) > max_row or any(s.affine.vars and set(s.affine.vars) & set(rows)
                              for s in b.stmts if isinstance(s, LoadIndex)):
         return False
-    if kind == "reduce":
-        if not g.ranges:
-            g.ranges = tuple(ranges[v] for v in sorted(rows, key=rows.get))
-            g.names = tuple(sorted(rows, key=rows.get))
+    if kind == "reduce" and not g.ranges:
+        g.ranges = tuple(ranges[v] for v in sorted(rows, key=rows.get))
+        g.names = tuple(sorted(rows, key=rows.get))
+    if kind in ("reduce", "value"):
         g.values[out.source] = pattern
     else:
         g.written.add(out.source)
     g.read |= reads
     g.members.append(_Member(b, kind, rows))
     return True
+
+
+def _points_per_row(ranges: dict[str, int], rows: dict[str, int]) -> int:
+    n = 1
+    for name, k in ranges.items():
+        n *= 1 if name in rows else k
+    return n
+
+
+def _zero(a: Affine, ranges: dict[str, int]) -> bool:
+    """Whether the access ``a`` is 0 at every point: a constant 0, or indexes of range 1."""
+    return a.const == 0 and all(ranges.get(v) == 1 for v in a.vars)
 
 
 def _fill_of(b: Block, parent: Block) -> str | None:
@@ -261,7 +280,7 @@ def _rows_read(g: _Group, b: Block, ranges: dict[str, int]) -> dict[str, int] | 
             continue
         for a, row in zip(r.access, g.values[r.source], strict=True):
             if row is None:
-                if not (a.is_constant and a.const == 0):
+                if not _zero(a, ranges):
                     return None
                 continue
             names = a.vars
@@ -288,11 +307,12 @@ def _reduction(g: _Group, b: Block, out: Refinement, parent: Block, tmps: set[st
     if len(out.access) != len(whole.shape.dims):
         return None
     dims: list[str | None] = []
+    complete = bool(g.ranges) and len(rows) == len(g.ranges)  # reads fixed every row index
     for a, d in zip(out.access, whole.shape.dims, strict=True):
-        if a.is_constant:
-            if a.const != 0 or d.size != 1:
+        if a.is_constant or (complete and _zero(a, ranges) and not set(a.vars) & set(rows)):
+            if not _zero(a, ranges) or d.size != 1:
                 return None
-            dims.append(None)
+            dims.append(None)  # 0, or an index of range 1 (a row value's size-1 dim)
             continue
         names = a.vars
         if len(names) != 1 or a.coeff(names[0]) != 1 or a.const != 0 or ranges[names[0]] != d.size:
@@ -371,7 +391,7 @@ def _fuse(g: _Group, parent: Block, group: int) -> list[Block]:
                                None if name == source else source, agg, location=r.location))
     first = next(m.block for m in g.members if m.kind not in ("fill", "clear"))
     clears = [m.block for m in g.members if m.kind == "clear"]
-    longest = max(m.block.index_space // _rows(g) for m in g.members if m.kind in ("reduce", "map"))
+    longest = max(m.block.index_space // _rows(g) for m in g.members if m.kind in ("reduce", "map", "value"))
     work = 1 << (max(1, min(group, longest)).bit_length() - 1)  # a power of two: a tree's halves
     return clears + [Block(
         name=f"{first.name}_rows",
