@@ -3,7 +3,7 @@
 Forward: the reference interpreter and ``llvm_cpu.0`` (through ``tile.compile``) on the same
 inputs; exactly equal to torch where every intermediate is exact (integer-valued data, sums of
 them), else within ``k * eps * K * max(1, |want|)`` for the dtype's eps and a reduction length K.
-Gradient: ``tile.grad_values`` of the source (the interpreter, float64) against
+Gradient: ``tile.grad`` of the source for one output, run by the interpreter in float64, against
 ``torch.autograd.grad`` of the same function on the same float64 inputs and cotangents.
 """
 
@@ -17,6 +17,7 @@ import pytest
 import ref_interp
 import tile
 from backends import registry
+from tile.dtypes import DType
 
 torch = pytest.importorskip("torch", reason="the op library is checked against torch.nn.functional")
 
@@ -76,7 +77,11 @@ def check_grad(src: str, inputs: dict, fn, wrt: list[str], *, output: str = "Y",
     result = fn(*tensors.values())
     cot = uniform(tuple(result.shape), seed=seed)
     wanted = torch.autograd.grad(result, [tensors[n] for n in wrt], torch.tensor(cot), allow_unused=True)
-    got = tile.grad_values(src, arrays, wrt=wrt, cotangents={output: cot}, precision="native")
+    dtypes = {n: DType.of(v.dtype) for n, v in arrays.items()}
+    shapes = {n: tuple(v.shape) for n, v in arrays.items()}
+    program = tile.grad(src, wrt=wrt, outputs=[output], dtypes=dtypes, shapes=shapes)
+    got = ref_interp.run(program, {**arrays, f"D{output}": cot})
+    got = {n: got[f"D{n}"] for n in wrt}
     for name, want in zip(wrt, wanted):
         want = np.zeros(arrays[name].shape) if want is None else want.numpy()
         g = np.asarray(got[name], np.float64)
