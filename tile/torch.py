@@ -111,6 +111,8 @@ class TorchOp:
         self._call = self.op._opoverload  # the operator itself, past CustomOpDef's Python wrapper
 
     def __call__(self, *tensors: torch.Tensor):
+        if len(tensors) != len(self.core.inputs):
+            self.core.tile_types(tuple(((), np.float32) for _ in tensors))  # the arity error
         return self._call(*tensors)
 
     def __repr__(self) -> str:
