@@ -87,5 +87,5 @@ def check_grad(src: str, inputs: dict, fn, wrt: list[str], *, output: str = "Y",
         g = np.asarray(got[name], np.float64)
         assert g.shape == want.shape, (name, g.shape, want.shape)
         err = np.abs(g - want)
-        tol = tolerance(want, np.float64, K, k) * max(1.0, float(np.abs(cot).max()))
+        tol = tolerance(want, np.float64, K, k) * max(1.0, float(np.abs(cot).max(initial=0.0)))
         assert np.all(err <= tol), f"d{name}: max error {err.max()} (K={K})"

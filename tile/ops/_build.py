@@ -116,3 +116,8 @@ def poly(*terms: str) -> str:
     for t in parts[1:]:
         text += f" - {t[1:]}" if t.startswith("-") else f" + {t}"
     return text
+
+
+def plus(c: int) -> str:
+    """`` + c`` or `` - |c|`` to follow an expression; nothing for 0."""
+    return f" + {c}" if c > 0 else f" - {-c}" if c < 0 else ""

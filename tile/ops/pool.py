@@ -11,12 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tile.ops._build import decl, function, ints, layout_of, out, poly, positive, ref, term
-
-
-def plus(c: int) -> str:
-    """`` + c`` or `` - |c|`` after an expression; nothing for 0."""
-    return f" + {c}" if c > 0 else f" - {-c}" if c < 0 else ""
+from tile.ops._build import decl, function, ints, layout_of, out, plus, poly, positive, ref, term
 
 
 def _spatial(nd: int, last: bool, inner: Sequence[str]) -> list[str]:
