@@ -189,16 +189,19 @@ def microkernel_sums(mk, base: dict) -> None:
     code generator's ``sum_block``: each chunk into fresh accumulators, added to the tile's after."""
     cfg, s = mk.cg.vector, mk.s
     ranges = [mk.block.idxs[k].range for k in s.red]
-    if not (cfg.reassoc and cfg.sum_block > 0 and s.agg == "add" and ranges and not mk.blocking):
+    if not (cfg.reassoc and cfg.sum_block > 0 and s.agg == "add" and ranges):
         mk.red_level(0, base, None)
         return
     inner = math.prod(ranges[1:])
-    if inner * ranges[0] <= cfg.sum_block:
-        mk.red_level(0, base, None)
-        return
-    step = max(1, cfg.sum_block // inner)
     k0, em = s.red[0], mk.em
     lo, hi = mk.bounds[k0]
+    if mk.blocking:  # a cache block of K (at most a few thousand points): one fresh chunk
+        step = mk.blocking[0]
+    elif inner * ranges[0] > cfg.sum_block:
+        step = max(1, cfg.sum_block // inner)
+    else:
+        mk.red_level(0, base, None)
+        return
     saved = mk.slots
     fresh = [[em.alloca(mk.vt) for _ in row] for row in saved]
     zero = ir.Constant(mk.vt, [-0.0] * mk.width)
