@@ -2,13 +2,14 @@
 
 ``python -m bench.gpu_reductions [DEVICE] [--config NAME_OR_FILE] [--kernels] [--local-size N]``
 compiles each case from plain Tile source with the device's config (or ``--config``), checks the
-answer against numpy (small-integer inputs: sums are exact in any order; softmax within a few
-ulps), and times one call on resident tensors (``tile.tensor``, ``out=``) by the device's own
-profiling events: the sum of every kernel of the call (initialisation of partials included),
-median of 30 calls. PyTorch is timed with CUDA events around the op on resident tensors, median of
-50. Bandwidth counts the bytes a perfect kernel moves: each input read once, each output written
-once. ``--kernels`` prints each kernel's median time; ``--local-size`` sets the work-group size of
-the kernels that leave it to the backend (the ``local_size`` setting). It prints a Markdown table.
+answer against numpy (small-integer inputs: sums are exact in any order; softmax and layernorm
+within a few ulps times the row length), and times one call on resident tensors (``tile.tensor``,
+``out=``) by the device's own profiling events: the sum of every kernel of the call
+(initialisation of partials included), median of 30 calls. PyTorch is timed with CUDA events
+around the op on resident tensors, median of 50. Bandwidth counts the bytes a perfect kernel
+moves: each input read once, each output written once. ``--kernels`` prints each kernel's median
+time; ``--local-size`` sets the work-group size of the kernels that leave it to the backend (the
+``local_size`` setting). It prints a Markdown table.
 bench/test_gpu.py times whole calls; this is the kernels alone.
 """
 
@@ -61,7 +62,22 @@ CASES = (
     ("softmax rows 256x65536", SOFTMAX, (256, 65536), lambda x: _softmax(x), lambda t: t.softmax(dim=1)),
     # the longest rows a row program takes (row_fusion's max_row), at 8 rows per H100 unit
     ("softmax rows 1024x16384", SOFTMAX, (1024, 16384), lambda x: _softmax(x), lambda t: t.softmax(dim=1)),
+    # several inputs: the shapes by name, and the answers of the inputs by name (issue 24's case)
+    ("layernorm 8192x1024", LAYERNORM, {"X": (8192, 1024), "G": (1024,), "Bt": (1024,)},
+     lambda d: _layernorm(d["X"], d["G"], d["Bt"]),
+     lambda d: _torch_layernorm(d)),
 )
+
+
+def _layernorm(x: np.ndarray, g: np.ndarray, b: np.ndarray) -> np.ndarray:
+    d = x.astype(np.float64) - x.mean(axis=1, keepdims=True, dtype=np.float64)
+    return d / np.sqrt((d * d).mean(axis=1, keepdims=True) + 1e-5) * g + b
+
+
+def _torch_layernorm(d):
+    import torch.nn.functional as F
+
+    return F.layer_norm(d["X"], d["X"].shape[1:], d["G"], d["Bt"], 1e-5)
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -70,10 +86,10 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 
 def check(name: str, got: np.ndarray, want: np.ndarray) -> None:
-    if name.startswith(("softmax", "exp")):
-        # each output: an exp, a sum of n terms (relative error <= n eps), a division
+    if name.startswith(("softmax", "exp", "layernorm")):
+        # each output: an exp (a square root), sums of n terms (relative error <= n eps), a division
         n = got.shape[-1] if got.ndim else 1
-        ok = np.max(np.abs(got - want)) <= 4 * 2**-23 * n * np.max(np.abs(want))
+        ok = np.max(np.abs(got - want)) <= 8 * 2**-23 * n * np.max(np.abs(want))
     else:
         ok = np.array_equal(got, np.asarray(want, np.float32))
     assert ok, f"{name}: wrong answer"
@@ -111,25 +127,27 @@ def main() -> None:
     for name, src, shape, ref, top in CASES:
         if args.only and args.only not in name:
             continue
-        if name.startswith("softmax"):
-            x = rng.standard_normal(shape, dtype=np.float32)
+        shapes = shape if isinstance(shape, dict) else {"X": shape}
+        if name.startswith(("softmax", "layernorm")):
+            xs = {k: rng.standard_normal(v, dtype=np.float32) for k, v in shapes.items()}
         elif name.startswith("rows over"):
-            x = rng.integers(1, 9, shape).astype(np.float32)  # exact sums, no zero divisor
+            xs = {k: rng.integers(1, 9, v).astype(np.float32) for k, v in shapes.items()}  # no zero divisor
         else:
-            x = rng.integers(-8, 9, shape).astype(np.float32)
+            xs = {k: rng.integers(-8, 9, v).astype(np.float32) for k, v in shapes.items()}
         exe = tile.compile(src, device=args.device, settings=settings)
-        want = ref(x)
-        got = exe({"X": x})
+        want = ref(xs) if isinstance(shape, dict) else ref(xs["X"])
+        got = exe(xs)
         (oname,) = got
         check(name, got[oname], want)
-        xt = tile.tensor(x, device=args.device)
+        ins = {k: tile.tensor(v, device=args.device) for k, v in xs.items()}
         out = {oname: tile.tensor(np.zeros(np.shape(want), np.float32), device=args.device)}
-        secs, kernels = tile_seconds(exe, {"X": xt}, out)
-        nbytes = x.nbytes + 4 * np.size(want)
+        secs, kernels = tile_seconds(exe, ins, out)
+        nbytes = sum(v.nbytes for v in xs.values()) + 4 * np.size(want)
         theirs = None
         if torch is not None and torch.cuda.is_available():
-            t = torch.from_numpy(x).cuda()
-            theirs = torch_seconds(lambda t=t, top=top: top(t), reps=50)
+            ts = {k: torch.from_numpy(v).cuda() for k, v in xs.items()}
+            arg = ts if isinstance(shape, dict) else ts["X"]
+            theirs = torch_seconds(lambda arg=arg, top=top: top(arg), reps=50)
         rows.append((name, nbytes / secs, nbytes / theirs if theirs else None, len(kernels)))
         if args.kernels:
             for k, s in kernels:

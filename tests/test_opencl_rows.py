@@ -142,6 +142,33 @@ def test_row_values_computed_from_row_values_are_exact(gpu_config, tmp_path, for
 
 
 @requires_opencl
+def test_rows_longer_than_max_row_in_groups_of_1024(gpu_config, tmp_path):
+    """The long-rows variant measured for softmax 256 x 65536 (``max_row`` 65536, ``group`` 1024:
+    one work-group of 1024 work-items per row, 64 points each per pass), on rows of 65536 and a
+    layernorm of rows of 20000 (not a multiple of the group)."""
+    data = json.loads(open(gpu_config).read())
+    for step in data["passes"]:
+        if step["pass"] == "row_fusion":
+            step["params"].update(max_row=65536, group=1024)
+    config = str(tmp_path / "long_rows.json")
+    open(config, "w").write(json.dumps(data))
+    settings = {"config": config, "cache": False}
+    rng = np.random.default_rng(8)
+    cases = [(SOFTMAX, {"X": rng.standard_normal((3, 65536)).astype(np.float32) * 4}),
+             (LAYERNORM, {"X": rng.standard_normal((2, 20000)).astype(np.float32),
+                          "G": rng.standard_normal(20000).astype(np.float32),
+                          "Bt": rng.standard_normal(20000).astype(np.float32)})]
+    for src, ins in cases:
+        got = tile.compile(src, DEVICE_ID, settings)(ins)["Y"]
+        want = ref_interp.run(src, ins)["Y"]
+        n = ins["X"].shape[1]
+        np.testing.assert_allclose(got, want, rtol=0, atol=8 * (n + 8) * 2.0**-23 * np.max(np.abs(want)))
+        cp = _compiled(src, {k: v.shape for k, v in ins.items()}, settings)
+        (info,) = cp.infos
+        assert isinstance(info.block.plan, RowPlan) and info.block.plan.group <= 1024
+
+
+@requires_opencl
 def test_three_dimensional_rows_and_a_column_read(gpu_config):
     cases = [
         ("function (X[A, B, C]) -> (Y) { S[a, b, 0: A, B, 1] = +(X[a, b, c]); Y = X - S; }", (3, 5, 70)),

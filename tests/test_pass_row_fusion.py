@@ -243,6 +243,12 @@ def test_few_rows_or_long_rows_stay_apart():
     (k,) = rows(run_pass("row_fusion", {"reqs": ["main"], "group": 32}, program, "opencl_gpu"))
     assert dict(k.attrs)["group"] == 32
     assert not rows(run_pass("row_fusion", {**ANY_ROWS, "max_row": 99}, program))
+    # the long-rows variant to measure for softmax 256 x 65536 (issue 24): 256 rows >= 1 per unit
+    program = run_pass("recompute", MAIN, lowered(SOFTMAX, {"X": (256, 65536)}))
+    params = {"reqs": ["main"], "rows_per_unit": 1, "max_row": 65536, "group": 1024}
+    (k,) = kernels(run_pass("row_fusion", params, program, "opencl_gpu"))
+    assert k.has_tags(ROW_TAG)
+    assert k.plan.group == 256  # the config's work-group size without a device (the H100: 1024)
 
 
 def test_pipelines_fuse_a_softmax_but_not_in_strict_mode():
