@@ -211,3 +211,21 @@ def test_outputs_own_their_memory_across_calls():
     assert torch.equal(first, kept) and torch.equal(second, b + b)
     assert first.data_ptr() != second.data_ptr()
     assert not np.shares_memory(first.numpy(), a.numpy())
+
+
+def test_torch_func_vmap_is_a_batch_loop():
+    mm = tt.op(MATMUL, name="t_matmul")
+    two = tt.op(TWO, name="t_two")
+    a, b = ints(5, 2, 3), ints(3, 4, seed=1)
+    assert torch.equal(torch.func.vmap(mm, in_dims=(0, None))(a, b), a @ b)
+    x, w = ints(4, 3, 2), ints(2, seed=2)
+    y, s = torch.func.vmap(two, in_dims=(1, None))(x, w)
+    assert torch.equal(y, torch.tanh(x * w).transpose(0, 1)) and torch.equal(s, (x * x).sum(2).T)
+
+
+def test_settings_reach_tile_compile():
+    mm = tt.op(MATMUL, name="t_settings", settings={"threads": 1})
+    a, b = ints(2, 3), ints(3, 4)
+    assert torch.equal(mm(a, b), a @ b)
+    with pytest.raises(tile.TileSettingsError, match="stirct"):
+        tt.op(MATMUL, name="t_settings_bad", settings={"stirct": True})

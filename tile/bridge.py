@@ -28,11 +28,11 @@ Key = tuple  # ((shape, dtype name) per input, in the function's order)
 class Op:
     """A Tile function used as an operator: inputs by position, outputs in declared order.
 
-    ``what`` names it in errors (``"tile.torch op 'conv'"``). Programs whose output shapes depend
-    on input values (0-D inputs used as sizes) are refused: a framework must know an output's
-    shape from its inputs' shapes alone."""
+    ``what`` names it in errors (``"tile.torch op 'conv'"``); ``settings`` go to ``tile.compile``.
+    Programs whose output shapes depend on input values (0-D inputs used as sizes) are refused: a
+    framework must know an output's shape from its inputs' shapes alone."""
 
-    def __init__(self, source: str | ast.Program, what: str):
+    def __init__(self, source: str | ast.Program, what: str, settings: Mapping | None = None):
         self.program = parse(source) if isinstance(source, str) else source
         self.text = source if isinstance(source, str) else str(source)
         self.digest = hashlib.sha1(self.text.encode()).hexdigest()[:10]
@@ -51,7 +51,8 @@ class Op:
         from tile.api import compile as tile_compile
 
         self._compile = tile_compile
-        tile_compile(self.program, "interp")  # refuse unknown names and functions now
+        self.settings = dict(settings or {})
+        tile_compile(self.program, "interp", self.settings)  # refuse unknown names, functions, settings
         self._types: dict[Key, tuple[tuple[tuple[int, ...], np.dtype], ...]] = {}
         self._runs: dict[tuple, tuple] = {}  # (key, device) -> (Executable, CompiledProgram | None)
         self._grads: dict[tuple, tuple] = {}  # (key, wrt, device) -> (runner, Gradient)
@@ -211,7 +212,7 @@ class Op:
         return [DType.of(d).is_float for _, d in key]
 
     def _prepared(self, program: ast.Program, device: str, arrays: Mapping | Sequence, key: Key) -> tuple:
-        exe = self._compile(program, device)
+        exe = self._compile(program, device, self.settings)
         feed = arrays if isinstance(arrays, Mapping) else dict(zip(self.inputs, arrays))
         return exe, self.rephrased(lambda: exe.prepare(feed), key)
 

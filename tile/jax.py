@@ -22,12 +22,15 @@ from tile.dtypes import DType
 __all__ = ["JaxOp", "op"]
 
 
-def op(source, *, device: str = "llvm_cpu.0", vmap_method: str = "sequential") -> JaxOp:
+def op(
+    source, *, device: str = "llvm_cpu.0", vmap_method: str = "sequential", settings: dict | None = None
+) -> JaxOp:
     """A JAX-traceable function running the Tile function ``source`` (text or a ``tile.Program``)
     on ``device``: positional arrays in the function's input order, one array or a tuple back.
 
-    ``vmap_method`` goes to ``jax.pure_callback`` (``"sequential"``: a loop over the batch)."""
-    return JaxOp(Op(source, "tile.jax op"), device, vmap_method)
+    ``vmap_method`` goes to ``jax.pure_callback`` (``"sequential"``: a loop over the batch);
+    ``settings`` to ``tile.compile``."""
+    return JaxOp(Op(source, "tile.jax op", settings), device, vmap_method)
 
 
 class JaxOp:

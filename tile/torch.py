@@ -15,6 +15,8 @@ Where a call runs (docs/frameworks.md):
   CUDA device); ``TILE_DEBUG=1`` prints the path and the bytes copied.
 * ``device=`` names a Tile device for every call instead (e.g. ``"opencl_cpu.0"``); tensors that
   are not on the host cross through it.
+
+``torch.func.vmap`` runs the op once per batch element (a registered vmap rule).
 """
 
 from __future__ import annotations
@@ -80,15 +82,18 @@ def _plain_eager(tensors) -> bool:
     return True
 
 
-def op(source, *, name: str | None = None, device: str | None = None) -> TorchOp:
+def op(
+    source, *, name: str | None = None, device: str | None = None, settings: dict | None = None
+) -> TorchOp:
     """A PyTorch operator running the Tile function ``source`` (text or a ``tile.Program``).
 
     ``name`` is its name in ``torch.ops.tile`` (default ``tile_<hash of the source>``); the same
     source, name and device give the same operator back. ``device`` is a Tile device id used for
     every call; by default CPU tensors run on ``llvm_cpu.0`` and CUDA tensors on ``opencl_gpu.0``.
-    Unknown names and functions in the source are refused here."""
+    ``settings`` are ``tile.compile``'s (e.g. ``{"threads": 1}``). Unknown names and functions in
+    the source are refused here."""
     text = source if isinstance(source, str) else str(source)
-    core = Op(source, "tile.torch op")
+    core = Op(source, "tile.torch op", settings)
     qualified = name or f"tile_{core.digest}"
     if not qualified.isidentifier():
         raise TileInputError(
@@ -98,10 +103,10 @@ def op(source, *, name: str | None = None, device: str | None = None) -> TorchOp
         )
     found = _OPS.get(qualified)
     if found is not None:
-        if found.core.text == text and found.device == device:
+        if found.core.text == text and found.device == device and found.core.settings == dict(settings or {}):
             return found
         raise TileInputError(
-            f"a tile.torch op named '{qualified}' exists already, with other source or device",
+            f"a tile.torch op named '{qualified}' exists already, with other source, device or settings",
             None,
             hint="give this one another name= (PyTorch operators cannot be redefined)",
         )
@@ -132,6 +137,7 @@ class TorchOp:
         )
         self.backward_op.register_fake(self._backward_fake)
         self.op.register_autograd(self._backward, setup_context=self._setup_context)
+        self.op.register_vmap(self._vmap)
         self._call = self.op._opoverload  # the operator itself, past CustomOpDef's Python wrapper
         # the Tile device CPU tensors are used in place on (None: copies, the general path)
         default = device or DEFAULT_DEVICES["cpu"]
@@ -199,6 +205,18 @@ class TorchOp:
             return found
         concrete = [tuple(int(d) for d in s) for s in shapes]  # specializes (a guard on each size)
         return list(self.core.out_types(self.core.key(concrete, dtypes)))
+
+    def _vmap(self, info, in_dims, *tensors):
+        """``torch.func.vmap``: a loop over the batch, the op once per element (as tile.jax)."""
+        rows = []
+        for b in range(info.batch_size):
+            args = [t if d is None else t.select(d, b) for t, d in zip(tensors, in_dims)]
+            out = self.op(*args)
+            rows.append(out if isinstance(out, tuple) else (out,))
+        stacked = tuple(torch.stack(col) for col in zip(*rows))
+        if len(stacked) == 1:
+            return stacked[0], 0
+        return stacked, (0,) * len(stacked)
 
     def _setup_context(self, ctx, inputs, output) -> None:
         ctx.save_for_backward(*inputs)
