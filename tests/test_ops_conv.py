@@ -102,7 +102,8 @@ def test_conv_transpose(nd, spatial, kernel, attrs):
         return TORCH_CONV_T[nd](X, W, **attrs)
 
     xd, wd = x.astype(np.float64), w.astype(np.float64) / 2
-    check_grad(ops.conv_transpose(nd, **attrs), {"X": xd, "W": wd}, fn, ["X", "W"], K=4 * int(np.prod(kernel)))
+    K = 4 * int(np.prod(kernel))
+    check_grad(ops.conv_transpose(nd, **attrs), {"X": xd, "W": wd}, fn, ["X", "W"], K=K)
 
 
 def test_conv_source_is_shape_generic():

@@ -45,12 +45,12 @@ def test_batch_norm_inference():
     m, v, w, b = _stats(3)
     want = F.batch_norm(T(x), T(m), T(v), T(w), T(b))
     check(ops.batch_norm(), {"X": x, "Mean": m, "Var": v, "W": w, "B": b}, want, K=4)
-    check(ops.batch_norm(layout="NHWC"), {"X": np.moveaxis(x, 1, -1).copy(), "Mean": m, "Var": v, "W": w, "B": b},
-          want.permute(0, 2, 3, 1), K=4)
+    last = {"X": np.moveaxis(x, 1, -1).copy(), "Mean": m, "Var": v, "W": w, "B": b}
+    check(ops.batch_norm(layout="NHWC"), last, want.permute(0, 2, 3, 1), K=4)
     x2 = x[:, :, 0, 0].copy()
     check(ops.batch_norm(rank=2, weight=False, bias=False), {"X": x2, "Mean": m, "Var": v},
           F.batch_norm(T(x2), T(m), T(v)), K=4)
-    d = {"X": x.astype(np.float64), **{n: a.astype(np.float64) for n, a in zip(["Mean", "Var", "W", "B"], (m, v, w, b))}}
+    d = {n: a.astype(np.float64) for n, a in zip(["X", "Mean", "Var", "W", "B"], (x, m, v, w, b))}
     check_grad(ops.batch_norm(), d, lambda X, M, V, W, B: F.batch_norm(X, M, V, W, B), ["X", "W", "B"], K=4)
 
 
@@ -64,7 +64,8 @@ def test_batch_norm_training_and_its_statistics():
     F.batch_norm(T(d["X"]), mean, var, training=True, momentum=1.0)  # running stats := batch stats
     check(src, d, mean, output="BatchMean", K=40)
     check(src, d, var, output="BatchVar", K=40)
-    check_grad(src, d, lambda X, W, B: F.batch_norm(X, None, None, W, B, training=True), ["X", "W", "B"], K=40)
+    check_grad(src, d, lambda X, W, B: F.batch_norm(X, None, None, W, B, training=True), ["X", "W", "B"],
+               K=40)
     last = ops.batch_norm(training=True, layout="NHWC")
     check(last, {"X": np.moveaxis(x, 1, -1).copy(), "W": w, "B": b},
           F.batch_norm(T(x), None, None, T(w), T(b), training=True).permute(0, 2, 3, 1), K=40)

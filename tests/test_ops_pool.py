@@ -52,8 +52,8 @@ def test_pools_1d_3d_dilation_and_channels_last():
     check(ops.avg_pool3d(3, stride=2, padding=1, ceil_mode=True), {"X": x3},
           F.avg_pool3d(T(x3), 3, 2, 1, True), exact=True)
     x = integers((2, 3, 7, 6), low=-9, high=10)
-    check(ops.max_pool2d(2, stride=1, padding=1, dilation=2, layout="NHWC"), {"X": np.moveaxis(x, 1, -1).copy()},
-          F.max_pool2d(T(x), 2, 1, 1, 2).permute(0, 2, 3, 1), exact=True)
+    check(ops.max_pool2d(2, stride=1, padding=1, dilation=2, layout="NHWC"),
+          {"X": np.moveaxis(x, 1, -1).copy()}, F.max_pool2d(T(x), 2, 1, 1, 2).permute(0, 2, 3, 1), exact=True)
 
 
 @pytest.mark.parametrize("size", [(3, 2), (4, 4), (7, 6), (1, 1), (5, 4)])
@@ -78,7 +78,8 @@ def test_pool_gradients():
     check_grad(ops.avg_pool2d(3, stride=2, padding=1, ceil_mode=True, count_include_pad=False), {"X": x},
                lambda X: F.avg_pool2d(X, 3, 2, 1, True, False), ["X"], K=9)
     check_grad(ops.avg_pool2d(2, padding=1), {"X": x}, lambda X: F.avg_pool2d(X, 2, padding=1), ["X"], K=4)
-    check_grad(ops.adaptive_avg_pool2d((3, 4)), {"X": x}, lambda X: F.adaptive_avg_pool2d(X, (3, 4)), ["X"], K=9)
+    check_grad(ops.adaptive_avg_pool2d((3, 4)), {"X": x}, lambda X: F.adaptive_avg_pool2d(X, (3, 4)), ["X"],
+               K=9)
 
 
 def test_pool_refuses_padding_over_half_the_kernel():
