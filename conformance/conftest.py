@@ -2,8 +2,10 @@
 ``external:COMMAND`` too), ``--config=F.json`` (repeatable: a user's target config), the
 ``--conformance-profile=ci|thorough``, ``--conformance-examples=N`` (overrides the profile's
 count), ``--conformance-failures=DIR``, ``--conformance-shard=I/N`` (this run checks one of N
-shares of the examples: ``conformance.targets``) and ``--conformance-json=F`` (the summary as
-JSON, besides pytest's own ``--junitxml``).
+shares of the examples: ``conformance.targets``), ``--conformance-json=F`` (the summary as
+JSON, besides pytest's own ``--junitxml``) and ``--precision=native|tf32|3xtf32`` (compile with
+that precision setting and compare with the interpreter in that mode, within tolerances derived
+from the mode's unit roundoff: ``conformance.precision``).
 
 Without ``--target`` every available compiled device is checked (none: the tests skip with the
 reason). Targets come from ``backends.registry``, so a new backend is validated as soon as it
@@ -29,6 +31,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from conformance import precision as modes
 from conformance import report as reporting  # (pytest names a hook argument `report`)
 from conformance import targets as subjects
 from tile.errors import TileBackendError, TileDeviceError, TileError
@@ -102,6 +105,12 @@ def pytest_addoption(parser):
         help="check only shard I (0-based) of N: the N shards together check what one run does",
     )
     group.addoption(
+        "--precision",
+        choices=modes.MODES,
+        default="native",
+        help="compile with settings={'precision': MODE} and compare with ref_interp in that mode",
+    )
+    group.addoption(
         "--conformance-json",
         metavar="F",
         help="also write the summary (examples, failures, seconds per family and target) as JSON",
@@ -147,6 +156,7 @@ def pytest_configure(config):
     _CONFIG[:] = [config]
     _STARTED[:] = [time.perf_counter()]
     _load_user_configs(config)
+    modes.MODE = config.getoption("--precision")
     shard = config.getoption("--conformance-shard")
     if shard:
         try:
@@ -186,6 +196,8 @@ def device(target, request):
             pytest.fail(f"{target.device_id}: {e.message}", pytrace=False)
     user = next((c for c in _USER_CONFIGS if c.source == target.config), None)
     settings = {"config": target.config} if target.config and dev is not None else {}
+    if modes.MODE != "native":
+        settings["precision"] = modes.MODE
     reporting.STATS.current = (family, target.name)
     reporting.STATS.test_expected.clear()
     yield subjects.Subject(target.name, dev, user, settings)

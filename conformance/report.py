@@ -30,18 +30,22 @@ from pathlib import Path
 import numpy as np
 
 from conformance.targets import example_digest
+from tile.dtypes import BFLOAT16_NUMPY
 
 FAILURES = Path(__file__).resolve().parent / "failures"  # --conformance-failures changes it
 
 
 @dataclass
 class Tolerance:
-    """How closely a target must match: exactly, or within ``ulps * eps * length * max(1, |want|)``."""
+    """How closely a target must match: exactly, or within ``ulps * eps * length * max(1, |want|)``
+    (``relative=False``: ``ulps * eps * length``, a bound that already holds the data's magnitude,
+    as ``conformance.precision`` derives for matrix products)."""
 
     exact: bool = True
     ulps: float = 0.0
     length: int = 1
     eps: float = 0.0  # epsilon of the coarsest float type in the program
+    relative: bool = True
 
 
 def compare(want: dict, got: dict, tol: Tolerance) -> str | None:
@@ -63,10 +67,10 @@ def compare(want: dict, got: dict, tol: Tolerance) -> str | None:
 def mismatches(w: np.ndarray, g: np.ndarray, tol: Tolerance) -> np.ndarray:
     """Where ``g`` differs from ``w`` (same shape and dtype) under ``tol``: a boolean array, so that
     ``compare`` and ``conformance.bisect`` (which lists more of them) agree on what differs."""
-    if tol.exact or w.dtype.kind not in "fc":
+    if tol.exact or not _is_float(w):
         return ~((g == w) | (_isnan(g) & _isnan(w)))
     w64, g64 = w.astype(np.float64), g.astype(np.float64)
-    limit = tol.ulps * tol.eps * max(tol.length, 1) * np.maximum(1.0, np.abs(w64))
+    limit = tol.ulps * tol.eps * max(tol.length, 1) * (np.maximum(1.0, np.abs(w64)) if tol.relative else 1.0)
     with np.errstate(invalid="ignore"):  # inf - inf: the == term decides
         close = np.abs(g64 - w64) <= limit
     return ~(close | (np.isnan(g64) & np.isnan(w64)) | (g64 == w64))
@@ -85,8 +89,12 @@ def element_text(name: str, ix: tuple[int, ...], w: np.ndarray, g: np.ndarray) -
     return f"{name}{list(ix)}: expected {w[ix].tolist()!r}, got {g[ix].tolist()!r}"
 
 
+def _is_float(a: np.ndarray) -> bool:
+    return a.dtype.kind in "fc" or a.dtype == BFLOAT16_NUMPY  # (ml_dtypes' bfloat16 is kind "V")
+
+
 def _isnan(a: np.ndarray) -> np.ndarray:
-    return np.isnan(a) if a.dtype.kind in "fc" else np.zeros(a.shape, bool)
+    return np.isnan(a) if _is_float(a) else np.zeros(a.shape, bool)
 
 
 def _display(path: Path) -> str:

@@ -16,13 +16,16 @@ Families:
 * ``defracted`` — drawn contractions and mixed programs printed after reduce and defract;
 * ``flat`` — the same printed at the flat stage as Tile over 1-D views of every tensor;
 * ``optimized`` — contractions, chains and mixed programs through every target config's passes,
-  each pass checked by the Stripe interpreter (``conformance.optimized``), then on the target.
+  each pass checked by the Stripe interpreter (``conformance.optimized``), then on the target;
+* ``products`` — matmuls, batched matmuls and convolutions (the GEMM shape) of random normal
+  float32/float16/bfloat16 data, checked in each precision mode (``conformance.precision``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
@@ -560,6 +563,36 @@ def sized(draw) -> Case:
     return Case("sized", c.source(), {"O": o, "K": k, **size_arrays(size)}, length=length)
 
 
+PRODUCT_DTYPES = [np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)]
+PRODUCT_SOURCES = {
+    "matmul": "function (A[M, K], B[K, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]); }",
+    "batched": "function (A[P, M, K], B[P, K, N]) -> (C) "
+    "{ C[p, i, j: P, M, N] = +(A[p, i, k] * B[p, k, j]); }",
+    "conv": "function (A[M, W, C], B[R, C, N]) -> (O) "
+    "{ O[m, x, n: M, W - R + 1, N] = +(A[m, x + r, c] * B[r, c, n]); }",
+}
+
+
+@st.composite
+def products(draw) -> Case:
+    """A matrix product of random normal data (values unlike integers, so every rounding shows):
+    ``notes`` keep the dtype and the reduction length for ``conformance.precision``."""
+    kind = draw(st.sampled_from(sorted(PRODUCT_SOURCES)))
+    dtype = draw(st.sampled_from(PRODUCT_DTYPES))
+    m, n, k = draw(st.integers(1, 6)), draw(st.integers(1, 6)), draw(st.integers(1, 64))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    if kind == "matmul":
+        shapes, length = ((m, k), (k, n)), k
+    elif kind == "batched":
+        shapes, length = ((2, m, k), (2, k, n)), k
+    else:
+        r = draw(st.integers(1, 3))
+        shapes, length = ((m, r + 2, k), (r, k, n)), r * k
+    a, b = (rng.standard_normal(s).astype(dtype) for s in shapes)
+    notes = {"dtype": dtype.name, "length": length}
+    return Case("products", PRODUCT_SOURCES[kind], {"A": a, "B": b}, False, 8.0, length, notes)
+
+
 FAMILIES = {
     "contractions": contractions,
     "elementwise": elementwise,
@@ -569,4 +602,5 @@ FAMILIES = {
     "flat": flat,
     "optimized": optimized,
     "sized": sized,
+    "products": products,
 }

@@ -6,13 +6,13 @@ message ends with its folder and the command that reruns it.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import assume, given
+from hypothesis import settings as hypothesis_settings
 
 import ref_interp
 import tile
-from conformance import report, targets
+from conformance import precision, report, targets
 from conformance.optimized import check_passes
 from conformance.strategies import (
     Case,
@@ -23,6 +23,7 @@ from conformance.strategies import (
     gradients,
     mixed,
     optimized,
+    products,
     sized,
 )
 from tile.dtypes import DType
@@ -57,17 +58,24 @@ def check(case: Case, device, passes: bool = False) -> None:
         if not subject.supports(t.dtype):
             report.STATS.unsupported_example(key, f"{t.dtype} unsupported")
             assume(False)
+    mode = subject.settings.get("precision", "native")  # --precision: the interpreter's too
     try:
-        want = ref_interp.run(bound, case.inputs)
+        want = ref_interp.run(bound, case.inputs, mode)
     except tile.TileError as e:
         report.STATS.invalid(key)
         if subject.device is not None:
             refuses_alike(case, subject, prog, e)
         assume(False)  # refused alike (an empty index space, a double `=` write, ...)
         return
-    # the coarsest float type anywhere in the program bounds how far rounding can differ
-    floats = [np.finfo(t.dtype.numpy).eps for t in bound.types.values() if t.dtype.is_float]
-    tol = report.Tolerance(case.exact, case.ulps, case.length, float(max(floats, default=0.0)))
+    # the coarsest float type anywhere in the program (or the mode's products) bounds how far
+    # rounding can differ; a matrix product's bound is derived in conformance.precision
+    if case.family == "products":
+        dtype = DType(case.notes["dtype"])
+        size = precision.magnitude(case.source, case.inputs)
+        tol = precision.product_tolerance(mode, dtype, case.length, size)
+    else:
+        floats = [t.dtype for t in bound.types.values() if t.dtype.is_float]
+        tol = report.Tolerance(case.exact, case.ulps, case.length, precision.program_eps(mode, floats))
     report.STATS.example(key, digest)
     if passes:
 
@@ -199,5 +207,13 @@ def test_optimized(device, case):
 
 @given(sized())
 def test_sized(device, case):
+    compiled(device)
+    check(case, device)
+
+
+@hypothesis_settings(max_examples=max(6, hypothesis_settings.default.max_examples // 4))  # a quarter
+@given(products())
+def test_products(device, case):
+    """Matrix products of random normal data in the run's precision mode (``--precision``)."""
     compiled(device)
     check(case, device)

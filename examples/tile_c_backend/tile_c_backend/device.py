@@ -143,8 +143,8 @@ class CDevice(Device):
 
     @cached_property
     def capabilities(self) -> Capabilities:
-        """Every Tile dtype; float16 only where the compiler has ``_Float16`` (asked once, when
-        first needed)."""
+        """Every Tile dtype but bfloat16; float16 only where the compiler has ``_Float16`` (asked
+        once, when first needed)."""
         half = toolchain.has_float16(self.compiler_command)
-        dtypes = frozenset(d for d in DType if d is not DType.FLOAT16 or half)
+        dtypes = frozenset(d for d in DType if (d is not DType.FLOAT16 or half) and d is not DType.BFLOAT16)
         return Capabilities(dtypes, fp64=True, fp16=half, atomics=False)
