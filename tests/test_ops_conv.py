@@ -93,6 +93,9 @@ def test_conv_transpose(nd, spatial, kernel, attrs):
     w = integers((4, 6 // groups, *kernel), seed=1)
     want = TORCH_CONV_T[nd](T(x), T(w), **attrs)
     check(ops.conv_transpose(nd, **attrs), {"X": x, "W": w}, want, exact=True)
+    b = integers((6,), seed=2)
+    check(ops.conv_transpose(nd, bias=True, **attrs), {"X": x, "W": w, "B": b},
+          TORCH_CONV_T[nd](T(x), T(w), T(b), **attrs), exact=True)
     if nd == 2:
         src = ops.conv_transpose2d(layout="NHWC", **attrs)
         wl = np.moveaxis(w, (0, 1), (-1, -2)).copy()  # [CI, COG, K..] -> [K.., COG, CI]

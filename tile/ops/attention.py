@@ -2,7 +2,8 @@
 
 Inputs ``Q[.., L, E]``, ``K[.., S, E]``, ``V[.., S, EV]`` (the same leading axes), and ``M`` when
 ``mask`` is ``'bool'`` (True where attention is allowed) or ``'float'`` (added to the scores);
-``M`` broadcasts against ``[.., L, S]``. Output ``Y[.., L, EV]``.
+``M`` broadcasts against ``[.., L, S]`` (a float mask should have Q's dtype: a wider one promotes
+the result, §4.1). Output ``Y[.., L, EV]``.
 """
 
 from __future__ import annotations

@@ -80,20 +80,20 @@ def conv(nd: int, *, stride: int | Sequence[int] = 1, padding: Padding = 0,
         raise ValueError(f"groups must be at least 1, not {groups}")
     last = layout_of(layout, nd)
     padded = pads(padding, nd)
-    L, K, O, o, k = ([f"{p}{d}" for d in range(nd)] for p in ("L", "K", "O", "o", "k"))
+    L, K, Os, o, k = ([f"{p}{d}" for d in range(nd)] for p in ("L", "K", "O", "o", "k"))
     body = []
     for d in range(nd):
         s, dl = strides[d], dils[d]
         if padded == "same":
-            body.append(f"{O[d]} = " + (L[d] if s == 1 else f"({L[d]} + {s - 1}) / {s}"))
-            span = f"({O[d]} - 1){times(s)} + {times(dl, f'({K[d]} - 1)')} + 1 - {L[d]}"
+            body.append(f"{Os[d]} = " + (L[d] if s == 1 else f"({L[d]} + {s - 1}) / {s}"))
+            span = f"({Os[d]} - 1){times(s)} + {times(dl, f'({K[d]} - 1)')} + 1 - {L[d]}"
             body.append(f"P{d} = max({span}, 0) / 2")
         else:
             lo, hi = padded[d]
             body.append(f"P{d} = {lo}")
             grow = f" + {lo + hi}" if lo + hi else ""
             size = f"{L[d]}{grow} - {times(dl, f'({K[d]} - 1)')} - 1"
-            body.append(f"{O[d]} = " + (f"{size} + 1" if s == 1 else f"({size}) / {s} + 1"))
+            body.append(f"{Os[d]} = " + (f"{size} + 1" if s == 1 else f"({size}) / {s} + 1"))
     xs = [poly(term(strides[d], o[d]), term(dils[d], k[d]), f"-P{d}") for d in range(nd)]
     if groups == 1:
         ci, co, cons = "ci", "co", ""
@@ -107,12 +107,12 @@ def conv(nd: int, *, stride: int | Sequence[int] = 1, padding: Padding = 0,
     if last:
         xdecl = decl("X", ["N", *L, "CI"])
         wdecl = decl("W", [*K, cig, "CO"])
-        yo = out("Yc" if bias else "Y", ["n", *o, co], ["N", *O, "CO"])
+        yo = out("Yc" if bias else "Y", ["n", *o, co], ["N", *Os, "CO"])
         xr, wr = ref("X", ["n", *xs, ci]), ref("W", [*k, wci, co])
     else:
         xdecl = decl("X", ["N", "CI", *L])
         wdecl = decl("W", ["CO", cig, *K])
-        yo = out("Yc" if bias else "Y", ["n", co, *o], ["N", "CO", *O])
+        yo = out("Yc" if bias else "Y", ["n", co, *o], ["N", "CO", *Os])
         xr, wr = ref("X", ["n", ci, *xs]), ref("W", [co, wci, *k])
     body.append(f"{yo} = +({xr} * {wr}){cons}")
     inputs = [xdecl, wdecl]
@@ -154,13 +154,14 @@ def conv_transpose(nd: int, *, stride: int | Sequence[int] = 1, padding: int | S
     if groups < 1:
         raise ValueError(f"groups must be at least 1, not {groups}")
     last = layout_of(layout, nd)
-    L, K, O, o, k = ([f"{p}{d}" for d in range(nd)] for p in ("L", "K", "O", "o", "k"))
+    L, K, Os, o, k = ([f"{p}{d}" for d in range(nd)] for p in ("L", "K", "O", "o", "k"))
     body = []
     for d in range(nd):
         s, dl, p = strides[d], dils[d], padding_[d]
         shrink = f" - {2 * p}" if p else ""
-        body.append(f"{O[d]} = ({L[d]} - 1){times(s)}{shrink} + {times(dl, f'({K[d]} - 1)')} + {outpad[d] + 1}")
-    ys = [poly(term(strides[d], o[d]), term(dils[d], k[d]), f"-{padding_[d]}" if padding_[d] else "")
+        reach = times(dl, f"({K[d]} - 1)")
+        body.append(f"{Os[d]} = ({L[d]} - 1){times(s)}{shrink} + {reach} + {outpad[d] + 1}")
+    ys = [poly(term(strides[d], o[d]), term(dils[d], k[d]), f"-{padding_[d]}" * (padding_[d] > 0))
           for d in range(nd)]
     if groups == 1:
         ci, co, cons, cog = "ci", "co", "", "CO"
@@ -168,16 +169,18 @@ def conv_transpose(nd: int, *, stride: int | Sequence[int] = 1, padding: int | S
     else:
         ci, co, cons, cog = "CIG*g + c", "COG*g + m", ", c < CIG, m < COG", "COG"
         body_co = [f"CIG = CI / {groups}",
-                   f"GroupsIn = assert_groups_divide_in_channels(CI == {groups} * CIG)",
-                   f"CO = COG * {groups}"]
+                   f"GroupsIn = assert_groups_divide_in_channels(CI == {groups} * CIG)"]
+        # with a bias, B[CO] binds CO: check it; otherwise CO is defined here
+        body_co.append(f"GroupsOut = assert_bias_per_out_channel(CO == COG * {groups})" if bias
+                       else f"CO = COG * {groups}")
     wco = "co" if groups == 1 else "m"
     if last:
         xdecl, wdecl = decl("X", ["N", *L, "CI"]), decl("W", [*K, cog, "CI"])
-        yo = out("Yc" if bias else "Y", ["n", *ys, co], ["N", *O, "CO"])
+        yo = out("Yc" if bias else "Y", ["n", *ys, co], ["N", *Os, "CO"])
         xr, wr = ref("X", ["n", *o, ci]), ref("W", [*k, wco, ci])
     else:
         xdecl, wdecl = decl("X", ["N", "CI", *L]), decl("W", ["CI", cog, *K])
-        yo = out("Yc" if bias else "Y", ["n", co, *ys], ["N", "CO", *O])
+        yo = out("Yc" if bias else "Y", ["n", co, *ys], ["N", "CO", *Os])
         xr, wr = ref("X", ["n", ci, *o]), ref("W", [ci, wco, *k])
     body += body_co
     body.append(f"{yo} = +({xr} * {wr}){cons}")

@@ -93,9 +93,7 @@ def batch_norm(*, rank: int = 4, training: bool = False, eps: float = 1e-5, weig
     variance), so the caller can update running statistics.
     """
     check_rank(rank, 2)
-    last = layout_of(layout, rank - 2) if rank > 2 else layout in ("channels_first", "channels_last", "NC")
-    if rank == 2:
-        last = False
+    last = rank > 2 and layout_of(layout, rank - 2)
     names, ch = _channel_dims(rank, last)
     inputs, outputs = [decl("X", names)], ["Y"]
     if training:
