@@ -69,9 +69,11 @@ def check(src: str, inputs: dict, want, *, output: str = "Y", exact: bool = Fals
 
 
 def check_grad(src: str, inputs: dict, fn, wrt: list[str], *, output: str = "Y", K: int = 1,
-               k: float = 16.0, seed: int = 1) -> None:
-    """``tile.grad_values`` of ``src`` equals torch's autograd of ``fn`` (taking the inputs as
-    float64 tensors, in the source's input order given by ``inputs``) for a random cotangent."""
+               k: float = 16.0, seed: int = 1, llvm: bool = False) -> None:
+    """The gradient program of ``src`` equals torch's autograd of ``fn`` (taking the inputs as
+    float64 tensors, in the source's input order given by ``inputs``) for a random cotangent; run
+    by the interpreter, and with ``llvm=True`` compiled for llvm_cpu.0 too (what the framework
+    bridges run)."""
     arrays = {n: np.asarray(v) for n, v in inputs.items()}
     tensors = {n: torch.tensor(v, requires_grad=n in wrt) for n, v in arrays.items()}
     result = fn(*tensors.values())
@@ -80,12 +82,19 @@ def check_grad(src: str, inputs: dict, fn, wrt: list[str], *, output: str = "Y",
     dtypes = {n: DType.of(v.dtype) for n, v in arrays.items()}
     shapes = {n: tuple(v.shape) for n, v in arrays.items()}
     program = tile.grad(src, wrt=wrt, outputs=[output], dtypes=dtypes, shapes=shapes)
-    got = ref_interp.run(program, {**arrays, f"D{output}": cot})
-    got = {n: got[f"D{n}"] for n in wrt}
+    feed = {**arrays, f"D{output}": cot}
+    runs = [("ref_interp", ref_interp.run(program, feed))]
+    if llvm and HAVE_LLVM:
+        runs.append((LLVM, tile.compile(program, device=LLVM)(**feed)))
+    for target, outs in runs:
+        _compare_grads(target, {n: outs[f"D{n}"] for n in wrt}, wanted, arrays, wrt, cot, K, k)
+
+
+def _compare_grads(target, got, wanted, arrays, wrt, cot, K, k) -> None:
     for name, want in zip(wrt, wanted):
         want = np.zeros(arrays[name].shape) if want is None else want.numpy()
         g = np.asarray(got[name], np.float64)
-        assert g.shape == want.shape, (name, g.shape, want.shape)
+        assert g.shape == want.shape, (target, name, g.shape, want.shape)
         err = np.abs(g - want)
         tol = tolerance(want, np.float64, K, k) * max(1.0, float(np.abs(cot).max(initial=0.0)))
-        assert np.all(err <= tol), f"d{name}: max error {err.max()} (K={K})"
+        assert np.all(err <= tol), f"{target}: d{name}: max error {err.max()} (K={K})"

@@ -22,7 +22,7 @@ def test_cross_entropy(reduction):
     def fn(X, targets):
         return F.cross_entropy(X, targets, reduction=reduction)
 
-    check_grad(src, {"X": x.astype(np.float64), "T": t}, fn, ["X"], K=20)
+    check_grad(src, {"X": x.astype(np.float64), "T": t}, fn, ["X"], K=20, llvm=reduction == "mean")
 
 
 def test_cross_entropy_with_spatial_targets():
@@ -86,7 +86,7 @@ def test_attention(attrs, mask, kw, dtype):
         def fn(q, k, v, *rest):
             return F.scaled_dot_product_attention(q, k, v, **kw)
 
-        check_grad(src, ins, fn, ["Q", "K", "V"], K=12)
+        check_grad(src, ins, fn, ["Q", "K", "V"], K=12, llvm=not attrs)
 
 
 def test_attention_fully_masked_row_is_nan():
