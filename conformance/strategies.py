@@ -314,7 +314,7 @@ def chain(draw) -> Case:
 
 
 CASTS = ["as_uint({0}, 8)", "as_uint({0}, 16)", "as_uint({0}, 32)", "as_int({0}, 16)", "as_bool({0})",
-         "ident({0})", "as_float({0}, 32)", "as_float({0}, 16)"]
+         "ident({0})", "as_float({0}, 32)", "as_float({0}, 16)", "as_bfloat({0}, 16)"]
 
 
 @st.composite

@@ -29,6 +29,7 @@ from conformance.strategies import (
 from tile.dtypes import DType
 from tile.errors import TileLimitError
 from tile.inputs import input_types
+from tile.typed import TAssign, TCall
 
 # drawn programs repeat sums along free output indexes on purpose: the typo warning is noise here
 pytestmark = pytest.mark.filterwarnings("ignore::tile.errors.TileIndexWarning")
@@ -54,9 +55,9 @@ def check(case: Case, device, passes: bool = False) -> None:
         report.STATS.invalid(key)
         assume(False)  # not a valid program for these inputs: no target sees it
         return
-    for t in bound.types.values():
-        if not subject.supports(t.dtype):
-            report.STATS.unsupported_example(key, f"{t.dtype} unsupported")
+    for dt in sorted(dtypes_used(bound), key=str):
+        if not subject.supports(dt):
+            report.STATS.unsupported_example(key, f"{dt} unsupported")
             assume(False)
     mode = subject.settings.get("precision", "native")  # --precision: the interpreter's too
     try:
@@ -101,6 +102,19 @@ def check(case: Case, device, passes: bool = False) -> None:
                 report.STATS.expected(key, reason)
                 continue
             fail(case, subject.device.id, problem + where, want, got, tol, config=config)
+
+
+def dtypes_used(bound) -> set[DType]:
+    """Every dtype the program computes in: its tensors' and each call's inside an expression
+    (``as_bfloat(X, 16) + 1`` computes in bfloat16 whatever its result is)."""
+    out = {t.dtype for t in bound.types.values()}
+    stack = [s.expr for s in bound.stmts if isinstance(s, TAssign)]
+    while stack:
+        e = stack.pop()
+        out.add(e.type.dtype)
+        if isinstance(e, TCall):
+            stack.extend(e.args)
+    return out
 
 
 def fail(
