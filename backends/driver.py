@@ -42,6 +42,8 @@ from tile.transforms import apply_stage
 from tile.transforms.emit import format_flat_program, format_stage
 from tile.typed import BoundProgram
 
+FLOAT32_ON_UNITS = ("tf32", "3xtf32")  # ``precision`` settings that fill tensorize's ``float32``
+
 
 def bind_inputs(program: ast.Program, host: Mapping[str, np.ndarray], check: bool = True) -> BoundProgram:
     """``program`` typed for these arrays' shapes and dtypes (0-D size inputs by value); with
@@ -67,6 +69,12 @@ def config_for(device: Device, settings: Mapping | None = None) -> TargetConfig 
         config = resolve_config(device.optimizer)
     if settings.get("tiled", True) is False:
         config = replace(config, passes=tuple(s for s in config.passes if not PASSES[s.pass_].kernel_tiling))
+    if settings.get("precision") in FLOAT32_ON_UNITS:  # what float32 contractions may run on a matrix unit
+        mode = settings["precision"]
+        config = replace(config, passes=tuple(
+            replace(s, params=replace(s.params, float32=mode)) if hasattr(s.params, "float32") else s
+            for s in config.passes
+        ))
     return replace(config, hardware=device.hardware(config.hardware))
 
 
@@ -118,6 +126,8 @@ def build(bound: BoundProgram, device: Device, settings: Mapping | None = None) 
     caches = cache_bytes(config.hardware) if config is not None else {}
     if caches:  # the CPU code generator fits its cache blocks to the config's caches
         settings.setdefault("cache_bytes", caches)
+    if config is not None and config.hardware.matrix_units:  # the operations tensorized kernels issue
+        settings.setdefault("matrix_units", config.hardware.matrix_units)
     start = time.perf_counter()
     library = device.compiler.build(infos, settings)
     return Build(lowered, config, program, infos, library, time.perf_counter() - start)

@@ -50,6 +50,7 @@ from tile.affine import Affine
 from tile.dtypes import DType
 
 FLOATS = (DType.FLOAT32, DType.FLOAT64)
+HALVES = tuple(d for d in DType if d.is_float and d.bits == 16)  # only for a matrix unit (``halves``)
 MIN_SIDE = 2  # M and N must each have two points or more: a 32-wide tile of one column wastes 97%
 
 
@@ -97,8 +98,9 @@ class Gemm:
     epilogue: tuple[Block, Refinement] | None = None  # fused: the kernel block, its accumulator
 
 
-def _body(block: Block) -> tuple[Refinement, Refinement, Refinement, DType] | None:
-    """``load X, load Y, mul, store O`` of one float type: the refinements X, Y, O and the type."""
+def _body(block: Block, halves: bool = False) -> tuple[Refinement, Refinement, Refinement, DType] | None:
+    """``load X, load Y, mul, store O`` of one float type (16-bit ones too with ``halves``): the
+    refinements X, Y, O and the type."""
     st = block.stmts
     if (
         len(st) != 4
@@ -116,7 +118,7 @@ def _body(block: Block) -> tuple[Refinement, Refinement, Refinement, DType] | No
     if st[2].inputs[0] != st[0].into:
         first, second = second, first
     out = refs.get(st[3].into)
-    if dt not in FLOATS or len(block.refs) != 3 or first is None or second is None or out is None:
+    if (dt not in FLOATS and not (halves and dt in HALVES)) or len(block.refs) != 3 or first is None or second is None or out is None:
         return None
     if out.agg_op != "add" or any(r.shape.dtype is not dt for r in (first, second, out)):
         return None
@@ -125,7 +127,9 @@ def _body(block: Block) -> tuple[Refinement, Refinement, Refinement, DType] | No
     return first, second, out, dt
 
 
-def match(block: Block, buffers: tuple[str, ...], buffer_dtypes: dict[str, DType], reorder: bool):
+def match(
+    block: Block, buffers: tuple[str, ...], buffer_dtypes: dict[str, DType], reorder: bool, halves: bool = False
+):
     """The ``Gemm`` view of kernel ``block``, or None when it is not a GEMM-shaped contraction:
     either the flat contraction itself or, after ``fusion``, a block over the output indexes whose
     first statement is the contraction (over the reduction indexes, into a scalar local) and whose
@@ -133,8 +137,8 @@ def match(block: Block, buffers: tuple[str, ...], buffer_dtypes: dict[str, DType
     if any(ix.affine is not None and not ix.affine.is_constant for ix in block.idxs):
         return None
     if block.stmts and isinstance(block.stmts[0], Block):
-        return _fused(block, buffers, buffer_dtypes, reorder)
-    body = _body(block)
+        return _fused(block, buffers, buffer_dtypes, reorder, halves)
+    body = _body(block, halves)
     if body is None:
         return None
     first, second, out, dt = body
@@ -159,12 +163,12 @@ def match(block: Block, buffers: tuple[str, ...], buffer_dtypes: dict[str, DType
     )
 
 
-def _fused(block: Block, buffers, buffer_dtypes, reorder: bool):
+def _fused(block: Block, buffers, buffer_dtypes, reorder: bool, halves: bool = False):
     inner = block.stmts[0]
     epilogue = block.stmts[1:]
     if any(isinstance(s, (Block, Special)) for s in epilogue):
         return None
-    body = _body(inner)
+    body = _body(inner, halves)
     if body is None:
         return None
     first, second, acc, dt = body

@@ -16,7 +16,7 @@ from itertools import product
 from typing import Protocol
 
 from stripe.gemm import Gemm
-from stripe.hardware import Hardware
+from stripe.hardware import Hardware, MatrixUnit
 from stripe.ir import Index
 from tile.dtypes import DType
 
@@ -46,6 +46,7 @@ class GemmTiles:
     rn: int
     kt: int
     cost: float = 0.0
+    unit: str = ""  # on a matrix unit: ``unit.mode`` (a work-item of the nest is then a warp)
 
     @property
     def tiles(self) -> tuple[int, ...]:
@@ -57,8 +58,10 @@ class GemmTiles:
 
     @property
     def suffix(self) -> str:
-        """What a kernel's name adds: ``t128x128r8x8k8``."""
-        return f"t{self.tm}x{self.tn}r{self.rm}x{self.rn}k{self.kt}"
+        """What a kernel's name adds: ``t128x128r8x8k8`` (on a matrix unit, its mode after it:
+        ``t128x128r64x32k32f16``)."""
+        mode = self.unit.rsplit(".", 1)[-1] if self.unit else ""
+        return f"t{self.tm}x{self.tn}r{self.rm}x{self.rn}k{self.kt}{mode}"
 
 
 # ------------------------------------------------------------------------------ the cost model
@@ -127,6 +130,39 @@ class GemmModel:
 
     def staged(self, t: GemmTiles) -> int:
         return 2 * t.kt * (t.tm + t.tn + 8) * self.bytes
+
+    def mma_ranking(
+        self, unit: MatrixUnit, name: str, mode: str, warps: tuple[int, int], sides: tuple[tuple[int, int], ...]
+    ) -> list[GemmTiles]:
+        """Tiles around the matrix unit's operation for precision ``mode`` (``name``: what the plan
+        calls it): ``warps`` warps per work-group, each a register block (``rm x rn``: its share of
+        the tile, a whole number of the unit's ``m x n``); a K step of 32 bytes (16 16-bit or 8 32-bit
+        values: the code generator keeps up to four K steps in flight); the largest work-group tile
+        of ``sides`` that still gives every compute unit a work-group, else the one giving most.
+        Valid when the double-buffered tiles (rows padded by 8) fit ``memory``, the warps fit a
+        unit's threads, and the K tile is a whole number of the operation's ``k``. Empty when no
+        choice is valid (the kernel then takes the SIMT tiles)."""
+        op = unit.operation(mode)
+        if op is None:
+            return []
+        size = 2 if op.inputs in ("float16", "bfloat16") else 4
+        kt = 32 // size
+        wm, wn = warps
+        out = []
+        for tm, tn in sides:
+            rm, rn = tm // wm, tn // wn
+            if rm % op.m or rn % op.n or wm * wn * unit.lanes > self.max_threads:
+                continue
+            if 2 * (tm + tn) * (kt + 16 // size) * size > self.local_bytes:
+                continue
+            if math.prod(k_tiles(self.g.k.idxs, kt).values()) % op.k:
+                continue
+            out.append(GemmTiles(tm, tn, rm, rn, kt, float(self.groups(tm, tn)), name))
+        full = [t for t in out if self.groups(t.tm, t.tn) >= self.units]
+        # the largest tiles that still give every compute unit a work-group, else the most groups
+        return sorted(full, key=lambda t: -t.tm * t.tn) + sorted(
+            [t for t in out if t not in full], key=lambda t: (-self.groups(t.tm, t.tn), -t.tm * t.tn)
+        )
 
     def cpu_rule(self) -> GemmTiles:
         """``model: cpu``, the only choice: a K tile of ``kt`` points (a multiple of 64) so that

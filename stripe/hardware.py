@@ -1,5 +1,6 @@
 """The hardware model of a target, as the Stripe seed describes it: memories, execution units,
-transfer units and the buses between them. Passes read sizes from it (a tile must fit
+transfer units and the buses between them, and fixed-function matrix units (tensor cores) with
+their operations and fragment layouts. Passes read sizes from it (a tile must fit
 ``mem_units[memory]``), the cost model reads speeds (``clock_mhz``, ``ops_per_cycle``,
 ``bytes_per_cycle``). It is plain data, loaded from a target's config by ``stripe.config``.
 """
@@ -43,12 +44,68 @@ class Bus:
 
 
 @dataclass(frozen=True)
+class Fragment:
+    """Where one lane's elements of a matrix unit's operand (or accumulator) sit, as a stencil:
+    lane ``l`` is ``g = l // group``, ``t = l % group`` (``MatrixUnit.group``); its ``e``-th
+    element (registers in order, ``per_register`` elements packed in each, lowest bits first) is
+    at row ``rows[0]·g + rows[1]·t + elements[e][0]`` and column ``cols[0]·g + cols[1]·t +
+    elements[e][1]`` of the operand's ``m x k`` (A), ``k x n`` (B) or ``m x n`` (C) tile."""
+
+    rows: tuple[int, int]
+    cols: tuple[int, int]
+    elements: tuple[tuple[int, int], ...]
+    per_register: int = 1
+
+    def at(self, lane_g: int, lane_t: int, e: int) -> tuple[int, int]:
+        r, c = self.elements[e]
+        return self.rows[0] * lane_g + self.rows[1] * lane_t + r, self.cols[0] * lane_g + self.cols[1] * lane_t + c
+
+
+@dataclass(frozen=True)
+class MmaShape:
+    """One fixed operation of a matrix unit: ``C[m, n] += A[m, k] · B[k, n]`` over ``lanes`` lanes
+    working together, operands of ``inputs`` (``float16``, ``bfloat16`` or ``tf32``: float32
+    rounded to 10 mantissa bits), the sum kept in ``accumulator``; ``instruction`` is what the code
+    generator issues (PTX for NVIDIA's tensor cores); ``a``, ``b``, ``c`` the fragment layouts."""
+
+    m: int
+    n: int
+    k: int
+    inputs: str
+    accumulator: str
+    instruction: str
+    a: Fragment
+    b: Fragment
+    c: Fragment
+
+
+@dataclass(frozen=True)
+class MatrixUnit:
+    """A fixed-function matrix unit (tensor cores): its operations by precision mode (``f16``,
+    ``bf16``, ``tf32``), ``lanes`` work-items issuing each one together, ``group`` lanes sharing
+    a fragment row. ``vendor`` and ``min_capability`` say which devices have it: a device keeps
+    the unit in its hardware model only when it reports that vendor and at least that compute
+    capability (``Device.hardware``)."""
+
+    shapes: dict[str, MmaShape]
+    lanes: int = 32
+    group: int = 4
+    vendor: str = ""
+    min_capability: tuple[int, int] = (0, 0)
+
+    def operation(self, mode: str) -> MmaShape | None:
+        """The operation precision ``mode`` issues (``3xtf32`` issues ``tf32`` ones), or None."""
+        return self.shapes.get("tf32" if mode == "3xtf32" else mode)
+
+
+@dataclass(frozen=True)
 class Hardware:
     clock_mhz: float
     mem_units: dict[str, MemUnit]
     exec_units: dict[str, ExecUnit]
     tx_units: dict[str, TxUnit] = field(default_factory=dict)
     buses: tuple[Bus, ...] = ()
+    matrix_units: dict[str, MatrixUnit] = field(default_factory=dict)
 
     def memory(self, name: str) -> MemUnit:
         """The memory unit ``name`` (a ``KeyError`` means a config check was missed)."""

@@ -14,7 +14,9 @@ drops it.
   own indexes (tile numbers), K the indexes of its first statement (the K step). ``a``, ``b``,
   ``out``: the kernel's refinements of the operands and of the products' output (a fused kernel's
   accumulator). ``tm tn rm rn kt``: the ``GemmTiles`` shape. ``epilogue``: the kernel's second
-  statement applies a fused epilogue.
+  statement applies a fused epilogue. ``unit``: empty, or the matrix unit and precision mode
+  (``tensor_core.f16``) the kernel runs on; each work-item of the nest is then a warp of the unit's
+  lanes, its ``rm x rn`` register block a grid of the unit's operations (``stripe.passes.tensorize``).
 * ``RowPlan`` (``row``): a row program. ``rows``: the block's indexes (one row per point);
   ``values``: its one-element locals, the per-row values; ``group``: the suggested work-items per
   row (a power of two).
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import math
 import typing
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 
 from stripe.gemm_model import GemmTiles
 from stripe.ir import Block, RefDir
@@ -54,10 +56,11 @@ class GemmPlan:
     rn: int
     kt: int
     epilogue: bool
+    unit: str = ""
 
     @property
     def shape(self) -> GemmTiles:
-        return GemmTiles(self.tm, self.tn, self.rm, self.rn, self.kt)
+        return GemmTiles(self.tm, self.tn, self.rm, self.rn, self.kt, unit=self.unit)
 
     @property
     def tiles(self) -> dict[str, int]:
@@ -95,8 +98,9 @@ def kind(plan: Plan) -> str:
 
 
 def items(plan: Plan) -> list[tuple[str, object]]:
-    """The plan's fields in order, as the text format writes them."""
-    return [(f.name, getattr(plan, f.name)) for f in fields(plan)]
+    """The plan's fields in order, as the text format writes them (a field left at its default,
+    such as a GEMM's empty ``unit``, is not written)."""
+    return [(f.name, getattr(plan, f.name)) for f in fields(plan) if getattr(plan, f.name) != f.default]
 
 
 def make(kind_: str, values: dict[str, object]) -> Plan:
@@ -107,9 +111,10 @@ def make(kind_: str, values: dict[str, object]) -> Plan:
         raise ValueError(f"no plan kind '{kind_}' (one of {', '.join(KINDS)})")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in fields(cls)]
-    if sorted(values) != sorted(names):
+    needed = {f.name for f in fields(cls) if f.default is MISSING}
+    if not needed <= set(values) <= set(names):
         raise ValueError(f"a {kind_} plan has the fields {', '.join(names)}")
-    for name in names:
+    for name in values:
         if not _fits(values[name], hints[name]):
             raise ValueError(f"the {kind_} plan's field '{name}' is not a {_spell(hints[name])}")
     return cls(**values)

@@ -115,6 +115,7 @@ class CTarget:
         self.where = ""  # what is being generated, for ``uses``
         self.helpers: set[str] = set()  # helper functions the code calls
         self.matrix_units: dict = {}  # the hardware's matrix units, by name (stripe.hardware.MatrixUnit)
+        self.local_bytes = 48 * 1024  # __local memory per work-group (the OpenCL device's, when known)
 
     # ---------------------------------------------------------------------- types
     def note(self, dt: DType) -> None:

@@ -29,7 +29,7 @@ def cache_key(source: str, options: str, settings: dict, device: dict) -> str:
     meta = {
         "format": FORMAT,
         "options": options,
-        "settings": {k: v for k, v in settings.items() if k not in ("cache", "async")},
+        "settings": {k: v for k, v in settings.items() if k not in ("cache", "async", "matrix_units")},
         "device": device,
     }
     return diskcache.digest(meta, source)

@@ -115,6 +115,8 @@ class OpenCLCompiler(Compiler):
             contract=not settings.get("strict", False),
         )
         t.workgroups = bool(settings.get("tiled", True))
+        t.matrix_units = dict(settings.get("matrix_units") or {})
+        t.local_bytes = int(dev.cl_device.local_mem_size)
         return t
 
     def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library:

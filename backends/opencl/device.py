@@ -91,10 +91,29 @@ class OpenCLDevice(Driver, Device):
             for k, u in hw.exec_units.items()
         }
         clock = float(d.max_clock_frequency or hw.clock_mhz)
-        return replace(hw, clock_mhz=clock, mem_units=mems, exec_units=units)
+        matrix = {k: u for k, u in hw.matrix_units.items() if self.has_unit(u)}
+        return replace(hw, clock_mhz=clock, mem_units=mems, exec_units=units, matrix_units=matrix)
+
+    def has_unit(self, unit) -> bool:
+        """Whether this device has the matrix unit ``unit`` (``stripe.hardware.MatrixUnit``): its
+        vendor, and a compute capability of at least the unit's (NVIDIA's, from the
+        ``cl_nv_device_attribute_query`` extension; a device without it has no such unit)."""
+        if unit.vendor and unit.vendor.lower() not in str(self.cl_device.vendor).lower():
+            return False
+        return capability(self.cl_device) >= tuple(unit.min_capability)
 
     def __repr__(self) -> str:
         return f"OpenCLDevice({self.id!r}, {self.name!r})"
+
+
+def capability(d: cl.Device) -> tuple[int, int]:
+    """An NVIDIA device's compute capability, (0, 0) where the driver does not report one."""
+    if "cl_nv_device_attribute_query" not in str(d.extensions):
+        return (0, 0)
+    try:
+        return (int(d.compute_capability_major_nv), int(d.compute_capability_minor_nv))
+    except (cl.Error, AttributeError):
+        return (0, 0)
 
 
 def discover(unusable: dict[str, str] | None = None) -> list[OpenCLDevice]:

@@ -87,6 +87,21 @@ class GemmTileConfig:
     choices: dict[str, int] = field(default_factory=dict)
     model: str = "gpu"  # "cpu": GemmModel.cpu_rule's tiles (cache blocks for a CPU code generator)
     panel: tuple[int, int] = (6, 64)  # cpu: the code generator's register tile, MR rows x NR columns
+    matrix_unit: str = ""  # the hardware's matrix unit that kernels ``tensorize`` marked run on
+    warps: tuple[int, int] = (2, 2)  # on the unit: warps along M and N of a work-group tile
+    mma_tiles: tuple[tuple[int, int], ...] = ((128, 128), (128, 64), (64, 128), (64, 64))  # on the unit
+
+
+QUAD_BITS = {False: 2, True: 3}  # the layout's q field: SIMT (float4 reads), matrix unit (8 rows)
+MMA_TAG = "mma_"  # + the precision mode: the tag ``tensorize`` marks a kernel with
+
+
+def marked(block: Block) -> str | None:
+    """The precision mode ``tensorize`` marked ``block`` with (``f16``, ``tf32``, ...), or None."""
+    for t in block.tags:
+        if t.startswith(MMA_TAG):
+            return t[len(MMA_TAG):]
+    return None
 
 
 # ------------------------------------------------------------------------------ the layout
@@ -102,12 +117,15 @@ class Piece:
     mult: int  # its weight in the index's value within the tile
 
 
-def pieces(idxs: tuple[Index, ...], tiles: dict[str, int], t: int, r: int, taken: set[str]) -> list[Piece]:
+def pieces(
+    idxs: tuple[Index, ...], tiles: dict[str, int], t: int, r: int, taken: set[str], q: int = 2
+) -> list[Piece]:
     """The row (column) layout of the module docstring for a flat tile ``t`` with register side
-    ``r``: fields ``q`` (2 bits), ``t`` (log2 t/r), ``c`` (log2 r/4), from the least bit; each
-    index (the last fastest) a bit field. In field order, most significant piece first."""
-    fields = [("q", 0, 2), ("t", 2, 2 + (t // r).bit_length() - 1), ("c", 2 + (t // r).bit_length() - 1,
-                                                                     t.bit_length() - 1)]
+    ``r``: fields ``q`` (``q`` bits: 2, or 3 on a matrix unit, whose operand fragments load eight
+    contiguous rows), ``t`` (log2 t/r), ``c`` (the rest), from the least bit; each index (the last
+    fastest) a bit field. In field order, most significant piece first."""
+    tb = (t // r).bit_length() - 1
+    fields = [("q", 0, q), ("t", q, q + tb), ("c", q + tb, t.bit_length() - 1)]
     out: list[Piece] = []
     at = {}
     lo = 0
@@ -145,7 +163,7 @@ def gemm_tile(program: Block, cfg: GemmTileConfig, hw: Hardware) -> Block:
         got = analyze(block, ctx.parent, cfg)
         if got is None:
             return None
-        ranked = GemmModel(got, hw, cfg).ranking()
+        ranked = ranking(block, got, hw, cfg)
         if not ranked:
             return None
         tiles = ranked[min(cfg.choices.get(block.name, 0), len(ranked) - 1)]
@@ -157,12 +175,14 @@ def gemm_tile(program: Block, cfg: GemmTileConfig, hw: Hardware) -> Block:
     return rewrite(program, fn, cfg.reqs)
 
 
-def analyze(block: Block, parent: Block | None, cfg: GemmTileConfig) -> Gemm | None:
-    """The ``Gemm`` of a kernel this pass tiles (Stripe's K order), or None."""
+def analyze(block: Block, parent: Block | None, cfg: GemmTileConfig, halves: bool = False) -> Gemm | None:
+    """The ``Gemm`` of a kernel this pass tiles (Stripe's K order), or None. 16-bit floats only
+    with ``halves`` (what ``tensorize`` considers) or once ``tensorize`` marked the kernel: the
+    SIMT kernels stage float32 and float64 only."""
     if parent is None or "main" not in parent.tags or any(t in block.tags for t in cfg.skip):
         return None
     views = tables_of(parent)  # (one table per parent: per kernel it made the pass quadratic)
-    g = match(block, views.names, views.dtypes, reorder=False)
+    g = match(block, views.names, views.dtypes, reorder=False, halves=halves or marked(block) is not None)
     if g is None or any(g.starts.values()) or any(not a.is_integral for a in g.a.access + g.b.access):
         return None
     if g.epilogue is not None:
@@ -183,13 +203,26 @@ def sites(program: Block, cfg: GemmTileConfig, hw: Hardware) -> dict[str, list[G
     def fn(block: Block, ctx: Context) -> None:
         got = analyze(block, ctx.parent, cfg)
         if got is not None:
-            ranked = GemmModel(got, hw, cfg).ranking()
+            ranked = ranking(block, got, hw, cfg)
             if ranked:
                 out[block.name] = ranked
         return None
 
     rewrite(program, fn, cfg.reqs)
     return out
+
+
+def ranking(block: Block, g: Gemm, hw: Hardware, cfg: GemmTileConfig) -> list[GemmTiles]:
+    """The model's choices for ``block``: on the matrix unit when ``tensorize`` marked it and the
+    hardware has the unit (its tiles fit), else the SIMT ones."""
+    model = GemmModel(g, hw, cfg)
+    mode = marked(block)
+    unit = hw.matrix_units.get(cfg.matrix_unit) if mode and cfg.matrix_unit else None
+    if unit is not None:
+        got = model.mma_ranking(unit, f"{cfg.matrix_unit}.{mode}", mode, cfg.warps, cfg.mma_tiles)
+        if got:
+            return got
+    return model.ranking()
 
 
 def _epilogue_refs(kb: Block) -> set[str]:
@@ -218,7 +251,7 @@ class _Levels:
             self.share[ix.name] = {"G": [(ix.name, 1)]}
         self.pieces: dict[str, list[Piece]] = {}
         for grp, side, reg in ((g.m, t.tm, t.rm), (g.n, t.tn, t.rn)):
-            ps = pieces(grp.idxs, tiles, side, reg, taken)
+            ps = pieces(grp.idxs, tiles, side, reg, taken, QUAD_BITS[bool(t.unit)])
             for level in ("q", "t", "c"):
                 self.pieces.setdefault(level, []).extend(p for p in ps if p.level == level)
             for ix in grp.idxs:
@@ -441,7 +474,7 @@ class _Nest(_Views):
         rm, rn = t.tm // threads(self.mtiles), t.tn // threads(self.ntiles)
         kt = math.prod(self.tiles[ix.name] for ix in g.k.idxs)  # the flat K tile (short K: below t.kt)
         return GemmPlan(named(g.m), named(g.n), named(g.batch), named(g.k), a, b, out,
-                        t.tm, t.tn, rm, rn, kt, g.epilogue is not None)
+                        t.tm, t.tn, rm, rn, kt, g.epilogue is not None, t.unit)
 
     def kstep(self) -> Block:
         """One K step: the staged tiles allocated, filled, then multiplied by the work-items."""
