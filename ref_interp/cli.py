@@ -1,5 +1,5 @@
 """``python -m ref_interp run F.tile [--inputs IN.npz] [--shape I=2x3] [--seed S]
-[--precision native|float64|exact] [--output OUT.npz] [--max-points N]``.
+[--precision native|float64|exact|tf32|3xtf32] [--output OUT.npz] [--max-points N]``.
 
 Made-up inputs are checked before any is made: none may have more elements than the index-space
 limit (``--max-points``), and together they must fit this machine's memory. Output to a closed

@@ -37,7 +37,9 @@ def run(
 
     ``program`` is Tile source text, a parsed ``Program`` or a ``BoundProgram``; ``inputs`` maps
     each declared input to an array. ``precision`` is ``native`` (declared dtypes), ``float64``
-    (float tensors in float64) or ``exact`` (float tensors as ``Fraction`` object arrays).
+    (float tensors in float64), ``exact`` (float tensors as ``Fraction`` object arrays), or
+    ``tf32`` / ``3xtf32`` (native, with float32 matrix products' operands rounded as a matrix unit
+    does; docs/semantics.md §8.1.1).
     ``stage`` evaluates the contractions after a transform (``reduced``, ``defracted`` or
     ``flat``, see ``tile.transforms``); every stage has the same meaning, so the same answer.
     Returns every output by name.
