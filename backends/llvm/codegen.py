@@ -84,6 +84,7 @@ class KernelCodegen:
         self.block: Block = info.block  # type: ignore[assignment]
         self.schedule = schedule
         self.symbol = kernel_symbol(index, info)
+        self.ordered: list[ir.Value] = []  # partials (``partials.Running.slot``) added in order
 
     # ---------------------------------------------------------------------- functions
     def build(self) -> ir.Function:
@@ -187,15 +188,27 @@ class KernelCodegen:
             with b.if_then(ok):
                 then()
 
-        sums = self.sum_plan(block, order, parent_views, bounded if bounds is not None else -1)
+        split = bounds is not None and self.schedule.split  # else [lo, hi) is the whole range
+        sums = self.sum_plan(block, order, parent_views, bounded if split else -1)
 
         def nest(depth: int, vals: dict[str, ir.Value], run: Running | None = None) -> None:
             if depth == len(order):
                 self.point(block, vals, parent_views, run)
                 return
             if sums is not None and depth == sums.start and run is None:  # one sum per element
-                out = self.view(block, block.ref(sums.out), vals, parent_views)
-                sum_in_blocks(em, out, lambda r: nest(depth, vals, r))
+                ref = block.ref(sums.out)
+                names = [name for name, _ in sums.owned]
+                first = self.view(block, ref, {**vals, **dict.fromkeys(names, i64(0))}, parent_views)
+
+                def out_at(coords: list[ir.Value]) -> View:
+                    return self.view(block, ref, {**vals, **dict(zip(names, coords))}, parent_views)
+
+                def run_sums(r: Running) -> None:
+                    if sums.ordered:  # type: ignore[union-attr]
+                        self.ordered.append(r.slot)
+                    nest(depth, vals, r)
+
+                sum_in_blocks(em, sums, first, run_sums, out_at)
                 return
             k = order[depth]
             ix = idxs[k]
@@ -224,7 +237,11 @@ class KernelCodegen:
                 dts[r.into] = self.buf_dtypes[r.source]
             elif parent_views is not None and r.source in parent_views:
                 dts[r.into] = parent_views[r.source].buf_dtype
-        return plan_sums(block, order, self.vector.sum_block, after, dts)
+        sums = plan_sums(block, order, self.vector.sum_block, after, dts)
+        owned = dict(sums.owned) if sums else {}
+        if any(ix.name in owned and ix.affine not in (None, Affine.constant(0)) for ix in block.idxs):
+            return None  # the partials are indexed by the owned loops' values, which must start at 0
+        return sums
 
     def nested(self, block: Block, parent_vals: dict[str, ir.Value], views: dict[str, View]) -> None:
         starts = [
@@ -280,7 +297,7 @@ class KernelCodegen:
               run: Running | None = None) -> None:
         """One point of ``block``; ``run``: its sum goes into that partial (``partials``)."""
         views = {
-            r.into: run.partial if run is not None and r.into == run.partial.name
+            r.into: run.partial(self.em, vals) if run is not None and r.into == run.sums.out
             else self.view(block, r, vals, parent_views)
             for r in block.refs
         }
@@ -337,7 +354,8 @@ class KernelCodegen:
             out = unordered_minmax(em, v.agg_op, current, value)  # vectorizes (any order, §8.3)
         else:
             out = binary(em, v.agg_op, current, value, v.buf_dtype)
-        if self.vector.reassoc and isinstance(out, ir.Instruction) and out.opname in ("fadd", "fmul"):
+        reassoc = self.vector.reassoc and not any(v.ptr is slot for slot in self.ordered)  # ``partials``
+        if reassoc and isinstance(out, ir.Instruction) and out.opname in ("fadd", "fmul"):
             out.flags.append("reassoc")  # any order of a float sum or product (§8.3): vectorizable
         em.store(out, v.ptr, v.base, v.buf_dtype)
 

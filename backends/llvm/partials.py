@@ -23,6 +23,7 @@ code generator does the same at no measurable cost:
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -35,6 +36,8 @@ from tile.dtypes import DType
 
 LEVELS = 64  # a binary counter of 64 levels holds any count of blocks an i64 index can reach
 FLOATS = (DType.FLOAT32, DType.FLOAT64)
+ORDERED_SHORTER = 16  # blocks of an ``ordered`` sum are this much shorter (256 points by default)
+MAX_OWNED = 16  # output elements of the innermost loops whose partials are kept apart (unrolled)
 
 
 @dataclass(frozen=True)
@@ -45,14 +48,21 @@ class SumBlocks:
     start: int  # the first loop of the reduction suffix: one sum per element from here
     chunked: int  # the loop run in chunks of ``chunk`` iterations (the loops inside it whole)
     chunk: int
+    owned: tuple[tuple[str, int], ...] = ()  # innermost loops that move the output: (index, range)
+    ordered: bool = False  # no input is read contiguously along the innermost reduction loop
+
+    @property
+    def width(self) -> int:
+        """How many elements share the reduction suffix (one partial each)."""
+        return math.prod(r for _, r in self.owned)
 
 
 def plan_sums(block: Block, order, limit: int, after: int, dtypes: dict[str, DType]) -> SumBlocks | None:
     """How ``block``'s loops (in ``order``, ``after`` the depth of a thread-bounded loop or -1)
     sum in blocks of at most ``limit`` points, or None when they need not or may not: not a leaf
     of loads, intrinsics, constants and one ``+`` store into a float32/float64 buffer element
-    (``dtypes``: buffer dtype by refinement) that nothing reads, or at most ``limit`` points per
-    element."""
+    (``dtypes``: buffer dtype by refinement) that nothing reads, more than ``MAX_OWNED`` elements
+    in the innermost loops that move the output, or at most ``limit`` points per element."""
     if limit <= 0 or not order:
         return None
     if any(not isinstance(s, (Load, Store, Intrinsic, Constant, LoadIndex)) for s in block.stmts):
@@ -69,36 +79,56 @@ def plan_sums(block: Block, order, limit: int, after: int, dtypes: dict[str, DTy
         return None
     moving = {v for a in out.access for v in a.vars}
     names = [block.idxs[k].name for k in order]
-    start = len(order)
+    end = len(order)
+    while end > after + 1 and names[end - 1] in moving:
+        end -= 1
+    owned = tuple((names[j], block.idxs[order[j]].range) for j in range(end, len(order)))
+    start = end
     while start > after + 1 and names[start - 1] not in moving:
         start -= 1
-    ranges = [block.idxs[k].range for k in order[start:]]
-    if math.prod(ranges) <= limit:
+    ranges = [block.idxs[k].range for k in order[start:end]]
+    if start == end or math.prod(r for _, r in owned) > MAX_OWNED or math.prod(ranges) <= limit:
         return None
-    inner, chunked = 1, len(order) - 1
+    ordered = not any(
+        abs(sum((a.coeff(names[end - 1]) * d.stride for a, d in zip(r.access, r.shape.dims)), start=0)) == 1
+        for r in block.refs
+        if r.dir in (RefDir.IN, RefDir.INOUT) and len(r.access) == len(r.shape.dims)
+    )
+    guarded = any(set(c.vars) & set(names[start:]) for c in block.constraints)
+    if ordered or guarded:  # a partial summed in order, one lane (a vectorized one would gather,
+        # a guarded loop does not vectorize): shorter blocks
+        limit = max(1, limit // ORDERED_SHORTER)
+    inner, chunked = 1, end - 1
     while chunked > start and inner * ranges[chunked - start] <= limit:
         inner *= ranges[chunked - start]
         chunked -= 1
-    return SumBlocks(out.into, start, chunked, max(1, limit // inner))
+    return SumBlocks(out.into, start, chunked, max(1, limit // inner), owned, ordered and not guarded)
 
 
 class Cascade:
-    """Pairwise sums of a sequence of partials in ``LEVELS`` stack slots: level ``j`` holds the sum
-    of ``2**j`` consecutive partials while bit ``j`` of the count is set (a binary counter whose
-    carries are the pairwise additions)."""
+    """Pairwise sums of a sequence of partials (``width`` elements each, summed apart) in
+    ``LEVELS`` stack slots: level ``j`` holds the sum of ``2**j`` consecutive partials while bit
+    ``j`` of the count is set (a binary counter whose carries are the pairwise additions)."""
 
-    def __init__(self, em: Emitter, dt: DType):
-        self.em, self.typ = em, reg_type(dt)
-        self.levels = em.alloca(self.typ, LEVELS)
+    def __init__(self, em: Emitter, typ: ir.Type, width: int = 1):
+        """``typ``: a float, or a vector of floats (the micro-kernel's accumulators)."""
+        self.em, self.typ, self.width = em, typ, width
+        lanes = getattr(typ, "count", None)
+        self.identity = ir.Constant(typ, -0.0 if lanes is None else [-0.0] * lanes)
+        self.levels = em.alloca(self.typ, LEVELS * width)
         self.count = em.alloca(I64)
 
     def reset(self) -> None:
         self.em.builder.store(i64(0), self.count)
 
-    def level(self, b: ir.IRBuilder, j: ir.Value) -> ir.Value:
-        return b.gep(self.levels, [j], inbounds=True, source_etype=self.typ)
+    def at(self, b: ir.IRBuilder, slot: ir.Value, pos: ir.Value) -> ir.Value:
+        return b.gep(slot, [pos], inbounds=True, source_etype=self.typ)
 
-    def push(self, value: ir.Value) -> None:
+    def level(self, b: ir.IRBuilder, j: ir.Value, e: int) -> ir.Value:
+        return self.at(b, self.levels, b.add(b.mul(j, i64(self.width)), i64(e)) if self.width > 1 else j)
+
+    def push(self, partial: ir.Value) -> None:
+        """Adds the ``width`` values at ``partial`` (a stack slot, left changed) as the next one."""
         b = self.em.builder
         k = b.load(self.count, typ=I64)
         b.store(b.add(k, i64(1)), self.count)
@@ -107,21 +137,24 @@ class Cascade:
         entry = b.block
         b.branch(head)
         b.position_at_end(head)
-        lvl, bits, acc = b.phi(I64), b.phi(I64), b.phi(self.typ)
+        lvl, bits = b.phi(I64), b.phi(I64)
         lvl.add_incoming(i64(0), entry)
         bits.add_incoming(k, entry)
-        acc.add_incoming(value, entry)
         b.cbranch(b.icmp_unsigned("!=", b.and_(bits, i64(1)), i64(0)), carry, done)
         b.position_at_end(carry)  # the level's earlier sum, then this one: their order kept
+        for e in range(self.width):
+            here = self.at(b, partial, i64(e))
+            earlier = b.load(self.level(b, lvl, e), typ=self.typ)
+            b.store(b.fadd(earlier, b.load(here, typ=self.typ)), here)
         lvl.add_incoming(b.add(lvl, i64(1)), carry)
         bits.add_incoming(b.lshr(bits, i64(1)), carry)
-        acc.add_incoming(b.fadd(b.load(self.level(b, lvl), typ=self.typ), acc), carry)
         b.branch(head)
         b.position_at_end(done)
-        b.store(acc, self.level(b, lvl))
+        for e in range(self.width):
+            b.store(b.load(self.at(b, partial, i64(e)), typ=self.typ), self.level(b, lvl, e))
 
-    def total(self) -> ir.Value:
-        """The sum of the levels in use, the smallest (latest) first; ``-0.0`` for none."""
+    def total(self, e: int = 0) -> ir.Value:
+        """Element ``e``'s sum of the levels in use, the smallest (latest) first; ``-0.0`` for none."""
         b = self.em.builder
         fn = b.block.function
         head, body, done = (fn.append_basic_block() for _ in range(3))
@@ -132,11 +165,11 @@ class Cascade:
         lvl, bits, acc = b.phi(I64), b.phi(I64), b.phi(self.typ)
         lvl.add_incoming(i64(0), entry)
         bits.add_incoming(count, entry)
-        acc.add_incoming(ir.Constant(self.typ, -0.0), entry)
+        acc.add_incoming(self.identity, entry)
         b.cbranch(b.icmp_unsigned("!=", bits, i64(0)), body, done)
         b.position_at_end(body)
         used = b.icmp_unsigned("!=", b.and_(bits, i64(1)), i64(0))
-        added = b.fadd(acc, b.load(self.level(b, lvl), typ=self.typ))
+        added = b.fadd(acc, b.load(self.level(b, lvl, e), typ=self.typ))
         lvl.add_incoming(b.add(lvl, i64(1)), body)
         bits.add_incoming(b.lshr(bits, i64(1)), body)
         acc.add_incoming(b.select(used, added, acc), body)
@@ -147,46 +180,77 @@ class Cascade:
 
 @dataclass
 class Running:
-    """The sum in progress at one element: ``partial`` (what the block's store adds into) and
-    the cascade its blocks go to."""
+    """The sums in progress over one reduction suffix: ``slot`` holds one partial per element of
+    ``sums.owned`` (row-major), which the block's store adds into, and the cascade its blocks go to."""
 
-    partial: View
+    sums: SumBlocks
+    slot: ir.Value
+    dtype: DType  # the buffer's
+    declared: DType  # the output refinement's
     cascade: Cascade
 
+    def partial(self, em: Emitter, vals: dict[str, ir.Value]) -> View:
+        """The partial of the element at ``vals`` (the owned loops' index values, from 0)."""
+        pos: ir.Value = i64(0)
+        for name, size in self.sums.owned:
+            pos = em.builder.add(em.builder.mul(pos, i64(size)), vals[name])
+        return View(self.sums.out, self.slot, self.dtype, pos, (), self.declared, "add")
 
-def sum_in_blocks(em: Emitter, out: View, run) -> None:
-    """Runs ``run(running)`` (the reduction suffix for one element of ``out``; its chunked loop
-    goes through ``chunked``) and adds the blocks' pairwise total to the element once."""
+    def clear(self, em: Emitter) -> None:
+        zero = ir.Constant(reg_type(self.dtype), -0.0)  # -0.0: x + -0.0 is x, also for x = -0.0
+        for e in range(self.sums.width):
+            em.builder.store(zero, self.cascade.at(em.builder, self.slot, i64(e)))
+
+
+def sum_in_blocks(em: Emitter, sums: SumBlocks, out: View, run, out_at) -> None:
+    """Runs ``run(running)`` (the reduction suffix of the elements of ``sums.owned``; its chunked
+    loop goes through ``chunked``) and adds each element's pairwise total to it once, at
+    ``out_at(coords)`` (its view, ``out`` being the first's)."""
     dt = out.buf_dtype
-    slot = em.alloca(reg_type(dt))
-    cascade = Cascade(em, dt)
-    cascade.reset()
-    em.builder.store(ir.Constant(reg_type(dt), -0.0), slot)  # a guard may skip every block
-    run(Running(View(out.name, slot, dt, i64(0), (), out.dtype, "add"), cascade))
-    total = cascade.total()
-    b = em.builder
-    current = em.load(out.ptr, out.base, dt)
-    em.store(b.fadd(current, total, flags=("reassoc",)), out.ptr, out.base, dt)
+    slot = em.alloca(reg_type(dt), sums.width)
+    running = Running(sums, slot, dt, out.dtype, Cascade(em, reg_type(dt), sums.width))
+    running.cascade.reset()
+    running.clear(em)  # a guard may skip every block
+    run(running)
+    e = 0
+
+    def add(coords: list[ir.Value]) -> None:
+        nonlocal e
+        view = out_at(coords) if coords else out
+        b = em.builder
+        total = running.cascade.total(e)
+        current = em.load(view.ptr, view.base, dt)
+        em.store(b.fadd(current, total, flags=("reassoc",)), view.ptr, view.base, dt)
+        e += 1
+
+    _unrolled(em, [size for _, size in sums.owned], add)
+
+
+def _unrolled(em: Emitter, sizes: list[int], body) -> None:
+    """``body(coords)`` at every point of ``sizes``, row-major, unrolled (constant coordinates)."""
+    for point in itertools.product(*(range(n) for n in sizes)):
+        body([i64(c) for c in point])
 
 
 def chunked(em: Emitter, lo: ir.Value, hi: ir.Value, step: int, running: Running, body) -> None:
-    """``for_range(lo, hi, body)`` in chunks of ``step``, each summed into a fresh partial that
-    then goes to the cascade."""
-    slot, typ = running.partial.ptr, reg_type(running.partial.buf_dtype)
+    """``for_range(lo, hi, body)`` in chunks of ``step``, each summed into fresh partials that
+    then go to the cascade."""
 
     def chunk(q0: ir.Value) -> None:
-        b = em.builder
-        b.store(ir.Constant(typ, -0.0), slot)  # -0.0: x + -0.0 is x, also for x = -0.0
-        for_range(em, q0, smin(b, b.add(q0, i64(step)), hi), body)
-        running.cascade.push(em.builder.load(slot, typ=typ))
+        running.clear(em)
+        for_range(em, q0, smin(em.builder, em.builder.add(q0, i64(step)), hi), body)
+        running.cascade.push(running.slot)
 
     counted_loop(em.builder, lo, hi, chunk, step)
 
 
 def microkernel_sums(mk, base: dict) -> None:
     """``mk.red_level(0, base, None)`` (a ``microkernel.MicroKernel``'s reduction for its current
-    tile), in chunks of the first reduction index when the tile's reduction is longer than the
-    code generator's ``sum_block``: each chunk into fresh accumulators, added to the tile's after."""
+    tile), in chunks of its first reduction index when the tile's reduction is longer than
+    ``sum_block / ORDERED_SHORTER`` points (each lane sums one element, in order): each chunk into
+    fresh accumulators that go through a ``Cascade``, whose totals are added to the tile's; a
+    cache block of K (``mk.blocking``) as one such chunk, added to the tile (which the blocks
+    before it summed)."""
     cfg, s = mk.cg.vector, mk.s
     ranges = [mk.block.idxs[k].range for k in s.red]
     if not (cfg.reassoc and cfg.sum_block > 0 and s.agg == "add" and ranges):
@@ -197,30 +261,36 @@ def microkernel_sums(mk, base: dict) -> None:
     lo, hi = mk.bounds[k0]
     if mk.blocking:  # a cache block of K (at most a few thousand points): one fresh chunk
         step = mk.blocking[0]
-    elif inner * ranges[0] > cfg.sum_block:
-        step = max(1, cfg.sum_block // inner)
+    elif inner * ranges[0] > cfg.sum_block // ORDERED_SHORTER:  # each lane sums one element in order
+        step = max(1, cfg.sum_block // ORDERED_SHORTER // inner)
     else:
         mk.red_level(0, base, None)
         return
     saved = mk.slots
-    fresh = [[em.alloca(mk.vt) for _ in row] for row in saved]
-    zero = ir.Constant(mk.vt, [-0.0] * mk.width)
+    width = sum(len(row) for row in saved)
+    cascade = Cascade(em, mk.vt, width)
+    cascade.reset()
+    partials = em.alloca(mk.vt, width)  # one array: SROA keeps its constant-index elements in registers
+    fresh, e = [], 0
+    for row in saved:
+        fresh.append([cascade.at(em.builder, partials, i64(e + n)) for n in range(len(row))])
+        e += len(row)
 
     def chunk(q0: ir.Value) -> None:
         b = em.builder
-        for row in fresh:
-            for slot in row:
-                b.store(zero, slot)
+        for e in range(width):
+            b.store(cascade.identity, cascade.at(b, partials, i64(e)))
         mk.slots, mk.bounds[k0] = fresh, (q0, smin(b, b.add(q0, i64(step)), hi))
         mk.red_level(0, base, None)
         mk.slots, mk.bounds[k0] = saved, (lo, hi)
-        b = em.builder
-        for row, new in zip(saved, fresh):
-            for acc, part in zip(row, new):
-                total = b.fadd(b.load(acc, typ=mk.vt), b.load(part, typ=mk.vt), flags=("reassoc",))
-                b.store(total, acc)
+        cascade.push(partials)
 
     counted_loop(em.builder, lo, hi, chunk, step)
+    b = em.builder
+    for e, acc in enumerate(slot for row in saved for slot in row):
+        total = cascade.total(e)
+        b = em.builder
+        b.store(b.fadd(b.load(acc, typ=mk.vt), total, flags=("reassoc",)), acc)
 
 
 __all__ = ["Cascade", "SumBlocks", "chunked", "microkernel_sums", "plan_sums", "sum_in_blocks"]
