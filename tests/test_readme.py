@@ -1,5 +1,5 @@
-"""README.md and docs/tutorial.md as doctests: every ``sh`` and ``python`` block runs as written,
-in order, in an empty folder of its own (one per document).
+"""README.md, docs/tutorial.md and docs/frameworks.md as doctests: every ``sh`` and ``python``
+block runs as written, in order, in an empty folder of its own (one per document).
 
 The folder holds nothing but links to the checkout's ``examples/`` and ``conformance/`` (what a
 block may name, as a reader runs them from the checkout's root); every other file a block uses an
@@ -9,7 +9,9 @@ output must match. A block is marked by an HTML comment on the line before it:
 
 * ``<!-- doctest: skip (reason) -->``: not run, reported as skipped with the reason;
 * ``<!-- doctest: needs PREFIX (reason) -->``: run only where a device id starts with PREFIX
-  (``opencl_gpu``), else skipped with the reason.
+  (``opencl_gpu``), else skipped with the reason;
+* ``<!-- doctest: imports M1,M2 (reason) -->``: run only where those modules are installed
+  (``torch``, ``jax``: optional extras), else skipped with the reason.
 
 Each block is a test of its own (``test_block[README.md:57 sh]``); after a failing block the rest
 of its document are skipped, since they may depend on it.
@@ -30,12 +32,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DOCUMENTS = ("README.md", "docs/tutorial.md")
+DOCUMENTS = ("README.md", "docs/tutorial.md", "docs/frameworks.md")
 SHIPPED = ("examples", "conformance")  # the checkout's folders a block may name
 FENCE = re.compile(
     r"^(?:<!-- doctest: (?P<mark>[^\n]*?) -->\n)?```(?P<lang>[a-z]*)\n(?P<body>.*?)^```$", re.M | re.S
 )
-MARK = re.compile(r"^(?P<kind>skip|needs (?P<prefix>[\w.]+)) \((?P<reason>.+)\)$")
+MARK = re.compile(
+    r"^(?P<kind>skip|needs (?P<prefix>[\w.]+)|imports (?P<modules>[\w.,]+)) \((?P<reason>.+)\)$"
+)
 
 
 @dataclass(frozen=True)
@@ -92,9 +96,15 @@ def skip_reason(block: Block) -> str | None:
     if block.mark is None:
         return None
     m = MARK.match(block.mark)
-    assert m, f"{block.id}: a doctest mark is 'skip (reason)' or 'needs PREFIX (reason)', not {block.mark!r}"
+    assert m, (f"{block.id}: a doctest mark is 'skip (reason)', 'needs PREFIX (reason)' or "
+               f"'imports MODULES (reason)', not {block.mark!r}")
     if m["kind"] == "skip":
         return m["reason"]
+    if m["modules"]:
+        import importlib.util
+
+        missing = [n for n in m["modules"].split(",") if importlib.util.find_spec(n) is None]
+        return f"needs {', '.join(missing)}: {m['reason']}" if missing else None
     from backends import registry
 
     if any(i.startswith(m["prefix"]) for i in registry.ids()):
