@@ -118,7 +118,8 @@ def _body(block: Block, halves: bool = False) -> tuple[Refinement, Refinement, R
     if st[2].inputs[0] != st[0].into:
         first, second = second, first
     out = refs.get(st[3].into)
-    if (dt not in FLOATS and not (halves and dt in HALVES)) or len(block.refs) != 3 or first is None or second is None or out is None:
+    typed = dt in FLOATS or (halves and dt in HALVES)
+    if not typed or len(block.refs) != 3 or first is None or second is None or out is None:
         return None
     if out.agg_op != "add" or any(r.shape.dtype is not dt for r in (first, second, out)):
         return None
@@ -128,7 +129,11 @@ def _body(block: Block, halves: bool = False) -> tuple[Refinement, Refinement, R
 
 
 def match(
-    block: Block, buffers: tuple[str, ...], buffer_dtypes: dict[str, DType], reorder: bool, halves: bool = False
+    block: Block,
+    buffers: tuple[str, ...],
+    buffer_dtypes: dict[str, DType],
+    reorder: bool,
+    halves: bool = False,
 ):
     """The ``Gemm`` view of kernel ``block``, or None when it is not a GEMM-shaped contraction:
     either the flat contraction itself or, after ``fusion``, a block over the output indexes whose

@@ -132,7 +132,8 @@ class GemmModel:
         return 2 * t.kt * (t.tm + t.tn + 8) * self.bytes
 
     def mma_ranking(
-        self, unit: MatrixUnit, name: str, mode: str, warps: tuple[int, int], sides: tuple[tuple[int, int], ...]
+        self, unit: MatrixUnit, name: str, mode: str, warps: tuple[int, int],
+        sides: tuple[tuple[int, int], ...],
     ) -> list[GemmTiles]:
         """Tiles around the matrix unit's operation for precision ``mode`` (``name``: what the plan
         calls it): ``warps`` warps per work-group, each a register block (``rm x rn``: its share of

@@ -58,7 +58,8 @@ class Fragment:
 
     def at(self, lane_g: int, lane_t: int, e: int) -> tuple[int, int]:
         r, c = self.elements[e]
-        return self.rows[0] * lane_g + self.rows[1] * lane_t + r, self.cols[0] * lane_g + self.cols[1] * lane_t + c
+        row = self.rows[0] * lane_g + self.rows[1] * lane_t + r
+        return row, self.cols[0] * lane_g + self.cols[1] * lane_t + c
 
 
 @dataclass(frozen=True)

@@ -27,14 +27,16 @@ which the driver hands over with the settings. The kernel is ``GemmEmitter``'s, 
   sum with a float32 (round-to-nearest) addition.
 
 The unit sums each operation's products in its own order (the kernel reorders aggregation; strict
-mode never tensorizes). Operands with guards on their own M (N) indexes never reach here
-(``tensorize`` leaves them on the SIMT path, which keeps a skipped point from adding ``0 x inf``).
+mode never tensorizes). An A with guards on its own M indexes (a padded convolution's input) keeps
+its skipped points out as ``backends.clike.mma_skips`` says; a B with guards on N never reaches
+here (``tensorize`` leaves it to the SIMT kernel).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backends.clike import mma_skips
 from backends.clike.target import CTarget
 from backends.clike.tiled import GemmEmitter, Tiles, count
 from stripe.gemm import Gemm, Group, Operand
@@ -69,6 +71,15 @@ class LaneTiles(Tiles):
         return self.warps * self.lanes
 
 
+CVT_TF32 = "cvt.rna.tf32.f32 %0, %1;"  # float32 to TF32: nearest, ties away from zero
+
+
+def slot(p: str, stage: str, size: int, kfast: bool, row: int) -> str:
+    """Where element ``p`` of a K step goes in buffer ``stage`` of a staged tile: ``[mn][k]`` rows
+    of ``row`` when K is fastest, else ``[k][mn]``."""
+    return f"{stage} * {size} + " + (f"{p}_mm * {row} + {p}_kk" if kfast else f"{p}_kk * {row} + {p}_mm")
+
+
 def operation(units: dict[str, MatrixUnit], unit: str) -> tuple[MatrixUnit, MmaShape, str] | None:
     """The unit, operation and mode a plan's ``unit`` (``name.mode``) names, or None."""
     name, _, mode = unit.rpartition(".")
@@ -97,7 +108,8 @@ class MmaEmitter(GemmEmitter):
         if off.coeff(inner.name) != 1 or any(inner.name in c.vars for c in op.guards):
             return 1
         for w in (16 // self.size, 4, 2):
-            aligned = all(int(c) % w == 0 for v, c in off.terms if v != inner.name) and int(off.const) % w == 0
+            rest = [int(c) for v, c in off.terms if v != inner.name] + [int(off.const)]
+            aligned = all(c % w == 0 for c in rest)
             if aligned and inner.range % w == 0 and self.tl.per[inner.name] % w == 0 \
                     and (tile * self.tl.kt) % (w * self.tl.threads) == 0:
                 return w
@@ -105,7 +117,8 @@ class MmaEmitter(GemmEmitter):
 
     def load(self, op: Operand, items, depth: int, w: int = 1, flag: bool = False) -> None:
         """``{p}_ld``: the operand's bits at each element ``p`` (``w`` from there) for the K tile at
-        the origins ``ko_*`` (zero where a guard drops it)."""
+        the origins ``ko_*`` (zero where a guard drops it; with ``flag``, ``{p}_in`` says whether
+        the guards keep it)."""
         g = self.g
         vec = f"{self.U}{w}" if w > 1 else self.U
         base = f"(__global const {self.U}*){self.ptrs[op.ref.source]}"
@@ -116,12 +129,17 @@ class MmaEmitter(GemmEmitter):
             conds = [f"{p}_ok"] + self.inside(g.k, env) + self.cond(op.guards, env)
             addr = f"{p}_base + {self.affine(op.offset, env, g.k.names)}"
             value = f"*(__global const {vec}*)({base} + {addr})"
-            self.line(f"{p}_ld = ({' && '.join(conds)}) ? {value} : ({vec})(0); }}", depth + 1)
+            kept = " && ".join(conds)
+            if flag:
+                self.line(f"{p}_in = {kept};", depth + 1)
+                kept = f"{p}_in"
+            self.line(f"{p}_ld = ({kept}) ? {value} : ({vec})(0); }}", depth + 1)
 
     # --------------------------------------------------------------- kernel
     def source(self, symbol: str, params: list[tuple[str, DType]]) -> tuple[str, int, int]:
         g, tl, it, U = self.g, self.tl, self.int, self.U
-        assert not (self.flagged(g.a, g.m) or self.flagged(g.b, g.n)), "tensorize refuses flagged operands"
+        assert not self.flagged(g.b, g.n), "tensorize leaves a B with guards on N to the SIMT kernel"
+        self.skips = self.flagged(g.a, g.m)  # A's skipped points (mma_skips)
         ntm, ntn, nks = count(g.m, tl.per), count(g.n, tl.per), count(g.k, tl.per)
         groups = ntm * ntn * g.batch.total
         L = tl.threads
@@ -143,24 +161,31 @@ class MmaEmitter(GemmEmitter):
         # copies straight from global to __local memory (cp.async, no registers in between) when
         # every load is 4, 8 or 16 bytes: as many K steps in flight as fit (up to 4)
         self.copy = all(w * self.size in (4, 8, 16) for w in (aw, bw))
-        stage = (sa + sb) * self.size
+        stage = (sa + sb) * self.size + (sa // aw + 4 if self.skips else 0)
         stages = max(2, min(4, self.t.local_bytes // stage)) if self.copy else 2
         # uint4: 16-byte aligned, for the 16-byte stores
         self.line(f"__local uint4 As4[{stages * sa * self.size // 16}];")
         self.line(f"__local uint4 Bs4[{stages * sb * self.size // 16}];")
         self.line(f"__local {U}* As = (__local {U}*)As4;")
         self.line(f"__local {U}* Bs = (__local {U}*)Bs4;")
+        if self.skips:
+            mma_skips.declare(self, stages, sa, aw)
+        self.aw = aw
         if not self.copy:
             for items, w in ((a_items, aw), (b_items, bw)):
                 for p, *_ in items:
                     self.line(f"{U}{w if w > 1 else ''} {p}_ld;")
+            for p, *_ in a_items if self.skips else ():
+                self.line(f"bool {p}_in;")
         self.lanes()
         fm, fn = tl.rm // self.op.m, tl.rn // self.op.n
         # each lane's offsets of its fragments' rows (columns): the same in every K step
         self.bases = tuple(
             self.fragment_bases(frag, side, nf, per, name) if self.ldmatrix(name, frag) is None
             else self.ldmatrix_bases(name, self.ldmatrix(name, frag), nf, per)
-            for frag, side, nf, per, name in ((self.op.a, "m", fm, self.op.m, "a"), (self.op.b, "n", fn, self.op.n, "b"))
+            for frag, side, nf, per, name in (
+                (self.op.a, "m", fm, self.op.m, "a"), (self.op.b, "n", fn, self.op.n, "b")
+            )
         )
         for i in range(fm):
             for j in range(fn):
@@ -169,7 +194,10 @@ class MmaEmitter(GemmEmitter):
                     self.line(f"float {zeros};")
         if g.k.idxs:
             self.line(f"{it} " + ", ".join(f"ko_{ix.name} = 0" for ix in g.k.idxs) + ";")
-        ops = ((g.a, a_items, "As", sa, aw, a_kf, self.lay["a"][0]), (g.b, b_items, "Bs", sb, bw, b_kf, self.lay["b"][0]))
+        ops = (
+            (g.a, a_items, "As", sa, aw, a_kf, self.lay["a"][0]),
+            (g.b, b_items, "Bs", sb, bw, b_kf, self.lay["b"][0]),
+        )
         if self.copy:
             self.pipelined(ops, stages, nks, sa, sb, fm, fn)
         else:
@@ -183,15 +211,20 @@ class MmaEmitter(GemmEmitter):
         """The K loop through registers: the next K step is loaded while this one is multiplied,
         two ``__local`` buffers, one barrier per step (as in ``tiled``)."""
         it = self.int
-        for op, items, _, _, w, _, _ in ops:
-            self.load(op, items, 1, w)
+        for k, (op, items, _, _, w, _, _) in enumerate(ops):
+            self.load(op, items, 1, w, self.skips and k == 0)
         self.line("int buf = 0;")
         self.line(f"for ({it} ks = 0; ks < {nks}; ks++) {{")
-        for _, items, arr, size, w, kfast, row in ops:
+        for k, (_, items, arr, size, w, kfast, row) in enumerate(ops):
             for p, _, _, _, live in items:
-                at = f"buf * {size} + " + (f"{p}_mm * {row} + {p}_kk" if kfast else f"{p}_kk * {row} + {p}_mm")
+                at = slot(p, "buf", size, kfast, row)
                 if live:
                     self.line(f"if ({live}) {{", 2)
+                if self.skips:  # A's flags; B's values looked at for infinities and NaNs
+                    if k == 0:
+                        mma_skips.flag(self, p, at, w, 2)
+                    else:
+                        mma_skips.note_nonfinite(self, f"{p}_ld", w, 2)
                 if w == 1:
                     self.line(f"{arr}[{at}] = {p}_ld;", 2)
                 else:  # w contiguous values, in either layout
@@ -201,10 +234,10 @@ class MmaEmitter(GemmEmitter):
         self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)
         self.line(f"if (ks + 1 < {nks}) {{", 2)
         self.k_origins("(ks + 1)", 3)
-        for op, items, _, _, w, _, _ in ops:
-            self.load(op, items, 3, w)
+        for k, (op, items, _, _, w, _, _) in enumerate(ops):
+            self.load(op, items, 3, w, self.skips and k == 0)
         self.line("}", 2)
-        self.k_tile_mma(sa, sb, fm, fn, 2)
+        self.step(sa, sb, fm, fn, 2)
         self.line("buf ^= 1;", 2)
         self.line("}")
 
@@ -217,18 +250,26 @@ class MmaEmitter(GemmEmitter):
             self.k_origins(str(s), 1)
             self.copies(ops, str(s), 1)
             self.line('asm volatile("cp.async.commit_group;" ::: "memory");')
-        for s in range(nks, stages - 1):  # empty groups keep the count: a step waits for its own
+        for _ in range(nks, stages - 1):  # empty groups keep the count: a step waits for its own
             self.line('asm volatile("cp.async.commit_group;" ::: "memory");')
         self.line(f"for ({it} ks = 0; ks < {nks}; ks++) {{")
         self.line(f"const int buf = ks % {stages};", 2)
         self.line(f'asm volatile("cp.async.wait_group {stages - 2};" ::: "memory");', 2)
+        if self.skips:  # the B values this work-item copied into the step, now landed
+            _, items, arr, size, w, kfast, row = ops[1]
+            for p, _, _, _, live in items:
+                vec = f"{self.U}{w if w > 1 else ''}"
+                value = f"*(__local const {vec}*)({arr} + {slot(p, 'buf', size, kfast, row)})"
+                self.line(f"if ({live or 'true'}) {{", 2)
+                mma_skips.note_nonfinite(self, value, w, 3)
+                self.line("}", 2)
         self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)
         self.line(f"if (ks + {stages - 1} < {nks}) {{", 2)
         self.k_origins(f"(ks + {stages - 1})", 3)
         self.copies(ops, f"((ks + {stages - 1}) % {stages})", 3)
         self.line("}", 2)
         self.line('asm volatile("cp.async.commit_group;" ::: "memory");', 2)
-        self.k_tile_mma(sa, sb, fm, fn, 2)
+        self.step(sa, sb, fm, fn, 2)
         self.line("}")
 
     def copies(self, ops, stage: str, depth: int) -> None:
@@ -236,7 +277,7 @@ class MmaEmitter(GemmEmitter):
         ``stage``: ``cp.async`` of 4, 8 or 16 bytes, zero-filled where a guard drops them (a
         source size of 0 reads nothing)."""
         g = self.g
-        for op, items, arr, size, w, kfast, row in ops:
+        for k, (op, items, arr, size, w, kfast, row) in enumerate(ops):
             nbytes = w * self.size
             kind = "cg" if nbytes == 16 else "ca"
             base = f"(__global const {self.U}*){self.ptrs[op.ref.source]}"
@@ -248,12 +289,15 @@ class MmaEmitter(GemmEmitter):
                 env = {**vals, **{k: f"{p}g_{k}" for k in kvals}}
                 conds = [f"{p}_ok"] + self.inside(g.k, env) + self.cond(op.guards, env)
                 addr = f"{p}_base + {self.affine(op.offset, env, g.k.names)}"
-                at = f"{stage} * {size} + " + (f"{p}_mm * {row} + {p}_kk" if kfast else f"{p}_kk * {row} + {p}_mm")
+                at = slot(p, stage, size, kfast, row)
                 self.line(f"const bool {p}_in = {' && '.join(conds)};", depth + 1)
+                if self.skips and k == 0:
+                    mma_skips.flag(self, p, at, w, depth + 1)
                 src = f"(ulong)({p}_in ? {base} + {addr} : {base})"
                 dst = f"(uint)(ulong)({arr} + {at})"
-                self.line(f'asm volatile("cp.async.{kind}.shared.global [%0], [%1], {nbytes}, %2;" :: "r"({dst}), '
-                          f'"l"({src}), "r"({p}_in ? {nbytes} : 0) : "memory"); }}', depth + 1)
+                copy = f"cp.async.{kind}.shared.global [%0], [%1], {nbytes}, %2;"
+                args = f'"r"({dst}), "l"({src}), "r"({p}_in ? {nbytes} : 0)'
+                self.line(f'asm volatile("{copy}" :: {args} : "memory"); }}', depth + 1)
                 if live:
                     self.line("}", depth)
 
@@ -291,7 +335,7 @@ class MmaEmitter(GemmEmitter):
         mn_lane, k_lane = self.lane_part(mn_c), self.lane_part(k_c)
         out = {}
         for f in range(nfrags):
-            for e, (r, c) in enumerate(frag.elements):
+            for r, c in frag.elements:
                 mn_off = r if side == "m" else c
                 if (f, mn_off) in out:
                     continue
@@ -373,7 +417,9 @@ class MmaEmitter(GemmEmitter):
         tf32 = op.inputs == "tf32"
         for kk in range(0, tl.kt, op.k):
             self.line("{", depth)
-            for side, n, frag, arr, size, name in (("m", fm, op.a, "As", sa, "a"), ("n", fn, op.b, "Bs", sb, "b")):
+            for side, n, frag, arr, size, name in (
+                ("m", fm, op.a, "As", sa, "a"), ("n", fn, op.b, "Bs", sb, "b")
+            ):
                 raw = self.fragments(side, n, frag, arr, size, name, kk, depth + 1)
                 for (f, r), word in raw.items():
                     v = f"{name}{f}_{r}"
@@ -381,11 +427,11 @@ class MmaEmitter(GemmEmitter):
                         self.line(f"const uint {v} = {word};", depth + 1)
                         continue
                     self.line(f"uint {v};", depth + 1)
-                    self.line(f'asm("cvt.rna.tf32.f32 %0, %1;" : "=r"({v}) : "f"(as_float({word})));', depth + 1)
+                    self.line(f'asm("{CVT_TF32}" : "=r"({v}) : "f"(as_float({word})));', depth + 1)
                     if three:
                         self.line(f"uint {v}l;", depth + 1)
                         rest = f"as_float({word}) - as_float({v})"
-                        self.line(f'asm("cvt.rna.tf32.f32 %0, %1;" : "=r"({v}l) : "f"({rest}));', depth + 1)
+                        self.line(f'asm("{CVT_TF32}" : "=r"({v}l) : "f"({rest}));', depth + 1)
             na = len(op.a.elements) // op.a.per_register
             nb = len(op.b.elements) // op.b.per_register
             for i in range(fm):
@@ -395,10 +441,22 @@ class MmaEmitter(GemmEmitter):
                         self.mma(i, j, "", "l", na, nb, depth + 1)
                     self.mma(i, j, "", "", na, nb, depth + 1)
             self.line("}", depth)
-        if three:  # the K step's sums, rounded to nearest into the running ones
+
+    def step(self, sa: int, sb: int, fm: int, fn: int, depth: int) -> None:
+        """One staged K step's products: on the unit, or (A with skipped points, a B value infinite
+        or NaN in this step) in the plain loop of ``mma_skips``; then (``3xtf32``) its sums folded."""
+        if self.skips:
+            self.line("if (nonfinite[buf] == ks) {", depth)
+            mma_skips.slow_step(self, sa, sb, fm, fn, self.aw, depth + 1)
+            self.line("} else {", depth)
+            self.k_tile_mma(sa, sb, fm, fn, depth + 1)
+            self.line("}", depth)
+        else:
+            self.k_tile_mma(sa, sb, fm, fn, depth)
+        if self.mode == "3xtf32":  # the K step's sums, rounded to nearest into the running ones
             for i in range(fm):
                 for j in range(fn):
-                    for e in range(len(op.c.elements)):
+                    for e in range(len(self.op.c.elements)):
                         self.line(f"c{i}_{j}_{e} += s{i}_{j}_{e}; s{i}_{j}_{e} = 0.0f;", depth)
 
     def fragments(self, side: str, n: int, frag: Fragment, arr: str, size: int, name: str, kk: int,
@@ -409,7 +467,8 @@ class MmaEmitter(GemmEmitter):
         if trans is None:
             bases = self.bases[0 if name == "a" else 1]
             for f in range(n):
-                for r, word in enumerate(self.read_fragment(frag, side, f, kk, arr, size, bases, name, depth)):
+                words = self.read_fragment(frag, side, f, kk, arr, size, bases, name, depth)
+                for r, word in enumerate(words):
                     out[(f, r)] = word
             return out
         bases = self.bases[0 if name == "a" else 1]
@@ -421,8 +480,8 @@ class MmaEmitter(GemmEmitter):
             self.line(f"uint {', '.join(regs)};", depth)
             addr = f"(uint)(ulong)({arr} + buf * {size} + {base} + {off})"
             outs = ", ".join(f'"=r"({v})' for v in regs)
-            self.line(f'asm volatile("ldmatrix.sync.aligned.m8n8.x4{trans}.shared.b16 {{%0,%1,%2,%3}}, [%4];" '
-                      f': {outs} : "r"({addr}));', depth)
+            load = f"ldmatrix.sync.aligned.m8n8.x4{trans}.shared.b16 {{%0,%1,%2,%3}}, [%4];"
+            self.line(f'asm volatile("{load}" : {outs} : "r"({addr}));', depth)
             for x, v in enumerate(regs):  # A: one fragment's 4 registers; B: two fragments' 2 each
                 out[(f + x // per_frag, x % per_frag)] = v
         return out
@@ -434,7 +493,7 @@ class MmaEmitter(GemmEmitter):
         a = [f"%{nc + x}" for x in range(na)]
         b = [f"%{nc + na + x}" for x in range(nb)]
         c = [f"%{nc + na + nb + x}" for x in range(nc)]
-        text = f"{self.op.instruction} {{{','.join(d)}}}, {{{','.join(a)}}}, {{{','.join(b)}}}, {{{','.join(c)}}};"
+        text = f"{self.op.instruction} " + ", ".join("{" + ",".join(x) + "}" for x in (d, a, b, c)) + ";"
         acc = [f"{'s' if self.mode == '3xtf32' else 'c'}{i}_{j}_{e}" for e in range(nc)]
         outs = ", ".join(f'"=f"({v})' for v in acc)
         ins = [f'"r"(a{i}_{x}{sa})' for x in range(na)] + [f'"r"(b{j}_{x}{sb})' for x in range(nb)]
@@ -453,12 +512,14 @@ class MmaEmitter(GemmEmitter):
         for i in range(fm):
             for r, _ in frag.elements:
                 if (i, r) not in rows:
-                    self.line(f"const {self.int} r{i}_{r} = {self.block_pos(f'{i * op.m + r} + {mrow}', 'm')};")
+                    pos = self.block_pos(f"{i * op.m + r} + {mrow}", "m")
+                    self.line(f"const {self.int} r{i}_{r} = {pos};")
                     rows[(i, r)] = self.at(g.m, f"r{i}_{r}", self.m0)
         for j in range(fn):
             for _, c in frag.elements:
                 if (j, c) not in cols:
-                    self.line(f"const {self.int} q{j}_{c} = {self.block_pos(f'{j * op.n + c} + {ncol}', 'n')};")
+                    pos = self.block_pos(f"{j * op.n + c} + {ncol}", "n")
+                    self.line(f"const {self.int} q{j}_{c} = {pos};")
                     cols[(j, c)] = self.at(g.n, f"q{j}_{c}", self.n0)
         batch = {ix.name: f"bt_{ix.name}" for ix in g.batch.idxs}
         out = g.out

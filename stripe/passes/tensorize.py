@@ -17,9 +17,9 @@ tag ``mma_<mode>`` when the unit has an operation for its precision:
 ``matrix_unit`` param) and names the unit in the nest's plan, which the code generator follows.
 
 A kernel is left alone when it is small (fewer than ``min_macs`` multiply-adds: the unit's
-fixed tiles would mostly pad), when an operand has a guard on its own M or N indexes (a padded
-convolution's input: a point the guards skip must add nothing, not ``0 x inf``, and the unit
-multiplies every point; the SIMT kernel keeps those exact), or when the hardware has no such unit.
+fixed tiles would mostly pad), when B has a guard on its own N indexes (a point the guards skip
+must add nothing, not ``0 x inf``; the code generator handles that for A, a padded convolution's
+input, and the SIMT kernel for both), or when the hardware has no such unit.
 The unit sums a K step's products in its own order, so this pass reorders aggregation (strict mode
 skips it, and those kernels stay on the SIMT path).
 """
@@ -50,7 +50,8 @@ class TensorizeConfig:
 
     def invalid(self):
         if self.float32 not in FLOAT32_MODES:
-            return ("float32", f"'{self.float32}' is not a float32 mode", f"one of {', '.join(FLOAT32_MODES)}")
+            modes = ", ".join(FLOAT32_MODES)
+            return ("float32", f"'{self.float32}' is not a float32 mode", f"one of {modes}")
         return None
 
 
@@ -80,8 +81,8 @@ def tensorize(program: Block, cfg: TensorizeConfig, hw: Hardware) -> Block:
             return None
         if g.m.total * g.n.total * g.batch.total * g.k.total < cfg.min_macs:
             return None
-        if any(set(c.vars) & grp.names for op, grp in ((g.a, g.m), (g.b, g.n)) for c in op.guards):
-            return None
+        if any(set(c.vars) & g.n.names for c in g.b.guards):
+            return None  # only A's skipped points have a path on the unit (backends.clike.mma_skips)
         return replace(block, tags=block.tags | {MMA_TAG + mode})
 
     return rewrite(program, fn, cfg.reqs)
