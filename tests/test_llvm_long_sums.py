@@ -32,12 +32,18 @@ def _run(src: str, settings: dict | None = None, **inputs: np.ndarray) -> np.nda
     return np.asarray(out, np.float64)
 
 
-def _within_log_bound(got: np.ndarray, exact: float, n: int, dtype=np.float32) -> float:
-    """The largest relative error in unit roundoffs, asserted within ``C * log2(n)``."""
+def _within_log_bound(got: np.ndarray, exact: float, n: int, dtype=np.float32, extra: float = 0) -> float:
+    """The largest relative error in unit roundoffs, asserted within ``C * log2(n) + extra``."""
     u = float(np.finfo(dtype).eps) / 2
     worst = float(np.max(np.abs(got - exact))) / abs(exact) / u
-    assert worst <= C * math.log2(n), f"{worst:.1f} u, more than {C} log2(n) = {C * math.log2(n):.1f} u"
+    bound = C * math.log2(n) + extra
+    assert worst <= bound, f"{worst:.1f} u, more than {C} log2(n) + {extra} = {bound:.1f} u"
     return worst
+
+
+# The micro-kernel's lanes each sum one element, in order, in chunks of 512 points (then pairwise):
+# a chunk of one repeated value is off by up to about 512 / 8 roundoffs, whatever the length.
+MICRO = 512 / 8
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -68,23 +74,23 @@ def test_a_billion_term_sum_without_memory():
 
 TENTH = float(np.float32(0.1))
 CASES = {
-    # name: (program, input shape, terms per element); inputs all float32 0.1
-    "global 10^7": (GLOBAL, (10**7,), 10**7),
-    "4 rows of 2^21 (split into lanes)": (ROW, (4, 1 << 21), 1 << 21),
-    "64 rows of 2^17": (ROW, (64, 1 << 17), 1 << 17),
-    "3 columns of 2^22 (strided)": (COLUMN, ((1 << 22), 3), 1 << 22),
-    "64 columns of 2^16 (micro-kernel)": (COLUMN, (1 << 16, 64), 1 << 16),
+    # name: (program, input shape, terms per element, extra roundoffs); inputs all float32 0.1
+    "global 10^7": (GLOBAL, (10**7,), 10**7, 0),
+    "4 rows of 2^21 (split into lanes)": (ROW, (4, 1 << 21), 1 << 21, 0),
+    "64 rows of 2^17": (ROW, (64, 1 << 17), 1 << 17, 0),
+    "3 columns of 2^22 (strided)": (COLUMN, ((1 << 22), 3), 1 << 22, 0),
+    "64 columns of 2^16 (micro-kernel)": (COLUMN, (1 << 16, 64), 1 << 16, MICRO),
 }
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_long_sums_of_a_tenth_are_within_log_n_roundoffs(name):
-    src, shape, n = CASES[name]
+    src, shape, n, extra = CASES[name]
     a = np.full(shape, 0.1, np.float32)
-    _within_log_bound(_run(src, A=a), n * TENTH, n)
+    _within_log_bound(_run(src, A=a), n * TENTH, n, extra=extra)
     # the same sums in one running sum per element (sum_block 0) miss the bound
     with pytest.raises(AssertionError):
-        _within_log_bound(_run(src, {"sum_block": 0}, A=a), n * TENTH, n)
+        _within_log_bound(_run(src, {"sum_block": 0}, A=a), n * TENTH, n, extra=extra)
 
 
 @pytest.mark.parametrize("m, k, n", [(1, 10**7, 1), (4, 1 << 20, 4), (24, 1 << 18, 16)])
@@ -93,7 +99,7 @@ def test_long_k_matmul(m, k, n):
     its cache blocks of K (24 x K x 16, each block a fresh sum added to C)."""
     a = np.full((m, k), 0.1, np.float32)
     b = np.ones((k, n), np.float32)
-    _within_log_bound(_run(MATMUL, A=a, B=b), k * TENTH, k)
+    _within_log_bound(_run(MATMUL, A=a, B=b), k * TENTH, k, extra=MICRO if m > 1 else 0)
 
 
 def test_float64_sums_are_blocked_too():
@@ -115,7 +121,8 @@ def test_sums_that_skip_points_and_negative_zeros():
 
 
 def test_short_sums_compile_as_before():
-    """A reduction of at most ``sum_block`` points per element is left alone: same code."""
+    """A reduction of at most ``sum_block`` points per element (or an innermost loop of up to
+    four blocks) is left alone: the same code as before."""
     from backends.llvm.partials import plan_sums
     from tests.llvm_runner import lowered
 
@@ -124,4 +131,5 @@ def test_short_sums_compile_as_before():
     k = program.stmts[0].stmts[-1]
     dts = {r.into: r.shape.dtype for r in k.refs}
     assert plan_sums(k, (0, 1), 4096, 0, dts) is None
-    assert plan_sums(k, (0, 1), 1024, 0, dts) is not None
+    assert plan_sums(k, (0, 1), 1024, 0, dts) is None
+    assert plan_sums(k, (0, 1), 512, 0, dts) is not None

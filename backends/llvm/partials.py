@@ -1,24 +1,29 @@
 """Long float sums in blocks: each element's ``+`` reduction summed as fresh partials of at most
-``VectorConfig.sum_block`` points, so its rounding error grows like the log of its length, not
-like its length (docs/semantics.md §8.3; never under ``strict``, which keeps the interpreter's order).
+``VectorConfig.sum_block`` points (4096) combined pairwise, so its rounding error grows like the log
+of its length, not like its length (docs/semantics.md §8.3; never under ``strict``, which keeps the
+interpreter's order).
 
 A float32 running sum stalls once it reaches ``2**24`` times the values it adds (a sum of ones
 stops at 16777216), and its error grows with every value before that. Numpy sums pairwise; the
-code generator does the same at no measurable cost:
+code generator now does the same at no measurable cost:
 
 * **Plain loops** (``plan_sums``, ``sum_in_blocks``, ``chunked``): a leaf block whose one store
-  adds into a float32/float64 element that its innermost loops do not move (the *reduction
-  suffix* of ``schedule``'s order: a global sum's chunk, a row sum's row, ``O[] = +(A[i] * B[j])``'s
-  ``i, j``) runs that suffix, per element, in blocks of at most ``sum_block`` points (the
-  innermost loops whole, one loop cut into chunks), each summed into a fresh partial (LLVM's
-  vectorizer splits it again into a few dozen lane sums and adds them as a tree). The blocks'
-  partials go through ``Cascade``, a binary counter of pairwise sums (block 2k + 1 is added to
-  block 2k, their sum to the pair before, ...), and the element gets their total once. A
-  reduction of at most ``sum_block`` points per element is left as it was.
-* **The micro-kernel** (``microkernel_sums``): a tile whose reduction has more than ``sum_block``
-  points runs its first reduction index in chunks, each into fresh zero accumulators added to the
-  tile's running ones after it (error like ``n / sum_block``: a column sum of 2**24 rows in
-  float32 is exact). Its cache-blocked path (a GEMM's K blocks) is left as it was.
+  adds into a float32/float64 element runs the *reduction suffix* of ``schedule``'s order (the
+  loops, innermost, that do not move the element: a global sum's chunk, a row sum's row,
+  ``O[] = +(A[i] * B[j])``'s ``i, j``; up to ``MAX_OWNED`` elements of loops inside them, such as
+  a split sum's lanes, keep one partial each) in blocks of at most ``sum_block`` points: the
+  innermost loops whole, one loop cut into chunks (an innermost loop of up to ``WHOLE`` blocks
+  stays whole). Each block sums into a fresh partial (LLVM's vectorizer splits it again into a few
+  dozen lane sums and adds them as a tree), the partials go through ``Cascade``, a binary counter
+  of pairwise sums, and the element gets their total once. Where no input is read contiguously
+  along the innermost loop, or a constraint guards it, the partial is summed in order (no
+  gathers; such loops do not vectorize) in ``ORDERED_SHORTER`` times shorter blocks. A reduction
+  of at most one block per element is left as it was.
+* **The micro-kernel** (``microkernel_sums``): each lane of its register tile sums one element in
+  order, so a tile's reduction runs in chunks of ``sum_block / MICRO_SHORTER`` points of its first
+  reduction index, each into fresh accumulators, which go through a ``Cascade`` of vectors; a
+  cache block of K (a GEMM's) is one such chunk, added to C after it, so C's error grows with the
+  number of K blocks, not with K.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from tile.dtypes import DType
 LEVELS = 64  # a binary counter of 64 levels holds any count of blocks an i64 index can reach
 FLOATS = (DType.FLOAT32, DType.FLOAT64)
 ORDERED_SHORTER = 16  # blocks of an ``ordered`` sum are this much shorter (256 points by default)
+MICRO_SHORTER = 8  # the micro-kernel's chunks are this much shorter (512 reduction points)
+WHOLE = 4  # an innermost reduction loop of up to 4 blocks is one block
 MAX_OWNED = 16  # output elements of the innermost loops whose partials are kept apart (unrolled)
 
 
@@ -87,6 +94,8 @@ def plan_sums(block: Block, order, limit: int, after: int, dtypes: dict[str, DTy
     while start > after + 1 and names[start - 1] not in moving:
         start -= 1
     ranges = [block.idxs[k].range for k in order[start:end]]
+    # an innermost loop of up to WHOLE blocks runs whole (cutting it costs more than a block gains)
+    limit = max(limit, min(ranges[-1] if ranges else 0, WHOLE * limit))
     if start == end or math.prod(r for _, r in owned) > MAX_OWNED or math.prod(ranges) <= limit:
         return None
     ordered = not any(
@@ -247,7 +256,7 @@ def chunked(em: Emitter, lo: ir.Value, hi: ir.Value, step: int, running: Running
 def microkernel_sums(mk, base: dict) -> None:
     """``mk.red_level(0, base, None)`` (a ``microkernel.MicroKernel``'s reduction for its current
     tile), in chunks of its first reduction index when the tile's reduction is longer than
-    ``sum_block / ORDERED_SHORTER`` points (each lane sums one element, in order): each chunk into
+    ``sum_block / MICRO_SHORTER`` points (each lane sums one element, in order): each chunk into
     fresh accumulators that go through a ``Cascade``, whose totals are added to the tile's; a
     cache block of K (``mk.blocking``) as one such chunk, added to the tile (which the blocks
     before it summed)."""
@@ -261,8 +270,8 @@ def microkernel_sums(mk, base: dict) -> None:
     lo, hi = mk.bounds[k0]
     if mk.blocking:  # a cache block of K (at most a few thousand points): one fresh chunk
         step = mk.blocking[0]
-    elif inner * ranges[0] > cfg.sum_block // ORDERED_SHORTER:  # each lane sums one element in order
-        step = max(1, cfg.sum_block // ORDERED_SHORTER // inner)
+    elif inner * ranges[0] > cfg.sum_block // MICRO_SHORTER:  # each lane sums one element in order
+        step = max(1, cfg.sum_block // MICRO_SHORTER // inner)
     else:
         mk.red_level(0, base, None)
         return
