@@ -161,6 +161,7 @@ class Op:
         C-contiguous inputs are read in place and the outputs are written where they are returned."""
         run = self._runs.get((key, device))
         if run is None:
+            self.out_types(key)  # a shape or dtype mismatch: in the caller's terms
             with self._lock:
                 run = self._runs.get((key, device)) or self._prepared(self.program, device, arrays, key)
                 self._runs[(key, device)] = run

@@ -59,14 +59,18 @@ _TO_TORCH = {v: k for k, v in _TO_NUMPY.items()}
 _IN_PLACE = frozenset(_TO_NUMPY) - {torch.bfloat16}  # what Tensor.numpy() views as it is
 
 
-def _plain_eager(tensors) -> bool:
-    """Whether a call is plain eager work that needs nothing the dispatcher adds: no autograd (no
-    input requires grad, or grad mode is off), no tracing or compiling, no torch function or
-    dispatch mode (FakeTensor, FX and export tracing, functionalization), no functorch transform
-    (vmap, grad), no tensor subclass, CPU tensors only. Such a call runs the kernel directly; any
-    other goes through ``torch.ops.tile``."""
+PLAIN, AUTOGRAD, DISPATCH = 0, 1, 2  # how an eager call runs (``_eager_kind``)
+
+
+def _eager_kind(tensors) -> int:
+    """How a call runs. ``DISPATCH`` through ``torch.ops.tile`` when anything would see the
+    difference: ``torch.compile``, tracing, a torch function or dispatch mode (FakeTensor, FX and
+    export tracing, functionalization), a functorch transform (vmap, grad), a tensor subclass, or
+    a tensor off the CPU. Otherwise the same work without the dispatcher, 10-40 us sooner:
+    ``PLAIN`` (no input needs a gradient, or grad mode is off) calls the kernel directly,
+    ``AUTOGRAD`` through ``_Autograd``, the same forward and backward as the registered ones."""
     if torch.compiler.is_compiling():  # first: Dynamo reads it as True and traces no further
-        return False
+        return DISPATCH
     C = torch._C
     if (
         C._is_torch_function_mode_enabled()
@@ -74,12 +78,38 @@ def _plain_eager(tensors) -> bool:
         or C._are_functorch_transforms_active()
         or C._get_tracing_state() is not None
     ):
-        return False
-    grad = C.is_grad_enabled()
+        return DISPATCH
+    kind = PLAIN
     for t in tensors:
-        if type(t) is not torch.Tensor or not t.is_cpu or (grad and t.requires_grad):
-            return False
-    return True
+        if type(t) is not torch.Tensor or not t.is_cpu:
+            return DISPATCH
+        if t.requires_grad:
+            kind = AUTOGRAD
+    return AUTOGRAD if kind == AUTOGRAD and C.is_grad_enabled() else PLAIN
+
+
+class _Autograd(torch.autograd.Function):
+    """An eager call that needs a gradient, without the dispatcher: the op's own forward, and its
+    backward operator's work (called directly unless the backward itself is being differentiated,
+    ``create_graph=True``, where the backward operator says it has no derivative)."""
+
+    @staticmethod
+    def forward(ctx, op: TorchOp, *tensors):
+        ctx.op = op
+        ctx.save_for_backward(*tensors)
+        return op._forward(*tensors)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op: TorchOp = ctx.op
+        inputs = ctx.saved_tensors
+        wrt = [i for i, t in enumerate(inputs) if ctx.needs_input_grad[i + 1] and t.dtype.is_floating_point]
+        result: list[torch.Tensor | None] = [None] * len(inputs)
+        if wrt:
+            run = op.backward_op if torch.is_grad_enabled() else op._backward_impl
+            for i, g in zip(wrt, run(*inputs, list(grads), wrt)):
+                result[i] = g
+        return (None, *result)
 
 
 def op(
@@ -146,8 +176,11 @@ class TorchOp:
     def __call__(self, *tensors: torch.Tensor):
         if len(tensors) != len(self.core.inputs):
             self.core.tile_types(tuple(((), np.float32) for _ in tensors))  # the arity error
-        if _plain_eager(tensors):
-            return self._forward(*tensors)  # what the dispatcher would call, 10-20 us sooner
+        kind = _eager_kind(tensors)
+        if kind == PLAIN:  # what the dispatcher would call
+            return (self._in_place and self._forward_in_place(tensors)) or self._forward(*tensors)
+        if kind == AUTOGRAD:
+            return _Autograd.apply(self, *tensors)
         return self._call(*tensors)
 
     def __repr__(self) -> str:
@@ -176,9 +209,7 @@ class TorchOp:
             if not t.is_cpu or not t.is_contiguous() or t.dtype not in _IN_PLACE:
                 return None
             arrays.append(t.detach().numpy() if t.requires_grad else t.numpy())
-        key = tuple([(a.shape, a.dtype) for a in arrays])
-        self.core.out_types(key)  # a shape or dtype mismatch: in the caller's terms
-        outs = self.core.forward(self._in_place, arrays, key)
+        outs = self.core.forward(self._in_place, arrays, tuple([(a.shape, a.dtype) for a in arrays]))
         if os.environ.get("TILE_DEBUG", "0") >= "1":
             return self._forward_debug(outs)
         if len(outs) == 1:
