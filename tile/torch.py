@@ -178,7 +178,8 @@ class TorchOp:
             self.core.tile_types(tuple(((), np.float32) for _ in tensors))  # the arity error
         kind = _eager_kind(tensors)
         if kind == PLAIN:  # what the dispatcher would call
-            return (self._in_place and self._forward_in_place(tensors)) or self._forward(*tensors)
+            result = self._forward_in_place(tensors) if self._in_place else None
+            return self._forward(*tensors) if result is None else result
         if kind == AUTOGRAD:
             return _Autograd.apply(self, *tensors)
         return self._call(*tensors)
