@@ -229,3 +229,31 @@ def test_settings_reach_tile_compile():
     assert torch.equal(mm(a, b), a @ b)
     with pytest.raises(tile.TileSettingsError, match="stirct"):
         tt.op(MATMUL, name="t_settings_bad", settings={"stirct": True})
+
+
+def test_eager_shortcuts_do_what_the_dispatcher_does():
+    """Plain eager calls skip the dispatcher (``PLAIN``: no gradient needed; ``AUTOGRAD``: through
+    a torch.autograd.Function); their values and gradients are the registered operator's."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mm = tt.op(MATMUL, name="t_matmul")
+    a, b = f64(2, 3), f64(3, 4, seed=1)
+    assert tt._eager_kind((a, b)) == tt.AUTOGRAD
+    with torch.no_grad():
+        assert tt._eager_kind((a, b)) == tt.PLAIN
+    direct, registered = mm(a, b), mm.op(a, b)
+    assert torch.equal(direct, registered)
+    for g, h in zip(torch.autograd.grad(direct.sum(), (a, b)), torch.autograd.grad(registered.sum(), (a, b))):
+        assert torch.equal(g, h)
+    with FakeTensorMode() as mode:  # a dispatch mode: through torch.ops.tile and its fake kernel
+        fa, fb = mode.from_tensor(a), mode.from_tensor(b)
+        assert tt._eager_kind((fa, fb)) == tt.DISPATCH
+        assert mm(fa, fb).shape == (2, 4)
+
+
+def test_differentiating_the_backward_is_refused():
+    mm = tt.op(MATMUL, name="t_matmul")
+    a, b = f64(2, 3), f64(3, 4, seed=1)
+    (g,) = torch.autograd.grad(mm(a, b).sum(), a, create_graph=True)
+    with pytest.raises(RuntimeError, match="t_matmul_backward"):
+        g.sum().backward()
