@@ -90,6 +90,9 @@ class RowFusionConfig:
     max_row: int = 16384  # at most this many points of a member per row
     rows_per_unit: int = 4  # at least this many rows per compute unit
     group: int = 512  # work-items per row, at most (and at most the device's work-group size)
+    # by row length: (at most this many points per row, work-items per row), shortest first; rows
+    # longer than every bound take ``group``
+    groups: tuple[tuple[int, int], ...] = ()
 
 
 @register("row_fusion", RowFusionConfig, reorders=True)
@@ -98,7 +101,11 @@ def row_fusion(program: Block, cfg: RowFusionConfig, hw: Hardware) -> Block:
     tmps = {r.into for r in program.refs if "tmp" in r.tags and not {"input", "output"} & r.tags}
     units = sum(u.count for u in hw.exec_units.values()) or 1
     min_rows = cfg.rows_per_unit * units
-    group = min([cfg.group, *(u.threads for u in hw.exec_units.values())])
+    most = min(u.threads for u in hw.exec_units.values()) if hw.exec_units else cfg.group
+
+    def group_for(g: _Group) -> int:
+        size = next((n for bound, n in sorted(cfg.groups) if g.row_points <= bound), cfg.group)
+        return min(size, most)
 
     def visit(block: Block, ctx: Context) -> Block | None:
         stmts, out, k, changed = block.stmts, [], 0, False
@@ -109,7 +116,7 @@ def row_fusion(program: Block, cfg: RowFusionConfig, hw: Hardware) -> Block:
                 k += 1
                 continue
             end = got[1]
-            out.extend(_fuse(got[0], block, group))
+            out.extend(_fuse(got[0], block, group_for(got[0])))
             k, changed = end, True
         return replace(block, stmts=tuple(out)) if changed else None
 
@@ -134,10 +141,11 @@ class _Group:
     cleared: set[str] = field(default_factory=set)  # filled whole by a fill moved before the group
     read: set[str] = field(default_factory=set)  # other than row values
     members: list[_Member] = field(default_factory=list)
+    row_points: int = 0  # the most points of one member in one row
 
     def copy(self) -> _Group:
         return _Group(self.ranges, self.names, dict(self.values), set(self.filled), set(self.written),
-                      set(self.cleared), set(self.read), list(self.members))
+                      set(self.cleared), set(self.read), list(self.members), self.row_points)
 
 
 def _group_at(stmts, start: int, parent: Block, tmps: set[str], max_row: int, min_rows: int):
@@ -232,6 +240,7 @@ def _add(g: _Group, b: Block, parent: Block, tmps: set[str], max_row: int) -> bo
     if _points_per_row(ranges, rows) > max_row or any(s.affine.vars and set(s.affine.vars) & set(rows)
                              for s in b.stmts if isinstance(s, LoadIndex)):
         return False
+    g.row_points = max(g.row_points, _points_per_row(ranges, rows))
     if kind == "reduce" and not g.ranges:
         g.ranges = tuple(ranges[v] for v in sorted(rows, key=rows.get))
         g.names = tuple(sorted(rows, key=rows.get))
