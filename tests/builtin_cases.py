@@ -25,6 +25,7 @@ COND += [("float32", "int32", "uint32"), ("uint64", "bool", "bool"), ("float16",
 BITS = {"bit_and", "bit_or", "bit_xor", "bit_not", "bit_left", "bit_right"}
 WIDTHS = {"as_float": (16, 32, 64), "as_int": (8, 16, 32, 64), "as_uint": (8, 16, 32, 64)}
 WIDTHS["builtin_binary_crossentropy"] = (24,)  # its n (unused by the value)
+WIDTHS["as_bfloat"] = (16,)  # every type to bfloat16 (the extremes and edges round once)
 SHAPES = [(4, 6), (6,), (4, 1)]
 FLOAT_EDGES = [0.0, np.inf, -np.inf, np.nan, 300.75, -1e4, 2.5, -2.5, 0.5, -0.5, 1e10, 7e4, -129.0]
 
