@@ -31,6 +31,7 @@ import numpy as np
 
 from conformance.targets import example_digest
 from tile.dtypes import BFLOAT16_NUMPY
+from tile.inputs import from_npz
 
 FAILURES = Path(__file__).resolve().parent / "failures"  # --conformance-failures changes it
 
@@ -164,7 +165,7 @@ def read_failure(folder: Path) -> Failure:
 
 def _load_npz(path: Path) -> dict[str, np.ndarray]:
     with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
+        return {k: from_npz(z[k]) for k in z.files}  # bfloat16 comes back from |V2
 
 
 def write_failure(

@@ -9,6 +9,7 @@ near 1 the spacing is 2^-7, so 1 + 2^-8 is a tie (to even: 1) and 1 + 3*2^-8 rou
 from __future__ import annotations
 
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from tile import ast
 from tile.bind import bind
 from tile.dtypes import DType, promote
 from tile.errors import TileDeviceError, TileTypeError
-from tile.inputs import input_types
+from tile.inputs import input_types, load_npz
 from tile.precision import to_bfloat16
 
 BF = ml_dtypes.bfloat16
@@ -211,3 +212,16 @@ def test_a_backend_that_does_not_announce_bfloat16_is_never_sent_it():
                 ProgramRun(tile.bind(prog, input_types(prog, ins), ins), dev)(ins)
     finally:
         dev.close()
+
+
+def test_npz_files_carry_bfloat16(tmp_path):
+    """numpy saves bfloat16 as raw 2-byte records (|V2); the CLIs read them back as bfloat16."""
+    src = tmp_path / "twice.tile"
+    src.write_text("function (A) -> (O) { O = A * 2; }")
+    np.savez(tmp_path / "in.npz", A=bf(1.5, -3))
+    out = tmp_path / "out.npz"
+    cmd = [sys.executable, "-m", "ref_interp", "run", str(src), "--inputs", str(tmp_path / "in.npz")]
+    subprocess.run([*cmd, "--output", str(out)], check=True, capture_output=True)
+    got = load_npz(str(out))["O"]
+    assert got.dtype == BF
+    np.testing.assert_array_equal(got.astype(np.float64), [3, -6])

@@ -58,6 +58,14 @@ def parse_shape_spec(spec: str) -> tuple[str, tuple[int, ...], DType]:
     return name.strip(), shape, dtype
 
 
+def from_npz(arr: np.ndarray) -> np.ndarray:
+    """An array as read from an .npz: numpy saves ``ml_dtypes.bfloat16`` as raw 2-byte records
+    (``|V2``), which are read back as bfloat16."""
+    if arr.dtype.kind == "V" and arr.dtype.itemsize == 2 and arr.dtype.names is None:
+        return arr.view(DType.BFLOAT16.numpy)
+    return arr
+
+
 def load_npz(path: str) -> dict[str, np.ndarray]:
     hint = "save inputs with np.savez(path, A=a, B=b)"
     try:
@@ -76,7 +84,7 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
         )
     try:
         with data:
-            return {k: data[k] for k in data.files}
+            return {k: from_npz(data[k]) for k in data.files}
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise TileInputError(f"cannot read '{path}' as an .npz archive: {e}", hint=hint) from None
 
