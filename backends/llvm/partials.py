@@ -103,7 +103,7 @@ def plan_sums(block: Block, order, limit: int, after: int, dtypes: dict[str, DTy
         for r in block.refs
         if r.dir in (RefDir.IN, RefDir.INOUT) and len(r.access) == len(r.shape.dims)
     )
-    guarded = any(set(c.vars) & set(names[start:]) for c in block.constraints)
+    guarded = any(set(c.vars) & set(names[end - 1 :]) for c in block.constraints)  # its innermost loops
     if ordered or guarded:  # a partial summed in order, one lane (a vectorized one would gather,
         # a guarded loop does not vectorize): shorter blocks
         limit = max(1, limit // ORDERED_SHORTER)
