@@ -6,8 +6,10 @@ and ``torch.set_num_threads`` alike).
 Run: ``python -m pytest bench/test_frameworks.py --benchmark-only -s`` (``-s`` shows a line per
 case). Each case checks its answer; ``extra_info`` holds the microseconds: ``per_call_us`` (best
 mean of a round of calls), ``kernel_us`` (the device's own kernel time, ``Executable.profile``),
-``overhead_us`` (the difference), ``tile_call_us`` (the same program through ``tile.compile`` on
-numpy arrays), ``torch_us`` (``torch.add``); for the CNN, ``step_ms`` of each and their ratio.
+``overhead_us`` (the difference), ``dispatcher_us`` (the same call through ``torch.ops.tile``, as
+``torch.compile`` and tracing call it, instead of the eager shortcut), ``tile_call_us`` (the same
+program through ``tile.compile`` on numpy arrays), ``torch_us`` (``torch.add``); for the CNN,
+``step_ms`` of each and their ratio.
 """
 
 from __future__ import annotations
@@ -62,12 +64,14 @@ def test_torch_op_overhead(benchmark, grad):
 
     benchmark.pedantic(lambda: [call() for _ in range(CALLS)], rounds=5, warmup_rounds=1)
     seconds = min(benchmark.stats.stats.min / CALLS, per_call(call))
+    dispatched = per_call(lambda: op.op(a, b))  # the registered operator, through the dispatcher
     tile_call = per_call(lambda: exe(A=na, B=nb))
     reference = per_call(lambda: torch.add(a, b))
     us = {
         "per_call_us": seconds * 1e6,
         "kernel_us": kernel * 1e6,
         "overhead_us": (seconds - kernel) * 1e6,
+        "dispatcher_us": dispatched * 1e6,
         "tile_call_us": tile_call * 1e6,
         "torch_us": reference * 1e6,
     }
