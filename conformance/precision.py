@@ -12,8 +12,10 @@ two results within the mode's error bound of the exact value.
   product of two is then exact), ``2^-22`` for 3xTF32 (``hi + lo`` keeps 22 bits of each operand,
   and the dropped ``lo*lo`` term is below ``2^-22 |ab|``), ``2^-11`` / ``2^-8`` for float16 /
   bfloat16 operands (their product is exact in float32; ``u`` is the output's rounding);
-* ``u_acc``, the rounding of each step of the running sum: ``2^-24`` (float32 accumulation), but
-  ``2^-11`` / ``2^-8`` for float16 / bfloat16, since a target may accumulate in the narrow type.
+* ``u_acc``, the rounding of each step of the running sum: ``2^-24`` (float32 accumulation,
+  to nearest), ``2^-23`` in ``tf32``/``3xtf32`` (a tensor core's float32 additions round toward
+  zero: up to a whole ulp), ``2^-11`` / ``2^-8`` for float16 / bfloat16, since a target may
+  accumulate in the narrow type.
 
 With ``c <= 5`` operand, term and final roundings per product, the standard ``γ_K`` bound (first
 order) puts each result within ``(c·u + K·u_acc)·S`` of the exact sum, ``S = Σ_k |a_k b_k|``.
@@ -46,15 +48,18 @@ def unit_roundoff(mode: str, dtype: DType) -> float:
     return UNIT_ROUNDOFF[dtype.value]
 
 
-def accumulation_roundoff(dtype: DType) -> float:
-    """``u_acc``: float32 sums, or the narrow type's where a target may sum in it."""
-    return UNIT_ROUNDOFF[dtype.value] if dtype.is_narrow_float else UNIT_ROUNDOFF["float32"]
+def accumulation_roundoff(mode: str, dtype: DType) -> float:
+    """``u_acc``: float32 sums (2^-24), or 2^-23 where a matrix unit may add (its additions may
+    round toward zero: a whole ulp); the narrow type's where a target may sum in it."""
+    if dtype.is_narrow_float:
+        return UNIT_ROUNDOFF[dtype.value]
+    return 2 * UNIT_ROUNDOFF["float32"] if mode in MATRIX_MODES else UNIT_ROUNDOFF["float32"]
 
 
 def product_tolerance(mode: str, dtype: DType, length: int, magnitude: float) -> Tolerance:
     """The tolerance of a ``+`` contraction of ``*`` products of ``dtype`` operands with reduction
     length ``length`` in ``mode``; ``magnitude`` is ``max S`` (``magnitude``)."""
-    u, acc = unit_roundoff(mode, dtype), accumulation_roundoff(dtype)
+    u, acc = unit_roundoff(mode, dtype), accumulation_roundoff(mode, dtype)
     bound = 2 * (TERMS * u + length * acc) * max(magnitude, np.finfo(np.float64).tiny)
     return Tolerance(exact=False, ulps=bound / u, length=1, eps=u, relative=False)
 
