@@ -8,6 +8,7 @@ The same kernels' Stripe and generated text are checked without a GPU in tests/t
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -37,8 +38,8 @@ pytestmark = pytest.mark.skipif(
     f"(test OpenCL device: {DEVICE_ID or 'none'}); their Stripe and OpenCL text are tested without one",
 )
 
-MODES = [(np.float16, None), (np.float32, "tf32"), (np.float32, "3xtf32")]
-UNIT_ROUNDOFF = {None: 2.0**-11, "tf32": 2.0**-11, "3xtf32": 2.0**-22}
+MODES = [(np.float16, None), (ml_dtypes.bfloat16, None), (np.float32, "tf32"), (np.float32, "3xtf32")]
+UNIT_ROUNDOFF = {np.float16: 2.0**-11, ml_dtypes.bfloat16: 2.0**-8, "tf32": 2.0**-11, "3xtf32": 2.0**-22}
 
 
 def settings(prec):
@@ -51,7 +52,7 @@ def test_integer_matmuls_are_exact(dt, prec, m, k, n):
     rng = np.random.default_rng(m + k)
     a, b = rng.integers(-3, 4, (m, k)).astype(dt), rng.integers(-3, 4, (k, n)).astype(dt)
     got = run(MM, {"A": a, "B": b}, settings=settings(prec))["C"]
-    np.testing.assert_array_equal(got, (a.astype(np.float64) @ b).astype(dt))
+    np.testing.assert_array_equal(got, (a.astype(np.float64) @ b.astype(np.float64)).astype(dt))
 
 
 @pytest.mark.parametrize("dt,prec", MODES)
@@ -63,9 +64,10 @@ def test_random_matmul_error_is_within_the_modes_bound(dt, prec):
     exact = a.astype(np.float64) @ b.astype(np.float64)
     scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
     # operand rounding (2u per product) plus float32 accumulation over k (and float16 output)
-    bound = (2 * UNIT_ROUNDOFF[prec] + k * 2.0**-24) * scale
-    if dt is np.float16:
-        bound = bound + np.abs(exact) * 2.0**-11  # the output's rounding
+    u = UNIT_ROUNDOFF[prec or dt]
+    bound = (2 * u + k * 2.0**-24) * scale
+    if prec is None:
+        bound = bound + np.abs(exact) * u  # the output's rounding
     assert np.all(np.abs(got - exact) <= bound)
 
 
