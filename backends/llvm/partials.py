@@ -17,8 +17,10 @@ code generator now does the same at no measurable cost:
   dozen lane sums and adds them as a tree), the partials go through ``Cascade``, a binary counter
   of pairwise sums, and the element gets their total once. Where no input is read contiguously
   along the innermost loop, or a constraint guards it, the partial is summed in order (no
-  gathers; such loops do not vectorize) in ``ORDERED_SHORTER`` times shorter blocks. A reduction
-  of at most one block per element is left as it was.
+  gathers; such loops do not vectorize) in ``ORDERED_SHORTER`` times shorter blocks. Left as
+  written: a reduction of at most one block per element, and one read far apart along its
+  innermost loop with output loops inside it (the lanes of a split sum of a few long columns:
+  their in-order partials would be packed into gathers, four times slower).
 * **The micro-kernel** (``microkernel_sums``): each lane of its register tile sums one element in
   order, so a tile's reduction runs in chunks of ``sum_block / MICRO_SHORTER`` points of its first
   reduction index, each into fresh accumulators, which go through a ``Cascade`` of vectors; a
@@ -44,7 +46,7 @@ FLOATS = (DType.FLOAT32, DType.FLOAT64)
 ORDERED_SHORTER = 16  # blocks of an ``ordered`` sum are this much shorter (256 points by default)
 MICRO_SHORTER = 8  # the micro-kernel's chunks are this much shorter (512 reduction points)
 WHOLE = 4  # an innermost reduction loop of up to 4 blocks is one block
-MAX_OWNED = 16  # output elements of the innermost loops whose partials are kept apart (unrolled)
+MAX_OWNED = 64  # output elements of the innermost loops whose partials are kept apart (unrolled)
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,8 @@ def plan_sums(block: Block, order, limit: int, after: int, dtypes: dict[str, DTy
         for r in block.refs
         if r.dir in (RefDir.IN, RefDir.INOUT) and len(r.access) == len(r.shape.dims)
     )
+    if ordered and owned:
+        return None  # the elements' in-order partials would become gathers (SLP): kept as written
     guarded = any(set(c.vars) & set(names[end - 1 :]) for c in block.constraints)  # its innermost loops
     if ordered or guarded:  # a partial summed in order, one lane (a vectorized one would gather,
         # a guarded loop does not vectorize): shorter blocks

@@ -7,13 +7,10 @@ differ only in the others: every element keeps the interpreter's order of writes
 loops over the *split* index outermost (the owned index of largest stride with range >= 2 x
 threads, else the owned one with the largest range), then the not-owned indexes in Stripe order,
 then the other owned ones by decreasing stride (so the innermost loop walks the output
-contiguously and vectorizes), except that an owned index the inputs do not read contiguously
-goes before the not-owned ones (a split sum's lane, whose chunks lie far apart: each lane's sum
-then streams its chunk, and ``partials`` sums it in blocks); when the split index is itself the
-output's stride-1 index, the kernel's inputs read it contiguously and there are not-owned
-indexes, it stays the innermost loop instead and the threads divide its range there
-(``split_at``): each thread streams every row of ``O[j] = >(X[i, j])`` over its chunk of ``j``
-rather than walking columns. A reduction index is
+contiguously and vectorizes); when the split index is itself the output's stride-1 index, the
+kernel's inputs read it contiguously and there are not-owned indexes, it stays the innermost loop
+instead and the threads divide its range there (``split_at``): each thread streams every row of
+``O[j] = >(X[i, j])`` over its chunk of ``j`` rather than walking columns. A reduction index is
 never owned (it has no coefficient in the output), so ``O[j] = +(I[i, j])`` (``i`` first) is
 split over ``j``, and ``O[i + k]`` owns nothing: it runs on one thread, in Stripe's order.
 """
@@ -86,11 +83,6 @@ def plan(kernel: Block, buffers: tuple[str, ...], threads: int, reorder: bool = 
     split = big[0] if big else max(by_stride, key=lambda p: ranges[p])
     rest = [p for p in range(n) if p not in pos]
     inner = [p for p in by_stride if p != split]
-    if rest:  # inside the reductions only what the inputs read contiguously (a lane of a split sum,
-        # read a chunk apart, goes outside them: each sum then streams its own chunk)
-        fast = [p for p in inner if _read_along(kernel, buffers, p)]
-        rest = [p for p in inner if p not in fast] + rest
-        inner = fast
     why = f"split over '{kernel.idxs[split].name}'"
     if rest and split == by_stride[-1] and stride(split) == 1 and _read_along(kernel, buffers, split):
         # the output's contiguous index: keep it innermost, each thread's chunk of it inside the
