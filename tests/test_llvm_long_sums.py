@@ -6,7 +6,8 @@ Each case has a known exact answer: ones (every partial sum is an integer, so a 
 worst case for a running sum: every rounding goes the same way), compared with ``math.fsum``
 within ``C * log2(n)`` unit roundoffs relatively, plus a constant for what one block sums in
 order (below). ``sum_block=0`` (one running sum per element, the code before) misses that bound
-on each case, by orders of magnitude on most; strict mode keeps the interpreter's order.
+on the cases below (but one), by orders of magnitude on most; strict mode keeps the
+interpreter's order.
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ def test_long_sums_of_a_tenth_are_within_log_n_roundoffs(name):
     src, shape, n, extra = CASES[name]
     a = np.full(shape, 0.1, np.float32)
     _within_log_bound(_run(src, A=a), n * TENTH, n, extra=extra)
+    if src is ONE_COLUMN:
+        return  # split over many threads, its lanes are short enough without blocks
     # the same sums in one running sum per element (sum_block 0) miss the bound
     with pytest.raises(AssertionError):
         _within_log_bound(_run(src, {"sum_block": 0}, A=a), n * TENTH, n, extra=extra)
