@@ -257,3 +257,23 @@ def test_differentiating_the_backward_is_refused():
     (g,) = torch.autograd.grad(mm(a, b).sum(), a, create_graph=True)
     with pytest.raises(RuntimeError, match="t_matmul_backward"):
         g.sum().backward()
+
+
+def test_scalars_narrow_floats_empty_tensors_and_the_interpreter():
+    src = "function (A[N], S[]) -> (O, T) { O = A * S; T[] = +(A[i]); }"
+    scaled = tt.op(src, name="t_scalar")
+    a, s = torch.arange(4.0, requires_grad=True), torch.tensor(3.0, requires_grad=True)
+    o, t = scaled(a, s)
+    assert t.shape == () and torch.equal(o, a.detach() * 3) and float(t) == 6
+    (o.sum() + t).backward()
+    assert torch.equal(a.grad, torch.full((4,), 4.0)) and float(s.grad) == 6
+    assert "TileFunctionBackward" in str(o.grad_fn)  # eager: Tile's autograd.Function
+    exact = tt.op(src, name="t_scalar_interp", device="interp")  # any Tile device
+    assert all(torch.equal(x, y) for x, y in zip(exact(a.detach(), s.detach()), (o.detach(), t.detach())))
+    square = tt.op("function (A[N]) -> (O) { O = A * A; }", name="t_square")
+    for dtype in (torch.float16, torch.bfloat16):
+        x = torch.arange(4, dtype=dtype, requires_grad=True)
+        y = square(x)
+        y.sum().backward()
+        assert y.dtype == dtype and torch.equal(y, x.detach() ** 2) and torch.equal(x.grad, 2 * x.detach())
+    assert square(torch.ones(0)).shape == (0,)

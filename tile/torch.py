@@ -68,7 +68,7 @@ def _eager_kind(tensors) -> int:
     export tracing, functionalization), a functorch transform (vmap, grad), a tensor subclass, or
     a tensor off the CPU. Otherwise the same work without the dispatcher, 10-40 us sooner:
     ``PLAIN`` (no input needs a gradient, or grad mode is off) calls the kernel directly,
-    ``AUTOGRAD`` through ``_Autograd``, the same forward and backward as the registered ones."""
+    ``AUTOGRAD`` through ``TileFunction``, the same forward and backward as the registered ones."""
     if torch.compiler.is_compiling():  # first: Dynamo reads it as True and traces no further
         return DISPATCH
     C = torch._C
@@ -88,7 +88,7 @@ def _eager_kind(tensors) -> int:
     return AUTOGRAD if kind == AUTOGRAD and C.is_grad_enabled() else PLAIN
 
 
-class _Autograd(torch.autograd.Function):
+class TileFunction(torch.autograd.Function):
     """An eager call that needs a gradient, without the dispatcher: the op's own forward, and its
     backward operator's work (called directly unless the backward itself is being differentiated,
     ``create_graph=True``, where the backward operator says it has no derivative)."""
@@ -181,7 +181,7 @@ class TorchOp:
             result = self._forward_in_place(tensors) if self._in_place else None
             return self._forward(*tensors) if result is None else result
         if kind == AUTOGRAD:
-            return _Autograd.apply(self, *tensors)
+            return TileFunction.apply(self, *tensors)
         return self._call(*tensors)
 
     def __repr__(self) -> str:
