@@ -46,6 +46,12 @@ def test_import_tile_does_not_import_torch_or_jax():
     )
     subprocess.run([sys.executable, "-c", code], check=True)
     assert tile.torch is tt  # loaded by attribute on first use
+    missing = (  # without the framework: hasattr is False, the error says what to install
+        "import sys; sys.modules['torch'] = None; import tile; assert not hasattr(tile, 'torch'); "
+        "tile.torch"
+    )
+    r = subprocess.run([sys.executable, "-c", missing], capture_output=True, text=True)
+    assert "AttributeError: tile.torch needs torch installed (pip install -e '.[torch]')" in r.stderr
 
 
 def test_values_match_torch_exactly_on_integer_data():

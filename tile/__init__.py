@@ -49,7 +49,13 @@ def __getattr__(name: str):
     if name in _LAZY_MODULES:
         import importlib
 
-        return importlib.import_module(f"tile.{name}")
+        try:
+            return importlib.import_module(f"tile.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            # an AttributeError (saying what to install), so hasattr(tile, "torch") is False
+            raise AttributeError(f"tile.{name} needs {name} installed (pip install -e '.[{name}]')") from e
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tile' has no attribute '{name}'")
