@@ -137,11 +137,29 @@ def test_torch_compile_default_backend():
 
 
 def test_torch_compile_dynamic_shapes_infer_symbolic_sizes():
+    """Sizes as SymInts: the fake kernel hands back symbolic output sizes (floor and ceiling
+    divisions of strided windows), so three sizes share one graph."""
+    from torch._dynamo.testing import CompileCounter
+
     pool = tt.op(POOL, name="t_pool")
-    compiled = torch.compile(lambda x: pool(x) + 1, fullgraph=True, dynamic=True, backend="aot_eager")
+    counter = CompileCounter()
+    compiled = torch.compile(lambda x: pool(x) + 1, fullgraph=True, dynamic=True, backend=counter)
     for n in (5, 8, 11):
         x = ints(n)
         assert torch.equal(compiled(x), torch.nn.functional.max_pool1d(x[None], 2, ceil_mode=True)[0] + 1)
+    assert counter.frame_count == 1
+    ops = pytest.importorskip("tile.ops", reason="tile.ops (the op library) is not there")
+    conv = tt.op(ops.conv2d(stride=2, padding=1), name="t_conv_s2")
+    pool2 = tt.op(ops.max_pool2d(3, stride=2, ceil_mode=True), name="t_pool_3s2")
+    counter = CompileCounter()
+    compiled = torch.compile(lambda x, w: pool2(conv(x, w)), fullgraph=True, dynamic=True, backend=counter)
+    w = ints(4, 3, 3, 3)
+    for n in (9, 12, 15):
+        x = ints(2, 3, n, n)
+        want = torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(x, w, stride=2, padding=1), 3,
+                                              stride=2, ceil_mode=True)
+        assert torch.equal(compiled(x, w), want)
+    assert counter.frame_count == 1
 
 
 def test_shape_mismatch_names_the_tile_input_and_the_dims():
