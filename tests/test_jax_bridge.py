@@ -103,3 +103,17 @@ def test_two_layer_mlp_trains_and_matches_pure_jax():
     got, want = train(tile_loss), train(jax_loss)
     assert got[-1] < 0.5 * got[0]
     np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+def test_higher_derivatives_differentiate_the_gradient_program():
+    """The VJP runs Tile's gradient program as a tile.jax op of its own, so reverse-over-reverse
+    works to any order (forward mode, jax.jvp / jax.hessian, does not: custom_vjp)."""
+    f = tj.op("function (X[N]) -> (Y) { Y = tanh(X) * X; }")
+
+    def third(fn):
+        return jax.jit(jax.vmap(jax.grad(jax.grad(jax.grad(lambda v: fn(v[None])[0])))))
+
+    x = jnp.linspace(-1.0, 1.0, 5)
+    np.testing.assert_allclose(third(f)(x), third(lambda v: jnp.tanh(v) * v)(x), rtol=1e-5, atol=1e-6)
+    hess = jax.jacrev(jax.jacrev(lambda v: jnp.sum(f(v))))(x)
+    np.testing.assert_allclose(hess, jax.hessian(lambda v: jnp.sum(jnp.tanh(v) * v))(x), rtol=1e-5, atol=1e-6)

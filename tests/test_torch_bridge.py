@@ -275,12 +275,23 @@ def test_eager_shortcuts_do_what_the_dispatcher_does():
         assert mm(fa, fb).shape == (2, 4)
 
 
-def test_differentiating_the_backward_is_refused():
+def test_higher_derivatives_differentiate_the_gradient_program():
+    """create_graph=True: the gradient program runs as a tile.torch op of its own, whose backward
+    is Tile's gradient of it (gradgradcheck; a third derivative against PyTorch's)."""
     mm = tt.op(MATMUL, name="t_matmul")
-    a, b = f64(2, 3), f64(3, 4, seed=1)
-    (g,) = torch.autograd.grad(mm(a, b).sum(), a, create_graph=True)
-    with pytest.raises(RuntimeError, match="t_matmul_backward"):
-        g.sum().backward()
+    assert torch.autograd.gradgradcheck(mm, (f64(2, 3), f64(3, 4, seed=1)))
+    f = tt.op("function (X[N]) -> (Y) { Y = tanh(X) * X; }", name="t_tanh_x")
+    x = f64(5)
+    assert torch.autograd.gradgradcheck(f, (x,))
+
+    def third(fn, x):
+        (g1,) = torch.autograd.grad(fn(x).sum(), x, create_graph=True)
+        (g2,) = torch.autograd.grad(g1.sum(), x, create_graph=True)
+        return torch.autograd.grad(g2.sum(), x)[0]
+
+    assert torch.allclose(third(f, x), third(lambda x: torch.tanh(x) * x, x), rtol=1e-12, atol=1e-12)
+    via_dispatcher = third(f.op, x)  # the registered autograd formula does the same
+    assert torch.allclose(via_dispatcher, third(f, x), rtol=1e-12, atol=1e-12)
 
 
 def test_scalars_narrow_floats_empty_tensors_and_the_interpreter():

@@ -55,7 +55,8 @@ class Op:
         tile_compile(self.program, "interp", self.settings)  # refuse unknown names, functions, settings
         self._types: dict[Key, tuple[tuple[tuple[int, ...], np.dtype], ...]] = {}
         self._runs: dict[tuple, tuple] = {}  # (key, device) -> (Executable, CompiledProgram | None)
-        self._grads: dict[tuple, tuple] = {}  # (key, wrt, device) -> (runner, Gradient)
+        self._grads: dict[tuple, tuple] = {}  # (key, wrt, device) -> (runner, Gradient, feeds)
+        self._derived: dict[tuple, object] = {}  # (key, wrt) -> Gradient
         self._lock = threading.Lock()
 
     # -- types ---------------------------------------------------------------------------------
@@ -217,21 +218,31 @@ class Op:
         feed = arrays if isinstance(arrays, Mapping) else dict(zip(self.inputs, arrays))
         return exe, self.rephrased(lambda: exe.prepare(feed), key)
 
-    def _gradient(self, device: str, arrays: Sequence[np.ndarray], wrt: tuple[int, ...], key: Key) -> tuple:
-        from tile.autodiff import gradient
+    def gradient(self, key: Key, wrt: tuple[int, ...]):
+        """Tile's gradient program (a ``tile.autodiff.Gradient``) for inputs of ``key``'s types
+        with respect to the inputs at positions ``wrt``, the float outputs' cotangents its inputs;
+        derived once per key and ``wrt``. A framework may run it as an op of its own (a second
+        derivative is the gradient of this program)."""
+        g = self._derived.get((key, wrt))
+        if g is None:
+            from tile.autodiff import gradient
 
-        types = self.tile_types(key)
-        float_outputs = [o for o, (_, d) in zip(self.outputs, self.out_types(key)) if DType.of(d).is_float]
-        g = self.rephrased(
-            lambda: gradient(
-                self.program,
-                [self.inputs[i] for i in wrt],
-                float_outputs,
-                dtypes={n: t.dtype for n, t in types.items()},
-                shapes={n: t.shape for n, t in types.items()},
-            ),
-            key,
-        )
+            types = self.tile_types(key)
+            floats = [o for o, (_, d) in zip(self.outputs, self.out_types(key)) if DType.of(d).is_float]
+            g = self._derived[(key, wrt)] = self.rephrased(
+                lambda: gradient(
+                    self.program,
+                    [self.inputs[i] for i in wrt],
+                    floats,
+                    dtypes={n: t.dtype for n, t in types.items()},
+                    shapes={n: t.shape for n, t in types.items()},
+                ),
+                key,
+            )
+        return g
+
+    def _gradient(self, device: str, arrays: Sequence[np.ndarray], wrt: tuple[int, ...], key: Key) -> tuple:
+        g = self.gradient(key, wrt)
         feeds = {i.name for i in g.program.inputs}
         stand_ins = {}
         for name, arr in zip(self.inputs, arrays):

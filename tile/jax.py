@@ -5,6 +5,9 @@ callbacks running the compiled Tile program and Tile's gradient program (``tile.
 ``llvm_cpu.0`` (or ``device=``); output shapes and dtypes come from Tile's shape inference at
 trace time, so the op works under ``jax.jit`` and ``jax.grad``.
 
+The VJP runs Tile's gradient program as a ``tile.jax`` op of its own, so reverse mode nests
+(``jax.grad(jax.grad(f))``); forward mode is not available for a ``custom_vjp`` function.
+
 ``jax.vmap`` runs a batch loop: the callbacks are declared ``vmap_method="sequential"``, so a
 batched call runs the program once per batch element (each compiled once for the element shapes
 and kept). A Tile function written for a batch is faster where the batch is large: put the batch
@@ -17,7 +20,6 @@ import jax
 import numpy as np
 
 from tile.bridge import Op
-from tile.dtypes import DType
 
 __all__ = ["JaxOp", "op"]
 
@@ -46,13 +48,14 @@ class JaxOp:
             return self._forward(xs)
 
         def fwd(*xs):
-            return self._forward(xs), xs
+            return call(*xs), xs  # (not the callback itself: fwd must be differentiable too)
 
         def bwd(xs, cotangents):
             return self._backward(xs, cotangents)
 
         call.defvjp(fwd, bwd)
         self._call = call
+        self._grad_ops: dict[str, JaxOp] = {}  # gradient program text -> its op (_backward)
 
     def __call__(self, *xs):
         if len(xs) != len(self.core.inputs):
@@ -79,25 +82,30 @@ class JaxOp:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _backward(self, xs, cotangents):
+        """The VJP: Tile's gradient program for every float input, run as a ``tile.jax`` op of its
+        own (one per program text), so that it is differentiable in turn: ``jax.grad`` of
+        ``jax.grad`` differentiates the gradient program, and so on."""
         key = self._key(xs)
         cots = (cotangents,) if len(self.core.outputs) == 1 else tuple(cotangents)
-        types = self.core.out_types(key)
-        # integer outputs carry float0 cotangents: they contribute nothing
-        given = [i for i, (_, d) in enumerate(types) if DType.of(d).is_float]
-        wrt = [i for i, d in enumerate(self.core.differentiable(key)) if d]
+        wrt = tuple(i for i, d in enumerate(self.core.differentiable(key)) if d)
         if not wrt:
             return tuple(None for _ in xs)
-        shapes = tuple(jax.ShapeDtypeStruct(key[i][0], key[i][1]) for i in wrt)
-
-        def host(*arrays):
-            ins = [np.asarray(a) for a in arrays[: len(xs)]]
-            it = iter(arrays[len(xs):])
-            cot = [np.asarray(next(it)) if i in given else None for i in range(len(types))]
-            grads = self.core.backward(self.device, ins, cot, wrt, key)
-            return tuple(np.asarray(g) for g in grads)
-
-        grads = jax.pure_callback(host, shapes, *xs, *(cots[i] for i in given), vmap_method=self.vmap_method)
+        g = self.core.gradient(key, wrt)
+        text = str(g.program)
+        grad_op = self._grad_ops.get(text)
+        if grad_op is None:
+            core = Op(g.program, "tile.jax op (gradient program)", self.core.settings)
+            grad_op = self._grad_ops[text] = JaxOp(core, self.device, self.vmap_method)
+        # integer outputs carry float0 cotangents and have no cotangent input: they contribute nothing
+        feed = dict(zip(self.core.inputs, xs))
+        for o, cot in zip(self.core.outputs, cots):
+            name = g.cotangents.get(o)
+            if name is not None:
+                feed[name] = cot
+        outs = grad_op(*(feed[name] for name in grad_op.core.inputs))
+        by_name = dict(zip(grad_op.core.outputs, outs if isinstance(outs, tuple) else (outs,)))
         result = [None] * len(xs)
-        for i, g in zip(wrt, grads):
-            result[i] = g
+        for i in wrt:
+            grad = by_name[g.gradients[self.core.inputs[i]]]
+            result[i] = jax.numpy.broadcast_to(grad, np.shape(xs[i])).astype(xs[i].dtype)
         return tuple(result)

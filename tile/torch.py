@@ -21,6 +21,7 @@ Where a call runs (docs/frameworks.md):
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 
@@ -90,8 +91,9 @@ def _eager_kind(tensors) -> int:
 
 class TileFunction(torch.autograd.Function):
     """An eager call that needs a gradient, without the dispatcher: the op's own forward, and its
-    backward operator's work (called directly unless the backward itself is being differentiated,
-    ``create_graph=True``, where the backward operator says it has no derivative)."""
+    backward operator's work, called directly; where the backward is itself differentiated
+    (``create_graph=True``) the gradient program runs as a ``tile.torch`` op of its own, whose
+    backward is Tile's gradient of it: derivatives of any order."""
 
     @staticmethod
     def forward(ctx, op: TorchOp, *tensors):
@@ -106,7 +108,7 @@ class TileFunction(torch.autograd.Function):
         wrt = [i for i, t in enumerate(inputs) if ctx.needs_input_grad[i + 1] and t.dtype.is_floating_point]
         result: list[torch.Tensor | None] = [None] * len(inputs)
         if wrt:
-            run = op.backward_op if torch.is_grad_enabled() else op._backward_impl
+            run = op._higher_order if torch.is_grad_enabled() else op._backward_impl
             for i, g in zip(wrt, run(*inputs, list(grads), wrt)):
                 result[i] = g
         return (None, *result)
@@ -169,6 +171,7 @@ class TorchOp:
         self.op.register_autograd(self._backward, setup_context=self._setup_context)
         self.op.register_vmap(self._vmap)
         self._call = self.op._opoverload  # the operator itself, past CustomOpDef's Python wrapper
+        self._grad_ops: dict[str, TorchOp] = {}  # gradient program text -> its op (_higher_order)
         # the Tile device CPU tensors are used in place on (None: copies, the general path)
         default = device or DEFAULT_DEVICES["cpu"]
         self._in_place = default if default.startswith("llvm_cpu") else None
@@ -261,7 +264,10 @@ class TorchOp:
         ]
         result: list[torch.Tensor | None] = [None] * len(inputs)
         if wrt:
-            for i, g in zip(wrt, self.backward_op(*inputs, list(grads), wrt)):
+            # the backward operator; where the backward is differentiated (create_graph=True), the
+            # gradient program as an op of its own (which has a backward)
+            run = self._higher_order if torch.is_grad_enabled() else self.backward_op
+            for i, g in zip(wrt, run(*inputs, list(grads), wrt)):
                 result[i] = g
         return tuple(result)
 
@@ -275,6 +281,35 @@ class TorchOp:
         cot_arrays = [None if c is None else next(it) for c in cotangents]
         grads = self.core.backward(where[0], arrays, cot_arrays, wrt, key)
         return self._tensors(grads, where, note)
+
+    def _higher_order(self, *args) -> list[torch.Tensor]:
+        """The backward as a differentiable op: Tile's gradient program for these inputs and
+        ``wrt``, made a ``tile.torch`` op itself (one per program text: its sizes are concrete)."""
+        n = len(self.core.inputs)
+        tensors, cotangents, wrt = args[:n], args[n], tuple(args[n + 1])
+        dtypes = [self._np_dtype(t, i) for i, t in enumerate(tensors)]
+        key = self.core.key([tuple(t.shape) for t in tensors], dtypes)
+        g = self.core.gradient(key, wrt)
+        text = str(g.program)
+        grad_op = self._grad_ops.get(text)
+        if grad_op is None:
+            digest = hashlib.sha1(text.encode()).hexdigest()[:10]
+            grad_op = self._grad_ops[text] = op(text, name=f"{self.name}_grad_{digest}", device=self.device,
+                                                settings=self.core.settings)
+        feed = dict(zip(self.core.inputs, tensors))
+        for o, cot, t in zip(self.core.outputs, cotangents, self._types(tensors)):
+            name = g.cotangents.get(o)
+            if name is not None:
+                feed[name] = cot if cot is not None else torch.zeros(t[0], dtype=_TO_TORCH[t[1]])
+        outs = grad_op(*(feed[name] for name in grad_op.core.inputs))
+        by_name = dict(zip(grad_op.core.outputs, outs if isinstance(outs, tuple) else (outs,)))
+        result = []
+        for i in wrt:
+            grad = by_name[g.gradients[self.core.inputs[i]]]
+            if grad.shape != tensors[i].shape:
+                grad = grad.expand(tensors[i].shape)
+            result.append(grad.to(tensors[i].dtype))
+        return result
 
     def _backward_fake(self, *args):
         n = len(self.core.inputs)
