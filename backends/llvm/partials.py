@@ -247,14 +247,22 @@ def _unrolled(em: Emitter, sizes: list[int], body) -> None:
 
 def chunked(em: Emitter, lo: ir.Value, hi: ir.Value, step: int, running: Running, body) -> None:
     """``for_range(lo, hi, body)`` in chunks of ``step``, each summed into fresh partials that
-    then go to the cascade."""
+    then go to the cascade: the whole chunks as loops of a constant ``step`` iterations (LLVM
+    vectorizes them without remainder loops or trip-count checks), then the rest."""
+    b = em.builder
+    whole = b.add(lo, b.mul(b.sdiv(b.sub(hi, lo), i64(step)), i64(step)))
 
     def chunk(q0: ir.Value) -> None:
         running.clear(em)
-        for_range(em, q0, smin(em.builder, em.builder.add(q0, i64(step)), hi), body)
+        for_range(em, i64(0), i64(step), lambda x: body(em.builder.add(q0, x)))
         running.cascade.push(running.slot)
 
-    counted_loop(em.builder, lo, hi, chunk, step)
+    counted_loop(b, lo, whole, chunk, step)
+    b = em.builder
+    with b.if_then(b.icmp_signed("<", whole, hi)):
+        running.clear(em)
+        for_range(em, whole, hi, body)
+        running.cascade.push(running.slot)
 
 
 def microkernel_sums(mk, base: dict) -> None:
