@@ -342,7 +342,11 @@ def test_builtin_configs_keep_what_the_backends_and_tests_rely_on():
         return p
 
     assert params("opencl_cpu", "row_programs").group == 64
-    assert params("opencl_gpu", "row_programs").group == 512
+    gpu_rows = params("opencl_gpu", "row_programs")
+    assert (gpu_rows.group, gpu_rows.groups) == (1024, ((2048, 256), (16384, 512)))
+    assert params("opencl_gpu", "tile_gemms").matrix_unit == "tensor_core"
+    assert list(cfgs["opencl_gpu"].hardware.matrix_units) == ["tensor_core"]
+    assert not cfgs["opencl_cpu"].hardware.matrix_units
     assert params("opencl_cpu", "split_reductions").interleave is False
     assert params("opencl_gpu", "split_reductions").interleave is True
     assert params("opencl_cpu", "fuse_eltwise").a_skip == () and params("opencl_gpu", "fuse_eltwise").a_skip

@@ -48,6 +48,7 @@ KNOWN: dict[str, str] = {
     "async": "False builds OpenCL programs before compile returns",
     # internal: the runner and tests pass these through
     "buffer_dtypes": "storage types of buffers (internal)",
+    "matrix_units": "the hardware model's matrix units, for the code generator (internal: the driver)",
 }
 
 
