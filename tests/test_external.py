@@ -420,7 +420,7 @@ def test_arrays_of_every_dtype_cross_a_pipe_exactly():
             {"name": "A", "dtype": "float32", "shape": [2], "nbytes": 7},
             "says nbytes 7, but float32[2] takes 8",
         ),
-        ({"name": "A", "dtype": "bfloat16", "shape": [2], "nbytes": 4}, "has the dtype 'bfloat16'"),
+        ({"name": "A", "dtype": "complex64", "shape": [2], "nbytes": 16}, "has the dtype 'complex64'"),
         ({"name": "A", "dtype": "int8", "shape": [-1], "nbytes": 0}, "not a list of non-negative ints"),
         ({"dtype": "int8", "shape": [1], "nbytes": 1}, "has no name"),
     ],
