@@ -312,3 +312,6 @@ def test_scalars_narrow_floats_empty_tensors_and_the_interpreter():
         y.sum().backward()
         assert y.dtype == dtype and torch.equal(y, x.detach() ** 2) and torch.equal(x.grad, 2 * x.detach())
     assert square(torch.ones(0)).shape == (0,)
+    to_bf16 = tt.op("function (A[N]) -> (O, P) { O = as_bfloat(A, 16); P = A * 2; }", name="t_to_bf16")
+    o, p = to_bf16(torch.arange(3.0))  # a bfloat16 output from float32 inputs
+    assert o.dtype == torch.bfloat16 and torch.equal(o, torch.arange(3.0, dtype=torch.bfloat16))

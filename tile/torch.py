@@ -180,9 +180,8 @@ class TorchOp:
         if len(tensors) != len(self.core.inputs):
             self.core.tile_types(tuple(((), np.float32) for _ in tensors))  # the arity error
         kind = _eager_kind(tensors)
-        if kind == PLAIN:  # what the dispatcher would call
-            result = self._forward_in_place(tensors) if self._in_place else None
-            return self._forward(*tensors) if result is None else result
+        if kind == PLAIN:
+            return self._forward(*tensors)  # what the dispatcher would call
         if kind == AUTOGRAD:
             return TileFunction.apply(self, *tensors)
         return self._call(*tensors)
@@ -214,13 +213,13 @@ class TorchOp:
                 return None
             arrays.append(t.detach().numpy() if t.requires_grad else t.numpy())
         outs = self.core.forward(self._in_place, arrays, tuple([(a.shape, a.dtype) for a in arrays]))
-        if os.environ.get("TILE_DEBUG", "0") >= "1":
-            return self._forward_debug(outs)
-        if len(outs) == 1:
-            return torch.from_numpy(outs[0])
-        return tuple([torch.from_numpy(o) for o in outs])
-
-    def _forward_debug(self, outs):
+        if os.environ.get("TILE_DEBUG", "0") < "1":
+            try:
+                if len(outs) == 1:
+                    return torch.from_numpy(outs[0])
+                return tuple([torch.from_numpy(o) for o in outs])
+            except TypeError:  # a bfloat16 output, which torch.from_numpy does not take
+                pass
         result = self._tensors(outs, (self._in_place, torch.device("cpu"), True), [])
         return result[0] if len(result) == 1 else tuple(result)
 
