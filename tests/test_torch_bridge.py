@@ -214,6 +214,17 @@ def test_another_tile_device_copies_through_the_host(monkeypatch, capfd):
     assert "on opencl_cpu.0: host copies" in capfd.readouterr().err
 
 
+@pytest.mark.skipif("opencl_gpu.0" not in registry.devices(), reason="no opencl_gpu.0 (an OpenCL GPU)")
+def test_cpu_tensors_on_opencl_gpu_forward_and_gradients(monkeypatch, capfd):
+    """The GPU path without CUDA tensors: host copies into opencl_gpu.0's buffers and back."""
+    mm = tt.op(MATMUL, name="t_matmul_gpu", device="opencl_gpu.0")
+    monkeypatch.setenv("TILE_DEBUG", "1")
+    a, b = ints(5, 7), ints(7, 3, seed=1)
+    assert torch.equal(mm(a, b), a @ b)
+    assert "on opencl_gpu.0: host copies into and out of" in capfd.readouterr().err
+    assert torch.autograd.gradcheck(mm, (f64(2, 3), f64(3, 4, seed=1)))
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device for the opencl_gpu.0 path")
 def test_cuda_tensors_run_on_opencl_gpu(monkeypatch, capfd):
     mm = tt.op(MATMUL, name="t_matmul")
