@@ -14,10 +14,14 @@ which the driver hands over with the settings. The kernel is ``GemmEmitter``'s, 
   arithmetic is needed), 32-bit ones as ``uint``, in vectors of up to 16 bytes. An operand whose
   K elements are contiguous in memory is staged K-fastest (``[mn][k]``, rows padded by 16 bytes,
   so a fragment's pair of K elements is one 32-bit ``__local`` read and the eight rows a fragment
-  reads fall in distinct banks), otherwise M- (N-) fastest (``[k][mn]``, padded by 8 elements);
-  two K steps are double-buffered as in ``tiled``.
-* **fragments** are read from ``__local`` memory per the unit's ``Fragment`` stencils, each
-  lane's row offsets computed once outside the K loop. TF32 operands are rounded to TF32 as they
+  reads fall in distinct banks), otherwise M- (N-) fastest (``[k][mn]``, padded by 8 elements).
+  When every load is 4, 8 or 16 bytes they are ``cp.async`` copies straight into ``__local``
+  memory (zero-filled where a guard drops them), as many K steps in flight as fit (up to four,
+  ``pipelined``); otherwise they go through registers, two buffers (``staged``, as ``tiled``).
+* **fragments** are read with ``ldmatrix`` (four 8x8 matrices per instruction; ``.trans`` for a
+  16-bit operand staged M/N-fastest) where the unit's ``Fragment`` stencils are the layouts it
+  delivers (``LDMATRIX``), else element by element per the stencils; each lane's row offsets
+  are computed once outside the K loop. TF32 operands are rounded to TF32 as they
   are read (``cvt.rna.tf32.f32``); ``3xtf32`` splits each into a TF32 high part and a TF32
   residual and issues three operations (``lo·hi + hi·lo + hi·hi``), float32-level accuracy.
 * **the sums** stay in float32 registers (the accumulator fragments) and are stored, or handed
