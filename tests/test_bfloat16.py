@@ -198,7 +198,10 @@ def test_bfloat16_tensors_live_on_a_device():
 def test_the_external_protocol_carries_bfloat16():
     src, ins = PROGRAMS[1]
     target = f"external:{shlex.quote(sys.executable)} -m tile serve --target interp"
-    assert_same(tile.compile(src, target)(**ins), ref_interp.run(src, ins))
+    try:
+        assert_same(tile.compile(src, target)(**ins), ref_interp.run(src, ins))
+    finally:  # its process stops here: tests/test_external.py counts the starts of this id
+        registry.get(target).close()
 
 
 def test_a_backend_that_does_not_announce_bfloat16_is_never_sent_it():
