@@ -353,7 +353,7 @@ class HostBuffer(Buffer):
 
     @property
     def address(self) -> int:
-        return self.data.ctypes.data
+        return self.data.__array_interface__["data"][0]  # (``ctypes.data`` builds an object: 2 us)
 
 
 def timed(pool: cf.Executor, deps: Sequence[Event], work: Callable[[], None]) -> Event:

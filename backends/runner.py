@@ -105,6 +105,9 @@ def check_memory(bound: BoundProgram, buffers: Mapping, device: Device, settings
             )
 
 
+VIEW_REUSE_BYTES = 1 << 16  # inputs read in place up to this size keep their view between calls
+
+
 class CompiledProgram:
     """A program built for one device and one set of input shapes and dtypes (by
     ``backends.driver.build``: lowered, optimized, its kernels generated), ready to run: its kernels
@@ -127,6 +130,7 @@ class CompiledProgram:
         self.outputs = list(bound.outputs)
         self.zeroed = needs_zero(self.program, frozenset(self.inputs))
         self._owned: dict[str, Buffer | None] = {}
+        self._views: dict[str, HostBuffer] = {}  # small numpy inputs read in place, by name (_over)
         self._checked = False  # check_memory ran
         self._last: list[Event] = []
         self._launched: list[Event] = []  # the last run's kernel events, for profile()
@@ -204,10 +208,11 @@ class CompiledProgram:
             shape = self.buffers[name]
             if in_place and not isinstance(value, Tensor) and name not in self._written_inputs:
                 arr = np.ascontiguousarray(np.asarray(value).astype(shape.dtype.numpy, copy=False))
+                at = arr.__array_interface__["data"][0]
                 if arr.size and arr.flags.aligned and all(
-                    not isinstance(b, HostBuffer) or b.address != arr.ctypes.data for b in bufs.values()
+                    not isinstance(b, HostBuffer) or b.address != at for b in bufs.values()
                 ):
-                    bufs[name] = HostBuffer.over(arr)
+                    bufs[name] = self._over(name, arr, at)
                     continue
             buf = bufs[name] = self._buffer(name)
             if isinstance(value, Tensor):  # bound already (out=, another input): buffers are distinct
@@ -275,11 +280,12 @@ class CompiledProgram:
         """The buffer output ``name`` is written into and handed out over, as a resident tensor
         or (a numpy-out call on host memory) as a numpy array over its memory: one of the last two
         calls' when nothing but the runner refers to it any more (the caller dropped the tensor,
-        or the array and every view of it: each holds the memory's owner), else a new one, which
-        replaces the older of the two. A loop over resident calls that drops each result, or
-        keeps only the last, neither allocates nor touches fresh pages either."""
+        or the array and every view of it: each holds the memory's owner; the last call's first,
+        so a loop that drops each result keeps writing one buffer and its kernels stay bound),
+        else a new one, which replaces the older of the two. A loop over resident calls that drops
+        each result, or keeps only the last, neither allocates nor touches fresh pages either."""
         kept = self._handed.setdefault((name, resident), [])
-        for buf in kept:
+        for buf in reversed(kept):  # the last call's first: the kernels are bound to it
             # getrefcount counts its argument, and: the list and ``buf`` (a tensor's buffer);
             # ``buf.data`` alone (an array's memory)
             if sys.getrefcount(buf) == 3 if resident else sys.getrefcount(buf.data) == 2:  # type: ignore[attr-defined]
@@ -290,6 +296,21 @@ class CompiledProgram:
             assert resident or isinstance(buf, HostBuffer), "a host-memory executor allocates HostBuffers"
             del kept[:-1]
         kept.append(buf)
+        return buf
+
+    def _over(self, name: str, arr: np.ndarray, at: int) -> HostBuffer:
+        """A buffer over input ``name``'s array ``arr`` (at address ``at``), read in place: the last
+        call's for this input when it was over the same memory (a small input: the kernels stay
+        bound to it, ``_kernels``; the view it holds keeps that memory alive, so memory at the same
+        address is the same memory), else a new one."""
+        last = self._views.get(name)
+        if last is not None and last.address == at and last.size == arr.nbytes:
+            return last
+        buf = HostBuffer.over(arr)
+        if arr.nbytes <= VIEW_REUSE_BYTES:  # a large input is not held past the call
+            self._views[name] = buf
+        else:
+            self._views.pop(name, None)
         return buf
 
     def _buffer(self, name: str) -> Buffer:

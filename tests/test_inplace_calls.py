@@ -171,3 +171,46 @@ def test_host_buffers_start_zeroed_on_a_cache_line_and_live_while_viewed():
         del buf
         view[:] = 7  # still the buffer's memory, alive through the view
         assert (view == 7).all()
+
+
+def test_a_small_input_read_in_place_keeps_the_kernels_bound():
+    """The same small array again (refilled by the caller between calls) keeps its view and the
+    kernels their binding: no rebinding per call; another array gets a view of its own; a large
+    input's view is not held after the call (its memory is the caller's to free)."""
+    from backends.runner import VIEW_REUSE_BYTES
+
+    rng = np.random.default_rng(5)
+    exe = tile.compile(MATMUL, DEV)
+    a, b = ints(rng, (4, 6)), ints(rng, (6, 5))
+    exe(A=a, B=b)
+    prog = _compiled(exe)
+    views, bound = dict(prog._views), list(prog._bound)
+    for _ in range(3):
+        a[...] = ints(rng, a.shape)  # new values, same memory: read in place as they are now
+        got = exe(A=a, B=b)
+        np.testing.assert_array_equal(got["C"], a @ b)
+        assert prog._views == views and all(x is y for x, y in zip(prog._bound, bound))
+        del got  # (a held output makes the next call write elsewhere, rebinding its kernels)
+    other = a.copy()
+    np.testing.assert_array_equal(exe(A=other, B=b)["C"], other @ b)
+    assert prog._views["A"].address == _address(other) and prog._views["B"] is views["B"]
+    big = ints(rng, (VIEW_REUSE_BYTES // 4 // 6 + 1, 6))
+    exe_big = tile.compile(MATMUL, DEV)
+    np.testing.assert_array_equal(exe_big(A=big, B=b)["C"], big @ b)
+    assert "A" not in _compiled(exe_big)._views and "B" in _compiled(exe_big)._views
+
+
+def test_a_loop_dropping_results_keeps_one_output_buffer_after_held_ones():
+    """After calls whose results were held (each wrote a fresh buffer), a loop that drops each
+    result writes the last call's buffer every time: the kernels stay bound."""
+    rng = np.random.default_rng(6)
+    exe = tile.compile(MATMUL, DEV)
+    a, b = ints(rng, (4, 6)), ints(rng, (6, 5))
+    held = [exe(A=a, B=b) for _ in range(4)]
+    del held
+    exe(A=a, B=b)
+    prog = _compiled(exe)
+    bound = list(prog._bound)
+    for _ in range(3):
+        np.testing.assert_array_equal(exe(A=a, B=b)["C"], a @ b)
+        assert all(x is y for x, y in zip(prog._bound, bound))
