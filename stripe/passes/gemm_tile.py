@@ -47,6 +47,13 @@ did. Params: ``memory`` / ``acc_memory`` (mem_units names), the candidate ``side
 (kernel name -> rank in ``GemmModel.ranking``, for the autotuner ``backends.tune``); ``model``
 ``cpu`` (``llvm_cpu``) ranks one choice, ``GemmModel.cpu_rule``'s cache tiles from ``L1``/``L2``
 and ``panel`` (the CPU code generator's register tile), whose nest the LLVM backend reads back.
+
+On a matrix unit: a kernel ``tensorize`` marked (``mma_<mode>``), when the hardware has the unit
+named by ``matrix_unit``, takes ``GemmModel.mma_ranking``'s tiles (``mma_tiles``, ``warps`` warps
+per work-group: each work-item of the nest is a warp, its register block a grid of the unit's
+operations) and a row layout whose ``q`` field is 3 bits (eight contiguous rows: the fragments'
+``ldmatrix`` rows), and its plan names the unit and mode (``GemmPlan.unit``). 16-bit floats are
+tiled only then (the SIMT code generator stages float32 and float64).
 """
 
 from __future__ import annotations
