@@ -123,17 +123,11 @@ class MmaEmitter(GemmEmitter):
         """``{p}_ld``: the operand's bits at each element ``p`` (``w`` from there) for the K tile at
         the origins ``ko_*`` (zero where a guard drops it; with ``flag``, ``{p}_in`` says whether
         the guards keep it)."""
-        g = self.g
         vec = f"{self.U}{w}" if w > 1 else self.U
         base = f"(__global const {self.U}*){self.ptrs[op.ref.source]}"
         for p, vals, kvals, _, _ in items:
-            ks = ", ".join(f"{p}g_{k} = ko_{k} + {v}" for k, v in kvals.items())
-            self.line(f"{{ const {self.int} {ks};" if kvals else "{", depth)
-            env = {**vals, **{k: f"{p}g_{k}" for k in kvals}}
-            conds = [f"{p}_ok"] + self.inside(g.k, env) + self.cond(op.guards, env)
-            addr = f"{p}_base + {self.affine(op.offset, env, g.k.names)}"
+            kept, addr = self.element(op, p, vals, kvals, depth)
             value = f"*(__global const {vec}*)({base} + {addr})"
-            kept = " && ".join(conds)
             if flag:
                 self.line(f"{p}_in = {kept};", depth + 1)
                 kept = f"{p}_in"
@@ -280,22 +274,17 @@ class MmaEmitter(GemmEmitter):
         """Each work-item's elements of the K step at the origins ``ko_*`` copied into buffer
         ``stage``: ``cp.async`` of 4, 8 or 16 bytes, zero-filled where a guard drops them (a
         source size of 0 reads nothing)."""
-        g = self.g
-        for k, (op, items, arr, size, w, kfast, row) in enumerate(ops):
+        for which, (op, items, arr, size, w, kfast, row) in enumerate(ops):
             nbytes = w * self.size
             kind = "cg" if nbytes == 16 else "ca"
             base = f"(__global const {self.U}*){self.ptrs[op.ref.source]}"
             for p, vals, kvals, _, live in items:
                 if live:
                     self.line(f"if ({live}) {{", depth)
-                ks = ", ".join(f"{p}g_{k} = ko_{k} + {v}" for k, v in kvals.items())
-                self.line(f"{{ const {self.int} {ks};" if kvals else "{", depth)
-                env = {**vals, **{k: f"{p}g_{k}" for k in kvals}}
-                conds = [f"{p}_ok"] + self.inside(g.k, env) + self.cond(op.guards, env)
-                addr = f"{p}_base + {self.affine(op.offset, env, g.k.names)}"
+                kept, addr = self.element(op, p, vals, kvals, depth)
                 at = slot(p, stage, size, kfast, row)
-                self.line(f"const bool {p}_in = {' && '.join(conds)};", depth + 1)
-                if self.skips and k == 0:
+                self.line(f"const bool {p}_in = {kept};", depth + 1)
+                if self.skips and which == 0:
                     mma_skips.flag(self, p, at, w, depth + 1)
                 src = f"(ulong)({p}_in ? {base} + {addr} : {base})"
                 dst = f"(uint)(ulong)({arr} + {at})"

@@ -246,17 +246,24 @@ class GemmEmitter:
             zero = f"(({vec})({zero}))"
             ptr = f"*(__global const {vec}*)({ptr} + "
         for p, vals, kvals, _, _ in items:
-            ks = ", ".join(f"{p}g_{k} = ko_{k} + {v}" for k, v in kvals.items())
-            self.line(f"{{ const {self.int} {ks};" if kvals else "{", depth)
-            env = {**vals, **{k: f"{p}g_{k}" for k in kvals}}
-            conds = [f"{p}_ok"] + self.inside(g.k, env) + self.cond(op.guards, env)
-            addr = f"{p}_base + {self.affine(op.offset, env, g.k.names)}"
+            kept, addr = self.element(op, p, vals, kvals, depth)
             value = f"{ptr}{addr})" if w > 1 else f"{ptr}[{addr}]"
             if flag:
-                self.line(f"{p}_in = {' && '.join(conds)};", depth + 1)
+                self.line(f"{p}_in = {kept};", depth + 1)
                 self.line(f"{p}_ld = {p}_in ? {value} : {zero}; }}", depth + 1)
             else:
-                self.line(f"{p}_ld = ({' && '.join(conds)}) ? {value} : {zero}; }}", depth + 1)
+                self.line(f"{p}_ld = ({kept}) ? {value} : {zero}; }}", depth + 1)
+
+    def element(self, op: Operand, p: str, vals: dict[str, str], kvals: dict[str, str], depth: int):
+        """Opens the block of element ``p``'s load for the K tile at the origins ``ko_*`` (its K
+        indexes declared there; the caller closes it) and returns what keeps the element (the
+        guards, joined) and its address."""
+        g = self.g
+        ks = ", ".join(f"{p}g_{k} = ko_{k} + {v}" for k, v in kvals.items())
+        self.line(f"{{ const {self.int} {ks};" if kvals else "{", depth)
+        env = {**vals, **{k: f"{p}g_{k}" for k in kvals}}
+        conds = [f"{p}_ok"] + self.inside(g.k, env) + self.cond(op.guards, env)
+        return " && ".join(conds), f"{p}_base + {self.affine(op.offset, env, g.k.names)}"
 
     def k_origins(self, step: str, depth: int) -> None:
         """``ko_*``: each K index's origin in K step ``step`` (its tile number times its tile)."""
