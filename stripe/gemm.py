@@ -50,7 +50,6 @@ from tile.affine import Affine
 from tile.dtypes import DType
 
 FLOATS = (DType.FLOAT32, DType.FLOAT64)
-HALVES = tuple(d for d in DType if d.is_float and d.bits == 16)  # only for a matrix unit (``halves``)
 MIN_SIDE = 2  # M and N must each have two points or more: a 32-wide tile of one column wastes 97%
 
 
@@ -118,7 +117,7 @@ def _body(block: Block, halves: bool = False) -> tuple[Refinement, Refinement, R
     if st[2].inputs[0] != st[0].into:
         first, second = second, first
     out = refs.get(st[3].into)
-    typed = dt in FLOATS or (halves and dt in HALVES)
+    typed = dt in FLOATS or (halves and dt.is_narrow_float)  # 16-bit floats: only for a matrix unit
     if not typed or len(block.refs) != 3 or first is None or second is None or out is None:
         return None
     if out.agg_op != "add" or any(r.shape.dtype is not dt for r in (first, second, out)):
