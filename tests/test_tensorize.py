@@ -42,13 +42,12 @@ MLP = """function (X[B, I], W[I, O], Bias[O]) -> (Y) {
 UNIT = target_config("opencl_gpu").hardware.matrix_units["tensor_core"]
 
 
+GPU = SimpleNamespace(optimizer="opencl_gpu", hardware=lambda hw: hw)  # the config's own hardware
+
+
 def config(float32: str = "fp32"):
-    cfg = target_config("opencl_gpu")
-    steps = tuple(
-        replace(s, params=replace(s.params, float32=float32)) if s.pass_ == "tensorize" else s
-        for s in cfg.passes
-    )
-    return replace(cfg, passes=steps)
+    """opencl_gpu's config as the driver fills it for the ``precision`` setting ``float32``."""
+    return config_for(GPU, {"precision": float32} if float32 != "fp32" else {})
 
 
 def optimized(src: str, shapes: dict, dtype, float32: str = "fp32", strict: bool = False):
@@ -137,9 +136,8 @@ def test_small_kernels_and_guarded_b_stay_off_the_unit():
 
 
 def test_precision_setting_fills_the_config():
-    dev = SimpleNamespace(optimizer="opencl_gpu", hardware=lambda hw: hw)
     for setting, want in ((None, "fp32"), ("native", "fp32"), ("tf32", "tf32"), ("3xtf32", "3xtf32")):
-        cfg = config_for(dev, {"precision": setting} if setting else {})
+        cfg = config_for(GPU, {"precision": setting} if setting else {})
         (step,) = [s for s in cfg.passes if s.pass_ == "tensorize"]
         assert step.params.float32 == want
 
