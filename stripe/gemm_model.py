@@ -158,7 +158,7 @@ class GemmModel:
                 continue
             if math.prod(k_tiles(self.g.k.idxs, kt).values()) % op.k:
                 continue
-            out.append(GemmTiles(tm, tn, rm, rn, kt, float(self.groups(tm, tn)), name))
+            out.append(GemmTiles(tm, tn, rm, rn, kt, unit=name))  # ordered below, not by cost
         full = [t for t in out if self.groups(t.tm, t.tn) >= self.units]
         # the largest tiles that still give every compute unit a work-group, else the most groups
         return sorted(full, key=lambda t: -t.tm * t.tn) + sorted(
