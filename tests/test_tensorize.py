@@ -25,7 +25,7 @@ from stripe.passes import optimize
 from stripe.passes.gemm_tile import marked
 from stripe.plans import GemmPlan
 from stripe.printer import format_block
-from tests.pass_support import assert_same_meaning, lowered
+from tests.pass_support import assert_located_config_error, assert_same_meaning, lowered
 
 MM = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
 BMM = "function (A[Q, M, K], B[Q, K, N]) -> (C) { C[q, m, n : Q, M, N] = +(A[q, m, k] * B[q, k, n]); }"
@@ -228,3 +228,7 @@ def test_without_the_unit_the_code_generator_stays_simt():
     on the SIMT kernel, the same answer's code path."""
     text = source(optimized(MM, {"A": (256, 128), "B": (128, 256)}, np.float32, "tf32"), units=False)
     assert "mma.sync" not in text and "asm" not in text
+
+
+def test_a_float32_mode_the_pass_does_not_know_is_a_located_config_error():
+    assert_located_config_error("tensorize", "float32", "tf16", "'tf16' is not a float32 mode")
