@@ -119,7 +119,7 @@ def cache_bytes(hw) -> dict[str, int]:
 def build(bound: BoundProgram, device: Device, settings: Mapping | None = None) -> Build:
     """Lower, optimize with ``config_for(device, settings)``, and generate code for ``device``."""
     settings = dict(settings or {})
-    lowered = lower(bound)
+    lowered = lower(bound, strict=bool(settings.get("strict", False)))
     config = config_for(device, settings)
     program = optimized(lowered, config, settings)
     infos = kernels(program)
@@ -180,16 +180,17 @@ def emit(
     """The program at ``stage`` (those of ``python -m tile emit --stage``) as text. ``optimized``
     and ``config`` use ``config`` (a file or a built-in name) or ``target``'s built-in config,
     with the sizes that ``device`` (the device ``target`` names, when present) reports;
-    ``report`` adds the cost model's estimate per kernel of the optimized program."""
+    ``report`` adds the cost model's estimate per kernel of the optimized program; ``strict``
+    lowers (``stripe`` and ``optimized``) and optimizes as strict mode compiles."""
     if stage == "flat-tile":
         return format_flat_program(apply_stage(bound, "flat"))
     if stage not in ("stripe", "optimized", "config"):
         return format_stage(apply_stage(bound, stage))
     if stage == "stripe":
-        return format_block(lower(bound)) + "\n"
+        return format_block(lower(bound, strict=strict)) + "\n"
     if stage == "config":
         return config_text(target, device, config)
     cfg = emitted_config(target, device, config)
-    program = optimized(lower(bound), cfg, {"strict": strict}, after)
+    program = optimized(lower(bound, strict=strict), cfg, {"strict": strict}, after)
     text = format_block(program) + "\n"
     return text + estimate(program, cfg.hardware).format() + "\n" if report else text

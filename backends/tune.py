@@ -100,7 +100,8 @@ def tune(
 ) -> Tuning:
     """The fastest choices for ``bound`` on ``device`` (from the cache, else timed and stored);
     each trial is a full build by ``backends.driver``."""
-    lowered = lower(bound)
+    strict = bool(settings.get("strict", False))
+    lowered = lower(bound, strict=strict)
     key = tune_key(lowered, device, config, settings)
     path = cache_dir("tune") / f"{key}.json"
     use_cache = bool(settings.get("cache", True))
@@ -109,7 +110,6 @@ def tune(
         if raw is not None:
             got = json.loads(raw.decode())
             return Tuning(got["choices"], settings=got["settings"], cached=True, path=str(path))
-    strict = bool(settings.get("strict", False))
     n = max(1, int(settings.get("tune_candidates", 4)))
     found = _sites(lowered, config, strict)
     choices: dict[str, dict[str, int]] = {step: {} for step in found}

@@ -99,7 +99,7 @@ def matrix_mode(c: TContraction, nx: Numerics) -> str | None:
     """How the interpreter computes ``c`` if it is a matrix product with its own rounding:
     ``"float32"`` (float16/bfloat16 operands, float32 accumulation), ``"tf32"`` or ``"3xtf32"``
     (float32 in those precision modes); None for every other contraction and mode."""
-    if c.agg is not AggOp.SUM or c.comb is not CombOp.MUL or nx.precision in ("float64", "exact"):
+    if not c.is_matrix_product or nx.precision in ("float64", "exact"):
         return None
     if c.type.dtype.is_narrow_float:
         return "float32"

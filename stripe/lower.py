@@ -14,6 +14,12 @@
   ``mask ? aggregate : default-or-0``; except where the block provably writes every output
   element (no constraints, and an output access numbering every element): then the output itself
   starts at the identity (``zero`` for ``+``) and aggregates, with no mask and no select.
+  With ``strict``, a float16 or bfloat16 **matrix product** (``TContraction.is_matrix_product``)
+  is lowered as the interpreter computes it (docs/semantics.md §8.1.1): the same contraction into
+  a float32 temporary ``<name>_f32`` (its operands converted to the result type first, then
+  multiplied exactly in float32 and summed in float32), and an elementwise kernel that rounds the
+  temporary to the result type once. Without it the contraction sums in its own type, the form a
+  matrix unit's passes (``tensorize``) recognize.
 * **elementwise** statements become a block over the output's shape, broadcasting by zero
   accesses, with one ``Intrinsic`` per operation; ``index`` becomes ``load_index``; a composite
   (``tile.composites``: the binary cross-entropy, ``reverse_grad``) becomes its expansion's.
@@ -23,6 +29,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 from stripe.ir import (
@@ -58,10 +65,11 @@ _COMB = {CombOp.NONE: "none", CombOp.MUL: "mul", CombOp.ADD: "add", CombOp.EQ: "
 
 
 @paused_gc()  # a long program lowers to hundreds of thousands of objects: no cycle hunts meanwhile
-def lower(bound: BoundProgram, name: str = "program") -> Block:
-    """The Stripe program of a bound (concrete-shaped) Tile program."""
+def lower(bound: BoundProgram, name: str = "program", *, strict: bool = False) -> Block:
+    """The Stripe program of a bound (concrete-shaped) Tile program; ``strict``: float16 and
+    bfloat16 matrix products accumulate in float32, as the interpreter's (strict mode, §8.3)."""
     require_sizes(bound)  # symbolic sizes (a size input bound without its value) size no buffer
-    return _Lowering(bound).program(name)
+    return _Lowering(bound, strict).program(name)
 
 
 class _Kernels:
@@ -69,8 +77,9 @@ class _Kernels:
     lowering needs them) and the ``#kernel`` blocks lowered so far, in order. A Special statement
     is a kernel of its own (``special``)."""
 
-    def __init__(self, bound: BoundProgram):
+    def __init__(self, bound: BoundProgram, strict: bool = False):
         self.b = bound
+        self.strict = strict
         self.types: dict[str, TensorType] = dict(bound.types)
         self.kernels: list[Block] = []
         self.temps: list[str] = []
@@ -236,6 +245,23 @@ class _Contractions(_Elementwise):
     elementwise select reads."""
 
     def contraction(self, c: TContraction) -> None:
+        if self.strict and c.is_matrix_product and c.type.dtype.is_narrow_float:
+            self.widened(c)
+            return
+        self.aggregation(c)
+
+    def widened(self, c: TContraction) -> None:
+        """A float16/bfloat16 matrix product as the interpreter computes it: into a float32
+        temporary (unwritten elements 0 or the default, both exact in float32), then rounded to
+        the result type once, elementwise."""
+        wide_type = TensorType(DType.FLOAT32, c.type.shape)
+        wide = self.temp(f"{c.name}_f32", wide_type)
+        self.aggregation(replace(c, name=wide, type=wide_type), operand_dtype=c.type.dtype)
+        self.assignment(c.name, TRef(wide, wide_type))
+
+    def aggregation(self, c: TContraction, operand_dtype: DType | None = None) -> None:
+        """The kernels of ``c``; ``operand_dtype``: the type its operands are converted to before
+        they are combined in ``c``'s own type (a widened product's: its result type's)."""
         out = c.name
         if any(int(d) == 0 for d in c.type.shape) or any(
             any(int(d) == 0 for d in a.type.shape) for a in c.operands
@@ -261,6 +287,9 @@ class _Contractions(_Elementwise):
             )
             stmts.append(Load(into, f"${into}"))
             loaded.append(f"${into}")
+            if operand_dtype is not None and self.types[acc.tensor].dtype is not operand_dtype:
+                stmts.append(Intrinsic("assign", (loaded[-1],), (f"${into}_r",), operand_dtype))
+                loaded[-1] = f"${into}_r"
         value = self.combine(c, loaded, stmts)
         refs.append(
             Refinement(RefDir.OUT, target, out_access, self.shape(target).scalar_view(), agg_op=_AGG[c.agg])

@@ -230,8 +230,9 @@ def compile(
     * ``{"cache": False}`` bypasses the kernel cache;
     * ``{"config": "F.json"}`` optimizes with that target config (a file, or a built-in config's
       name such as ``"opencl_gpu_tiled"``) instead of the device's own;
-    * ``{"strict": True}`` skips the passes that may reorder aggregation, so float results are
-      bit-identical to the interpreter's order (docs/semantics.md §8.3);
+    * ``{"strict": True}`` skips the passes that may reorder aggregation and sums float16 and
+      bfloat16 matrix products in float32, so float results are bit-identical to the
+      interpreter's (docs/semantics.md §8.3);
     * ``{"optimize": False}`` compiles the lowered program as it is;
     * ``{"max_buffer_bytes": N, "max_total_bytes": M}`` lower the device's memory limits that
       every buffer (and all of them together) is checked against before anything is allocated

@@ -95,7 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", metavar="F.json", help="optimized: your own target config file (or a built-in config)"
     )
     e.add_argument("--after", metavar="STEP", help="optimized: stop after this pass step (name or pass)")
-    e.add_argument("--strict", action="store_true", help="optimized: skip passes that reorder aggregation")
+    e.add_argument(
+        "--strict",
+        action="store_true",
+        help="stripe, optimized: as strict mode compiles (no pass reorders aggregation; float16 and "
+        "bfloat16 matrix products sum in float32)",
+    )
     e.add_argument(
         "--report", action="store_true", help="optimized: also print the cost model's estimate per kernel"
     )

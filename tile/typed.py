@@ -112,6 +112,12 @@ class TContraction:
     source: ast.Contraction | None = field(default=None, compare=False, repr=False)
 
     @property
+    def is_matrix_product(self) -> bool:
+        """A `+` contraction of `*` products (matmuls, convolutions, dot products): what float16
+        and bfloat16 sum in float32 and a matrix unit computes (docs/semantics.md §8.1.1)."""
+        return self.agg is ast.AggOp.SUM and self.comb is ast.CombOp.MUL
+
+    @property
     def index_names(self) -> tuple[str, ...]:
         """Every index variable, in order of first appearance (output first)."""
         seen: dict[str, None] = {}
