@@ -227,12 +227,25 @@ def test_cpu_tensors_on_opencl_gpu_forward_and_gradients(monkeypatch, capfd):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device for the opencl_gpu.0 path")
 def test_cuda_tensors_run_on_opencl_gpu(monkeypatch, capfd):
+    """In CUDA memory OpenCL shares where the device can (tests/test_cuda_share.py tests it), else
+    through the host, saying why; with TILE_CUDA_SHARING=0 through the host always."""
+    from backends.opencl.cuda_share import Sharing
+
     mm = tt.op(MATMUL, name="t_matmul")
     monkeypatch.setenv("TILE_DEBUG", "1")
+    shared, why = Sharing.for_device(registry.get("opencl_gpu.0"))
     a, b = ints(2, 3).cuda(), ints(3, 4).cuda()
     out = mm(a, b)
     assert out.device == a.device and torch.equal(out, a @ b)
-    assert "on opencl_gpu.0: host copies (cuda" in capfd.readouterr().err
+    err = capfd.readouterr().err
+    if shared is not None:
+        assert "on opencl_gpu.0: CUDA memory shared with OpenCL" in err
+    else:
+        host = "host copies (cuda -> host -> opencl_gpu.0 -> host -> cuda)"
+        assert f"on opencl_gpu.0: {host}; CUDA memory not shared with OpenCL: {why}" in err
+    monkeypatch.setenv("TILE_CUDA_SHARING", "0")
+    assert torch.equal(mm(a, b), a @ b)
+    assert "CUDA memory not shared with OpenCL: TILE_CUDA_SHARING=0" in capfd.readouterr().err
     a64, b64 = f64(2, 3).cuda().detach().requires_grad_(), f64(3, 4).cuda().detach().requires_grad_()
     assert torch.autograd.gradcheck(mm, (a64, b64))
 

@@ -160,12 +160,7 @@ class Op:
     def forward(self, device: str, arrays: Sequence[np.ndarray], key: Key) -> list[np.ndarray]:
         """The outputs for ``arrays`` (in input order) on ``device``; on a host-memory device
         C-contiguous inputs are read in place and the outputs are written where they are returned."""
-        run = self._runs.get((key, device))
-        if run is None:
-            self.out_types(key)  # a shape or dtype mismatch: in the caller's terms
-            with self._lock:
-                run = self._runs.get((key, device)) or self._prepared(self.program, device, arrays, key)
-                self._runs[(key, device)] = run
+        run = self._forward_run(device, key, arrays)
         inputs = dict(zip(self.inputs, arrays))
         out = run[1].run(inputs) if run[1] is not None else run[0](inputs)
         return [out[o] for o in self.outputs]
@@ -184,21 +179,8 @@ class Op:
         wrt = tuple(wrt)
         if not wrt:
             return []
-        entry = self._grads.get((key, wrt, device))
-        if entry is None:
-            with self._lock:
-                entry = self._grads.get((key, wrt, device)) or self._gradient(device, arrays, wrt, key)
-                self._grads[(key, wrt, device)] = entry
-        run, g, feeds = entry
-        types = self.out_types(key)
-        inputs = {}
-        for name, arr in zip(self.inputs, arrays):
-            if name in feeds:
-                inputs[name] = arr
-        for o, cot, (shape, dtype) in zip(self.outputs, cotangents, types):
-            name = g.cotangents.get(o)
-            if name is not None and name in feeds:
-                inputs[name] = np.zeros(shape, dtype) if cot is None else cot
+        run, g, feeds = self._backward_run(device, key, wrt, arrays)
+        inputs = self._gradient_feed(g, feeds, arrays, cotangents, key)
         out = run[1].run(inputs) if run[1] is not None else run[0](inputs)
         result = []
         for i in wrt:
@@ -208,6 +190,91 @@ class Op:
                 grad = np.array(np.broadcast_to(grad, shape))
             result.append(grad.astype(dtype, copy=False))
         return result
+
+    # -- running on device tensors ---------------------------------------------------------------
+
+    def device_program(self, device: str, key: Key, wrt: Sequence[int] | None = None) -> tuple:
+        """``(CompiledProgram, result names)``: the program ``forward`` (``wrt`` None) or ``backward``
+        runs for ``key`` on ``device`` (compiled here if it was not yet), whose ``device`` makes
+        ``tile.Tensor``s for it, and the names of its results in the order ``forward_tensors`` /
+        ``backward_tensors`` return them (whose shapes and dtypes are ``program.buffers[name]``: a
+        gradient's may differ from its input's, ``backward`` broadcasts and converts it)."""
+        if wrt is None:
+            run, names = self._forward_run(device, key, None), list(self.outputs)
+        else:
+            run, g, _ = self._backward_run(device, key, tuple(wrt), None)
+            names = [g.gradients[self.inputs[i]] for i in wrt]
+        if run[1] is None:
+            raise ValueError(f"{device} compiles nothing: it runs no tile.Tensors")
+        return run[1], names
+
+    def forward_tensors(self, device: str, tensors: Sequence, key: Key, out: Sequence) -> list:
+        """``forward`` with ``tile.Tensor`` inputs of ``device_program``'s device, read in place,
+        and the outputs written into ``out`` (a ``tile.Tensor`` per output, in order), which come
+        back (their events say when the device is done)."""
+        program, names = self.device_program(device, key)
+        return self._run_tensors(program, dict(zip(self.inputs, tensors)), names, out)
+
+    def backward_tensors(
+        self,
+        device: str,
+        tensors: Sequence,
+        cotangents: Sequence,
+        wrt: Sequence[int],
+        key: Key,
+        out: Sequence,
+    ) -> list:
+        """``backward`` on ``tile.Tensor``s as ``forward_tensors``: the gradients written into ``out``
+        (one per ``wrt``, of ``device_program``'s shapes and dtypes), as the program computes them."""
+        program, names = self.device_program(device, key, wrt)
+        _, g, feeds = self._grads[(key, tuple(wrt), device)]
+        return self._run_tensors(program, self._gradient_feed(g, feeds, tensors, cotangents, key), names, out)
+
+    @staticmethod
+    def _run_tensors(program, inputs: Mapping, names: Sequence[str], out: Sequence) -> list:
+        for name, t in zip(names, out):  # out= tensors are not filled by the runner: reused memory
+            if name in program.zeroed:
+                t._events = [t._buffer.zero(t._events)]
+        result = program.run(inputs, out=dict(zip(names, out)))
+        return [result[n] for n in names]
+
+    # -- compiling -----------------------------------------------------------------------------
+
+    def _forward_run(self, device: str, key: Key, arrays: Sequence | None) -> tuple:
+        """(Executable, CompiledProgram | None) for ``key`` on ``device``, made once; ``arrays``
+        (or stand-ins of ``key``'s shapes) to prepare it with."""
+        run = self._runs.get((key, device))
+        if run is None:
+            self.out_types(key)  # a shape or dtype mismatch: in the caller's terms
+            with self._lock:
+                run = self._runs.get((key, device)) or self._prepared(
+                    self.program, device, _stand_ins(key) if arrays is None else arrays, key
+                )
+                self._runs[(key, device)] = run
+        return run
+
+    def _backward_run(self, device: str, key: Key, wrt: tuple[int, ...], arrays: Sequence | None) -> tuple:
+        """(run, Gradient, the gradient program's input names) for ``key``, ``wrt`` and ``device``."""
+        entry = self._grads.get((key, wrt, device))
+        if entry is None:
+            arrays = _stand_ins(key) if arrays is None else arrays
+            with self._lock:
+                entry = self._grads.get((key, wrt, device)) or self._gradient(device, arrays, wrt, key)
+                self._grads[(key, wrt, device)] = entry
+        return entry
+
+    def _gradient_feed(self, g, feeds, values: Sequence, cotangents: Sequence, key: Key) -> dict:
+        """The gradient program's inputs: the inputs it reads, and each float output's cotangent
+        (zeros where it is None)."""
+        inputs = {}
+        for name, value in zip(self.inputs, values):
+            if name in feeds:
+                inputs[name] = value
+        for o, cot, (shape, dtype) in zip(self.outputs, cotangents, self.out_types(key)):
+            name = g.cotangents.get(o)
+            if name is not None and name in feeds:
+                inputs[name] = np.zeros(shape, dtype) if cot is None else cot
+        return inputs
 
     def differentiable(self, key: Key) -> list[bool]:
         """Which inputs a gradient flows to: the float ones."""
@@ -253,6 +320,11 @@ class Op:
             if name in feeds:
                 stand_ins[name] = np.broadcast_to(np.zeros((), dtype), shape)
         return self._prepared(g.program, device, stand_ins, key), g, feeds
+
+
+def _stand_ins(key: Key) -> list[np.ndarray]:
+    """Arrays of ``key``'s shapes and dtypes, for preparing a program (no memory: broadcast zeros)."""
+    return [np.broadcast_to(np.zeros((), dtype), shape) for shape, dtype in key]
 
 
 def _evaluate(expr, back: Mapping, minmax: tuple):

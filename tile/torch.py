@@ -11,8 +11,12 @@ Where a call runs (docs/frameworks.md):
 * CPU tensors run on ``llvm_cpu.0`` without copies: inputs are read in place through numpy views
   of the tensors' memory, outputs are written into memory that the returned tensors then own.
   A non-contiguous input is made contiguous first (one copy, said under ``TILE_DEBUG=1``).
-* CUDA tensors run on ``opencl_gpu.0`` through host copies (in, and back out onto the tensors'
-  CUDA device); ``TILE_DEBUG=1`` prints the path and the bytes copied.
+* CUDA tensors run on ``opencl_gpu.0`` in CUDA memory that OpenCL shares where the device can
+  (``cl_khr_external_memory_opaque_fd``, matched to the CUDA device by UUID; ``tile.torch_cuda``):
+  inputs are copied device-to-device into shared blocks, the kernels write the outputs into blocks
+  the returned tensors view. Otherwise (``TILE_CUDA_SHARING=0``, another driver, a failure) they
+  cross through host copies (in, and back out onto the tensors' CUDA device). ``TILE_DEBUG=1``
+  prints the path, why sharing was not taken, and the bytes copied.
 * ``device=`` names a Tile device for every call instead (e.g. ``"opencl_cpu.0"``); tensors that
   are not on the host cross through it.
 
@@ -29,7 +33,8 @@ import numpy as np
 import torch
 
 from tile.bridge import Op
-from tile.errors import TileInputError
+from tile.dtypes import DType
+from tile.errors import TileError, TileInputError
 
 __all__ = ["TorchOp", "op"]
 
@@ -198,10 +203,13 @@ class TorchOp:
             if result is not None:
                 return result
         where = self._where(tensors)
-        arrays, key, note = self._arrays(tensors, where)
-        self.core.out_types(key)  # a shape or dtype mismatch: in the caller's terms
-        outs = self.core.forward(where[0], arrays, key)
-        result = self._tensors(outs, where, note)
+        note: list[str] = []
+        result = self._shared(where, tensors, note)
+        if result is None:
+            arrays, key, copies = self._arrays(tensors, where)
+            self.core.out_types(key)  # a shape or dtype mismatch: in the caller's terms
+            outs = self.core.forward(where[0], arrays, key)
+            result = self._tensors(outs, where, note + copies)
         return result[0] if len(result) == 1 else tuple(result)
 
     def _forward_in_place(self, tensors):
@@ -273,13 +281,19 @@ class TorchOp:
     def _backward_impl(self, *args):
         n = len(self.core.inputs)
         tensors, cotangents, wrt = args[:n], args[n], list(args[n + 1])
+        if not wrt:
+            return []
         where = self._where(tensors)
-        arrays, key, note = self._arrays(tensors, where)
+        note: list[str] = []
+        result = self._shared(where, tensors, note, cotangents, wrt)
+        if result is not None:
+            return result
+        arrays, key, copies = self._arrays(tensors, where)
         cots, _, _ = self._arrays([c for c in cotangents if c is not None], where, "cotangent")
         it = iter(cots)
         cot_arrays = [None if c is None else next(it) for c in cotangents]
         grads = self.core.backward(where[0], arrays, cot_arrays, wrt, key)
-        return self._tensors(grads, where, note)
+        return self._tensors(grads, where, note + copies)
 
     def _higher_order(self, *args) -> list[torch.Tensor]:
         """The backward as a differentiable op: Tile's gradient program for these inputs and
@@ -299,7 +313,8 @@ class TorchOp:
         for o, cot, t in zip(self.core.outputs, cotangents, self._types(tensors)):
             name = g.cotangents.get(o)
             if name is not None:
-                feed[name] = cot if cot is not None else torch.zeros(t[0], dtype=_TO_TORCH[t[1]])
+                feed[name] = cot if cot is not None else torch.zeros(t[0], dtype=_TO_TORCH[t[1]],
+                                                                    device=tensors[0].device)
         outs = grad_op(*(feed[name] for name in grad_op.core.inputs))
         by_name = dict(zip(grad_op.core.outputs, outs if isinstance(outs, tuple) else (outs,)))
         result = []
@@ -373,6 +388,64 @@ class TorchOp:
         key = tuple((a.shape, a.dtype) for a in arrays)
         return arrays, key, note
 
+    def _shared(self, where, tensors, note: list[str], cotangents=None, wrt=None) -> list | None:
+        """The outputs (``wrt`` None) or the gradients for ``wrt`` of a call on CUDA tensors, run in
+        memory CUDA and the Tile device share (``tile.torch_cuda``); None where the call is not on
+        CUDA tensors, or sharing is unavailable or fails (why: added to ``note``)."""
+        tile_device, device, _ = where
+        if device.type != "cuda":
+            return None
+        from tile import torch_cuda  # loads the OpenCL and CUDA drivers' bindings: on first use
+
+        sharing, why = torch_cuda.sharing(tile_device, device)
+        if sharing is None:
+            note.append(f"CUDA memory not shared with OpenCL: {why}")
+            return None
+        dtypes = [self._np_dtype(t, i) for i, t in enumerate(tensors)]
+        key = self.core.key([tuple(t.shape) for t in tensors], dtypes)
+        types = self.core.out_types(key)  # a shape or dtype mismatch: in the caller's terms
+        call = None
+        try:
+            program, names = self.core.device_program(tile_device, key, wrt)
+            call = torch_cuda.Call(sharing, program.device, device)
+            ins = [call.input(t, t.shape, DType.of(d), t.dtype) for t, d in zip(tensors, dtypes)]
+            outs = [call.output(program.buffers[n].sizes, program.buffers[n].dtype,
+                                _TO_TORCH[program.buffers[n].dtype.numpy]) for n in names]
+            if wrt is None:
+                call.ready()
+                done = self.core.forward_tensors(tile_device, ins, key, [o for o, _ in outs])
+            else:
+                cots = [
+                    call.input(c, shape, DType.of(d), _TO_TORCH[d]) if DType.of(d).is_float else None
+                    for c, (shape, d) in zip(cotangents, types)
+                ]
+                call.ready()
+                done = self.core.backward_tensors(tile_device, ins, cots, wrt, key, [o for o, _ in outs])
+            call.finish(done)
+        except TileError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure of the shared path: the host path instead
+            if call is not None:
+                call.abandon()
+            note.append(f"CUDA memory sharing failed, so not shared ({type(e).__name__}: {e})")
+            return None
+        result = [t for _, t in outs]
+        if wrt is not None:  # a gradient as its input: broadcast where the program kept it smaller
+            result = [
+                g if g.shape == tensors[i].shape and g.dtype == tensors[i].dtype
+                else g.expand(tensors[i].shape).to(tensors[i].dtype).contiguous()
+                for g, i in zip(result, wrt)
+            ]
+        self._say(tile_device, f"{torch_cuda.PATH}: {call.copied} bytes copied device-to-device into "
+                  "shared inputs, outputs written in place", [])
+        return result
+
+    def _say(self, tile_device: str, path: str, note: list[str]) -> None:
+        """``TILE_DEBUG=1``'s line for a call: the path it took and what it copied."""
+        if os.environ.get("TILE_DEBUG", "0") >= "1":
+            extra = f"; {'; '.join(note)}" if note else ""
+            print(f"tile.torch: {self.name} on {tile_device}: {path}{extra}", file=sys.stderr)
+
     def _tensors(self, arrays, where, note: list[str]) -> list[torch.Tensor]:
         tile_device, device, in_place = where
         result = []
@@ -395,6 +468,5 @@ class TorchOp:
                 path = f"host copies ({device.type} -> host -> {tile_device} -> host -> {device.type})"
             if copied:
                 note = [*note, f"{copied} bytes copied back to {device}"]
-            extra = f"; {'; '.join(note)}" if note else ""
-            print(f"tile.torch: {self.name} on {tile_device}: {path}{extra}", file=sys.stderr)
+            self._say(tile_device, path, note)
         return result

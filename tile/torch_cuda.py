@@ -1,0 +1,99 @@
+"""CUDA tensors on an OpenCL device without crossing the host: ``tile.torch``'s memory for one call
+on blocks that CUDA and OpenCL share (``backends.opencl.cuda_share``).
+
+Each input is copied device-to-device (torch's ``copy_``, on the current stream: non-contiguous
+tensors and dtype conversions included) into a block viewed as a torch tensor; the current stream
+is synchronized before OpenCL reads it; the kernels write each output into a block of its own,
+which the call waits for and hands to torch as a tensor viewing it. A block goes back to its pool
+when the last tensor viewing it is freed (torch holds the ``__cuda_array_interface__`` object it
+was made from for the tensor's lifetime; that object's finalizer gives the block back). Work on
+other streams than the current one is the caller's to order, as with torch's own allocator.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import torch
+
+from backends import registry
+from backends.opencl.cuda_share import Block, Sharing
+from tile.dtypes import DType
+from tile.tensor import Tensor
+
+PATH = "CUDA memory shared with OpenCL (cl_khr_external_memory_opaque_fd)"
+
+
+def sharing(tile_device: str, device: torch.device) -> tuple[Sharing | None, str]:
+    """The sharing between ``tile_device`` and the CUDA device ``device``, or None and why not."""
+    found, why = Sharing.for_device(registry.get(tile_device))
+    if found is not None and found.ordinal != device.index:
+        return None, f"the tensors are on {device}, but {tile_device} is cuda:{found.ordinal}"
+    return found, why
+
+
+class _View:
+    """A block's first ``nbytes`` as CUDA's array interface (bytes, for ``torch.as_tensor``); the
+    block goes back to its pool when this object is freed."""
+
+    def __init__(self, block: Block, nbytes: int):
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "strides": None,  # C-contiguous
+            "data": (block.cuda_pointer, False),
+            "version": 3,
+        }
+        weakref.finalize(self, block.give_back)
+
+
+class Call:
+    """The shared blocks of one call on ``program_device`` (a ``backends`` device) from tensors on
+    the torch CUDA device ``device``; ``copied`` counts the bytes copied into them."""
+
+    def __init__(self, sharing: Sharing, program_device, device: torch.device):
+        self.sharing = sharing
+        self.program_device = program_device
+        self.device = device
+        self.copied = 0
+        self._inputs: list[torch.Tensor] = []  # the staged inputs, kept until the run is over
+
+    def input(self, x: torch.Tensor | None, shape, dtype: DType, torch_dtype: torch.dtype) -> Tensor:
+        """A ``tile.Tensor`` of ``shape`` and ``dtype`` holding ``x`` (converted, as ``copy_`` does),
+        or zeros for None (a missing cotangent)."""
+        t, view = self.output(shape, dtype, torch_dtype)
+        if x is None:
+            view.zero_()
+        else:
+            view.copy_(x.detach())
+            self.copied += view.nbytes
+        self._inputs.append(view)
+        return t
+
+    def output(self, shape, dtype: DType, torch_dtype: torch.dtype) -> tuple[Tensor, torch.Tensor]:
+        """A shared block as a ``tile.Tensor`` (for ``out=``) and as the torch tensor viewing it."""
+        shape = tuple(int(d) for d in shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.numpy.itemsize
+        block = self.sharing.allocate(nbytes)
+        raw = torch.as_tensor(_View(block, nbytes), device=self.device)
+        return Tensor(self.program_device, block.buffer, shape, dtype), raw.view(torch_dtype).view(shape)
+
+    def ready(self) -> None:
+        """CUDA's work on the blocks (the copies in; reads of a reused block's last tensor) is done
+        before OpenCL's starts."""
+        torch.cuda.current_stream(self.device).synchronize()
+
+    def finish(self, results: list[Tensor]) -> None:
+        """OpenCL's work is done before CUDA reads the outputs (the device's queue is in order:
+        the inputs' reads too); the input blocks go back to the pool."""
+        for r in results:
+            r.wait()
+        self._inputs.clear()
+
+    def abandon(self) -> None:
+        """After a failure part-way: the device's queue drained before the blocks can be reused."""
+        try:
+            self.sharing.device.queue.finish()
+        finally:
+            self._inputs.clear()
