@@ -128,7 +128,12 @@ class CompiledProgram:
         self.kernels = [device.executor.prepare(self.library, i) for i in range(len(self.infos))]
         self.inputs = [r.into for r in self.program.refs if "input" in r.tags]
         self.outputs = list(bound.outputs)
-        self.zeroed = needs_zero(self.program, frozenset(self.inputs))
+        named_in = frozenset(self.inputs)
+        self.zeroed = needs_zero(self.program, named_in)
+        # what each call walks, worked out once: the buffers besides the inputs (outputs and
+        # temporaries, in ``buffers``'s order) and each kernel's parameters
+        self._rest = [n for n in self.buffers if n not in named_in]
+        self._params = [info.buffers for info in self.infos]
         self._owned: dict[str, Buffer | None] = {}
         self._views: dict[str, HostBuffer] = {}  # small numpy inputs read in place, by name (_over)
         self._checked = False  # check_memory ran
@@ -136,8 +141,11 @@ class CompiledProgram:
         self._launched: list[Event] = []  # the last run's kernel events, for profile()
         self._launched_once = False  # a first call ran (TILE_DEBUG labels the first)
         # each kernel bound to the buffers of the last run that used it: rebound only when a call
-        # passes other buffers (another tensor, a numpy input read in place, a handed-out output)
+        # passes other buffers (another tensor, a numpy input read in place, a handed-out output);
+        # and the binding before, for a loop that keeps the last result while the call runs (its
+        # outputs alternate between two buffers, ``_handed_out``): it swaps the two, binding none
         self._bound: list[Bound | None] = [None] * len(self.kernels)
+        self._spare: list[Bound | None] = [None] * len(self.kernels)
         self._out_types = {n: (tuple(self.buffers[n].sizes), self.buffers[n].dtype) for n in self.outputs}
         self._lock = threading.Lock()
         self._host_memory = bool(getattr(device.executor, "host_memory", False))
@@ -179,7 +187,7 @@ class CompiledProgram:
         by a later call once the caller holds no array over it (its reference count says so), so
         a loop that drops each result, or keeps only the last, neither allocates nor touches
         fresh pages."""
-        debug = os.environ.get("TILE_DEBUG", "0") >= "1"
+        debug = debug_on()
         with self._lock:
             return self._run(inputs, out or {}, resident, debug)
 
@@ -203,7 +211,8 @@ class CompiledProgram:
             value = inputs[name]
             if isinstance(value, Tensor) and value._buffer not in bufs.values():  # (by identity)
                 bufs[name] = value._buffer  # in place: no copy
-                deps.extend(value._events)
+                if value._events != prior:  # (a tensor the last call read or wrote holds its events)
+                    deps.extend(value._events)
                 continue
             shape = self.buffers[name]
             if in_place and not isinstance(value, Tensor) and name not in self._written_inputs:
@@ -224,8 +233,8 @@ class CompiledProgram:
                 written += arr.nbytes
                 write_s += time.perf_counter() - start  # the host's part: a blocking copy for OpenCL
         handed: dict[str, Buffer] = {}  # resident outputs, the caller's from now on
-        for name in self.buffers:
-            if name in bufs:
+        for name in self._rest:
+            if name in bufs:  # out=
                 continue
             if resident and name in self.outputs:
                 buf = bufs[name] = handed[name] = self._handed_out(name, True)
@@ -238,16 +247,18 @@ class CompiledProgram:
         done = self._kernels(bufs, pending(deps), debug)
         self._last = done
         result: dict[str, np.ndarray | Tensor] = {}
-        start, read = time.perf_counter(), 0
+        start, read = time.perf_counter() if debug else 0.0, 0
         for name in self.outputs:
             if name in out:
                 out[name]._events = list(done)
                 result[name] = out[name]
                 continue
-            shape = self.buffers[name]
             if name in handed:
-                result[name] = Tensor(self.device, handed[name], shape.sizes, shape.dtype, done)
-            elif in_place and name in self._direct:
+                sizes, dtype = self._out_types[name]
+                result[name] = Tensor(self.device, handed[name], sizes, dtype, done)
+                continue
+            shape = self.buffers[name]
+            if in_place and name in self._direct:
                 wait_all(done)  # written in place: the caller's from now on
                 raw = bufs[name].data[: bufs[name].size]  # type: ignore[attr-defined]
                 result[name] = raw.view(shape.dtype.numpy).reshape(shape.sizes)
@@ -322,30 +333,46 @@ class CompiledProgram:
 
     def _kernels(self, bufs: Mapping[str, Buffer], deps: list[Event], debug: bool) -> list[Event]:
         """Launch every kernel in order, each bound to its buffers (``Kernel.bind``) again only
-        when they are not the ones it was bound to; ``TILE_DEBUG=1`` waits for each and prints
-        its time."""
+        when they are neither the ones it was bound to last nor the ones before (``_spare``);
+        ``TILE_DEBUG=1`` waits for each and prints its time."""
         events = deps
         total = 0.0
         first = not self._launched_once  # TILE_DEBUG says so: its times include one-time start-up
         self._launched_once = True
         launched = self._launched = []
-        bound = self._bound
-        for k, info in enumerate(self.infos):
-            params = [bufs[b] for b in info.buffers]
+        bound, spare = self._bound, self._spare
+        for k, names in enumerate(self._params):
+            params = [bufs[b] for b in names]
             b = bound[k]
             if b is None or not b.matches(params):
-                b = bound[k] = self.kernels[k].bind(params)
+                other, spare[k] = spare[k], b
+                if other is None or not other.matches(params):
+                    other = self.kernels[k].bind(params)
+                b = bound[k] = other
             event = b.launch(params, events)
             events = [event]
             launched.append(event)
             if debug:
                 secs = event.duration
                 total += secs
-                print(debug_line(k, info, secs, self.symbol(k), first), file=sys.stderr)
+                print(debug_line(k, self.infos[k], secs, self.symbol(k), first), file=sys.stderr)
         if debug:
             call = " (first call: one-time start-up included, not a steady-state time)" if first else ""
             print(f"tile: {len(self.infos)} kernels, {total * 1e3:.3f} ms{call}", file=sys.stderr)
         return events
+
+
+_ENVIRON = getattr(os.environ, "_data", None)  # the dict behind os.environ (CPython), keyed by
+_DEBUG_KEY = os.environ.encodekey("TILE_DEBUG") if hasattr(os.environ, "encodekey") else None  # this
+
+
+def debug_on() -> bool:
+    """``TILE_DEBUG`` >= 1 now: read at every call (it may be set between calls), and unset in
+    30 ns by a look into ``os.environ``'s own dict, where ``os.environ.get`` of an unset name
+    raises and catches two KeyErrors (0.7 us of a call's 5-10)."""
+    if _ENVIRON is not None and _DEBUG_KEY not in _ENVIRON:
+        return False
+    return os.environ.get("TILE_DEBUG", "0") >= "1"
 
 
 def _written(program: Block) -> frozenset[str]:

@@ -131,3 +131,80 @@ def test_pending_drops_repeats_and_finished_events():
     a._future = b._future = object()  # stand-ins for events still running
     assert pending([done, a, done, a, b, a]) == [a, b]
     assert pending([done]) == [] and pending([a]) == [a] and pending([]) == []
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_a_host_write_between_calls_is_waited_for(dev):
+    """A call depends on the events of the tensors it is given: when a tensor still holds the last
+    call's events the call skips them (the last call's work is waited for anyway), but a host
+    write since (``Tensor.write``) is a new event, and the call reads what it wrote."""
+    exe = tile.compile(ROW_SUM, device=dev)
+    rng = np.random.default_rng(4)
+    a = ints(rng, (6, 5))
+    A = tile.tensor(a, device=dev)
+    for _ in range(3):
+        np.testing.assert_array_equal(exe(A=A, resident=True)["O"].numpy(), a.sum(1))
+        assert A._events == exe._last._last  # read by that call: its events, as the program's
+        a = ints(rng, (6, 5))
+        A.write(a)
+        assert A._events != exe._last._last
+    out = tile.empty((6,), device=dev)
+    for _ in range(2):  # out= tensors too: written by the host between calls, rewritten by the call
+        out.write(np.full(6, 99, np.float32))
+        np.testing.assert_array_equal(exe(A=A, out={"O": out})["O"].numpy(), a.sum(1))
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_tile_debug_set_between_calls_of_one_program(dev, monkeypatch, capsys):
+    """TILE_DEBUG is read at every call (its unset case by a quicker test): set between two calls
+    of one compiled program it prints that call's kernels, unset again it prints nothing."""
+    exe = tile.compile(ROW_SUM, device=dev)
+    A = tile.tensor(np.ones((4, 3), np.float32), device=dev)
+    monkeypatch.delenv("TILE_DEBUG", raising=False)
+    exe(A=A, resident=True)["O"].wait()
+    assert "tile: kernel" not in capsys.readouterr().err
+    for value, prints in (("1", True), ("0", False), ("2", True)):
+        monkeypatch.setenv("TILE_DEBUG", value)
+        exe(A=A, resident=True)["O"].wait()
+        assert ("tile: kernel" in capsys.readouterr().err) is prints, value
+    monkeypatch.delenv("TILE_DEBUG")
+    np.testing.assert_array_equal(exe(A=A, resident=True)["O"].numpy(), np.full(4, 3, np.float32))
+    assert "tile: kernel" not in capsys.readouterr().err
+
+
+def test_inputs_of_other_kinds_are_arrays_and_the_mapping_is_the_callers():
+    """Lists, scalars and numpy scalars become arrays; a positional mapping and keyword arrays
+    merge, and the caller's mapping is left as it was."""
+    exe = tile.compile("function (A[N], B) -> (O) { O = A * B; }", device="llvm_cpu.0")
+    given = {"A": [1.0, 2.0, 3.0]}
+    got = exe(given, B=np.float32(2))["O"]
+    np.testing.assert_array_equal(got, np.array([2.0, 4.0, 6.0]))
+    assert given == {"A": [1.0, 2.0, 3.0]}
+    np.testing.assert_array_equal(exe(A=np.arange(3.0), B=3.0)["O"], np.arange(3.0) * 3)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_a_loop_keeping_the_last_result_swaps_two_bindings(dev, monkeypatch):
+    """A loop ``r = exe(...)`` holds the last result while the next call runs, so the output
+    alternates between two buffers: each kernel keeps its binding before the last and swaps back
+    to it, binding nothing after the second call; other tensors are bound afresh and computed on."""
+    exe = tile.compile(ROW_SUM, device=dev)
+    rng = np.random.default_rng(5)
+    a, b = ints(rng, (6, 5)), ints(rng, (6, 5))
+    A, B = tile.tensor(a, device=dev), tile.tensor(b, device=dev)
+    r = exe(A=A, resident=True)
+    binds: list[int] = []
+    for k, kernel in enumerate(exe._last.kernels):
+        counted = lambda params, bind=kernel.bind, k=k: binds.append(k) or bind(params)  # noqa: E731
+        monkeypatch.setattr(kernel, "bind", counted)
+    outputs = set()
+    for i in range(6):
+        r = exe(A=A, resident=True)
+        np.testing.assert_array_equal(r["O"].numpy(), a.sum(1))
+        outputs.add(id(r["O"]._buffer))
+        if i == 0:
+            after_second = list(binds)
+    assert len(outputs) == 2 and binds == after_second
+    for x, X in ((b, B), (a, A), (b, B)):
+        r = exe(A=X, resident=True)
+        np.testing.assert_array_equal(r["O"].numpy(), x.sum(1))

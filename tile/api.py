@@ -89,8 +89,10 @@ class Executable:
         returns ``t``; ``resident=True`` (default: the ``resident_outputs`` setting) returns the
         other outputs as new tensors on the device instead of numpy arrays. An input named ``out``
         or ``resident`` goes in the ``inputs`` mapping."""
-        given = {**(inputs or {}), **arrays}
-        given = {k: v if isinstance(v, Tensor) else np.asarray(v) for k, v in given.items()}
+        given = {**inputs, **arrays} if inputs else arrays  # (either way a dict of this call's own)
+        for k, v in given.items():
+            if type(v) is not np.ndarray and not isinstance(v, Tensor):
+                given[k] = np.asarray(v)  # (a value replaced, no key added: the walk goes on)
         if resident is None:
             resident = bool(self.settings.get("resident_outputs", False))
         if self.device == "interp":
@@ -124,9 +126,9 @@ class Executable:
         (a program with 0-D inputs used as sizes) or before the first call found that out."""
         if self._size_inputs is None or self._size_inputs:
             return None
-        return tuple(
+        return tuple([
             (k, v._shape, v._dtype) if type(v) is Tensor else (k, v.shape, v.dtype) for k, v in given.items()
-        )
+        ])
 
     def _compiled_for(self, given: Mapping):
         """The program compiled for these inputs' shapes and dtypes (and size values): typed,

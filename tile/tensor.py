@@ -30,7 +30,7 @@ class Tensor:
     def __init__(self, device, buffer, shape: tuple[int, ...], dtype: DType, events: Sequence = ()):
         self._device = device  # backends.hal.Device
         self._buffer = buffer  # backends.hal.Buffer of exactly nbytes
-        self._shape = tuple(int(d) for d in shape)
+        self._shape = tuple(map(int, shape))
         self._dtype = dtype
         self._events = list(events)
 

@@ -25,12 +25,15 @@ from backends.hal import Bound, Buffer, Event, Executor, Kernel, Library
 from backends.opencl.compiler import ProgramHandle
 from backends.opencl.driver import Driver
 
+_enqueue_nd_range = cl._cl.enqueue_nd_range_kernel  # (queue, kernel, global, local, offset, wait_for)
+
 
 class CLEvent(Event):
     """An OpenCL event; ``duration`` comes from OpenCL profiling (seconds)."""
 
     def __init__(self, event: cl.Event, device: Driver):
-        super().__init__(None)
+        self._future = None  # (Event's fields, set here: one of these is made per launch)
+        self._duration = 0.0
         self.cl_event = event
         self.device = device
 
@@ -132,6 +135,7 @@ class OpenCLKernel(Kernel):
         self._kernel: cl.Kernel | None = None
         self._queue: cl.CommandQueue | None = None
         self._sizes: tuple[tuple[int], tuple[int]] = ((0,), (1,))  # global and local size
+        self._enqueue: tuple = ()  # enqueue_nd_range_kernel's positional arguments (``kernel``)
         self._args: object = None  # the CLBound whose buffers are the kernel's arguments now
         self._lock = threading.Lock()
 
@@ -149,6 +153,8 @@ class OpenCLKernel(Kernel):
                 self._sizes = ((-(-self.work_items // self.local) * self.local,), (self.local,))
                 self._queue = self.device.queue
                 assert in_order(self._queue), "wait_list leaves the device's own events to the queue"
+                # no wait list: ``wait_list`` leaves none (pyopencl parses positional arguments faster)
+                self._enqueue = (self._queue, k, *self._sizes, None, None)
                 self._kernel = k
             return self._kernel
 
@@ -169,33 +175,30 @@ class OpenCLKernel(Kernel):
         return CLBound(self, params)
 
     def run(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
-        self.check(params)
-        return self.enqueue(None, params, deps)
-
-    def enqueue(self, owner: object, params: Sequence[Buffer], deps: Sequence[Event]) -> Event:
-        """Enqueue a run on ``params`` after ``deps``; the arguments are set unless ``owner`` (a
-        ``CLBound`` of these buffers) set them last."""
-        k = self._kernel if self._kernel is not None else self.kernel()
-        queue = self._queue
-        waits = wait_list(self.device, deps)
-        if self.work_items == 0:
-            return CLEvent(cl.enqueue_marker(queue, wait_for=waits or None), self.device)
-        with self._lock:
-            if owner is None or self._args is not owner:
-                k.set_args(*(p.buf for p in params))  # type: ignore[attr-defined]
-                self._args = owner
-            ev = cl.enqueue_nd_range_kernel(queue, k, *self._sizes, wait_for=waits or None)
-        return CLEvent(ev, self.device)
+        return self.bind(params).launch(params, deps)
 
 
 class CLBound(Bound):
     """An OpenCL kernel bound to its buffers: checked once, and its arguments set again only when
-    another binding (or a plain ``run``) of the same kernel set others since."""
+    another binding (or a plain ``run``, which binds afresh) of the same kernel set others since."""
 
     __slots__ = ()
 
     def launch(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
-        return self.kernel.enqueue(self, params, deps)  # type: ignore[attr-defined]
+        """Enqueue a run on ``params`` after ``deps``, setting the arguments unless this binding
+        set them last."""
+        kernel: OpenCLKernel = self.kernel  # type: ignore[assignment]
+        k = kernel._kernel if kernel._kernel is not None else kernel.kernel()
+        if deps:
+            wait_list(kernel.device, deps)  # (returns no list: see ``OpenCLKernel._enqueue``)
+        if kernel.work_items == 0:
+            return CLEvent(cl.enqueue_marker(kernel._queue), kernel.device)
+        with kernel._lock:
+            if kernel._args is not self:
+                k.set_args(*(p.buf for p in params))  # type: ignore[attr-defined]
+                kernel._args = self  # (held: no other binding is made at this address meanwhile)
+            ev = _enqueue_nd_range(*kernel._enqueue)
+        return CLEvent(ev, kernel.device)
 
 
 class OpenCLExecutor(Executor):
