@@ -133,12 +133,12 @@ class GemmModel:
 
     def mma_ranking(
         self, unit: MatrixUnit, name: str, mode: str, warps: tuple[int, int],
-        sides: tuple[tuple[int, int], ...],
+        sides: tuple[tuple[int, int], ...], k_bytes: int = 32,
     ) -> list[GemmTiles]:
         """Tiles around the matrix unit's operation for precision ``mode`` (``name``: what the plan
         calls it): ``warps`` warps per work-group, each a register block (``rm x rn``: its share of
-        the tile, a whole number of the unit's ``m x n``); a K step of 32 bytes (16 16-bit or 8 32-bit
-        values: the code generator keeps up to four K steps in flight); the largest work-group tile
+        the tile, a whole number of the unit's ``m x n``); a K step of ``k_bytes`` (32: 16 16-bit or 8
+        32-bit values; the code generator keeps up to four K steps in flight); the largest work-group tile
         of ``sides`` that still gives every compute unit a work-group, else the one giving most.
         Valid when the double-buffered tiles (rows padded by 8) fit ``memory``, the warps fit a
         unit's threads, and the K tile is a whole number of the operation's ``k``. Empty when no
@@ -147,7 +147,7 @@ class GemmModel:
         if op is None:
             return []
         size = 2 if op.inputs in ("float16", "bfloat16") else 4
-        kt = 32 // size
+        kt = k_bytes // size
         wm, wn = warps
         out = []
         for tm, tn in sides:

@@ -81,18 +81,35 @@ class MmaShape:
 
 
 @dataclass(frozen=True)
+class WarpGroup:
+    """A matrix unit's asynchronous warp-group products (NVIDIA Hopper's ``wgmma``): the
+    ``warps`` warps of a work-group tile ``tile`` (M x N) issue, four warps together, one
+    ``m64 x n x k16`` product per K slice of 16, both operands read from swizzled ``__local``
+    tiles through descriptors, the sums in registers laid out per 8 columns as the unit's
+    accumulator fragment. For precision ``modes`` only, with a K step of ``k_bytes``. A device has
+    it only at exactly ``capability`` (``sm_90a`` features do not carry over to later devices)."""
+
+    modes: tuple[str, ...]
+    capability: tuple[int, int]
+    tile: tuple[int, int] = (128, 128)
+    warps: tuple[int, int] = (8, 1)
+    k_bytes: int = 64
+
+
+@dataclass(frozen=True)
 class MatrixUnit:
     """A fixed-function matrix unit (tensor cores): its operations by precision mode (``f16``,
     ``bf16``, ``tf32``), ``lanes`` work-items issuing each one together, ``group`` lanes sharing
     a fragment row. ``vendor`` and ``min_capability`` say which devices have it: a device keeps
     the unit in its hardware model only when it reports that vendor and at least that compute
-    capability (``Device.hardware``)."""
+    capability (``Device.hardware``). ``warpgroup``: its warp-group products, where it has them."""
 
     shapes: dict[str, MmaShape]
     lanes: int = 32
     group: int = 4
     vendor: str = ""
     min_capability: tuple[int, int] = (0, 0)
+    warpgroup: WarpGroup | None = None
 
     def operation(self, mode: str) -> MmaShape | None:
         """The operation precision ``mode`` issues (``3xtf32`` issues ``tf32`` ones), or None."""

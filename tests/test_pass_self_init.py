@@ -97,3 +97,45 @@ def test_meaning_is_kept_on_drawn_programs(case):
 )
 def test_bad_values_are_located_config_errors(key, value, message):
     assert_located_config_error("self_init", key, value, message)
+
+
+GEMMS = {"reqs": ["contraction", "kernel"], "gemms": True, "aggs": ["add"], "max_reduction": 1}
+MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_gemms_take_the_fused_form_without_their_fill(dtype):
+    """``gemms`` (opencl_gpu's ``gemm_outputs``): a matmul of any K length whose output was just
+    zeroed sums into a local allocation (which starts at zero) and assigns each element once:
+    fusion's form of a contraction with an epilogue, which ``stripe.gemm.match`` reads, so the
+    tiled kernel stores its sums once and no fill kernel runs. Same meaning, bit for bit."""
+    from stripe.gemm import match
+    from stripe.passes.tiling import tables_of
+
+    program = lowered(MATMUL, {"A": (9, 300), "B": (300, 7)}, dtype)
+    out = run_pass("self_init", GEMMS, program)
+    assert fills(program) == ["zero"] and fills(out) == []  # no fill, not even of the local
+    tidy = run_pass("prune_indexes", {"reqs": ["main"]}, out)  # the inner block's range-1 indexes
+    (k,) = kernels(tidy)
+    main = next(b for b in walk(tidy) if k in b.stmts)
+    views = tables_of(main)
+    g = match(k, views.names, views.dtypes, reorder=False, halves=True)
+    assert g is not None and g.epilogue is not None
+    assert_same_meaning(program, out)
+    # without ``gemms`` a GEMM keeps its fill (the CPU micro-kernel starts from zero itself)
+    assert fills(run_pass("self_init", {**GEMMS, "gemms": False}, program)) == ["zero"]
+
+
+def test_the_opencl_pipeline_runs_a_matmul_as_one_kernel_that_stores_its_sums():
+    """opencl_gpu's pipeline (PoCL runs it): the tiled kernel alone (no fill kernel, no read of
+    C), the same answer. (A padded convolution keeps its fill: tests/test_plans.py.)"""
+    a = np.arange(-40, 40, dtype=np.float32).reshape(10, 8) % 7
+    b = np.arange(-28, 28, dtype=np.float32).reshape(8, 7) % 5
+    from backends import registry
+
+    if "opencl_cpu.0" not in registry.devices():
+        pytest.skip("no opencl_cpu.0 (PoCL) here: the OpenCL pipeline is checked at the Stripe level above")
+    f = tile.compile(MATMUL, "opencl_cpu.0")
+    np.testing.assert_array_equal(f(A=a, B=b)["C"], a @ b)
+    names = [name for name, _ in f.profile()]
+    assert len(names) == 1 and "matmul" in names[0], names

@@ -138,16 +138,8 @@ class MmaEmitter(GemmEmitter):
         g, tl, it, U = self.g, self.tl, self.int, self.U
         assert not self.flagged(g.b, g.n), "tensorize leaves a B with guards on N to the SIMT kernel"
         self.skips = self.flagged(g.a, g.m)  # A's skipped points (mma_skips)
-        ntm, ntn, nks = count(g.m, tl.per), count(g.n, tl.per), count(g.k, tl.per)
-        groups = ntm * ntn * g.batch.total
+        nks, groups, (a_items, a_kf, aw), (b_items, b_kf, bw) = self.plans()
         L = tl.threads
-        self.line(f"const {it} lid = ({it})get_local_id(0);")
-        self.line(f"const {it} grp = ({it})get_group_id(0);")
-        self.m0 = self.decompose(g.m, f"((grp / {ntn}) % {ntm})", "m0", 1, self.counts(g.m), tl.per)
-        self.n0 = self.decompose(g.n, f"(grp % {ntn})", "n0", 1, self.counts(g.n), tl.per)
-        batch = self.decompose(g.batch, f"(grp / {ntn * ntm})", "bt", 1) if g.batch.idxs else {}
-        a_items, a_kf, aw = self.operand_plan(g.a, g.m, tl.tm, "ea", self.m0, batch)
-        b_items, b_kf, bw = self.operand_plan(g.b, g.n, tl.tn, "eb", self.n0, batch)
         # the staged layouts: (row length, whether K is fastest) and one buffer's size
         pad_k = 16 // self.size
         self.lay = {
@@ -204,6 +196,20 @@ class MmaEmitter(GemmEmitter):
         args = ", ".join(f"__global {self.t.mem(dt)}* restrict {p}" for p, dt in params)
         head = [f"__kernel __attribute__((reqd_work_group_size({L}, 1, 1)))", f"void {symbol}({args})", "{"]
         return "\n".join(head + self.lines + ["}"]), groups * L, L
+
+    def plans(self) -> tuple[int, int, tuple, tuple]:
+        """The work-group's place (``lid``, ``grp``, the tile origins ``m0``/``n0``, the batch) and
+        each operand's load plan (``operand_plan``): (K steps, work-groups, A's plan, B's)."""
+        g, tl, it = self.g, self.tl, self.int
+        ntm, ntn, nks = count(g.m, tl.per), count(g.n, tl.per), count(g.k, tl.per)
+        self.line(f"const {it} lid = ({it})get_local_id(0);")
+        self.line(f"const {it} grp = ({it})get_group_id(0);")
+        self.m0 = self.decompose(g.m, f"((grp / {ntn}) % {ntm})", "m0", 1, self.counts(g.m), tl.per)
+        self.n0 = self.decompose(g.n, f"(grp % {ntn})", "n0", 1, self.counts(g.n), tl.per)
+        batch = self.decompose(g.batch, f"(grp / {ntn * ntm})", "bt", 1) if g.batch.idxs else {}
+        a = self.operand_plan(g.a, g.m, tl.tm, "ea", self.m0, batch)
+        b = self.operand_plan(g.b, g.n, tl.tn, "eb", self.n0, batch)
+        return nks, ntm * ntn * g.batch.total, a, b
 
     def staged(self, ops, nks: int, sa: int, sb: int, fm: int, fn: int) -> None:
         """The K loop through registers: the next K step is loaded while this one is multiplied,
@@ -282,17 +288,20 @@ class MmaEmitter(GemmEmitter):
                 if live:
                     self.line(f"if ({live}) {{", depth)
                 kept, addr = self.element(op, p, vals, kvals, depth)
-                at = slot(p, stage, size, kfast, row)
                 self.line(f"const bool {p}_in = {kept};", depth + 1)
                 if self.skips and which == 0:
-                    mma_skips.flag(self, p, at, w, depth + 1)
+                    mma_skips.flag(self, p, slot(p, stage, size, kfast, row), w, depth + 1)
                 src = f"(ulong)({p}_in ? {base} + {addr} : {base})"
-                dst = f"(uint)(ulong)({arr} + {at})"
+                dst = self.destination(arr, p, stage, size, kfast, row)
                 copy = f"cp.async.{kind}.shared.global [%0], [%1], {nbytes}, %2;"
                 args = f'"r"({dst}), "l"({src}), "r"({p}_in ? {nbytes} : 0)'
                 self.line(f'asm volatile("{copy}" :: {args} : "memory"); }}', depth + 1)
                 if live:
                     self.line("}", depth)
+
+    def destination(self, arr: str, p: str, stage: str, size: int, kfast: bool, row: int) -> str:
+        """The ``__local`` address (32 bits) element ``p`` of a K step is copied to."""
+        return f"(uint)(ulong)({arr} + {slot(p, stage, size, kfast, row)})"
 
     def lanes(self) -> None:
         """The lane's warp (``wy``, ``wx`` as the nest's thread layout has them) and its place in the

@@ -15,7 +15,7 @@ work-groups: work-items over its owned indexes (``kernel.KernelEmitter.general``
 
 from __future__ import annotations
 
-from backends.clike import groupreduce, mma, rowkernel
+from backends.clike import groupreduce, mma, rowkernel, wgmma
 from backends.clike.kernel import KernelEmitter, KernelSource
 from backends.clike.target import CTarget
 from backends.clike.tiled import GemmEmitter, Tiles
@@ -49,7 +49,7 @@ def _tiled(em: KernelEmitter) -> KernelSource | None:
     tiles = Tiles.of(nest)
     unit = mma.operation(em.t.matrix_units, nest.shape.unit) if nest.shape.unit and em.t.contract else None
     if unit is not None:  # the plan names a matrix unit this target issues (module mma)
-        emitter = mma.MmaEmitter(em.t, g, em.ptrs, tiles, *unit, em.epilogue(g))
+        emitter = wgmma.emitter(em.t, g, em.ptrs, tiles, *unit, em.epilogue(g))
     else:
         emitter = GemmEmitter(em.t, g, em.ptrs, tiles, em.t.contract, em.epilogue(g))
     symbol = f"{em.symbol}_{nest.shape.suffix}"  # the name carries the tiles chosen here

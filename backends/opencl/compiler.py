@@ -5,7 +5,8 @@ refuses a program that needs float16 or float64 the device lacks (``DeviceTypeEr
 ``TileTypeError``), and hands the driver's compilation to the device's build pool: the ``Library``
 comes back immediately and its kernels wait for the program only when they first run, so the runner
 allocates and uploads buffers meanwhile. A program binary found in the disk cache (``cache``) is
-loaded instead of compiled.
+loaded instead of compiled. A program with ``sm_90a`` instructions (``backends.opencl.ptx``) is
+compiled, then rebuilt from its PTX for ``sm_90a``; the cache keeps the rebuilt binary.
 
 Settings (all optional): ``cache`` (False: no disk cache), ``async`` (False: build before
 returning), ``fast_math`` (``mad`` for multiply-accumulate and ``native_*`` functions: faster, not
@@ -31,6 +32,7 @@ from backends.clike.helpers import helper_source
 from backends.hal import Compiler, KernelInfo, Library
 from backends.opencl.cache import BinaryCache, cache_key
 from backends.opencl.driver import Driver, quiet_build
+from backends.opencl.ptx import for_sm90a, needs_sm90a
 from backends.opencl.target import OpenCLTarget
 from tile.dtypes import DType
 from tile.errors import TileTypeError
@@ -78,6 +80,8 @@ class ProgramHandle:
                     f"OpenCL could not build the generated program for {dev.id} ({dev.name}): {e}\n"
                     "(TILE_DEBUG=3 prints the source)"
                 ) from None
+            if needs_sm90a(self.source):
+                program = self.retargeted(program)
             if status == "miss":
                 binaries = program.get_info(cl.program_info.BINARIES)
                 if binaries and binaries[0]:
@@ -85,6 +89,18 @@ class ProgramHandle:
         self.extra["cache"] = status
         self.extra["driver_build_seconds"] = time.perf_counter() - start
         return program
+
+    def retargeted(self, program: cl.Program) -> cl.Program:
+        """``program`` (built from the source) rebuilt from its PTX for ``sm_90a`` (``ptx``)."""
+        dev = self.device
+        try:
+            binary = for_sm90a(bytes(program.get_info(cl.program_info.BINARIES)[0]))
+            return quiet_build(cl.Program(dev.context, [dev.cl_device], [binary]), self.options)
+        except (ValueError, cl.Error) as e:
+            raise RuntimeError(
+                f"OpenCL could not build the generated program's sm_90a PTX (warp-group products) "
+                f"for {dev.id} ({dev.name}): {e}"
+            ) from None
 
     def start(self, asynchronous: bool) -> None:
         if asynchronous:

@@ -91,8 +91,16 @@ class OpenCLDevice(Driver, Device):
             for k, u in hw.exec_units.items()
         }
         clock = float(d.max_clock_frequency or hw.clock_mhz)
-        matrix = {k: u for k, u in hw.matrix_units.items() if self.has_unit(u)}
+        matrix = {k: self.unit_here(u) for k, u in hw.matrix_units.items() if self.has_unit(u)}
         return replace(hw, clock_mhz=clock, mem_units=mems, exec_units=units, matrix_units=matrix)
+
+    def unit_here(self, unit):
+        """``unit`` as this device has it: without its warp-group products (``MatrixUnit.warpgroup``)
+        unless the device reports exactly their compute capability."""
+        wg = unit.warpgroup
+        if wg is not None and capability(self.cl_device) != tuple(wg.capability):
+            return replace(unit, warpgroup=None)
+        return unit
 
     def has_unit(self, unit) -> bool:
         """Whether this device has the matrix unit ``unit`` (``stripe.hardware.MatrixUnit``): its

@@ -221,12 +221,17 @@ def sites(program: Block, cfg: GemmTileConfig, hw: Hardware) -> dict[str, list[G
 
 def ranking(block: Block, g: Gemm, hw: Hardware, cfg: GemmTileConfig) -> list[GemmTiles]:
     """The model's choices for ``block``: on the matrix unit when ``tensorize`` marked it and the
-    hardware has the unit (its tiles fit), else the SIMT ones."""
+    hardware has the unit (its tiles fit; first the tiles of its warp-group products where it has
+    them for the mode, ``MatrixUnit.warpgroup``), else the SIMT ones."""
     model = GemmModel(g, hw, cfg)
     mode = marked(block)
     unit = hw.matrix_units.get(cfg.matrix_unit) if mode and cfg.matrix_unit else None
     if unit is not None:
-        got = model.mma_ranking(unit, f"{cfg.matrix_unit}.{mode}", mode, cfg.warps, cfg.mma_tiles)
+        name = f"{cfg.matrix_unit}.{mode}"
+        got = model.mma_ranking(unit, name, mode, cfg.warps, cfg.mma_tiles)
+        wg = unit.warpgroup
+        if wg is not None and mode in wg.modes:  # the warp-group products' tiles first
+            got = model.mma_ranking(unit, name, mode, wg.warps, (wg.tile,), wg.k_bytes) + got
         if got:
             return got
     return model.ranking()

@@ -54,6 +54,7 @@ class SelfInitConfig:
     reqs: tuple[str, ...]
     max_reduction: int = 16  # reduction points per output element, at most (unrolled whole)
     aggs: tuple[str, ...] = AGGREGATIONS
+    gemms: bool = False  # GEMM-shaped sums too, of any length, in the fused form (a GPU's tiled kernel)
 
     def invalid(self) -> tuple[str, str, str] | None:
         """``(key, message, hint)`` for a value no rewrite can use (``stripe.config`` locates it)."""
@@ -78,7 +79,7 @@ def _visit(block: Block, cfg: SelfInitConfig) -> Block:
         acc = _taken(s, stmts[-1], block, cfg) if isinstance(s, Block) and stmts else None
         if acc is not None:
             stmts.pop()  # the fill
-            stmts.append(without_fill(s, acc, block))
+            stmts.append(without_fill(s, acc, block, cfg))
             changed = True
             continue
         child = _visit(s, cfg) if isinstance(s, Block) else s
@@ -93,8 +94,10 @@ def _taken(block: Block, prev: Statement, parent: Block, cfg: SelfInitConfig) ->
     if acc is None or acc.agg_op not in cfg.aggs:
         return None
     views = tables_of(parent)
-    if gemm_match(block, views.names, views.dtypes, reorder=False) is not None:
-        return None  # a GEMM's own kernels start from the identity themselves, faster
+    if gemm_match(block, views.names, views.dtypes, reorder=False, halves=cfg.gemms) is not None:
+        # a CPU GEMM's own kernels start from the identity themselves, faster; a GPU's tiled
+        # kernel (``gemms``) takes the fused form, its sums in registers, stored once
+        return acc if cfg.gemms and acc.agg_op == "add" else None
     owned = access_indexes(acc)
     points = math.prod(ix.range for ix in block.idxs if ix.name not in owned)
     return acc if points <= cfg.max_reduction else None
@@ -105,13 +108,17 @@ def access_indexes(ref: Refinement) -> set[str]:
     return {v for a in ref.access for v in a.vars}
 
 
-def self_initialised(block: Block, acc: Refinement, dtype: DType, sizes: dict) -> Block:
+def self_initialised(
+    block: Block, acc: Refinement, dtype: DType, sizes: dict, fill: bool = True
+) -> Block:
     """``block``, aggregating into ``acc`` (its only output), as an outer block over the indexes
     of ``acc``'s access that fills a one-element local accumulator (of the buffer's ``dtype``) with
     the aggregation's identity, runs the other indexes in an inner block aggregating into it (every
     constraint moves there), and assigns it to ``acc``'s element. Each element the outer block
     reaches is written once, so no fill of the whole buffer has to come first; each gets the same
-    values in the same order, started at the same identity (``sizes``: the parent views' sizes)."""
+    values in the same order, started at the same identity (``sizes``: the parent views' sizes).
+    Without ``fill`` (a sum: a local allocation starts at zero) the outer block is ``fusion``'s form
+    of a contraction with an epilogue, which ``stripe.gemm.match`` reads."""
     owned = access_indexes(acc)
     outer = tile_split(block, {ix.name: 1 if ix.name in owned else ix.range for ix in block.idxs},
                        parent_sizes=sizes)
@@ -131,7 +138,8 @@ def self_initialised(block: Block, acc: Refinement, dtype: DType, sizes: dict) -
     return replace(
         outer,
         refs=(*refs, alloc),
-        stmts=(Special(fn, (), (local,)), inner, Load(local, value), Store(value, acc.into)),
+        stmts=(*((Special(fn, (), (local,)),) if fill else ()), inner, Load(local, value),
+               Store(value, acc.into)),
     )
 
 
@@ -162,11 +170,14 @@ def fills_for(prev: Statement, last: Block, parent: Block) -> Refinement | None:
     return acc if writes_every_element(acc.access, last.idxs, view.shape.sizes) else None
 
 
-def without_fill(last: Block, acc: Refinement, parent: Block) -> Block:
+def without_fill(
+    last: Block, acc: Refinement, parent: Block, cfg: SelfInitConfig = SelfInitConfig(())
+) -> Block:
     """``last`` (whose fill ``fills_for`` found, ``acc`` its accumulator) in the self-initialised
     form, for a ``parent`` that drops the fill."""
     dtype = views_of(parent)[acc.source].shape.dtype
-    return self_initialised(last, acc, dtype, parent_sizes(last, parent))
+    fill = acc.agg_op != "add" or not cfg.gemms
+    return self_initialised(last, acc, dtype, parent_sizes(last, parent), fill)
 
 
 def accumulator(block: Block, parent: Block) -> Refinement | None:

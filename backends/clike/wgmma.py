@@ -1,0 +1,182 @@
+"""A ``gemm_tile`` nest on a matrix unit's warp-group products (NVIDIA Hopper's ``wgmma``,
+``stripe.hardware.WarpGroup``): ``mma``'s kernel with the products issued by four warps together,
+both operands read from ``__local`` memory by the unit itself.
+
+* **The tile.** The plan's tile is the warp-group one (``gemm_tile`` ranks it first where the unit
+  has it): ``tm x tn`` with ``tm / 16`` warps along M, each work-item of the nest a warp. Warp ``w``
+  owns tile rows ``16·w .. 16·w + 15`` (``block_pos``: the hardware's rows, not the nest's
+  interleaved ones; any one-to-one assignment of a tile's outputs computes the same tile), warp
+  group ``w / 4`` the 64 rows one ``m64 x tn x k16`` product covers. Each warp's sums sit as the
+  unit's accumulator fragment per 8 columns, so ``MmaEmitter.store_mma`` stores them (and runs the
+  fused epilogue) unchanged.
+* **Staging.** Every load is a 16-byte ``cp.async`` (``fits`` says when; otherwise ``emitter``
+  hands the nest to ``mma.MmaEmitter``), into tiles laid out as the unit's swizzled canonical
+  layouts, so that its reads of eight 16-byte rows hit distinct banks:
+  - an operand whose K elements are contiguous (A of a row-major matrix) is staged K-major: rows of
+    ``kt`` elements (32, 64 or 128 bytes), the 16-byte chunk ``c`` of row ``r`` stored at chunk
+    ``c XOR ((r·row_bytes / 128) mod (row_bytes / 16))`` (the 32-, 64- or 128-byte swizzle);
+  - otherwise M- (N-) major: panels of 64 elements (128 bytes) by ``kt`` rows of K, chunk ``c`` of
+    K row ``k`` at chunk ``c XOR (k mod 8)`` (the 128-byte swizzle), read transposed.
+  A descriptor (start address, the strides between 8-row groups and between panels, the swizzle)
+  tells the unit where each K slice of 16 starts.
+* **The K loop.** ``stages`` K steps in ``__local`` memory (as many as fit, up to 4); a step waits
+  for its copies, fences them for the unit's (asynchronous) reads, issues its products and leaves
+  them running: it waits only for the previous step's, so that step's buffer can be refilled while
+  the unit works on this one.
+
+The instructions exist only for ``sm_90a``, which OpenCL C cannot target: they are written as PTX
+comments starting with ``SM90A``, and the OpenCL compiler uncomments them in the program's PTX and
+builds that for ``sm_90a`` (``backends.opencl.ptx``).
+"""
+
+from __future__ import annotations
+
+from backends.clike.mma import MmaEmitter
+from backends.clike.target import CTarget
+from backends.clike.tiled import Tiles
+from stripe.gemm import Gemm
+from stripe.hardware import MatrixUnit, MmaShape
+from tile.dtypes import DType
+
+SM90A = "//sm_90a "  # marks PTX that builds only for sm_90a (backends.opencl.ptx uncomments it)
+SWIZZLE = {128: 1, 64: 2, 32: 3}  # the descriptor's swizzle field, by row bytes
+
+
+def emitter(t: CTarget, g: Gemm, ptrs: dict[str, str], tiles: Tiles, unit: MatrixUnit, op: MmaShape,
+            mode: str, epilogue=None) -> MmaEmitter:
+    """The emitter for a nest on the unit: warp-group products where ``WgmmaEmitter.fits``, else
+    ``mma.MmaEmitter``'s warp-level ones."""
+    wg = WgmmaEmitter(t, g, ptrs, tiles, unit, op, mode, epilogue)
+    return wg if wg.fits() else MmaEmitter(t, g, ptrs, tiles, unit, op, mode, epilogue)
+
+
+def descriptor(lbo: int, sbo: int, swizzle: int) -> str:
+    """The constant part of a shared-memory matrix descriptor: leading and stride byte offsets
+    (16-byte units, bits 16-29 and 32-45) and the swizzle mode (bits 62-63); the start address
+    (16-byte units, bits 0-13) is or-ed in per K slice."""
+    return f"0x{((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (swizzle << 62):x}UL"
+
+
+class WgmmaEmitter(MmaEmitter):
+    def fits(self) -> bool:
+        """Whether the nest takes warp-group products: the unit has them for this mode, the plan's
+        tiles are theirs, no operand has skipped points (``mma_skips``), and every load is one
+        16-byte copy whose work-items divide the tile."""
+        g, tl, wg = self.g, self.tl, self.unit.warpgroup
+        if wg is None or self.mode not in wg.modes or self.size != 2:
+            return False
+        if tl.rm != 16 or tl.rn != tl.tn or tl.tm % 64 or tl.tn % 64 or tl.tn > 256:
+            return False
+        if tl.kt * self.size not in SWIZZLE or tl.kt % 16:
+            return False
+        if self.flagged(g.a, g.m) or self.flagged(g.b, g.n):
+            return False
+        for op, grp, tile in ((g.a, g.m, tl.tm), (g.b, g.n, tl.tn)):
+            w = self.vector_width(op, grp, tile, self.k_fastest(op, grp))
+            if w * self.size != 16 or (tile * tl.kt // w) % tl.threads:
+                return False
+        return True
+
+    def block_pos(self, frag_pos: str, side: str) -> str:
+        """Warp ``wy`` owns tile rows ``16·wy ..`` (the unit's layout) and every column."""
+        return f"(wy * {self.tl.rm} + ({frag_pos}))" if side == "m" else f"({frag_pos})"
+
+    def destination(self, arr: str, p: str, stage: str, size: int, kfast: bool, row: int) -> str:
+        """The swizzled byte address element ``p`` of a K step is copied to (module docstring)."""
+        kt, width = self.tl.kt, 2 * self.tl.kt
+        if kfast:
+            chunk = f"(({p}_kk >> 3) ^ ((({p}_mm * {width}) >> 7) & {width // 16 - 1}))"
+            at = f"{p}_mm * {width} + ({chunk} << 4)"
+        else:
+            chunk = f"((({p}_mm & 63) >> 3) ^ ({p}_kk & 7))"
+            at = f"({p}_mm >> 6) * {kt * 128} + {p}_kk * 128 + ({chunk} << 4)"
+        return f"{arr} + {stage} * {size * self.size} + {at}"
+
+    def layout(self, kfast: bool) -> tuple[str, int]:
+        """An operand's descriptor constant and the bytes from one K slice of 16 to the next."""
+        if kfast:
+            width = 2 * self.tl.kt
+            return descriptor(16, 8 * width, SWIZZLE[width]), 32
+        return descriptor(self.tl.kt * 128, 1024, SWIZZLE[128]), 16 * 128
+
+    # --------------------------------------------------------------- kernel
+    def source(self, symbol: str, params: list[tuple[str, DType]]) -> tuple[str, int, int]:
+        g, tl, it = self.g, self.tl, self.int
+        self.skips = False
+        nks, groups, (a_items, a_kf, aw), (b_items, b_kf, bw) = self.plans()
+        sa, sb = tl.tm * tl.kt, tl.tn * tl.kt  # elements of one K step's tile
+        stages = max(2, min(4, self.t.local_bytes // ((sa + sb) * self.size)))
+        for name, size in (("A", sa), ("B", sb)):  # 1024-aligned: the swizzle reads address bits
+            words = stages * size * self.size // 16
+            self.line(f"__local uint4 {name}s4[{words}] __attribute__((aligned(1024)));")
+            self.line(f"const uint {name}s = (uint)(ulong){name}s4;")
+        self.lanes()
+        fn = tl.tn // self.op.n
+        for j in range(fn):
+            zeros = ", ".join(f"c0_{j}_{e} = 0.0f" for e in range(len(self.op.c.elements)))
+            self.line(f"float {zeros};")
+        if g.k.idxs:
+            self.line(f"{it} " + ", ".join(f"ko_{ix.name} = 0" for ix in g.k.idxs) + ";")
+        ops = ((g.a, a_items, "As", sa, aw, a_kf, 0), (g.b, b_items, "Bs", sb, bw, b_kf, 0))
+        self.k_loop(ops, stages, nks, a_kf, b_kf)
+        self.store_mma(1, fn)
+        args = ", ".join(f"__global {self.t.mem(dt)}* restrict {p}" for p, dt in params)
+        head = [f"__kernel __attribute__((reqd_work_group_size({tl.threads}, 1, 1)))",
+                f"void {symbol}({args})", "{"]
+        return "\n".join(head + self.lines + ["}"]), groups * tl.threads, tl.threads
+
+    def k_loop(self, ops, stages: int, nks: int, a_kf: bool, b_kf: bool) -> None:
+        """The K loop (module docstring): copies ``stages - 1`` steps ahead, the products of each
+        step left running until the next step has issued its own."""
+        it, tl = self.int, self.tl
+        commit = 'asm volatile("cp.async.commit_group;" ::: "memory");'
+        for s in range(min(stages - 1, nks)):
+            self.k_origins(str(s), 1)
+            self.copies(ops, str(s), 1)
+            self.line(commit)
+        for _ in range(nks, stages - 1):  # empty groups keep the count: a step waits for its own
+            self.line(commit)
+        self.line(f"for ({it} ks = 0; ks < {nks}; ks++) {{")
+        self.line(f"const uint buf = ks % {stages};", 2)
+        self.line(f'asm volatile("cp.async.wait_group {stages - 2};" ::: "memory");', 2)
+        self.async_line("fence.proxy.async.shared::cta;", 2)  # the copies, visible to the unit
+        self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)
+        self.async_line("wgmma.fence.sync.aligned;", 2)
+        (a_desc, a_step), (b_desc, b_step) = self.layout(a_kf), self.layout(b_kf)
+        a_at = f"As + buf * {tl.tm * tl.kt * self.size} + (wy >> 2) * {64 * tl.kt * self.size}"
+        b_at = f"Bs + buf * {tl.tn * tl.kt * self.size}"
+        for kk in range(tl.kt // 16):
+            self.line("{", 2)
+            self.line(f"const ulong ad = (ulong)((({a_at} + {kk * a_step}) & 0x3FFFF) >> 4) | {a_desc};", 3)
+            self.line(f"const ulong bd = (ulong)((({b_at} + {kk * b_step}) & 0x3FFFF) >> 4) | {b_desc};", 3)
+            self.product(int(not a_kf), int(not b_kf), 3)
+            self.line("}", 2)
+        self.async_line("wgmma.commit_group.sync.aligned;", 2)
+        self.async_line("wgmma.wait_group.sync.aligned 1;", 2)  # the previous step's products done
+        self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)  # ... in every warp: its buffer is free
+        self.line(f"if (ks + {stages - 1} < {nks}) {{", 2)
+        self.k_origins(f"(ks + {stages - 1})", 3)
+        self.copies(ops, f"((ks + {stages - 1}) % {stages})", 3)
+        self.line("}", 2)
+        self.line(commit, 2)
+        self.line("}")
+        self.async_line("wgmma.wait_group.sync.aligned 0;", 1)
+
+    def async_line(self, text: str, depth: int) -> None:
+        self.line(f'asm volatile("{SM90A}{text}" ::: "memory");', depth)
+
+    def product(self, trans_a: int, trans_b: int, depth: int) -> None:
+        """One ``m64 x tn x k16`` product of the warp group into its accumulators (``c0_j_e``, the
+        ``e``-th element of columns ``8j ..``), from the descriptors ``ad`` and ``bd``."""
+        tn = self.tl.tn
+        kind = "f16" if self.mode == "f16" else "bf16"
+        acc = [f"c0_{j}_{e}" for j in range(tn // self.op.n) for e in range(len(self.op.c.elements))]
+        n = len(acc)
+        regs = ",".join(f"%{x}" for x in range(n))
+        text = (
+            f"{SM90A}{{ .reg .pred p; setp.ne.b32 p, %{n + 2}, 0; "
+            f"wgmma.mma_async.sync.aligned.m64n{tn}k16.f32.{kind}.{kind} {{{regs}}}, %{n}, %{n + 1}, "
+            f"p, 1, 1, {trans_a}, {trans_b}; }}"
+        )
+        outs = ", ".join(f'"+f"({v})' for v in acc)
+        self.line(f'asm volatile("{text}" : {outs} : "l"(ad), "l"(bd), "r"(1));', depth)

@@ -1,0 +1,143 @@
+"""Warp-group products (Hopper's ``wgmma``, ``backends.clike.wgmma``), checked without a GPU: which
+devices keep them, the tile ``gemm_tile`` plans for them, the generated kernel (its marked sm_90a
+PTX, descriptors and swizzled staging), what falls back to the warp-level products, and the PTX
+retargeting (``backends.opencl.ptx``). Running them needs an H100 (compute capability 9.0):
+tests/test_tensor_cores_gpu.py, whose kernels take this path there."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from backends.clike.wgmma import SM90A, WgmmaEmitter
+from backends.driver import config_for
+from backends.opencl.ptx import for_sm90a, needs_sm90a
+from stripe.passes import optimize
+from tests.pass_support import lowered
+from tests.test_tensorize import MM, PADDED_CONV, UNIT, VALID_CONV, fake_device, plans, source
+
+HOPPER = SimpleNamespace(optimizer="opencl_gpu", hardware=lambda hw: hw)  # the config's unit, whole
+WG = UNIT.warpgroup
+
+
+def optimized(src: str, shapes: dict, dtype, precision: str | None = None):
+    settings = {"precision": precision} if precision else {}
+    return optimize(lowered(src, shapes, dtype), config_for(HOPPER, settings))
+
+
+@pytest.mark.parametrize("cc,kept", [((9, 0), True), ((8, 0), False), ((8, 9), False), ((10, 0), False)])
+def test_only_compute_capability_9_0_keeps_the_warp_group_products(cc, kept):
+    """sm_90a instructions exist on 9.0 alone (not forward-compatible); the unit stays either way."""
+    dev = fake_device("NVIDIA Corporation", "cl_nv_device_attribute_query", cc)
+    assert dev.has_unit(UNIT)
+    assert (dev.unit_here(UNIT).warpgroup is not None) is kept
+
+
+@pytest.mark.parametrize("dtype,mode", [(np.float16, "f16"), ("bfloat16", "bf16")])
+def test_16_bit_matmuls_are_planned_on_the_warp_group_tile(dtype, mode):
+    import ml_dtypes
+
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else dtype
+    (plan,) = plans(optimized(MM, {"A": (512, 256), "B": (256, 512)}, dt))
+    assert plan.unit == f"tensor_core.{mode}"
+    assert (plan.tm, plan.tn) == WG.tile and (plan.tm // plan.rm, plan.tn // plan.rn) == WG.warps
+    assert plan.kt * 2 == WG.k_bytes
+
+
+def test_tf32_keeps_the_warp_level_tiles():
+    (plan,) = plans(optimized(MM, {"A": (512, 256), "B": (256, 512)}, np.float32, "tf32"))
+    assert plan.unit == "tensor_core.tf32" and plan.rm != 16
+
+
+def test_the_kernel_issues_marked_wgmma_from_swizzled_tiles():
+    text = source(optimized(MM, {"A": (512, 256), "B": (256, 512)}, np.float16))
+    assert needs_sm90a(text)
+    # A (K contiguous) as stored, B (N contiguous) transposed: the last two immediates
+    assert f"{SM90A}{{ .reg .pred p;" in text
+    product = r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16 \{%0,.*%63\}, %64, %65, "
+    assert re.search(product + r"p, 1, 1, 0, 1;", text)
+    for op in ("fence.proxy.async.shared::cta;", "wgmma.fence.sync.aligned;",
+               "wgmma.commit_group.sync.aligned;", "wgmma.wait_group.sync.aligned 1;",
+               "wgmma.wait_group.sync.aligned 0;"):
+        assert f'asm volatile("{SM90A}{op}"' in text
+    assert "__attribute__((aligned(1024)))" in text and "reqd_work_group_size(256, 1, 1)" in text
+    assert "mma.sync" not in text and "ldmatrix" not in text
+    # every wgmma-only instruction is behind the mark (the OpenCL C compiler targets sm_90)
+    for line in text.splitlines():
+        if "wgmma" in line or "fence.proxy" in line:
+            assert SM90A in line, line
+    # 64-byte rows of A: 64-byte swizzle (2 << 62), 8-row groups 512 bytes apart; B: 128-byte
+    # swizzle (1 << 62), panels of 64 columns 32 rows x 128 bytes apart, 8-row groups 1024 apart
+    assert "| 0x8000002000010000UL" in text and "| 0x4000004001000000UL" in text
+
+
+def test_a_valid_convolution_takes_them_a_padded_one_does_not():
+    """Implicit GEMM without skipped points takes warp-group products; a padded input's skipped
+    points need ``mma_skips``'s flags: the warp-level products."""
+    shapes = {"I": (8, 58, 58, 64), "F": (3, 3, 64, 64)}
+    assert needs_sm90a(source(optimized(VALID_CONV, shapes, np.float16)))
+    padded = source(optimized(PADDED_CONV, {"I": (8, 56, 56, 64), "F": (3, 3, 64, 64)}, np.float16))
+    assert not needs_sm90a(padded) and UNIT.shapes["f16"].instruction in padded
+
+
+def test_unaligned_rows_fall_back_to_the_warp_level_products():
+    """Rows of 300 half values cannot move in 16-byte copies."""
+    text = source(optimized(MM, {"A": (512, 300), "B": (300, 512)}, np.float16))
+    assert not needs_sm90a(text) and UNIT.shapes["f16"].instruction in text
+
+
+@pytest.mark.parametrize("kfast", [True, False])
+def test_each_16_byte_chunk_of_a_staged_tile_has_its_own_place(kfast):
+    """The swizzled destinations of a K step's chunks (8 half values each) are distinct, 16-byte
+    aligned and inside the stage; within each group of 8 rows (K-major) or K rows (M/N-major)
+    the chunks of one column position fall in 8 distinct 16-byte bank groups."""
+    em = object.__new__(WgmmaEmitter)
+    em.tl, em.size = SimpleNamespace(kt=32), 2
+    tile = 128
+    expr = em.destination("0", "p", "0", tile * 32, kfast, 0)
+    seen = {}
+    for mm, kk in itertools.product(range(tile), range(32)):
+        if (kk if kfast else mm) % 8:
+            continue
+        at = eval(expr.replace("p_mm", str(mm)).replace("p_kk", str(kk)))
+        seen[(mm, kk)] = at
+    assert len(set(seen.values())) == len(seen) == tile * 32 // 8
+    assert all(a % 16 == 0 and 0 <= a < tile * 32 * 2 for a in seen.values())
+    # eight stored rows (K-major: M rows; M/N-major: K rows) at one chunk column: 8 bank groups
+    key = (lambda mm, kk: (mm // 8, kk // 8)) if kfast else (lambda mm, kk: (kk // 8, mm // 8))
+    groups: dict = {}
+    for (mm, kk), at in seen.items():
+        groups.setdefault(key(mm, kk), set()).add((at // 16) % 8)
+    assert len(groups) == tile * 32 // 64 and all(len(g) == 8 for g in groups.values())
+
+
+PTX = b""".version 9.0
+.target sm_90
+.address_size 64
+.visible .entry k()
+{
+\t// begin inline asm
+\t//sm_90a wgmma.fence.sync.aligned;
+\t// end inline asm
+\tret;
+}
+"""
+
+
+def test_ptx_is_uncommented_and_retargeted():
+    out = for_sm90a(PTX).decode()
+    assert ".target sm_90a\n" in out and "\twgmma.fence.sync.aligned;" in out and SM90A not in out
+
+
+@pytest.mark.parametrize("bad,why", [
+    (b"\x7fELF....", "not PTX for sm_90"),
+    (PTX.replace(b"sm_90", b"sm_80"), "not PTX for sm_90"),
+    (PTX.replace(SM90A.encode(), b""), "lost the sm_90a instructions"),
+])
+def test_ptx_that_cannot_be_retargeted_is_refused(bad, why):
+    with pytest.raises(ValueError, match=why):
+        for_sm90a(bad)
