@@ -358,7 +358,8 @@ class CompiledProgram:
                 print(debug_line(k, self.infos[k], secs, self.symbol(k), first), file=sys.stderr)
         if debug:
             call = " (first call: one-time start-up included, not a steady-state time)" if first else ""
-            print(f"tile: {len(self.infos)} kernels, {total * 1e3:.3f} ms{call}", file=sys.stderr)
+            n = len(self.infos)
+            print(f"tile: {n} kernel{'s' if n != 1 else ''}, {total * 1e3:.3f} ms{call}", file=sys.stderr)
         return events
 
 

@@ -155,7 +155,7 @@ def test_debug_prints_each_kernel_time_and_rate(dev, monkeypatch, capsys):
     # a program's first call is marked as such: its times include one-time start-up
     first = r" \[first call\]\n"
     # (OpenCL's tiled matmul stores its sums once: no fill kernel before it, gemm_outputs)
-    k, kernels = ("1", "2 kernels") if dev == "llvm_cpu.0" else ("0", "1 kernels?")
+    k, kernels = ("1", "2 kernels") if dev == "llvm_cpu.0" else ("0", "1 kernel")
     line = rf"tile: kernel tile_k{k}_matmul_32x32x32\w* \(k1_C[^)]*\): [\d.]+ ms, [\d.]+ GFLOP/s" + first
     assert re.search(line, err)
     assert re.search(rf"tile: {kernels}, [\d.]+ ms \(first call: one-time start-up included", err)
