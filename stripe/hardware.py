@@ -83,7 +83,7 @@ class MmaShape:
 @dataclass(frozen=True)
 class WarpGroup:
     """A matrix unit's asynchronous warp-group products (NVIDIA Hopper's ``wgmma``): the
-    ``warps`` warps of a work-group tile ``tile`` (M x N) issue, four warps together, one
+    ``warps`` warps of a work-group tile (one of ``tiles``, M x N) issue, four warps together, one
     ``m64 x n x k16`` product per K slice of 16, both operands read from swizzled ``__local``
     tiles through descriptors, the sums in registers laid out per 8 columns as the unit's
     accumulator fragment. For precision ``modes`` only, with a K step of ``k_bytes``. A device has
@@ -91,9 +91,15 @@ class WarpGroup:
 
     modes: tuple[str, ...]
     capability: tuple[int, int]
-    tile: tuple[int, int] = (128, 128)
+    tiles: tuple[tuple[int, int], ...] = ((128, 128), (128, 64))
     warps: tuple[int, int] = (8, 1)
     k_bytes: int = 64
+
+    def sides(self, n: int) -> tuple[tuple[int, int], ...]:
+        """The work-group tiles for ``n`` columns: those no wider than ``n`` rounded up to 64 (a
+        64-column convolution takes 128 x 64, not half an empty 128 x 128), else all."""
+        fit = tuple(t for t in self.tiles if t[1] <= -(-n // 64) * 64)
+        return fit or self.tiles
 
 
 @dataclass(frozen=True)

@@ -42,9 +42,9 @@ def test_16_bit_matmuls_are_planned_on_the_warp_group_tile(dtype, mode):
     import ml_dtypes
 
     dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else dtype
-    (plan,) = plans(optimized(MM, {"A": (512, 256), "B": (256, 512)}, dt))
+    (plan,) = plans(optimized(MM, {"A": (2048, 256), "B": (256, 2048)}, dt))
     assert plan.unit == f"tensor_core.{mode}"
-    assert (plan.tm, plan.tn) == WG.tile and (plan.tm // plan.rm, plan.tn // plan.rn) == WG.warps
+    assert (plan.tm, plan.tn) == WG.tiles[0] and (plan.tm // plan.rm, plan.tn // plan.rn) == WG.warps
     assert plan.kt * 2 == WG.k_bytes
 
 
@@ -54,7 +54,7 @@ def test_tf32_keeps_the_warp_level_tiles():
 
 
 def test_the_kernel_issues_marked_wgmma_from_swizzled_tiles():
-    text = source(optimized(MM, {"A": (512, 256), "B": (256, 512)}, np.float16))
+    text = source(optimized(MM, {"A": (2048, 256), "B": (256, 2048)}, np.float16))
     assert needs_sm90a(text)
     # A (K contiguous) as stored, B (N contiguous) transposed: the last two immediates
     assert f"{SM90A}{{ .reg .pred p;" in text
@@ -73,6 +73,15 @@ def test_the_kernel_issues_marked_wgmma_from_swizzled_tiles():
     # 64-byte rows of A: 64-byte swizzle (2 << 62), 8-row groups 512 bytes apart; B: 128-byte
     # swizzle (1 << 62), panels of 64 columns 32 rows x 128 bytes apart, 8-row groups 1024 apart
     assert "| 0x8000002000010000UL" in text and "| 0x4000004001000000UL" in text
+
+
+def test_64_columns_take_the_narrow_tile():
+    """A convolution with 64 output channels: 128 x 64 tiles and m64n64k16 products, not half-empty
+    128 x 128 ones."""
+    p = optimized(VALID_CONV, {"I": (8, 58, 58, 64), "F": (3, 3, 64, 64)}, np.float16)
+    (plan,) = plans(p)
+    assert (plan.tm, plan.tn, plan.rm, plan.rn) == (128, 64, 16, 64)
+    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0," in source(p)
 
 
 def test_a_valid_convolution_takes_them_a_padded_one_does_not():

@@ -231,7 +231,7 @@ def ranking(block: Block, g: Gemm, hw: Hardware, cfg: GemmTileConfig) -> list[Ge
         got = model.mma_ranking(unit, name, mode, cfg.warps, cfg.mma_tiles)
         wg = unit.warpgroup
         if wg is not None and mode in wg.modes:  # the warp-group products' tiles first
-            got = model.mma_ranking(unit, name, mode, wg.warps, (wg.tile,), wg.k_bytes) + got
+            got = model.mma_ranking(unit, name, mode, wg.warps, wg.sides(g.n.total), wg.k_bytes) + got
         if got:
             return got
     return model.ranking()
