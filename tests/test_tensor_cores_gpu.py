@@ -114,3 +114,33 @@ def test_padded_convolution_leaves_skipped_points_out(bad):
         f[0, 0, 5, 7] = bad
     got = run(PADDED_CONV, {"I": i, "F": f})["O"]
     np.testing.assert_array_equal(got, ref_interp.run(PADDED_CONV, {"I": i, "F": f})["O"])
+
+
+def _warpgroup() -> bool:
+    """Whether the test device has warp-group products (compute capability exactly 9.0)."""
+    unit = config_for(device()).hardware.matrix_units.get("tensor_core")
+    return unit is not None and unit.warpgroup is not None
+
+
+@pytest.mark.skipif(not _has_unit() or not _warpgroup(),
+                    reason="warp-group products (wgmma) exist only on compute capability 9.0 (H100, H200)")
+@pytest.mark.parametrize("src,shapes", [
+    (MM, {"A": (512, 256), "B": (256, 384)}),
+    (PADDED_CONV, {"I": (2, 20, 20, 64), "F": (3, 3, 64, 64)}),
+])
+def test_kernels_take_the_warp_group_products_on_a_hopper_gpu(src, shapes):
+    """On an H100/H200 the float16 kernels above ran on ``wgmma`` (backends.clike.wgmma), from the
+    program's PTX rebuilt for sm_90a; the answers are checked by the tests above."""
+    import tile
+
+    rng = np.random.default_rng(5)
+    inputs = {k: rng.integers(-2, 3, s).astype(np.float16) for k, s in shapes.items()}
+    f = tile.compile(src, DEVICE_ID)
+    got = f(inputs)
+    import ref_interp
+
+    want = ref_interp.run(src, inputs)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    source = f.prepare(inputs).library.source
+    assert "//sm_90a wgmma.mma_async" in source, "the kernel did not take the warp-group products"

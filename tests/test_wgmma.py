@@ -84,13 +84,20 @@ def test_64_columns_take_the_narrow_tile():
     assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0," in source(p)
 
 
-def test_a_valid_convolution_takes_them_a_padded_one_does_not():
-    """Implicit GEMM without skipped points takes warp-group products; a padded input's skipped
-    points need ``mma_skips``'s flags: the warp-level products."""
+def test_convolutions_take_them_a_padded_input_with_a_plain_recount_for_nonfinite_weights():
+    """Implicit GEMM takes warp-group products. A padded input's skipped points are copied as
+    zeros (``0 x b`` adds nothing unless ``b`` is infinite or NaN): each work-item looks at the
+    B values it copied, and a tile where one was (``tainted``) is summed again after the unit's
+    products, restaged with A's flags, in ``mma_skips``'s plain loop."""
     shapes = {"I": (8, 58, 58, 64), "F": (3, 3, 64, 64)}
-    assert needs_sm90a(source(optimized(VALID_CONV, shapes, np.float16)))
+    valid = source(optimized(VALID_CONV, shapes, np.float16))
+    assert needs_sm90a(valid) and "tainted" not in valid and "Am[" not in valid
     padded = source(optimized(PADDED_CONV, {"I": (8, 56, 56, 64), "F": (3, 3, 64, 64)}, np.float16))
-    assert not needs_sm90a(padded) and UNIT.shapes["f16"].instruction in padded
+    assert needs_sm90a(padded) and UNIT.shapes["f16"].instruction not in padded
+    assert "(nv.s7 & 0x7c00) == 0x7c00)) tainted = 1;" in padded  # B's copied values looked at
+    tail = padded[padded.index("if (tainted) {"):]
+    assert "Am[" in tail and "if (ka0_0) c0_0_0 = fma(va0_0, vb0_0, c0_0_0);" in tail
+    assert "wgmma" not in tail  # after the unit's last products
 
 
 def test_unaligned_rows_fall_back_to_the_warp_level_products():
@@ -107,7 +114,7 @@ def test_each_16_byte_chunk_of_a_staged_tile_has_its_own_place(kfast):
     em = object.__new__(WgmmaEmitter)
     em.tl, em.size = SimpleNamespace(kt=32), 2
     tile = 128
-    expr = em.destination("0", "p", "0", tile * 32, kfast, 0)
+    expr = em.destination("A", "p", "0", tile * 32, kfast, 0).replace("A_at", "0")
     seen = {}
     for mm, kk in itertools.product(range(tile), range(32)):
         if (kk if kfast else mm) % 8:

@@ -138,6 +138,7 @@ class MmaEmitter(GemmEmitter):
         g, tl, it, U = self.g, self.tl, self.int, self.U
         assert not self.flagged(g.b, g.n), "tensorize leaves a B with guards on N to the SIMT kernel"
         self.skips = self.flagged(g.a, g.m)  # A's skipped points (mma_skips)
+        self.stage_flags = self.skips  # copies stage A's flags beside it
         nks, groups, (a_items, a_kf, aw), (b_items, b_kf, bw) = self.plans()
         L = tl.threads
         # the staged layouts: (row length, whether K is fastest) and one buffer's size
@@ -289,8 +290,8 @@ class MmaEmitter(GemmEmitter):
                     self.line(f"if ({live}) {{", depth)
                 kept, addr = self.element(op, p, vals, kvals, depth)
                 self.line(f"const bool {p}_in = {kept};", depth + 1)
-                if self.skips and which == 0:
-                    mma_skips.flag(self, p, slot(p, stage, size, kfast, row), w, depth + 1)
+                if self.stage_flags and which == 0:
+                    mma_skips.flag(self, p, self.flag_index(p, stage, size, kfast, row), w, depth + 1)
                 src = f"(ulong)({p}_in ? {base} + {addr} : {base})"
                 dst = self.destination(arr, p, stage, size, kfast, row)
                 copy = f"cp.async.{kind}.shared.global [%0], [%1], {nbytes}, %2;"
@@ -298,6 +299,16 @@ class MmaEmitter(GemmEmitter):
                 self.line(f'asm volatile("{copy}" :: {args} : "memory"); }}', depth + 1)
                 if live:
                     self.line("}", depth)
+
+    def staged_index(self, name: str, pos: str, k: str, size: int) -> str:
+        """The index in operand ``name``'s staged tiles (buffer ``buf``, ``size`` elements each) of
+        its element at tile row (column) ``pos`` and K position ``k``."""
+        row, kfast = self.lay[name]
+        return f"buf * {size} + " + (f"{pos} * {row} + {k}" if kfast else f"{k} * {row} + {pos}")
+
+    def flag_index(self, p: str, stage: str, size: int, kfast: bool, row: int) -> str:
+        """The staged index of element ``p``'s chunk, whose flag ``mma_skips.flag`` writes."""
+        return slot(p, stage, size, kfast, row)
 
     def destination(self, arr: str, p: str, stage: str, size: int, kfast: bool, row: int) -> str:
         """The ``__local`` address (32 bits) element ``p`` of a K step is copied to."""

@@ -39,13 +39,14 @@ def flag(em, p: str, at: str, w: int, depth: int) -> None:
     em.line(f"Am[({at}) / {w}] = {p}_in;", depth)
 
 
-def note_nonfinite(em, value: str, w: int, depth: int) -> None:
-    """``nonfinite[buf] = ks`` when one of the ``w`` B values in ``value`` is infinite or NaN."""
+def note_nonfinite(em, value: str, w: int, depth: int, mark: str = "nonfinite[buf] = ks") -> None:
+    """``mark`` (by default ``nonfinite[buf] = ks``) when one of the ``w`` B values in ``value`` is
+    infinite or NaN."""
     mask = _EXPONENT[em.g.dtype.value]
     em.line(f"{{ const {em.U}{w if w > 1 else ''} nv = {value};", depth)
     parts = [f"nv.s{c:x}" for c in range(w)] if w > 1 else ["nv"]
     bad = " || ".join(f"((nv{p[2:]} & {mask:#x}) == {mask:#x})" for p in parts)
-    em.line(f"if ({bad}) nonfinite[buf] = ks; }}", depth + 1)
+    em.line(f"if ({bad}) {mark}; }}", depth + 1)
 
 
 def _value(em, arr: str, index: str) -> str:
@@ -63,21 +64,18 @@ def slow_step(em, sa: int, sb: int, fm: int, fn: int, aw: int, depth: int) -> No
     op, tl = em.op, em.tl
     frag = op.c
     mrow, ncol = em.lane_part(frag.rows), em.lane_part(frag.cols)
-    (a_row, a_kfast), (b_row, b_kfast) = em.lay["a"], em.lay["b"]
     rows = sorted({(i, r) for i in range(fm) for r, _ in frag.elements})
     cols = sorted({(j, c) for j in range(fn) for _, c in frag.elements})
     em.line(f"for (int kq = 0; kq < {tl.kt}; kq++) {{", depth)
     d = depth + 1
     for i, r in rows:
         pos = em.block_pos(f"{i * op.m + r} + {mrow}", "m")
-        at = f"buf * {sa} + " + (f"{pos} * {a_row} + kq" if a_kfast else f"kq * {a_row} + {pos}")
-        em.line(f"const int sa{i}_{r} = {at};", d)
+        em.line(f"const int sa{i}_{r} = {em.staged_index('a', pos, 'kq', sa)};", d)
         em.line(f"const bool ka{i}_{r} = Am[sa{i}_{r} / {aw}];", d)
         em.line(f"const float va{i}_{r} = {_value(em, 'As', f'sa{i}_{r}')};", d)
     for j, c in cols:
         pos = em.block_pos(f"{j * op.n + c} + {ncol}", "n")
-        at = f"buf * {sb} + " + (f"{pos} * {b_row} + kq" if b_kfast else f"kq * {b_row} + {pos}")
-        em.line(f"const float vb{j}_{c} = {_value(em, 'Bs', at)};", d)
+        em.line(f"const float vb{j}_{c} = {_value(em, 'Bs', em.staged_index('b', pos, 'kq', sb))};", d)
     acc = "s" if em.mode == "3xtf32" else "c"
     for i in range(fm):
         for j in range(fn):

@@ -31,6 +31,7 @@ builds that for ``sm_90a`` (``backends.opencl.ptx``).
 
 from __future__ import annotations
 
+from backends.clike import mma_skips
 from backends.clike.mma import MmaEmitter
 from backends.clike.target import CTarget
 from backends.clike.tiled import Tiles
@@ -60,8 +61,8 @@ def descriptor(lbo: int, sbo: int, swizzle: int) -> str:
 class WgmmaEmitter(MmaEmitter):
     def fits(self) -> bool:
         """Whether the nest takes warp-group products: the unit has them for this mode, the plan's
-        tiles are theirs, no operand has skipped points (``mma_skips``), and every load is one
-        16-byte copy whose work-items divide the tile."""
+        tiles are theirs, B has no skipped points (``tensorize`` keeps those off the unit), and
+        every load is one 16-byte copy whose work-items divide the tile."""
         g, tl, wg = self.g, self.tl, self.unit.warpgroup
         if wg is None or self.mode not in wg.modes or self.size != 2:
             return False
@@ -69,7 +70,7 @@ class WgmmaEmitter(MmaEmitter):
             return False
         if tl.kt * self.size not in SWIZZLE or tl.kt % 16:
             return False
-        if self.flagged(g.a, g.m) or self.flagged(g.b, g.n):
+        if self.flagged(g.b, g.n):
             return False
         for op, grp, tile in ((g.a, g.m, tl.tm), (g.b, g.n, tl.tn)):
             w = self.vector_width(op, grp, tile, self.k_fastest(op, grp))
@@ -81,16 +82,25 @@ class WgmmaEmitter(MmaEmitter):
         """Warp ``wy`` owns tile rows ``16·wy ..`` (the unit's layout) and every column."""
         return f"(wy * {self.tl.rm} + ({frag_pos}))" if side == "m" else f"({frag_pos})"
 
-    def destination(self, arr: str, p: str, stage: str, size: int, kfast: bool, row: int) -> str:
-        """The swizzled byte address element ``p`` of a K step is copied to (module docstring)."""
+    def byte_at(self, mm: str, kk: str, kfast: bool) -> str:
+        """The swizzled byte offset in a K step's tile of the element at row (column) ``mm`` and K
+        position ``kk`` (module docstring)."""
         kt, width = self.tl.kt, 2 * self.tl.kt
         if kfast:
-            chunk = f"(({p}_kk >> 3) ^ ((({p}_mm * {width}) >> 7) & {width // 16 - 1}))"
-            at = f"{p}_mm * {width} + ({chunk} << 4)"
-        else:
-            chunk = f"((({p}_mm & 63) >> 3) ^ ({p}_kk & 7))"
-            at = f"({p}_mm >> 6) * {kt * 128} + {p}_kk * 128 + ({chunk} << 4)"
-        return f"{arr} + {stage} * {size * self.size} + {at}"
+            chunk = f"((({kk}) >> 3) ^ (((({mm}) * {width}) >> 7) & {width // 16 - 1}))"
+            return f"({mm}) * {width} + ({chunk} << 4) + ((({kk}) & 7) << 1)"
+        chunk = f"(((({mm}) & 63) >> 3) ^ (({kk}) & 7))"
+        return f"(({mm}) >> 6) * {kt * 128} + ({kk}) * 128 + ({chunk} << 4) + ((({mm}) & 7) << 1)"
+
+    def destination(self, arr: str, p: str, stage: str, size: int, kfast: bool, row: int) -> str:
+        """The ``__local`` address element ``p`` of a K step is copied to."""
+        return f"{arr}_at + {stage} * {size * self.size} + {self.byte_at(f'{p}_mm', f'{p}_kk', kfast)}"
+
+    def flag_index(self, p: str, stage: str, size: int, kfast: bool, row: int) -> str:
+        return f"{stage} * {size} + ({self.byte_at(f'{p}_mm', f'{p}_kk', kfast)}) / 2"
+
+    def staged_index(self, name: str, pos: str, k: str, size: int) -> str:
+        return f"buf * {size} + ({self.byte_at(pos, k, self.kf[name])}) / 2"
 
     def layout(self, kfast: bool) -> tuple[str, int]:
         """An operand's descriptor constant and the bytes from one K slice of 16 to the next."""
@@ -102,14 +112,23 @@ class WgmmaEmitter(MmaEmitter):
     # --------------------------------------------------------------- kernel
     def source(self, symbol: str, params: list[tuple[str, DType]]) -> tuple[str, int, int]:
         g, tl, it = self.g, self.tl, self.int
-        self.skips = False
+        self.skips = self.flagged(g.a, g.m)  # A's skipped points: ``tainted`` below
+        self.stage_flags = False
         nks, groups, (a_items, a_kf, aw), (b_items, b_kf, bw) = self.plans()
+        self.kf = {"a": a_kf, "b": b_kf}
         sa, sb = tl.tm * tl.kt, tl.tn * tl.kt  # elements of one K step's tile
-        stages = max(2, min(4, self.t.local_bytes // ((sa + sb) * self.size)))
+        flags = sa // aw + 64 if self.skips else 0  # one step's flags of A's chunks, and ``tainted``
+        stages = max(2, min(4, (self.t.local_bytes - flags) // ((sa + sb) * self.size)))
         for name, size in (("A", sa), ("B", sb)):  # 1024-aligned: the swizzle reads address bits
             words = stages * size * self.size // 16
             self.line(f"__local uint4 {name}s4[{words}] __attribute__((aligned(1024)));")
-            self.line(f"const uint {name}s = (uint)(ulong){name}s4;")
+            self.line(f"const uint {name}s_at = (uint)(ulong){name}s4;")
+            self.line(f"__local {self.U}* {name}s = (__local {self.U}*){name}s4;")
+        if self.skips:
+            self.line(f"__local uchar Am[{sa // aw}];")
+            self.line("__local int tainted;")
+            self.line("if (lid == 0) tainted = 0;")
+            self.line("barrier(CLK_LOCAL_MEM_FENCE);")
         self.lanes()
         fn = tl.tn // self.op.n
         for j in range(fn):
@@ -119,6 +138,8 @@ class WgmmaEmitter(MmaEmitter):
             self.line(f"{it} " + ", ".join(f"ko_{ix.name} = 0" for ix in g.k.idxs) + ";")
         ops = ((g.a, a_items, "As", sa, aw, a_kf, 0), (g.b, b_items, "Bs", sb, bw, b_kf, 0))
         self.k_loop(ops, stages, nks, a_kf, b_kf)
+        if self.skips:
+            self.tainted_tile(ops, nks, sa, sb, fn, aw)
         self.store_mma(1, fn)
         args = ", ".join(f"__global {self.t.mem(dt)}* restrict {p}" for p, dt in params)
         head = [f"__kernel __attribute__((reqd_work_group_size({tl.threads}, 1, 1)))",
@@ -139,12 +160,17 @@ class WgmmaEmitter(MmaEmitter):
         self.line(f"for ({it} ks = 0; ks < {nks}; ks++) {{")
         self.line(f"const uint buf = ks % {stages};", 2)
         self.line(f'asm volatile("cp.async.wait_group {stages - 2};" ::: "memory");', 2)
+        if self.skips:  # the B values this work-item copied into the step, now landed
+            _, items, _, size, w, kfast, _ = ops[1]
+            for p, *_ in items:
+                value = f"*(__local const {self.U}{w}*)(Bs + {self.flag_index(p, 'buf', size, kfast, 0)})"
+                mma_skips.note_nonfinite(self, value, w, 2, "tainted = 1")
         self.async_line("fence.proxy.async.shared::cta;", 2)  # the copies, visible to the unit
         self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)
         self.async_line("wgmma.fence.sync.aligned;", 2)
         (a_desc, a_step), (b_desc, b_step) = self.layout(a_kf), self.layout(b_kf)
-        a_at = f"As + buf * {tl.tm * tl.kt * self.size} + (wy >> 2) * {64 * tl.kt * self.size}"
-        b_at = f"Bs + buf * {tl.tn * tl.kt * self.size}"
+        a_at = f"As_at + buf * {tl.tm * tl.kt * self.size} + (wy >> 2) * {64 * tl.kt * self.size}"
+        b_at = f"Bs_at + buf * {tl.tn * tl.kt * self.size}"
         for kk in range(tl.kt // 16):
             self.line("{", 2)
             self.line(f"const ulong ad = (ulong)((({a_at} + {kk * a_step}) & 0x3FFFF) >> 4) | {a_desc};", 3)
@@ -161,6 +187,31 @@ class WgmmaEmitter(MmaEmitter):
         self.line(commit, 2)
         self.line("}")
         self.async_line("wgmma.wait_group.sync.aligned 0;", 1)
+
+    def tainted_tile(self, ops, nks: int, sa: int, sb: int, fn: int, aw: int) -> None:
+        """A's skipped points (a padded convolution's input) were copied as zeros, so the unit
+        added ``0 x b`` for each: nothing, unless ``b`` is infinite or NaN. When a step held such
+        a ``b`` (``tainted``, uniform after the barrier) the tile is summed again without the
+        unit, after its last products: each step restaged with A's flags (``Am``) and multiplied
+        in ``mma_skips``'s plain loop, which leaves the skipped points out."""
+        self.line("barrier(CLK_LOCAL_MEM_FENCE);")
+        self.line("if (tainted) {")
+        for j in range(fn):
+            for e in range(len(self.op.c.elements)):
+                self.line(f"c0_{j}_{e} = 0.0f;", 2)
+        self.line("const uint buf = 0;", 2)
+        self.line(f"for ({self.int} ks = 0; ks < {nks}; ks++) {{", 2)
+        self.stage_flags = True
+        self.k_origins("ks", 3)
+        self.copies(ops, "0", 3)
+        self.stage_flags = False
+        self.line('asm volatile("cp.async.commit_group;" ::: "memory");', 3)
+        self.line('asm volatile("cp.async.wait_group 0;" ::: "memory");', 3)
+        self.line("barrier(CLK_LOCAL_MEM_FENCE);", 3)
+        mma_skips.slow_step(self, sa, sb, 1, fn, aw, 3)
+        self.line("barrier(CLK_LOCAL_MEM_FENCE);", 3)
+        self.line("}", 2)
+        self.line("}")
 
     def async_line(self, text: str, depth: int) -> None:
         self.line(f'asm volatile("{SM90A}{text}" ::: "memory");', depth)
