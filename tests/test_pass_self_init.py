@@ -139,3 +139,23 @@ def test_the_opencl_pipeline_runs_a_matmul_as_one_kernel_that_stores_its_sums():
     np.testing.assert_array_equal(f(A=a, B=b)["C"], a @ b)
     names = [name for name, _ in f.profile()]
     assert len(names) == 1 and "matmul" in names[0], names
+
+
+def test_a_padded_convolution_with_gemms_keeps_its_constraints_inside():
+    """A constraint only skips points (an element with none left keeps the identity either way),
+    so with ``gemms`` a padded convolution takes the fused form too, its constraints in the inner
+    block; same meaning, bit for bit, also where skipped points meet infinite weights."""
+    src = """function (I[N, X, Y, CI], F[KX, KY, CI, CO]) -> (O) {
+      O[n, x, y, co : N, X, Y, CO] = +(I[n, x + i - 1, y + j - 1, ci] * F[i, j, ci, co]);
+    }"""
+    program = lowered(src, {"I": (2, 6, 5, 3), "F": (3, 3, 3, 4)})
+    out = run_pass("self_init", GEMMS, program)
+    assert fills(program) == ["zero"] and fills(out) == []
+    (k,) = kernels(out)
+    assert not k.constraints and k.stmts[0].constraints  # moved into the inner block
+    rng = np.random.default_rng(2)
+    f = rng.integers(-3, 4, (3, 3, 3, 4)).astype(np.float32)
+    f[0, 0, 1, 2] = np.inf
+    inputs = {"I": rng.integers(-3, 4, (2, 6, 5, 3)).astype(np.float32), "F": f}
+    assert_same_meaning(program, out, inputs)
+    assert run_pass("self_init", PARAMS, program) == program  # not without gemms

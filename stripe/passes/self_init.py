@@ -90,7 +90,9 @@ def _visit(block: Block, cfg: SelfInitConfig) -> Block:
 
 def _taken(block: Block, prev: Statement, parent: Block, cfg: SelfInitConfig) -> Refinement | None:
     """``block``'s accumulator when the pass rewrites it (``prev`` its fill), else None."""
-    acc = fills_for(prev, block, parent) if matches(block, cfg.reqs) else None
+    if not matches(block, cfg.reqs):
+        return None
+    acc = fills_for(prev, block, parent, constrained=cfg.gemms)
     if acc is None or acc.agg_op not in cfg.aggs:
         return None
     views = tables_of(parent)
@@ -98,6 +100,8 @@ def _taken(block: Block, prev: Statement, parent: Block, cfg: SelfInitConfig) ->
         # a CPU GEMM's own kernels start from the identity themselves, faster; a GPU's tiled
         # kernel (``gemms``) takes the fused form, its sums in registers, stored once
         return acc if cfg.gemms and acc.agg_op == "add" else None
+    if block.constraints:
+        return None
     owned = access_indexes(acc)
     points = math.prod(ix.range for ix in block.idxs if ix.name not in owned)
     return acc if points <= cfg.max_reduction else None
@@ -147,12 +151,14 @@ def only_output(block: Block, acc: Refinement) -> bool:
     return all(r is acc or r.dir is RefDir.IN for r in block.refs)
 
 
-def fills_for(prev: Statement, last: Block, parent: Block) -> Refinement | None:
+def fills_for(prev: Statement, last: Block, parent: Block, constrained: bool = False) -> Refinement | None:
     """``last``'s accumulator when ``prev`` fills the whole output of ``last`` with its
-    aggregation's identity and ``last`` writes every element of it (no constraints; an output
-    access numbering every element): ``last`` may start from the identity itself. Else None."""
+    aggregation's identity and ``last`` writes every element of it (an output access numbering
+    every element; no constraints unless ``constrained``: a constraint only skips points, and an
+    element left without any keeps the identity either way): ``last`` may start from the identity
+    itself. Else None."""
     acc = accumulator(last, parent)
-    if acc is None or not only_output(last, acc) or last.constraints:
+    if acc is None or not only_output(last, acc) or (last.constraints and not constrained):
         return None
     if not isinstance(prev, Block) or prev.idxs or prev.constraints or len(prev.stmts) != 1:
         return None
