@@ -24,7 +24,7 @@ from backends.hal import (
     kernel_symbol,
     wait_all,
 )
-from backends.zeroing import needs_zero
+from backends.zeroing import needs_zero, zeroed_once
 from stripe.config import TargetConfig
 from stripe.ir import Block, RefDir, walk
 from tile.errors import Span, TileInputError, TileResourceError
@@ -130,6 +130,7 @@ class CompiledProgram:
         self.outputs = list(bound.outputs)
         named_in = frozenset(self.inputs)
         self.zeroed = needs_zero(self.program, named_in)
+        self._zero_once = zeroed_once(self.program)  # zeroed when allocated: kernels keep them zero
         # what each call walks, worked out once: the buffers besides the inputs (outputs and
         # temporaries, in ``buffers``'s order) and each kernel's parameters
         self._rest = [n for n in self.buffers if n not in named_in]
@@ -241,7 +242,10 @@ class CompiledProgram:
             elif in_place and name in self._direct:
                 buf = bufs[name] = self._handed_out(name, False)
             else:
+                fresh = name in self._zero_once and name not in self._owned
                 buf = bufs[name] = self._buffer(name)
+                if fresh:
+                    deps.append(buf.zero(prior))
             if name in self.zeroed:
                 deps.append(buf.zero(prior))
         done = self._kernels(bufs, pending(deps), debug)

@@ -15,6 +15,10 @@ of the runner's own; this module proves that, conservatively, per buffer:
 
 Anything else (constraints, index affines, reinterpreted views, aggregating stores, a buffer no
 kernel names) is zeroed: a needless fill costs time, a missing one leaks a previous call's values.
+A kernel without indexes whose first statement naming the buffer is such a block covers it too
+(``one_kernel``'s partial block nested in its combine). A buffer tagged ``counter`` (a last
+work-group's counter, which its kernel leaves at zero) is zeroed once, when allocated
+(``zeroed_once``), never per call.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from stripe.ir import Block, Load, RefDir, Refinement, Special, Store
+from stripe.passes.one_kernel import COUNTER
 
 # Specials that overwrite their whole output view (stripe/specials.py states each rule).
 _WHOLE = frozenset(
@@ -42,7 +47,7 @@ def needs_zero(program: Block, inputs: frozenset[str] | set[str]) -> set[str]:
                 first_use.setdefault(r.source, s)
     out = set()
     for name, shape in sizes.items():
-        if name in inputs or shape.elements == 0:
+        if name in inputs or shape.elements == 0 or COUNTER in program.ref(name).tags:
             continue
         first = first_use.get(name)
         if first is None or not _covers(first, name, tuple(d.size for d in shape.dims),
@@ -51,12 +56,21 @@ def needs_zero(program: Block, inputs: frozenset[str] | set[str]) -> set[str]:
     return out
 
 
+def zeroed_once(program: Block) -> set[str]:
+    """The buffers of ``program`` tagged ``counter``: the kernel that uses one leaves it at zero
+    (a last work-group's counter, ``backends.clike.lastgroup``), so the runner zeroes it once, when
+    it allocates it, and never again."""
+    return {r.into for r in program.refs if COUNTER in r.tags}
+
+
 def _names(block: Block, name: str) -> list[Refinement]:
     return [r for r in block.refs if r.source == name]
 
 
 def _covers(kernel: Block, name: str, sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     refs = _names(kernel, name)
+    if len(refs) == 1 and _first_block_covers(kernel, refs[0], sizes, strides):
+        return True
     if len(refs) != 1 or refs[0].dir is not RefDir.OUT:
         return False
     ref = refs[0]
@@ -67,6 +81,28 @@ def _covers(kernel: Block, name: str, sizes: tuple[int, ...], strides: tuple[int
     if not _collect(kernel, ref, strides, terms, consts, set()):
         return False
     return all(c == 0 for c in consts) and all(_radix(t, n) for t, n in zip(terms, sizes))
+
+
+def _first_block_covers(
+    kernel: Block, ref: Refinement, sizes: tuple[int, ...], strides: tuple[int, ...]
+) -> bool:
+    """A kernel without indexes that views the whole buffer and whose first statement naming it
+    is a block writing all of it (a partial block nested in its combine: ``one_kernel``)."""
+    if kernel.idxs or kernel.constraints or tuple(d.size for d in ref.shape.dims) != sizes:
+        return False
+    if any(not (a.is_constant and a.const == 0) for a in ref.access):
+        return False
+    first = next((s for s in kernel.stmts if _touches(s, ref.into)), None)
+    return isinstance(first, Block) and _covers(first, ref.into, sizes, strides)
+
+
+def _touches(s, name: str) -> bool:
+    return (
+        (isinstance(s, Store) and s.into == name)
+        or (isinstance(s, Load) and s.from_ == name)
+        or (isinstance(s, Special) and name in (*s.inputs, *s.outputs))
+        or (isinstance(s, Block) and bool(_names(s, name)))
+    )
 
 
 def _special_fill(kernel: Block, ref: Refinement, sizes: tuple[int, ...]) -> bool:
@@ -116,14 +152,7 @@ def _collect(
             seen.add(key)
             if ranges[var] > 1:
                 terms[d].append((coeff, ranges[var]))
-    touching = [
-        s
-        for s in block.stmts
-        if (isinstance(s, Store) and s.into == ref.into)
-        or (isinstance(s, Load) and s.from_ == ref.into)
-        or (isinstance(s, Special) and ref.into in (*s.inputs, *s.outputs))
-        or (isinstance(s, Block) and _names(s, ref.into))
-    ]
+    touching = [s for s in block.stmts if _touches(s, ref.into)]
     if len(touching) != 1:
         return False
     s = touching[0]

@@ -25,6 +25,12 @@ drops it.
   ``self_init``, its inner block's); ``agg``: the aggregation; ``src``, ``out``: the refinements
   read and written; ``self_init``: the block starts from the identity itself (a local filled with
   it, an inner block over the lanes aggregating into it, the result assigned to ``out``).
+  ``one_kernel``: the config asks for the combine to run in one kernel with the partials that
+  write ``src`` (``split_reduction``'s ``one_kernel``: a global reduction, its combine not split
+  again); ``counter``: empty until the pass ``one_kernel`` nests that partial block into this one
+  (its first statement; the combine's own statements follow) and adds the refinement it names, a
+  one-element int32 buffer the kernel leaves at zero: the last work-group's counter
+  (``backends.clike.lastgroup``).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from dataclasses import MISSING, dataclass, fields
 
 from stripe.gemm_model import GemmTiles
 from stripe.ir import Block, RefDir
+from tile.dtypes import DType
 
 Named = tuple[tuple[str, int], ...]  # (index name, tile or extent), in order
 ROW_TAG = "row_program"
@@ -82,6 +89,8 @@ class CombinePlan:
     src: str
     out: str
     self_init: bool
+    one_kernel: bool = False
+    counter: str = ""
 
     @property
     def lane_count(self) -> int:
@@ -182,7 +191,8 @@ def _row_problems(p: RowPlan, b: Block) -> list[str]:
 
 
 def _combine_problems(p: CombinePlan, b: Block) -> list[str]:
-    inner = b.stmts[1] if p.self_init and len(b.stmts) > 1 and isinstance(b.stmts[1], Block) else b
+    at = 2 if p.counter else 1  # a one-kernel combine's partial block comes first
+    inner = b.stmts[at] if p.self_init and len(b.stmts) > at and isinstance(b.stmts[at], Block) else b
     ranges = {ix.name: ix.range for ix in inner.idxs}
     out = _missing([v for v, _ in p.lanes], ranges, "lane index")
     out += [f"gives the lane '{v}' the extent {n}, not its range"
@@ -192,6 +202,21 @@ def _combine_problems(p: CombinePlan, b: Block) -> list[str]:
         out.append(f"aggregates with '{p.agg}', not one of {', '.join(AGGS)}")
     if p.self_init and inner is b:
         out.append("is self-initialised but the block's second statement is not a block")
+    return out + _counter_problems(p, b)
+
+
+def _counter_problems(p: CombinePlan, b: Block) -> list[str]:
+    if not p.counter:
+        return []
+    out = [] if p.one_kernel else ["names a counter but is not one_kernel"]
+    counter = next((r for r in b.refs if r.into == p.counter), None)
+    if counter is None:
+        return [*out, f"names the counter '{p.counter}', which the block does not have"]
+    if counter.shape.dtype is not DType.INT32 or counter.shape.elements != 1:
+        out.append(f"has a counter '{p.counter}' that is not one int32")
+    first = b.stmts[0] if b.stmts else None
+    if not isinstance(first, Block) or not any(r.source == p.src for r in first.refs):
+        out.append(f"is one kernel but its first statement is not a block writing '{p.src}'")
     return out
 
 

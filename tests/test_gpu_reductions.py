@@ -6,8 +6,6 @@ the H100 runs; compared with the Tile interpreter, exactly on integer-valued inp
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -17,27 +15,26 @@ from backends import registry
 from backends.clike import groupreduce
 from backends.driver import compile_bound
 from backends.runner import CompiledProgram
-from stripe.config import TARGETS
 from stripe.ir import walk
-from tests.opencl_support import DEVICE_ID, requires_opencl
+from tests.opencl_support import DEVICE_ID, h100_config, requires_opencl
 from tests.pass_support import lowered, run_pass
 from tile.bind import bind
 from tile.inputs import input_types
 
-H100 = 132 * 1024
 AGG = ("+", "*", ">", "<")
 
 
 @pytest.fixture(scope="module")
 def gpu_config(tmp_path_factory) -> str:
     """opencl_gpu.json with the H100's parallelism in its split step."""
-    data = json.loads((TARGETS / "opencl_gpu.json").read_text())
-    for step in data["passes"]:
-        if step["pass"] == "split_reduction":
-            step["params"]["parallelism"] = H100
-    path = tmp_path_factory.mktemp("cfg") / "opencl_gpu_h100.json"
-    path.write_text(json.dumps(data))
-    return str(path)
+    return h100_config(tmp_path_factory, True)
+
+
+@pytest.fixture(scope="module")
+def split_config(tmp_path_factory) -> str:
+    """The same with ``one_kernel`` off: a global reduction's combines are kernels of their own
+    (tests/test_one_kernel_reduce.py tests it on)."""
+    return h100_config(tmp_path_factory, False)
 
 
 def _inputs(agg: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
@@ -139,13 +136,13 @@ def test_row_max_with_consumer_stays_split(gpu_config):
 
 
 @requires_opencl
-def test_combines_of_many_lanes_are_trees(gpu_config):
-    """A global sum's last combines, a global max's, and row sums of few long rows (5 rows of 512
-    lanes)."""
+def test_combines_of_many_lanes_are_trees(split_config):
+    """A global sum's last combines, a global max's (``one_kernel`` off), and row sums of few long
+    rows (5 rows of 512 lanes)."""
     for src, shape in (("function (X[N]) -> (S) { S[] = +(X[i]); }", (1 << 20,)),
                        ("function (X[N]) -> (S) { S[] = >(X[i]); }", (65536,)),
                        ("function (X[M, N]) -> (S) { S[i: M] = +(X[i, j]); }", (5, 65537))):
-        cp = _program(src, shape, gpu_config)
+        cp = _program(src, shape, split_config)
         assert any(groupreduce.takes(i.block, i.buffers, _target()) for i in cp.infos), src
 
 
@@ -170,17 +167,17 @@ def test_fusion_leaves_tagged_producers_alone():
 
 
 @requires_opencl
-def test_a_global_reduction_is_three_kernels_without_fills(gpu_config):
-    """A 4096x4096 max: the partial lanes and both combines start from the identity themselves
-    (``split_reduction``'s ``self_init``), and the output's fill goes with its last combine: three
-    kernels, the two combines work-group trees. Reused buffers hold the last call's values, so a
-    second call with smaller values checks that nothing depends on a fill."""
+def test_a_global_reduction_is_three_kernels_without_fills(split_config):
+    """A 4096x4096 max (``one_kernel`` off): the partial lanes and both combines start from the
+    identity themselves (``split_reduction``'s ``self_init``), and the output's fill goes with its
+    last combine: three kernels, the two combines work-group trees. Reused buffers hold the last
+    call's values, so a second call with smaller values checks that nothing depends on a fill."""
     src = "function (X[M, N]) -> (S) { S[] = >(X[i, j]); }"
-    cp = _program(src, (4096, 4096), gpu_config)
+    cp = _program(src, (4096, 4096), split_config)
     assert len(cp.infos) == 3 and not any("special" in i.block.tags for i in cp.infos), cp.infos
     trees = [i for i in cp.infos if groupreduce.takes(i.block, i.buffers, _target())]
     assert len(trees) == 2 and all(t.block.has_tags("split_combine") for t in trees)
-    exe = tile.compile(src, DEVICE_ID, {"config": gpu_config, "cache": False})
+    exe = tile.compile(src, DEVICE_ID, {"config": split_config, "cache": False})
     rng = np.random.default_rng(4)
     for lo in (0, -100):
         x = rng.integers(lo - 50, lo, (512, 512)).astype(np.float32)

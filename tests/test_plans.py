@@ -66,6 +66,12 @@ def test_row_fusion_attaches_its_plan():
 
 def test_split_reduction_attaches_its_plans():
     program = _optimized(GLOBAL_SUM, {"X": (1 << 20,)})
+    (one,) = [b.plan for b in _planned(program, CombinePlan)]  # one kernel: partials, one combine
+    assert one.lane_count == 8192 and one.one_kernel and one.counter and one.out == "S"
+    config = target_config("opencl_gpu")
+    steps = tuple(replace(s, params=replace(s.params, one_kernel=False)) if s.pass_ == "split_reduction"
+                  else s for s in config.passes)
+    program = optimize(lowered(GLOBAL_SUM, {"X": (1 << 20,)}), replace(config, passes=steps), check=True)
     plans = [b.plan for b in _planned(program, CombinePlan)]
     assert [p.lane_count for p in plans] == [128, 64]  # the combine's partial and the last combine
     assert all(p.self_init and p.agg == "add" for p in plans) and plans[-1].out == "S"

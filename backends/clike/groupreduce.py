@@ -61,10 +61,10 @@ class Combine:
         return 1 << (n.bit_length() - 1)
 
 
-def takes(block: Block, buffers: tuple[str, ...], t: CTarget) -> Combine | None:
+def takes(block: Block, buffers: tuple[str, ...], t: CTarget, min_lanes: int = MIN_LANES) -> Combine | None:
     """The combine ``block``'s ``CombinePlan`` declares, when this target runs it as a tree: it has
     work-groups, the combine reads and writes the kernel's buffers in a plain register type (no
-    bool, no float16; no float16 mask either), over at least ``MIN_LANES`` lanes; else None."""
+    bool, no float16; no float16 mask either), over at least ``min_lanes`` lanes; else None."""
     plan = block.plan
     if not t.workgroups or not isinstance(plan, CombinePlan):
         return None
@@ -76,7 +76,7 @@ def takes(block: Block, buffers: tuple[str, ...], t: CTarget) -> Combine | None:
         return None
     if any(k.dtype is DType.FLOAT16 for _, k in c.marks):
         return None
-    return c if c.lane_count >= MIN_LANES else None
+    return c if c.lane_count >= min_lanes else None
 
 
 def _plain(block: Block, plan: CombinePlan) -> Combine:
@@ -106,32 +106,18 @@ def emit(t: CTarget, c: Combine, symbol: str, params: list[tuple[str, DType]], p
     op = c.dst.agg_op
     lines = [f"__local {T} red[{W}];", "const long lid = (long)get_local_id(0);"]
     lines.append("const long grp = (long)get_group_id(0);")
-    vals = _decode(lines, "grp", c.outs, "o_")
+    vals = decode(lines, "grp", c.outs, "o_")
     src = ptrs[c.src.source]
-    first = _decode(lines, "lid", c.lanes, "f_")  # lid < W <= L: every work-item has a first lane
-    lines.append(f"{T} acc = {src}[{_offset(c.src, {**vals, **first})}];")
+    first = decode(lines, "lid", c.lanes, "f_")  # lid < W <= L: every work-item has a first lane
+    lines.append(f"{T} acc = {src}[{offset(c.src, {**vals, **first})}];")
     lines.append(f"for (long l = lid + {W}; l < {L}; l += {W}) {{")
     body: list[str] = []
-    lanes = _decode(body, "l", c.lanes, "l_")
-    body.append(f"const {T} x = {src}[{_offset(c.src, {**vals, **lanes})}];")
+    lanes = decode(body, "l", c.lanes, "l_")
+    body.append(f"const {T} x = {src}[{offset(c.src, {**vals, **lanes})}];")
     body.append(f"acc = {binary(t, op, 'acc', 'x', c.dtype)};")
     lines += ["    " + b for b in body] + ["}", "red[lid] = acc;", "barrier(CLK_LOCAL_MEM_FENCE);"]
-    lines.append(f"for (long s = {W // 2}; s > 0; s >>= 1) {{")
-    lines.append("    if (lid < s) {")
-    lines.append(f"        const {T} a = red[lid];")
-    lines.append(f"        const {T} b = red[lid + s];")
-    lines.append(f"        red[lid] = {binary(t, op, 'a', 'b', c.dtype)};")
-    lines += ["    }", "    barrier(CLK_LOCAL_MEM_FENCE);", "}"]
-    out = f"{ptrs[c.dst.source]}[{_offset(c.dst, vals)}]"
-    if c.assign:
-        lines += ["if (lid == 0) {", f"    {out} = red[0];"]
-    else:
-        lines += ["if (lid == 0) {", f"    const {T} cur = {out};", f"    const {T} got = red[0];"]
-        lines.append(f"    {out} = {binary(t, op, 'cur', 'got', c.dtype)};")
-    for r, const in c.marks:
-        value = t.literal(const.value, const.dtype)
-        lines.append("    " + t.store(ptrs[r.source], _offset(r, vals), value, const.dtype))
-    lines.append("}")
+    lines += tree(t, c, W)
+    lines += result(t, c, ptrs, vals, "red[0]")
     args = ", ".join(f"__global {t.mem(dt)}* restrict {p}" for p, dt in params)
     head = [f"__kernel __attribute__((reqd_work_group_size({W}, 1, 1)))", f"void {symbol}({args})", "{"]
     groups = 1
@@ -140,7 +126,43 @@ def emit(t: CTarget, c: Combine, symbol: str, params: list[tuple[str, DType]], p
     return "\n".join(head + ["    " + ln for ln in lines] + ["}"]), groups * W, W
 
 
-def _decode(lines: list[str], var: str, idxs: tuple[Index, ...], prefix: str) -> dict[str, str]:
+def tree(t: CTarget, c: Combine, W: int, count: int | str | None = None) -> list[str]:
+    """The lines aggregating ``red[0..W)`` (``count``, a number or an expression: only its first
+    ``count`` values, the rest left out) into ``red[0]``, pairs ``s`` apart for ``s = W/2 ... 1``;
+    every work-item runs them."""
+    T, op = t.reg(c.dtype), c.dst.agg_op
+    full = count is None or (isinstance(count, int) and count >= W)
+    cond = "lid < s" if full else f"lid < s && lid + s < {count}"
+    return [
+        f"for (long s = {W // 2}; s > 0; s >>= 1) {{",
+        f"    if ({cond}) {{",
+        f"        const {T} a = red[lid];",
+        f"        const {T} b = red[lid + s];",
+        f"        red[lid] = {binary(t, op, 'a', 'b', c.dtype)};",
+        "    }",
+        "    barrier(CLK_LOCAL_MEM_FENCE);",
+        "}",
+    ]
+
+
+def result(t: CTarget, c: Combine, ptrs: dict[str, str], vals: dict[str, str], value: str) -> list[str]:
+    """Work-item 0's store of the combined ``value`` into ``O`` at the output point ``vals``
+    (assigned when the block starts from the identity itself, else aggregated into what ``O``
+    holds), then the masks' constants."""
+    T, op = t.reg(c.dtype), c.dst.agg_op
+    out = f"{ptrs[c.dst.source]}[{offset(c.dst, vals)}]"
+    if c.assign:
+        lines = ["if (lid == 0) {", f"    {out} = {value};"]
+    else:
+        lines = ["if (lid == 0) {", f"    const {T} cur = {out};", f"    const {T} got = {value};"]
+        lines.append(f"    {out} = {binary(t, op, 'cur', 'got', c.dtype)};")
+    for r, const in c.marks:
+        literal = t.literal(const.value, const.dtype)
+        lines.append("    " + t.store(ptrs[r.source], offset(r, vals), literal, const.dtype))
+    return [*lines, "}"]
+
+
+def decode(lines: list[str], var: str, idxs: tuple[Index, ...], prefix: str) -> dict[str, str]:
     """Declares each index's value from the flat number ``var`` (row-major: the last fastest)."""
     vals: dict[str, str] = {}
     inner = 1
@@ -156,7 +178,7 @@ def _decode(lines: list[str], var: str, idxs: tuple[Index, ...], prefix: str) ->
     return vals
 
 
-def _offset(r: Refinement, vals: dict[str, str]) -> str:
+def offset(r: Refinement, vals: dict[str, str]) -> str:
     """The element offset of ``r`` at the point ``vals`` (a kernel's refinement: its dims' strides
     are the buffer's)."""
     total = Affine()

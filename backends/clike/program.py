@@ -7,15 +7,16 @@ type picks the emitter, which reads the kernel's roles from it. On a target with
 kernel (``tiled``: work-group tiles in ``__local`` memory, register blocks, the fused epilogue
 before the store; ``stripe.gemm_nest.read`` reads the nest through its plan; the setting
 ``tiled=False`` turns work-groups off), a ``CombinePlan`` (``split_reduction``'s combine) as a
-work-group tree (``groupreduce``), a ``RowPlan`` (``row_fusion``'s row program) as a work-group
-per row (``rowkernel``). Each emitter may still refuse what the target cannot do (a type it cannot
-keep in a register); then, as for every kernel without a plan and every kernel of a target without
-work-groups: work-items over its owned indexes (``kernel.KernelEmitter.general``).
+work-group tree (``groupreduce``), or, with its partial block nested (``one_kernel``), as one
+kernel whose last work-group combines (``lastgroup``), a ``RowPlan`` (``row_fusion``'s row
+program) as a work-group per row (``rowkernel``). Each emitter may still refuse what the target
+cannot do (a type it cannot keep in a register); then, as for every kernel without a plan and every
+kernel of a target without work-groups: work-items over its owned indexes (``kernel.KernelEmitter.general``).
 """
 
 from __future__ import annotations
 
-from backends.clike import groupreduce, mma, rowkernel, wgmma
+from backends.clike import groupreduce, lastgroup, mma, rowkernel, wgmma
 from backends.clike.kernel import KernelEmitter, KernelSource
 from backends.clike.target import CTarget
 from backends.clike.tiled import GemmEmitter, Tiles
@@ -59,7 +60,14 @@ def _tiled(em: KernelEmitter) -> KernelSource | None:
 
 def _grouped(em: KernelEmitter) -> KernelSource | None:
     """A split reduction's combine on a target with work-groups: a tree in ``__local`` memory
-    per output point (``groupreduce``)."""
+    per output point (``groupreduce``); one with its partial block nested (``one_kernel``): the
+    partials' work-groups, the last of which combines (``lastgroup``)."""
+    if em.block.plan.counter:
+        one = lastgroup.takes(em)
+        if one is None:
+            return None
+        text, work, local = lastgroup.emit(em, one)
+        return KernelSource(em.symbol, text, work, (), local)
     c = groupreduce.takes(em.block, tuple(em.info.buffers), em.t)
     if c is None:
         return None

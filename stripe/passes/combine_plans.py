@@ -20,6 +20,8 @@ coefficient 1, each in one dim only), once the range-1 indexes are gone (``prune
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from stripe.ir import Block, Constant, Index, Load, RefDir, Refinement, Special, Store, evolve
 from stripe.passes.rewrite import substitute_indexes
 from stripe.plans import AGGS, CombinePlan
@@ -27,13 +29,16 @@ from stripe.specials import fill_name
 from tile.affine import Affine
 
 
-def planned(block: Block, marks: tuple[str, ...]) -> Block:
+def planned(block: Block, marks: tuple[str, ...], one_kernel: bool = False) -> Block:
     """``block`` with its ``CombinePlan`` when it carries every tag of ``marks`` (not empty) and has
-    one of the module docstring's forms, else ``block``."""
+    one of the module docstring's forms, else ``block``; ``one_kernel``: the plan asks for the
+    combine to run in one kernel with its partials (``split_reduction``'s ``one_kernel``)."""
     if not marks or not set(marks) <= block.tags or block.constraints or len(block.stmts) < 2:
         return block
     form = _without_units(block)
     plan = _self_initialised(form) if isinstance(form.stmts[0], Special) else _plain(form)
+    if plan is not None and one_kernel:
+        plan = replace(plan, one_kernel=True)
     return block if plan is None else evolve(block, plan=plan)
 
 

@@ -70,6 +70,13 @@ a ``stripe.plans.CombinePlan`` (its lanes, aggregation, refinements, self-initia
 a work-group tree can run them (``stripe.passes.combine_plans``): the hand-off to the code generator
 (``backends.clike.groupreduce``).
 
+``one_kernel`` (a target whose kernel launches cost more than a global reduction's combines: an
+OpenCL GPU): a global reduction (no output index) whose partial block is self-initialised keeps
+one combine over all its lanes, not split again, tagged ``partial_set`` too (so fusion leaves it
+alone) and planned with ``one_kernel``; the pass ``one_kernel`` later nests the partial block into
+it, and the code generator runs both as one kernel whose last work-group combines
+(``backends.clike.lastgroup``).
+
 Reorders: an element receives its values lane by lane, so float results may differ in rounding
 (``settings={"strict": True}`` skips the pass).
 """
@@ -95,6 +102,7 @@ from stripe.ir import (
     walk,
 )
 from stripe.passes.combine_plans import planned
+from stripe.passes.one_kernel import NO_REGISTER
 from stripe.passes.registry import register
 from stripe.passes.rewrite import Context, fresh, matches, rename_refs, substitute_indexes
 from stripe.passes.self_init import (
@@ -127,6 +135,7 @@ class SplitReductionConfig:
     self_init: bool = False  # partials start from the identity themselves (no fill kernels)
     partial_set: tuple[str, ...] = ()  # tags added to the partial block
     combine_set: tuple[str, ...] = ()  # tags added to the combine block
+    one_kernel: bool = False  # a global reduction's partials and its one combine: one kernel
 
     def invalid(self) -> tuple[str, str, str] | None:
         """``(key, message, hint)`` for a value no split can use (``stripe.config`` locates it)."""
@@ -198,7 +207,8 @@ class _Splitter:
             if not isinstance(s, Block):
                 stmts.append(s)
                 continue
-            got = self.split(s, inner) if matches(s, self.cfg.reqs) else None
+            whole = self.cfg.one_kernel and _global(s, block)
+            got = self.split(s, inner, one=whole) if matches(s, self.cfg.reqs) else None
             if got is None:
                 child, bufs = self.visit(s, inner)
                 stmts.append(child)
@@ -211,7 +221,10 @@ class _Splitter:
                     # the output's own identity fill goes: its last combine starts from the identity
                     stmts.pop()
                     new = [*new[:-1], without_fill(new[-1], acc, shown)]
-                stmts.extend(planned(b, self.cfg.combine_set) for b in new)
+                one = whole and len(new) == 2  # a self-initialised partial and its whole combine
+                if one:  # fusion leaves the combine alone too: the two become one kernel
+                    new[-1] = replace(new[-1], tags=new[-1].tags | frozenset(self.cfg.partial_set))
+                stmts.extend(planned(b, self.cfg.combine_set, one and b is new[-1]) for b in new)
                 changed = True
             declared.extend(bufs)
         if not declared:
@@ -229,11 +242,12 @@ class _Splitter:
 
     # ------------------------------------------------------------------------------ one block
     def split(
-        self, block: Block, parents: tuple[Block, ...], cap: int = -1
+        self, block: Block, parents: tuple[Block, ...], cap: int = -1, one: bool = False
     ) -> tuple[list[Block], list[tuple[str, TensorShape]]] | None:
         """The init, partial and combine blocks replacing ``block`` (the partial and the combine
         split again while they qualify) and the buffers they need, or None when the block does not
-        qualify. ``cap``: the most thread lanes per output point (0: none; -1: ``cfg.lanes``)."""
+        qualify. ``cap``: the most thread lanes per output point (0: none; -1: ``cfg.lanes``).
+        ``one``: a self-initialised partial's combine is not split again (``one_kernel``)."""
         cap = self.cfg.lanes if cap < 0 else cap
         # The new blocks must run once each, in order: inside an indexed block they would run per
         # point, and the points of one P (its init, its partials) could race.
@@ -289,7 +303,9 @@ class _Splitter:
             blocks = [self_initialised(partial, pacc, dtype, parent_sizes(partial, declared[-1]))]
         else:
             blocks = [_init(block, acc.agg_op, pname, pshape), partial]
-        again = self.split(combine, declared, -1)
+        # one kernel (``one_kernel``) where the code generator keeps the partials in registers
+        one = one and len(blocks) == 1 and dtype not in NO_REGISTER
+        again = None if one else self.split(combine, declared, -1)
         blocks.extend([combine] if again is None else again[0])
         bufs.extend([] if again is None else again[1])
         return blocks, bufs
@@ -421,6 +437,13 @@ class _Splitter:
             (f"{acc.into} combines the {count} partials of {pview.into}",),
             block.location,
         )
+
+
+def _global(block: Block, parent: Block) -> bool:
+    """``block`` aggregates into one element (no output index): the reduction ``one_kernel``
+    runs as one kernel."""
+    acc = accumulator(block, parent)
+    return acc is not None and not access_indexes(acc)
 
 
 def _showing(block: Block, bufs: list[tuple[str, TensorShape]]) -> Block:
