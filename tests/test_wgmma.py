@@ -157,3 +157,21 @@ def test_ptx_is_uncommented_and_retargeted():
 def test_ptx_that_cannot_be_retargeted_is_refused(bad, why):
     with pytest.raises(ValueError, match=why):
         for_sm90a(bad)
+
+
+def test_a_config_can_leave_the_warp_group_products_out(tmp_path):
+    """What the OpenCL compiler's error suggests when the sm_90a rebuild fails: a config without
+    them runs the warp-level ``mma.sync`` kernels instead."""
+    import json
+
+    from stripe.config import load_config
+
+    path = tmp_path / "no_wgmma.json"
+    path.write_text(json.dumps({"extends": "opencl_gpu", "name": "no_wgmma",
+                                "hardware": {"matrix_units": {"tensor_core": {"warpgroup": None}}}}))
+    cfg = load_config(path)
+    p = optimize(lowered(MM, {"A": (2048, 256), "B": (256, 2048)}, np.float16), cfg)
+    (plan,) = plans(p)
+    assert plan.unit == "tensor_core.f16" and plan.rm != 16
+    text = source(p)
+    assert not needs_sm90a(text) and UNIT.shapes["f16"].instruction in text

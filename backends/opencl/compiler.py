@@ -99,7 +99,9 @@ class ProgramHandle:
         except (ValueError, cl.Error) as e:
             raise RuntimeError(
                 f"OpenCL could not build the generated program's sm_90a PTX (warp-group products) "
-                f"for {dev.id} ({dev.name}): {e}"
+                f"for {dev.id} ({dev.name}): {e}\n(to leave them out, compile with a config that "
+                '{"extends": "opencl_gpu", "hardware": {"matrix_units": {"tensor_core": '
+                '{"warpgroup": null}}}}: the warp-level mma.sync kernels run instead)'
             ) from None
 
     def start(self, asynchronous: bool) -> None:
