@@ -118,12 +118,10 @@ def emit(t: CTarget, c: Combine, symbol: str, params: list[tuple[str, DType]], p
     lines += ["    " + b for b in body] + ["}", "red[lid] = acc;", "barrier(CLK_LOCAL_MEM_FENCE);"]
     lines += tree(t, c, W)
     lines += result(t, c, ptrs, vals, "red[0]")
-    args = ", ".join(f"__global {t.mem(dt)}* restrict {p}" for p, dt in params)
-    head = [f"__kernel __attribute__((reqd_work_group_size({W}, 1, 1)))", f"void {symbol}({args})", "{"]
     groups = 1
     for ix in c.outs:
         groups *= ix.range
-    return "\n".join(head + ["    " + ln for ln in lines] + ["}"]), groups * W, W
+    return t.group_kernel(symbol, params, W, ["    " + ln for ln in lines]), groups * W, W
 
 
 def tree(t: CTarget, c: Combine, W: int, count: int | str | None = None) -> list[str]:

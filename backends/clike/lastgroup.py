@@ -100,12 +100,8 @@ def emit(em: KernelEmitter, one: OneKernel) -> tuple[str, int, int]:
     else:
         lines += _last(t, one, em.ptrs, T, W, G, L)
     body = [ln[4:] for ln in em.lines] + lines
-    plain = {em.ptrs[c.src.source], em.ptrs[one.counter]}  # read as volatile: no restrict
-    args = ", ".join(
-        f"__global {t.mem(dt)}* {'' if p in plain else 'restrict '}{p}" for p, dt in em.params
-    )
-    head = [f"__kernel __attribute__((reqd_work_group_size({W}, 1, 1)))", f"void {em.symbol}({args})", "{"]
-    return "\n".join(head + ["    " + ln for ln in body] + ["}"]), G * W, W
+    plain = frozenset({em.ptrs[c.src.source], em.ptrs[one.counter]})  # read as volatile: no restrict
+    return t.group_kernel(em.symbol, em.params, W, ["    " + ln for ln in body], plain), G * W, W
 
 
 def _partial(em: KernelEmitter, one: OneKernel, part: str) -> None:

@@ -76,6 +76,7 @@ class LaneTiles(Tiles):
 
 
 CVT_TF32 = "cvt.rna.tf32.f32 %0, %1;"  # float32 to TF32: nearest, ties away from zero
+COMMIT = 'asm volatile("cp.async.commit_group;" ::: "memory");'  # closes a group of async copies
 
 
 def slot(p: str, stage: str, size: int, kfast: bool, row: int) -> str:
@@ -194,9 +195,7 @@ class MmaEmitter(GemmEmitter):
         else:
             self.staged(ops, nks, sa, sb, fm, fn)
         self.store_mma(fm, fn)
-        args = ", ".join(f"__global {self.t.mem(dt)}* restrict {p}" for p, dt in params)
-        head = [f"__kernel __attribute__((reqd_work_group_size({L}, 1, 1)))", f"void {symbol}({args})", "{"]
-        return "\n".join(head + self.lines + ["}"]), groups * L, L
+        return self.t.group_kernel(symbol, params, L, self.lines), groups * L, L
 
     def plans(self) -> tuple[int, int, tuple, tuple]:
         """The work-group's place (``lid``, ``grp``, the tile origins ``m0``/``n0``, the batch) and
@@ -251,12 +250,7 @@ class MmaEmitter(GemmEmitter):
         group; a step waits for its own group, then one barrier (every work-item's copies landed,
         and every warp is done with the buffer the next copies overwrite)."""
         it = self.int
-        for s in range(min(stages - 1, nks)):
-            self.k_origins(str(s), 1)
-            self.copies(ops, str(s), 1)
-            self.line('asm volatile("cp.async.commit_group;" ::: "memory");')
-        for _ in range(nks, stages - 1):  # empty groups keep the count: a step waits for its own
-            self.line('asm volatile("cp.async.commit_group;" ::: "memory");')
+        self.prefetch(ops, stages, nks)
         self.line(f"for ({it} ks = 0; ks < {nks}; ks++) {{")
         self.line(f"const int buf = ks % {stages};", 2)
         self.line(f'asm volatile("cp.async.wait_group {stages - 2};" ::: "memory");', 2)
@@ -269,13 +263,27 @@ class MmaEmitter(GemmEmitter):
                 mma_skips.note_nonfinite(self, value, w, 3)
                 self.line("}", 2)
         self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)
-        self.line(f"if (ks + {stages - 1} < {nks}) {{", 2)
-        self.k_origins(f"(ks + {stages - 1})", 3)
-        self.copies(ops, f"((ks + {stages - 1}) % {stages})", 3)
-        self.line("}", 2)
-        self.line('asm volatile("cp.async.commit_group;" ::: "memory");', 2)
+        self.refill(ops, stages, nks, 2)
         self.step(sa, sb, fm, fn, 2)
         self.line("}")
+
+    def prefetch(self, ops, stages: int, nks: int) -> None:
+        """The first ``stages - 1`` K steps copied, a commit group each (empty groups where there
+        are fewer steps keep the count: a step waits for its own group)."""
+        for s in range(min(stages - 1, nks)):
+            self.k_origins(str(s), 1)
+            self.copies(ops, str(s), 1)
+            self.line(COMMIT)
+        for _ in range(nks, stages - 1):
+            self.line(COMMIT)
+
+    def refill(self, ops, stages: int, nks: int, depth: int) -> None:
+        """Inside the K loop: step ``ks + stages - 1`` copied into its buffer, and its commit group."""
+        self.line(f"if (ks + {stages - 1} < {nks}) {{", depth)
+        self.k_origins(f"(ks + {stages - 1})", depth + 1)
+        self.copies(ops, f"((ks + {stages - 1}) % {stages})", depth + 1)
+        self.line("}", depth)
+        self.line(COMMIT, depth)
 
     def copies(self, ops, stage: str, depth: int) -> None:
         """Each work-item's elements of the K step at the origins ``ko_*`` copied into buffer

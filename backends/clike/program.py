@@ -82,10 +82,7 @@ def _rows(em: KernelEmitter) -> KernelSource | None:
         return None
     work, local = rowkernel.emit(em)
     em.depth = 0
-    args = ", ".join(f"__global {em.t.mem(dt)}* restrict {p}" for p, dt in em.params)
-    head = f"__kernel __attribute__((reqd_work_group_size({local}, 1, 1)))\nvoid {em.symbol}({args})"
-    text = "\n".join([head, "{", *em.lines, "}"])
-    return KernelSource(em.symbol, text, work, (), local)
+    return KernelSource(em.symbol, em.t.group_kernel(em.symbol, em.params, local, em.lines), work, (), local)
 
 
 _FORMS = {GemmPlan: _tiled, CombinePlan: _grouped, RowPlan: _rows}

@@ -321,6 +321,13 @@ class CTarget:
         lines += ["    }", "}"]
         return "\n".join(lines)
 
+    def group_kernel(self, name: str, params: list[tuple[str, DType]], local: int, body: list[str],
+                     plain: frozenset[str] = frozenset()) -> str:
+        """A kernel run in work-groups of ``local`` work-items (a target with ``workgroups``): its
+        signature, every buffer ``restrict`` but those in ``plain``, around ``body`` (lines as
+        written)."""
+        raise NotImplementedError(f"{type(self).__name__} has no work-groups")
+
     def helper_text(self, name: str) -> str | None:
         """A dialect's own definition of helper ``name`` (None: the plain C one,
         ``backends.clike.helpers``, which writes the definitions the code calls)."""

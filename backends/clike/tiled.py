@@ -366,13 +366,7 @@ class GemmEmitter:
         self.line("buf ^= 1;", 2)
         self.line("}")
         self.store()
-        args = ", ".join(f"__global {self.t.mem(dt)}* restrict {p}" for p, dt in params)
-        head = [
-            f"__kernel __attribute__((reqd_work_group_size({L}, 1, 1)))",
-            f"void {symbol}({args})",
-            "{",
-        ]
-        return "\n".join(head + self.lines + ["}"]), groups * L, L
+        return self.t.group_kernel(symbol, params, L, self.lines), groups * L, L
 
     def k_tile(self, reads, flags: dict[str, bool], depth: int) -> None:
         """The products of one ``__local`` K tile: per K point, the register block's operands read

@@ -32,7 +32,7 @@ builds that for ``sm_90a`` (``backends.opencl.ptx``).
 from __future__ import annotations
 
 from backends.clike import mma_skips
-from backends.clike.mma import MmaEmitter
+from backends.clike.mma import COMMIT, MmaEmitter
 from backends.clike.target import CTarget
 from backends.clike.tiled import Tiles
 from stripe.gemm import Gemm
@@ -141,22 +141,13 @@ class WgmmaEmitter(MmaEmitter):
         if self.skips:
             self.tainted_tile(ops, nks, sa, sb, fn, aw)
         self.store_mma(1, fn)
-        args = ", ".join(f"__global {self.t.mem(dt)}* restrict {p}" for p, dt in params)
-        head = [f"__kernel __attribute__((reqd_work_group_size({tl.threads}, 1, 1)))",
-                f"void {symbol}({args})", "{"]
-        return "\n".join(head + self.lines + ["}"]), groups * tl.threads, tl.threads
+        return self.t.group_kernel(symbol, params, tl.threads, self.lines), groups * tl.threads, tl.threads
 
     def k_loop(self, ops, stages: int, nks: int, a_kf: bool, b_kf: bool) -> None:
         """The K loop (module docstring): copies ``stages - 1`` steps ahead, the products of each
         step left running until the next step has issued its own."""
         it, tl = self.int, self.tl
-        commit = 'asm volatile("cp.async.commit_group;" ::: "memory");'
-        for s in range(min(stages - 1, nks)):
-            self.k_origins(str(s), 1)
-            self.copies(ops, str(s), 1)
-            self.line(commit)
-        for _ in range(nks, stages - 1):  # empty groups keep the count: a step waits for its own
-            self.line(commit)
+        self.prefetch(ops, stages, nks)
         self.line(f"for ({it} ks = 0; ks < {nks}; ks++) {{")
         self.line(f"const uint buf = ks % {stages};", 2)
         self.line(f'asm volatile("cp.async.wait_group {stages - 2};" ::: "memory");', 2)
@@ -180,11 +171,7 @@ class WgmmaEmitter(MmaEmitter):
         self.async_line("wgmma.commit_group.sync.aligned;", 2)
         self.async_line("wgmma.wait_group.sync.aligned 1;", 2)  # the previous step's products done
         self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)  # ... in every warp: its buffer is free
-        self.line(f"if (ks + {stages - 1} < {nks}) {{", 2)
-        self.k_origins(f"(ks + {stages - 1})", 3)
-        self.copies(ops, f"((ks + {stages - 1}) % {stages})", 3)
-        self.line("}", 2)
-        self.line(commit, 2)
+        self.refill(ops, stages, nks, 2)
         self.line("}")
         self.async_line("wgmma.wait_group.sync.aligned 0;", 1)
 
@@ -205,7 +192,7 @@ class WgmmaEmitter(MmaEmitter):
         self.k_origins("ks", 3)
         self.copies(ops, "0", 3)
         self.stage_flags = False
-        self.line('asm volatile("cp.async.commit_group;" ::: "memory");', 3)
+        self.line(COMMIT, 3)
         self.line('asm volatile("cp.async.wait_group 0;" ::: "memory");', 3)
         self.line("barrier(CLK_LOCAL_MEM_FENCE);", 3)
         mma_skips.slow_step(self, sa, sb, 1, fn, aw, 3)

@@ -89,6 +89,14 @@ class OpenCLTarget(CTarget):
             lines.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
         return lines
 
+    def group_kernel(self, name: str, params: list[tuple[str, DType]], local: int, body: list[str],
+                     plain: frozenset[str] = frozenset()) -> str:
+        args = ", ".join(
+            f"__global {self.mem(dt)}* {'' if p in plain else 'restrict '}{p}" for p, dt in params
+        )
+        head = [f"__kernel __attribute__((reqd_work_group_size({local}, 1, 1)))", f"void {name}({args})", "{"]
+        return "\n".join([*head, *body, "}"])
+
     def kernel(self, name: str, params: list[tuple[str, DType]], body: list[str], work_items: int) -> str:
         args = ", ".join(f"__global {self.mem(dt)}* restrict {p}" for p, dt in params)
         lines = [f"__kernel void {name}({args})", "{", "    const long gid = (long)get_global_id(0);"]
