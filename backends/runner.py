@@ -235,7 +235,9 @@ class CompiledProgram:
                 write_s += time.perf_counter() - start  # the host's part: a blocking copy for OpenCL
         handed: dict[str, Buffer] = {}  # resident outputs, the caller's from now on
         for name in self._rest:
-            if name in bufs:  # out=
+            if name in bufs:  # out=: zeroed where the program starts from zeros (backends.zeroing),
+                if name in self.zeroed:  # after an input copied from the same tensor
+                    deps.append(bufs[name].zero(list(deps)))
                 continue
             if resident and name in self.outputs:
                 buf = bufs[name] = handed[name] = self._handed_out(name, True)

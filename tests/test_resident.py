@@ -242,3 +242,21 @@ def test_a_loop_over_resident_calls_reuses_two_buffers(dev):
     alive = {id(r()) for r in seen if r() is not None}  # the runner keeps what it reuses
     assert all(r() is not None for r in seen) and len(alive) == 2 and id(kept._buffer) not in alive
     np.testing.assert_array_equal(kept.numpy(), x - 9)
+
+
+@pytest.mark.skipif(OPENCL is None, reason="no usable OpenCL device")
+def test_an_out_tensor_is_zeroed_where_the_program_starts_from_zeros(monkeypatch):
+    """An output the runner would zero-fill in its own buffer (``backends.zeroing`` cannot prove
+    the kernels write all of it: here a tiled matmul with edge tiles) is zero-filled in an
+    ``out=`` tensor too, after an input copied from the same tensor."""
+    square = tile.compile("function (A[N, N]) -> (O) { O[i, j: N, N] = +(A[i, k] * A[k, j]); }", OPENCL)
+    rng = np.random.default_rng(6)
+    w = ints(rng, (20, 20))
+    assert "O" in square.prepare(A=w).zeroed
+    W = tile.tensor(w, OPENCL)
+    fills = []
+    zero = W._buffer.zero
+    monkeypatch.setattr(W._buffer, "zero", lambda deps=(): fills.append(len(deps)) or zero(deps))
+    square(A=W, out={"O": W})
+    assert len(fills) == 1
+    np.testing.assert_array_equal(W.numpy(), w @ w)

@@ -232,10 +232,7 @@ class Op:
 
     @staticmethod
     def _run_tensors(program, inputs: Mapping, names: Sequence[str], out: Sequence) -> list:
-        for name, t in zip(names, out):  # out= tensors are not filled by the runner: reused memory
-            if name in program.zeroed:
-                t._events = [t._buffer.zero(t._events)]
-        result = program.run(inputs, out=dict(zip(names, out)))
+        result = program.run(inputs, out=dict(zip(names, out)))  # (the runner zeroes what it must)
         return [result[n] for n in names]
 
     # -- compiling -----------------------------------------------------------------------------
