@@ -115,7 +115,12 @@ def conv(nd: int, *, stride: int | Sequence[int] = 1, padding: Padding = 0,
         yo = out("Yc" if bias else "Y", ["n", co, *o], ["N", "CO", *Os])
         xr, wr = ref("X", ["n", ci, *xs]), ref("W", [co, wci, *k])
     body.append(f"{yo} = +({xr} * {wr}){cons}")
-    inputs = [xdecl, wdecl]
+    return _with_bias([xdecl, wdecl], body, bias, last, nd)
+
+
+def _with_bias(inputs: list[str], body: list[str], bias: bool, last: bool, nd: int) -> str:
+    """The function of ``inputs`` and ``body``, whose sum ``Yc`` gets ``B`` per output channel when
+    ``bias`` (its ``Y`` otherwise)."""
     if bias:
         inputs.append(decl("B", ["CO"]))
         shaped = "B" if last else f"reshape(B, CO{', 1' * nd})"
@@ -184,9 +189,4 @@ def conv_transpose(nd: int, *, stride: int | Sequence[int] = 1, padding: int | S
         xr, wr = ref("X", ["n", ci, *o]), ref("W", [ci, wco, *k])
     body += body_co
     body.append(f"{yo} = +({xr} * {wr}){cons}")
-    inputs = [xdecl, wdecl]
-    if bias:
-        inputs.append(decl("B", ["CO"]))
-        shaped = "B" if last else f"reshape(B, CO{', 1' * nd})"
-        body.append(f"Y = Yc + {shaped}")
-    return function(inputs, ["Y"], body)
+    return _with_bias([xdecl, wdecl], body, bias, last, nd)

@@ -7,7 +7,7 @@ and ``B`` (shift); batch norm's running statistics are ``Mean`` and ``Var``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tile.ops._build import axis, check_rank, decl, dims, function, layout_of, lit, product
 from tile.ops.reduce import contraction, variance_lines
@@ -61,15 +61,21 @@ def layer_norm(*, rank: int, normalized_ndim: int = 1, eps: float = 1e-5, weight
     body = variance_lines("X", rank, red, True, 0)
     body.append(f"Rstd = 1.0 / sqrt(Var + {lit(eps)})")
     inputs = [decl("X", names)]
-    y = "Dev * Rstd"
-    if weight:
-        inputs.append(decl("W", names[rank - normalized_ndim:]))
-        y = f"{y} * W"
-    if bias:
-        inputs.append(decl("B", names[rank - normalized_ndim:]))
-        y = f"{y} + B"
-    body.append(f"Y = {y}")
+    _affine(inputs, body, "Dev * Rstd", weight, bias, names[rank - normalized_ndim:], lambda p: p)
     return function(inputs, ["Y"], body)
+
+
+def _affine(inputs: list[str], body: list[str], y: str, weight: bool, bias: bool,
+            shape: Sequence[str], view: Callable[[str], str]) -> None:
+    """``Y = y``, times ``W`` and plus ``B`` (inputs of dims ``shape``, read as ``view(name)``)
+    where ``weight`` / ``bias``."""
+    if weight:
+        inputs.append(decl("W", shape))
+        y = f"{y} * {view('W')}"
+    if bias:
+        inputs.append(decl("B", shape))
+        y = f"{y} + {view('B')}"
+    body.append(f"Y = {y}")
 
 
 def _channel_dims(rank: int, last: bool) -> tuple[list[str], int]:
@@ -113,13 +119,7 @@ def batch_norm(*, rank: int = 4, training: bool = False, eps: float = 1e-5, weig
         body = [f"Rstd = 1.0 / sqrt({_per_channel('Var', rank, last)} + {lit(eps)})",
                 f"Dev = X - {_per_channel('Mean', rank, last)}"]
         y = "Dev * Rstd"
-    if weight:
-        inputs.append(decl("W", ["C"]))
-        y = f"{y} * {_per_channel('W', rank, last)}"
-    if bias:
-        inputs.append(decl("B", ["C"]))
-        y = f"{y} + {_per_channel('B', rank, last)}"
-    body.append(f"Y = {y}")
+    _affine(inputs, body, y, weight, bias, ["C"], lambda p: _per_channel(p, rank, last))
     return function(inputs, outputs, body)
 
 
@@ -147,11 +147,5 @@ def group_norm(groups: int, *, rank: int = 4, eps: float = 1e-5, weight: bool = 
     body += [f"Rstd = 1.0 / sqrt(Var + {lit(eps)})", "Ng = Dev * Rstd",
              f"Norm = reshape(Ng, {', '.join(names)})"]
     inputs, y = [decl("X", names)], "Norm"
-    if weight:
-        inputs.append(decl("W", ["C"]))
-        y = f"{y} * {_per_channel('W', rank, last)}"
-    if bias:
-        inputs.append(decl("B", ["C"]))
-        y = f"{y} + {_per_channel('B', rank, last)}"
-    body.append(f"Y = {y}")
+    _affine(inputs, body, y, weight, bias, ["C"], lambda p: _per_channel(p, rank, last))
     return function(inputs, ["Y"], body)
