@@ -47,8 +47,10 @@ def settings(prec):
 
 
 @pytest.mark.parametrize("dt,prec", MODES)
-@pytest.mark.parametrize("m,k,n", [(1024, 1024, 1024), (1000, 300, 520), (64, 16, 8)])
+@pytest.mark.parametrize("m,k,n", [(1024, 1024, 1024), (1000, 300, 520), (64, 16, 8), (1024, 1024, 4096)])
 def test_integer_matmuls_are_exact(dt, prec, m, k, n):
+    """(1024, 1024, 4096): 256 work-groups of 128 x 128, two to an SM on an H100, where products
+    left running across a refill once went wrong (backends.clike.wgmma's K loop)."""
     rng = np.random.default_rng(m + k)
     a, b = rng.integers(-3, 4, (m, k)).astype(dt), rng.integers(-3, 4, (k, n)).astype(dt)
     got = run(MM, {"A": a, "B": b}, settings=settings(prec))["C"]

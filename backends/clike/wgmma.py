@@ -20,9 +20,12 @@ both operands read from ``__local`` memory by the unit itself.
   A descriptor (start address, the strides between 8-row groups and between panels, the swizzle)
   tells the unit where each K slice of 16 starts.
 * **The K loop.** ``stages`` K steps in ``__local`` memory (as many as fit, up to 4); a step waits
-  for its copies, fences them for the unit's (asynchronous) reads, issues its products and leaves
-  them running: it waits only for the previous step's, so that step's buffer can be refilled while
-  the unit works on this one.
+  for its copies, fences them for the unit's (asynchronous) reads, issues its products and waits
+  for them before a buffer is refilled. Leaving a step's products running while the previous
+  step's buffer was refilled by ``cp.async`` (4% faster) gave wrong sums on an H100 wherever two
+  work-groups shared an SM: 8,000-16,000 wrong elements of an integer 1024x4096x1024 float16
+  product in each of three runs, none when drained (``.gpu/diag4.py``; a proxy fence after the
+  wait made it rarer, not gone). tests/test_tensor_cores_gpu.py checks such a product exactly.
 
 The instructions exist only for ``sm_90a``, which OpenCL C cannot target: they are written as PTX
 comments starting with ``SM90A``, and the OpenCL compiler uncomments them in the program's PTX and
@@ -144,8 +147,7 @@ class WgmmaEmitter(MmaEmitter):
         return self.t.group_kernel(symbol, params, tl.threads, self.lines), groups * tl.threads, tl.threads
 
     def k_loop(self, ops, stages: int, nks: int, a_kf: bool, b_kf: bool) -> None:
-        """The K loop (module docstring): copies ``stages - 1`` steps ahead, the products of each
-        step left running until the next step has issued its own."""
+        """The K loop (module docstring): copies ``stages - 1`` steps ahead of the products."""
         it, tl = self.int, self.tl
         self.prefetch(ops, stages, nks)
         self.line(f"for ({it} ks = 0; ks < {nks}; ks++) {{")
@@ -169,8 +171,8 @@ class WgmmaEmitter(MmaEmitter):
             self.product(int(not a_kf), int(not b_kf), 3)
             self.line("}", 2)
         self.async_line("wgmma.commit_group.sync.aligned;", 2)
-        self.async_line("wgmma.wait_group.sync.aligned 1;", 2)  # the previous step's products done
-        self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)  # ... in every warp: its buffer is free
+        self.async_line("wgmma.wait_group.sync.aligned 0;", 2)  # this step's products done
+        self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)  # ... in every warp: a buffer is free
         self.refill(ops, stages, nks, 2)
         self.line("}")
         self.async_line("wgmma.wait_group.sync.aligned 0;", 1)
