@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import concurrent.futures as cf
+import contextlib
 import mmap
 import re
 import time
@@ -174,9 +175,11 @@ class Bound:
         refs = self._refs
         if len(refs) != len(params):
             return False
-        for r, p in zip(refs, params):
-            if r() is not p:
+        i = 0
+        for r in refs:  # (indexing: no zip object and tuples per call)
+            if r() is not params[i]:
                 return False
+            i += 1
         return True
 
     def launch(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
@@ -194,6 +197,14 @@ class Executor(abc.ABC):
     # allocate() gives HostBuffers that kernels read where they are: the runner may then hand a
     # numpy input to them in place (HostBuffer.over) instead of copying it
     host_memory: bool = False
+    # the events of every operation report their ``duration``; an executor whose device times
+    # only what runs inside ``profiled()`` (OpenCL: profiling may cost each enqueue) says False
+    timed_by_default: bool = True
+
+    def profiled(self) -> contextlib.AbstractContextManager:
+        """A context inside which the operations enqueued have events that report their
+        ``duration`` (the runner's ``profile()`` and ``TILE_DEBUG`` enter it)."""
+        return contextlib.nullcontext()
 
     @abc.abstractmethod
     def allocate(self, size: int) -> Buffer: ...

@@ -3,11 +3,12 @@ many times (``backends.driver`` builds it)."""
 
 from __future__ import annotations
 
+import operator
 import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -135,11 +136,13 @@ class CompiledProgram:
         # temporaries, in ``buffers``'s order) and each kernel's parameters
         self._rest = [n for n in self.buffers if n not in named_in]
         self._params = [info.buffers for info in self.infos]
+        self._getters = [_getter(names) for names in self._params]  # bufs -> a kernel's params
         self._owned: dict[str, Buffer | None] = {}
         self._views: dict[str, HostBuffer] = {}  # small numpy inputs read in place, by name (_over)
         self._checked = False  # check_memory ran
         self._last: list[Event] = []
         self._launched: list[Event] = []  # the last run's kernel events, for profile()
+        self._timed = False  # ``_launched`` report durations (the call ran under ``profiled()``)
         self._launched_once = False  # a first call ran (TILE_DEBUG labels the first)
         # each kernel bound to the buffers of the last run that used it: rebound only when a call
         # passes other buffers (another tensor, a numpy input read in place, a handed-out output);
@@ -188,9 +191,12 @@ class CompiledProgram:
         by a later call once the caller holds no array over it (its reference count says so), so
         a loop that drops each result, or keeps only the last, neither allocates nor touches
         fresh pages."""
-        debug = debug_on()
+        debug = (_ENVIRON is None or _DEBUG_KEY in _ENVIRON) and debug_on()  # (debug_on, inline)
         with self._lock:
-            return self._run(inputs, out or {}, resident, debug)
+            if not debug:
+                return self._run(inputs, out or {}, resident, False)
+            with self.device.executor.profiled():  # TILE_DEBUG prints each kernel's time
+                return self._run(inputs, out or {}, resident, True)
 
     def _run(self, inputs: Mapping, out: Mapping, resident: bool, debug: bool) -> dict:
         check_tensors(self, inputs, out)
@@ -205,9 +211,10 @@ class CompiledProgram:
         # (every output comes back as numpy): the caller cannot change them meanwhile.
         in_place = self._host_memory and not out and not resident
         written, write_s = 0, 0.0
-        for name, t in out.items():
-            bufs[name] = t._buffer
-            deps.extend(t._events)
+        if out:
+            for name, t in out.items():
+                bufs[name] = t._buffer
+                deps.extend(t._events)
         for name in self.inputs:
             value = inputs[name]
             if isinstance(value, Tensor) and value._buffer not in bufs.values():  # (by identity)
@@ -239,7 +246,7 @@ class CompiledProgram:
                 if name in self.zeroed:  # after an input copied from the same tensor
                     deps.append(bufs[name].zero(list(deps)))
                 continue
-            if resident and name in self.outputs:
+            if resident and name in self._out_types:
                 buf = bufs[name] = handed[name] = self._handed_out(name, True)
             elif in_place and name in self._direct:
                 buf = bufs[name] = self._handed_out(name, False)
@@ -261,7 +268,7 @@ class CompiledProgram:
                 continue
             if name in handed:
                 sizes, dtype = self._out_types[name]
-                result[name] = Tensor(self.device, handed[name], sizes, dtype, done)
+                result[name] = Tensor.made(self.device, handed[name], sizes, dtype, list(done))
                 continue
             shape = self.buffers[name]
             if in_place and name in self._direct:
@@ -284,8 +291,37 @@ class CompiledProgram:
     def profile(self) -> list[tuple[str, float]]:
         """(kernel symbol, seconds) of each kernel of the last run, as the device timed it (OpenCL
         profiling events; wall time per kernel on the LLVM CPU): kernel time without the launch
-        and host overhead a call adds. Waits for the run."""
-        return [(self.symbol(k), e.duration) for k, e in enumerate(self._launched)]
+        and host overhead a call adds. Waits for the run.
+
+        A device that times only profiled work (``Executor.timed_by_default`` False: OpenCL, whose
+        calls go to a plain queue) did not time the last run unless ``TILE_DEBUG`` was on: its
+        kernels are then run again, profiled, in the same order on buffers of their own (zeroed;
+        freed after), so nothing the caller holds changes: twice, and the second run's times are
+        reported (and again until the next call), as the first pays for fresh memory."""
+        with self._lock:
+            ex = self.device.executor
+            if self._launched and not self._timed and not ex.timed_by_default:
+                self._launched = self._replay()
+                self._timed = True
+            launched = self._launched
+        return [(self.symbol(k), e.duration) for k, e in enumerate(launched)]
+
+    def _replay(self) -> list[Event]:
+        """The last call's kernels run again under ``Executor.profiled()`` on fresh zeroed buffers
+        of the program's shapes (the caller's tensors and the program's own buffers untouched),
+        once to warm up and once timed: the timed run's events."""
+        ex = self.device.executor
+        wait_all(self._last)
+        scratch = {name: ex.allocate(_nbytes(shape)) for name, shape in self.buffers.items()}
+        with ex.profiled():
+            events = [buf.zero() for buf in scratch.values()]
+            for _ in range(2):  # the first run warms up (fresh memory, arguments set): not reported
+                launched = []
+                for kernel, names in zip(self.kernels, self._params):
+                    events = [kernel.run([scratch[b] for b in names], events)]
+                    launched.append(events[0])
+            wait_all(events)
+        return launched
 
     def symbol(self, k: int) -> str:
         """Kernel ``k``'s name in the generated code: ``kernel_symbol``'s, or the one the backend
@@ -302,6 +338,10 @@ class CompiledProgram:
         else a new one, which replaces the older of the two. A loop over resident calls that drops
         each result, or keeps only the last, neither allocates nor touches fresh pages either."""
         kept = self._handed.setdefault((name, resident), [])
+        if kept and resident:  # the last call's free again (a loop dropping each result): it stays
+            last = kept[-1]  # the newest, as below
+            if sys.getrefcount(last) == 3:
+                return last
         for buf in reversed(kept):  # the last call's first: the kernels are bound to it
             # getrefcount counts its argument, and: the list and ``buf`` (a tensor's buffer);
             # ``buf.data`` alone (an array's memory)
@@ -340,33 +380,41 @@ class CompiledProgram:
     def _kernels(self, bufs: Mapping[str, Buffer], deps: list[Event], debug: bool) -> list[Event]:
         """Launch every kernel in order, each bound to its buffers (``Kernel.bind``) again only
         when they are neither the ones it was bound to last nor the ones before (``_spare``);
-        ``TILE_DEBUG=1`` waits for each and prints its time."""
-        events = deps
-        total = 0.0
+        ``TILE_DEBUG=1`` waits for each and prints its time (``_report``)."""
         first = not self._launched_once  # TILE_DEBUG says so: its times include one-time start-up
         self._launched_once = True
         launched = self._launched = []
+        self._timed = debug
         bound, spare = self._bound, self._spare
-        for k, names in enumerate(self._params):
-            params = [bufs[b] for b in names]
+        event = None
+        k = 0
+        for get in self._getters:
+            params = get(bufs)
             b = bound[k]
             if b is None or not b.matches(params):
                 other, spare[k] = spare[k], b
                 if other is None or not other.matches(params):
                     other = self.kernels[k].bind(params)
                 b = bound[k] = other
-            event = b.launch(params, events)
-            events = [event]
+            event = b.launch(params, deps if event is None else (event,))
             launched.append(event)
             if debug:
-                secs = event.duration
-                total += secs
-                print(debug_line(k, self.infos[k], secs, self.symbol(k), first), file=sys.stderr)
+                self._report(k, event, first)
+            k += 1
         if debug:
-            call = " (first call: one-time start-up included, not a steady-state time)" if first else ""
-            n = len(self.infos)
-            print(f"tile: {n} kernel{'s' if n != 1 else ''}, {total * 1e3:.3f} ms{call}", file=sys.stderr)
-        return events
+            self._report(None, None, first)
+        return deps if event is None else [event]
+
+    def _report(self, k: int | None, event: Event | None, first: bool) -> None:
+        """``TILE_DEBUG``'s line for kernel ``k`` (waits for ``event``), or (``k`` None) the
+        call's total."""
+        if k is not None:
+            print(debug_line(k, self.infos[k], event.duration, self.symbol(k), first), file=sys.stderr)  # type: ignore[union-attr]
+            return
+        total = sum(e.duration for e in self._launched)
+        call = " (first call: one-time start-up included, not a steady-state time)" if first else ""
+        n = len(self.infos)
+        print(f"tile: {n} kernel{'s' if n != 1 else ''}, {total * 1e3:.3f} ms{call}", file=sys.stderr)
 
 
 _ENVIRON = getattr(os.environ, "_data", None)  # the dict behind os.environ (CPython), keyed by
@@ -380,6 +428,17 @@ def debug_on() -> bool:
     if _ENVIRON is not None and _DEBUG_KEY not in _ENVIRON:
         return False
     return os.environ.get("TILE_DEBUG", "0") >= "1"
+
+
+def _getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Buffer]], tuple[Buffer, ...]]:
+    """What picks a kernel's parameters (``names``) out of a call's buffers, as a tuple: an
+    ``itemgetter`` (a third of a list comprehension's time)."""
+    if len(names) >= 2:
+        return operator.itemgetter(*names)
+    if names:
+        name = names[0]
+        return lambda bufs: (bufs[name],)
+    return lambda bufs: ()
 
 
 def _written(program: Block) -> frozenset[str]:

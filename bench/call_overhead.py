@@ -7,17 +7,21 @@ time per call and the calling thread's CPU time per call (``time.thread_time``: 
 the driver's included, without the time spent blocked), the median and the minimum over
 ``--rounds`` rounds of ``--calls`` calls, and the kernels' own time (``profile()``). On OpenCL
 devices also the driver's floor: the same kernels enqueued straight through pyopencl, back to
-back, and waited for, which no caller of the API can beat. bench/RESULTS.md ("per-call overhead
-of resident OpenCL calls") has figures and what a profile of the call showed.
+back, and waited for, which no caller of the API can beat, on the plain queue calls use and on
+the profiling queue ``profile()`` uses; and "python only": the call with pyopencl's kernel enqueue
+stubbed out (an event that is done at once), Tile's own host work, the minimum of the rounds.
+bench/RESULTS.md ("per-call overhead of resident OpenCL calls", "per-call overhead, second round")
+has figures and what a profile of the call showed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -50,15 +54,46 @@ def driver_floor(exe) -> Callable[[], None] | None:
         return None
     import pyopencl as cl
 
-    launches = [(k._queue, k._kernel, *k._sizes) for k in compiled.kernels]
+    launches = [(k._kernel, *k._sizes) for k in compiled.kernels]
+    device = compiled.kernels[0].device
 
     def floor() -> None:
         event = None
-        for queue, kernel, size, local in launches:
+        queue = device.queue  # the plain one, or the profiling one inside ``device.profiling()``
+        for kernel, size, local in launches:
             event = cl.enqueue_nd_range_kernel(queue, kernel, size, local)
         event.wait()
 
     return floor
+
+
+def profiling(exe) -> contextlib.AbstractContextManager:
+    """The OpenCL device's profiling queue in use while entered (a plain context where there
+    is only one queue, as before profiling was opt-in)."""
+    device = exe._last.kernels[0].device
+    return device.profiling() if hasattr(device, "profiling") else contextlib.nullcontext()
+
+
+class _Done:
+    """A stand-in OpenCL event: done at once."""
+
+    def wait(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def stubbed() -> Iterator[None]:
+    """pyopencl's kernel enqueue replaced by one that enqueues nothing (what is left of a call
+    is Tile's own Python)."""
+    from backends.opencl import executor
+
+    real = executor._enqueue_nd_range
+    done = _Done()
+    executor._enqueue_nd_range = lambda *args: done
+    try:
+        yield
+    finally:
+        executor._enqueue_nd_range = real
 
 
 IDLE_US = 5.0
@@ -92,12 +127,15 @@ def measure(device: str, calls: int, rounds: int) -> list[str]:
     floor = driver_floor(exe)
     if floor is not None:
         variants += [("driver floor", floor, 0.0), ("driver, idle", after_idle(floor), IDLE_US)]
+        variants += [("driver, prof.", floor, 0.0), ("python only", call, 0.0)]
     for what, fn, less in variants:
-        wall, cpu = per_call(fn, calls, rounds)
+        within = {"driver, prof.": profiling, "python only": lambda exe: stubbed()}.get(what)
+        with within(exe) if within else contextlib.nullcontext():
+            wall, cpu = per_call(fn, calls, rounds)
         wall, cpu = [w - less for w in wall], [c - less for c in cpu]
         rows.append(
-            f"{device:14s} {what:13s} wall {statistics.median(wall):6.1f} us (min {min(wall):6.1f}), "
-            f"host CPU {statistics.median(cpu):6.1f} us (min {min(cpu):6.1f})"
+            f"{device:14s} {what:13s} wall {statistics.median(wall):6.2f} us (min {min(wall):6.2f}), "
+            f"host CPU {statistics.median(cpu):6.2f} us (min {min(cpu):6.2f})"
         )
     exe(X=x, resident=True)["S"].wait()
     kernels = sum(s for _, s in exe.profile()) * 1e6

@@ -72,7 +72,11 @@ class Executable:
         self._compiled: dict[tuple, object] = {}
         self._last = None  # the CompiledProgram of the last call, for profile()
         self._size_inputs: dict | None = None  # tile.size_inputs.size_uses, found at the first call
-        self._quick: dict[tuple, object] = {}  # _quick_key -> a program of _compiled
+        # the inputs' names, shapes and dtypes as given -> a program of _compiled: picks the same
+        # program as last time they were seen without typing the inputs again; not used where
+        # values matter too (a program with 0-D inputs used as sizes) or before the first call
+        # found that out (``_size_inputs``)
+        self._quick: dict[tuple, object] = {}
 
     def __call__(
         self,
@@ -90,9 +94,18 @@ class Executable:
         other outputs as new tensors on the device instead of numpy arrays. An input named ``out``
         or ``resident`` goes in the ``inputs`` mapping."""
         given = {**inputs, **arrays} if inputs else arrays  # (either way a dict of this call's own)
+        key = []  # the quick key's items (``_quick``), made in the same walk
         for k, v in given.items():
-            if type(v) is not np.ndarray and not isinstance(v, Tensor):
-                given[k] = np.asarray(v)  # (a value replaced, no key added: the walk goes on)
+            t = type(v)
+            if t is Tensor:
+                key.append((k, v._shape, v._dtype))
+                continue
+            if t is not np.ndarray:
+                if isinstance(v, Tensor):
+                    key.append((k, v._shape, v._dtype))
+                    continue
+                v = given[k] = np.asarray(v)  # (a value replaced, no key added: the walk goes on)
+            key.append((k, v.shape, v.dtype))
         if resident is None:
             resident = bool(self.settings.get("resident_outputs", False))
         if self.device == "interp":
@@ -100,7 +113,7 @@ class Executable:
 
             refuse_tensors(given, out, resident)
             return ref_interp.run(self.program, given, self.settings.get("precision", "native"))
-        quick = self._quick_key(given)
+        quick = None if self._size_inputs is None or self._size_inputs else tuple(key)
         compiled = self._quick.get(quick) if quick is not None else None
         if compiled is None:
             compiled = self._compiled_for(given)
@@ -119,16 +132,6 @@ class Executable:
         return self._compiled_for(
             {k: v if isinstance(v, Tensor) else np.asarray(v) for k, v in given.items()}
         )
-
-    def _quick_key(self, given: Mapping) -> tuple | None:
-        """The inputs' names, shapes and dtypes as given, which pick the same compiled program as
-        last time they were seen without typing the inputs again; None where values matter too
-        (a program with 0-D inputs used as sizes) or before the first call found that out."""
-        if self._size_inputs is None or self._size_inputs:
-            return None
-        return tuple([
-            (k, v._shape, v._dtype) if type(v) is Tensor else (k, v.shape, v.dtype) for k, v in given.items()
-        ])
 
     def _compiled_for(self, given: Mapping):
         """The program compiled for these inputs' shapes and dtypes (and size values): typed,

@@ -34,6 +34,14 @@ class Tensor:
         self._dtype = dtype
         self._events = list(events)
 
+    @classmethod
+    def made(cls, device, buffer, shape: tuple[int, ...], dtype: DType, events: list) -> Tensor:
+        """A tensor as ``Tensor(...)`` makes it, from a shape that is a tuple of ints already and a
+        list of events of its own (the runner's results: no conversions)."""
+        t = cls.__new__(cls)
+        t._device, t._buffer, t._shape, t._dtype, t._events = device, buffer, shape, dtype, events
+        return t
+
     @property
     def device(self) -> str:
         """The id of the device holding the data, e.g. ``"opencl_gpu.0"``."""

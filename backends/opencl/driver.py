@@ -2,8 +2,14 @@
 
 A ``Driver`` holds what the device's query says (name, float64 and float16 support, correctly
 rounded division, work-group size, the identity a program binary is cached under) and makes the
-context and the in-order, profiling command queue on first use (so listing devices stays cheap),
-and keeps the pool that builds programs off the critical path. The compiler, the executor and the
+context and the in-order command queue on first use (so listing devices stays cheap), and keeps
+the pool that builds programs off the critical path.
+
+Commands go to a plain queue; a second, profiling queue (events with the device's start and end
+times) takes them instead only while ``profiling()`` is entered, as a profile is taken, since
+profiling can cost each enqueue on some drivers. ``queue`` is the one commands go to now; each
+switch finishes the other queue first, so the device still runs commands in the order they were
+enqueued (``executor.wait_list`` leaves a queue's own events to it). The compiler, the executor and the
 HAL device (``device.OpenCLDevice``, which is one) all work through it. ``quiet_build`` builds a
 program the way every caller here wants it built.
 """
@@ -11,8 +17,10 @@ program the way every caller here wants it built.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import threading
 import warnings
+from collections.abc import Iterator
 
 import pyopencl as cl
 
@@ -59,7 +67,10 @@ class Driver:
         self.max_work_group = int(d.max_work_group_size)
         self._lock = threading.Lock()
         self._context: cl.Context | None = None
-        self._queue: cl.CommandQueue | None = None
+        self._queue: cl.CommandQueue | None = None  # the one commands go to now (``queue``)
+        self._plain: cl.CommandQueue | None = None
+        self._profiling: cl.CommandQueue | None = None
+        self._depth = 0  # ``profiling()`` entered and not left
         self.build_pool = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"tile-{device_id}-build")
 
     @property
@@ -71,12 +82,46 @@ class Driver:
 
     @property
     def queue(self) -> cl.CommandQueue:
+        """The in-order queue commands go to now: the plain one, or the profiling one inside
+        ``profiling()``."""
+        q = self._queue
+        if q is not None:
+            return q
         ctx = self.context
         with self._lock:
-            if self._queue is None:
-                props = cl.command_queue_properties.PROFILING_ENABLE
-                self._queue = cl.CommandQueue(ctx, self.cl_device, properties=props)
-            return self._queue
+            if self._plain is None:
+                self._plain = self._queue = cl.CommandQueue(ctx, self.cl_device)
+            return self._queue  # type: ignore[return-value]
+
+    @property
+    def plain(self) -> cl.CommandQueue:
+        """The plain queue (``queue`` outside ``profiling()``)."""
+        if self._plain is None:
+            self.queue  # noqa: B018 - makes it
+        return self._plain  # type: ignore[return-value]
+
+    @contextlib.contextmanager
+    def profiling(self) -> Iterator[cl.CommandQueue]:
+        """Commands enqueued inside go to the profiling queue (their events time them); the plain
+        queue is finished on the way in and the profiling one on the way out, so commands run in
+        the order they were enqueued across the switch. Nests."""
+        plain, ctx = self.plain, self.context
+        with self._lock:
+            if self._depth == 0:
+                if self._profiling is None:
+                    props = cl.command_queue_properties.PROFILING_ENABLE
+                    self._profiling = cl.CommandQueue(ctx, self.cl_device, properties=props)
+                plain.finish()
+                self._queue = self._profiling
+            self._depth += 1
+        try:
+            yield self._profiling  # type: ignore[misc]
+        finally:
+            with self._lock:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._profiling.finish()  # type: ignore[union-attr]
+                    self._queue = self._plain
 
     def probe(self) -> str | None:
         """Why the device cannot compile a trivial kernel (None: it can)."""

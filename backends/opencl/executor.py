@@ -1,9 +1,12 @@
-"""The OpenCL executor: device buffers, copies and kernel launches on one in-order profiling queue.
+"""The OpenCL executor: device buffers, copies and kernel launches on the device's in-order queue.
 
 Every operation is enqueued at once and returns a ``CLEvent`` (a ``backends.hal.Event`` over the
-OpenCL event, whose ``duration`` is the device's own start-to-end profile). Dependencies that are
-OpenCL events of the same device are met by the device's one in-order queue (every command starts
-after the ones enqueued before it have finished), so they need no wait list; any other event is
+OpenCL event). Its ``duration`` is the device's own start-to-end profile, which only commands
+enqueued inside ``OpenCLExecutor.profiled()`` have: they go to a profiling queue
+(``driver.Driver.profiling``), the others to a plain one, as profiling can cost each enqueue.
+Dependencies that are OpenCL events of the same device are met by the device's in-order queue
+(every command starts after the ones enqueued before it have finished; a switch between the plain
+and the profiling queue finishes the one left), so they need no wait list; any other event is
 waited for on the host first. A ``CLBuffer`` maps by copying: ``map_current`` reads the contents into a host
 array, ``map_discard`` hands out a fresh one, and ``unmap`` writes a mapped array back (an array
 of zeros becomes a fill on the device).
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
 import numpy as np
 import pyopencl as cl
@@ -31,11 +35,12 @@ _enqueue_nd_range = cl._cl.enqueue_nd_range_kernel  # (queue, kernel, global, lo
 class CLEvent(Event):
     """An OpenCL event; ``duration`` comes from OpenCL profiling (seconds)."""
 
-    def __init__(self, event: cl.Event, device: Driver):
+    def __init__(self, event: cl.Event, device: Driver, queue: cl.CommandQueue):
         self._future = None  # (Event's fields, set here: one of these is made per launch)
         self._duration = 0.0
         self.cl_event = event
         self.device = device
+        self.queue = queue  # the queue it was enqueued on (the plain or the profiling one)
 
     def wait(self) -> CLEvent:
         self.cl_event.wait()
@@ -47,7 +52,14 @@ class CLEvent(Event):
 
     @property
     def duration(self) -> float:
+        """Seconds on the device; a command enqueued outside ``OpenCLExecutor.profiled()`` has no
+        profile, and asking for it is an error (not a silent zero)."""
         self.wait()
+        if not profiled(self.cl_event.command_queue):
+            raise ValueError(
+                "this OpenCL command was not profiled: enqueue it inside executor.profiled() "
+                "to read its duration"
+            )
         try:
             p = self.cl_event.profile
             return max(0, p.end - p.start) * 1e-9
@@ -55,12 +67,18 @@ class CLEvent(Event):
             return 0.0
 
 
-def wait_list(device: Driver, deps: Sequence[Event]) -> list[cl.Event]:
-    """What a command enqueued on ``device``'s queue must list to wait for ``deps``: nothing, as
-    the queue is in order and the device's events are all its own (``in_order``); the other
-    events are waited for here."""
+def profiled(queue: cl.CommandQueue) -> bool:
+    """Whether ``queue``'s events carry the device's start and end times."""
+    return bool(queue.properties & cl.command_queue_properties.PROFILING_ENABLE)
+
+
+def wait_list(queue: cl.CommandQueue, deps: Sequence[Event]) -> list[cl.Event]:
+    """What a command enqueued on ``queue`` must list to wait for ``deps``: nothing, as the queue
+    is in order and runs those of its own events (``in_order``); the other events (another
+    device's, or the device's other queue's: a thread may switch queues meanwhile, see
+    ``Driver.profiling``) are waited for here."""
     for e in deps:
-        if not (isinstance(e, CLEvent) and e.device is device):
+        if not (isinstance(e, CLEvent) and e.queue is queue):
             e.wait()
     return []
 
@@ -78,9 +96,10 @@ class CLBuffer(Buffer):
 
     def map_current(self, deps: Sequence[Event] = ()) -> np.ndarray:
         host = np.empty(self.size, dtype=np.uint8)
-        waits = wait_list(self.device, deps)
+        queue = self.device.queue
+        waits = wait_list(queue, deps)
         if self.size:
-            cl.enqueue_copy(self.device.queue, host, self.buf, wait_for=waits, is_blocking=True)
+            cl.enqueue_copy(queue, host, self.buf, wait_for=waits, is_blocking=True)
         return host
 
     def map_discard(self, deps: Sequence[Event] = ()) -> np.ndarray:
@@ -92,20 +111,21 @@ class CLBuffer(Buffer):
         """A blocking copy from ``data`` (so the caller may change it at once), after ``deps``."""
         data = np.ascontiguousarray(data, dtype=np.uint8).reshape(-1)
         assert data.size == self.size, (data.size, self.size)
-        waits = wait_list(self.device, deps)
+        queue = self.device.queue
+        waits = wait_list(queue, deps)
         if not self.size:
             return Event.done()
-        ev = cl.enqueue_copy(self.device.queue, self.buf, data, wait_for=waits or None, is_blocking=True)
-        return CLEvent(ev, self.device)
+        ev = cl.enqueue_copy(queue, self.buf, data, wait_for=waits or None, is_blocking=True)
+        return CLEvent(ev, self.device, queue)
 
     def zero(self, deps: Sequence[Event] = ()) -> Event:
         """A fill on the device: nothing crosses the bus."""
-        waits = wait_list(self.device, deps)
+        queue = self.device.queue
+        waits = wait_list(queue, deps)
         if not self.size:
             return Event.done()
-        queue = self.device.queue
         ev = cl.enqueue_fill_buffer(queue, self.buf, np.uint8(0), 0, self.size, wait_for=waits or None)
-        return CLEvent(ev, self.device)
+        return CLEvent(ev, self.device, queue)
 
     def read(self, deps: Sequence[Event] = ()) -> np.ndarray:
         return self.map_current(deps)  # already a fresh host array
@@ -115,11 +135,12 @@ class CLBuffer(Buffer):
         if not data.size:
             return Event.done()
         assert data.size == self.size, (data.size, self.size)
+        queue = self.device.queue
         if not data.any():  # zeros (a fresh output or temporary): filled on the device, not copied
-            ev = cl.enqueue_fill_buffer(self.device.queue, self.buf, np.uint8(0), 0, self.size)
+            ev = cl.enqueue_fill_buffer(queue, self.buf, np.uint8(0), 0, self.size)
         else:
-            ev = cl.enqueue_copy(self.device.queue, self.buf, data, is_blocking=False)
-        return CLEvent(ev, self.device)
+            ev = cl.enqueue_copy(queue, self.buf, data, is_blocking=False)
+        return CLEvent(ev, self.device, queue)
 
 
 class OpenCLKernel(Kernel):
@@ -151,7 +172,7 @@ class OpenCLKernel(Kernel):
                 if need and need[0]:  # a tiled kernel's reqd_work_group_size
                     self.local = int(need[0])
                 self._sizes = ((-(-self.work_items // self.local) * self.local,), (self.local,))
-                self._queue = self.device.queue
+                self._queue = self.device.plain  # (``launch`` takes the profiling one when in use)
                 assert in_order(self._queue), "wait_list leaves the device's own events to the queue"
                 # no wait list: ``wait_list`` leaves none (pyopencl parses positional arguments faster)
                 self._enqueue = (self._queue, k, *self._sizes, None, None)
@@ -189,21 +210,34 @@ class CLBound(Bound):
         set them last."""
         kernel: OpenCLKernel = self.kernel  # type: ignore[assignment]
         k = kernel._kernel if kernel._kernel is not None else kernel.kernel()
-        if deps:
-            wait_list(kernel.device, deps)  # (returns no list: see ``OpenCLKernel._enqueue``)
+        device = kernel.device
+        queue = device._queue  # the plain queue, or the profiling one (``Driver.profiling``)
+        for e in deps:  # (``wait_list`` inline: it leaves no list, see ``OpenCLKernel._enqueue``)
+            if type(e) is not CLEvent or e.queue is not queue:  # type: ignore[attr-defined]
+                e.wait()
         if kernel.work_items == 0:
-            return CLEvent(cl.enqueue_marker(kernel._queue), kernel.device)
+            return CLEvent(cl.enqueue_marker(queue), device, queue)
         with kernel._lock:
             if kernel._args is not self:
                 k.set_args(*(p.buf for p in params))  # type: ignore[attr-defined]
                 kernel._args = self  # (held: no other binding is made at this address meanwhile)
-            ev = _enqueue_nd_range(*kernel._enqueue)
-        return CLEvent(ev, kernel.device)
+            if queue is kernel._queue:
+                ev = _enqueue_nd_range(*kernel._enqueue)
+            else:
+                ev = _enqueue_nd_range(queue, k, *kernel._sizes, None, None)
+        return CLEvent(ev, device, queue)
 
 
 class OpenCLExecutor(Executor):
+    timed_by_default = False  # durations only inside ``profiled()``
+
     def __init__(self, device: Driver):
         self.device = device
+
+    def profiled(self) -> AbstractContextManager:
+        """Commands enqueued inside go to the device's profiling queue: their events have a
+        ``duration`` (``driver.Driver.profiling``: the queues are finished at each switch)."""
+        return self.device.profiling()
 
     def allocate(self, size: int) -> CLBuffer:
         return CLBuffer(self.device, size)
@@ -227,9 +261,9 @@ class OpenCLExecutor(Executor):
         ):
             raise ValueError(f"copy of {length} bytes at {src_offset} -> {dst_offset} is out of bounds")
         queue = self.device.queue
-        waits = wait_list(self.device, deps)
+        waits = wait_list(queue, deps)
         if length == 0:
-            return CLEvent(cl.enqueue_marker(queue, wait_for=waits or None), self.device)
+            return CLEvent(cl.enqueue_marker(queue, wait_for=waits or None), self.device, queue)
         ev = cl.enqueue_copy(
             queue,
             dst.buf,
@@ -239,7 +273,7 @@ class OpenCLExecutor(Executor):
             dst_offset=dst_offset,
             wait_for=waits or None,
         )
-        return CLEvent(ev, self.device)
+        return CLEvent(ev, self.device, queue)
 
     def prepare(self, library: Library, index: int) -> OpenCLKernel:
         return OpenCLKernel(self.device, library, index)
