@@ -9,12 +9,25 @@ of the runner's own; this module proves that, conservatively, per buffer:
 
 * the first kernel of ``#main`` that names the buffer must only write it (``out``, never ``in``);
 * and it writes every element before reading any: either a block of whole-view specials (fills,
-  copies, reshapes, gathers, scatters, ...) over the whole buffer, or a nest of blocks without
-  constraints whose composed access ``Σ coeff·index`` per dimension is a mixed-radix numbering of
-  ``[0, size)`` (every element exactly once) and whose store plainly assigns (no aggregation).
+  copies, reshapes, gathers, scatters, ...) over the whole buffer, or a nest of blocks (one
+  statement per level naming the buffer, ending in a plain ``assign`` store, every view keeping the
+  buffer's strides) that stores every element, as follows.
 
-Anything else (constraints, index affines, reinterpreted views, aggregating stores, a buffer no
-kernel names) is zeroed: a needless fill costs time, a missing one leaks a previous call's values.
+The nest is read as one index space: each index of each level (through its index affine, such as
+``m_o:1 = m``) is an affine of independent variables, one per index of range > 1, so the store runs
+at the points of their box that satisfy every level's constraints. Each dimension's composed access
+``Σ coeff·var`` must be a mixed-radix numbering of ``[0, R)`` (coefficients 1, r1, r1·r2, ...) by
+variables of its own, so box points and elements of ``R_0 x R_1 x ...`` correspond one to one;
+``R`` may exceed the size only where a constraint clips it: ``λ·(k - access_d) >= 0`` with λ > 0
+and ``⌊k⌋ = size_d - 1``, keeping exactly the in-bounds points of that dimension. Any other
+constraint must hold on the whole box. Then the points that store are one per element (for each
+value of any variable no access uses, which only repeats the stores). This is the form of a GPU
+GEMM's edge tiles (``tile_gemms`` after ``gemm_outputs``: the fused epilogue stores each ``C``
+element once, its tiles clipped where the sizes do not divide), whose output needs no fill.
+
+Anything else (a constraint that cuts off in-bounds elements or mixes dimensions, one that lets
+stores fall outside, reinterpreted views, aggregating stores, a buffer no kernel names) is zeroed:
+a needless fill costs time, a missing one leaks a previous call's values.
 A kernel without indexes whose first statement naming the buffer is such a block covers it too
 (``one_kernel``'s partial block nested in its combine). A buffer tagged ``counter`` (a last
 work-group's counter, which its kernel leaves at zero) is zeroed once, when allocated
@@ -23,10 +36,13 @@ work-group's counter, which its kernel leaves at zero) is zeroed once, when allo
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from fractions import Fraction
 
 from stripe.ir import Block, Load, RefDir, Refinement, Special, Store
 from stripe.passes.one_kernel import COUNTER
+from tile.affine import Affine
 
 # Specials that overwrite their whole output view (stripe/specials.py states each rule).
 _WHOLE = frozenset(
@@ -76,11 +92,8 @@ def _covers(kernel: Block, name: str, sizes: tuple[int, ...], strides: tuple[int
     ref = refs[0]
     if _special_fill(kernel, ref, sizes):
         return True
-    terms: list[list[tuple[Fraction, int]]] = [[] for _ in sizes]
-    consts = [Fraction(0)] * len(sizes)
-    if not _collect(kernel, ref, strides, terms, consts, set()):
-        return False
-    return all(c == 0 for c in consts) and all(_radix(t, n) for t, n in zip(terms, sizes))
+    nest = _Nest([Affine()] * len(sizes), [], {})
+    return _collect(kernel, ref, strides, nest, {}) and _numbers(nest, sizes)
 
 
 def _first_block_covers(
@@ -124,34 +137,48 @@ def _special_fill(kernel: Block, ref: Refinement, sizes: tuple[int, ...]) -> boo
     )
 
 
-def _collect(
-    block: Block,
-    ref: Refinement,
-    strides: tuple[int, ...],
-    terms: list[list[tuple[Fraction, int]]],
-    consts: list[Fraction],
-    seen: set[str],
-) -> bool:
-    """Add ``block``'s part of the composed access to ``terms`` (coefficient, range per index) and
-    ``consts``; False where the nest is not one this module can reason about."""
-    if block.constraints or any(i.affine is not None for i in block.idxs):
-        return False
+@dataclass
+class _Nest:
+    """A store nest composed into one index space: each index of each level is an affine of
+    fresh variables ``v`` (each over ``[0, ranges[v])``, independent: the nest runs every level's
+    whole range at every point of its parent), so the store runs at the points of that box which
+    satisfy ``constraints`` and writes the element ``access`` (one affine per dimension)."""
+
+    access: list[Affine]
+    constraints: list[Affine]
+    ranges: dict[str, int]
+
+
+def _collect(block: Block, ref: Refinement, strides: tuple[int, ...], nest: _Nest,
+             outer: dict[str, Affine]) -> bool:
+    """Add ``block``'s level to ``nest`` (``outer``: the parent's indexes as affines of the nest's
+    variables); False where the nest is not one this module can reason about."""
     if len(ref.access) != len(strides) or tuple(d.stride for d in ref.shape.dims) != strides:
         return False  # a view that reinterprets the buffer's layout
     if ref.agg_op not in ("", "assign"):
         return False
-    ranges = {i.name: i.range for i in block.idxs}
+    env: dict[str, Affine] = {}
+    for ix in block.idxs:
+        if ix.range < 1:
+            return False  # no points: nothing written
+        start = _composed(ix.affine, outer) if ix.affine is not None else Affine()
+        if start is None:
+            return False
+        if ix.range > 1:  # the index runs over [start, start + range)
+            var = f"{len(nest.ranges)}:{ix.name}"
+            nest.ranges[var] = ix.range
+            start = start + Affine.var(var)
+        env[ix.name] = start
     for d, poly in enumerate(ref.access):
-        consts[d] += poly.const
-        for var, coeff in poly.terms:
-            if var not in ranges:
-                return False
-            key = f"{id(block)}:{var}"
-            if key in seen:
-                return False  # one index in two dimensions: not a one-to-one numbering
-            seen.add(key)
-            if ranges[var] > 1:
-                terms[d].append((coeff, ranges[var]))
+        a = _composed(poly, env)
+        if a is None:
+            return False
+        nest.access[d] = nest.access[d] + a
+    for c in block.constraints:
+        a = _composed(c, env)
+        if a is None:
+            return False
+        nest.constraints.append(a)
     touching = [s for s in block.stmts if _touches(s, ref.into)]
     if len(touching) != 1:
         return False
@@ -162,16 +189,71 @@ def _collect(
         inner = _names(s, ref.into)
         if len(inner) != 1 or inner[0].dir is not RefDir.OUT:
             return False
-        return _collect(s, inner[0], strides, terms, consts, seen)
+        return _collect(s, inner[0], strides, nest, env)
     return False
 
 
-def _radix(terms: list[tuple[Fraction, int]], size: int) -> bool:
-    """``Σ coeff·i`` over ``i < range`` numbers ``[0, size)`` exactly once: the coefficients, in
-    ascending order, are 1, r1, r1·r2, ... and the ranges multiply to ``size``."""
+def _composed(poly: Affine, env: dict[str, Affine]) -> Affine | None:
+    """``poly`` over the nest's variables, or None where it names an index ``env`` lacks."""
+    return poly.substitute(env) if all(v in env for v in poly.vars) else None
+
+
+def _numbers(nest: _Nest, sizes: tuple[int, ...]) -> bool:
+    """The store writes every element of ``sizes`` exactly once, and nothing outside them.
+
+    Each dimension's access must be a mixed-radix numbering of ``[0, R)`` (``_radix``) by
+    variables no other dimension uses, so the box's points and the elements of the padded extent
+    ``R_0 x R_1 x ...`` correspond one to one. A constraint must then either hold on the whole box
+    (its least value there is at least 0) or be a clip ``λ·(k - access_d) >= 0`` (λ > 0) with
+    ``⌊k⌋ = size_d - 1``: it keeps exactly the points whose element is in bounds in ``d``. Every
+    ``d`` with ``R_d > size_d`` needs a clip. So the points that store are exactly one per element
+    of the buffer: each in-bounds element once, none out of bounds (a GPU GEMM nest's edge tiles).
+    """
+    extent: list[int] = []
+    owner: dict[str, int] = {}
+    for d, (a, size) in enumerate(zip(nest.access, sizes)):
+        if a.const != 0:
+            return False
+        for var in a.vars:
+            if owner.setdefault(var, d) != d:
+                return False  # one variable in two dimensions: not a one-to-one numbering
+        r = _radix([(c, nest.ranges[v]) for v, c in a.terms])
+        if r is None or r < size:
+            return False
+        extent.append(r)
+    clipped = set()
+    for c in nest.constraints:
+        low = c.const + sum((min(Fraction(0), k * (nest.ranges[v] - 1)) for v, k in c.terms), Fraction(0))
+        if low >= 0:
+            continue  # holds at every point
+        d = _clip(c, nest.access, sizes)
+        if d is None:
+            return False
+        clipped.add(d)
+    return all(r == size or d in clipped for d, (r, size) in enumerate(zip(extent, sizes)))
+
+
+def _clip(c: Affine, access: list[Affine], sizes: tuple[int, ...]) -> int | None:
+    """The dimension ``d`` whose out-of-bounds elements ``c >= 0`` cuts off and no more
+    (``c = λ·(k - access_d)``, λ > 0, ``⌊k⌋ = size_d - 1``), else None."""
+    for d, a in enumerate(access):
+        if not a.terms or set(a.vars) != set(c.vars):
+            continue
+        v, k = a.terms[0]
+        lam = -c.coeff(v) / k
+        if lam <= 0 or any(c.coeff(u) != -lam * a.coeff(u) for u in a.vars):
+            continue
+        if math.floor(c.const / lam) == sizes[d] - 1:
+            return d
+    return None
+
+
+def _radix(terms: list[tuple[Fraction, int]]) -> int | None:
+    """``R`` where ``Σ coeff·i`` over ``i < range`` numbers ``[0, R)`` exactly once (the
+    coefficients, in ascending order, are 1, r1, r1·r2, ...; ``R`` the ranges' product), else None."""
     expect = 1
     for coeff, rng in sorted(terms):
         if coeff != expect:
-            return False
+            return None
         expect *= rng
-    return expect == size
+    return expect
