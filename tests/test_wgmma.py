@@ -63,13 +63,14 @@ def test_the_kernel_issues_marked_wgmma_from_swizzled_tiles():
     for op in ("fence.proxy.async.shared::cta;", "wgmma.fence.sync.aligned;",
                "wgmma.commit_group.sync.aligned;", "wgmma.wait_group.sync.aligned 0;"):
         assert f'asm volatile("{SM90A}{op}"' in text
-    # each step's products are awaited before any buffer is refilled (left running, they went
-    # wrong where two work-groups shared an SM: backends.clike.wgmma's module docstring)
+    # each step's products are awaited before the next step's barrier, after which the buffer
+    # the previous step read is refilled (products left running across a refill went wrong where
+    # two work-groups shared an SM: backends.clike.wgmma's module docstring); one barrier a step
     assert "wait_group.sync.aligned 1" not in text
     loop = text[text.index("for (int ks = 0;"):]
-    waited = loop.index("wgmma.wait_group.sync.aligned 0")
-    refill = loop.index("cp.async.cg")
-    assert loop.index("wgmma.commit_group") < waited < loop.index("barrier(", waited) < refill
+    assert loop.count("barrier(") == 1
+    assert loop.index("barrier(") < loop.index("cp.async.cg") < loop.index("wgmma.fence") \
+        < loop.index("wgmma.commit_group") < loop.index("wgmma.wait_group.sync.aligned 0")
     assert "__attribute__((aligned(1024)))" in text and "reqd_work_group_size(256, 1, 1)" in text
     assert "mma.sync" not in text and "ldmatrix" not in text
     # every wgmma-only instruction is behind the mark (the OpenCL C compiler targets sm_90)

@@ -20,12 +20,16 @@ both operands read from ``__local`` memory by the unit itself.
   A descriptor (start address, the strides between 8-row groups and between panels, the swizzle)
   tells the unit where each K slice of 16 starts.
 * **The K loop.** ``stages`` K steps in ``__local`` memory (as many as fit, up to 4); a step waits
-  for its copies, fences them for the unit's (asynchronous) reads, issues its products and waits
-  for them before a buffer is refilled. Leaving a step's products running while the previous
-  step's buffer was refilled by ``cp.async`` (4% faster) gave wrong sums on an H100 wherever two
-  work-groups shared an SM: 8,000-16,000 wrong elements of an integer 1024x4096x1024 float16
-  product in each of three runs, none when drained (``.gpu/diag4.py``; a proxy fence after the
-  wait made it rarer, not gone). tests/test_tensor_cores_gpu.py checks such a product exactly.
+  for its copies and fences them for the unit's (asynchronous) reads; after the barrier (where
+  every warp has finished the previous step's products) it refills that step's buffer, issues
+  its own products and waits for them. One barrier a step.
+  Leaving a step's products running while the previous step's buffer was refilled by
+  ``cp.async`` gave wrong sums on an H100 wherever two work-groups shared an SM: 8,000-16,000
+  wrong elements of an integer 1024x4096x1024 float16 product in each of three runs, none when
+  drained (``.gpu/diag4.py``; a proxy fence after the wait made it rarer, not gone).
+  tests/test_tensor_cores_gpu.py checks such a product exactly. Refilling before the products
+  rather than after them and a second barrier: 448-451 / 499-500 TFLOP/s at 4096 / 8192 against
+  418-419 / 462-463 (``.gpu/diag6.py``, kernel time, H100), exact in every run.
 
 The instructions exist only for ``sm_90a``, which OpenCL C cannot target: they are written as PTX
 comments starting with ``SM90A``, and the OpenCL compiler uncomments them in the program's PTX and
@@ -156,6 +160,7 @@ class WgmmaEmitter(MmaEmitter):
         self.line(f'asm volatile("cp.async.wait_group {stages - 2};" ::: "memory");', 2)
         self.async_line("fence.proxy.async.shared::cta;", 2)  # the copies, visible to the unit
         self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)
+        self.refill(ops, stages, nks, 2)  # every warp has finished the previous step's products
         self.async_line("wgmma.fence.sync.aligned;", 2)
         (a_desc, a_step), (b_desc, b_step) = self.layout(a_kf), self.layout(b_kf)
         a_at = f"As_at + buf * {tl.tm * tl.kt * self.size} + (wy >> 2) * {64 * tl.kt * self.size}"
@@ -168,8 +173,6 @@ class WgmmaEmitter(MmaEmitter):
             self.line("}", 2)
         self.async_line("wgmma.commit_group.sync.aligned;", 2)
         self.async_line("wgmma.wait_group.sync.aligned 0;", 2)  # this step's products done
-        self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)  # ... in every warp: a buffer is free
-        self.refill(ops, stages, nks, 2)
         self.line("}")
         self.async_line("wgmma.wait_group.sync.aligned 0;", 1)
 
