@@ -26,10 +26,10 @@ both operands read from ``__local`` memory by the unit itself.
   Leaving a step's products running while the previous step's buffer was refilled by
   ``cp.async`` gave wrong sums on an H100 wherever two work-groups shared an SM: 8,000-16,000
   wrong elements of an integer 1024x4096x1024 float16 product in each of three runs, none when
-  drained (``.gpu/diag4.py``; a proxy fence after the wait made it rarer, not gone).
-  tests/test_tensor_cores_gpu.py checks such a product exactly. Refilling before the products
+  drained (a proxy fence after the wait made it rarer, not gone). ``bench/wgmma_loop.py`` and
+  tests/test_tensor_cores_gpu.py check such a product exactly. Refilling before the products
   rather than after them and a second barrier: 448-451 / 499-500 TFLOP/s at 4096 / 8192 against
-  418-419 / 462-463 (``.gpu/diag6.py``, kernel time, H100), exact in every run.
+  418-419 / 462-463 (kernel time, H100), exact in every run.
 
 The instructions exist only for ``sm_90a``, which OpenCL C cannot target: they are written as PTX
 comments starting with ``SM90A``, and the OpenCL compiler uncomments them in the program's PTX and
