@@ -39,14 +39,25 @@ def flag(em, p: str, at: str, w: int, depth: int) -> None:
     em.line(f"Am[({at}) / {w}] = {p}_in;", depth)
 
 
-def note_nonfinite(em, value: str, w: int, depth: int, mark: str = "nonfinite[buf] = ks") -> None:
-    """``mark`` (by default ``nonfinite[buf] = ks``) when one of the ``w`` B values in ``value`` is
-    infinite or NaN."""
+def note_nonfinite(em, value: str, w: int, depth: int) -> None:
+    """``nonfinite[buf] = ks`` when one of the ``w`` B values in ``value`` is infinite or NaN."""
     mask = _EXPONENT[em.g.dtype.value]
     em.line(f"{{ const {em.U}{w if w > 1 else ''} nv = {value};", depth)
     parts = [f"nv.s{c:x}" for c in range(w)] if w > 1 else ["nv"]
     bad = " || ".join(f"((nv{p[2:]} & {mask:#x}) == {mask:#x})" for p in parts)
-    em.line(f"if ({bad}) {mark}; }}", depth + 1)
+    em.line(f"if ({bad}) nonfinite[buf] = ks; }}", depth + 1)
+
+
+def note_nonfinite_sums(em, sums: list[str], depth: int) -> None:
+    """``tainted`` when one of the float32 ``sums`` is infinite or NaN: a skipped point's ``0 x b``
+    with ``b`` infinite or NaN makes a sum NaN, which no later addition undoes (the warp-group
+    kernel, ``backends.clike.wgmma``, then sums the tile again; a sum infinite or NaN on its own
+    comes out the same)."""
+    mask = _EXPONENT["float32"]
+    em.line("{ uint bad = 0;", depth)
+    for v in sums:
+        em.line(f"bad |= (as_uint({v}) & {mask:#x}) == {mask:#x};", depth + 1)
+    em.line("if (bad) tainted = 1; }", depth + 1)
 
 
 def _value(em, arr: str, index: str) -> str:

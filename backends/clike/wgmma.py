@@ -146,7 +146,8 @@ class WgmmaEmitter(MmaEmitter):
         ops = ((g.a, a_items, "As", sa, aw, a_kf, 0), (g.b, b_items, "Bs", sb, bw, b_kf, 0))
         self.k_loop(ops, stages, nks, a_kf, b_kf)
         if self.skips:
-            self.note_nonfinite_sums(fn)
+            sums = [f"c0_{j}_{e}" for j in range(fn) for e in range(len(self.op.c.elements))]
+            mma_skips.note_nonfinite_sums(self, sums, 1)
             self.tainted_tile(ops, nks, sa, sb, fn, aw)
         self.store_mma(1, fn)
         return self.t.group_kernel(symbol, params, tl.threads, self.lines), groups * tl.threads, tl.threads
@@ -174,18 +175,6 @@ class WgmmaEmitter(MmaEmitter):
         self.async_line("wgmma.commit_group.sync.aligned;", 2)
         self.async_line("wgmma.wait_group.sync.aligned 0;", 2)  # this step's products done
         self.line("}")
-        self.async_line("wgmma.wait_group.sync.aligned 0;", 1)
-
-    def note_nonfinite_sums(self, fn: int) -> None:
-        """``tainted`` when one of this work-item's sums is infinite or NaN: a skipped point's
-        ``0 x b`` with ``b`` infinite or NaN made it NaN, which no later addition undoes (the
-        tile is then summed again; a sum infinite or NaN on its own comes out the same)."""
-        mask = 0x7F800000
-        self.line("{ uint bad = 0;")
-        for j in range(fn):
-            for e in range(len(self.op.c.elements)):
-                self.line(f"bad |= (as_uint(c0_{j}_{e}) & {mask:#x}) == {mask:#x};", 2)
-        self.line("if (bad) tainted = 1; }", 2)
 
     def tainted_tile(self, ops, nks: int, sa: int, sb: int, fn: int, aw: int) -> None:
         """A's skipped points (a padded convolution's input) were copied as zeros, so the unit
