@@ -43,6 +43,7 @@ from fractions import Fraction
 from stripe.ir import Block, Load, RefDir, Refinement, Special, Store
 from stripe.passes.one_kernel import COUNTER
 from tile.affine import Affine
+from tile.bounds import poly_interval
 
 # Specials that overwrite their whole output view (stripe/specials.py states each rule).
 _WHOLE = frozenset(
@@ -222,9 +223,9 @@ def _numbers(nest: _Nest, sizes: tuple[int, ...]) -> bool:
             return False
         extent.append(r)
     clipped = set()
+    box = {v: (0, r - 1) for v, r in nest.ranges.items()}
     for c in nest.constraints:
-        low = c.const + sum((min(Fraction(0), k * (nest.ranges[v] - 1)) for v, k in c.terms), Fraction(0))
-        if low >= 0:
+        if poly_interval(c, box)[0] >= 0:
             continue  # holds at every point
         d = _clip(c, nest.access, sizes)
         if d is None:
