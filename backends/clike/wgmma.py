@@ -23,10 +23,12 @@ both operands read from ``__local`` memory by the unit itself.
   for its copies and fences them for the unit's (asynchronous) reads; after the barrier (where
   every warp has finished the previous step's products) it refills that step's buffer, issues
   its own products and waits for them. One barrier a step.
-  Leaving a step's products running while the previous step's buffer was refilled by
-  ``cp.async`` gave wrong sums on an H100 wherever two work-groups shared an SM: 8,000-16,000
+  Leaving a step's products running into the next step gave wrong sums on an H100: 8,000-16,000
   wrong elements of an integer 1024x4096x1024 float16 product in each of three runs, none when
-  drained (a proxy fence after the wait made it rarer, not gone). ``bench/wgmma_loop.py`` and
+  drained (a proxy fence after the wait made it rarer, not gone). It is not buffer reuse: a loop
+  that awaited only the step before last and refilled buffers two or three steps back was as
+  wrong, and awaiting the products before the next step's copy wait, fence and barrier made it
+  exact (bench/RESULTS.md, "2026-11-28 (third)"). ``bench/wgmma_loop.py`` and
   tests/test_tensor_cores_gpu.py check such a product exactly. Refilling before the products
   rather than after them and a second barrier: 448-451 / 499-500 TFLOP/s at 4096 / 8192 against
   418-419 / 462-463 (kernel time, H100), exact in every run.
