@@ -270,3 +270,22 @@ def _group(dt, outs, reductions, constraints, a, b, order: Affine, out, reorder,
         starts,
         epilogue,
     )
+
+
+def streams(g: Gemm, tm: int, tn: int, kt: int, size: int) -> bool:
+    """Whether the tensor memory accelerator can feed ``g``'s ``tm x tn`` tiles K steps of ``kt``
+    (elements of ``size`` bytes): a plain matrix product ``A[i, k] · B[k, j]`` (one index per
+    group, no batch, nothing guarded, every index from 0), A's rows contiguous along K and B's
+    along N, rows starting at the buffers' starts and every 16 bytes, and whole tiles."""
+    if len(g.m.idxs) != 1 or len(g.n.idxs) != 1 or len(g.k.idxs) != 1 or g.batch.idxs:
+        return False
+    if g.a.guards or g.b.guards or g.store_guards or any(g.starts.values()):
+        return False
+    (i,), (j,), (k,) = g.m.idxs, g.n.idxs, g.k.idxs
+    for op, row, col in ((g.a, i, k), (g.b, k, j)):
+        off = op.offset
+        if off.const != 0 or set(off.vars) != {row.name, col.name} or off.coeff(col.name) != 1:
+            return False
+        if (int(off.coeff(row.name)) * size) % 16:
+            return False
+    return i.range % tm == 0 and j.range % tn == 0 and k.range % kt == 0

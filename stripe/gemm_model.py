@@ -133,7 +133,7 @@ class GemmModel:
 
     def mma_ranking(
         self, unit: MatrixUnit, name: str, mode: str, warps: tuple[int, int],
-        sides: tuple[tuple[int, int], ...], k_bytes: int = 32,
+        sides: tuple[tuple[int, int], ...], k_bytes: int = 32, local_bytes: float | None = None,
     ) -> list[GemmTiles]:
         """Tiles around the matrix unit's operation for precision ``mode`` (``name``: what the plan
         calls it): ``warps`` warps per work-group, each a register block (``rm x rn``: its share of
@@ -142,8 +142,10 @@ class GemmModel:
         of ``sides`` that still gives every compute unit a work-group, else the one giving most.
         Valid when the double-buffered tiles (rows padded by 8) fit ``memory``, the warps fit a
         unit's threads, and the K tile is a whole number of the operation's ``k``. Empty when no
-        choice is valid (the kernel then takes the SIMT tiles)."""
+        choice is valid (the kernel then takes the SIMT tiles). ``local_bytes``: the local memory
+        a work-group has when not ``memory``'s (a kernel launched with more)."""
         op = unit.operation(mode)
+        local = self.local_bytes if local_bytes is None else local_bytes
         if op is None:
             return []
         size = 2 if op.inputs in ("float16", "bfloat16") else 4
@@ -154,7 +156,7 @@ class GemmModel:
             rm, rn = tm // wm, tn // wn
             if rm % op.m or rn % op.n or wm * wn * unit.lanes > self.max_threads:
                 continue
-            if 2 * (tm + tn) * (kt + 16 // size) * size > self.local_bytes:
+            if 2 * (tm + tn) * (kt + 16 // size) * size > local:
                 continue
             if math.prod(k_tiles(self.g.k.idxs, kt).values()) % op.k:
                 continue

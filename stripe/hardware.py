@@ -87,13 +87,21 @@ class WarpGroup:
     ``m64 x n x k16`` product per K slice of 16, both operands read from swizzled ``__local``
     tiles through descriptors, the sums in registers laid out per 8 columns as the unit's
     accumulator fragment. For precision ``modes`` only, with a K step of ``k_bytes``. A device has
-    it only at exactly ``capability`` (``sm_90a`` features do not carry over to later devices)."""
+    it only at exactly ``capability`` (``sm_90a`` features do not carry over to later devices).
+
+    A device that launches kernels with more local memory than its OpenCL driver gives (through
+    CUDA's driver API) sets ``launch_local_KiB``; a GEMM that streams (``stripe.gemm.streams``)
+    then takes one of ``launch_tiles`` with K steps of ``launch_k_bytes``: a kernel whose tiles
+    come from the tensor memory accelerator, ``tm / 16`` warps multiplying and one more loading."""
 
     modes: tuple[str, ...]
     capability: tuple[int, int]
     tiles: tuple[tuple[int, int], ...] = ((128, 128), (128, 64))
     warps: tuple[int, int] = (8, 1)
     k_bytes: int = 64
+    launch_tiles: tuple[tuple[int, int], ...] = ()
+    launch_k_bytes: int = 128
+    launch_local_KiB: float = 0.0  # 0: kernels launch through OpenCL only
 
     def sides(self, n: int) -> tuple[tuple[int, int], ...]:
         """The work-group tiles for ``n`` columns: those no wider than ``n`` rounded up to 64 (a

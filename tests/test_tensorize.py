@@ -79,13 +79,15 @@ def test_fragments_cover_each_tile_once(mode):
         assert sorted(seen) == sorted(itertools.product(range(rows), range(cols))), (mode, frag)
 
 
-def fake_device(vendor: str, extensions: str, cc=(9, 0)):
+def fake_device(vendor: str, extensions: str, cc=(9, 0), launch_bytes: int = 0):
+    """An OpenCL device as its query reports it, launching through CUDA with ``launch_bytes``."""
     d = SimpleNamespace(
         vendor=vendor, extensions=extensions,
         compute_capability_major_nv=cc[0], compute_capability_minor_nv=cc[1],
     )
     dev = object.__new__(OpenCLDevice)
     dev.cl_device = d
+    dev.launch_bytes = lambda: launch_bytes
     return dev
 
 

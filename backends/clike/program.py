@@ -16,7 +16,7 @@ kernel of a target without work-groups: work-items over its owned indexes (``ker
 
 from __future__ import annotations
 
-from backends.clike import groupreduce, lastgroup, mma, rowkernel, wgmma
+from backends.clike import groupreduce, lastgroup, mma, rowkernel, tma
 from backends.clike.kernel import KernelEmitter, KernelSource
 from backends.clike.target import CTarget
 from backends.clike.tiled import GemmEmitter, Tiles
@@ -50,12 +50,12 @@ def _tiled(em: KernelEmitter) -> KernelSource | None:
     tiles = Tiles.of(nest)
     unit = mma.operation(em.t.matrix_units, nest.shape.unit) if nest.shape.unit and em.t.contract else None
     if unit is not None:  # the plan names a matrix unit this target issues (module mma)
-        emitter = wgmma.emitter(em.t, g, em.ptrs, tiles, *unit, em.epilogue(g))
+        emitter = tma.emitter(em.t, g, em.ptrs, tiles, *unit, em.epilogue(g))
     else:
         emitter = GemmEmitter(em.t, g, em.ptrs, tiles, em.t.contract, em.epilogue(g))
     symbol = f"{em.symbol}_{nest.shape.suffix}"  # the name carries the tiles chosen here
     text, work, local = emitter.source(symbol, em.params)
-    return KernelSource(symbol, text, work, (), local)
+    return KernelSource(symbol, text, work, (), local, getattr(emitter, "launch", None))
 
 
 def _grouped(em: KernelEmitter) -> KernelSource | None:

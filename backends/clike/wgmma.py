@@ -156,7 +156,7 @@ class WgmmaEmitter(MmaEmitter):
 
     def k_loop(self, ops, stages: int, nks: int, a_kf: bool, b_kf: bool) -> None:
         """The K loop (module docstring): copies ``stages - 1`` steps ahead of the products."""
-        it, tl = self.int, self.tl
+        it = self.int
         self.prefetch(ops, stages, nks)
         self.line(f"for ({it} ks = 0; ks < {nks}; ks++) {{")
         self.line(f"const uint buf = ks % {stages};", 2)
@@ -164,19 +164,25 @@ class WgmmaEmitter(MmaEmitter):
         self.async_line("fence.proxy.async.shared::cta;", 2)  # the copies, visible to the unit
         self.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)
         self.refill(ops, stages, nks, 2)  # every warp has finished the previous step's products
-        self.async_line("wgmma.fence.sync.aligned;", 2)
+        self.products(a_kf, b_kf, 2)
+        self.async_line("wgmma.wait_group.sync.aligned 0;", 2)  # this step's products done
+        self.line("}")
+
+    def products(self, a_kf: bool, b_kf: bool, depth: int) -> None:
+        """The warp group's products of the K step in buffer ``buf``, issued as one group."""
+        tl = self.tl
+        self.async_line("wgmma.fence.sync.aligned;", depth)
         (a_desc, a_step), (b_desc, b_step) = self.layout(a_kf), self.layout(b_kf)
         a_at = f"As_at + buf * {tl.tm * tl.kt * self.size} + (wy >> 2) * {64 * tl.kt * self.size}"
         b_at = f"Bs_at + buf * {tl.tn * tl.kt * self.size}"
         for kk in range(tl.kt // 16):
-            self.line("{", 2)
-            self.line(f"const ulong ad = (ulong)((({a_at} + {kk * a_step}) & 0x3FFFF) >> 4) | {a_desc};", 3)
-            self.line(f"const ulong bd = (ulong)((({b_at} + {kk * b_step}) & 0x3FFFF) >> 4) | {b_desc};", 3)
-            self.product(int(not a_kf), int(not b_kf), 3)
-            self.line("}", 2)
-        self.async_line("wgmma.commit_group.sync.aligned;", 2)
-        self.async_line("wgmma.wait_group.sync.aligned 0;", 2)  # this step's products done
-        self.line("}")
+            self.line("{", depth)
+            for d, at, step, desc in (("ad", a_at, a_step, a_desc), ("bd", b_at, b_step, b_desc)):
+                start = f"(({at} + {kk * step}) & 0x3FFFF) >> 4"
+                self.line(f"const ulong {d} = (ulong)({start}) | {desc};", depth + 1)
+            self.product(int(not a_kf), int(not b_kf), depth + 1)
+            self.line("}", depth)
+        self.async_line("wgmma.commit_group.sync.aligned;", depth)
 
     def tainted_tile(self, ops, nks: int, sa: int, sb: int, fn: int, aw: int) -> None:
         """A's skipped points (a padded convolution's input) were copied as zeros, so the unit

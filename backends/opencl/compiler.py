@@ -135,6 +135,7 @@ class OpenCLCompiler(Compiler):
         t.workgroups = bool(settings.get("tiled", True))
         t.matrix_units = dict(settings.get("matrix_units") or {})
         t.local_bytes = int(dev.cl_device.local_mem_size)
+        t.launch_bytes = dev.launch_bytes()
         return t
 
     def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library:
@@ -160,6 +161,7 @@ class OpenCLCompiler(Compiler):
             "local_size": int(settings.get("local_size", 64)),
             "local_sizes": [s.local for s in sources],
             "names": [s.name for s in sources],  # as generated: a tiled kernel's carries its tiles
+            "launch": [s.launch for s in sources],  # a kernel launched through CUDA: how (``cuda_launch``)
         }
         handle = ProgramHandle(dev, text, options, cache, extra)
         handle.names = extra["names"]

@@ -215,10 +215,11 @@ def _import_fd(lib: ctypes.CDLL, device: Driver, fd: int, size: int) -> cl.Buffe
 class SharedCLBuffer(CLBuffer):
     """A ``CLBuffer`` over an OpenCL buffer imported from CUDA memory: it allocates nothing."""
 
-    def __init__(self, device: Driver, buf: cl.Buffer, size: int):
+    def __init__(self, device: Driver, buf: cl.Buffer, size: int, cuda_pointer: int | None = None):
         Buffer.__init__(self, size)  # not CLBuffer.__init__, which allocates
         self.device = device
         self.buf = buf
+        self.cuda_pointer = cuda_pointer  # its CUDA address (``cuda_launch`` launches on it)
 
 
 class Block:
@@ -288,6 +289,7 @@ class Sharing:
         self._cl = cl_lib
         dev = c_int()
         cuda.cuDeviceGet(byref(dev), ordinal)
+        self.cuda_device = dev.value  # the CUdevice
         self._ctx = c_void_p()
         cuda.cuDevicePrimaryCtxRetain(byref(self._ctx), dev)  # the context torch's runtime uses
         self._prop = CUmemAllocationProp()
@@ -304,6 +306,20 @@ class Sharing:
         self._idle = 0  # their bytes
         self.blocks = 0  # blocks made and not freed (in use or idle)
         self._lock = threading.Lock()
+
+    @property
+    def cuda(self) -> CudaDriver:
+        """The CUDA driver calls (each raising ``SharingError`` when it fails)."""
+        return self._cuda
+
+    @property
+    def cuda_library(self) -> ctypes.CDLL:
+        """``libcuda.so.1`` itself (for a call whose result is not only success or failure)."""
+        return self._cuda._lib
+
+    def current(self) -> Context:
+        """``with sharing.current():`` makes the CUDA context current for the calls inside."""
+        return Context(self._cuda, self._ctx)
 
     def allocate(self, nbytes: int) -> Block:
         """A block of at least ``nbytes`` (at least one granule): an idle one of that size, else new."""
@@ -367,7 +383,8 @@ class Sharing:
             raise
         with self._lock:
             self.blocks += 1
-        return Block(self, size, int(ptr.value), int(handle.value), SharedCLBuffer(self.device, buf, size))
+        at = int(ptr.value)
+        return Block(self, size, at, int(handle.value), SharedCLBuffer(self.device, buf, size, at))
 
     def _release(self, block: Block) -> None:
         """Free a block nothing uses: the OpenCL buffer first, then CUDA's mapping, its addresses

@@ -16,8 +16,8 @@ import pyopencl as cl
 
 from backends.hal import Capabilities, Device, MemoryLimit
 from backends.opencl.compiler import OpenCLCompiler
+from backends.opencl.cuda_launch import Launcher, LaunchingExecutor
 from backends.opencl.driver import Driver
-from backends.opencl.executor import OpenCLExecutor
 from tile.dtypes import DType
 
 _KINDS = (
@@ -59,7 +59,7 @@ class OpenCLDevice(Driver, Device):
             f"{d.driver_version.strip()})"
         )
         self.compiler = OpenCLCompiler(self)
-        self.executor = OpenCLExecutor(self)
+        self.executor = LaunchingExecutor(self)
 
     tiled_optimizer = "opencl_gpu_tiled"  # on a CPU device too: conformance runs it everywhere
 
@@ -96,11 +96,19 @@ class OpenCLDevice(Driver, Device):
 
     def unit_here(self, unit):
         """``unit`` as this device has it: without its warp-group products (``MatrixUnit.warpgroup``)
-        unless the device reports exactly their compute capability."""
+        unless the device reports exactly their compute capability; with the local memory of
+        kernels launched through CUDA (``launch_local_KiB``) where it launches them."""
         wg = unit.warpgroup
         if wg is not None and capability(self.cl_device) != tuple(wg.capability):
             return replace(unit, warpgroup=None)
+        if wg is not None and wg.launch_tiles and self.launch_bytes():
+            return replace(unit, warpgroup=replace(wg, launch_local_KiB=self.launch_bytes() / 1024))
         return unit
+
+    def launch_bytes(self) -> int:
+        """The dynamic local memory of kernels launched through CUDA (``cuda_launch``; 0: none)."""
+        launcher, _ = Launcher.for_device(self)
+        return launcher.launch_bytes if launcher is not None else 0
 
     def has_unit(self, unit) -> bool:
         """Whether this device has the matrix unit ``unit`` (``stripe.hardware.MatrixUnit``): its

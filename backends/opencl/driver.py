@@ -71,6 +71,7 @@ class Driver:
         self._plain: cl.CommandQueue | None = None
         self._profiling: cl.CommandQueue | None = None
         self._depth = 0  # ``profiling()`` entered and not left
+        self.cuda_pending = None  # the last CUDA launch OpenCL commands must wait for (``cuda_launch``)
         self.build_pool = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"tile-{device_id}-build")
 
     @property
@@ -84,6 +85,8 @@ class Driver:
     def queue(self) -> cl.CommandQueue:
         """The in-order queue commands go to now: the plain one, or the profiling one inside
         ``profiling()``."""
+        if self.cuda_pending is not None:
+            self.settle()
         q = self._queue
         if q is not None:
             return q
@@ -106,6 +109,8 @@ class Driver:
         queue is finished on the way in and the profiling one on the way out, so commands run in
         the order they were enqueued across the switch. Nests."""
         plain, ctx = self.plain, self.context
+        if self.cuda_pending is not None:
+            self.settle()
         with self._lock:
             if self._depth == 0:
                 if self._profiling is None:
@@ -122,6 +127,22 @@ class Driver:
                 if self._depth == 0:
                     self._profiling.finish()  # type: ignore[union-attr]
                     self._queue = self._plain
+
+    @property
+    def profiled(self) -> bool:
+        """Whether commands are being profiled now (inside ``profiling()``)."""
+        return self._depth > 0
+
+    def settle(self) -> None:
+        """Wait for the last kernel launched through CUDA (``cuda_launch``): OpenCL's commands
+        after it may read or overwrite its buffers."""
+        pending, self.cuda_pending = self.cuda_pending, None
+        if pending is not None:
+            pending.wait()
+
+    def launch_bytes(self) -> int:
+        """The local memory a kernel launched through CUDA may have (0: none are)."""
+        return 0
 
     def probe(self) -> str | None:
         """Why the device cannot compile a trivial kernel (None: it can)."""

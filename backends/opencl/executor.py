@@ -211,6 +211,8 @@ class CLBound(Bound):
         kernel: OpenCLKernel = self.kernel  # type: ignore[assignment]
         k = kernel._kernel if kernel._kernel is not None else kernel.kernel()
         device = kernel.device
+        if device.cuda_pending is not None:  # a kernel launched through CUDA runs first
+            device.settle()
         queue = device._queue  # the plain queue, or the profiling one (``Driver.profiling``)
         for e in deps:  # (``wait_list`` inline: it leaves no list, see ``OpenCLKernel._enqueue``)
             if type(e) is not CLEvent or e.queue is not queue:  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from backends.clike.tma import DYNAMIC
 from backends.clike.wgmma import SM90A
 
 _TARGET = re.compile(rb"^(\s*\.target\s+)sm_90a?\b", re.MULTILINE)
@@ -26,4 +27,18 @@ def for_sm90a(binary: bytes) -> bytes:
         raise ValueError(f"the program binary is not PTX for sm_90 (it begins {head!r})")
     if SM90A.encode() not in binary:
         raise ValueError("the PTX lost the sm_90a instructions (the compiler dropped its comments)")
-    return _TARGET.sub(rb"\1sm_90a", binary.replace(SM90A.encode(), b""))
+    out = _TARGET.sub(rb"\1sm_90a", binary.replace(SM90A.encode(), b""))
+    return declare_dynamic(out) if DYNAMIC.encode() in out else out
+
+
+_ADDRESS_SIZE = re.compile(rb"^\s*\.address_size\s+\d+[ \t]*$", re.MULTILINE)
+
+
+def declare_dynamic(ptx: bytes) -> bytes:
+    """``ptx`` with the dynamic local memory of launched kernels (``tma.DYNAMIC``) declared after
+    its header: 1024-aligned, as the 128-byte swizzle reads address bits."""
+    m = _ADDRESS_SIZE.search(ptx)
+    if m is None:
+        raise ValueError("the PTX has no .address_size line")
+    decl = f"\n.extern .shared .align 1024 .b8 {DYNAMIC}[];".encode()
+    return ptx[: m.end()] + decl + ptx[m.end():]

@@ -1,0 +1,167 @@
+"""A GEMM on Hopper's warp-group products whose tiles the tensor memory accelerator (TMA) loads:
+the kernel ``gemm_tile`` plans where the device launches kernels through CUDA's driver API with
+more local memory than OpenCL gives (``stripe.hardware.WarpGroup.launch_tiles``) and the GEMM
+streams (``stripe.gemm.streams``).
+
+* **Warps.** ``tm / 16`` warps multiply (``wgmma``'s warp groups, as ``WgmmaEmitter``: warp group
+  ``w`` owns 64 rows, every column) and one more warp loads: its first lane issues, per K step,
+  one ``cp.async.bulk.tensor`` of A's ``tm x kt`` tile and one per 64 columns of B's. The copies
+  land in the unit's swizzled canonical layouts (128-byte swizzle: K steps of 128 bytes), the
+  layouts ``WgmmaEmitter`` stages by hand, so its descriptors read them unchanged.
+* **Hand-over.** ``STAGES`` K steps in one block of dynamic local memory, each with two
+  ``mbarrier``s: *full* (the loader announces the step's bytes; the copies complete it) and
+  *empty* (one arrival per multiplying warp once the products that read it are done). The
+  multiplying warps leave each step's products running while they wait for the next step's
+  tiles, and release a step when the products after it have been issued and the older ones awaited
+  (``wgmma.wait_group 1``). No barrier in the K loop.
+* **Tensor maps.** The kernel takes two more arguments after the buffers, ``tmap_a`` and
+  ``tmap_b``: global addresses of the ``CUtensorMap``s the launcher encodes from the buffers'
+  addresses (``launch["maps"]``: per map its buffer's parameter, dims innermost first, row
+  stride in bytes, box, element type). ``launch["local_bytes"]`` is the dynamic local memory to
+  launch with; the kernel reads its base from the PTX name ``DYNAMIC``, which
+  ``backends.opencl.ptx`` declares.
+
+H100, kernel time, random normal float16, cuBLAS in the same run: 256 x 128 tiles, 4 stages: 610
+TFLOP/s at 8192³ (cuBLAS 734) and 553 at 4096³ (689); ``WgmmaEmitter``'s 128 x 128 kernel under
+OpenCL's 48 KiB: 450 and 442 (bench/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+from backends.clike import wgmma
+from backends.clike.mma import MmaEmitter
+from backends.clike.target import CTarget
+from backends.clike.tiled import Tiles
+from backends.clike.wgmma import SM90A, WgmmaEmitter
+from stripe.gemm import Gemm, streams
+from stripe.hardware import MatrixUnit, MmaShape
+from tile.dtypes import DType
+
+DYNAMIC = "tile_dynamic_local"  # the PTX name of a launched kernel's dynamic local memory
+STAGES = 4  # K steps in flight at most (H100, 8192³: 3 stages 550 TFLOP/s, 4 stages 591)
+MAPS = ("tmap_a", "tmap_b")  # the tensor-map arguments, after the buffers
+
+
+def emitter(t: CTarget, g: Gemm, ptrs: dict[str, str], tiles: Tiles, unit: MatrixUnit, op: MmaShape,
+            mode: str, epilogue=None) -> MmaEmitter:
+    """The emitter for a nest on the unit: this module's kernel where ``TmaEmitter.fits``, else
+    ``wgmma.emitter``'s."""
+    streamed = TmaEmitter(t, g, ptrs, tiles, unit, op, mode, epilogue)
+    return streamed if streamed.fits() else wgmma.emitter(t, g, ptrs, tiles, unit, op, mode, epilogue)
+
+
+class TmaEmitter(WgmmaEmitter):
+    launch: dict | None = None  # set by ``source``
+
+    def fits(self) -> bool:
+        """Whether the nest is the launched kernel's: the target launches with more local memory,
+        the plan's tiles and K step are the unit's launched ones, ``WgmmaEmitter`` takes the
+        products, and the GEMM streams."""
+        wg, tl = self.unit.warpgroup, self.tl
+        if not self.t.launch_bytes or wg is None or (tl.tm, tl.tn) not in wg.launch_tiles:
+            return False
+        if tl.kt * self.size != wg.launch_k_bytes or tl.kt * self.size != 128:
+            return False
+        return super().fits() and streams(self.g, tl.tm, tl.tn, tl.kt, self.size)
+
+    def source(self, symbol: str, params: list[tuple[str, DType]]) -> tuple[str, int, int]:
+        g, tl, it = self.g, self.tl, self.int
+        self.skips = False
+        nks, groups, (_, a_kf, _), (_, b_kf, _) = self.plans()
+        (i,), (j,), (k,) = g.m.idxs, g.n.idxs, g.k.idxs
+        sa, sb = tl.tm * tl.kt * self.size, tl.tn * tl.kt * self.size  # bytes of one step's tiles
+        stages = max(2, min(STAGES, (self.t.launch_bytes - 16 * STAGES) // (sa + sb)))
+        warps = tl.tm // 16  # multiplying; warp ``warps`` loads
+        self.line("uint Ds_at;")
+        self.line(f'asm("{SM90A}mov.u32 %0, {DYNAMIC};" : "=r"(Ds_at));')
+        self.line("const uint As_at = Ds_at;")
+        self.line(f"const uint Bs_at = Ds_at + {stages * sa};")
+        self.line(f"const uint Mb_at = Ds_at + {stages * (sa + sb)};")  # full[s], then empty[s]
+        self.line("if (lid == 0) {")
+        for s in range(stages):
+            self.ptx("mbarrier.init.shared::cta.b64 [%0], 1;", f'"r"(Mb_at + {8 * s})', 2)
+            self.ptx(f"mbarrier.init.shared::cta.b64 [%0], {warps};", f'"r"(Mb_at + {8 * (stages + s)})', 2)
+        self.async_line("fence.mbarrier_init.release.cluster;", 2)
+        self.async_line("fence.proxy.async.shared::cta;", 2)
+        self.line("}")
+        self.line("barrier(CLK_LOCAL_MEM_FENCE);")
+        self.lanes()
+        self.line(f"if (warp == {warps}) {{")
+        self.loader(nks, stages, sa, sb, self.m0[i.name], self.n0[j.name])
+        self.line("} else {")
+        fn = tl.tn // self.op.n
+        for jj in range(fn):
+            zeros = ", ".join(f"c0_{jj}_{e} = 0.0f" for e in range(len(self.op.c.elements)))
+            self.line(f"float {zeros};", 2)
+        self.line(f"for ({it} ks = 0; ks < {nks}; ks++) {{", 2)
+        self.line(f"const uint buf = ks % {stages};", 3)
+        self.wait("Mb_at + 8 * buf", f"(ks / {stages}) & 1", 3)
+        self.products(a_kf, b_kf, 3)
+        self.async_line("wgmma.wait_group.sync.aligned 1;", 3)  # the step before's are done
+        self.line("if (ks > 0 && lane == 0) {", 3)
+        released = f"Mb_at + 8 * ({stages} + (ks - 1) % {stages})"
+        self.ptx("mbarrier.arrive.shared::cta.b64 _, [%0];", f'"r"({released})', 4)
+        self.line("}", 3)
+        self.line("}", 2)
+        self.async_line("wgmma.wait_group.sync.aligned 0;", 2)
+        self.store_mma(1, fn)
+        self.line("}")
+        threads = (warps + 1) * self.unit.lanes
+        pos = {name: n for n, (name, _) in enumerate(params)}
+        row_a, row_b = (int(g.a.offset.coeff(i.name)) * self.size, int(g.b.offset.coeff(k.name)) * self.size)
+        self.launch = {
+            "local_bytes": stages * (sa + sb + 16),
+            "maps": [  # A[i, k]: K innermost, box kt x tm; B[k, j]: N innermost, box 64 x kt
+                (pos[self.ptrs[g.a.ref.source]], (k.range, i.range), row_a, (tl.kt, tl.tm), g.dtype.value),
+                (pos[self.ptrs[g.b.ref.source]], (j.range, k.range), row_b, (64, tl.kt), g.dtype.value),
+            ],
+        }
+        args = list(params) + [(m, DType.UINT8) for m in MAPS]
+        return self.t.group_kernel(symbol, args, threads, self.lines), groups * threads, threads
+
+    def loader(self, nks: int, stages: int, sa: int, sb: int, m0: str, n0: str) -> None:
+        """The loading warp's first lane: per K step, once its buffer is empty, the step's bytes
+        announced to its *full* barrier and the copies issued."""
+        tl, it = self.tl, self.int
+        self.line("if (lane == 0) {", 2)
+        self.line(f"for ({it} ks = 0; ks < {nks}; ks++) {{", 3)
+        self.line(f"const uint s = ks % {stages};", 4)
+        self.line(f"if (ks >= {stages}) {{", 4)
+        self.wait(f"Mb_at + 8 * (s + {stages})", f"(ks / {stages} - 1) & 1", 5)
+        self.line("}", 4)
+        self.line("const uint full = Mb_at + 8 * s;", 4)
+        self.ptx(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], {sa + sb};", '"r"(full)', 4)
+        self.copy("tmap_a", f"As_at + s * {sa}", f"ks * {tl.kt}", m0, 4)
+        for p in range(tl.tn // 64):
+            dst = f"Bs_at + s * {sb} + {p * tl.kt * 128}"
+            self.copy("tmap_b", dst, f"{n0} + {64 * p}", f"ks * {tl.kt}", 4)
+        self.line("}", 3)
+        self.line("}", 2)
+
+    def ptx(self, text: str, ins: str, depth: int) -> None:
+        """A marked instruction taking ``ins`` (input operands)."""
+        self.line(f'asm volatile("{SM90A}{text}" :: {ins} : "memory");', depth)
+
+    def wait(self, bar: str, parity: str, depth: int) -> None:
+        """Spin until the ``mbarrier`` at ``bar`` has completed its phase of ``parity``."""
+        self.line("{", depth)
+        self.line("uint done = 0;", depth + 1)
+        self.line("while (!done) {", depth + 1)
+        text = (
+            f"{SM90A}{{ .reg .pred P; mbarrier.try_wait.parity.shared::cta.b64 P, [%1], %2; "
+            "selp.u32 %0, 1, 0, P; }"
+        )
+        self.line(f'asm volatile("{text}" : "=r"(done) : "r"({bar}), "r"((uint)({parity})) : "memory");',
+                  depth + 2)
+        self.line("}", depth + 1)
+        self.line("}", depth)
+
+    def copy(self, tmap: str, dst: str, c0: str, c1: str, depth: int) -> None:
+        """One tile of the tensor map ``tmap`` at coordinates (``c0``, ``c1``), innermost first,
+        into local memory at ``dst``, completing the barrier ``full``."""
+        text = (
+            "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+            "[%0], [%1, {%2, %3}], [%4];"
+        )
+        ins = f'"r"({dst}), "l"((ulong){tmap}), "r"((int)({c0})), "r"((int)({c1})), "r"(full)'
+        self.ptx(text, ins, depth)

@@ -1,0 +1,352 @@
+"""Kernels of an OpenCL program launched through CUDA's driver API, on memory CUDA and OpenCL share.
+
+NVIDIA's OpenCL gives a work-group 48 KiB of local memory and launches no tensor-memory copies'
+maps; the kernels ``backends.clike.tma`` writes need up to 227 KiB (an H100) and two
+``CUtensorMap``s. Their program is still compiled by OpenCL: its binary is PTX, which CUDA loads
+(``cuModuleLoadData``, in the primary context ``cuda_share`` uses) and launches on a stream of
+its own with the dynamic local memory the kernel's ``launch`` record asks for.
+
+* **Who launches.** ``Launcher.for_device`` says whether a device can, and why not: memory
+  sharing (``cuda_share.Sharing``) works, the CUDA device has compute capability 9.0 (the
+  kernels are ``sm_90a``), the driver has the calls, and ``TILE_CUDA_LAUNCH`` is not ``0``.
+* **Memory.** ``LaunchingExecutor`` allocates every buffer in shared memory, which has a CUDA
+  address: a block of its own from ``SHARED_MIN`` bytes, else a piece of one (``Slabs``). A
+  buffer OpenCL alone allocated (another executor's) is copied into a shared block for a launch
+  and back after it.
+* **Order.** A launch waits for all the device's OpenCL work first (its queue is finished; the
+  in-order queue gives no event to wait on in CUDA), and the device remembers the launch
+  (``Driver.cuda_pending``): any OpenCL command enqueued after it waits for it first.
+* **Tensor maps.** Encoded on the host for the buffers' CUDA addresses (``cuTensorMapEncodeTiled``,
+  128-byte swizzle) and kept in device memory by key, so resident tensors, whose addresses
+  repeat, cost one encode and copy each.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import threading
+import weakref
+from collections.abc import Sequence
+from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_size_t, c_uint, c_ulonglong, c_void_p
+
+import pyopencl as cl
+
+from backends.hal import Bound, Buffer, Event, Library
+from backends.opencl.cuda_share import SharedCLBuffer, Sharing, SharingError
+from backends.opencl.driver import Driver
+from backends.opencl.executor import CLBuffer, OpenCLExecutor, OpenCLKernel
+
+SHARED_MIN = 1 << 20  # buffers this large or larger are shared blocks where the device launches
+MAP_SLOTS = 1024  # tensor maps kept in device memory (128 bytes each)
+
+# cuda.h
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+CU_STREAM_NON_BLOCKING = 1
+CUDA_ERROR_NOT_READY = 600
+MAP_TYPES = {"float16": 6, "bfloat16": 9}  # CUtensorMapDataType
+MAP_SWIZZLE_128B, MAP_L2_128B = 3, 2
+
+_U64 = c_ulonglong
+_CALLS = {
+    "cuDeviceGetAttribute": (POINTER(c_int), c_int, c_int),
+    "cuModuleLoadData": (POINTER(c_void_p), c_char_p),
+    "cuModuleGetFunction": (POINTER(c_void_p), c_void_p, c_char_p),
+    "cuFuncSetAttribute": (c_void_p, c_int, c_int),
+    "cuLaunchKernel": (c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_void_p,
+                       POINTER(c_void_p), c_void_p),
+    "cuStreamCreate": (POINTER(c_void_p), c_uint),
+    "cuStreamSynchronize": (c_void_p,),
+    "cuEventCreate": (POINTER(c_void_p), c_uint),
+    "cuEventRecord": (c_void_p, c_void_p),
+    "cuEventSynchronize": (c_void_p,),
+    "cuEventQuery": (c_void_p,),
+    "cuEventElapsedTime": (POINTER(c_float), c_void_p, c_void_p),
+    "cuEventDestroy_v2": (c_void_p,),
+    "cuMemAlloc_v2": (POINTER(_U64), c_size_t),
+    "cuMemcpyHtoD_v2": (_U64, c_void_p, c_size_t),
+    "cuTensorMapEncodeTiled": (c_void_p, c_int, c_uint, c_void_p, POINTER(_U64), POINTER(_U64),
+                               POINTER(c_uint), POINTER(c_uint), c_int, c_int, c_int, c_int),
+}
+# OpenCL's launch parameters (global and work-group offsets) that its PTX reads: 0 for a CUDA launch
+# (a launched kernel reads only %envreg0, its work-group offset; the program's other kernels,
+# which read more, are never launched from this module)
+_OFFSET = re.compile(rb"%envreg[0-9]+")
+
+
+class Launcher:
+    """Launches one OpenCL device's launched kernels through CUDA (module docstring)."""
+
+    _found: dict[int, tuple[Launcher | None, str]] = {}
+    _found_lock = threading.Lock()
+
+    @classmethod
+    def for_device(cls, device) -> tuple[Launcher | None, str]:
+        """The device's launcher, made once, or None and why not (one line)."""
+        if os.environ.get("TILE_CUDA_LAUNCH", "1") == "0":
+            return None, "TILE_CUDA_LAUNCH=0 turns it off"
+        if not isinstance(device, Driver):
+            return None, f"{device.id} is not an OpenCL device"
+        key = device.cl_device.int_ptr
+        with cls._found_lock:
+            found = cls._found.get(key)
+            if found is None:
+                found = cls._found[key] = cls._probe(device)
+        return found
+
+    @classmethod
+    def _probe(cls, device: Driver) -> tuple[Launcher | None, str]:
+        sharing, why = Sharing.for_device(device)
+        if sharing is None:
+            return None, f"no memory shared with CUDA ({why})"
+        lib = sharing.cuda_library
+        missing = [n for n in _CALLS if not hasattr(lib, n)]
+        if missing:
+            return None, f"the CUDA driver lacks {', '.join(missing)}"
+        for name, args in _CALLS.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = list(args), c_int
+        try:
+            return cls(device, sharing), ""
+        except (SharingError, ValueError) as e:
+            return None, str(e)
+
+    def __init__(self, device: Driver, sharing: Sharing):
+        self.device, self.sharing = device, sharing
+        cuda = self.cuda = sharing.cuda
+        with sharing.current():
+            major, minor, optin = c_int(), c_int(), c_int()
+            dev = sharing.cuda_device
+            cuda.cuDeviceGetAttribute(byref(major), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
+            cuda.cuDeviceGetAttribute(byref(minor), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
+            if (major.value, minor.value) != (9, 0):
+                cc = f"{major.value}.{minor.value}"
+                raise ValueError(f"the CUDA device has compute capability {cc}, not 9.0 (sm_90a kernels)")
+            optin_attr = CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+            cuda.cuDeviceGetAttribute(byref(optin), optin_attr, dev)
+            self.stream = c_void_p()
+            cuda.cuStreamCreate(byref(self.stream), CU_STREAM_NON_BLOCKING)
+            self.maps_at = _U64()
+            cuda.cuMemAlloc_v2(byref(self.maps_at), 128 * MAP_SLOTS)
+        self.launch_bytes = int(optin.value)
+        self.maps: dict[tuple, int] = {}  # key -> device address of its encoded map
+        self.free: list[tuple[c_void_p, c_void_p]] = []  # events of launches no one holds
+        self.lock = threading.Lock()
+
+    # ------------------------------------------------------------------ kernels
+    def function(self, kernel: CudaKernel) -> c_void_p:
+        """The kernel's CUDA function: its program's PTX loaded once per program (``_OFFSET``), the
+        dynamic local memory allowed."""
+        handle = kernel.handle
+        with self.lock:
+            module = getattr(handle, "cuda_module", None)
+            if module is None:
+                binary = bytes(handle.program().get_info(cl.program_info.BINARIES)[0])
+                module = c_void_p()
+                with self.sharing.current():
+                    self.cuda.cuModuleLoadData(byref(module), _OFFSET.sub(b"0", binary) + b"\0")
+                handle.cuda_module = module
+            fn = c_void_p()
+            with self.sharing.current():
+                self.cuda.cuModuleGetFunction(byref(fn), module, kernel.name.encode())
+                self.cuda.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                             kernel.launch["local_bytes"])
+            return fn
+
+    def tensor_map(self, pointer: int, dims, stride: int, box, dtype: str) -> int:
+        """The device address of the tensor map over ``pointer`` (encoded and copied on first use)."""
+        key = (pointer, tuple(dims), stride, tuple(box), dtype)
+        at = self.maps.get(key)
+        if at is not None:
+            return at
+        if len(self.maps) == MAP_SLOTS:  # full: the launches reading them finish first
+            self.cuda.cuStreamSynchronize(self.stream)
+            self.maps.clear()
+        raw = ctypes.create_string_buffer(128 + 64)
+        host = (ctypes.addressof(raw) + 63) // 64 * 64  # a CUtensorMap is 64-byte aligned
+        self.cuda.cuTensorMapEncodeTiled(
+            c_void_p(host), MAP_TYPES[dtype], len(dims), c_void_p(pointer), (_U64 * len(dims))(*dims),
+            (_U64 * (len(dims) - 1))(stride), (c_uint * len(box))(*box), (c_uint * len(box))(*[1] * len(box)),
+            0, MAP_SWIZZLE_128B, MAP_L2_128B, 0,
+        )
+        at = self.maps_at.value + 128 * len(self.maps)
+        self.cuda.cuMemcpyHtoD_v2(at, c_void_p(host), 128)
+        self.maps[key] = at
+        return at
+
+    def run(self, kernel: CudaKernel, params: Sequence[Buffer], deps: Sequence[Event]) -> Event:
+        """Launch ``kernel`` on ``params`` after ``deps`` and the device's OpenCL work."""
+        fn = kernel.function()
+        queue = self.device._queue or self.device.plain  # (not ``queue``: it waits for CUDA's work)
+        for e in deps:
+            if not (isinstance(e, CudaEvent) and e.launcher is self):
+                e.wait()
+        pointers, staged = [], []
+        for p in params:
+            at = getattr(p, "cuda_pointer", None)
+            if at is None:  # a buffer OpenCL alone allocated: copied into a shared block
+                block = self.sharing.allocate(p.size)
+                cl.enqueue_copy(queue, block.buffer.buf, p.buf, byte_count=p.size)
+                staged.append((p, block))
+                at = block.cuda_pointer
+            pointers.append(at)
+        queue.finish()
+        launch = kernel.launch
+        with self.lock, self.sharing.current():
+            maps = [self.tensor_map(pointers[i], *rest) for i, *rest in launch["maps"]]
+            args = [_U64(v) for v in pointers + maps]
+            argv = (c_void_p * len(args))(*[ctypes.cast(byref(a), c_void_p) for a in args])
+            start, end = self.events()
+            if self.device.profiled:  # (a profile reads the launch's time: its start too)
+                self.cuda.cuEventRecord(start, self.stream)
+            groups = kernel.work_items // kernel.local
+            self.cuda.cuLaunchKernel(fn, groups, 1, 1, kernel.local, 1, 1, launch["local_bytes"],
+                                     self.stream, argv, None)
+            self.cuda.cuEventRecord(end, self.stream)
+        event = CudaEvent(self, start, end, self.device.profiled)
+        if staged:
+            event.wait()
+            for p, block in staged:
+                cl.enqueue_copy(queue, p.buf, block.buffer.buf, byte_count=p.size)
+            queue.finish()
+            for _, block in staged:
+                block.give_back()
+        else:
+            self.device.cuda_pending = event
+        return event
+
+    def events(self) -> tuple[c_void_p, c_void_p]:
+        """Two CUDA events (a launch's start and end): ones a finished launch gave back, else new.
+        (Inside the CUDA context.)"""
+        if self.free:
+            return self.free.pop()
+        start, end = c_void_p(), c_void_p()
+        self.cuda.cuEventCreate(byref(start), 0)
+        self.cuda.cuEventCreate(byref(end), 0)
+        return start, end
+
+
+class CudaEvent(Event):
+    """A launch on the launcher's stream: ``wait`` waits for it, ``duration`` is its time there."""
+
+    def __init__(self, launcher: Launcher, start: c_void_p, end: c_void_p, timed: bool):
+        super().__init__()
+        self.launcher, self.start, self.end, self.timed = launcher, start, end, timed
+        weakref.finalize(self, launcher.free.append, (start, end)).atexit = False
+
+    def wait(self) -> CudaEvent:
+        with self.launcher.sharing.current():
+            self.launcher.cuda.cuEventSynchronize(self.end)
+        return self
+
+    @property
+    def complete(self) -> bool:
+        with self.launcher.sharing.current():
+            rc = self.launcher.sharing.cuda_library.cuEventQuery(self.end)
+        if rc not in (0, CUDA_ERROR_NOT_READY):
+            raise SharingError(f"cuEventQuery failed: {self.launcher.cuda.error_name(rc)}")
+        return rc == 0
+
+    @property
+    def duration(self) -> float:
+        """Seconds on the device; only a launch inside the executor's ``profiled()`` has them."""
+        if not self.timed:
+            raise SharingError("this CUDA launch was not profiled: launch it inside executor.profiled()")
+        self.wait()
+        ms = c_float()
+        with self.launcher.sharing.current():
+            self.launcher.cuda.cuEventElapsedTime(byref(ms), self.start, self.end)
+        return ms.value * 1e-3
+
+
+class CudaKernel(OpenCLKernel):
+    """A kernel of an OpenCL program that ``Launcher`` launches (its ``launch`` record says how)."""
+
+    def __init__(self, device: Driver, library: Library, index: int, launcher: Launcher):
+        super().__init__(device, library, index)
+        self.launcher = launcher
+        self.launch = library.extra["launch"][index]
+        self.local = library.extra["local_sizes"][index]
+        self._function: c_void_p | None = None
+
+    def function(self) -> c_void_p:
+        if self._function is None:
+            self._function = self.launcher.function(self)
+        return self._function
+
+    def bind(self, params: Sequence[Buffer]) -> CudaBound:
+        self.check(params)
+        return CudaBound(self, params)
+
+
+class CudaBound(Bound):
+    __slots__ = ()
+
+    def launch(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
+        kernel: CudaKernel = self.kernel  # type: ignore[assignment]
+        return kernel.launcher.run(kernel, params, deps)
+
+
+class Slabs:
+    """Buffers smaller than ``SHARED_MIN`` as pieces of shared blocks (OpenCL sub-buffers): per
+    size class, a power of two of at least the device's base address alignment, pieces of
+    ``SHARED_MIN`` blocks; a freed piece serves the next buffer of its class."""
+
+    def __init__(self, sharing: Sharing, align: int):
+        self.sharing, self.align = sharing, align
+        self.free: dict[int, list[tuple[object, int]]] = {}  # class -> (block, offset)
+        self.lock = threading.Lock()
+
+    def allocate(self, device: Driver, size: int) -> SharedCLBuffer:
+        kind = max(self.align, 1 << max(0, size - 1).bit_length())
+        with self.lock:
+            pieces = self.free.setdefault(kind, [])
+            if not pieces:
+                block = self.sharing.allocate(SHARED_MIN)  # kept for the class
+                pieces.extend((block, at) for at in range(block.size - kind, -1, -kind))
+            block, at = pieces.pop()
+        sub = block.buffer.buf.get_sub_region(at, max(size, 1))
+        buf = SharedCLBuffer(device, sub, size, block.cuda_pointer + at)
+        weakref.finalize(buf, pieces.append, (block, at)).atexit = False
+        return buf
+
+
+class LaunchingExecutor(OpenCLExecutor):
+    """The OpenCL executor of a device that may launch through CUDA: every buffer is shared
+    memory (a block of its own from ``SHARED_MIN`` bytes, else a piece of one, ``Slabs``), and
+    kernels with a ``launch`` record are ``CudaKernel``s."""
+
+    _slabs: Slabs | None = None
+
+    def launcher(self) -> Launcher | None:
+        return Launcher.for_device(self.device)[0]
+
+    def allocate(self, size: int) -> CLBuffer:
+        launcher = self.launcher()
+        if launcher is None:
+            return super().allocate(size)
+        if size < SHARED_MIN:
+            if self._slabs is None:
+                align = max(16, int(self.device.cl_device.mem_base_addr_align) // 8)
+                self._slabs = Slabs(launcher.sharing, align)
+            return self._slabs.allocate(self.device, size)
+        block = launcher.sharing.allocate(size)  # (perhaps larger: a whole number of granules)
+        buf = SharedCLBuffer(self.device, block.buffer.buf, size, block.cuda_pointer)
+        weakref.finalize(buf, block.give_back).atexit = False
+        return buf
+
+    def prepare(self, library: Library, index: int) -> OpenCLKernel:
+        records = library.extra.get("launch") or ()
+        if index < len(records) and records[index]:
+            launcher = self.launcher()
+            if launcher is None:
+                why = Launcher.for_device(self.device)[1]
+                raise RuntimeError(f"{self.device.id} cannot launch kernel {library.extra['names'][index]} "
+                                   f"through CUDA: {why}")
+            return CudaKernel(self.device, library, index, launcher)
+        return super().prepare(library, index)
+
