@@ -62,7 +62,13 @@ class TmaEmitter(WgmmaEmitter):
             return False
         if tl.kt * self.size != wg.launch_k_bytes or tl.kt * self.size != 128:
             return False
+        if self.t.launch_bytes < 2 * (self.stage_bytes() + 16):  # two stages at least
+            return False
         return super().fits() and streams(self.g, tl.tm, tl.tn, tl.kt, self.size)
+
+    def stage_bytes(self) -> int:
+        """Bytes of one K step's tiles of A and B."""
+        return (self.tl.tm + self.tl.tn) * self.tl.kt * self.size
 
     def source(self, symbol: str, params: list[tuple[str, DType]]) -> tuple[str, int, int]:
         g, tl, it = self.g, self.tl, self.int
@@ -70,7 +76,7 @@ class TmaEmitter(WgmmaEmitter):
         nks, groups, (_, a_kf, _), (_, b_kf, _) = self.plans()
         (i,), (j,), (k,) = g.m.idxs, g.n.idxs, g.k.idxs
         sa, sb = tl.tm * tl.kt * self.size, tl.tn * tl.kt * self.size  # bytes of one step's tiles
-        stages = max(2, min(STAGES, (self.t.launch_bytes - 16 * STAGES) // (sa + sb)))
+        stages = min(STAGES, self.t.launch_bytes // (sa + sb + 16))  # (``fits``: two at least)
         warps = tl.tm // 16  # multiplying; warp ``warps`` loads
         self.line("uint Ds_at;")
         self.line(f'asm("{SM90A}mov.u32 %0, {DYNAMIC};" : "=r"(Ds_at));')

@@ -6,9 +6,13 @@ maps; the kernels ``backends.clike.tma`` writes need up to 227 KiB (an H100) and
 (``cuModuleLoadData``, in the primary context ``cuda_share`` uses) and launches on a stream of
 its own with the dynamic local memory the kernel's ``launch`` record asks for.
 
-* **Who launches.** ``Launcher.for_device`` says whether a device can, and why not: memory
-  sharing (``cuda_share.Sharing``) works, the CUDA device has compute capability 9.0 (the
-  kernels are ``sm_90a``), the driver has the calls, and ``TILE_CUDA_LAUNCH`` is not ``0``.
+* **Who launches.** ``Launcher.for_device`` says whether a device can, and why not:
+  ``TILE_CUDA_LAUNCH=1`` asks for it, memory sharing (``cuda_share.Sharing``) works, the CUDA
+  device has compute capability 9.0 (the kernels are ``sm_90a``), and the driver has the calls.
+  It is opt-in: in the last H100 run of tests/test_tma_gpu.py, four tests failed, among them an
+  integer bfloat16 256x4096x128 product, and there was no device time left to see why (the
+  float16 products checked before, 4096³, 8192³, 2048x1024x4096, with bias and relu, and read by
+  an OpenCL kernel, were exact).
 * **Memory.** ``LaunchingExecutor`` allocates every buffer in shared memory, which has a CUDA
   address: a block of its own from ``SHARED_MIN`` bytes, else a piece of one (``Slabs``). A
   buffer OpenCL alone allocated (another executor's) is copied into a shared block for a launch
@@ -87,8 +91,8 @@ class Launcher:
     @classmethod
     def for_device(cls, device) -> tuple[Launcher | None, str]:
         """The device's launcher, made once, or None and why not (one line)."""
-        if os.environ.get("TILE_CUDA_LAUNCH", "1") == "0":
-            return None, "TILE_CUDA_LAUNCH=0 turns it off"
+        if os.environ.get("TILE_CUDA_LAUNCH", "0") != "1":
+            return None, "off unless TILE_CUDA_LAUNCH=1 (opt-in: see the module docstring)"
         if not isinstance(device, Driver):
             return None, f"{device.id} is not an OpenCL device"
         key = device.cl_device.int_ptr
@@ -96,6 +100,8 @@ class Launcher:
             found = cls._found.get(key)
             if found is None:
                 found = cls._found[key] = cls._probe(device)
+        if found[0] is not None and found[0].device is not device:  # (its memory is in that context)
+            return None, f"{found[0].device.id}, another driver of {device.name}, launches through CUDA"
         return found
 
     @classmethod

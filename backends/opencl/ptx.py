@@ -2,7 +2,8 @@
 ``backends.clike.wgmma``): OpenCL C cannot target ``sm_90a``, so the generated source writes those
 instructions as PTX comments marked ``SM90A``; NVIDIA's OpenCL compiles the source to PTX (its
 program binary is PTX text), and ``for_sm90a`` turns that PTX into the program meant: the marks
-removed, the target ``sm_90a``. ``clCreateProgramWithBinary`` then builds it."""
+removed, the target ``sm_90a``, and the dynamic local memory a launched kernel names
+(``backends.clike.tma.DYNAMIC``) declared. ``clCreateProgramWithBinary`` then builds it."""
 
 from __future__ import annotations
 

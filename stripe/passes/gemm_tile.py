@@ -241,7 +241,7 @@ def ranking(block: Block, g: Gemm, hw: Hardware, cfg: GemmTileConfig) -> list[Ge
 def launched(model: GemmModel, g: Gemm, unit: MatrixUnit, name: str, mode: str) -> list[GemmTiles]:
     """The tiles of the warp-group kernel fed by the tensor memory accelerator, where the device
     launches with more local memory (``WarpGroup.launch_local_KiB``) and ``g`` streams: one warp
-    per 16 rows, K steps of ``launch_k_bytes``."""
+    per 16 rows and one loading, within the work-group size, K steps of ``launch_k_bytes``."""
     wg = unit.warpgroup
     if wg is None or not wg.launch_local_KiB:
         return []
@@ -249,6 +249,8 @@ def launched(model: GemmModel, g: Gemm, unit: MatrixUnit, name: str, mode: str) 
     kt = wg.launch_k_bytes // size
     out = []
     for tm, tn in wg.launch_tiles:
+        if (tm // 16 + 1) * unit.lanes > model.max_threads:  # the multiplying warps and the loader
+            continue
         if streams(g, tm, tn, kt, size):
             out += model.mma_ranking(unit, name, mode, (tm // 16, 1), ((tm, tn),), wg.launch_k_bytes,
                                      wg.launch_local_KiB * 1024)

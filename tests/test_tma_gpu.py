@@ -1,0 +1,128 @@
+"""GEMMs launched through CUDA (``backends.clike.tma``, ``backends.opencl.cuda_launch``, opt-in:
+``TILE_CUDA_LAUNCH=1``, which these tests set) run on the test OpenCL device
+(``$TILE_OPENCL_TEST_DEVICE``) when it can launch them: an H100 or H200 whose OpenCL memory CUDA
+shares. Elsewhere every test skips, saying why. Operands are integer-valued,
+so every answer is exact. The kernels' plans and text are checked without a GPU in
+tests/test_tma.py."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ref_interp
+from tests.opencl_support import DEVICE_ID, device
+
+MM = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
+MLP = """function (X[B, I], W[I, O], Bias[O]) -> (Y) {
+  Z[b, o : B, O] = +(X[b, i] * W[i, o]);
+  Y = relu(Z + Bias);
+}"""
+# the product is read back by a second kernel, which OpenCL launches
+MIXED = """function (A[M, K], B[K, N]) -> (C, D) {
+  C[m, n : M, N] = +(A[m, k] * B[k, n]);
+  D[n, m : N, M] = =(C[m, n]);
+}"""
+
+
+def _why_not() -> str | None:
+    """Why the test device cannot launch through CUDA (None: it can, once asked to)."""
+    if DEVICE_ID is None:
+        return "there is no OpenCL test device"
+    from backends.opencl.cuda_launch import Launcher
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TILE_CUDA_LAUNCH", "1")  # (opt-in; the probe's answer is kept per device)
+        launcher, why = Launcher.for_device(device())
+    return None if launcher is not None else why
+
+
+@pytest.fixture(autouse=True)
+def _launching(monkeypatch):
+    monkeypatch.setenv("TILE_CUDA_LAUNCH", "1")
+
+
+WHY = _why_not()
+pytestmark = pytest.mark.skipif(
+    WHY is not None,
+    reason=f"GEMMs launched through CUDA run only on an H100/H200 whose OpenCL memory CUDA shares "
+    f"(test device {DEVICE_ID or 'none'}: {WHY}); their plans and text are tested without one",
+)
+
+
+def ints(rng, shape, dt=np.float16):
+    return rng.integers(-2, 3, shape).astype(dt)
+
+
+def launched(f, inputs) -> list[bool]:
+    """Which of the compiled program's kernels launch through CUDA."""
+    return [bool(x) for x in f.prepare(inputs).library.extra["launch"]]
+
+
+@pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("m,k,n", [(2048, 1024, 4096), (256, 4096, 128), (4096, 64, 1024)])
+def test_launched_matmuls_are_exact(dt, m, k, n):
+    """Tiles of 256 x 128 (or 128 x 256), K steps of 64: one tile, one K step, many of each."""
+    import tile
+
+    rng = np.random.default_rng(m + k + n)
+    inputs = {"A": ints(rng, (m, k), dt), "B": ints(rng, (k, n), dt)}
+    f = tile.compile(MM, DEVICE_ID)
+    assert launched(f, inputs) == [True]
+    want = (inputs["A"].astype(np.float64) @ inputs["B"].astype(np.float64)).astype(dt)
+    np.testing.assert_array_equal(f(inputs)["C"], want)
+
+
+def test_resident_calls_on_new_inputs_and_the_fused_epilogue():
+    """Resident tensors (their addresses repeat: tensor maps reused) and a bias vector smaller than
+    a shared block (a piece of one), three calls with fresh values each."""
+    import tile
+
+    f = tile.compile(MLP, DEVICE_ID)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        inputs = {"X": ints(rng, (1024, 512)), "W": ints(rng, (512, 1024)), "Bias": ints(rng, (1024,))}
+        tensors = {k: tile.tensor(v, device=DEVICE_ID) for k, v in inputs.items()}
+        assert launched(f, tensors) == [True]
+        got = f(tensors, resident=True)["Y"].numpy()
+        np.testing.assert_array_equal(got, ref_interp.run(MLP, inputs)["Y"])
+
+
+def test_a_kernel_opencl_launches_reads_the_launched_product():
+    """CUDA's launch and OpenCL's kernel after it are ordered (``Driver.cuda_pending``), and the
+    next call's launch waits for OpenCL's kernel."""
+    import tile
+
+    f = tile.compile(MIXED, DEVICE_ID)
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        inputs = {"A": ints(rng, (1024, 1024)), "B": ints(rng, (1024, 1024))}
+        flags = launched(f, inputs)
+        assert any(flags) and not all(flags), flags
+        got, want = f(inputs), ref_interp.run(MIXED, inputs)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_a_profile_times_the_launched_kernel():
+    import tile
+
+    rng = np.random.default_rng(6)
+    inputs = {"A": ints(rng, (1024, 1024)), "B": ints(rng, (1024, 1024))}
+    f = tile.compile(MM, DEVICE_ID)
+    f(inputs)
+    ((name, seconds),) = f.profile()
+    assert "t256x128" in name or "t128x256" in name
+    assert 0 < seconds < 1.0
+
+
+def test_without_tile_cuda_launch_every_kernel_stays_on_opencl(monkeypatch):
+    import tile
+
+    monkeypatch.delenv("TILE_CUDA_LAUNCH")
+    rng = np.random.default_rng(7)
+    inputs = {"A": ints(rng, (512, 768)), "B": ints(rng, (768, 2048))}  # (a shape no test compiled)
+    f = tile.compile(MM, DEVICE_ID)
+    assert launched(f, inputs) == [False]
+    np.testing.assert_array_equal(f(inputs)["C"], ref_interp.run(MM, inputs)["C"])
