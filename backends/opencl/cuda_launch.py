@@ -9,10 +9,11 @@ its own with the dynamic local memory the kernel's ``launch`` record asks for.
 * **Who launches.** ``Launcher.for_device`` says whether a device can, and why not:
   ``TILE_CUDA_LAUNCH=1`` asks for it, memory sharing (``cuda_share.Sharing``) works, the CUDA
   device has compute capability 9.0 (the kernels are ``sm_90a``), and the driver has the calls.
-  It is opt-in: in the last H100 run of tests/test_tma_gpu.py, four tests failed, among them an
-  integer bfloat16 256x4096x128 product, and there was no device time left to see why (the
-  float16 products checked before, 4096³, 8192³, 2048x1024x4096, with bias and relu, and read by
-  an OpenCL kernel, were exact).
+  It is opt-in: in the last H100 run of tests/test_tma_gpu.py a program whose launched product
+  an OpenCL kernel then reads failed, and there was no device time left to see why (three other
+  failures there were the tests' own; bench/RESULTS.md, "2026-11-28 (third, later)"). The
+  products checked before, 4096³, 8192³, 2048x1024x4096, with bias and relu, and read by an
+  OpenCL kernel at 4096, were exact.
 * **Memory.** ``LaunchingExecutor`` allocates every buffer in shared memory, which has a CUDA
   address: a block of its own from ``SHARED_MIN`` bytes, else a piece of one (``Slabs``). A
   buffer OpenCL alone allocated (another executor's) is copied into a shared block for a launch
