@@ -182,6 +182,10 @@ class Bound:
             i += 1
         return True
 
+    def buffers(self) -> tuple[Buffer | None, ...]:
+        """The buffers it was bound to, None for each one freed since."""
+        return tuple(r() for r in self._refs)
+
     def launch(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
         """Run on ``params``, which ``matches``; the caller's list keeps them alive until the run
         is over."""

@@ -50,6 +50,23 @@ def test_calls_are_not_profiled_and_profile_still_times_the_kernels():
     assert not any(profiled(e) for e in exe._last._launched)
 
 
+def test_the_profiled_rerun_reads_the_inputs_as_they_are(monkeypatch):
+    """Its scratch copy of an input holds the input's values (kernels can run faster on zeros),
+    and the caller's tensors keep theirs."""
+    dev = _device()
+    exe = tile.compile(SUM, device=DEV)
+    x = tile.tensor(np.arange(1024, dtype=np.float32) % 7, device=DEV)
+    r = exe(X=x, resident=True)["S"]
+    x.write(np.full(1024, 3, np.float32))
+    made = []
+    allocate = dev.executor.allocate
+    monkeypatch.setattr(dev.executor, "allocate", lambda size: made.append(allocate(size)) or made[-1])
+    exe.profile()
+    (scratch_x,) = [b for b in made if b.size == 4096]
+    np.testing.assert_array_equal(scratch_x.read().view(np.float32), np.full(1024, 3, np.float32))
+    assert r.numpy() == float((np.arange(1024) % 7).sum())
+
+
 def test_tile_debug_calls_are_profiled(monkeypatch, capsys):
     _device()
     exe = tile.compile(SUM, device=DEV)
