@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from itertools import product
 from typing import Protocol
 
-from stripe.gemm import Gemm
+from stripe.gemm import Gemm, streams
 from stripe.hardware import Hardware, MatrixUnit
 from stripe.ir import Index
 from tile.dtypes import DType
@@ -166,6 +166,25 @@ class GemmModel:
         return sorted(full, key=lambda t: -t.tm * t.tn) + sorted(
             [t for t in out if t not in full], key=lambda t: (-self.groups(t.tm, t.tn), -t.tm * t.tn)
         )
+
+    def launch_ranking(self, unit: MatrixUnit, name: str, mode: str) -> list[GemmTiles]:
+        """The tiles of the warp-group kernel fed by the tensor memory accelerator, where the
+        device launches with more local memory (``WarpGroup.launch_local_KiB``) and the GEMM
+        streams (``stripe.gemm.streams``): one warp per 16 rows and one loading, within the
+        work-group size, K steps of ``launch_k_bytes``."""
+        wg = unit.warpgroup
+        if wg is None or not wg.launch_local_KiB:
+            return []
+        size = 2 if unit.operation(mode).inputs in ("float16", "bfloat16") else 4
+        kt = wg.launch_k_bytes // size
+        out = []
+        for tm, tn in wg.launch_tiles:
+            if (tm // 16 + 1) * unit.lanes > self.max_threads:  # the multiplying warps and the loader
+                continue
+            if streams(self.g, tm, tn, kt, size):
+                warps, local = (tm // 16, 1), wg.launch_local_KiB * 1024
+                out += self.mma_ranking(unit, name, mode, warps, ((tm, tn),), wg.launch_k_bytes, local)
+        return out
 
     def cpu_rule(self) -> GemmTiles:
         """``model: cpu``, the only choice: a K tile of ``kt`` points (a multiple of 64) so that

@@ -1,12 +1,11 @@
 """GEMM kernels fed by the tensor memory accelerator (``backends.clike.tma``), checked without a GPU:
-which GEMMs ``gemm_tile`` plans on the launched tiles (``launched``, ``stripe.gemm.streams``), the
-generated kernel (one loading warp, ``mbarrier`` hand-over, bulk tensor copies, the tensor-map
-arguments) and its launch record, the PTX declaration of its dynamic local memory
-(``backends.opencl.ptx``), and the host side of launching through CUDA that runs without one
+which GEMMs ``gemm_tile`` plans on the launched tiles (``GemmModel.launch_ranking``,
+``stripe.gemm.streams``), the generated kernel (one loading warp, ``mbarrier`` hand-over, bulk
+tensor copies, the tensor-map arguments) and its launch record, the PTX declaration of its dynamic
+local memory (``backends.opencl.ptx``), and the host side of launching through CUDA that runs without one
 (``backends.opencl.cuda_launch``: who may launch, slab pieces of shared blocks, the order of CUDA
 and OpenCL work). Running the kernels needs an H100 (compute capability 9.0, CUDA's driver and
-memory shared with OpenCL): tests/test_tensor_cores_gpu.py, whose large 16-bit matmuls take this
-path there."""
+memory shared with OpenCL, and ``TILE_CUDA_LAUNCH=1``): tests/test_tma_gpu.py."""
 
 from __future__ import annotations
 

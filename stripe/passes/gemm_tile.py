@@ -64,9 +64,9 @@ import sys
 from dataclasses import dataclass, field, replace
 
 from stripe.config_types import ConfigError
-from stripe.gemm import Gemm, match, streams
+from stripe.gemm import Gemm, match
 from stripe.gemm_model import GemmModel, GemmTiles, index_tiles, k_tiles
-from stripe.hardware import Hardware, MatrixUnit
+from stripe.hardware import Hardware
 from stripe.ir import Block, Dim, Index, Load, Location, RefDir, Refinement, Store, TensorShape
 from stripe.ir import dense_strides as _dense_strides
 from stripe.passes.registry import register, search_sites
@@ -232,29 +232,10 @@ def ranking(block: Block, g: Gemm, hw: Hardware, cfg: GemmTileConfig) -> list[Ge
         wg = unit.warpgroup
         if wg is not None and mode in wg.modes:  # the warp-group products' tiles first
             got = model.mma_ranking(unit, name, mode, wg.warps, wg.sides(g.n.total), wg.k_bytes) + got
-            got = launched(model, g, unit, name, mode) + got
+            got = model.launch_ranking(unit, name, mode) + got
         if got:
             return got
     return model.ranking()
-
-
-def launched(model: GemmModel, g: Gemm, unit: MatrixUnit, name: str, mode: str) -> list[GemmTiles]:
-    """The tiles of the warp-group kernel fed by the tensor memory accelerator, where the device
-    launches with more local memory (``WarpGroup.launch_local_KiB``) and ``g`` streams: one warp
-    per 16 rows and one loading, within the work-group size, K steps of ``launch_k_bytes``."""
-    wg = unit.warpgroup
-    if wg is None or not wg.launch_local_KiB:
-        return []
-    size = 2 if unit.operation(mode).inputs in ("float16", "bfloat16") else 4
-    kt = wg.launch_k_bytes // size
-    out = []
-    for tm, tn in wg.launch_tiles:
-        if (tm // 16 + 1) * unit.lanes > model.max_threads:  # the multiplying warps and the loader
-            continue
-        if streams(g, tm, tn, kt, size):
-            out += model.mma_ranking(unit, name, mode, (tm // 16, 1), ((tm, tn),), wg.launch_k_bytes,
-                                     wg.launch_local_KiB * 1024)
-    return out
 
 
 def _epilogue_refs(kb: Block) -> set[str]:
