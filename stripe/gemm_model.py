@@ -148,7 +148,7 @@ class GemmModel:
         local = self.local_bytes if local_bytes is None else local_bytes
         if op is None:
             return []
-        size = 2 if op.inputs in ("float16", "bfloat16") else 4
+        size = op.input_bytes
         kt = k_bytes // size
         wm, wn = warps
         out = []
@@ -175,7 +175,7 @@ class GemmModel:
         wg = unit.warpgroup
         if wg is None or not wg.launch_local_KiB:
             return []
-        size = 2 if unit.operation(mode).inputs in ("float16", "bfloat16") else 4
+        size = unit.operation(mode).input_bytes
         kt = wg.launch_k_bytes // size
         out = []
         for tm, tn in wg.launch_tiles:

@@ -79,6 +79,11 @@ class MmaShape:
     b: Fragment
     c: Fragment
 
+    @property
+    def input_bytes(self) -> int:
+        """Bytes of one operand element in memory (TF32 operands are float32)."""
+        return 2 if self.inputs in ("float16", "bfloat16") else 4
+
 
 @dataclass(frozen=True)
 class WarpGroup:

@@ -76,7 +76,7 @@ class TmaEmitter(WgmmaEmitter):
         nks, groups, (_, a_kf, _), (_, b_kf, _) = self.plans()
         (i,), (j,), (k,) = g.m.idxs, g.n.idxs, g.k.idxs
         sa, sb = tl.tm * tl.kt * self.size, tl.tn * tl.kt * self.size  # bytes of one step's tiles
-        stages = min(STAGES, self.t.launch_bytes // (sa + sb + 16))  # (``fits``: two at least)
+        stages = min(STAGES, self.t.launch_bytes // (self.stage_bytes() + 16))  # (``fits``: two at least)
         warps = tl.tm // 16  # multiplying; warp ``warps`` loads
         self.line("uint Ds_at;")
         self.line(f'asm("{SM90A}mov.u32 %0, {DYNAMIC};" : "=r"(Ds_at));')

@@ -39,7 +39,7 @@ from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_size_t, c_uint, c
 import pyopencl as cl
 
 from backends.hal import Bound, Buffer, Event, Library
-from backends.opencl.cuda_share import SharedCLBuffer, Sharing, SharingError
+from backends.opencl.cuda_share import SharedCLBuffer, Sharing, SharingError, once_per_device
 from backends.opencl.driver import Driver
 from backends.opencl.executor import CLBuffer, OpenCLExecutor, OpenCLKernel
 
@@ -94,13 +94,7 @@ class Launcher:
         """The device's launcher, made once, or None and why not (one line)."""
         if os.environ.get("TILE_CUDA_LAUNCH", "0") != "1":
             return None, "off unless TILE_CUDA_LAUNCH=1 (opt-in: see the module docstring)"
-        if not isinstance(device, Driver):
-            return None, f"{device.id} is not an OpenCL device"
-        key = device.cl_device.int_ptr
-        with cls._found_lock:
-            found = cls._found.get(key)
-            if found is None:
-                found = cls._found[key] = cls._probe(device)
+        found = once_per_device(cls._found, cls._found_lock, device, cls._probe)
         if found[0] is not None and found[0].device is not device:  # (its memory is in that context)
             return None, f"{found[0].device.id}, another driver of {device.name}, launches through CUDA"
         return found

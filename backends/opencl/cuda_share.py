@@ -239,6 +239,19 @@ class Block:
         self.sharing._give_back(self)
 
 
+def once_per_device(found: dict, lock: threading.Lock, device, probe):
+    """``probe(device)``'s answer for a ``backends`` OpenCL device, made once per OpenCL device
+    (kept in ``found`` by ``cl_device_id``), or None and why not when it is not one."""
+    if not isinstance(device, Driver):
+        return None, f"{device.id} is not an OpenCL device"
+    key = device.cl_device.int_ptr
+    with lock:
+        got = found.get(key)
+        if got is None:
+            got = found[key] = probe(device)
+    return got
+
+
 class Sharing:
     """Memory shared between one OpenCL device and the CUDA device with its UUID (``ordinal``)."""
 
@@ -250,14 +263,7 @@ class Sharing:
         """The sharing for a ``backends`` OpenCL device, made once, or None and why not (one line)."""
         if os.environ.get("TILE_CUDA_SHARING", "1") == "0":
             return None, "TILE_CUDA_SHARING=0 turns it off"
-        if not isinstance(device, Driver):
-            return None, f"{device.id} is not an OpenCL device"
-        key = device.cl_device.int_ptr
-        with cls._found_lock:
-            found = cls._found.get(key)
-            if found is None:
-                found = cls._found[key] = cls._probe(device)
-        return found
+        return once_per_device(cls._found, cls._found_lock, device, cls._probe)
 
     @classmethod
     def _probe(cls, device: Driver) -> tuple[Sharing | None, str]:

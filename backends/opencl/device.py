@@ -101,8 +101,9 @@ class OpenCLDevice(Driver, Device):
         wg = unit.warpgroup
         if wg is not None and capability(self.cl_device) != tuple(wg.capability):
             return replace(unit, warpgroup=None)
-        if wg is not None and wg.launch_tiles and self.launch_bytes():
-            return replace(unit, warpgroup=replace(wg, launch_local_KiB=self.launch_bytes() / 1024))
+        launch = self.launch_bytes() if wg is not None and wg.launch_tiles else 0
+        if launch:
+            return replace(unit, warpgroup=replace(wg, launch_local_KiB=launch / 1024))
         return unit
 
     def launch_bytes(self) -> int:
