@@ -11,9 +11,9 @@ wall clock around a resident call and its ``wait()``; PyTorch: best of 11 around
 * float16 matmul + bias + relu (one kernel) against ``relu(x @ w + b)``;
 * float16 3x3 convolutions, NHWC, batch 32, 56x56x64: valid (unpadded) and padded by one.
 
-With ``TILE_CUDA_LAUNCH=1`` (opt-in) on an H100/H200, the float16 GEMMs that stream launch through
-CUDA with tiles from the tensor memory accelerator (``backends.opencl.cuda_launch``); without it
-they run on OpenCL's warp-group kernel.
+On an H100/H200 the float16 GEMMs that stream launch through CUDA with tiles from the tensor memory
+accelerator (``backends.opencl.cuda_launch``); with ``TILE_CUDA_LAUNCH=0`` they run on OpenCL's
+warp-group kernel.
 
 It prints a Markdown table; ratio = PyTorch time / Tile time (above 1: Tile faster)."""
 

@@ -5,7 +5,7 @@ tensor copies, the tensor-map arguments) and its launch record, the PTX declarat
 local memory (``backends.opencl.ptx``), and the host side of launching through CUDA that runs without one
 (``backends.opencl.cuda_launch``: who may launch, slab pieces of shared blocks, the order of CUDA
 and OpenCL work). Running the kernels needs an H100 (compute capability 9.0, CUDA's driver and
-memory shared with OpenCL, and ``TILE_CUDA_LAUNCH=1``): tests/test_tma_gpu.py."""
+memory shared with OpenCL, and ``TILE_CUDA_LAUNCH`` not ``0``): tests/test_tma_gpu.py."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from tests.test_tensorize import BMM, MLP, MM, PADDED_CONV, UNIT, VALID_CONV, fa
 from tile.errors import TileDeviceError
 
 WG = UNIT.warpgroup
-H100_LAUNCH = 227 * 1024  # the dynamic local memory an H100 launches kernels with (opt-in)
+H100_LAUNCH = 227 * 1024  # the dynamic local memory an H100 launches kernels with
 H100_THREADS = 1024  # its work-group limit (the config's default, 256, is below a 256 x 128 tile's)
 SHAPES = {"A": (1024, 2048), "B": (2048, 512)}  # M, K, N all different and dividing the tiles
 MM_SWAPPED = "function (B[K, N], A[M, K]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
@@ -284,7 +284,7 @@ def test_a_ptx_without_address_size_is_refused():
 def fresh_launchers(monkeypatch):
     """``Launcher.for_device`` probing anew (its answers are cached per device)."""
     monkeypatch.setattr(Launcher, "_found", {})
-    monkeypatch.setenv("TILE_CUDA_LAUNCH", "1")  # (opt-in)
+    monkeypatch.delenv("TILE_CUDA_LAUNCH", raising=False)  # (on unless it is 0)
     return monkeypatch
 
 
@@ -304,15 +304,21 @@ def test_only_an_opencl_device_may_launch(fresh_launchers):
     assert launcher is None and why == "fake.0 is not an OpenCL device"
 
 
-@pytest.mark.parametrize("value", [None, "0", "yes"])
-def test_launching_is_off_unless_the_environment_asks_for_it(fresh_launchers, pocl, value):
-    if value is None:
-        fresh_launchers.delenv("TILE_CUDA_LAUNCH")
-    else:
+def test_tile_cuda_launch_0_turns_launching_off(fresh_launchers, pocl):
+    fresh_launchers.setenv("TILE_CUDA_LAUNCH", "0")
+    launcher, why = Launcher.for_device(pocl)
+    assert launcher is None and why == "turned off by TILE_CUDA_LAUNCH=0"
+    assert not Launcher._found  # the refusal is not cached: unsetting it probes the device
+
+
+@pytest.mark.parametrize("value", [None, "1", "yes"])
+def test_launching_is_on_unless_the_environment_says_0(fresh_launchers, pocl, value):
+    """Any other value (or none) lets the device be probed: PoCL then fails for want of CUDA."""
+    if value is not None:
         fresh_launchers.setenv("TILE_CUDA_LAUNCH", value)
     launcher, why = Launcher.for_device(pocl)
-    assert launcher is None and why.startswith("off unless TILE_CUDA_LAUNCH=1")
-    assert not Launcher._found  # the refusal is not cached: setting it probes the device
+    assert launcher is None and why.startswith("no memory shared with CUDA (")
+    assert pocl.cl_device.int_ptr in Launcher._found  # (the probe's answer is kept)
 
 
 def test_a_cpu_device_cannot_launch_and_allocates_plain_buffers(fresh_launchers, pocl):

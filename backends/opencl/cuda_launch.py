@@ -7,13 +7,11 @@ maps; the kernels ``backends.clike.tma`` writes need up to 227 KiB (an H100) and
 its own with the dynamic local memory the kernel's ``launch`` record asks for.
 
 * **Who launches.** ``Launcher.for_device`` says whether a device can, and why not:
-  ``TILE_CUDA_LAUNCH=1`` asks for it, memory sharing (``cuda_share.Sharing``) works, the CUDA
-  device has compute capability 9.0 (the kernels are ``sm_90a``), and the driver has the calls.
-  It is opt-in: in the last H100 run of tests/test_tma_gpu.py a program whose launched product
-  an OpenCL kernel then reads failed, and there was no device time left to see why (three other
-  failures there were the tests' own; bench/RESULTS.md, "2026-11-28 (third, later)"). The
-  products checked before, 4096³, 8192³, 2048x1024x4096, with bias and relu, and read by an
-  OpenCL kernel at 4096, were exact.
+  memory sharing (``cuda_share.Sharing``) works, the CUDA device has compute capability 9.0
+  (the kernels are ``sm_90a``), and the driver has the calls. It is on by default;
+  ``TILE_CUDA_LAUNCH=0`` turns it off (every kernel then runs on OpenCL, as on other devices).
+  The setting is read as a program is compiled; a program compiled before (they are kept per
+  process) keeps its plan.
 * **Memory.** ``LaunchingExecutor`` allocates every buffer in shared memory, which has a CUDA
   address: a block of its own from ``SHARED_MIN`` bytes, else a piece of one (``Slabs``). A
   buffer OpenCL alone allocated (another executor's) is copied into a shared block for a launch
@@ -92,8 +90,8 @@ class Launcher:
     @classmethod
     def for_device(cls, device) -> tuple[Launcher | None, str]:
         """The device's launcher, made once, or None and why not (one line)."""
-        if os.environ.get("TILE_CUDA_LAUNCH", "0") != "1":
-            return None, "off unless TILE_CUDA_LAUNCH=1 (opt-in: see the module docstring)"
+        if os.environ.get("TILE_CUDA_LAUNCH", "1") == "0":
+            return None, "turned off by TILE_CUDA_LAUNCH=0"
         found = once_per_device(cls._found, cls._found_lock, device, cls._probe)
         if found[0] is not None and found[0].device is not device:  # (its memory is in that context)
             return None, f"{found[0].device.id}, another driver of {device.name}, launches through CUDA"
