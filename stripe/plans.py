@@ -31,6 +31,12 @@ drops it.
   (its first statement; the combine's own statements follow) and adds the refinement it names, a
   one-element int32 buffer the kernel leaves at zero: the last work-group's counter
   (``backends.clike.lastgroup``).
+* ``TransposePlan`` (``transpose``): a permuting copy whose input and output are contiguous along
+  different indexes (``stripe.passes.transpose``), run as square tiles of ``tile`` x ``tile``
+  points through ``__local`` memory (``backends.clike.transpose``). ``cols``: the index along which
+  the input ``src`` is contiguous (a tile is read a row at a time); ``rows``: the one along which
+  the output ``out`` is (it is written a column at a time); the block's other indexes are batch
+  indexes, one tile per work-group at each of their points.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ import typing
 from dataclasses import MISSING, dataclass, fields
 
 from stripe.gemm_model import GemmTiles
-from stripe.ir import Block, RefDir
+from stripe.ir import Block, Load, RefDir, Special, Store
 from tile.dtypes import DType
 
 Named = tuple[tuple[str, int], ...]  # (index name, tile or extent), in order
@@ -97,8 +103,19 @@ class CombinePlan:
         return math.prod(n for _, n in self.lanes)
 
 
-Plan = GemmPlan | RowPlan | CombinePlan
-KINDS: dict[str, type] = {"gemm": GemmPlan, "row": RowPlan, "combine": CombinePlan}
+@dataclass(frozen=True, slots=True)
+class TransposePlan:
+    rows: str
+    cols: str
+    src: str
+    out: str
+    tile: int
+
+
+Plan = GemmPlan | RowPlan | CombinePlan | TransposePlan
+KINDS: dict[str, type] = {
+    "gemm": GemmPlan, "row": RowPlan, "combine": CombinePlan, "transpose": TransposePlan,
+}
 _KIND_OF = {cls: kind for kind, cls in KINDS.items()}
 
 
@@ -154,6 +171,8 @@ def problems(plan: Plan, block: Block) -> list[str]:
         return _gemm_problems(plan, block)
     if isinstance(plan, RowPlan):
         return _row_problems(plan, block)
+    if isinstance(plan, TransposePlan):
+        return _transpose_problems(plan, block)
     return _combine_problems(plan, block)
 
 
@@ -190,6 +209,33 @@ def _row_problems(p: RowPlan, b: Block) -> list[str]:
     return out
 
 
+def _transpose_problems(p: TransposePlan, b: Block) -> list[str]:
+    out = _missing((p.rows, p.cols), {ix.name for ix in b.idxs}, "index")
+    refs = {r.into: r for r in b.refs}
+    out += _missing((p.src, p.out), refs, "refinement")
+    if out:
+        return out
+    if p.rows == p.cols:
+        out.append(f"names '{p.rows}' as both its rows and its columns")
+    src, dst = refs[p.src], refs[p.out]
+    if src.dir not in (RefDir.IN, RefDir.INOUT) or dst.dir not in (RefDir.OUT, RefDir.INOUT):
+        out.append(f"reads '{p.src}' or writes '{p.out}', which the block does not read or write")
+    if dst.agg_op not in ("", "assign"):
+        out.append(f"copies into '{p.out}', which aggregates with '{dst.agg_op}'")
+    if not any(p.cols in a.vars for a in src.access) or not any(p.rows in a.vars for a in dst.access):
+        out.append(f"has columns '{p.cols}' that '{p.src}' does not use or rows '{p.rows}' that "
+                   f"'{p.out}' does not")
+    if p.tile < 4 or p.tile & (p.tile - 1):
+        out.append(f"has the tile {p.tile}, not a power of two of at least 4")
+    if b.constraints or any(ix.affine is not None for ix in b.idxs):
+        out.append("is on a block with constraints or index affines (every point is copied)")
+    first, last = (b.stmts[0], b.stmts[-1]) if len(b.stmts) >= 2 else (None, None)
+    ends = isinstance(first, Load) and first.from_ == p.src and isinstance(last, Store) and last.into == p.out
+    if not ends or any(isinstance(s, (Block, Load, Store, Special)) for s in b.stmts[1:-1]):
+        out.append(f"is on a block that does not load '{p.src}', convert and store into '{p.out}'")
+    return out
+
+
 def _combine_problems(p: CombinePlan, b: Block) -> list[str]:
     at = 2 if p.counter else 1  # a one-kernel combine's partial block comes first
     inner = b.stmts[at] if p.self_init and len(b.stmts) > at and isinstance(b.stmts[at], Block) else b
@@ -221,5 +267,6 @@ def _counter_problems(p: CombinePlan, b: Block) -> list[str]:
 
 
 __all__ = [
-    "KINDS", "ROW_TAG", "CombinePlan", "GemmPlan", "Plan", "RowPlan", "items", "kind", "make", "problems",
+    "KINDS", "ROW_TAG", "CombinePlan", "GemmPlan", "Plan", "RowPlan", "TransposePlan",
+    "items", "kind", "make", "problems",
 ]

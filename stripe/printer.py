@@ -50,9 +50,10 @@ end of its line; a ``;`` after a statement is optional, as in the slides)::
   header are the block's ``comments``; comments elsewhere are ignored.
 * A ref prints ``into = from`` whenever ``from_`` is set (even to ``into`` itself), ``:agg_op``
   when it is not empty, and ``DTYPE(size:stride, ...)`` with the short names of ``ir.DTYPE_NAMES``.
-* ``plan`` is the block's ``stripe.plans`` plan: its kind (``gemm``, ``row``, ``combine``) and
-  its fields in order, names as names, lists of index names with their tiles or extents as
-  ``[i0:64, i1:4]``, e.g. ``plan row(rows: [i], values: [Mx_row, S_row], group: 512)``.
+* ``plan`` is the block's ``stripe.plans`` plan: its kind (``gemm``, ``row``, ``combine``,
+  ``transpose``) and its fields in order, names as names, lists of index names with their tiles or
+  extents as ``[i0:64, i1:4]``, e.g. ``plan row(rows: [i], values: [Mx_row, S_row], group: 512)``,
+  ``plan transpose(rows: m, cols: n, src: C, out: D, tile: 32)``.
 * ``OFFSET`` is ``@0x`` and lowercase hex digits (``@0x1c0``): a refinement's placement ``offset``
   in bytes, written only when it is set.
 * A name is ``[A-Za-z_$][A-Za-z0-9_$']*``; any other string, or a keyword (``block none in out
