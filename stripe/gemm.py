@@ -272,17 +272,18 @@ def _group(dt, outs, reductions, constraints, a, b, order: Affine, out, reorder,
     )
 
 
-def streams(g: Gemm, tm: int, tn: int, kt: int, size: int) -> bool:
+def streams(g: Gemm, tm: int, tn: int, kt: int, size: int, b_kmajor: bool = False) -> bool:
     """Whether the tensor memory accelerator can feed ``g``'s ``tm x tn`` tiles K steps of ``kt``
     (elements of ``size`` bytes): a plain matrix product ``A[i, k] · B[k, j]`` (one index per
     group, no batch, nothing guarded, every index from 0), A's rows contiguous along K and B's
-    along N, rows starting at the buffers' starts and every 16 bytes, and whole tiles."""
+    along N (along K with ``b_kmajor``: B stored as ``[j][k]``), rows starting at the buffers'
+    starts and every 16 bytes, and whole tiles."""
     if len(g.m.idxs) != 1 or len(g.n.idxs) != 1 or len(g.k.idxs) != 1 or g.batch.idxs:
         return False
     if g.a.guards or g.b.guards or g.store_guards or any(g.starts.values()):
         return False
     (i,), (j,), (k,) = g.m.idxs, g.n.idxs, g.k.idxs
-    for op, row, col in ((g.a, i, k), (g.b, k, j)):
+    for op, row, col in ((g.a, i, k), (g.b, j, k) if b_kmajor else (g.b, k, j)):
         off = op.offset
         if off.const != 0 or set(off.vars) != {row.name, col.name} or off.coeff(col.name) != 1:
             return False

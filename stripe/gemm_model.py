@@ -170,10 +170,10 @@ class GemmModel:
     def launch_ranking(self, unit: MatrixUnit, name: str, mode: str) -> list[GemmTiles]:
         """The tiles of the warp-group kernel fed by the tensor memory accelerator, where the
         device launches with more local memory (``WarpGroup.launch_local_KiB``) and the GEMM
-        streams (``stripe.gemm.streams``): one warp per 16 rows and one loading, within the
-        work-group size, K steps of ``launch_k_bytes``."""
+        streams (``stripe.gemm.streams``; B K-major for 32-bit operands): one warp per 16 rows and
+        one loading, within the work-group size, K steps of ``launch_k_bytes``."""
         wg = unit.warpgroup
-        if wg is None or not wg.launch_local_KiB:
+        if wg is None or not wg.launch_local_KiB or mode not in wg.launch_modes:
             return []
         size = unit.operation(mode).input_bytes
         kt = wg.launch_k_bytes // size
@@ -181,7 +181,7 @@ class GemmModel:
         for tm, tn in wg.launch_tiles:
             if (tm // 16 + 1) * unit.lanes > self.max_threads:  # the multiplying warps and the loader
                 continue
-            if streams(self.g, tm, tn, kt, size):
+            if streams(self.g, tm, tn, kt, size, b_kmajor=size == 4):
                 warps, local = (tm // 16, 1), wg.launch_local_KiB * 1024
                 out += self.mma_ranking(unit, name, mode, warps, ((tm, tn),), wg.launch_k_bytes, local)
         return out

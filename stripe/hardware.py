@@ -95,9 +95,11 @@ class WarpGroup:
     it only at exactly ``capability`` (``sm_90a`` features do not carry over to later devices).
 
     A device that launches kernels with more local memory than its OpenCL driver gives (through
-    CUDA's driver API) sets ``launch_local_KiB``; a GEMM that streams (``stripe.gemm.streams``)
-    then takes one of ``launch_tiles`` with K steps of ``launch_k_bytes``: a kernel whose tiles
-    come from the tensor memory accelerator, ``tm / 16`` warps multiplying and one more loading."""
+    CUDA's driver API) sets ``launch_local_KiB``; a GEMM of one of ``launch_modes`` that streams
+    (``stripe.gemm.streams``) then takes one of ``launch_tiles`` with K steps of
+    ``launch_k_bytes``: a kernel whose tiles come from the tensor memory accelerator, ``tm / 16``
+    warps multiplying and one more loading. The unit reads 32-bit (``tf32``) operands K-major
+    only, so such a GEMM streams with a K-major B (``stripe.passes.kmajor`` makes that copy)."""
 
     modes: tuple[str, ...]
     capability: tuple[int, int]
@@ -106,6 +108,7 @@ class WarpGroup:
     k_bytes: int = 64
     launch_tiles: tuple[tuple[int, int], ...] = ()
     launch_k_bytes: int = 128
+    launch_modes: tuple[str, ...] = ()
     launch_local_KiB: float = 0.0  # 0: kernels launch through OpenCL only
 
     def sides(self, n: int) -> tuple[tuple[int, int], ...]:

@@ -121,8 +121,8 @@ def test_without_launching_the_warp_group_tiles_stay(dtype, threads):
     (BMM, {"A": (4, 512, 256), "B": (4, 256, 512)}, np.float16, None),
     (VALID_CONV, {"I": (8, 58, 58, 64), "F": (3, 3, 64, 128)}, np.float16, None),
     (PADDED_CONV, {"I": (8, 56, 56, 64), "F": (3, 3, 64, 128)}, np.float16, None),
-    (MM, SHAPES, np.float32, "tf32"),
-], ids=["1000^3", "k4000", "batched", "valid-conv", "padded-conv", "tf32"])
+    (MM, SHAPES, np.float32, "3xtf32"),  # (tf32 streams: tests/test_kmajor.py)
+], ids=["1000^3", "k4000", "batched", "valid-conv", "padded-conv", "3xtf32"])
 def test_gemms_that_do_not_stream_keep_the_opencl_tiles(src, shapes, dtype, precision):
     """The same plan as on a device that launches through OpenCL only, and no launched kernel."""
     p, cfg = optimized(src, shapes, dtype, precision=precision)

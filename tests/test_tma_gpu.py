@@ -75,6 +75,36 @@ def test_launched_matmuls_are_exact(dt, m, k, n):
     np.testing.assert_array_equal(f(inputs)["C"], want)
 
 
+@pytest.mark.parametrize("m,k,n", [(2048, 1024, 4096), (256, 32, 128), (1024, 4096, 1024)])
+def test_launched_tf32_matmuls_are_exact_on_integers(m, k, n):
+    """float32 with ``precision="tf32"``: B copied K-major (``stripe.passes.kmajor``), both tiles
+    from the tensor memory accelerator; small integers are exact in TF32."""
+    import tile
+
+    rng = np.random.default_rng(m + k + n)
+    inputs = {"A": ints(rng, (m, k), np.float32), "B": ints(rng, (k, n), np.float32)}
+    f = tile.compile(MM, DEVICE_ID, settings={"precision": "tf32"})
+    assert launched(f, inputs) == [False, True]  # the copy, then the product
+    want = (inputs["A"].astype(np.float64) @ inputs["B"].astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(f(inputs)["C"], want)
+
+
+def test_a_launched_tf32_matmul_is_within_the_modes_bound():
+    """Random normal operands: each product within ``4u`` of exact (each operand's low bits
+    dropped, ``u = 2^-11``, docs/semantics.md), plus float32's sum over K."""
+    import tile
+
+    rng = np.random.default_rng(11)
+    k = 1024
+    a, b = rng.standard_normal((512, k)).astype(np.float32), rng.standard_normal((k, 512)).astype(np.float32)
+    f = tile.compile(MM, DEVICE_ID, settings={"precision": "tf32"})
+    assert launched(f, {"A": a, "B": b}) == [False, True]
+    got = f(A=a, B=b)["C"].astype(np.float64)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    assert np.all(np.abs(got - exact) <= (4 * 2.0**-11 + k * 2.0**-23) * scale)
+
+
 def test_resident_calls_on_new_inputs_and_the_fused_epilogue():
     """Resident tensors (their addresses repeat: tensor maps reused) and a bias vector smaller than
     a shared block (a piece of one), three calls with fresh values each."""

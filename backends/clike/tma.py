@@ -55,16 +55,19 @@ class TmaEmitter(WgmmaEmitter):
 
     def fits(self) -> bool:
         """Whether the nest is the launched kernel's: the target launches with more local memory,
-        the plan's tiles and K step are the unit's launched ones, ``WgmmaEmitter`` takes the
-        products, and the GEMM streams."""
+        the mode is one the unit launches, the plan's tiles and K step are the launched ones (a
+        warp per 16 rows, every column), and the GEMM streams (32-bit operands: with B K-major,
+        ``stripe.passes.kmajor``'s copy)."""
         wg, tl = self.unit.warpgroup, self.tl
-        if not self.t.launch_bytes or wg is None or (tl.tm, tl.tn) not in wg.launch_tiles:
+        if not self.t.launch_bytes or wg is None or self.mode not in wg.launch_modes:
+            return False
+        if (tl.tm, tl.tn) not in wg.launch_tiles or tl.rm != 16 or tl.rn != tl.tn:
             return False
         if tl.kt * self.size != wg.launch_k_bytes or tl.kt * self.size != 128:
             return False
         if self.t.launch_bytes < 2 * (self.stage_bytes() + 16):  # two stages at least
             return False
-        return super().fits() and streams(self.g, tl.tm, tl.tn, tl.kt, self.size)
+        return streams(self.g, tl.tm, tl.tn, tl.kt, self.size, b_kmajor=self.size == 4)
 
     def stage_bytes(self) -> int:
         """Bytes of one K step's tiles of A and B."""
@@ -93,7 +96,7 @@ class TmaEmitter(WgmmaEmitter):
         self.line("barrier(CLK_LOCAL_MEM_FENCE);")
         self.lanes()
         self.line(f"if (warp == {warps}) {{")
-        self.loader(nks, stages, sa, sb, self.m0[i.name], self.n0[j.name])
+        self.loader(nks, stages, sa, sb, self.m0[i.name], self.n0[j.name], b_kf)
         self.line("} else {")
         fn = tl.tn // self.op.n
         for jj in range(fn):
@@ -114,20 +117,27 @@ class TmaEmitter(WgmmaEmitter):
         self.line("}")
         threads = (warps + 1) * self.unit.lanes
         pos = {name: n for n, (name, _) in enumerate(params)}
-        row_a, row_b = (int(g.a.offset.coeff(i.name)) * self.size, int(g.b.offset.coeff(k.name)) * self.size)
+        row_a = int(g.a.offset.coeff(i.name)) * self.size
+        if b_kf:  # B[j, k] (K-major, 32-bit): K innermost, box kt x tn
+            b_map = ((k.range, j.range), int(g.b.offset.coeff(j.name)) * self.size, (tl.kt, tl.tn))
+        else:  # B[k, j]: N innermost, box 64 x kt
+            b_map = ((j.range, k.range), int(g.b.offset.coeff(k.name)) * self.size, (64, tl.kt))
+        # (float32 operands of ``tf32``: the copies round them to TF32, to nearest, ties to even)
+        dtype = "tfloat32" if self.mode == "tf32" else g.dtype.value
         self.launch = {
             "local_bytes": stages * (sa + sb + 16),
-            "maps": [  # A[i, k]: K innermost, box kt x tm; B[k, j]: N innermost, box 64 x kt
-                (pos[self.ptrs[g.a.ref.source]], (k.range, i.range), row_a, (tl.kt, tl.tm), g.dtype.value),
-                (pos[self.ptrs[g.b.ref.source]], (j.range, k.range), row_b, (64, tl.kt), g.dtype.value),
+            "maps": [  # A[i, k]: K innermost, box kt x tm
+                (pos[self.ptrs[g.a.ref.source]], (k.range, i.range), row_a, (tl.kt, tl.tm), dtype),
+                (pos[self.ptrs[g.b.ref.source]], *b_map, dtype),
             ],
         }
         args = list(params) + [(m, DType.UINT8) for m in MAPS]
         return self.t.group_kernel(symbol, args, threads, self.lines), groups * threads, threads
 
-    def loader(self, nks: int, stages: int, sa: int, sb: int, m0: str, n0: str) -> None:
+    def loader(self, nks: int, stages: int, sa: int, sb: int, m0: str, n0: str, b_kf: bool) -> None:
         """The loading warp's first lane: per K step, once its buffer is empty, the step's bytes
-        announced to its *full* barrier and the copies issued."""
+        announced to its *full* barrier and the copies issued (B: one ``tn``-row copy when it is
+        K-major, else one per 64 columns)."""
         tl, it = self.tl, self.int
         self.line("if (lane == 0) {", 2)
         self.line(f"for ({it} ks = 0; ks < {nks}; ks++) {{", 3)
@@ -138,7 +148,9 @@ class TmaEmitter(WgmmaEmitter):
         self.line("const uint full = Mb_at + 8 * s;", 4)
         self.ptx(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], {sa + sb};", '"r"(full)', 4)
         self.copy("tmap_a", f"As_at + s * {sa}", f"ks * {tl.kt}", m0, 4)
-        for p in range(tl.tn // 64):
+        if b_kf:
+            self.copy("tmap_b", f"Bs_at + s * {sb}", f"ks * {tl.kt}", n0, 4)
+        for p in range(0 if b_kf else tl.tn // 64):
             dst = f"Bs_at + s * {sb} + {p * tl.kt * 128}"
             self.copy("tmap_b", dst, f"{n0} + {64 * p}", f"ks * {tl.kt}", 4)
         self.line("}", 3)

@@ -112,9 +112,10 @@ class WgmmaEmitter(MmaEmitter):
         return f"buf * {size} + ({self.byte_at(pos, k, self.kf[name])}) / 2"
 
     def layout(self, kfast: bool) -> tuple[str, int]:
-        """An operand's descriptor constant and the bytes from one K slice of 16 to the next."""
+        """An operand's descriptor constant and the bytes from one K slice (32 bytes: 16 16-bit or
+        8 32-bit values) to the next."""
         if kfast:
-            width = 2 * self.tl.kt
+            width = self.size * self.tl.kt
             return descriptor(16, 8 * width, SWIZZLE[width]), 32
         return descriptor(self.tl.kt * 128, 1024, SWIZZLE[128]), 16 * 128
 
@@ -175,7 +176,7 @@ class WgmmaEmitter(MmaEmitter):
         (a_desc, a_step), (b_desc, b_step) = self.layout(a_kf), self.layout(b_kf)
         a_at = f"As_at + buf * {tl.tm * tl.kt * self.size} + (wy >> 2) * {64 * tl.kt * self.size}"
         b_at = f"Bs_at + buf * {tl.tn * tl.kt * self.size}"
-        for kk in range(tl.kt // 16):
+        for kk in range(tl.kt * self.size // 32):
             self.line("{", depth)
             for d, at, step, desc in (("ad", a_at, a_step, a_desc), ("bd", b_at, b_step, b_desc)):
                 start = f"(({at} + {kk * step}) & 0x3FFFF) >> 4"
@@ -215,17 +216,21 @@ class WgmmaEmitter(MmaEmitter):
         self.line(f'asm volatile("{SM90A}{text}" ::: "memory");', depth)
 
     def product(self, trans_a: int, trans_b: int, depth: int) -> None:
-        """One ``m64 x tn x k16`` product of the warp group into its accumulators (``c0_j_e``, the
+        """One ``m64 x tn x k16`` product (``k8`` of 32-bit operands, ``tf32``: both read K-major,
+        so no transposition flags) of the warp group into its accumulators (``c0_j_e``, the
         ``e``-th element of columns ``8j ..``), from the descriptors ``ad`` and ``bd``."""
         tn = self.tl.tn
-        kind = "f16" if self.mode == "f16" else "bf16"
+        kind = {"f16": "f16", "bf16": "bf16"}.get(self.mode, "tf32")
         acc = [f"c0_{j}_{e}" for j in range(tn // self.op.n) for e in range(len(self.op.c.elements))]
         n = len(acc)
         regs = ",".join(f"%{x}" for x in range(n))
+        if kind == "tf32":
+            assert not trans_a and not trans_b, "the unit reads 32-bit operands K-major only"
+        flags = "" if kind == "tf32" else f", {trans_a}, {trans_b}"
         text = (
             f"{SM90A}{{ .reg .pred p; setp.ne.b32 p, %{n + 2}, 0; "
-            f"wgmma.mma_async.sync.aligned.m64n{tn}k16.f32.{kind}.{kind} {{{regs}}}, %{n}, %{n + 1}, "
-            f"p, 1, 1, {trans_a}, {trans_b}; }}"
+            f"wgmma.mma_async.sync.aligned.m64n{tn}k{32 // self.size}.f32.{kind}.{kind} "
+            f"{{{regs}}}, %{n}, %{n + 1}, p, 1, 1{flags}; }}"
         )
         outs = ", ".join(f'"+f"({v})' for v in acc)
         self.line(f'asm volatile("{text}" : {outs} : "l"(ad), "l"(bd), "r"(1));', depth)

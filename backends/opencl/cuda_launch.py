@@ -51,7 +51,10 @@ CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CU_STREAM_NON_BLOCKING = 1
 CUDA_ERROR_NOT_READY = 600
-MAP_TYPES = {"float16": 6, "bfloat16": 9}  # CUtensorMapDataType
+# CUtensorMapDataType; TFLOAT32 copies float32 rounded to TF32, to nearest, ties to even (H100:
+# 1 + 3·2^-12 -> 1 + 2^-10, 1 + 2^-11 -> 1, 1 + 2^-10 + 2^-11 -> 1 + 2^-9; FLOAT32's bits reach
+# the unit as they are, and it ignores the low 13: toward zero)
+MAP_TYPES = {"float16": 6, "float32": 7, "bfloat16": 9, "tfloat32": 11}
 MAP_SWIZZLE_128B, MAP_L2_128B = 3, 2
 
 _U64 = c_ulonglong

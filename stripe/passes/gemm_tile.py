@@ -232,6 +232,7 @@ def ranking(block: Block, g: Gemm, hw: Hardware, cfg: GemmTileConfig) -> list[Ge
         wg = unit.warpgroup
         if wg is not None and mode in wg.modes:  # the warp-group products' tiles first
             got = model.mma_ranking(unit, name, mode, wg.warps, wg.sides(g.n.total), wg.k_bytes) + got
+        if wg is not None:  # and before them, those of a launched kernel (``launch_modes``)
             got = model.launch_ranking(unit, name, mode) + got
         if got:
             return got
