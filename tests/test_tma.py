@@ -24,7 +24,7 @@ from backends import registry
 from backends.clike import generate, tma
 from backends.clike.wgmma import SM90A
 from backends.driver import config_for, kernels
-from backends.opencl.cuda_launch import Launcher, LaunchingExecutor, Slabs
+from backends.opencl.cuda_launch import PLAIN, CudaKernel, Launcher, LaunchingExecutor, Slabs
 from backends.opencl.cuda_share import EXTENSIONS, SharedCLBuffer
 from backends.opencl.driver import Driver
 from backends.opencl.executor import CLBuffer
@@ -419,3 +419,28 @@ def test_the_queue_settles_before_opencl_work():
     queue = object()
     d, waits = pending_launch(queue)
     assert d.queue is queue and waits == [1] and d.cuda_pending is None
+
+
+def test_a_program_with_a_launched_kernel_launches_all_its_kernels(pocl, monkeypatch):
+    """Every kernel of such a program is a ``CudaKernel`` (one without a record: ``PLAIN``, at the
+    work-group size OpenCL would give it), so a call never switches between the two contexts; a
+    program without one stays on OpenCL."""
+    import tile
+
+    src = "function (A[M, N]) -> (B, C) { B = A * 2; C[n, m : N, M] = =(B[m, n]); }"
+    built = tile.compile(src, "opencl_cpu.0").prepare(A=np.zeros((64, 48), np.float32)).library
+    n = len(built.extra["names"])
+    assert n >= 2
+    monkeypatch.setattr(LaunchingExecutor, "launcher", lambda self: SimpleNamespace())
+    ex = LaunchingExecutor(pocl)
+
+    def library(records):
+        extra = {**built.extra, "launch": records}
+        return SimpleNamespace(kernels=built.kernels, handle=built.handle, extra=extra)
+
+    assert not any(isinstance(ex.prepare(library([None] * n), i), CudaKernel) for i in range(n))
+    record = {"local_bytes": 1024, "maps": []}
+    kernels = [ex.prepare(library([None] * (n - 1) + [record]), i) for i in range(n)]
+    assert all(isinstance(k, CudaKernel) for k in kernels)
+    assert [k.launch for k in kernels] == [PLAIN] * (n - 1) + [record]
+    assert all(k.local >= 1 for k in kernels)
