@@ -9,6 +9,7 @@ memory shared with OpenCL, and ``TILE_CUDA_LAUNCH`` not ``0``): tests/test_tma_g
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import re
 from collections import Counter
@@ -444,3 +445,17 @@ def test_a_program_with_a_launched_kernel_launches_all_its_kernels(pocl, monkeyp
     assert all(isinstance(k, CudaKernel) for k in kernels)
     assert [k.launch for k in kernels] == [PLAIN] * (n - 1) + [record]
     assert all(k.local >= 1 for k in kernels)
+
+
+def test_launch_arguments_are_built_once_per_kernel_and_addresses():
+    launcher = object.__new__(Launcher)
+    launcher.argvs, encoded = {}, []
+    launcher.tensor_map = lambda at, *rest: encoded.append(at) or 0x9000 + at
+    kernel = SimpleNamespace(launch={"maps": [(1, (64, 64), 128, (64, 64), "float16")]})
+    first = launcher.arguments(kernel, [0x100, 0x200])
+    values = launcher.argvs[(id(kernel), 0x100, 0x200)][1]
+    assert [first[i] for i in range(3)] == [ctypes.addressof(a) for a in values]  # pointers to the values
+    assert launcher.arguments(kernel, [0x100, 0x200]) is first and encoded == [0x200]  # the map read once
+    other = launcher.arguments(kernel, [0x100, 0x300])
+    assert other is not first and encoded == [0x200, 0x300]
+    assert [a.value for a in launcher.argvs[(id(kernel), 0x100, 0x300)][1]] == [0x100, 0x300, 0x9300]

@@ -128,6 +128,8 @@ class CudaDriver:
         return cls(lib), ""
 
     def __getattr__(self, name: str):
+        """The driver call ``name``, raising ``SharingError`` when it fails (kept: a launch makes
+        several calls each time)."""
         fn = getattr(self._lib, name)
 
         def call(*args):
@@ -135,6 +137,7 @@ class CudaDriver:
             if rc != 0:
                 raise SharingError(f"{name} failed: {self.error_name(rc)}")
 
+        setattr(self, name, call)
         return call
 
     def error_name(self, rc: int) -> str:
