@@ -11,11 +11,13 @@ import re
 import numpy as np
 import pytest
 
+from backends.driver import config_for
 from stripe.ir import Block, walk
+from stripe.passes import optimize
 from stripe.passes.kmajor import COPY_TAG
 from tests.pass_support import assert_same_meaning, lowered
 from tests.test_tensorize import BMM, MM, plans
-from tests.test_tma import SHAPES, WG, generated, optimized
+from tests.test_tma import SHAPES, WG, generated, hopper, optimized
 
 MM_BT = "function (A[M, K], B[N, K]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[n, k]); }"
 MLP = """function (X[B, I], W[I, O], Bias[O]) -> (Y) {
@@ -79,6 +81,13 @@ def test_the_fused_epilogue_keeps_its_copy_and_its_meaning():
     assert len(copies(p)) == 1
     assert_same_meaning(lowered(MLP, shapes, np.float32), p)
     assert [k.launch is not None for k in generated(p, cfg)] == [False, True]
+
+
+def test_without_tiled_kernels_there_is_no_copy():
+    """``tiled=False`` leaves out the steps that tile kernels, this one with ``gemm_tile``."""
+    cfg = config_for(hopper(227 * 1024), {"precision": "tf32", "tiled": False})
+    p = optimize(lowered(MM, SHAPES, np.float32), cfg)
+    assert not copies(p) and not plans(p)
 
 
 @pytest.mark.parametrize("src,shapes,dtype,precision,launch_bytes", [

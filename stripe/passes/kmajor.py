@@ -15,7 +15,9 @@ It does so only for a plain matrix product of whole buffers (``A[M, K]`` and ``B
 ``[m, k]`` and ``[k, n]``) that then streams (``stripe.gemm.streams`` with ``b_kmajor``) on one
 of the launched tiles, so ``gemm_tile`` ranks those first. The copy moves B's bytes twice more
 (an H100, 4096²: 128 MiB, about 10% of the product's time); other GEMMs are left as they are.
-Values are copied unchanged: the unit reads a float32's top 19 bits (docs/semantics.md).
+Values are copied unchanged; the kernel's tensor maps round both operands to TF32
+(docs/semantics.md). A kernel-tiling step: ``tiled=False`` leaves it out, with ``gemm_tile``.
+Two GEMMs reading the same B get a copy each.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class KMajorConfig:
     skip: tuple[str, ...] = ("split_partial",)
 
 
-@register("kmajor", KMajorConfig)
+@register("kmajor", KMajorConfig, kernel_tiling=True)
 def kmajor(program: Block, cfg: KMajorConfig, hw: Hardware) -> Block:
     """Each launched 32-bit GEMM reading B N-major, preceded by a K-major copy (module docstring)."""
     unit = hw.matrix_units.get(cfg.unit)
