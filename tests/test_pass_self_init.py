@@ -159,3 +159,37 @@ def test_a_padded_convolution_with_gemms_keeps_its_constraints_inside():
     inputs = {"I": rng.integers(-3, 4, (2, 6, 5, 3)).astype(np.float32), "F": f}
     assert_same_meaning(program, out, inputs)
     assert run_pass("self_init", PARAMS, program) == program  # not without gemms
+
+
+TRANSPOSE = "function (C[M, N]) -> (D) { D[n, m : N, M] = =(C[m, n]); }"
+
+
+def test_an_assignment_that_writes_every_element_drops_its_fill():
+    """``=`` among ``aggs``: the transpose keeps its block unchanged, its zero fill goes, and the
+    runner need not zero the output either (``backends.zeroing``)."""
+    from backends.zeroing import needs_zero
+
+    program = lowered(TRANSPOSE, {"C": (6, 5)})
+    out = run_pass("self_init", {"reqs": ["contraction"]}, program)
+    assert "zero" in fills(program) and not fills(out)
+    assert kernels(out) == kernels(program)[1:]
+    assert needs_zero(out, {"C"}) == set()
+    rng = np.random.default_rng(2)
+    c = rng.standard_normal((6, 5)).astype(np.float32)
+    c[1, 2], c[3, 4] = np.nan, -np.inf
+    assert_same_meaning(program, out, {"C": c})
+
+
+ANY = {"reqs": ["contraction"]}
+
+
+@pytest.mark.parametrize("src,shapes,params", [
+    (TRANSPOSE, {"C": (6, 5)}, {**ANY, "aggs": ["add"]}),  # not asked for
+    ("function (C[N]) -> (D) { D[2 * i : 2 * N] = =(C[i]); }", {"C": (5,)}, ANY),  # the odd elements stay
+    ("function (C[N]) -> (D) { D[i : N] = =(C[i + j]), j < 2; }", {"C": (5,)}, ANY),  # guarded
+], ids=["not-asked", "every-other-element", "constrained"])
+def test_an_assignment_keeps_its_fill_unless_it_overwrites_everything(src, shapes, params):
+    program = lowered(src, shapes)
+    out = run_pass("self_init", params, program)
+    assert fills(out) == fills(program) == ["zero"]
+    assert_same_meaning(program, out)

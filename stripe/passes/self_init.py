@@ -15,6 +15,10 @@ however short) keep their own kernels (the CPU micro-kernel folds the fill in al
 
 ``split_reduction`` builds its partial and combine blocks in the same form (``self_init``); the
 helpers here serve both.
+
+With ``assign`` among ``aggs``, an ``=`` contraction (a transpose, ``D[n, m] = =(C[m, n])``)
+that writes every element of an output its lowering zero-fills just before, and never reads it,
+simply loses the fill: no element keeps its zero, so the block is unchanged (``overwrites``).
 """
 
 from __future__ import annotations
@@ -47,22 +51,23 @@ from tile.affine import Affine
 from tile.dtypes import DType
 
 AGGREGATIONS = ("add", "mul", "max", "min")
+TAKEN = (*AGGREGATIONS, "assign")  # what ``aggs`` may name (``assign``: ``overwrites``)
 
 
 @dataclass(frozen=True)
 class SelfInitConfig:
     reqs: tuple[str, ...]
     max_reduction: int = 16  # reduction points per output element, at most (unrolled whole)
-    aggs: tuple[str, ...] = AGGREGATIONS
+    aggs: tuple[str, ...] = TAKEN
     gemms: bool = False  # GEMM-shaped sums too, of any length, in the fused form (a GPU's tiled kernel)
 
     def invalid(self) -> tuple[str, str, str] | None:
         """``(key, message, hint)`` for a value no rewrite can use (``stripe.config`` locates it)."""
         if self.max_reduction < 1:
             return "max_reduction", "max_reduction must be at least 1", "write 1 or more"
-        unknown = [a for a in self.aggs if a not in AGGREGATIONS]
+        unknown = [a for a in self.aggs if a not in TAKEN]
         if unknown:
-            return "aggs", f"'{unknown[0]}' is not an aggregation", f"name some of {', '.join(AGGREGATIONS)}"
+            return "aggs", f"'{unknown[0]}' is not an aggregation", f"name some of {', '.join(TAKEN)}"
         return None
 
 
@@ -76,6 +81,10 @@ def _visit(block: Block, cfg: SelfInitConfig) -> Block:
     stmts: list[Statement] = []
     changed = False
     for s in block.stmts:
+        if isinstance(s, Block) and stmts and overwrites(s, stmts[-1], block, cfg):
+            stmts[-1] = s  # the fill goes; the block is unchanged
+            changed = True
+            continue
         acc = _taken(s, stmts[-1], block, cfg) if isinstance(s, Block) and stmts else None
         if acc is not None:
             stmts.pop()  # the fill
@@ -160,20 +169,44 @@ def fills_for(prev: Statement, last: Block, parent: Block, constrained: bool = F
     acc = accumulator(last, parent)
     if acc is None or not only_output(last, acc) or (last.constraints and not constrained):
         return None
+    sizes = _whole_fill(prev, acc, fill_name(acc.agg_op), parent)
+    return acc if sizes is not None and writes_every_element(acc.access, last.idxs, sizes) else None
+
+
+def overwrites(last: Block, prev: Statement, parent: Block, cfg: SelfInitConfig) -> bool:
+    """Whether ``prev`` zero-fills the whole output of ``last``, an ``=`` contraction (``assign``
+    in ``cfg.aggs``) without constraints that writes every element of it and never reads it:
+    then the fill is dead."""
+    if "assign" not in cfg.aggs or not matches(last, cfg.reqs) or last.constraints:
+        return False
+    outs = [r for r in last.refs if r.dir is not RefDir.IN]
+    if len(outs) != 1 or outs[0].agg_op != "assign" or outs[0].source not in views_of(parent):
+        return False
+    out = outs[0]
+    if not all(isinstance(s, (Load, Store, Intrinsic, Constant, LoadIndex)) for s in last.stmts):
+        return False
+    if any(isinstance(s, Load) and s.from_ == out.into for s in last.stmts):
+        return False
+    sizes = _whole_fill(prev, out, "zero", parent)
+    return sizes is not None and writes_every_element(out.access, last.idxs, sizes)
+
+
+def _whole_fill(prev: Statement, out: Refinement, fn: str, parent: Block) -> tuple[int, ...] | None:
+    """The sizes of the buffer ``out`` views when ``prev`` is a block filling all of it with the
+    special ``fn`` and ``parent`` views it whole; else None."""
     if not isinstance(prev, Block) or prev.idxs or prev.constraints or len(prev.stmts) != 1:
         return None
     fill = prev.stmts[0]
-    fn = fill_name(acc.agg_op)
     if not isinstance(fill, Special) or fill.name != fn or len(prev.refs) != 1 or fill.inputs:
         return None
-    ref, view = prev.refs[0], views_of(parent)[acc.source]
-    if ref.source != acc.source or ref.into not in fill.outputs:
+    ref, view = prev.refs[0], views_of(parent)[out.source]
+    if ref.source != out.source or ref.into not in fill.outputs:
         return None
     if any(not (a.is_constant and a.const == 0) for a in (*ref.access, *view.access)):
         return None
     if ref.shape.sizes != view.shape.sizes or view.dir is RefDir.IN:
         return None
-    return acc if writes_every_element(acc.access, last.idxs, view.shape.sizes) else None
+    return view.shape.sizes
 
 
 def without_fill(
