@@ -150,9 +150,10 @@ class TmaEmitter(WgmmaEmitter):
         self.copy("tmap_a", f"As_at + s * {sa}", f"ks * {tl.kt}", m0, 4)
         if b_kf:
             self.copy("tmap_b", f"Bs_at + s * {sb}", f"ks * {tl.kt}", n0, 4)
-        for p in range(0 if b_kf else tl.tn // 64):
-            dst = f"Bs_at + s * {sb} + {p * tl.kt * 128}"
-            self.copy("tmap_b", dst, f"{n0} + {64 * p}", f"ks * {tl.kt}", 4)
+        else:
+            for p in range(tl.tn // 64):
+                dst = f"Bs_at + s * {sb} + {p * tl.kt * 128}"
+                self.copy("tmap_b", dst, f"{n0} + {64 * p}", f"ks * {tl.kt}", 4)
         self.line("}", 3)
         self.line("}", 2)
 

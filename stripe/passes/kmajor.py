@@ -30,6 +30,7 @@ from stripe.hardware import Hardware, MatrixUnit
 from stripe.ir import Block, Dim, Index, Intrinsic, Load, RefDir, Refinement, Store, TensorShape
 from stripe.passes.gemm_tile import GemmTileConfig, analyze, marked
 from stripe.passes.registry import register
+from stripe.passes.rewrite import fresh
 from tile.affine import Affine
 
 COPY_TAG = "kmajor_copy"  # the copy kernel's tag (besides ``kernel``)
@@ -66,7 +67,7 @@ def kmajor(program: Block, cfg: KMajorConfig, hw: Hardware) -> Block:
             taken.add(buf.into)
             stmts += [copy, gemm]
             new_bufs.append(buf)
-            views.append(replace(buf, dir=RefDir.INOUT, tags=frozenset()))
+            views.append(_view(buf))
         mains.append(replace(s, refs=s.refs + tuple(views), stmts=tuple(stmts)) if views else s)
     if not new_bufs:
         return program
@@ -90,7 +91,7 @@ def _transposed(block: Block, main: Block, unit: MatrixUnit, cfg: KMajorConfig, 
     b = g.b.ref
     src = main.ref(b.source)
     size_k, size_n = (d.size for d in src.shape.dims)
-    name = _fresh(f"{b.source}_kmajor", taken)
+    name = fresh(f"{b.source}_kmajor", taken)
     dtype = src.shape.dtype
     buf = Refinement(RefDir.NONE, name, (Affine(), Affine()), TensorShape.dense(dtype, (size_n, size_k)),
                      tags=frozenset({"tmp"}))
@@ -108,7 +109,7 @@ def _transposed(block: Block, main: Block, unit: MatrixUnit, cfg: KMajorConfig, 
         comments=(f"{name}[n, k: {size_n}, {size_k}] = =({b.source}[k, n]);  (stripe.passes.kmajor)",),
     )
     gemm = _reading(block, b.source, name, size_k)
-    g2 = analyze(gemm, _with(main, buf), gcfg)
+    g2 = analyze(gemm, replace(main, refs=(*main.refs, _view(buf))), gcfg)
     model = GemmModel(g2, hw, gcfg) if g2 is not None else None
     if model is None or not model.launch_ranking(unit, f"{cfg.unit}.{mode}", mode):
         return None
@@ -154,14 +155,6 @@ def _reading(block: Block, source: str, name: str, size_k: int) -> Block:
     return visit(block, set(), True)
 
 
-def _with(main: Block, buf: Refinement) -> Block:
-    """``main`` with a view of the new buffer (what ``analyze`` reads the copy's shape from)."""
-    return replace(main, refs=main.refs + (replace(buf, dir=RefDir.INOUT, tags=frozenset()),))
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name, n = base, 1
-    while name in taken:
-        n += 1
-        name = f"{base}{n}"
-    return name
+def _view(buf: Refinement) -> Refinement:
+    """``main``'s view of the new buffer ``buf`` (``analyze`` reads the copy's shape from it)."""
+    return replace(buf, dir=RefDir.INOUT, tags=frozenset())
