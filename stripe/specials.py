@@ -281,6 +281,11 @@ _RULES = {
 }
 
 
+# the intrinsics that only convert their one input to the result type (the conversion builtins,
+# ``ident`` and Stripe's ``assign``): a code generator's casts
+CASTS = ("as_float", "as_bfloat", "as_int", "as_uint", "as_bool", "ident", "assign")
+
+
 def check_intrinsic(name: str, n_args: int, supported: frozenset[str], where: str) -> None:
     """An Intrinsic names a builtin the code generator ``supported`` (never a Special's), with its arity."""
     if name not in supported:

@@ -25,14 +25,13 @@ from collections.abc import Callable
 import numpy as np
 
 from backends.clike.target import CTarget, Value, unsigned_of
-from stripe.specials import check_intrinsic
+from stripe.specials import CASTS, check_intrinsic
 from tile.dtypes import DType, promote
 
 Tmp = Callable[[str, DType], str]
 
 CMP = {"cmp_eq": "==", "cmp_ne": "!=", "cmp_lt": "<", "cmp_gt": ">", "cmp_le": "<=", "cmp_ge": ">="}
 _MIRROR = {"==": "==", "!=": "!=", "<": ">", ">": "<", "<=": ">=", ">=": "<="}
-CASTS = ("as_float", "as_bfloat", "as_int", "as_uint", "as_bool", "ident", "assign")
 LIBM = ("exp", "log", "sin", "cos", "tan", "sinh", "cosh", "tanh", "asin", "acos", "atan")
 LIBM += ("asinh", "acosh", "atanh")
 ARITH = ("add", "sub", "mul", "div", "neg", "abs", "relu", "max", "min")

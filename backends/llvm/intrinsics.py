@@ -24,11 +24,10 @@ from llvmlite import ir
 
 from backends.llvm import vmath
 from backends.llvm.scalars import F32, F64, Emitter, Scalar
-from stripe.specials import check_intrinsic
+from stripe.specials import CASTS, check_intrinsic
 from tile.dtypes import DType, promote
 
 _CMP = {"cmp_eq": "==", "cmp_ne": "!=", "cmp_lt": "<", "cmp_gt": ">", "cmp_le": "<=", "cmp_ge": ">="}
-_CASTS = ("as_float", "as_bfloat", "as_int", "as_uint", "as_bool", "ident", "assign")
 # the C library functions, by builtin (float32 and float16 use the ``f`` suffixed one)
 _LIBM = {
     "exp": "exp",
@@ -48,7 +47,7 @@ _LIBM = {
 }
 _LLVM_UNARY = {"sqrt": "llvm.sqrt", "floor": "llvm.floor", "ceil": "llvm.ceil"}
 SUPPORTED = frozenset(
-    {*_CMP, *_CASTS, *_LIBM, *_LLVM_UNARY, "round", "sigmoid", "pow", "cond", "bit_left", "bit_right"}
+    {*_CMP, *CASTS, *_LIBM, *_LLVM_UNARY, "round", "sigmoid", "pow", "cond", "bit_left", "bit_right"}
     | {"mod", "recip"}
     | {"add", "sub", "mul", "div", "neg", "abs", "relu", "max", "min", "bit_and", "bit_or", "bit_xor"}
     | {"bit_not"}
@@ -66,7 +65,7 @@ def emit_intrinsic(em: Emitter, name: str, args: list[Scalar], dt: DType, where:
     if name == "cond":
         c = em.to(args[0], DType.BOOL)
         return b.select(c, em.to(args[1], dt), em.to(args[2], dt))
-    if name in _CASTS:
+    if name in CASTS:
         return em.to(args[0], dt)
     if name in ("bit_left", "bit_right"):
         work = DType.INT32 if dt is DType.BOOL else dt

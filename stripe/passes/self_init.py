@@ -183,9 +183,7 @@ def overwrites(last: Block, prev: Statement, parent: Block, cfg: SelfInitConfig)
     if len(outs) != 1 or outs[0].agg_op != "assign" or outs[0].source not in views_of(parent):
         return False
     out = outs[0]
-    if not all(isinstance(s, (Load, Store, Intrinsic, Constant, LoadIndex)) for s in last.stmts):
-        return False
-    if any(isinstance(s, Load) and s.from_ == out.into for s in last.stmts):
+    if not _scalar(last) or any(isinstance(s, Load) and s.from_ == out.into for s in last.stmts):
         return False
     sizes = _whole_fill(prev, out, "zero", parent)
     return sizes is not None and writes_every_element(out.access, last.idxs, sizes)
@@ -219,12 +217,15 @@ def without_fill(
     return self_initialised(last, acc, dtype, parent_sizes(last, parent), fill)
 
 
+def _scalar(block: Block) -> bool:
+    """Whether every statement of ``block`` is a scalar one (no nested block, no special)."""
+    return all(isinstance(s, (Load, Store, Intrinsic, Constant, LoadIndex)) for s in block.stmts)
+
+
 def accumulator(block: Block, parent: Block) -> Refinement | None:
     """The one ``add|mul|max|min`` output of a leaf block over its parent's views (stored once,
     never loaded), or None when the block is not of that form."""
-    if not can_split(block):
-        return None
-    if not all(isinstance(s, (Load, Store, Intrinsic, Constant, LoadIndex)) for s in block.stmts):
+    if not can_split(block) or not _scalar(block):
         return None
     views = views_of(parent)
     if any(r.source not in views for r in block.refs):

@@ -33,8 +33,7 @@ from stripe.passes.registry import register
 from stripe.passes.rewrite import Context, rewrite
 from stripe.plans import TransposePlan
 from stripe.roles import element_offset, one_to_one
-
-CONVERSIONS = frozenset({"assign", "ident", "as_float", "as_bfloat", "as_int", "as_uint", "as_bool"})
+from stripe.specials import CASTS
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ def _copy(block: Block) -> tuple[str, str] | None:
         return None
     value = stmts[0].into
     for s in stmts[1:-1]:
-        if not (isinstance(s, Intrinsic) and s.name in CONVERSIONS and s.inputs == (value,)):
+        if not (isinstance(s, Intrinsic) and s.name in CASTS and s.inputs == (value,)):
             return None
         value = s.outputs[0]
     src, out = stmts[0].from_, stmts[-1].into
@@ -129,4 +128,4 @@ def _unit(offset, ranges: dict[str, int]) -> str | None:
     return ones[0] if len(ones) == 1 else None
 
 
-__all__ = ["CONVERSIONS", "TransposeConfig", "planned", "transpose"]
+__all__ = ["TransposeConfig", "planned", "transpose"]
