@@ -399,8 +399,7 @@ class CompiledProgram:
         self._timed = debug
         bound, spare = self._bound, self._spare
         event = None
-        k = 0
-        for get in self._getters:
+        for k, get in enumerate(self._getters):
             params = get(bufs)
             b = bound[k]
             if b is None or not b.matches(params):
@@ -412,7 +411,6 @@ class CompiledProgram:
             launched.append(event)
             if debug:
                 self._report(k, event, first)
-            k += 1
         if debug:
             self._report(None, None, first)
         return deps if event is None else [event]
