@@ -9,6 +9,8 @@ promoted operand type for comparisons); then:
   and integer ``x mod 0`` is 0;
 * float ``/`` follows IEEE (±inf, nan); ``max``/``min`` propagate nan;
 * ``round`` rounds half away from zero; ``?:`` is true where the condition is non-zero;
+* ``round_tf32`` converts to float32 and rounds that to TF32 (``tile.precision``) in every
+  precision mode, so its result is a float32 value even where floats are stored wider;
 * shift counts are taken modulo the operand width (as OpenCL does);
 * ``gather``/``scatter`` clamp out-of-range indices to the valid range.
 """
@@ -25,6 +27,7 @@ from ref_interp.numerics import Numerics
 from ref_interp.prng import IMPLS as PRNG_IMPLS
 from tile.composites import COMPOSITES, expand
 from tile.dtypes import DType, promote
+from tile.precision import round_tf32
 from tile.typed import TCall, TConst, TExpr, TRef
 
 Impl = Callable[[Numerics, TCall, list[np.ndarray]], np.ndarray]
@@ -348,6 +351,12 @@ def _pow(nx, call, args):
 @_impl("as_float", "as_bfloat", "as_int", "as_uint", "as_bool")
 def _convert(nx, call, args):
     return nx.cast(args[0], call.type.dtype)
+
+
+@_impl("round_tf32")
+def _round_tf32(nx, call, args):
+    # float32 first, rounded in every mode (float64 and exact too): the result is a float32 value
+    return round_tf32(nx.float32_values(args[0]))
 
 
 # ------------------------------------------------------------------- structural ops

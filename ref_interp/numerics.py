@@ -105,6 +105,32 @@ class Numerics:
         return arr.astype(target)
 
 
+    def float32_values(self, arr: np.ndarray) -> np.ndarray:
+        """``arr`` (in any storage) as a numpy float32 array, each value rounded once to float32 as
+        ``as_float(x, 32)`` rounds it in ``native`` mode, whatever this mode stores: for a builtin
+        whose result is a float32 value in every mode (``round_tf32``)."""
+        arr = np.asarray(arr)
+        if arr.dtype == object:  # exact mode's Fractions: directly (through float64 is two roundings)
+            return np.asarray(np.frompyfunc(_fraction_to_float32, 1, 1)(arr), dtype=np.float32)
+        with np.errstate(all="ignore"):
+            return arr.astype(np.float32)
+
+
+def _fraction_to_float32(x) -> float:
+    """A Fraction rounded to the nearest float32 value, ties to even (inf past the largest); the
+    floats exact mode keeps (inf, nan) as they are."""
+    if isinstance(x, float) or x == 0:
+        return float(x)
+    a = abs(x)
+    e = a.numerator.bit_length() - a.denominator.bit_length()  # floor(log2(a)) is e or e - 1
+    if a < Fraction(2) ** e:
+        e -= 1
+    q = max(e, -126) - 23  # the value of the last of float32's 24 bits (subnormals: 2^-149)
+    m = round(a / Fraction(2) ** q)  # Fraction's round: to nearest, ties to even
+    v = math.inf if m * Fraction(2) ** q >= 2**128 else math.ldexp(m, q)
+    return -v if x < 0 else v
+
+
 def _float_to_int(arr: np.ndarray, dt: DType) -> np.ndarray:
     """Truncate toward zero, wrap modulo 2**bits; nan and ±inf give 0."""
     if arr.dtype == object:

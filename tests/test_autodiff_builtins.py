@@ -1,7 +1,8 @@
 """Every elementwise builtin under autodiff: a derivative matching float64 central finite differences,
 or a documented zero gradient (comparisons, bit operations, floor/ceil/round, integer and bool
-casts, index, shape). Then the structural builtins (reshape, gather, scatter, the softmaxes) and
-the documented tie rules of max/min/abs/relu.
+casts, index, shape), or ``round_tf32``'s documented pass-through (the gradient of ``ident``).
+Then the structural builtins (reshape, gather, scatter, the softmaxes) and the documented tie rules
+of max/min/abs/relu.
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ CASES: dict[str, tuple[str, dict, str]] = {
     "sigmoid": (X_ % "sigmoid(X)", {"X": uniform(-3, 3)}, "derivative"),
     "as_float": (XY % "as_float(X * Y, 32)", PAIR, "derivative"),
     "as_bfloat": (XY % "as_bfloat(X * Y, 16)", PAIR, "derivative"),
+    # a change of precision passes the gradient through: ident's (finite differences see its steps)
+    "round_tf32": (XY % "round_tf32(X * Y)", PAIR, "pass-through"),
     "mod": (XY % "mod(X, Y)", {"X": uniform(-3, 3), "Y": away_from_zero() * 1.7}, "derivative"),
     "recip": (X_ % "recip(X)", {"X": away_from_zero()}, "derivative"),
     "builtin_binary_crossentropy": (XY % "builtin_binary_crossentropy(X, Y, N * M)",
@@ -136,6 +139,11 @@ def test_every_builtin_has_a_case_and_a_rule():
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_elementwise_builtin_gradient(name):
     src, inputs, kind = CASES[name]
+    if kind == "pass-through":
+        want = check_fd(src.replace(f"{name}(", "ident("), inputs)
+        got = tile.grad_values(src, inputs, precision="float64")
+        assert set(got) == set(want) and all(np.array_equal(got[k], want[k]) for k in want)
+        return
     grads = check_fd(src, inputs)
     if kind == "zero":
         for g in grads.values():

@@ -337,6 +337,11 @@ CASES = {
         {"A": i32(1, -3, 257, 259)},
         np.array([1, -3, 256, 260], ml_dtypes.bfloat16),
     ),
+    "round_tf32": (  # float32 first (16777217 -> 16777216), then 11 significant bits, ties away
+        "round_tf32(A)",
+        {"A": i32(2049, -2049, 2051, 16777217)},
+        np.array([2050, -2050, 2052, 16777216], np.float32),
+    ),
     "as_int": ("as_int(A, 16)", {"A": F}, np.array([-1, 0, 0, 0, 2, 2], np.int16)),
     "as_uint": ("as_uint(A, 16)", {"A": F}, np.array([65535, 0, 0, 0, 2, 2], np.uint16)),
     "as_bool": ("as_bool(A)", {"A": F}, F != 0),

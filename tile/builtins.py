@@ -70,6 +70,10 @@ def _bits(fn: str):
     return rule
 
 
+def _float32(types, params, span, names, notes):
+    return TensorType(DType.FLOAT32, types[0].shape)
+
+
 def _first(types, params, span, names, notes):
     return TensorType(types[0].dtype, _bcast(types, span, names, notes))
 
@@ -278,6 +282,14 @@ _add(
     "convert to uint8..64: truncate toward zero, wrap",
 )
 _add("as_bool", 1, 0, _as_bool, "x != 0")
+_add(
+    "round_tf32",
+    1,
+    0,
+    _float32,
+    "float32 (any input converted as by as_float(x, 32)) rounded to TF32, 10 stored mantissa bits: "
+    "to nearest, ties away from zero; nan and inf kept",
+)
 _add("index", 1, 1, _index, "index(T, axis): each element's coordinate along axis (int32)")
 _add("shape", 1, 0, _shape, "shape(T): the sizes of T as an int32 vector")
 _add("reshape", 1, -1, _reshape, "reshape(T, d1, ..., dk): same elements, row-major; k = 0 is 0-D")

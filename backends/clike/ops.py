@@ -11,7 +11,8 @@ dtypes; ``cond``: the condition to bool), then
 * float ``/`` is IEEE and correctly rounded (``CTarget.fdiv``); ``max``/``min`` propagate nan (the
   first operand's when both are nan); ``round`` is ``trunc(x) + (|x - trunc(x)| >= 0.5 ? sign : 0)``;
 * shift counts are taken modulo the width; ``>>`` is arithmetic on signed types;
-* float16 computes in float and rounds after every operation, ``sigmoid`` after every step.
+* float16 computes in float and rounds after every operation, ``sigmoid`` after every step;
+* ``round_tf32`` converts to float and rounds its bits (``round_tf32``), exactly as the interpreter.
 
 ``tmp(expr, dt)`` binds an expression to a fresh variable (operands used more than once are bound
 first, so each is evaluated once). Transcendental functions are the C library's (OpenCL's
@@ -38,7 +39,7 @@ ARITH = ("add", "sub", "mul", "div", "neg", "abs", "relu", "max", "min")
 BITS = ("bit_and", "bit_or", "bit_xor", "bit_not", "bit_left", "bit_right")
 SUPPORTED = frozenset(
     {*CMP, *CASTS, *LIBM, *ARITH, *BITS, "sqrt", "floor", "ceil", "round", "sigmoid", "pow", "cond"}
-    | {"mod", "recip"}
+    | {"mod", "recip", "round_tf32"}
 )
 
 
@@ -62,6 +63,9 @@ def intrinsic(t: CTarget, tmp: Tmp, name: str, args: list[Value], dt: DType, whe
         else:
             out = t.cast(work, f"({x} >> {count})")
         return t.convert(out, work, dt)
+    if name == "round_tf32":  # of its input converted to float32, whatever dt is
+        x = _bound(t, tmp, args[0], DType.FLOAT32)
+        return t.convert(round_tf32(t, tmp, x), DType.FLOAT32, dt)
     if dt is DType.BOOL and name in ("add", "sub", "mul", "div", "mod", "neg"):
         # not produced by Tile's typing (bool arithmetic is int32); as numpy: + is or, * is and
         inner = tmp(intrinsic(t, tmp, name, args, DType.INT32, where), DType.INT32)
@@ -183,6 +187,16 @@ def remainder(t: CTarget, x: str, y: str, dt: DType) -> str:
     # x mod 0 is 0, and x mod -1 is 0 (INT_MIN % -1 would trap)
     trivial = f"{y} == {zero}" + (f" || {y} == {t.literal(-1, dt)}" if dt.is_signed else "")
     return f"({trivial} ? {zero} : {t.cast(dt, f'({x} % {y})')})"
+
+
+def round_tf32(t: CTarget, tmp: Tmp, x: str) -> str:
+    """The float variable (or literal) ``x`` rounded to TF32 on its bits, as
+    ``tile.precision.round_tf32``: half a TF32 ulp (0x1000) added to the magnitude and the low 13
+    bits dropped round to nearest, ties away from zero (a carry into the exponent is right, and
+    past the largest finite value gives inf); nan and ±inf (exponent all ones) are kept."""
+    bits = tmp(t.bits(x, DType.FLOAT32), DType.UINT32)
+    rounded = t.float_of_bits(f"(({bits} + 0x1000u) & 0xffffe000u)")
+    return f"(({bits} & 0x7f800000u) == 0x7f800000u ? {x} : {rounded})"
 
 
 def float_fn(t: CTarget, tmp: Tmp, name: str, xs: list[str], dt: DType) -> str:

@@ -15,7 +15,8 @@ condition to bool), then
   except float32/float16 ``exp``, ``tanh`` and ``log`` outside strict mode (``em.inline_math``):
   inline code of ``vmath`` that vectorizes, within 1 ulp (§8.3); a float16 operation computes in
   float and rounds once, as numpy does, and ``sigmoid`` is ``1 / (1 + exp(-x))`` rounded after
-  every step, as the interpreter evaluates it.
+  every step, as the interpreter evaluates it;
+* ``round_tf32`` converts to float and rounds its bits (``round_tf32``), exactly as the interpreter.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from backends.llvm import vmath
-from backends.llvm.scalars import F32, F64, Emitter, Scalar
+from backends.llvm.scalars import F32, F64, I32, Emitter, Scalar
 from stripe.specials import CASTS, check_intrinsic
 from tile.dtypes import DType, promote
 
@@ -48,7 +49,7 @@ _LIBM = {
 _LLVM_UNARY = {"sqrt": "llvm.sqrt", "floor": "llvm.floor", "ceil": "llvm.ceil"}
 SUPPORTED = frozenset(
     {*_CMP, *CASTS, *_LIBM, *_LLVM_UNARY, "round", "sigmoid", "pow", "cond", "bit_left", "bit_right"}
-    | {"mod", "recip"}
+    | {"mod", "recip", "round_tf32"}
     | {"add", "sub", "mul", "div", "neg", "abs", "relu", "max", "min", "bit_and", "bit_or", "bit_xor"}
     | {"bit_not"}
 )
@@ -76,6 +77,8 @@ def emit_intrinsic(em: Emitter, name: str, args: list[Scalar], dt: DType, where:
         else:
             out = b.ashr(x, count) if work.is_signed else b.lshr(x, count)
         return em.convert(out, work, dt)
+    if name == "round_tf32":  # of its input converted to float32, whatever dt is
+        return em.convert(round_tf32(em, em.to(args[0], DType.FLOAT32)), DType.FLOAT32, dt)
     if dt is DType.BOOL and name in ("add", "sub", "mul", "div", "mod", "neg"):
         # not produced by Tile's typing (bool arithmetic is int32); as numpy: + is or, * is and
         inner = emit_intrinsic(em, name, args, DType.INT32, where)
@@ -179,6 +182,19 @@ def remainder(em: Emitter, x: ir.Value, y: ir.Value, dt: DType) -> ir.Value:
         trivial = b.or_(trivial, b.icmp_signed("==", y, em.const(-1, dt)))
     safe = b.select(trivial, em.const(1, dt), y)
     return b.srem(x, safe) if dt.is_signed else b.urem(x, safe)
+
+
+def round_tf32(em: Emitter, x: ir.Value) -> ir.Value:
+    """A float register rounded to TF32 on its bits, as ``tile.precision.round_tf32``: half a TF32
+    ulp (0x1000) added to the magnitude and the low 13 bits dropped round to nearest, ties away
+    from zero (a carry into the exponent is right, and past the largest finite value gives inf);
+    nan and ±inf (exponent all ones) are kept. Integer operations and a select: it vectorizes."""
+    b = em.builder
+    bits = b.bitcast(x, I32)
+    exp_mask = em.const(0x7F800000, DType.UINT32)
+    special = b.icmp_unsigned("==", b.and_(bits, exp_mask), exp_mask)
+    rounded = b.and_(b.add(bits, em.const(0x1000, DType.UINT32)), em.const(0xFFFFE000, DType.UINT32))
+    return b.bitcast(b.select(special, bits, rounded), F32)
 
 
 def float_fn(em: Emitter, name: str, xs: list[ir.Value], dt: DType) -> ir.Value:

@@ -11,6 +11,9 @@ not meaning:
 * a 0-D input the program uses as a size (§6.3.1) is bound as a ``plaidml.Integer``, the only
   size PlaidML takes (§10.43).
 
+A program calling a builtin PlaidML 0.7 never had (``differences.NOT_IN_PLAIDML``: ``round_tf32``)
+is refused before PlaidML sees it, with a ``TileBackendError`` at the call (§10.45), not an abort.
+
 Everything else is PlaidML's own answer, checked by ``ProgramRun`` (names, shapes, dtypes) and by
 the conformance suite (values). Where PlaidML differs from the interpreter for a reason
 docs/semantics.md §10 documents, ``known_difference`` names it (``backends.plaidml.differences``).
@@ -81,6 +84,13 @@ class PlaidMLDevice(ProgramDevice):
         # A size is a 0-D input; ProgramRun may hand one over as a 1-element array.
         inputs = {k: np.reshape(v, ()) if k in sizes and np.size(v) == 1 else v for k, v in inputs.items()}
         feed = {k: int(v.item()) if k in sizes and np.size(v) == 1 else v for k, v in inputs.items()}
+        if missing := diff.calls_not_in_plaidml(prog):  # PlaidML would abort on it (§10.25)
+            self._remember(program, inputs, diff.ERROR)
+            raise TileBackendError(
+                f"{self.id} cannot run this program: PlaidML 0.7 has no builtin '{missing[0].fn}'",
+                missing[0].span,
+                hint="docs/semantics.md §10.45; run it on another device (python -m tile devices)",
+            )
         try:
             got = self._worker.run(plaidml_source(prog), feed)
         except PeerError as e:

@@ -133,6 +133,9 @@ FLOAT_BUILTINS = set(
     "exp log sqrt sin cos tan sinh cosh tanh asin acos atan sigmoid floor ceil round pow "
     "builtin_softmax builtin_logsoftmax builtin_binary_crossentropy".split()
 )
+# builtins of ours that PlaidML 0.7 never had: PlaidMLDevice refuses a program calling one before
+# PlaidML sees it (PlaidML aborts on an unknown function, §10.25), docs/semantics.md §10.45
+NOT_IN_PLAIDML = frozenset({"round_tf32"})
 BIT_OPS = {"bit_not", "bit_and", "bit_or", "bit_xor", "bit_left", "bit_right"}
 BOOL_SAFE = set("cmp_eq cmp_ne cond ident as_bool as_int as_uint as_float index shape".split())
 
@@ -199,6 +202,9 @@ def _call_differences(call: TCall, values: Mapping | None) -> list[Difference]:
         found.append(_d("5.2", "PlaidML 0.7 refuses mod of tensors (bind-time code only)", ERROR, ABORT))
     if call.fn == "recip":  # plaidml_observed.md: recip aborts
         found.append(_d("5.2", "recip aborts PlaidML 0.7", ABORT))
+    if call.fn in NOT_IN_PLAIDML:
+        what = f"{call.fn} is not a PlaidML 0.7 builtin (refused here; PlaidML aborts)"
+        found.append(_d("10.45", what, ERROR, ABORT))
     if call.fn in FLOAT_BUILTINS and any(k != "f" for k in kinds):
         found.append(_d("10.12", "a float builtin of an integer tensor aborts PlaidML", ABORT))
     if call.fn in FLOAT_BUILTINS and np.float16 in dtypes:
@@ -415,6 +421,17 @@ def source_differences(prog: ast.Program) -> list[Difference]:
         found.append(
             _d("10.43", "an input named like a dimension is a duplicate parameter in PlaidML", ERROR)
         )
+    return found
+
+
+def calls_not_in_plaidml(prog: ast.Program) -> list[ast.Call]:
+    """The calls of ``prog`` (in statement order) to a builtin PlaidML 0.7 does not have."""
+    found, stack = [], [s.expr for s in reversed(prog.stmts) if isinstance(s, ast.Assignment)]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ast.Call) and e.fn in NOT_IN_PLAIDML:
+            found.append(e)
+        stack.extend(reversed(ast.children(e)))
     return found
 
 

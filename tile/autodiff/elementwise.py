@@ -11,6 +11,9 @@ Tie rules: elementwise ``max``/``min`` send the whole gradient to the first argu
 from its jumps) its derivatives are 1 and ``-trunc(a / b)``, written ``-(a - y) / b``.
 ``builtin_binary_crossentropy`` has its true derivatives (PlaidML divided them by ``n``, a bug);
 ``reverse_grad(X, s)`` is the identity whose gradient is ``-s`` times the adjoint, as in PlaidML.
+The float conversions ``as_float``, ``as_bfloat`` and ``round_tf32`` pass the adjoint through (a
+change of precision, not a step function: its true derivative, zero almost everywhere, would stop
+every gradient of a program that emulates a lower precision).
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ def local_adjoints(fn: str, args: list[ast.Expr], y: ast.Expr, g: ast.Expr) -> l
         "ident": lambda: [g],
         "as_float": lambda: [g],
         "as_bfloat": lambda: [g],
+        "round_tf32": lambda: [g],  # a change of precision, like as_float: the gradient passes through
         "abs": lambda: [cond(ast.Binary("<", a[0], _ZERO), neg(g), g)],
         "relu": lambda: [cond(ast.Binary(">", a[0], _ZERO), g, _ZERO)],
         "max": lambda: [

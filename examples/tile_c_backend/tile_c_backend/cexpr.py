@@ -54,7 +54,7 @@ ARITY = {"cond": 3, "pow": 2, "max": 2, "min": 2, "div": 2, "mod": 2, "bit_left"
 ARITY |= {n: 2 for n in (*COMPARE, *ARITH, *BITS)}
 SUPPORTED = frozenset(
     {*FLOAT_FNS, *COMPARE, *ARITH, *BITS, *CONVERSIONS, *ARITY}
-    | {"neg", "abs", "relu", "bit_not", "recip", "sigmoid"}
+    | {"neg", "abs", "relu", "bit_not", "recip", "sigmoid", "round_tf32"}
 )
 
 
@@ -175,6 +175,8 @@ def intrinsic(
         return f"(({c}) != 0 ? {a} : {b})"
     if name in CONVERSIONS:
         return convert(*args[0], dt)
+    if name == "round_tf32":  # of its input converted to float32, whatever dt is
+        return convert(f"tile_round_tf32({convert(*args[0], DType.FLOAT32)})", DType.FLOAT32, dt)
     if name in ("bit_left", "bit_right"):
         return _shift(name, args, dt)
     x = [convert(e, t, dt) for e, t in args]  # everything else computes in the result type

@@ -49,6 +49,17 @@ TILE_INT(uint64_t, u64, 0)
 TILE_FLOAT(float, f32)
 TILE_FLOAT(double, f64)
 
+/* float rounded to TF32 (10 stored mantissa bits): half a TF32 ulp added to the magnitude's bits and
+ * the low 13 bits dropped, so to nearest with ties away from zero; nan and inf are kept */
+static inline float tile_round_tf32(float x) {
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    if ((b & 0x7f800000u) == 0x7f800000u) return x;
+    b = (b + 0x1000u) & 0xffffe000u;
+    memcpy(&x, &b, 4);
+    return x;
+}
+
 /* one taus88 step of the stream whose three words are s[0], s[2048], s[4096]; the raw draw */
 static inline uint32_t tile_taus88(uint32_t *s) {
     uint32_t a = s[0], b = s[2048], c = s[4096];
