@@ -171,14 +171,16 @@ class GemmModel:
         """The tiles of the warp-group kernel fed by the tensor memory accelerator, where the
         device launches with more local memory (``WarpGroup.launch_local_KiB``) and the GEMM
         streams (``stripe.gemm.streams``; B K-major for 32-bit operands): one warp per 16 rows and
-        one loading, within the work-group size, K steps of ``launch_k_bytes``."""
+        one loading, within the work-group size, K steps of ``launch_k_bytes``; the tiles are
+        ``WarpGroup.launched``'s (``3xtf32``: ``gemm_tile.ranking`` asks only for GEMMs whose
+        operands ``stripe.passes.kmajor`` split)."""
         wg = unit.warpgroup
-        if wg is None or not wg.launch_local_KiB or mode not in wg.launch_modes:
+        if wg is None:
             return []
         size = unit.operation(mode).input_bytes
         kt = wg.launch_k_bytes // size
         out = []
-        for tm, tn in wg.launch_tiles:
+        for tm, tn in wg.launched(mode):
             if (tm // 16 + 1) * unit.lanes > self.max_threads:  # the multiplying warps and the loader
                 continue
             if streams(self.g, tm, tn, kt, size, b_kmajor=size == 4):

@@ -99,7 +99,10 @@ class WarpGroup:
     (``stripe.gemm.streams``) then takes one of ``launch_tiles`` with K steps of
     ``launch_k_bytes``: a kernel whose tiles come from the tensor memory accelerator, ``tm / 16``
     warps multiplying and one more loading. The unit reads 32-bit (``tf32``) operands K-major
-    only, so such a GEMM streams with a K-major B (``stripe.passes.kmajor`` makes that copy)."""
+    only, so such a GEMM streams with a K-major B (``stripe.passes.kmajor`` makes that copy).
+    A ``3xtf32`` GEMM launches only once ``kmajor`` has split its operands, and its kernel keeps a
+    second accumulator (each K step's sums, folded into the running ones): it takes one of
+    ``launch_fold_tiles``, whose two accumulators fit the registers (``launched``)."""
 
     modes: tuple[str, ...]
     capability: tuple[int, int]
@@ -110,6 +113,13 @@ class WarpGroup:
     launch_k_bytes: int = 128
     launch_modes: tuple[str, ...] = ()
     launch_local_KiB: float = 0.0  # 0: kernels launch through OpenCL only
+    launch_fold_tiles: tuple[tuple[int, int], ...] = ()
+
+    def launched(self, mode: str) -> tuple[tuple[int, int], ...]:
+        """The launched kernel's tiles for precision ``mode`` (none where it does not launch)."""
+        if not self.launch_local_KiB or mode not in self.launch_modes:
+            return ()
+        return self.launch_fold_tiles if mode == "3xtf32" else self.launch_tiles
 
     def sides(self, n: int) -> tuple[tuple[int, int], ...]:
         """The work-group tiles for ``n`` columns: those no wider than ``n`` rounded up to 64 (a

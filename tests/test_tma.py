@@ -67,13 +67,15 @@ def optimized(src: str, shapes: dict, dtype=np.float16, launch_bytes: int = H100
     return optimize(lowered(src, shapes, np.dtype(dtype)), cfg), cfg
 
 
-def generated(program, cfg, launch_bytes: int = H100_LAUNCH) -> list:
-    """The program's ``KernelSource``s for an OpenCL target launching with ``launch_bytes``."""
+def generated(program, cfg, launch_bytes: int = H100_LAUNCH, compute_units: int = 0) -> list:
+    """The program's ``KernelSource``s for an OpenCL target launching with ``launch_bytes``, on
+    ``compute_units`` (0: unknown)."""
     t = OpenCLTarget(fp64=True, fp16=True, exact_div=True, fast_math=False, half_extension=True,
                      contract=True)
     t.workgroups = True
     t.matrix_units = dict(cfg.hardware.matrix_units)
     t.launch_bytes = launch_bytes
+    t.compute_units = compute_units
     return generate(t, kernels(program), {})
 
 
@@ -122,8 +124,7 @@ def test_without_launching_the_warp_group_tiles_stay(dtype, threads):
     (BMM, {"A": (4, 512, 256), "B": (4, 256, 512)}, np.float16, None),
     (VALID_CONV, {"I": (8, 58, 58, 64), "F": (3, 3, 64, 128)}, np.float16, None),
     (PADDED_CONV, {"I": (8, 56, 56, 64), "F": (3, 3, 64, 128)}, np.float16, None),
-    (MM, SHAPES, np.float32, "3xtf32"),  # (tf32 streams: tests/test_kmajor.py)
-], ids=["1000^3", "k4000", "batched", "valid-conv", "padded-conv", "3xtf32"])
+], ids=["1000^3", "k4000", "batched", "valid-conv", "padded-conv"])  # (32-bit: tests/test_kmajor.py)
 def test_gemms_that_do_not_stream_keep_the_opencl_tiles(src, shapes, dtype, precision):
     """The same plan as on a device that launches through OpenCL only, and no launched kernel."""
     p, cfg = optimized(src, shapes, dtype, precision=precision)
@@ -188,8 +189,46 @@ def test_the_multiplying_warps_leave_one_step_of_products_running():
     assert "wgmma.wait_group.sync.aligned 1;" in loop and "mbarrier.try_wait.parity" in loop
     assert "barrier(" not in loop and "wgmma.wait_group.sync.aligned 1;" not in consumer[end:]
     assert loop.rindex("}") > loop.rindex("mbarrier.arrive.shared::cta.b64")  # released in the loop
-    assert f"const uint buf = ks % {tma.STAGES};" in loop
-    assert re.search(rf"for \(int ks = 0; ks < {SHAPES['A'][1] // plan.kt}; ks\+\+\)", loop)
+    assert f"const uint buf = it % {tma.STAGES};" in loop  # (``it``: K steps over the tiles so far)
+    assert re.search(rf"for \(int ks = 0; ks < {SHAPES['A'][1] // plan.kt}; ks\+\+, it\+\+\)", loop)
+
+
+def tile_origins(text: str, tile: int) -> tuple[int, int]:
+    """The loop's ``m0``/``n0`` for tile number ``tile``, from the kernel's own lines."""
+    at = text.index("for (int tile = grp;")
+    lines = text[at:].splitlines()[1:5]
+    env = {"tile": tile, "min": min}
+    for line in lines:
+        name, expr = line.strip().removeprefix("const int ").rstrip(";").split(" = ")
+        env[name] = eval(expr.replace("(int)", "").replace("/", "//"), env)  # (non-negative: C's /)
+    return env["m0_m"], env["n0_n"]
+
+
+@pytest.mark.parametrize("units", [0, 132, 7])
+def test_each_work_group_loops_over_its_tiles_and_each_tile_is_taken_once(units):
+    """With the compute units known, one work-group each (``PERSISTENT``), every ``units``-th tile
+    from its own; tiles numbered down bands of ``BAND`` tile rows."""
+    shapes = {"A": (4096, 256), "B": (256, 1024)}
+    p, cfg = optimized(MM, shapes, np.float16)
+    (plan,) = plans(p)
+    (k,) = generated(p, cfg, compute_units=units)
+    ntm, ntn = 4096 // plan.tm, 1024 // plan.tn
+    launched = min(units, ntm * ntn) if units else ntm * ntn
+    assert k.work_items == launched * k.local
+    assert k.text.count(f"tile < {ntm * ntn}; tile += {launched})") == 2  # the loader and the multipliers
+    origins = [tile_origins(k.text, t) for t in range(ntm * ntn)]
+    want = {(m * plan.tm, n * plan.tn) for m in range(ntm) for n in range(ntn)}
+    assert len(set(origins)) == len(origins) and set(origins) == want
+    band = min(tma.BAND, ntm)
+    assert {m for m, _ in origins[: band * ntn]} == {m * plan.tm for m in range(band)}  # the first band
+
+
+def test_a_tiles_last_step_is_released_for_the_next_tiles_copies():
+    plan, k = launched_kernel()
+    consumer = k.text[k.text.index("} else {"):]
+    after = consumer[consumer.index("wgmma.wait_group.sync.aligned 0;"):]
+    release = "mbarrier.arrive.shared::cta.b64 _, [%0];\" :: \"r\"(Mb_at + 8 * (4 + (it - 1) % 4))"
+    assert release in after[: after.index("vstore")]  # before the store, once per tile
 
 
 def test_the_signature_and_the_marked_instructions():
@@ -236,7 +275,7 @@ def test_the_kernel_keeps_the_stages_that_fit(launch_bytes):
     plan, k = launched_kernel(launch_bytes=launch_bytes)
     stages = min(tma.STAGES, fitting(plan, launch_bytes))
     assert k.launch["local_bytes"] == stages * (stage_bytes(plan) + 16) <= launch_bytes
-    assert f"const uint buf = ks % {stages};" in k.text
+    assert f"const uint buf = it % {stages};" in k.text
     assert k.text.count("mbarrier.init") == 2 * stages
 
 

@@ -105,6 +105,39 @@ def test_a_launched_tf32_matmul_is_within_the_modes_bound():
     assert np.all(np.abs(got - exact) <= (4 * 2.0**-11 + k * 2.0**-23) * scale)
 
 
+@pytest.mark.parametrize("m,k,n", [(1024, 1024, 2048), (128, 32, 128)])
+def test_launched_3xtf32_matmuls_are_exact_on_integers(m, k, n):
+    """float32 with ``precision="3xtf32"``: both operands split into TF32 parts along 3K
+    (``stripe.passes.kmajor``, two kernels), then the launched product folding each K step."""
+    import tile
+
+    rng = np.random.default_rng(m + k + n)
+    inputs = {"A": ints(rng, (m, k), np.float32), "B": ints(rng, (k, n), np.float32)}
+    f = tile.compile(MM, DEVICE_ID, settings={"precision": "3xtf32"})
+    assert launched(f, inputs) == [False, False, True]
+    want = (inputs["A"].astype(np.float64) @ inputs["B"].astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(f(inputs)["C"], want)
+
+
+def test_a_launched_3xtf32_matmul_is_as_accurate_as_float32():
+    """Random normals with low bits (the low parts matter): within the mode's bound, and no
+    further from the exact product than Tile's float32 kernel (the issue's accuracy goal)."""
+    import tile
+
+    rng = np.random.default_rng(12)
+    k = 2048
+    a = rng.standard_normal((1024, k)).astype(np.float32)
+    b = rng.standard_normal((k, 1024)).astype(np.float32)
+    f = tile.compile(MM, DEVICE_ID, settings={"precision": "3xtf32"})
+    assert launched(f, {"A": a, "B": b}) == [False, False, True]
+    got = f(A=a, B=b)["C"].astype(np.float64)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    assert np.all(np.abs(got - exact) <= (3 * 2.0**-22 + k * 2.0**-24) * scale)
+    plain = tile.compile(MM, DEVICE_ID)(A=a, B=b)["C"].astype(np.float64)
+    assert np.max(np.abs(got - exact)) <= np.max(np.abs(plain - exact))
+
+
 def test_resident_calls_on_new_inputs_and_the_fused_epilogue():
     """Resident tensors (their addresses repeat: tensor maps reused) and a bias vector smaller than
     a shared block (a piece of one), three calls with fresh values each."""

@@ -14,6 +14,21 @@ streams (``stripe.gemm.streams``).
   multiplying warps leave each step's products running while they wait for the next step's
   tiles, and release a step when the products after it have been issued and the older ones awaited
   (``wgmma.wait_group 1``). No barrier in the K loop.
+* **Tiles.** Where the target knows its compute units (``PERSISTENT``), the kernel launches one
+  work-group per unit (at most one per tile), and each loops over every ``units``-th tile from
+  its own: the loading warp runs on into the next tile's K steps while the multiplying warps store
+  the last one, and the stages' barrier phases run on over the tiles (``it``: K steps so far).
+  Tiles are numbered down bands of ``BAND`` tile rows, so the work-groups running at once read
+  fewer rows of A and columns of B, which stay in the L2 cache. H200, float16, one run (whole
+  resident calls against cuBLAS): 4096³ 0.76 → 0.82 (bands of 4; 8: 0.80, 16: 0.80; kernel 247
+  → 228 µs), 8192³ 0.83 → 0.89.
+* **3xtf32** (operands already split along 3K by ``stripe.passes.kmajor``, ``fits`` only then:
+  ``gemm_tile`` ranks launched tiles for such GEMMs only): each K step's products go into sums
+  of their own (the first replacing them), which are awaited and added to the running sums with
+  a float32 addition before the step's buffer is released: the unit's own additions round toward
+  zero (``mma.sync``, 1024³: 1.0e-5 max relative error summed in the unit, 3.4e-7 folded). The two
+  sets of sums need ``launch_fold_tiles`` (128 x 128, two multiplying warp groups).
+  H200, 4096³: the product 1.35 ms with 4 stages, 1.44 ms with 6.
 * **Tensor maps.** The kernel takes two more arguments after the buffers, ``tmap_a`` and
   ``tmap_b``: global addresses of the ``CUtensorMap``s the launcher encodes from the buffers'
   addresses (``launch["maps"]``: per map its buffer's parameter, dims innermost first, row
@@ -40,6 +55,8 @@ from tile.dtypes import DType
 DYNAMIC = "tile_dynamic_local"  # the PTX name of a launched kernel's dynamic local memory
 STAGES = 4  # K steps in flight at most (H100, 8192³: 3 stages 550 TFLOP/s, 4 stages 591)
 MAPS = ("tmap_a", "tmap_b")  # the tensor-map arguments, after the buffers
+PERSISTENT = True  # one work-group per compute unit, each looping over tiles (``tiles``)
+BAND = 4  # tile rows per band of the tile order (``tiles``)
 
 
 def emitter(t: CTarget, g: Gemm, ptrs: dict[str, str], tiles: Tiles, unit: MatrixUnit, op: MmaShape,
@@ -59,9 +76,9 @@ class TmaEmitter(WgmmaEmitter):
         warp per 16 rows, every column), and the GEMM streams (32-bit operands: with B K-major,
         ``stripe.passes.kmajor``'s copy)."""
         wg, tl = self.unit.warpgroup, self.tl
-        if not self.t.launch_bytes or wg is None or self.mode not in wg.launch_modes:
+        if not self.t.launch_bytes or wg is None:
             return False
-        if (tl.tm, tl.tn) not in wg.launch_tiles or tl.rm != 16 or tl.rn != tl.tn:
+        if (tl.tm, tl.tn) not in wg.launched(self.mode) or tl.rm != 16 or tl.rn != tl.tn:
             return False
         if tl.kt * self.size != wg.launch_k_bytes or tl.kt * self.size != 128:
             return False
@@ -74,12 +91,13 @@ class TmaEmitter(WgmmaEmitter):
         return (self.tl.tm + self.tl.tn) * self.tl.kt * self.size
 
     def source(self, symbol: str, params: list[tuple[str, DType]]) -> tuple[str, int, int]:
-        g, tl, it = self.g, self.tl, self.int
+        g, tl = self.g, self.tl
         self.skips = False
         nks, groups, (_, a_kf, _), (_, b_kf, _) = self.plans()
         (i,), (j,), (k,) = g.m.idxs, g.n.idxs, g.k.idxs
         sa, sb = tl.tm * tl.kt * self.size, tl.tn * tl.kt * self.size  # bytes of one step's tiles
         stages = min(STAGES, self.t.launch_bytes // (self.stage_bytes() + 16))  # (``fits``: two at least)
+        self.launch_stages = stages
         warps = tl.tm // 16  # multiplying; warp ``warps`` loads
         self.line("uint Ds_at;")
         self.line(f'asm("{SM90A}mov.u32 %0, {DYNAMIC};" : "=r"(Ds_at));')
@@ -95,25 +113,18 @@ class TmaEmitter(WgmmaEmitter):
         self.line("}")
         self.line("barrier(CLK_LOCAL_MEM_FENCE);")
         self.lanes()
+        ntm, ntn = i.range // tl.tm, j.range // tl.tn
+        launched = min(groups, self.t.compute_units) if PERSISTENT and self.t.compute_units else groups
         self.line(f"if (warp == {warps}) {{")
-        self.loader(nks, stages, sa, sb, self.m0[i.name], self.n0[j.name], b_kf)
-        self.line("} else {")
-        fn = tl.tn // self.op.n
-        for jj in range(fn):
-            zeros = ", ".join(f"c0_{jj}_{e} = 0.0f" for e in range(len(self.op.c.elements)))
-            self.line(f"float {zeros};", 2)
-        self.line(f"for ({it} ks = 0; ks < {nks}; ks++) {{", 2)
-        self.line(f"const uint buf = ks % {stages};", 3)
-        self.wait("Mb_at + 8 * buf", f"(ks / {stages}) & 1", 3)
-        self.products(a_kf, b_kf, 3)
-        self.async_line("wgmma.wait_group.sync.aligned 1;", 3)  # the step before's are done
-        self.line("if (ks > 0 && lane == 0) {", 3)
-        released = f"Mb_at + 8 * ({stages} + (ks - 1) % {stages})"
-        self.ptx("mbarrier.arrive.shared::cta.b64 _, [%0];", f'"r"({released})', 4)
-        self.line("}", 3)
+        self.line("if (lane == 0) {", 2)
+        self.line("uint it = 0;  /* K steps so far, over this work-group's tiles */", 3)
+        self.tiles(ntm, ntn, launched, 3)
+        self.loader(nks, stages, sa, sb, self.m0[i.name], self.n0[j.name], b_kf, 4)
         self.line("}", 2)
-        self.async_line("wgmma.wait_group.sync.aligned 0;", 2)
-        self.store_mma(1, fn)
+        self.line("} else {")
+        self.line("uint it = 0;", 2)
+        self.tiles(ntm, ntn, launched, 2)
+        self.multiply(nks, stages, a_kf, b_kf, 3)
         self.line("}")
         threads = (warps + 1) * self.unit.lanes
         pos = {name: n for n, (name, _) in enumerate(params)}
@@ -122,8 +133,9 @@ class TmaEmitter(WgmmaEmitter):
             b_map = ((k.range, j.range), int(g.b.offset.coeff(j.name)) * self.size, (tl.kt, tl.tn))
         else:  # B[k, j]: N innermost, box 64 x kt
             b_map = ((j.range, k.range), int(g.b.offset.coeff(k.name)) * self.size, (64, tl.kt))
-        # (float32 operands of ``tf32``: the copies round them to TF32, to nearest, ties to even)
-        dtype = "tfloat32" if self.mode == "tf32" else g.dtype.value
+        # (float32 operands of ``tf32``: the copies round them to TF32, to nearest, ties to even;
+        # ``3xtf32``'s split parts are TF32 values already)
+        dtype = "tfloat32" if self.size == 4 else g.dtype.value
         self.launch = {
             "local_bytes": stages * (sa + sb + 16),
             "maps": [  # A[i, k]: K innermost, box kt x tm
@@ -132,30 +144,81 @@ class TmaEmitter(WgmmaEmitter):
             ],
         }
         args = list(params) + [(m, DType.UINT8) for m in MAPS]
-        return self.t.group_kernel(symbol, args, threads, self.lines), groups * threads, threads
+        return self.t.group_kernel(symbol, args, threads, self.lines), launched * threads, threads
 
-    def loader(self, nks: int, stages: int, sa: int, sb: int, m0: str, n0: str, b_kf: bool) -> None:
-        """The loading warp's first lane: per K step, once its buffer is empty, the step's bytes
-        announced to its *full* barrier and the copies issued (B: one ``tn``-row copy when it is
-        K-major, else one per 64 columns)."""
+    def tiles(self, ntm: int, ntn: int, launched: int, depth: int) -> None:
+        """Open the loop over this work-group's tiles (every ``launched``-th from its own; one when
+        each tile has a work-group) and bind the tile's origins, ``m0``/``n0`` (shadowing
+        ``plans``'s): tiles numbered down bands of ``BAND`` tile rows, so the work-groups running
+        at once share rows of A and columns of B in the L2 cache."""
+        (i,), (j,) = self.g.m.idxs, self.g.n.idxs
+        it, band = self.int, min(BAND, ntm) or ntm
+        self.line(f"for ({it} tile = grp; tile < {ntm * ntn}; tile += {launched}) {{", depth)
+        self.line(f"const {it} first = tile / {band * ntn} * {band};", depth + 1)
+        self.line(f"const {it} rows = min(({it}){ntm} - first, ({it}){band});", depth + 1)
+        self.line(f"const {it} {self.m0[i.name]} = (first + tile % {band * ntn} % rows) * {self.tl.tm};",
+                  depth + 1)
+        self.line(f"const {it} {self.n0[j.name]} = (tile % {band * ntn} / rows) * {self.tl.tn};", depth + 1)
+
+    def multiply(self, nks: int, stages: int, a_kf: bool, b_kf: bool, depth: int) -> None:
+        """The multiplying warps' products of one tile, each K step's buffer released once its
+        products are done (``3xtf32``: each step's sums added to the running ones), then the store
+        (and epilogue); closes the tile loop."""
+        it, d = self.int, depth
+        fn = self.tl.tn // self.op.n
+        fold = self.mode == "3xtf32"
+        sums = [(f"c0_{jj}_{e}", f"s0_{jj}_{e}") for jj in range(fn) for e in range(len(self.op.c.elements))]
+        for acc in (0, 1) if fold else (0,):
+            self.line(f"float {', '.join(f'{v[acc]} = 0.0f' for v in sums)};", d)
+        self.line(f"for ({it} ks = 0; ks < {nks}; ks++, it++) {{", d)
+        self.line(f"const uint buf = it % {stages};", d + 1)
+        self.wait("Mb_at + 8 * buf", f"(it / {stages}) & 1", d + 1)
+        if fold:  # the step's sums on their own, then added to the running ones rounding to nearest
+            self.products(a_kf, b_kf, d + 1, "s", fresh=True)
+            self.async_line("wgmma.wait_group.sync.aligned 0;", d + 1)
+            for c, sv in sums:
+                self.line(f"{c} += {sv};", d + 1)
+            self.release("buf", "lane == 0", d + 1)
+        else:  # the step's products left running while the next step's tiles arrive
+            self.products(a_kf, b_kf, d + 1)
+            self.async_line("wgmma.wait_group.sync.aligned 1;", d + 1)  # the step before's are done
+            self.release(f"(it - 1) % {stages}", "ks > 0 && lane == 0", d + 1)
+        self.line("}", d)
+        self.async_line("wgmma.wait_group.sync.aligned 0;", d)
+        if not fold:  # the tile's last step (the next tile's copies may wait for it)
+            self.release(f"(it - 1) % {stages}", "lane == 0", d)
+        self.store_mma(1, fn)
+        self.line("}", d - 1)
+
+    def release(self, buf: str, when: str, depth: int) -> None:
+        """One multiplying warp's arrival at buffer ``buf``'s *empty* barrier, where ``when``."""
+        stages = self.launch_stages
+        self.line(f"if ({when}) {{", depth)
+        empty = f'"r"(Mb_at + 8 * ({stages} + {buf}))'
+        self.ptx("mbarrier.arrive.shared::cta.b64 _, [%0];", empty, depth + 1)
+        self.line("}", depth)
+
+    def loader(self, nks: int, stages: int, sa: int, sb: int, m0: str, n0: str, b_kf: bool, d: int) -> None:
+        """The loading warp's first lane, per K step of the tile: once its buffer is empty, the
+        step's bytes announced to its *full* barrier and the copies issued (B: one ``tn``-row copy
+        when it is K-major, else one per 64 columns); closes the tile loop."""
         tl, it = self.tl, self.int
-        self.line("if (lane == 0) {", 2)
-        self.line(f"for ({it} ks = 0; ks < {nks}; ks++) {{", 3)
-        self.line(f"const uint s = ks % {stages};", 4)
-        self.line(f"if (ks >= {stages}) {{", 4)
-        self.wait(f"Mb_at + 8 * (s + {stages})", f"(ks / {stages} - 1) & 1", 5)
-        self.line("}", 4)
-        self.line("const uint full = Mb_at + 8 * s;", 4)
-        self.ptx(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], {sa + sb};", '"r"(full)', 4)
-        self.copy("tmap_a", f"As_at + s * {sa}", f"ks * {tl.kt}", m0, 4)
+        self.line(f"for ({it} ks = 0; ks < {nks}; ks++, it++) {{", d)
+        self.line(f"const uint s = it % {stages};", d + 1)
+        self.line(f"if (it >= {stages}) {{", d + 1)
+        self.wait(f"Mb_at + 8 * (s + {stages})", f"(it / {stages} - 1) & 1", d + 2)
+        self.line("}", d + 1)
+        self.line("const uint full = Mb_at + 8 * s;", d + 1)
+        self.ptx(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], {sa + sb};", '"r"(full)', d + 1)
+        self.copy("tmap_a", f"As_at + s * {sa}", f"ks * {tl.kt}", m0, d + 1)
         if b_kf:
-            self.copy("tmap_b", f"Bs_at + s * {sb}", f"ks * {tl.kt}", n0, 4)
+            self.copy("tmap_b", f"Bs_at + s * {sb}", f"ks * {tl.kt}", n0, d + 1)
         else:
             for p in range(tl.tn // 64):
                 dst = f"Bs_at + s * {sb} + {p * tl.kt * 128}"
-                self.copy("tmap_b", dst, f"{n0} + {64 * p}", f"ks * {tl.kt}", 4)
-        self.line("}", 3)
-        self.line("}", 2)
+                self.copy("tmap_b", dst, f"{n0} + {64 * p}", f"ks * {tl.kt}", d + 1)
+        self.line("}", d)
+        self.line("}", d - 1)
 
     def ptx(self, text: str, ins: str, depth: int) -> None:
         """A marked instruction taking ``ins`` (input operands)."""

@@ -169,8 +169,9 @@ class WgmmaEmitter(MmaEmitter):
         self.async_line("wgmma.wait_group.sync.aligned 0;", 2)  # this step's products done
         self.line("}")
 
-    def products(self, a_kf: bool, b_kf: bool, depth: int) -> None:
-        """The warp group's products of the K step in buffer ``buf``, issued as one group."""
+    def products(self, a_kf: bool, b_kf: bool, depth: int, acc: str = "c", fresh: bool = False) -> None:
+        """The warp group's products of the K step in buffer ``buf``, issued as one group, into the
+        accumulators ``acc`` (``fresh``: the first product overwrites them)."""
         tl = self.tl
         self.async_line("wgmma.fence.sync.aligned;", depth)
         (a_desc, a_step), (b_desc, b_step) = self.layout(a_kf), self.layout(b_kf)
@@ -181,7 +182,7 @@ class WgmmaEmitter(MmaEmitter):
             for d, at, step, desc in (("ad", a_at, a_step, a_desc), ("bd", b_at, b_step, b_desc)):
                 start = f"(({at} + {kk * step}) & 0x3FFFF) >> 4"
                 self.line(f"const ulong {d} = (ulong)({start}) | {desc};", depth + 1)
-            self.product(int(not a_kf), int(not b_kf), depth + 1)
+            self.product(int(not a_kf), int(not b_kf), depth + 1, acc, fresh and kk == 0)
             self.line("}", depth)
         self.async_line("wgmma.commit_group.sync.aligned;", depth)
 
@@ -215,14 +216,15 @@ class WgmmaEmitter(MmaEmitter):
     def async_line(self, text: str, depth: int) -> None:
         self.line(f'asm volatile("{SM90A}{text}" ::: "memory");', depth)
 
-    def product(self, trans_a: int, trans_b: int, depth: int) -> None:
+    def product(self, trans_a: int, trans_b: int, depth: int, acc: str = "c", fresh: bool = False) -> None:
         """One ``m64 x tn x k16`` product (``k8`` of 32-bit operands, ``tf32``: both read K-major,
-        so no transposition flags) of the warp group into its accumulators (``c0_j_e``, the
-        ``e``-th element of columns ``8j ..``), from the descriptors ``ad`` and ``bd``."""
+        so no transposition flags) of the warp group into its accumulators (``{acc}0_j_e``, the
+        ``e``-th element of columns ``8j ..``; ``fresh``: replacing their values), from the
+        descriptors ``ad`` and ``bd``."""
         tn = self.tl.tn
         kind = {"f16": "f16", "bf16": "bf16"}.get(self.mode, "tf32")
-        acc = [f"c0_{j}_{e}" for j in range(tn // self.op.n) for e in range(len(self.op.c.elements))]
-        n = len(acc)
+        sums = [f"{acc}0_{j}_{e}" for j in range(tn // self.op.n) for e in range(len(self.op.c.elements))]
+        n = len(sums)
         regs = ",".join(f"%{x}" for x in range(n))
         if kind == "tf32":
             assert not trans_a and not trans_b, "the unit reads 32-bit operands K-major only"
@@ -232,5 +234,5 @@ class WgmmaEmitter(MmaEmitter):
             f"wgmma.mma_async.sync.aligned.m64n{tn}k{32 // self.size}.f32.{kind}.{kind} "
             f"{{{regs}}}, %{n}, %{n + 1}, p, 1, 1{flags}; }}"
         )
-        outs = ", ".join(f'"+f"({v})' for v in acc)
-        self.line(f'asm volatile("{text}" : {outs} : "l"(ad), "l"(bd), "r"(1));', depth)
+        outs = ", ".join(f'"+f"({v})' for v in sums)
+        self.line(f'asm volatile("{text}" : {outs} : "l"(ad), "l"(bd), "r"({int(not fresh)}));', depth)

@@ -136,6 +136,7 @@ class OpenCLCompiler(Compiler):
         t.matrix_units = dict(settings.get("matrix_units") or {})
         t.local_bytes = int(dev.cl_device.local_mem_size)
         t.launch_bytes = dev.launch_bytes()
+        t.compute_units = int(dev.cl_device.max_compute_units)
         return t
 
     def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library:

@@ -101,6 +101,7 @@ class GemmTileConfig:
 
 QUAD_BITS = {False: 2, True: 3}  # the layout's q field: SIMT (float4 reads), matrix unit (8 rows)
 MMA_TAG = "mma_"  # + the precision mode: the tag ``tensorize`` marks a kernel with
+SPLIT_TAG = "split_3xtf32"  # a 3xtf32 GEMM reading operands split into TF32 parts (``kmajor``)
 
 
 def marked(block: Block) -> str | None:
@@ -232,7 +233,8 @@ def ranking(block: Block, g: Gemm, hw: Hardware, cfg: GemmTileConfig) -> list[Ge
         wg = unit.warpgroup
         if wg is not None and mode in wg.modes:  # the warp-group products' tiles first
             got = model.mma_ranking(unit, name, mode, wg.warps, wg.sides(g.n.total), wg.k_bytes) + got
-        if wg is not None:  # and before them, those of a launched kernel (``launch_modes``)
+        # and before them, those of a launched kernel (``launch_modes``; 3xtf32 once split)
+        if wg is not None and (mode != "3xtf32" or SPLIT_TAG in block.tags):
             got = model.launch_ranking(unit, name, mode) + got
         if got:
             return got
