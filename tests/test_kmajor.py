@@ -146,6 +146,14 @@ def test_the_split_keeps_the_meaning_of_integer_products():
     assert_same_meaning(lowered(MM, shapes, np.float32), p)
 
 
+def test_a_split_gemm_keeps_its_fused_epilogue_and_its_meaning():
+    shapes = {"X": (256, 128), "W": (128, 256), "Bias": (256,)}
+    p, cfg = optimized(MLP, shapes, np.float32, precision="3xtf32")
+    assert len(copies(p)) == 2 and "+" in split_gemm(p).name  # the product and bias + relu, fused
+    assert_same_meaning(lowered(MLP, shapes, np.float32), p)
+    assert [k.launch is not None for k in generated(p, cfg)] == [False, False, True]
+
+
 def test_the_split_sums_the_three_products_of_tf32_parts():
     """Random normals through the interpreter: the split program's C is lo·hi + hi·lo + hi·hi of
     ``tile.precision.split_3xtf32``'s parts (float32 sums), within 3xtf32's bound of the exact
