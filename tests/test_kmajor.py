@@ -49,11 +49,13 @@ def test_a_tf32_matmul_reads_a_k_major_copy_of_b_on_the_launched_tiles():
     assert buf.shape.sizes == (n, k)
 
 
-def test_the_copy_keeps_the_programs_meaning():
-    """Integer operands: exact in TF32 and float32, so the interpreter's answer is unchanged."""
+@pytest.mark.parametrize("precision,n_copies", [("tf32", 1), ("3xtf32", 2)])
+def test_the_copies_keep_the_programs_meaning(precision, n_copies):
+    """Integer operands: exact in TF32 and float32, and their own TF32 high parts (low parts 0),
+    so the interpreter's answer is unchanged by B's copy (tf32) or both operands' split (3xtf32)."""
     shapes = {"A": (256, 128), "B": (128, 256)}
-    p, _ = optimized(MM, shapes, np.float32, precision="tf32")
-    assert len(copies(p)) == 1
+    p, _ = optimized(MM, shapes, np.float32, precision=precision)
+    assert len(copies(p)) == n_copies
     assert_same_meaning(lowered(MM, shapes, np.float32), p)
 
 
@@ -136,14 +138,6 @@ def test_a_3xtf32_matmul_reads_split_copies_along_3k_on_the_fold_tiles(src, b_sh
         assert out.access[1] == Affine.var("k") + Affine.var("p") * k  # part p at p·K + k
         (at_lo,) = [s.value for s in copy.stmts if isinstance(s, Constant) and s.into == "$at_lo"]
         assert at_lo == lo_at
-
-
-def test_the_split_keeps_the_meaning_of_integer_products():
-    """Integers are their own TF32 high parts (low parts 0): the interpreter's answer is unchanged."""
-    shapes = {"A": (256, 128), "B": (128, 256)}
-    p, _ = optimized(MM, shapes, np.float32, precision="3xtf32")
-    assert len(copies(p)) == 2
-    assert_same_meaning(lowered(MM, shapes, np.float32), p)
 
 
 def test_a_split_gemm_keeps_its_fused_epilogue_and_its_meaning():

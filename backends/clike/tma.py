@@ -98,7 +98,6 @@ class TmaEmitter(WgmmaEmitter):
         (i,), (j,), (k,) = g.m.idxs, g.n.idxs, g.k.idxs
         sa, sb = tl.tm * tl.kt * self.size, tl.tn * tl.kt * self.size  # bytes of one step's tiles
         stages = min(STAGES, self.t.launch_bytes // (self.stage_bytes() + 16))  # (``fits``: two at least)
-        self.launch_stages = stages
         warps = tl.tm // 16  # multiplying; warp ``warps`` loads
         self.line("uint Ds_at;")
         self.line(f'asm("{SM90A}mov.u32 %0, {DYNAMIC};" : "=r"(Ds_at));')
@@ -179,21 +178,21 @@ class TmaEmitter(WgmmaEmitter):
             self.async_line("wgmma.wait_group.sync.aligned 0;", d + 1)
             for c, sv in sums:
                 self.line(f"{c} += {sv};", d + 1)
-            self.release("buf", "lane == 0", d + 1)
+            self.release(stages, "buf", "lane == 0", d + 1)
         else:  # the step's products left running while the next step's tiles arrive
             self.products(a_kf, b_kf, d + 1)
             self.async_line("wgmma.wait_group.sync.aligned 1;", d + 1)  # the step before's are done
-            self.release(f"(it - 1) % {stages}", "ks > 0 && lane == 0", d + 1)
+            self.release(stages, f"(it - 1) % {stages}", "ks > 0 && lane == 0", d + 1)
         self.line("}", d)
         self.async_line("wgmma.wait_group.sync.aligned 0;", d)
         if not fold:  # the tile's last step (the next tile's copies may wait for it)
-            self.release(f"(it - 1) % {stages}", "lane == 0", d)
+            self.release(stages, f"(it - 1) % {stages}", "lane == 0", d)
         self.store_mma(1, fn)
         self.line("}", d - 1)
 
-    def release(self, buf: str, when: str, depth: int) -> None:
-        """One multiplying warp's arrival at buffer ``buf``'s *empty* barrier, where ``when``."""
-        stages = self.launch_stages
+    def release(self, stages: int, buf: str, when: str, depth: int) -> None:
+        """One multiplying warp's arrival at buffer ``buf``'s *empty* barrier (after the ``stages``
+        *full* ones), where ``when``."""
         self.line(f"if ({when}) {{", depth)
         empty = f'"r"(Mb_at + 8 * ({stages} + {buf}))'
         self.ptx("mbarrier.arrive.shared::cta.b64 _, [%0];", empty, depth + 1)
