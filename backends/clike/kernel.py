@@ -141,13 +141,16 @@ class KernelEmitter(CodeWriter):
 
     def epilogue(self, g):
         """For a fused kernel: emits its statements after the contraction for one output element,
-        the accumulator local holding the element's sum (``acc``), through ``point``."""
+        the accumulator local holding the element's sum (``acc``), through ``point``. ``into``
+        (a buffer's name, a register array's) stores what the statements store to that buffer
+        into the register instead (``tile_store``: the caller stores it)."""
         if g.epilogue is None:
             return None
         block, local = g.epilogue
         rest = replace(block, idxs=(), constraints=(), stmts=block.stmts[1:])
 
-        def emit(lines: list[str], vals: dict[str, str], acc: str, depth: int) -> None:
+        def emit(lines: list[str], vals: dict[str, str], acc: str, depth: int,
+                 into: tuple[str, str] | None = None) -> None:
             saved, self.lines, self.depth = self.lines, lines, depth
             try:
                 reg = self.fresh(f"local_{local.into}")
@@ -168,6 +171,11 @@ class KernelEmitter(CodeWriter):
                 }
                 dims = tuple(replace(d, stride=0) for d in local.shape.dims)
                 parents[local.into] = View(local.into, reg, dt, "0", dims, dt, local.agg_op, True)
+                for r in block.refs if into else ():
+                    if r.source == into[0]:
+                        flat = tuple(replace(d, stride=0) for d in r.shape.dims)
+                        dt_r = r.shape.dtype
+                        parents[r.source] = View(r.into, into[1], dt_r, "0", flat, dt_r, r.agg_op, True)
                 self.point(rest, vals, parents)
             finally:
                 self.lines = saved

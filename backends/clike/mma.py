@@ -522,9 +522,10 @@ class MmaEmitter(GemmEmitter):
         self.line(f'asm volatile("{text}" : {outs} : {", ".join(ins)});', depth)
 
     # ---------------------------------------------------------------- store
-    def store_mma(self, fm: int, fn: int) -> None:
-        """Each accumulator element added to its output element, or (fused) finished by the
-        epilogue; guards as in ``tiled``."""
+    def places(self, fm: int, fn: int) -> tuple[dict, dict, dict[str, str]]:
+        """The accumulator elements' indexes, declared: per (fragment row ``i``, element row ``r``)
+        the M indexes, per (fragment column ``j``, element column ``c``) the N ones, and the
+        batch's."""
         g, op = self.g, self.op
         frag = op.c
         rows: dict[tuple[int, int], dict[str, str]] = {}
@@ -542,7 +543,13 @@ class MmaEmitter(GemmEmitter):
                     pos = self.block_pos(f"{j * op.n + c} + {ncol}", "n")
                     self.line(f"const {self.int} q{j}_{c} = {pos};")
                     cols[(j, c)] = self.at(g.n, f"q{j}_{c}", self.n0)
-        batch = {ix.name: f"bt_{ix.name}" for ix in g.batch.idxs}
+        return rows, cols, {ix.name: f"bt_{ix.name}" for ix in g.batch.idxs}
+
+    def store_mma(self, fm: int, fn: int) -> None:
+        """Each accumulator element added to its output element, or (fused) finished by the
+        epilogue; guards as in ``tiled``."""
+        g, frag = self.g, self.op.c
+        rows, cols, batch = self.places(fm, fn)
         out = g.out
         for i in range(fm):
             for j in range(fn):

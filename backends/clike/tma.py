@@ -44,7 +44,7 @@ OpenCL's 48 KiB: 450 and 442 (bench/RESULTS.md).
 
 from __future__ import annotations
 
-from backends.clike import wgmma
+from backends.clike import tile_store, wgmma
 from backends.clike.mma import MmaEmitter
 from backends.clike.target import CTarget
 from backends.clike.tiled import Tiles
@@ -70,6 +70,7 @@ def emitter(t: CTarget, g: Gemm, ptrs: dict[str, str], tiles: Tiles, unit: Matri
 
 class TmaEmitter(WgmmaEmitter):
     launch: dict | None = None  # set by ``source``
+    staged: tile_store.Staged | None = None  # set by ``source``: the output stored whole lines at a time
 
     def fits(self) -> bool:
         """Whether the nest is the launched kernel's: the target launches with more local memory,
@@ -97,13 +98,18 @@ class TmaEmitter(WgmmaEmitter):
         nks, groups, (_, a_kf, _), (_, b_kf, _) = self.plans()
         (i,), (j,), (k,) = g.m.idxs, g.n.idxs, g.k.idxs
         sa, sb = tl.tm * tl.kt * self.size, tl.tn * tl.kt * self.size  # bytes of one step's tiles
-        stages = min(STAGES, self.t.launch_bytes // (self.stage_bytes() + 16))  # (``fits``: two at least)
         warps = tl.tm // 16  # multiplying; warp ``warps`` loads
+        stages = min(STAGES, self.t.launch_bytes // (self.stage_bytes() + 16))  # (``fits``: two at least)
+        self.staged = tile_store.plan(self, params)
+        staging = tile_store.WARP_BYTES * warps if self.staged else 0
+        if (self.t.launch_bytes - staging) // (self.stage_bytes() + 16) < stages:
+            self.staged, staging = None, 0  # where it would cost a K step in flight
         self.line("uint Ds_at;")
         self.line(f'asm("{SM90A}mov.u32 %0, {DYNAMIC};" : "=r"(Ds_at));')
         self.line("const uint As_at = Ds_at;")
         self.line(f"const uint Bs_at = Ds_at + {stages * sa};")
-        self.line(f"const uint Mb_at = Ds_at + {stages * (sa + sb)};")  # full[s], then empty[s]
+        self.line(f"const uint Cs_at = Ds_at + {stages * (sa + sb)};")  # the warps' output rows
+        self.line(f"const uint Mb_at = Cs_at + {staging};")  # full[s], then empty[s]
         self.line("if (lid == 0) {")
         for s in range(stages):
             self.ptx("mbarrier.init.shared::cta.b64 [%0], 1;", f'"r"(Mb_at + {8 * s})', 2)
@@ -137,7 +143,7 @@ class TmaEmitter(WgmmaEmitter):
         # ``3xtf32``'s split parts are TF32 values already)
         dtype = "tfloat32" if self.size == 4 else g.dtype.value
         self.launch = {
-            "local_bytes": stages * (sa + sb + 16),
+            "local_bytes": stages * (sa + sb + 16) + staging,
             "maps": [  # A[i, k]: K innermost, box kt x tm
                 (pos[self.ptrs[g.a.ref.source]], (k.range, i.range), row_a, (tl.kt, tl.tm), dtype),
                 (pos[self.ptrs[g.b.ref.source]], *b_map, dtype),
@@ -187,7 +193,10 @@ class TmaEmitter(WgmmaEmitter):
         self.async_line("wgmma.wait_group.sync.aligned 0;", d)
         if not fold:  # the tile's last step (the next tile's copies may wait for it)
             self.release(stages, f"(it - 1) % {stages}", "lane == 0", d)
-        self.store_mma(1, fn)
+        if self.staged:
+            tile_store.emit(self, self.staged, fn, d)
+        else:
+            self.store_mma(1, fn)
         self.line("}", d - 1)
 
     def release(self, stages: int, buf: str, when: str, depth: int) -> None:

@@ -1,0 +1,136 @@
+"""Whole-line stores of a launched GEMM's output tiles (``tma``), through ``__local`` memory.
+
+The unit leaves each lane two adjacent columns of a row per 8 columns (the accumulator fragment:
+rows ``lg`` and ``lg + 8``, columns ``2·lt, 2·lt + 1``), so storing the sums where they sit writes
+2 or 4 bytes per lane, eight rows per instruction: H200, float16 4096³, the launched kernel took
+229 µs storing that way against 178 µs with the stores skipped (bench/RESULTS.md).
+
+Here each warp passes its 16 rows through a ``__local`` region of its own, 128 bytes of columns
+at a time (64 float16 columns, 32 float32 ones):
+
+1. each pair of adjacent sums is finished by the fused epilogue into registers (``into``:
+   ``KernelEmitter.epilogue`` stores the output element there instead), rounded to the output's
+   type as the epilogue's store would (float16 and bfloat16: to nearest even, two at once) and
+   written as one 4-byte (8-byte for float32) ``__local`` store, the row's 16-byte chunks swizzled
+   by the row (chunk ``c`` of row ``r`` at ``c XOR (r mod 8)``), so a store's 32 lanes hit 32 banks;
+2. after the warp synchronizes, each lane reads back one whole 16-byte chunk (four rows of 128
+   bytes per instruction, conflict-free under the same swizzle) and stores it to global memory
+   in one 16-byte store: whole 128-byte lines;
+3. the warp synchronizes again before its region is reused.
+
+Only where it is the same store: the epilogue stores one buffer (plainly, not read back, its
+element type the buffer's: float16, bfloat16 or float32), at an element offset ``m·s + n + c``
+over the GEMM's one M and one N index with ``s`` and ``c`` multiples of a 16-byte chunk's
+elements (buffers are 16-byte aligned: the tensor maps need it), no batch, no store guards, tiles
+dividing M and N (``plan``). Otherwise ``store_mma``'s stores stay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backends.clike.wgmma import SM90A
+from stripe.ir import Block, Load, RefDir, Special, Store
+from tile.affine import Affine
+from tile.dtypes import DType
+
+ROW_BYTES = 128  # columns a warp stages per pass, in bytes
+WARP_BYTES = 16 * ROW_BYTES  # a warp's region: its 16 rows
+PAIRS = ((0, 0), (0, 1), (8, 0), (8, 1))  # the accumulator fragment's elements this needs
+PACK = {DType.FLOAT16: "f16x2", DType.BFLOAT16: "bf16x2"}  # 16-bit outputs: two rounded at once
+
+
+@dataclass(frozen=True)
+class Staged:
+    source: str  # the stored buffer
+    ptr: str  # its kernel parameter
+    dtype: DType  # its element type
+    offset: Affine  # the element's offset, over the GEMM's M and N indexes
+
+
+def plan(em, params) -> Staged | None:
+    """The output ``em``'s tiles are stored through ``__local`` memory, or None (module docstring)."""
+    g, frag = em.g, em.op.c
+    if g.epilogue is None or g.out is not None or g.batch.idxs or g.store_guards:
+        return None
+    if len(g.m.idxs) != 1 or len(g.n.idxs) != 1 or tuple(map(tuple, frag.elements)) != PAIRS:
+        return None
+    if tuple(frag.rows) != (1, 0) or tuple(frag.cols) != (0, 2):  # rows lg, columns 2·lt
+        return None
+    (m,), (n,) = g.m.idxs, g.n.idxs
+    if m.range % em.tl.tm or n.range % em.tl.tn:
+        return None
+    block, _ = g.epilogue
+    rest = block.stmts[1:]
+    stores = [s for s in rest if isinstance(s, Store)]
+    if len(stores) != 1 or any(isinstance(s, (Block, Special)) for s in rest):
+        return None
+    ref = next((r for r in block.refs if r.into == stores[0].into), None)
+    if ref is None or ref.dir is not RefDir.OUT or ref.agg_op not in ("", "assign"):
+        return None
+    if any(isinstance(s, Load) and s.from_ == ref.into for s in rest) or ref.source not in em.ptrs:
+        return None
+    dt, types = ref.shape.dtype, dict(params)
+    if dt not in (DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32) or types.get(em.ptrs[ref.source]) is not dt:
+        return None
+    offset = Affine.constant(0)
+    for a, d in zip(ref.access, ref.shape.dims):
+        offset = offset + a * d.stride
+    per = 16 // (dt.bits // 8)
+    if set(offset.vars) - {m.name, n.name} or offset.coeff(n.name) != 1:
+        return None
+    if offset.coeff(m.name) % per or offset.const % per:
+        return None
+    return Staged(ref.source, em.ptrs[ref.source], dt, offset)
+
+
+def emit(em, st: Staged, fn: int, d: int) -> None:
+    """The warp's stores of its ``16 x 8·fn`` sums, ``Cs_at`` the work-group's regions."""
+    cols = ROW_BYTES // (st.dtype.bits // 8)  # per pass
+    rows, places, _ = em.places(1, fn)
+    em.line(f"const uint Ws_at = Cs_at + warp * {WARP_BYTES};", d)
+    em.line("float o0[1], o1[1];", d)
+    for p in range(em.tl.tn // cols):
+        for j in range(p * cols // 8, (p + 1) * cols // 8):
+            for e in (0, 2):  # the pair in row lg, then in row lg + 8
+                em.line("{", d)
+                for x in (0, 1):
+                    env = {**rows[(0, PAIRS[e][0])], **places[(j, x)]}
+                    em.epilogue(em.lines, env, f"c0_{j}_{e + x}", d + 1, into=(st.source, f"o{x}"))
+                stage_pair(em, st, PAIRS[e][0], 8 * j - p * cols, d + 1)
+                em.line("}", d)
+        em.async_line("bar.warp.sync -1;", d)
+        copy_out(em, st, p * cols, d)
+        em.async_line("bar.warp.sync -1;", d)
+
+
+def stage_pair(em, st: Staged, row: int, col: int, d: int) -> None:
+    """``o0``, ``o1`` (columns ``col + 2·lt`` and one more of the pass, row ``row + lg``) as the
+    output's type into the warp's region, one store."""
+    es = st.dtype.bits // 8
+    em.line(f"const uint sb = {col * es} + 2 * lt * {es};", d)  # the byte in the staged row
+    at = f"Ws_at + ({row} + lg) * {ROW_BYTES} + (((sb >> 4) ^ lg) << 4) + (sb & 15)"
+    if st.dtype in PACK:  # (``cvt`` puts its first source in the upper half)
+        text = f"{{ .reg .b32 h; cvt.rn.{PACK[st.dtype]}.f32 h, %1, %0; st.shared.b32 [%2], h; }}"
+    else:
+        text = "st.shared.v2.f32 [%2], {%0, %1};"
+    em.line(f'asm volatile("{SM90A}{text}" :: "f"(o0[0]), "f"(o1[0]), "r"({at}) : "memory");', d)
+
+
+def copy_out(em, st: Staged, col: int, d: int) -> None:
+    """The warp's 16 staged rows (columns ``col ..`` of the tile) to the output: a 16-byte chunk
+    per lane, four rows per instruction."""
+    (m,), (n,) = em.g.m.idxs, em.g.n.idxs
+    per = 16 // (st.dtype.bits // 8)
+    vals = {m.name: f"((long)({em.m0[m.name]} + wy * 16 + sr))",
+            n.name: f"((long)({em.n0[n.name]} + {col} + sc * {per}))"}
+    load = f"{SM90A}ld.shared.v4.b32 {{%0, %1, %2, %3}}, [%4];"
+    at = f"Ws_at + sr * {ROW_BYTES} + ((sc ^ (sr & 7)) << 4)"
+    for q in range(4):
+        em.line("{", d)
+        em.line(f"const int sr = {4 * q} + lane / 8, sc = lane % 8;", d + 1)
+        em.line("uint x, y, z, w;", d + 1)
+        em.line(f'asm volatile("{load}" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "r"({at}) : "memory");', d + 1)
+        dst = f"(__global uint4*)({st.ptr} + {em.affine(st.offset, vals)})"
+        em.line(f"*{dst} = (uint4)(x, y, z, w);", d + 1)
+        em.line("}", d)
