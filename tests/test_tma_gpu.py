@@ -75,6 +75,33 @@ def test_launched_matmuls_are_exact(dt, m, k, n):
     np.testing.assert_array_equal(f(inputs)["C"], want)
 
 
+@pytest.mark.parametrize("dt,precision", [
+    (np.float16, None), (ml_dtypes.bfloat16, None), (np.float32, "tf32")
+])
+def test_whole_line_stores_give_the_bits_of_the_per_fragment_ones(dt, precision, monkeypatch):
+    """Random values, rows scaled from 0.01 to 1000 (float16 sums overflow to infinity): the output
+    staged through local memory (``tile_store``) is bit for bit what storing each sum where it
+    sits gives (the same sums, rounded once to the output's type)."""
+    import tile
+    from backends.clike import tile_store
+
+    rng = np.random.default_rng(5)
+    scale = 10.0 ** (np.arange(1024) % 6 - 2)[:, None]
+    inputs = {"A": (rng.standard_normal((1024, 512)) * scale).astype(dt),
+              "B": rng.standard_normal((512, 1024)).astype(dt)}
+    settings = {"cache": False, **({"precision": precision} if precision else {})}
+    f = tile.compile(MM, DEVICE_ID, settings=settings)
+    assert "Ws_at" in f.prepare(inputs).library.source
+    staged = f(inputs)["C"]
+    monkeypatch.setattr(tile_store, "plan", lambda em, params: None)
+    g = tile.compile(MM, DEVICE_ID, settings=settings)
+    assert "Ws_at" not in g.prepare(inputs).library.source
+    plain = g(inputs)["C"]
+    bits = np.uint16 if dt != np.float32 else np.uint32
+    assert dt != np.float16 or np.isinf(plain).any()
+    np.testing.assert_array_equal(staged.view(bits), plain.view(bits))
+
+
 @pytest.mark.parametrize("m,k,n", [(2048, 1024, 4096), (256, 32, 128), (1024, 4096, 1024)])
 def test_launched_tf32_matmuls_are_exact_on_integers(m, k, n):
     """float32 with ``precision="tf32"``: B copied K-major (``stripe.passes.kmajor``), both tiles

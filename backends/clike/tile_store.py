@@ -12,7 +12,8 @@ at a time (64 float16 columns, 32 float32 ones):
    ``KernelEmitter.epilogue`` stores the output element there instead), rounded to the output's
    type as the epilogue's store would (float16 and bfloat16: to nearest even, two at once) and
    written as one 4-byte (8-byte for float32) ``__local`` store, the row's 16-byte chunks swizzled
-   by the row (chunk ``c`` of row ``r`` at ``c XOR (r mod 8)``), so a store's 32 lanes hit 32 banks;
+   by the row (chunk ``c`` of row ``r`` at ``c XOR (r mod 8)``, float32: ``c XOR (2·r mod 8)``), so
+   the lanes of each of a store's phases hit distinct banks;
 2. after the warp synchronizes, each lane reads back one whole 16-byte chunk (four rows of 128
    bytes per instruction, conflict-free under the same swizzle) and stores it to global memory
    in one 16-byte store: whole 128-byte lines;
@@ -104,12 +105,20 @@ def emit(em, st: Staged, fn: int, d: int) -> None:
         em.async_line("bar.warp.sync -1;", d)
 
 
+def swizzle(st: Staged, row: str) -> str:
+    """What a staged row's 16-byte chunks are XOR-ed with: the row, times the chunks one store
+    instruction writes per row (a row's four lanes write 16 bytes of 16-bit values, 32 of float32
+    ones: the four rows of a half-warp's 8-byte stores then fill distinct chunk pairs)."""
+    per_row = st.dtype.bits // 16
+    return f"{row} & 7" if per_row == 1 else f"({row} * {per_row}) & 7"
+
+
 def stage_pair(em, st: Staged, row: int, col: int, d: int) -> None:
     """``o0``, ``o1`` (columns ``col + 2·lt`` and one more of the pass, row ``row + lg``) as the
     output's type into the warp's region, one store."""
     es = st.dtype.bits // 8
     em.line(f"const uint sb = {col * es} + 2 * lt * {es};", d)  # the byte in the staged row
-    at = f"Ws_at + ({row} + lg) * {ROW_BYTES} + (((sb >> 4) ^ lg) << 4) + (sb & 15)"
+    at = f"Ws_at + ({row} + lg) * {ROW_BYTES} + (((sb >> 4) ^ ({swizzle(st, 'lg')})) << 4) + (sb & 15)"
     if st.dtype in PACK:  # (``cvt`` puts its first source in the upper half)
         text = f"{{ .reg .b32 h; cvt.rn.{PACK[st.dtype]}.f32 h, %1, %0; st.shared.b32 [%2], h; }}"
     else:
@@ -125,7 +134,7 @@ def copy_out(em, st: Staged, col: int, d: int) -> None:
     vals = {m.name: f"((long)({em.m0[m.name]} + wy * 16 + sr))",
             n.name: f"((long)({em.n0[n.name]} + {col} + sc * {per}))"}
     load = f"{SM90A}ld.shared.v4.b32 {{%0, %1, %2, %3}}, [%4];"
-    at = f"Ws_at + sr * {ROW_BYTES} + ((sc ^ (sr & 7)) << 4)"
+    at = f"Ws_at + sr * {ROW_BYTES} + ((sc ^ ({swizzle(st, 'sr')})) << 4)"
     for q in range(4):
         em.line("{", d)
         em.line(f"const int sr = {4 * q} + lane / 8, sc = lane % 8;", d + 1)
