@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tests.test_tensorize import PADDED_CONV, VALID_CONV, plans
 from tests.test_tma import MLP, MM, generated, launched_kernel, optimized
 
 SHAPES = {"A": (512, 256), "B": (256, 512)}
@@ -53,21 +54,25 @@ def simulate(text: str) -> tuple[dict, list, list]:
                 row, col = (e // 2) * 8 + lane // 4, 8 * j + 2 * (lane % 4)
                 smem[a], smem[a + es] = (row, col), (row, col + 1)
             writes.append(addrs)
-        elif line.startswith("const int sr = "):
-            place = line.removeprefix("const int ").replace(",", ";").replace("/", "//")
+        elif line.startswith("const int sr = "):  # a read's row and chunk, then the row's indexes
+            place = [line.removeprefix("const int ").replace(",", ";").replace("/", "//")]
+        elif line.startswith("const int ") and place is not None:
+            place.append(line.removeprefix("const int ").replace("/", "//"))
         elif "ld.shared.v4" in line:
             at = re.search(r'"r"\((Ws_at .*)\) : "memory"', line)[1]
+            origins = {o: 0 for o in re.findall(r"\b[mn]0_\w+", " ".join(place))}  # the first tile
             chunks = []
             for lane in range(32):
-                env = {"lane": lane}
-                exec(place, {}, env)
+                env = {"lane": lane, "wy": 0, **origins}  # warp 0
+                exec("\n".join(place), {}, env)
                 chunks.append((c_eval(at, {**env, "Ws_at": 0}), env))
             reads.append([a for a, _ in chunks])
+            place = None
         elif line.startswith("*(__global uint4*)"):
             off = re.search(r"\(__global uint4\*\)\(\w+ \+ (.*)\) = \(uint4\)", line)[1]
             for a, env in chunks:
-                origins = {o: 0 for o in re.findall(r"\b[mn]0_\w+", off)}  # warp 0 of the first tile
-                dst = c_eval(off, {**env, **origins, "wy": 0})
+                origins = {o: 0 for o in re.findall(r"\b[mn]0_\w+", off)}
+                dst = c_eval(off, {**env, **origins})
                 for b in range(16 // es):
                     out.setdefault(smem[a + b * es], []).append(dst + b)
     return out, writes, reads
@@ -110,3 +115,23 @@ def test_an_output_the_product_is_added_to_keeps_the_per_fragment_stores():
     p, cfg = optimized(MM_WIDE, SHAPES)
     (k,) = [k for k in generated(p, cfg) if k.launch]
     assert "Ws_at" not in k.text and "st.shared" not in k.text and "vstore_half_rte" in k.text
+
+
+@pytest.mark.parametrize("src", [VALID_CONV, PADDED_CONV])
+def test_a_convolution_on_opencls_kernel_stores_its_rows_through_the_k_steps_buffers(src):
+    """The implicit GEMM's rows are (image, row, column) boxes of the tile: each row's offset
+    comes from its own indexes, its 64 channels contiguous; the K steps' buffers hold the rows
+    once every warp's products are done (one barrier)."""
+    x = 18 if src is VALID_CONV else 16
+    p, cfg = optimized(src, {"I": (2, x, x, 64), "F": (3, 3, 64, 64)})
+    (plan,) = plans(p)
+    (k,) = generated(p, cfg, launch_bytes=0)
+    assert k.launch is None and "wgmma.mma_async" in k.text
+    after = k.text[k.text.rindex("wgmma.wait_group"):]
+    assert after.index("barrier(") < after.index("const uint Cs_at = As_at;") < after.index("Ws_at +")
+    out, *_ = simulate(k.text)
+    per = dict(plan.m)  # the tile's box of (image, row, column)
+    for (r, c), dsts in out.items():
+        img, row, col = r // (per["x"] * per["y"]), r // per["y"] % per["x"], r % per["y"]
+        assert dsts == [((img * 16 + row) * 16 + col) * 64 + c], (r, c)
+    assert len(out) == 16 * plan.tn

@@ -20,17 +20,21 @@ at a time (64 float16 columns, 32 float32 ones):
 3. the warp synchronizes again before its region is reused.
 
 Only where it is the same store: the epilogue stores one buffer (plainly, not read back, its
-element type the buffer's: float16, bfloat16 or float32), at an element offset ``m·s + n + c``
-over the GEMM's one M and one N index with ``s`` and ``c`` multiples of a 16-byte chunk's
-elements (buffers are 16-byte aligned: the tensor maps need it), no batch, no store guards, tiles
-dividing M and N (``plan``). Otherwise ``store_mma``'s stores stay.
+element type the buffer's: float16, bfloat16 or float32), at an element offset ``Σ s_i·m_i + n +
+c`` over the GEMM's M indexes (a convolution's batch, rows and columns) and its one N index, with
+every ``s_i`` and ``c`` multiples of a 16-byte chunk's elements (OpenCL buffers are aligned to at
+least 16 bytes), no batch, no store guards, tiles dividing every index's range (``plan``).
+Otherwise ``store_mma``'s stores stay.
+
+Where: the launched kernel (``tma``: a region of its own after the K steps' buffers, while it
+costs no K step in flight) and OpenCL's warp-group kernel (``wgmma``: the K steps' buffers
+themselves, after a barrier, as each work-group does one tile).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backends.clike.wgmma import SM90A
 from stripe.ir import Block, Load, RefDir, Special, Store
 from tile.affine import Affine
 from tile.dtypes import DType
@@ -54,12 +58,11 @@ def plan(em, params) -> Staged | None:
     g, frag = em.g, em.op.c
     if g.epilogue is None or g.out is not None or g.batch.idxs or g.store_guards:
         return None
-    if len(g.m.idxs) != 1 or len(g.n.idxs) != 1 or tuple(map(tuple, frag.elements)) != PAIRS:
+    if len(g.n.idxs) != 1 or tuple(map(tuple, frag.elements)) != PAIRS:
         return None
     if tuple(frag.rows) != (1, 0) or tuple(frag.cols) != (0, 2):  # rows lg, columns 2·lt
         return None
-    (m,), (n,) = g.m.idxs, g.n.idxs
-    if m.range % em.tl.tm or n.range % em.tl.tn:
+    if any(ix.range % em.tl.per[ix.name] for ix in g.m.idxs + g.n.idxs):  # no tile overhangs
         return None
     block, _ = g.epilogue
     rest = block.stmts[1:]
@@ -77,10 +80,11 @@ def plan(em, params) -> Staged | None:
     offset = Affine.constant(0)
     for a, d in zip(ref.access, ref.shape.dims):
         offset = offset + a * d.stride
-    per = 16 // (dt.bits // 8)
-    if set(offset.vars) - {m.name, n.name} or offset.coeff(n.name) != 1:
+    per, (n,) = 16 // (dt.bits // 8), g.n.idxs
+    rows = {ix.name for ix in g.m.idxs}
+    if set(offset.vars) - rows - {n.name} or offset.coeff(n.name) != 1 or offset.const % per:
         return None
-    if offset.coeff(m.name) % per or offset.const % per:
+    if any(offset.coeff(r) % per for r in rows):
         return None
     return Staged(ref.source, em.ptrs[ref.source], dt, offset)
 
@@ -123,21 +127,22 @@ def stage_pair(em, st: Staged, row: int, col: int, d: int) -> None:
         text = f"{{ .reg .b32 h; cvt.rn.{PACK[st.dtype]}.f32 h, %1, %0; st.shared.b32 [%2], h; }}"
     else:
         text = "st.shared.v2.f32 [%2], {%0, %1};"
-    em.line(f'asm volatile("{SM90A}{text}" :: "f"(o0[0]), "f"(o1[0]), "r"({at}) : "memory");', d)
+    em.line(f'asm volatile("{em.MARK}{text}" :: "f"(o0[0]), "f"(o1[0]), "r"({at}) : "memory");', d)
 
 
 def copy_out(em, st: Staged, col: int, d: int) -> None:
     """The warp's 16 staged rows (columns ``col ..`` of the tile) to the output: a 16-byte chunk
     per lane, four rows per instruction."""
-    (m,), (n,) = em.g.m.idxs, em.g.n.idxs
+    (n,) = em.g.n.idxs
     per = 16 // (st.dtype.bits // 8)
-    vals = {m.name: f"((long)({em.m0[m.name]} + wy * 16 + sr))",
-            n.name: f"((long)({em.n0[n.name]} + {col} + sc * {per}))"}
-    load = f"{SM90A}ld.shared.v4.b32 {{%0, %1, %2, %3}}, [%4];"
+    load = f"{em.MARK}ld.shared.v4.b32 {{%0, %1, %2, %3}}, [%4];"
     at = f"Ws_at + sr * {ROW_BYTES} + ((sc ^ ({swizzle(st, 'sr')})) << 4)"
     for q in range(4):
         em.line("{", d)
         em.line(f"const int sr = {4 * q} + lane / 8, sc = lane % 8;", d + 1)
+        em.line(f"const {em.int} tr = {em.block_pos('sr', 'm')};", d + 1)  # the tile row
+        vals = {v: f"((long){x})" for v, x in em.at(em.g.m, "tr", em.m0).items()}
+        vals[n.name] = f"((long)({em.n0[n.name]} + {col} + sc * {per}))"
         em.line("uint x, y, z, w;", d + 1)
         em.line(f'asm volatile("{load}" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "r"({at}) : "memory");', d + 1)
         dst = f"(__global uint4*)({st.ptr} + {em.affine(st.offset, vals)})"

@@ -70,7 +70,6 @@ def emitter(t: CTarget, g: Gemm, ptrs: dict[str, str], tiles: Tiles, unit: Matri
 
 class TmaEmitter(WgmmaEmitter):
     launch: dict | None = None  # set by ``source``
-    staged: tile_store.Staged | None = None  # set by ``source``: the output stored whole lines at a time
 
     def fits(self) -> bool:
         """Whether the nest is the launched kernel's: the target launches with more local memory,

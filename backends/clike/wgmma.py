@@ -40,7 +40,7 @@ builds that for ``sm_90a`` (``backends.opencl.ptx``).
 
 from __future__ import annotations
 
-from backends.clike import mma_skips
+from backends.clike import mma_skips, tile_store
 from backends.clike.mma import COMMIT, MmaEmitter
 from backends.clike.target import CTarget
 from backends.clike.tiled import Tiles
@@ -68,6 +68,8 @@ def descriptor(lbo: int, sbo: int, swizzle: int) -> str:
 
 
 class WgmmaEmitter(MmaEmitter):
+    MARK = SM90A  # (for ``tile_store``'s instructions)
+    staged: tile_store.Staged | None = None  # set by ``source``: the output stored whole lines at a time
     def fits(self) -> bool:
         """Whether the nest takes warp-group products: the unit has them for this mode, the plan's
         tiles are theirs, B has no skipped points (``tensorize`` keeps those off the unit), and
@@ -152,7 +154,14 @@ class WgmmaEmitter(MmaEmitter):
             sums = [f"c0_{j}_{e}" for j in range(fn) for e in range(len(self.op.c.elements))]
             mma_skips.note_nonfinite_sums(self, sums, 1)
             self.tainted_tile(ops, nks, sa, sb, fn, aw)
-        self.store_mma(1, fn)
+        self.staged = tile_store.plan(self, params)
+        if self.staged and tile_store.WARP_BYTES * tl.threads // 32 <= stages * (sa + sb) * self.size:
+            self.line("barrier(CLK_LOCAL_MEM_FENCE);")  # every warp's products are done: the K
+            self.line("const uint Cs_at = As_at;")  # steps' buffers hold the output rows
+            tile_store.emit(self, self.staged, fn, 1)
+        else:
+            self.staged = None
+            self.store_mma(1, fn)
         return self.t.group_kernel(symbol, params, tl.threads, self.lines), groups * tl.threads, tl.threads
 
     def k_loop(self, ops, stages: int, nks: int, a_kf: bool, b_kf: bool) -> None:
