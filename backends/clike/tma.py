@@ -20,9 +20,15 @@ streams (``stripe.gemm.streams``).
   the last one, and the stages' barrier phases run on over the tiles (``it``: K steps so far).
   Tiles are numbered down bands of ``BAND`` tile rows, so the work-groups running at once read
   fewer rows of A and columns of B, which stay in the L2 cache. H200, float16, one run (whole
-  resident calls against cuBLAS): 4096³ 0.82 with bands of 4 (8: 0.80, 16: 0.80; one tile per
-  work-group: 0.76-0.78), 8192³ 0.89 (one tile per work-group, M fastest: 0.83); run-to-run noise
-  is a few percent (bench/RESULTS.md).
+  resident calls against cuBLAS, before ``tile_store``): 4096³ 0.82 with bands of 4 (8: 0.80, 16:
+  0.80; one tile per work-group: 0.76-0.78), 8192³ 0.89 (one tile per work-group, M fastest:
+  0.83); run-to-run noise is a few percent (bench/RESULTS.md).
+* **Stores.** Where ``tile_store.plan`` takes the output, each multiplying warp passes its rows
+  through a ``__local`` region of its own after the stages (``Cs_at``; only where it costs no
+  stage) and stores whole lines: H200, float16 4096³, the kernel 230 → 182 µs (0.77 → 0.95 of
+  cuBLAS). Two teams of multiplying warps on alternate 128 x 128 tiles (a ping-pong, so one
+  team's stores overlap the other's products) were slower than one team on 256 x 128 (244 against
+  229 µs before ``tile_store``; bench/RESULTS.md).
 * **3xtf32** (operands already split along 3K by ``stripe.passes.kmajor``, ``fits`` only then:
   ``gemm_tile`` ranks launched tiles for such GEMMs only): each K step's products go into sums
   of their own (the first replacing them), which are awaited and added to the running sums with
