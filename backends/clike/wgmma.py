@@ -33,6 +33,12 @@ both operands read from ``__local`` memory by the unit itself.
   rather than after them and a second barrier: 448-451 / 499-500 TFLOP/s at 4096 / 8192 against
   418-419 / 462-463 (kernel time, H100), exact in every run.
 
+* **Stores.** Where ``tile_store.plan`` takes the output (a plain product, a fused epilogue, a
+  convolution), the K steps' buffers hold each warp's output rows after one barrier and the
+  warps store whole 128-byte lines (``tile_store``); H200, float16 3x3 convolution b32 56x56x64:
+  the kernel 42.6 → 27.5 µs (bench/RESULTS.md). Otherwise ``store_mma`` stores each sum where
+  it sits.
+
 The instructions exist only for ``sm_90a``, which OpenCL C cannot target: they are written as PTX
 comments starting with ``SM90A``, and the OpenCL compiler uncomments them in the program's PTX and
 builds that for ``sm_90a`` (``backends.opencl.ptx``).
@@ -70,6 +76,7 @@ def descriptor(lbo: int, sbo: int, swizzle: int) -> str:
 class WgmmaEmitter(MmaEmitter):
     MARK = SM90A  # (for ``tile_store``'s instructions)
     staged: tile_store.Staged | None = None  # set by ``source``: the output stored whole lines at a time
+
     def fits(self) -> bool:
         """Whether the nest takes warp-group products: the unit has them for this mode, the plan's
         tiles are theirs, B has no skipped points (``tensorize`` keeps those off the unit), and
