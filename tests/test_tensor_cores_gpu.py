@@ -146,3 +146,45 @@ def test_kernels_take_the_warp_group_products_on_a_hopper_gpu(src, shapes):
         np.testing.assert_array_equal(got[k], want[k])
     source = f.prepare(inputs).library.source
     assert "//sm_90a " in source and "wgmma.mma_async" in source, "the kernel took no warp-group products"
+
+
+AS_FLOAT = """function (A[M, K], B[K, N]) -> (C) {
+  P[m, n : M, N] = +(A[m, k] * B[k, n]);
+  C = as_float(P, 32) * 3.0;
+}"""
+CONV_BIAS = """function (I[N, X, Y, CI], F[KX, KY, CI, CO], Bias[CO]) -> (O) {
+  C[n, x, y, co : N, X, Y, CO] = +(I[n, x + i - 1, y + j - 1, ci] * F[i, j, ci, co]);
+  O = relu(C + Bias);
+}"""
+
+
+@pytest.mark.skipif(not _has_unit() or not _warpgroup(),
+                    reason="warp-group products (wgmma) exist only on compute capability 9.0 (H100, H200)")
+@pytest.mark.parametrize("src,shapes", [
+    (AS_FLOAT, {"A": (512, 256), "B": (256, 384)}),  # float32 rows: 8-byte local stores
+    (CONV_BIAS, {"I": (2, 16, 16, 64), "F": (3, 3, 64, 64), "Bias": (64,)}),  # padded, fused
+])
+def test_opencls_kernel_stores_whole_lines_as_the_per_fragment_stores(src, shapes, monkeypatch):
+    """OpenCL's warp-group kernel (``TILE_CUDA_LAUNCH=0``) stores these outputs through its K steps'
+    buffers (``backends.clike.tile_store``): equal to the interpreter on integers, and on random
+    values bit for bit what storing each sum where it sits gives."""
+    import ref_interp
+    import tile
+    from backends.clike import tile_store
+
+    monkeypatch.setenv("TILE_CUDA_LAUNCH", "0")
+    rng = np.random.default_rng(6)
+    ints_in = {k: rng.integers(-2, 3, s).astype(np.float16) for k, s in shapes.items()}
+    normal = {k: rng.standard_normal(s).astype(np.float16) for k, s in shapes.items()}
+    f = tile.compile(src, DEVICE_ID, {"cache": False})
+    source = f.prepare(ints_in).library.source
+    assert "wgmma.mma_async" in source and "const uint Cs_at = As_at;" in source
+    for k, want in ref_interp.run(src, ints_in).items():
+        np.testing.assert_array_equal(f(ints_in)[k], want)
+    staged = f(normal)
+    monkeypatch.setattr(tile_store, "plan", lambda em, params: None)
+    g = tile.compile(src, DEVICE_ID, {"cache": False})
+    assert "Cs_at" not in g.prepare(normal).library.source
+    for k, plain in g(normal).items():
+        bits = np.uint32 if plain.dtype == np.float32 else np.uint16
+        np.testing.assert_array_equal(staged[k].view(bits), plain.view(bits))
