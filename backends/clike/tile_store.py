@@ -77,6 +77,8 @@ def plan(em, params) -> Staged | None:
     dt, types = ref.shape.dtype, dict(params)
     if dt not in (DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32) or types.get(em.ptrs[ref.source]) is not dt:
         return None
+    if em.tl.tn * (dt.bits // 8) % ROW_BYTES:  # whole passes of 128 bytes
+        return None
     offset = Affine.constant(0)
     for a, d in zip(ref.access, ref.shape.dims):
         offset = offset + a * d.stride
@@ -90,7 +92,8 @@ def plan(em, params) -> Staged | None:
 
 
 def emit(em, st: Staged, fn: int, d: int) -> None:
-    """The warp's stores of its ``16 x 8·fn`` sums, ``Cs_at`` the work-group's regions."""
+    """The warp's stores of its ``16 x 8·fn`` sums, ``Cs_at`` the work-group's regions (the
+    warp-group layout: warp ``wy`` owns tile rows ``16·wy ..`` and every column)."""
     cols = ROW_BYTES // (st.dtype.bits // 8)  # per pass
     rows, places, _ = em.places(1, fn)
     em.line(f"const uint Ws_at = Cs_at + warp * {WARP_BYTES};", d)
