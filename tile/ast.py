@@ -10,6 +10,7 @@ decided by context.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -190,6 +191,22 @@ class Assignment:
 
 
 Statement = Contraction | Assignment
+
+
+def expressions(stmt: Statement) -> Iterator[Expr]:
+    """Every expression node of a statement, outer before inner, left to right: an assignment's
+    right side; a contraction's output indices and sizes, its operands' indices, its constraints."""
+    if isinstance(stmt, Assignment):
+        roots: list[Expr] = [stmt.expr]
+    else:
+        roots = [*stmt.output.indices, *(stmt.sizes or ())]
+        roots += [i for ref in stmt.operands for i in ref.indices]
+        roots += [x for c in stmt.constraints for x in (c.poly, c.bound)]
+    stack = list(reversed(roots))
+    while stack:
+        e = stack.pop()
+        yield e
+        stack.extend(reversed(children(e)))
 
 
 @dataclass(frozen=True, slots=True)

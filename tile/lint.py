@@ -14,7 +14,6 @@ once per program text and place.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 
 from tile import ast
 from tile.errors import TileError, TileIndexWarning, TileNameError, unknown_function, unknown_name
@@ -42,7 +41,7 @@ def _names(program: ast.Program) -> None:
     known |= {d for i in program.inputs for d in (i.dims or ())}
     later = {s.name: s.span for s in program.stmts}
     for stmt in program.stmts:
-        for e in _exprs(stmt):
+        for e in ast.expressions(stmt):
             if isinstance(e, ast.Call) and not e.fn.startswith("assert_"):  # (tile.asserts: sympy)
                 _function(e)
             elif isinstance(e, ast.Name) and not e.is_index and e.name not in known:
@@ -63,21 +62,6 @@ def _function(call: ast.Call) -> None:
 
 def _unknown(name: str, node: ast.Name | ast.TensorRef, known: set[str], later: dict) -> None:
     raise unknown_name(name, node.span, sorted(known), later)
-
-
-def _exprs(stmt: ast.Statement) -> Iterator[ast.Expr]:
-    """Every expression node of a statement, outer before inner."""
-    if isinstance(stmt, ast.Assignment):
-        roots: list[ast.Expr] = [stmt.expr]
-    else:
-        roots = [*stmt.output.indices, *(stmt.sizes or ())]
-        roots += [i for ref in stmt.operands for i in ref.indices]
-        roots += [x for c in stmt.constraints for x in (c.poly, c.bound)]
-    stack = list(reversed(roots))
-    while stack:
-        e = stack.pop()
-        yield e
-        stack.extend(reversed(ast.children(e)))
 
 
 def _index_names(exprs) -> list[ast.Name]:

@@ -426,13 +426,8 @@ def source_differences(prog: ast.Program) -> list[Difference]:
 
 def calls_not_in_plaidml(prog: ast.Program) -> list[ast.Call]:
     """The calls of ``prog`` (in statement order) to a builtin PlaidML 0.7 does not have."""
-    found, stack = [], [s.expr for s in reversed(prog.stmts) if isinstance(s, ast.Assignment)]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, ast.Call) and e.fn in NOT_IN_PLAIDML:
-            found.append(e)
-        stack.extend(reversed(ast.children(e)))
-    return found
+    calls = (e for s in prog.stmts for e in ast.expressions(s) if isinstance(e, ast.Call))
+    return [c for c in calls if c.fn in NOT_IN_PLAIDML]
 
 
 def _reads(e: ast.Expr, tensors: set[str]) -> bool:
