@@ -149,6 +149,10 @@ class KernelEmitter(CodeWriter):
         block, local = g.epilogue
         rest = replace(block, idxs=(), constraints=(), stmts=block.stmts[1:])
 
+        def in_register(r: Refinement, reg: str) -> View:  # ``r``'s one element, as register ``reg[0]``
+            flat = tuple(replace(d, stride=0) for d in r.shape.dims)
+            return View(r.into, reg, r.shape.dtype, "0", flat, r.shape.dtype, r.agg_op, True)
+
         def emit(lines: list[str], vals: dict[str, str], acc: str, depth: int,
                  into: tuple[str, str] | None = None) -> None:
             saved, self.lines, self.depth = self.lines, lines, depth
@@ -169,13 +173,10 @@ class KernelEmitter(CodeWriter):
                     for r in block.refs
                     if r.source in self.ptrs
                 }
-                dims = tuple(replace(d, stride=0) for d in local.shape.dims)
-                parents[local.into] = View(local.into, reg, dt, "0", dims, dt, local.agg_op, True)
+                parents[local.into] = in_register(local, reg)
                 for r in block.refs if into else ():
                     if r.source == into[0]:
-                        flat = tuple(replace(d, stride=0) for d in r.shape.dims)
-                        dt_r = r.shape.dtype
-                        parents[r.source] = View(r.into, into[1], dt_r, "0", flat, dt_r, r.agg_op, True)
+                        parents[r.source] = in_register(r, into[1])
                 self.point(rest, vals, parents)
             finally:
                 self.lines = saved

@@ -198,10 +198,7 @@ class TmaEmitter(WgmmaEmitter):
         self.async_line("wgmma.wait_group.sync.aligned 0;", d)
         if not fold:  # the tile's last step (the next tile's copies may wait for it)
             self.release(stages, f"(it - 1) % {stages}", "lane == 0", d)
-        if self.staged:
-            tile_store.emit(self, self.staged, fn, d)
-        else:
-            self.store_mma(1, fn)
+        self.store_tile(fn, d)
         self.line("}", d - 1)
 
     def release(self, stages: int, buf: str, when: str, depth: int) -> None:

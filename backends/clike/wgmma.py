@@ -162,14 +162,22 @@ class WgmmaEmitter(MmaEmitter):
             mma_skips.note_nonfinite_sums(self, sums, 1)
             self.tainted_tile(ops, nks, sa, sb, fn, aw)
         self.staged = tile_store.plan(self, params)
-        if self.staged and tile_store.WARP_BYTES * tl.threads // 32 <= stages * (sa + sb) * self.size:
+        warps = tl.threads // self.unit.lanes
+        if self.staged and tile_store.WARP_BYTES * warps > stages * (sa + sb) * self.size:
+            self.staged = None  # (the K steps' buffers cannot hold every warp's rows)
+        if self.staged:
             self.line("barrier(CLK_LOCAL_MEM_FENCE);")  # every warp's products are done: the K
             self.line("const uint Cs_at = As_at;")  # steps' buffers hold the output rows
-            tile_store.emit(self, self.staged, fn, 1)
-        else:
-            self.staged = None
-            self.store_mma(1, fn)
+        self.store_tile(fn, 1)
         return self.t.group_kernel(symbol, params, tl.threads, self.lines), groups * tl.threads, tl.threads
+
+    def store_tile(self, fn: int, depth: int) -> None:
+        """The warp's sums to the output: whole lines through ``Cs_at`` where ``staged``
+        (``tile_store``), else each where it sits (``store_mma``)."""
+        if self.staged:
+            tile_store.emit(self, self.staged, fn, depth)
+        else:
+            self.store_mma(1, fn)
 
     def k_loop(self, ops, stages: int, nks: int, a_kf: bool, b_kf: bool) -> None:
         """The K loop (module docstring): copies ``stages - 1`` steps ahead of the products."""
