@@ -12,6 +12,20 @@ import functools
 
 from tile.ops._build import function, lit
 
+# The PyTorch function each op computes, as data for the op reference (python -m tile.ops.doc);
+# tests/test_ops_doc.py checks that every name exists in torch (``{nd}``: 1, 2 and 3).
+TORCH: dict[str, str] = {
+    "relu": "torch.relu",
+    "gelu": "torch.nn.functional.gelu",
+    "silu": "torch.nn.functional.silu",
+    "sigmoid": "torch.sigmoid",
+    "tanh": "torch.tanh",
+    "elu": "torch.nn.functional.elu",
+    "leaky_relu": "torch.nn.functional.leaky_relu",
+    "hardswish": "torch.nn.functional.hardswish",
+    "erf": "torch.erf",
+}
+
 SQRT1_2 = 0.7071067811865476  # M_SQRT1_2
 SQRT_2_OVER_PI = 0.7978845608028654  # M_SQRT2 * M_2_SQRTPI * 0.5, PyTorch's kBeta
 GELU_KAPPA = 0.044715

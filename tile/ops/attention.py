@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from tile.ops._build import check_rank, decl, dims, function, lit, out, product, ref
 
+# The PyTorch function each op computes, as data for the op reference (python -m tile.ops.doc);
+# tests/test_ops_doc.py checks that every name exists in torch (``{nd}``: 1, 2 and 3).
+TORCH: dict[str, str] = {
+    "scaled_dot_product_attention": "torch.nn.functional.scaled_dot_product_attention",
+}
+
 
 def scaled_dot_product_attention(*, rank: int = 4, mask: str | None = None, is_causal: bool = False,
                                  scale: float | None = None) -> str:

@@ -13,6 +13,19 @@ from collections.abc import Sequence
 
 from tile.ops._build import decl, function, ints, layout_of, out, poly, positive, ref, term
 
+# The PyTorch function each op computes, as data for the op reference (python -m tile.ops.doc);
+# tests/test_ops_doc.py checks that every name exists in torch (``{nd}``: 1, 2 and 3).
+TORCH: dict[str, str] = {
+    "conv1d": "torch.nn.functional.conv1d",
+    "conv2d": "torch.nn.functional.conv2d",
+    "conv3d": "torch.nn.functional.conv3d",
+    "conv": "torch.nn.functional.conv{nd}d",
+    "conv_transpose1d": "torch.nn.functional.conv_transpose1d",
+    "conv_transpose2d": "torch.nn.functional.conv_transpose2d",
+    "conv_transpose3d": "torch.nn.functional.conv_transpose3d",
+    "conv_transpose": "torch.nn.functional.conv_transpose{nd}d",
+}
+
 Padding = int | str | Sequence[int] | Sequence[tuple[int, int]]
 
 

@@ -15,6 +15,22 @@ from collections.abc import Sequence
 
 from tile.ops._build import axis, check_rank, decl, dims, function, lit, out, plus, product, ref
 
+# The PyTorch function each op computes, as data for the op reference (python -m tile.ops.doc);
+# tests/test_ops_doc.py checks that every name exists in torch (``{nd}``: 1, 2 and 3).
+TORCH: dict[str, str] = {
+    "embedding": "torch.nn.functional.embedding",
+    "index_select": "torch.index_select",
+    "gather": "torch.gather",
+    "scatter_add": "torch.scatter_add",
+    "concat": "torch.cat",
+    "slice": "torch.Tensor.__getitem__",
+    "pad": "torch.nn.functional.pad",
+    "permute": "torch.permute",
+    "transpose": "torch.transpose",
+    "reshape": "torch.reshape",
+    "flatten": "torch.flatten",
+}
+
 
 def embedding() -> str:
     """``torch.nn.functional.embedding``: inputs ``I`` (indices, any shape) and ``W[V, E]``;

@@ -8,6 +8,14 @@ from __future__ import annotations
 
 from tile.ops._build import check_rank, decl, dims, function, out, ref
 
+# The PyTorch function each op computes, as data for the op reference (python -m tile.ops.doc);
+# tests/test_ops_doc.py checks that every name exists in torch (``{nd}``: 1, 2 and 3).
+TORCH: dict[str, str] = {
+    "linear": "torch.nn.functional.linear",
+    "matmul": "torch.matmul",
+    "bmm": "torch.bmm",
+}
+
 
 def linear(*, rank: int = 2, bias: bool = True) -> str:
     """``torch.nn.functional.linear``: ``Y = X @ W.T + B`` over the last axis of a rank-``rank`` X."""

@@ -11,6 +11,13 @@ from __future__ import annotations
 from tile.ops._build import check_rank, decl, dims, function, lit, out, product, ref
 from tile.ops.norm import softmax_lines
 
+# The PyTorch function each op computes, as data for the op reference (python -m tile.ops.doc);
+# tests/test_ops_doc.py checks that every name exists in torch (``{nd}``: 1, 2 and 3).
+TORCH: dict[str, str] = {
+    "cross_entropy": "torch.nn.functional.cross_entropy",
+    "dropout": "torch.nn.functional.dropout",
+}
+
 
 def cross_entropy(*, rank: int = 2, reduction: str = "mean") -> str:
     """``torch.nn.functional.cross_entropy(X, T)`` for logits ``X[N, C, ..]`` and targets

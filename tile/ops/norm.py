@@ -12,6 +12,16 @@ from collections.abc import Callable, Sequence
 from tile.ops._build import axis, check_rank, decl, dims, function, layout_of, lit, product
 from tile.ops.reduce import contraction, variance_lines
 
+# The PyTorch function each op computes, as data for the op reference (python -m tile.ops.doc);
+# tests/test_ops_doc.py checks that every name exists in torch (``{nd}``: 1, 2 and 3).
+TORCH: dict[str, str] = {
+    "softmax": "torch.softmax",
+    "log_softmax": "torch.log_softmax",
+    "layer_norm": "torch.nn.functional.layer_norm",
+    "batch_norm": "torch.nn.functional.batch_norm",
+    "group_norm": "torch.nn.functional.group_norm",
+}
+
 
 def softmax_lines(src: str, dst: str, rank: int, a: int, log: bool, names: Sequence[str],
                   prefix: str = "") -> list[str]:

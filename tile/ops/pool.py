@@ -13,6 +13,23 @@ from collections.abc import Sequence
 
 from tile.ops._build import decl, function, ints, layout_of, out, plus, poly, positive, ref, term
 
+# The PyTorch function each op computes, as data for the op reference (python -m tile.ops.doc);
+# tests/test_ops_doc.py checks that every name exists in torch (``{nd}``: 1, 2 and 3).
+TORCH: dict[str, str] = {
+    "max_pool1d": "torch.nn.functional.max_pool1d",
+    "max_pool2d": "torch.nn.functional.max_pool2d",
+    "max_pool3d": "torch.nn.functional.max_pool3d",
+    "avg_pool1d": "torch.nn.functional.avg_pool1d",
+    "avg_pool2d": "torch.nn.functional.avg_pool2d",
+    "avg_pool3d": "torch.nn.functional.avg_pool3d",
+    "adaptive_avg_pool1d": "torch.nn.functional.adaptive_avg_pool1d",
+    "adaptive_avg_pool2d": "torch.nn.functional.adaptive_avg_pool2d",
+    "adaptive_avg_pool3d": "torch.nn.functional.adaptive_avg_pool3d",
+    "max_pool": "torch.nn.functional.max_pool{nd}d",
+    "avg_pool": "torch.nn.functional.avg_pool{nd}d",
+    "adaptive_avg_pool": "torch.nn.functional.adaptive_avg_pool{nd}d",
+}
+
 
 def _spatial(nd: int, last: bool, inner: Sequence[str]) -> list[str]:
     return ["n", *inner, "c"] if last else ["n", "c", *inner]

@@ -10,6 +10,18 @@ from collections.abc import Sequence
 
 from tile.ops._build import axes, check_rank, decl, dims, function, out, product, ref
 
+# The PyTorch function each op computes, as data for the op reference (python -m tile.ops.doc);
+# tests/test_ops_doc.py checks that every name exists in torch (``{nd}``: 1, 2 and 3).
+TORCH: dict[str, str] = {
+    "sum": "torch.sum",
+    "mean": "torch.mean",
+    "var": "torch.var",
+    "max": "torch.amax",
+    "min": "torch.amin",
+    "prod": "torch.prod",
+    "argmax": "torch.argmax",
+}
+
 Axis = int | Sequence[int] | None
 
 
