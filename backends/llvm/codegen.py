@@ -286,7 +286,7 @@ class KernelCodegen:
         typ = mem_type(r.shape.dtype)
         slot = em.alloca(typ, max(extent, 1))
         nbytes = max(extent, 1) * r.shape.dtype.numpy.itemsize
-        memset = em.module.declare_intrinsic("llvm.memset", [PTR, I64])
+        memset = em.declare("llvm.memset.p0.i64", VOID, [PTR, ir.IntType(8), I64, ir.IntType(1)])
         em.builder.call(
             memset, [slot, ir.Constant(ir.IntType(8), 0), i64(nbytes), ir.Constant(ir.IntType(1), 0)]
         )

@@ -107,12 +107,6 @@ class MicroKernel:
         one = b.insert_element(undef, x, ir.Constant(I32, 0))
         return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, self.width), [0] * self.width))
 
-    def _intrinsic(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-        mod = self.em.module
-        if name in mod.globals:
-            return mod.globals[name]
-        return ir.Function(mod, ir.FunctionType(ret, args), name)
-
     def _suffix(self) -> str:
         return f"v{self.width}f{self.scalar is F64 and 64 or 32}"
 
@@ -121,7 +115,7 @@ class MicroKernel:
         ptr = b.gep(view.ptr, [pos], inbounds=True, source_etype=self.scalar)
         if mask is None:
             return b.load(ptr, typ=self.vt, align=self.scalar is F64 and 8 or 4)
-        fn = self._intrinsic(f"llvm.masked.load.{self._suffix()}.p0", self.vt, [PTR, I32, mask.type, self.vt])
+        fn = self.em.declare(f"llvm.masked.load.{self._suffix()}.p0", self.vt, [PTR, I32, mask.type, self.vt])
         align = ir.Constant(I32, self.scalar is F64 and 8 or 4)
         return b.call(fn, [ptr, align, mask, ir.Constant(self.vt, None)])
 
@@ -131,7 +125,7 @@ class MicroKernel:
         if mask is None:
             b.store(value, ptr, align=self.scalar is F64 and 8 or 4)
             return
-        fn = self._intrinsic(
+        fn = self.em.declare(
             f"llvm.masked.store.{self._suffix()}.p0", ir.VoidType(), [self.vt, PTR, I32, mask.type]
         )
         b.call(fn, [value, ptr, ir.Constant(I32, self.scalar is F64 and 8 or 4), mask])
@@ -418,7 +412,7 @@ class MicroKernel:
                     for n in range(nv):
                         acc = b.load(self.slots[m][n], typ=self.vt)
                         if fused:
-                            fn = self._intrinsic(f"llvm.fma.{self._suffix()}", self.vt, [self.vt] * 3)
+                            fn = self.em.declare(f"llvm.fma.{self._suffix()}", self.vt, [self.vt] * 3)
                             xa, ya = grids[prod.inputs[0]], grids[prod.inputs[1]]
                             new = b.call(fn, [xa[m][n], ya[m][n], acc])
                         elif self.s.agg == "add":

@@ -50,6 +50,20 @@ def mem_type(dt: DType) -> ir.Type:
     return reg_type(dt)
 
 
+def declare_function(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+    """The module's one way to declare a function (a C library routine, an LLVM intrinsic given by
+    its full overloaded name such as ``llvm.fabs.f64``, or a helper about to be defined): the
+    existing one when ``name`` is already in the module, else a new declaration. Two separate
+    caches (or llvmlite's ``declare_intrinsic`` next to ``ir.Function``) would declare one name
+    twice when two helpers use the same intrinsic, which llvmlite refuses."""
+    fnty = ir.FunctionType(ret, args)
+    old = module.globals.get(name)
+    if old is None:
+        return ir.Function(module, fnty, name)
+    assert isinstance(old, ir.Function) and old.function_type == fnty, (name, old, fnty)
+    return old
+
+
 def i64(n: int) -> ir.Constant:
     return ir.Constant(I64, int(n))
 
@@ -83,15 +97,11 @@ class Emitter:
         self.stack_bytes = 0  # what ``alloca`` reserved (the code generator reads it per kernel)
         self.builder: ir.IRBuilder = None  # type: ignore[assignment]  # set per function
         self.alloca_block: ir.Block = None  # type: ignore[assignment]  # set per function
-        self._fns: dict[str, ir.Function] = {}
 
     # ------------------------------------------------------------------ declarations
     def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-        """A function of the process (libm) or an LLVM intrinsic, declared once."""
-        if name not in self._fns:
-            # an intrinsic's full name carries its overload (``llvm.fmuladd.f64``): declared as given
-            self._fns[name] = ir.Function(self.module, ir.FunctionType(ret, args), name)
-        return self._fns[name]
+        """A function of the process (libm) or an LLVM intrinsic, declared once (``declare_function``)."""
+        return declare_function(self.module, name, ret, args)
 
     def call(self, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
         fn = self.declare(name, ret, [a.type for a in args])
@@ -106,13 +116,12 @@ class Emitter:
 
     def _helper(self, name: str, ret: ir.Type, args: list[ir.Type], body) -> ir.Function:
         """An internal always-inlined function, built once by ``body(builder, fn)``."""
-        if name not in self._fns:
-            fn = ir.Function(self.module, ir.FunctionType(ret, args), name)
+        fn = declare_function(self.module, name, ret, args)
+        if not fn.blocks:
             fn.linkage = "internal"
             fn.attributes.add("alwaysinline")
             body(ir.IRBuilder(fn.append_basic_block("entry")), fn)
-            self._fns[name] = fn
-        return self._fns[name]
+        return fn
 
     def alloca(self, typ: ir.Type, count: int | None = None) -> ir.Value:
         """A stack slot in the function's alloca block (``self.alloca_block``, which the code
@@ -281,8 +290,8 @@ def _ftoi64(b: ir.IRBuilder, fn: ir.Function) -> None:
     ``e >= 11``, so its residue modulo 2**64 is that shift done in 64-bit integers (0 once e >= 64).
     """
     (d,) = fn.args
-    fabs = b.call(fn.module.declare_intrinsic("llvm.fabs", [F64]), [d])
-    t = b.call(fn.module.declare_intrinsic("llvm.trunc", [F64]), [d])
+    fabs = b.call(declare_function(fn.module, "llvm.fabs.f64", F64, [F64]), [d])
+    t = b.call(declare_function(fn.module, "llvm.trunc.f64", F64, [F64]), [d])
     small = b.fcmp_ordered("<", fabs, ir.Constant(F64, 2.0**63))
     finite = b.fcmp_ordered("<", fabs, ir.Constant(F64, float("inf")))
     direct = b.fptosi(b.select(small, t, ir.Constant(F64, 0.0)), I64)

@@ -42,6 +42,7 @@ from llvmlite import ir
 from backends.hal import LINE
 from backends.llvm.host import host_target, target_machine
 from backends.llvm.loops import counted_loop
+from backends.llvm.scalars import declare_function
 
 SEM_BYTES = 64  # sem_t is 32 bytes on 64-bit glibc, 16 on musl
 # slots and the counter start on cache lines (``LINE``) of their own: a worker watching its slot
@@ -81,10 +82,10 @@ def _field(b: ir.IRBuilder, slot: ir.Value, offset: int) -> ir.Value:
 def _module(spin_ns: int) -> str:
     m = ir.Module(name="tile_threads")
     m.triple = llvm.get_process_triple()
-    sem_wait = ir.Function(m, ir.FunctionType(_I32, [_PTR]), "sem_wait")
-    sem_post = ir.Function(m, ir.FunctionType(_I32, [_PTR]), "sem_post")
-    sched_yield = ir.Function(m, ir.FunctionType(_I32, []), "sched_yield")
-    clock_gettime = ir.Function(m, ir.FunctionType(_I32, [_I32, _PTR]), "clock_gettime")
+    sem_wait = declare_function(m, "sem_wait", _I32, [_PTR])
+    sem_post = declare_function(m, "sem_post", _I32, [_PTR])
+    sched_yield = declare_function(m, "sched_yield", _I32, [])
+    clock_gettime = declare_function(m, "clock_gettime", _I32, [_I32, _PTR])
     zero, one = ir.Constant(_I64, 0), ir.Constant(_I64, 1)
 
     def wait(b: ir.IRBuilder, sem: ir.Value) -> None:
