@@ -23,6 +23,7 @@ import doctest
 import io
 import os
 import re
+import shlex
 import subprocess
 import sys
 from contextlib import redirect_stdout
@@ -69,6 +70,19 @@ def blocks(document: str) -> list[Block]:
 ALL = [b for d in DOCUMENTS for b in blocks(d)]
 
 
+def python_shim(bin_dir: Path) -> Path:
+    """``bin_dir`` holding a ``python`` that is this interpreter, in its environment. A script that
+    execs ``sys.executable``, not a link to it: a link to a virtual environment's interpreter placed
+    outside the environment finds no ``pyvenv.cfg`` beside it and runs the base interpreter, without
+    the environment's packages ("No module named tile")."""
+    bin_dir.mkdir(exist_ok=True)
+    shim = bin_dir / "python"
+    shim.unlink(missing_ok=True)
+    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    shim.chmod(0o755)
+    return bin_dir
+
+
 class Session:
     """A document's folder, Python namespace and state (a block failed: the rest are skipped)."""
 
@@ -77,10 +91,7 @@ class Session:
         self.namespace: dict = {"__name__": "__main__"}
         self.failed: str | None = None
         self.ran = 0  # the blocks of the document run so far in this process
-        bin_dir = root.parent / "bin"
-        bin_dir.mkdir(exist_ok=True)
-        (bin_dir / "python").unlink(missing_ok=True)
-        (bin_dir / "python").symlink_to(sys.executable)
+        bin_dir = python_shim(root.parent / "bin")
         self.env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
         self.env.pop("TILE_DEBUG", None)
         for name in SHIPPED:
@@ -185,3 +196,13 @@ def test_the_documents_have_blocks_and_every_skip_gives_its_reason():
             assert MARK.match(b.mark), b.id
     skipped = [b for b in blocks("README.md") if b.mark and b.mark.startswith("skip")]
     assert len(skipped) <= 2  # setup + test run, a package install: everything else runs
+
+
+def test_the_blocks_python_is_this_interpreter_with_its_packages(tmp_path):
+    """In a virtual environment too: the blocks' ``python`` sees this environment (its prefix), not
+    the base interpreter the environment was made from."""
+    env = {**os.environ, "PATH": f"{python_shim(tmp_path / 'bin')}{os.pathsep}{os.environ.get('PATH', '')}"}
+    r = subprocess.run(["bash", "-e", "-c", "python -c 'import sys, tile; print(sys.prefix)'"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == sys.prefix
