@@ -13,7 +13,7 @@ import numpy as np
 from tile import ast, lint
 from tile.dtypes import DType
 from tile.errors import TileInputError
-from tile.parser import parse, parse_file
+from tile.parser import parse, read_source
 from tile.settings import check as check_settings
 from tile.tensor import Tensor, dtype_of, zeros_on
 
@@ -31,9 +31,10 @@ def grad_values(
     """``{input: gradient}`` of ``sum(cotangents[O] * O)`` over the outputs, by the reference
     interpreter.
 
-    ``cotangents`` gives the output gradients by output name; outputs not in it get all-ones, so
-    the default is the gradient of the sum of all outputs. (``seed=`` is its old name, kept for a
-    while with a ``DeprecationWarning``: on the command line ``--seed`` is the random seed.)
+    ``cotangents`` gives the output gradients by output name, each taken in its output's dtype;
+    outputs not in it get all-ones, so the default is the gradient of the sum of all outputs. Each
+    gradient has its input's dtype (in the ``native`` precision). (``seed=`` is its old name, kept
+    for a while with a ``DeprecationWarning``: on the command line ``--seed`` is the random seed.)
     """
     import ref_interp  # the oracle; imported here so the language package does not depend on it
     from tile.autodiff import gradient
@@ -53,7 +54,12 @@ def grad_values(
         given = (cotangents or {}).get(out)
         value = forward[out]
         dtype = np.float64 if value.dtype == object else value.dtype
-        feed[cot] = np.asarray(given) if given is not None else np.ones(value.shape, dtype=dtype)
+        if given is None:
+            feed[cot] = np.ones(value.shape, dtype=dtype)
+        else:  # in its output's dtype, as the gradient program was derived: a float64 cotangent of
+            # a float32 output would widen every gradient to float64 (exact mode: kept as given)
+            given = np.asarray(given)
+            feed[cot] = given if value.dtype == object else given.astype(dtype, copy=False)
     result = ref_interp.run(g.program, feed, precision)
     return {x: result[name] for x, name in g.gradients.items()}
 
@@ -80,20 +86,20 @@ class Executable:
 
     def __call__(
         self,
-        inputs: Mapping[str, np.ndarray | Tensor] | None = None,
-        /,
-        *,
+        *inputs: Mapping[str, np.ndarray | Tensor] | np.ndarray | Tensor,
         out: Mapping[str, Tensor] | None = None,
         resident: bool | None = None,
         **arrays: np.ndarray | Tensor,
     ) -> dict[str, np.ndarray | Tensor]:
-        """Run on ``inputs`` (and ``**arrays``): numpy arrays, or ``tile.Tensor``s on this device.
+        """Run on the inputs: numpy arrays, or ``tile.Tensor``s on this device, given as keywords
+        (``f(A=a, B=b)``), as one mapping (``f({"A": a, "B": b})``), or positionally in the order
+        of the ``function (...)`` header (``f(a, b)``, and ``f(a, B=b)``).
 
         ``out={"O": t}`` writes output ``O`` into the tensor ``t`` (same shape, dtype, device) and
         returns ``t``; ``resident=True`` (default: the ``resident_outputs`` setting) returns the
         other outputs as new tensors on the device instead of numpy arrays. An input named ``out``
         or ``resident`` goes in the ``inputs`` mapping."""
-        given = {**inputs, **arrays} if inputs else arrays  # (either way a dict of this call's own)
+        given = self._named(inputs, arrays)  # a dict of this call's own
         key = []  # the quick key's items (``_quick``), made in the same walk
         for k, v in given.items():
             t = type(v)
@@ -122,16 +128,43 @@ class Executable:
         self._last = compiled
         return compiled.run(given, out, resident)
 
-    def prepare(self, inputs: Mapping[str, np.ndarray | Tensor] | None = None, /, **arrays) -> object:
+    def prepare(self, *inputs: Mapping[str, np.ndarray | Tensor] | np.ndarray | Tensor, **arrays) -> object:
         """Compile for these inputs' shapes and dtypes now, without running (a later call with such
-        inputs starts at once): what ``python -m tile run`` times as the compile time. Returns the
-        compiled program (None on ``interp``, which compiles nothing)."""
+        inputs starts at once): what ``python -m tile run`` times as the compile time. Takes the
+        inputs as a call does. Returns the compiled program (None on ``interp``, which compiles
+        nothing)."""
+        given = self._named(inputs, arrays)
         if self.device == "interp":
             return None
-        given = {**(inputs or {}), **arrays}
         return self._compiled_for(
             {k: v if isinstance(v, Tensor) else np.asarray(v) for k, v in given.items()}
         )
+
+    def _named(self, inputs: tuple, arrays: dict) -> dict:
+        """The call's inputs by name: ``arrays`` (the keywords) with one mapping or the positional
+        arrays (in declaration order) added; too many, or one given twice, is a TileInputError."""
+        if not inputs:
+            return arrays
+        if len(inputs) == 1 and (inputs[0] is None or isinstance(inputs[0], Mapping)):
+            return {**inputs[0], **arrays} if inputs[0] else arrays
+        names = [i.name for i in self.program.inputs]
+        header = f"the inputs, in order, are: {', '.join(names) or '(none)'}"
+        if any(isinstance(v, Mapping) for v in inputs):
+            raise TileInputError(
+                "a mapping of inputs must be the only positional argument", None,
+                hint=f"pass f({{'A': a, ...}}), f(a, b, ...) or f(A=a, ...); {header}",
+            )
+        if len(inputs) > len(names):
+            raise TileInputError(
+                f"{len(inputs)} positional inputs given to a program of {len(names)}", None, hint=header
+            )
+        twice = [n for n in names[: len(inputs)] if n in arrays]
+        if twice:
+            raise TileInputError(
+                f"input '{twice[0]}' is given both positionally and by name", None,
+                hint=f"give each input once; {header}",
+            )
+        return {**dict(zip(names, inputs)), **arrays}
 
     def _compiled_for(self, given: Mapping):
         """The program compiled for these inputs' shapes and dtypes (and size values): typed,
@@ -252,6 +285,8 @@ def compile(
     check_settings(settings)
     if isinstance(program, str):
         refuse_path(program)
+    elif not isinstance(program, ast.Program):
+        refuse_source(program)
     prog = parse(program) if isinstance(program, str) else program
     return _checked(prog, device, settings)
 
@@ -259,9 +294,53 @@ def compile(
 def compile_file(
     path: str | os.PathLike, device: str = "llvm_cpu.0", settings: Mapping | None = None
 ) -> Executable:
-    """``compile`` for the program in the file ``path`` (its errors and warnings name the file)."""
+    """``compile`` for the program in the file ``path`` (its errors and warnings name the file); a
+    path that cannot be read is a ``TileInputError`` naming it."""
     check_settings(settings)
-    return _checked(parse_file(os.fspath(path)), device, settings)
+    return _checked(parse(read_program_file(path), os.fspath(path)), device, settings)
+
+
+def read_program_file(path: str | os.PathLike) -> str:
+    """The text of the program file ``path``; a ``TileInputError`` naming the path (and what to
+    pass instead) when it is no path or cannot be read."""
+    try:
+        name = os.fspath(path)
+    except TypeError:
+        raise TileInputError(
+            f"compile_file expects a file path (str or os.PathLike), not {type(path).__name__}",
+            None,
+            hint="pass the path of a .tile file; tile.compile(text) takes the program text itself",
+        ) from None
+    try:
+        return read_source(name)
+    except FileNotFoundError:
+        problem = "does not exist"
+    except IsADirectoryError:
+        problem = "is a directory, not a file"
+    except OSError as e:
+        problem = f"cannot be read: {e.strerror or e}"
+    raise TileInputError(
+        f"the program file '{name}' {problem}",
+        None,
+        hint=f"check the path (relative paths start at {os.getcwd()}); tile.compile(text) takes "
+        "program text instead of a file",
+    )
+
+
+def refuse_source(program: object) -> None:
+    """A ``TileInputError`` for a program that is neither Tile text nor a parsed ``tile.Program``."""
+    what = type(program).__name__
+    if isinstance(program, (bytes, bytearray)):
+        hint = "decode it first: tile.compile(data.decode('utf-8'))"
+    elif isinstance(program, os.PathLike):
+        hint = f"for a file, call tile.compile_file({os.fspath(program)!r})"
+    else:
+        hint = "pass the program text, e.g. tile.compile('function (A[N]) -> (B) { B = A + 1; }')"
+    raise TileInputError(
+        f"tile.compile expects Tile source text (a str) or a parsed tile.Program, not {what}",
+        None,
+        hint=hint,
+    )
 
 
 def _checked(prog: ast.Program, device: str, settings: Mapping | None) -> Executable:

@@ -33,19 +33,30 @@ PRECISION_HELP = (
 )
 
 
+def parse_dtype(name: str, where: str = "") -> DType:
+    """The Tile dtype called ``name`` (``float32``, ``int8``, ``bfloat16``, ...): the one reader of
+    dtype names, for the command lines' ``--shape`` and the API's ``tile.empty``, so both accept
+    the same names. numpy's aliases (``float``, ``double``, ``int``, ``f4``) are refused: ``float``
+    is float64 to numpy but float32 to C, and a silent float64 is the wrong guess half the time.
+    ``where`` ends the message (`` in --shape 'A=2:float'``)."""
+    try:
+        return DType(name)
+    except ValueError:
+        raise TileInputError(
+            f"unknown dtype '{name}'{where}",
+            None,
+            hint=f"Tile's dtypes are {', '.join(d.value for d in DType)} (numpy's aliases such as "
+            "'float' or 'int' are not: write float32, float64, int32, ...)",
+        ) from None
+
+
 def parse_shape_spec(spec: str) -> tuple[str, tuple[int, ...], DType]:
     """``I=2x3`` / ``I=2x3:int8`` / ``I=`` (0-D) -> (name, shape, dtype)."""
     if "=" not in spec:
         raise TileInputError(f"bad --shape '{spec}'", hint="write NAME=2x3 or NAME=2x3:int8 (NAME= for 0-D)")
     name, rest = spec.split("=", 1)
     dims_text, _, dtype_text = rest.partition(":")
-    try:
-        dtype = DType(dtype_text) if dtype_text else DType.FLOAT32
-    except ValueError:
-        raise TileInputError(
-            f"unknown dtype '{dtype_text}' in --shape '{spec}'",
-            hint="use bool, int8..int64, uint8..uint64, float16/32/64 or ml_dtypes.bfloat16",
-        ) from None
+    dtype = parse_dtype(dtype_text, f" in --shape '{spec}'") if dtype_text else DType.FLOAT32
     try:
         shape = tuple(int(d) for d in dims_text.lower().split("x")) if dims_text.strip() else ()
     except ValueError:

@@ -59,7 +59,15 @@ class TileSettingsError(TileError):
 
 
 def check(settings: Mapping | None) -> None:
-    """Raise ``TileSettingsError`` for the first name in ``settings`` that is not in ``KNOWN``."""
+    """Raise ``TileSettingsError`` for settings that are not a mapping (``settings="strict"``
+    would otherwise be read letter by letter), then for the first name not in ``KNOWN``."""
+    if settings is not None and not isinstance(settings, Mapping):
+        raise TileSettingsError(
+            f"settings must be a dict of setting names to values, not {type(settings).__name__} "
+            f"{settings!r}"[:200],
+            None,
+            _example(settings) + "; the settings are: " + ", ".join(sorted(KNOWN)),
+        )
     for name in settings or {}:
         if name in KNOWN:
             continue
@@ -77,3 +85,12 @@ def check(settings: Mapping | None) -> None:
             None,
             (f"did you mean '{near[0]}'? " if near else "") + "the precisions are: " + ", ".join(PRECISIONS),
         )
+
+
+def _example(settings: object) -> str:
+    """``write settings={"strict": True}``, with the setting the value names where it names one."""
+    if isinstance(settings, str):
+        settings = [settings]
+    named = settings if isinstance(settings, list | tuple | set) else []
+    names = [n for n in named if isinstance(n, str) and n in KNOWN] or ["strict"]
+    return "write settings={" + ", ".join(f'"{n}": True' for n in names) + "}"

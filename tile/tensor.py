@@ -105,8 +105,17 @@ class Tensor:
 
 
 def dtype_of(dtype, what: str) -> DType:
+    """The Tile dtype ``dtype`` means: a ``DType``, a numpy dtype or scalar type, or a name, read
+    as the command line reads it (``tile.inputs.parse_dtype``: ``"float"`` and Python's ``float``
+    and ``int`` are refused, not taken as numpy's float64 and int64)."""
+    if isinstance(dtype, DType):
+        return dtype
+    if isinstance(dtype, str) or (isinstance(dtype, type) and dtype.__module__ == "builtins"):
+        from tile.inputs import parse_dtype  # (not at import: it needs the typed IR)
+
+        return parse_dtype(dtype if isinstance(dtype, str) else dtype.__name__, f" for {what}")
     try:
-        return dtype if isinstance(dtype, DType) else DType.of(np.dtype(dtype))
+        return DType.of(np.dtype(dtype))
     except TypeError:
         raise TileInputError(
             f"{what} has dtype {dtype}, which Tile does not have",
