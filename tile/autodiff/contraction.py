@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from tile import ast
 from tile.autodiff.build import Namer, binary, cond, div, lit, mul, ref
-from tile.errors import TileTypeError
+from tile.autodiff.combined import combined_grads
 from tile.linalg import rank
 from tile.typed import TContraction
 
@@ -94,24 +94,13 @@ class ContractionGrad:
                         ),
                     )
                 )
+        elif s.comb is not ast.CombOp.NONE:  # `>`, `<` or `*` of several tensors
+            out += combined_grads(self, s, t, g, base)
         elif s.agg in (ast.AggOp.MAX, ast.AggOp.MIN):
-            if s.comb is not ast.CombOp.NONE:
-                raise TileTypeError(
-                    f"no derivative for a '{s.agg.value}' contraction of several tensors",
-                    s.span,
-                    hint="compute the combination in its own contraction (or elementwise) first, then "
-                    "take the maximum or minimum of that single tensor",
-                )
             (op,) = ops
             if self.is_float(op.name):
                 out.append((op.name, self.extreme(s, t, op, g, base(op.name))))
         else:  # PROD
-            if s.comb is not ast.CombOp.NONE:
-                raise TileTypeError(
-                    "no derivative for a '*' aggregation of several tensors",
-                    s.span,
-                    hint="compute the combination in its own contraction first, then take the product",
-                )
             (op,) = ops
             if self.is_float(op.name):
                 out.append((op.name, self.product(s, op, g)))
