@@ -14,11 +14,30 @@
 from __future__ import annotations
 
 from enum import Enum
+from functools import cache
 
-import ml_dtypes
 import numpy as np
 
-BFLOAT16_NUMPY = np.dtype(ml_dtypes.bfloat16)
+
+@cache
+def bfloat16_numpy() -> np.dtype:
+    """numpy's dtype for bfloat16 (``ml_dtypes.bfloat16``). ml_dtypes is imported here, at first
+    use, not with this module: importing it takes most of a second, and a program without bfloat16
+    never needs it (an array that already is bfloat16 was made by a caller that imported it)."""
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def __getattr__(name: str):
+    # ``BFLOAT16_NUMPY``, the dtype itself, made at first use (PEP 562): see bfloat16_numpy
+    if name == "BFLOAT16_NUMPY":
+        return bfloat16_numpy()
+    raise AttributeError(f"module 'tile.dtypes' has no attribute '{name}'")
+
+
+_BITS = {"bool": 1, "int8": 8, "uint8": 8, "float16": 16, "bfloat16": 16, "int16": 16, "uint16": 16,
+         "int32": 32, "uint32": 32, "float32": 32, "int64": 64, "uint64": 64, "float64": 64}
 
 
 class DType(Enum):
@@ -38,7 +57,7 @@ class DType(Enum):
 
     @property
     def bits(self) -> int:
-        return 1 if self is DType.BOOL else self.numpy.itemsize * 8
+        return _BITS[self.value]
 
     @property
     def is_float(self) -> bool:
@@ -60,11 +79,13 @@ class DType(Enum):
 
     @property
     def numpy(self) -> np.dtype:
-        return BFLOAT16_NUMPY if self is DType.BFLOAT16 else np.dtype(self.value)
+        return bfloat16_numpy() if self is DType.BFLOAT16 else np.dtype(self.value)
 
     @staticmethod
     def of(array_dtype: np.dtype | type | str) -> DType:
         """The Tile type of a numpy dtype; ``TypeError`` for types Tile does not have."""
+        if array_dtype == "bfloat16":  # by name, before ml_dtypes (which makes numpy know it) is loaded
+            return DType.BFLOAT16
         name = np.dtype(array_dtype).name
         try:
             return DType(name)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tile.dtypes import BFLOAT16_NUMPY, DType
+from tile.dtypes import DType, bfloat16_numpy
 
 PRECISIONS = ("native", "float64", "exact", "tf32", "3xtf32")
 """native, float64 and exact: the interpreter's arithmetic. tf32 and 3xtf32: native, except that
@@ -83,13 +83,14 @@ def _round_to_odd_f32(x: np.ndarray) -> np.ndarray:
 def to_bfloat16(x: np.ndarray) -> np.ndarray:
     """Any numeric array rounded once to the nearest bfloat16 (ties to even), as bfloat16."""
     x = np.asarray(x)
-    if x.dtype == BFLOAT16_NUMPY:
+    bf16 = bfloat16_numpy()
+    if x.dtype == bf16:
         return x
     if x.dtype in (np.float32, np.float16) or x.dtype == bool or x.dtype.itemsize <= 2:
-        return x.astype(np.float32).astype(BFLOAT16_NUMPY)  # exact in float32: one rounding
+        return x.astype(np.float32).astype(bf16)  # exact in float32: one rounding
     with np.errstate(all="ignore"):
         wide = x.astype(np.float64)
-        return _round_to_odd_f32(wide).astype(BFLOAT16_NUMPY)
+        return _round_to_odd_f32(wide).astype(bf16)
 
 
 def narrow(dt: DType):
