@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -30,9 +30,17 @@ class Op:
 
     ``what`` names it in errors (``"tile.torch op 'conv'"``); ``settings`` go to ``tile.compile``.
     Programs whose output shapes depend on input values (0-D inputs used as sizes) are refused: a
-    framework must know an output's shape from its inputs' shapes alone."""
+    framework must know an output's shape from its inputs' shapes alone. With ``differentiable``
+    (the default) a program whose gradient cannot be derived is refused here too, not at its first
+    backward (``check_derivable``). It pickles as its source, ``what`` and settings."""
 
-    def __init__(self, source: str | ast.Program, what: str, settings: Mapping | None = None):
+    def __init__(
+        self,
+        source: str | ast.Program,
+        what: str,
+        settings: Mapping | None = None,
+        differentiable: bool = True,
+    ):
         self.program = parse(source) if isinstance(source, str) else source
         self.text = source if isinstance(source, str) else str(source)
         self.digest = hashlib.sha1(self.text.encode()).hexdigest()[:10]
@@ -56,8 +64,73 @@ class Op:
         self._types: dict[Key, tuple[tuple[tuple[int, ...], np.dtype], ...]] = {}
         self._runs: dict[tuple, tuple] = {}  # (key, device) -> (Executable, CompiledProgram | None)
         self._grads: dict[tuple, tuple] = {}  # (key, wrt, device) -> (runner, Gradient, feeds)
-        self._derived: dict[tuple, object] = {}  # (key, wrt) -> Gradient
+        self._derived: dict[tuple, object] = {}  # (key, wrt) -> Gradient; ("jvp", key, wrt) -> Linearization
         self._lock = threading.Lock()
+        self.differentiable = differentiable
+        # dtype combinations whose gradient was derived (None: the source alone settled it)
+        self._derivable: set | None = None
+        if differentiable:
+            self._derivable = None if self.check_derivable(None) else set()
+
+    def __reduce__(self):
+        return (Op, (self.text, self.what, self.settings, self.differentiable))
+
+    def check_derivable(self, key: Key | None) -> bool:
+        """Derive the gradient program of every float output for every float input, and raise its
+        error (``TileTypeError``: no derivative) in the op's terms if it cannot be derived.
+        ``key`` None: from the source alone, inputs taken as float32 with symbolic sizes; False
+        where that is not conclusive (an input used as an index must be an integer; an input of
+        any rank has no shape to write a gradient of), so that the first call of each dtype
+        combination checks instead (``key``: its types)."""
+        from tile.autodiff import gradient
+        from tile.bind import bind_symbolic
+
+        typed: dict = {}
+        if key is None:
+            if any(i.dims is None for i in self.program.inputs):
+                return False
+            try:
+                bind_symbolic(self.program)
+            except TileError:
+                return False
+        else:
+            types = self.tile_types(key)
+            typed = {
+                "dtypes": {n: t.dtype for n, t in types.items()},
+                "shapes": {n: t.shape for n, t in types.items()},
+            }
+        try:
+            gradient(self.program, **typed)
+        except TileError as e:
+            hint = (f"{e.hint}; " if e.hint else "") + (
+                "or make a forward-only op with differentiable=False (its backward is then refused)"
+            )
+            try:
+                err = type(e)(f"{self.what}: its gradient cannot be derived: {e.message}", e.span, hint)
+            except TypeError:  # a kind with another constructor: as it was
+                raise e from None
+            err._bridge = True
+            raise err from None
+        return True
+
+    def _check_dtypes(self, key: Key) -> None:
+        """``check_derivable`` for the first call of each dtype combination, where the source alone
+        did not settle it."""
+        if self._derivable is None:
+            return
+        dtypes = tuple(np.dtype(d).name for _, d in key)
+        if dtypes not in self._derivable:
+            self.check_derivable(key)
+            self._derivable.add(dtypes)
+
+    def refuse_backward(self) -> None:
+        """A forward-only op (``differentiable=False``) refuses a gradient."""
+        if not self.differentiable:
+            raise TileInputError(
+                f"{self.what} was made with differentiable=False: it has no gradient",
+                None,
+                hint="make the op without differentiable=False to differentiate it",
+            )
 
     # -- types ---------------------------------------------------------------------------------
 
@@ -118,16 +191,24 @@ class Op:
         return next((i.span for i in self.program.inputs if i.name == name), None)
 
     def symbolic_out_shapes(
-        self, shapes: Sequence[Sequence[object]], dtypes: Sequence[np.dtype], minmax: tuple = (max, min)
+        self,
+        shapes: Sequence[Sequence[object]],
+        dtypes: Sequence[np.dtype],
+        minmax: tuple = (max, min),
+        equal: Callable[[object, object], bool] | None = None,
     ):
         """``(shape, dtype)`` of each output when some input sizes are symbolic (a framework's
         symbolic integers, e.g. torch ``SymInt``): the sizes typed as sympy symbols, and each output
         size evaluated back with the framework's own integers. None where typing or evaluating
-        fails (the caller then specializes to concrete sizes)."""
+        fails (the caller then specializes to concrete sizes). A dimension name that has a symbol
+        in one input and a number (or another symbol) in another is one size: ``equal(a, b)``
+        asks the framework to hold them equal (a guard or a runtime check; False: it cannot, and
+        the sizes stay apart, so that the mismatch is reported)."""
         import sympy
 
         from tile.bind import bind
 
+        shapes = self._unified(shapes, equal)
         symbols: dict[str, sympy.Symbol] = {}
         back: dict[sympy.Symbol, object] = {}
         sym_shapes = []
@@ -154,6 +235,36 @@ class Op:
             raise
         except Exception:
             return None
+
+    def _unified(self, shapes: Sequence[Sequence[object]], equal) -> list[tuple]:
+        """``shapes`` with each symbolic size that a declared dimension name shares with a number
+        (an ``nn.Module`` weight's fixed size) replaced by that number, and each symbol it shares
+        with another symbol by the first, once ``equal`` holds them equal."""
+        same: dict[str, object] = {}  # str(symbol) -> what stands for it
+
+        def resolve(d):
+            while not isinstance(d, int) and str(d) in same:
+                d = same[str(d)]
+            return d
+
+        first: dict[str, object] = {}  # dimension name -> its size where first declared
+        for inp, shape in zip(self.program.inputs, shapes):
+            if inp.dims is None or len(inp.dims) != len(shape):
+                continue
+            for dim, d in zip(inp.dims, shape):
+                d = resolve(d)
+                seen = first.setdefault(dim, d)
+                seen = resolve(seen)
+                if isinstance(d, int) and isinstance(seen, int) or str(d) == str(seen) or equal is None:
+                    continue
+                if not equal(seen, d):
+                    continue
+                if isinstance(d, int):  # the number stands for the symbol
+                    same[str(seen)] = d
+                    first[dim] = d
+                else:
+                    same[str(d)] = seen
+        return [tuple(resolve(d) for d in shape) for shape in shapes]
 
     # -- running -------------------------------------------------------------------------------
 
@@ -243,6 +354,7 @@ class Op:
         run = self._runs.get((key, device))
         if run is None:
             self.out_types(key)  # a shape or dtype mismatch: in the caller's terms
+            self._check_dtypes(key)
             with self._lock:
                 run = self._runs.get((key, device)) or self._prepared(
                     self.program, device, _stand_ins(key) if arrays is None else arrays, key
@@ -287,6 +399,7 @@ class Op:
         with respect to the inputs at positions ``wrt``, the float outputs' cotangents its inputs;
         derived once per key and ``wrt``. A framework may run it as an op of its own (a second
         derivative is the gradient of this program)."""
+        self.refuse_backward()
         g = self._derived.get((key, wrt))
         if g is None:
             from tile.autodiff import gradient
@@ -304,6 +417,30 @@ class Op:
                 key,
             )
         return g
+
+    def linearization(self, key: Key, wrt: tuple[int, ...]):
+        """Tile's JVP program (a ``tile.autodiff.jvp.Linearization``) for inputs of ``key``'s types
+        and tangents of the inputs at positions ``wrt``: the tangents of the float outputs, derived
+        once per key and ``wrt`` (reverse mode twice). A framework runs it as an op of its own, so
+        that it is differentiable in turn."""
+        self.refuse_backward()
+        lin = self._derived.get(("jvp", key, wrt))
+        if lin is None:
+            from tile.autodiff.jvp import linearize
+
+            types = self.tile_types(key)
+            floats = [o for o, (_, d) in zip(self.outputs, self.out_types(key)) if DType.of(d).is_float]
+            lin = self._derived[("jvp", key, wrt)] = self.rephrased(
+                lambda: linearize(
+                    self.program,
+                    [self.inputs[i] for i in wrt],
+                    floats,
+                    dtypes={n: t.dtype for n, t in types.items()},
+                    shapes={n: t.shape for n, t in types.items()},
+                ),
+                key,
+            )
+        return lin
 
     def _gradient(self, device: str, arrays: Sequence[np.ndarray], wrt: tuple[int, ...], key: Key) -> tuple:
         g = self.gradient(key, wrt)

@@ -20,7 +20,10 @@ Where a call runs (docs/frameworks.md):
 * ``device=`` names a Tile device for every call instead (e.g. ``"opencl_cpu.0"``); tensors that
   are not on the host cross through it.
 
-``torch.func.vmap`` runs the op once per batch element (a registered vmap rule).
+``torch.func.vmap`` runs the op once per batch element (a registered vmap rule). Reverse and
+forward mode, ``torch.func`` transforms and derivatives of any order: ``tile.torch_autograd``.
+An op pickles as what defines it (source, name, device, settings), so a module holding one can
+be deep-copied and ``torch.save``d; ``save``/``load`` keep the sources in a ``torch.export`` file.
 """
 
 from __future__ import annotations
@@ -31,10 +34,12 @@ import sys
 
 import numpy as np
 import torch
+import torch.autograd.forward_ad as fwAD
 
 from tile.bridge import Op
 from tile.dtypes import DType
 from tile.errors import TileError, TileInputError
+from tile.torch_autograd import TileFunction, register_autograd
 
 __all__ = ["TorchOp", "op"]
 
@@ -65,24 +70,29 @@ _TO_TORCH = {v: k for k, v in _TO_NUMPY.items()}
 _IN_PLACE = frozenset(_TO_NUMPY) - {torch.bfloat16}  # what Tensor.numpy() views as it is
 
 
-PLAIN, AUTOGRAD, DISPATCH = 0, 1, 2  # how an eager call runs (``_eager_kind``)
+PLAIN, AUTOGRAD, DISPATCH, TRANSFORM = 0, 1, 2, 3  # how an eager call runs (``_eager_kind``)
 
 
 def _eager_kind(tensors) -> int:
     """How a call runs. ``DISPATCH`` through ``torch.ops.tile`` when anything would see the
     difference: ``torch.compile``, tracing, a torch function or dispatch mode (FakeTensor, FX and
-    export tracing, functionalization), a functorch transform (vmap, grad), a tensor subclass, or
-    a tensor off the CPU. Otherwise the same work without the dispatcher, 10-40 us sooner:
+    export tracing, functionalization), a functorch transform (vmap, grad), forward-mode AD, a
+    tensor subclass, or a tensor off the CPU. Otherwise the same work without the dispatcher, 10-40 us sooner:
     ``PLAIN`` (no input needs a gradient, or grad mode is off) calls the kernel directly,
-    ``AUTOGRAD`` through ``TileFunction``, the same forward and backward as the registered ones."""
+    ``AUTOGRAD`` through ``TileFunction``, the same forward and backward as the registered ones.
+    ``TRANSFORM``: under a ``torch.func`` transform, ``TileFunction`` applied here, above the
+    transforms (``torch.func`` takes an ``autograd.Function`` only there, not from inside a
+    dispatcher kernel)."""
     if torch.compiler.is_compiling():  # first: Dynamo reads it as True and traces no further
         return DISPATCH
     C = torch._C
+    if C._are_functorch_transforms_active():
+        return TRANSFORM
     if (
         C._is_torch_function_mode_enabled()
         or C._len_torch_dispatch_stack()
-        or C._are_functorch_transforms_active()
         or C._get_tracing_state() is not None
+        or fwAD._current_level >= 0
     ):
         return DISPATCH
     kind = PLAIN
@@ -94,33 +104,13 @@ def _eager_kind(tensors) -> int:
     return AUTOGRAD if kind == AUTOGRAD and C.is_grad_enabled() else PLAIN
 
 
-class TileFunction(torch.autograd.Function):
-    """An eager call that needs a gradient, without the dispatcher: the op's own forward, and its
-    backward operator's work, called directly; where the backward is itself differentiated
-    (``create_graph=True``) the gradient program runs as a ``tile.torch`` op of its own, whose
-    backward is Tile's gradient of it: derivatives of any order."""
-
-    @staticmethod
-    def forward(ctx, op: TorchOp, *tensors):
-        ctx.op = op
-        ctx.save_for_backward(*tensors)
-        return op._forward(*tensors)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        op: TorchOp = ctx.op
-        inputs = ctx.saved_tensors
-        wrt = [i for i, t in enumerate(inputs) if ctx.needs_input_grad[i + 1] and t.dtype.is_floating_point]
-        result: list[torch.Tensor | None] = [None] * len(inputs)
-        if wrt:
-            run = op._higher_order if torch.is_grad_enabled() else op._backward_impl
-            for i, g in zip(wrt, run(*inputs, list(grads), wrt)):
-                result[i] = g
-        return (None, *result)
-
-
 def op(
-    source, *, name: str | None = None, device: str | None = None, settings: dict | None = None
+    source,
+    *,
+    name: str | None = None,
+    device: str | None = None,
+    settings: dict | None = None,
+    differentiable: bool = True,
 ) -> TorchOp:
     """A PyTorch operator running the Tile function ``source`` (text or a ``tile.Program``).
 
@@ -128,9 +118,13 @@ def op(
     source, name and device give the same operator back. ``device`` is a Tile device id used for
     every call; by default CPU tensors run on ``llvm_cpu.0`` and CUDA tensors on ``opencl_gpu.0``.
     ``settings`` are ``tile.compile``'s (e.g. ``{"threads": 1}``). Unknown names and functions in
-    the source are refused here."""
+    the source are refused here, and so is a source whose gradient cannot be derived, unless
+    ``differentiable=False`` makes a forward-only op (whose backward is refused)."""
     text = source if isinstance(source, str) else str(source)
-    core = Op(source, "tile.torch op", settings)
+    found = _OPS.get(name) if name else None
+    if found is not None and _same(found, text, device, settings, differentiable):
+        return found  # (not parsed and derived again)
+    core = Op(source, "tile.torch op", settings, differentiable)
     qualified = name or f"tile_{core.digest}"
     if not qualified.isidentifier():
         raise TileInputError(
@@ -140,7 +134,7 @@ def op(
         )
     found = _OPS.get(qualified)
     if found is not None:
-        if found.core.text == text and found.device == device and found.core.settings == dict(settings or {}):
+        if _same(found, text, device, settings, differentiable):
             return found
         raise TileInputError(
             f"a tile.torch op named '{qualified}' exists already, with other source, device or settings",
@@ -149,6 +143,18 @@ def op(
         )
     made = _OPS[qualified] = TorchOp(core, qualified, device)
     return made
+
+
+def _same(found: TorchOp, text: str, device, settings, differentiable: bool) -> bool:
+    core = found.core
+    return (core.text, found.device, core.settings, core.differentiable) == (
+        text, device, dict(settings or {}), differentiable
+    )
+
+
+def _rebuilt(source: str, name: str, device: str | None, settings: dict, differentiable: bool) -> TorchOp:
+    """An op from what defines it (how a pickled op loads): the registered one where it exists."""
+    return op(source, name=name, device=device, settings=settings, differentiable=differentiable)
 
 
 class TorchOp:
@@ -173,10 +179,10 @@ class TorchOp:
             schema=f"({args}{sep}Tensor?[] cotangents, int[] wrt) -> Tensor[]",
         )
         self.backward_op.register_fake(self._backward_fake)
-        self.op.register_autograd(self._backward, setup_context=self._setup_context)
         self.op.register_vmap(self._vmap)
         self._call = self.op._opoverload  # the operator itself, past CustomOpDef's Python wrapper
-        self._grad_ops: dict[str, TorchOp] = {}  # gradient program text -> its op (_higher_order)
+        register_autograd(self)  # reverse and forward mode, torch.func (tile.torch_autograd)
+        self._derived_ops: dict[str, TorchOp] = {}  # derived program text -> its op (gradient, JVP)
         # the Tile device CPU tensors are used in place on (None: copies, the general path)
         default = device or DEFAULT_DEVICES["cpu"]
         self._in_place = default if default.startswith("llvm_cpu") else None
@@ -184,12 +190,51 @@ class TorchOp:
     def __call__(self, *tensors: torch.Tensor):
         if len(tensors) != len(self.core.inputs):
             self.core.tile_types(tuple(((), np.float32) for _ in tensors))  # the arity error
+        for i, t in enumerate(tensors):
+            if not isinstance(t, torch.Tensor):
+                raise TileInputError(
+                    f"{self.core.what}: input '{self.core.inputs[i]}' is {_what(t)}, not a tensor",
+                    self.core._span(self.core.inputs[i]),
+                    hint="pass a torch.Tensor for every input of the Tile function, in its order "
+                    "(e.g. torch.tensor(x) for a number)",
+                )
         kind = _eager_kind(tensors)
         if kind == PLAIN:
             return self._forward(*tensors)  # what the dispatcher would call
-        if kind == AUTOGRAD:
+        if kind == AUTOGRAD or kind == TRANSFORM:
             return TileFunction.apply(self, *tensors)
         return self._call(*tensors)
+
+    def __reduce__(self):
+        """Pickled (``copy.deepcopy``, ``torch.save``) as what defines it; loading gives the op of
+        that name back, made again from its source where this process has none yet."""
+        core = self.core
+        return (_rebuilt, (core.text, self.name, self.device, dict(core.settings), core.differentiable))
+
+    def _run(self, tensors):
+        """The outputs, by the kernel itself or (where anything would see the difference) through
+        the dispatcher; what ``TileFunction.forward`` does."""
+        return self._call(*tensors) if self._dispatching(tensors) else self._forward(*tensors)
+
+    @staticmethod
+    def _dispatching(tensors) -> bool:
+        return _eager_kind(tensors) >= DISPATCH
+
+    def _derived(self, program, kind: str) -> TorchOp:
+        """The op running a program derived from this one's (one per program text: its sizes are
+        concrete), named ``<name>_<kind>_<hash>``, on the same device with the same settings."""
+        text = str(program)
+        found = self._derived_ops.get(text)
+        if found is None:
+            digest = hashlib.sha1(text.encode()).hexdigest()[:10]
+            found = self._derived_ops[text] = op(
+                text, name=f"{self.name}_{kind}_{digest}", device=self.device, settings=self.core.settings
+            )
+        return found
+
+    @staticmethod
+    def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+        return _TO_TORCH[np.dtype(dtype)]
 
     def __repr__(self) -> str:
         ins = ", ".join(self.core.inputs)
@@ -242,7 +287,7 @@ class TorchOp:
         shapes = [tuple(t.shape) for t in tensors]
         if all(isinstance(d, int) for s in shapes for d in s):
             return list(self.core.out_types(self.core.key(shapes, dtypes)))
-        found = self.core.symbolic_out_shapes(shapes, dtypes, (torch.sym_max, torch.sym_min))
+        found = self.core.symbolic_out_shapes(shapes, dtypes, (torch.sym_max, torch.sym_min), _held_equal)
         if found is not None:
             return found
         concrete = [tuple(int(d) for d in s) for s in shapes]  # specializes (a guard on each size)
@@ -260,24 +305,6 @@ class TorchOp:
             return stacked[0], 0
         return stacked, (0,) * len(stacked)
 
-    def _setup_context(self, ctx, inputs, output) -> None:
-        ctx.save_for_backward(*inputs)
-
-    def _backward(self, ctx, *grads):
-        inputs = ctx.saved_tensors
-        wrt = [
-            i for i, (need, t) in enumerate(zip(ctx.needs_input_grad, inputs))
-            if need and t.dtype.is_floating_point
-        ]
-        result: list[torch.Tensor | None] = [None] * len(inputs)
-        if wrt:
-            # the backward operator; where the backward is differentiated (create_graph=True), the
-            # gradient program as an op of its own (which has a backward)
-            run = self._higher_order if torch.is_grad_enabled() else self.backward_op
-            for i, g in zip(wrt, run(*inputs, list(grads), wrt)):
-                result[i] = g
-        return tuple(result)
-
     def _backward_impl(self, *args):
         n = len(self.core.inputs)
         tensors, cotangents, wrt = args[:n], args[n], list(args[n + 1])
@@ -294,36 +321,6 @@ class TorchOp:
         cot_arrays = [None if c is None else next(it) for c in cotangents]
         grads = self.core.backward(where[0], arrays, cot_arrays, wrt, key)
         return self._tensors(grads, where, note + copies)
-
-    def _higher_order(self, *args) -> list[torch.Tensor]:
-        """The backward as a differentiable op: Tile's gradient program for these inputs and
-        ``wrt``, made a ``tile.torch`` op itself (one per program text: its sizes are concrete)."""
-        n = len(self.core.inputs)
-        tensors, cotangents, wrt = args[:n], args[n], tuple(args[n + 1])
-        dtypes = [self._np_dtype(t, i) for i, t in enumerate(tensors)]
-        key = self.core.key([tuple(t.shape) for t in tensors], dtypes)
-        g = self.core.gradient(key, wrt)
-        text = str(g.program)
-        grad_op = self._grad_ops.get(text)
-        if grad_op is None:
-            digest = hashlib.sha1(text.encode()).hexdigest()[:10]
-            grad_op = self._grad_ops[text] = op(text, name=f"{self.name}_grad_{digest}", device=self.device,
-                                                settings=self.core.settings)
-        feed = dict(zip(self.core.inputs, tensors))
-        for o, cot, t in zip(self.core.outputs, cotangents, self._types(tensors)):
-            name = g.cotangents.get(o)
-            if name is not None:
-                feed[name] = cot if cot is not None else torch.zeros(t[0], dtype=_TO_TORCH[t[1]],
-                                                                    device=tensors[0].device)
-        outs = grad_op(*(feed[name] for name in grad_op.core.inputs))
-        by_name = dict(zip(grad_op.core.outputs, outs if isinstance(outs, tuple) else (outs,)))
-        result = []
-        for i in wrt:
-            grad = by_name[g.gradients[self.core.inputs[i]]]
-            if grad.shape != tensors[i].shape:
-                grad = grad.expand(tensors[i].shape)
-            result.append(grad.to(tensors[i].dtype))
-        return result
 
     def _backward_fake(self, *args):
         n = len(self.core.inputs)
@@ -470,3 +467,18 @@ class TorchOp:
                 note = [*note, f"{copied} bytes copied back to {device}"]
             self._say(tile_device, path, note)
         return result
+
+
+def _held_equal(a, b) -> bool:
+    """Two sizes the fake kernel takes as one (a ``SymInt`` and an ``nn.Module`` weight's number):
+    a runtime check that torch's shape environment knows (and uses to simplify); False where the
+    traced sizes already differ."""
+    try:
+        torch._check(a == b)
+    except Exception:  # noqa: BLE001 - the sizes differ: Tile reports the mismatch
+        return False
+    return True
+
+
+def _what(x) -> str:
+    return "None" if x is None else f"a {type(x).__name__}"
