@@ -34,19 +34,38 @@ import math
 import warnings
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import sympy
 
 from tile import ast
 from tile.affine import Affine
-from tile.autodiff.build import add, binary, cond, div, is_num, lit, mul, neg, ref, sub
+from tile.autodiff.build import Namer, add, binary, cond, div, is_num, lit, mul, neg, ref, sub
 from tile.errors import TileWarning
 from tile.linalg import independent, inverse, rank
 from tile.typed import TContraction
 
-if TYPE_CHECKING:
-    from tile.autodiff.contraction import ContractionGrad
+
+class GradWriter(Protocol):
+    """What these rules use of ``tile.autodiff.contraction.ContractionGrad`` (which calls them)."""
+
+    namer: Namer
+
+    def emit(self, stmt: ast.Statement) -> None: ...
+    def sizes(self, tensor: str) -> tuple[ast.Expr, ...]: ...
+    def ones_like(self, tensor: str) -> str: ...
+    def is_float(self, tensor: str) -> bool: ...
+    def contraction(
+        self,
+        name: str,
+        sizes: tuple[ast.Expr, ...],
+        out: list[ast.Expr],
+        operands: tuple[ast.TensorRef, ...],
+        comb: ast.CombOp,
+        constraints: tuple[ast.Constraint, ...],
+        agg: ast.AggOp = ...,
+    ) -> ast.Name: ...
+
 
 # Warn when the term tensor has at least this many elements (64 MiB of float32) ...
 WARN_ELEMENTS = 1 << 24
@@ -70,7 +89,7 @@ class TermSpace:
     injective: bool
 
 
-def term_space(cg: ContractionGrad, s: ast.Contraction, t: TContraction) -> TermSpace:
+def term_space(cg: GradWriter, s: ast.Contraction, t: TContraction) -> TermSpace:
     """A basis of the access polynomials, chosen greedily: output rows first, then each operand's."""
     names = list(t.index_names)
     rows = list(zip(s.output.indices, cg.sizes(s.name), t.output.polys))
@@ -94,7 +113,7 @@ def term_space(cg: ContractionGrad, s: ast.Contraction, t: TContraction) -> Term
 
 
 def combined_grads(
-    cg: ContractionGrad, s: ast.Contraction, t: TContraction, g: str, base
+    cg: GradWriter, s: ast.Contraction, t: TContraction, g: str, base
 ) -> list[tuple[str, ast.Expr]]:
     """``[(tensor, contribution)]`` for a ``>``, ``<`` or ``*`` contraction of several tensors."""
     space = term_space(cg, s, t)
@@ -140,7 +159,7 @@ def combined_grads(
     return out
 
 
-def _product_weight(cg: ContractionGrad, s: ast.Contraction, space: TermSpace, terms: str, g: str) -> str:
+def _product_weight(cg: GradWriter, s: ast.Contraction, space: TermSpace, terms: str, g: str) -> str:
     """``DO * (product of the other terms)`` per term, exact with zeros. A term no valid tuple
     reaches holds 0 but is not a factor: ``valid`` marks the terms that are."""
     so = list(s.output.indices)
@@ -170,7 +189,12 @@ def _product_weight(cg: ContractionGrad, s: ast.Contraction, space: TermSpace, t
         cg.emit(ast.Assignment(scaled, mul(ast.Name(g), cond(binary("==", count, lit(zeros)), prod, lit(0)))))
         spread.append(
             cg.contraction(
-                fresh(f"{s.name}_z{zeros}"), space.sizes, idx, (ref(scaled, so),), ast.CombOp.NONE, cons,
+                fresh(f"{s.name}_z{zeros}"),
+                space.sizes,
+                idx,
+                (ref(scaled, so),),
+                ast.CombOp.NONE,
+                cons,
                 ast.AggOp.MAX,
             )
         )
@@ -179,7 +203,7 @@ def _product_weight(cg: ContractionGrad, s: ast.Contraction, space: TermSpace, t
     return weight
 
 
-def _covered(cg: ContractionGrad, space: TermSpace, op: ast.TensorRef) -> bool:
+def _covered(cg: GradWriter, space: TermSpace, op: ast.TensorRef) -> bool:
     """Whether every index expression of ``op`` is one of the term tensor's, with the same size:
     then reading the term tensor checks ``op``'s range conditions already."""
     rows = set(zip(space.index, space.sizes))
@@ -234,8 +258,10 @@ def _solver(basis: list[list[Fraction]]):
 
     def solve(vec: list[Fraction]) -> list[Fraction]:
         m = [sum((vec[c] * inv[j][r] for j, c in enumerate(cols)), Fraction(0)) for r in range(len(basis))]
-        assert all(sum((m[r] * basis[r][c] for r in range(len(basis))), Fraction(0)) == vec[c]
-                   for c in range(len(vec))), "operand polynomial outside the term basis"
+        assert all(
+            sum((m[r] * basis[r][c] for r in range(len(basis))), Fraction(0)) == vec[c]
+            for c in range(len(vec))
+        ), "operand polynomial outside the term basis"
         return m
 
     return solve
@@ -294,7 +320,7 @@ def _plus(out: ast.Expr, coeff: Fraction, term: ast.Expr) -> ast.Expr:
 
 
 # -------------------------------------------------------------------------------- the warning
-def _warn_if_large(cg: ContractionGrad, s: ast.Contraction, space: TermSpace) -> None:
+def _warn_if_large(cg: GradWriter, s: ast.Contraction, space: TermSpace) -> None:
     """Warn when the sizes are known, the term tensor has ``WARN_ELEMENTS`` or more elements and
     more than ``WARN_RATIO`` times the elements of the operands and output together."""
     size = _elements(space.sizes)
