@@ -3,7 +3,7 @@
 
 Made-up inputs are checked before any is made: none may have more elements than the index-space
 limit (``--max-points``), and together they must fit this machine's memory. Output to a closed
-pipe (``| head``) ends quietly."""
+pipe (``| head``) ends quietly, and so does Ctrl-C (exit status 130)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from tile.inputs import (
     check_writable,
     describe,
     gather_inputs,
+    interrupted,
     load_npz,
     quiet_broken_pipe,
     random_array,
@@ -91,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     except BrokenPipeError:
         return quiet_broken_pipe()
+    except KeyboardInterrupt:
+        return interrupted()
 
 
 def _main(argv: list[str] | None) -> int:

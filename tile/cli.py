@@ -21,7 +21,8 @@
   includes one-time start-up); ``--repeat N`` runs N more calls and prints their best and median
   time and rate (GFLOP/s for contractions, else GB/s).
 
-Output is a pipe's like any Unix tool's: ``python -m tile emit ... | head`` ends quietly. A likely
+Output is a pipe's like any Unix tool's: ``python -m tile emit ... | head`` ends quietly, and so
+does Ctrl-C (exit status 130, as a shell reports SIGINT). A likely
 index typo (``tile.lint``) is a located ``warning:`` on stderr; ``python -W ignore::UserWarning -m
 tile ...`` silences it.
 * ``tune F.tile --target ID [--shape ...] [--config F.json] [--candidates N] [--retune]`` — time
@@ -43,6 +44,7 @@ from tile.inputs import (
     Limits,
     add_input_arguments,
     check_writable,
+    interrupted,
     parse_shape_spec,
     quiet_broken_pipe,
 )
@@ -460,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except BrokenPipeError:
         return quiet_broken_pipe()
+    except KeyboardInterrupt:
+        return interrupted()
     finally:
         warnings.showwarning = shown
 

@@ -213,6 +213,8 @@ def gather_inputs(
             dims.update({d: int(s) for d, s in zip(decl.dims, np.shape(arr))})
     sizes = size_uses(program)
     planned: dict[str, tuple[tuple[int, ...], DType]] = {}
+    missing: dict[str, tuple[int, ...]] = {}  # inputs with no known shape -> the shape to propose
+    first_missing = None  # (the error's message, the input's span)
     # Inputs given a --shape first, so their dimensions can size the others.
     ordered = sorted(declared.items(), key=lambda kv: kv[0] not in specs)
     for name, decl in ordered:
@@ -227,16 +229,20 @@ def gather_inputs(
         else:
             unknown = [d for d in (decl.dims or ()) if d not in dims]
             why = f" ({', '.join(unknown)} unknown)" if unknown else " (it has no declared dimensions)"
-            raise TileInputError(
-                f"no array for input '{name}'{why}",
-                decl.span,
-                hint=f"put '{name}' in the --inputs npz or give --shape "
-                f"{name}={'x'.join(['2'] * len(decl.dims or (1, 2)))}",
-            )
-        planned[name] = (shape, dtype)
+            first_missing = first_missing or (f"no array for input '{name}'{why}", decl.span)
+            # The hint's shape: dimensions known so far keep their sizes, the others are 2; it
+            # counts as known from here on, as it will when the hint is followed.
+            shape = proposed_shape(program, decl, dims)
+            missing[name] = shape
         if decl.dims is not None and len(decl.dims) == len(shape):
             for d, s in zip(decl.dims, shape):
                 dims.setdefault(d, s)
+        if name not in missing:
+            planned[name] = (shape, dtype)
+    if first_missing is not None:
+        shapes = " ".join(f"--shape {n}={'x'.join(map(str, s))}" for n, s in missing.items())
+        them = ", ".join(f"'{n}'" for n in missing)
+        raise TileInputError(*first_missing, hint=f"put {them} in the --inputs npz or give {shapes}")
     check_made_up(program, planned, limits)
     rng = np.random.default_rng(seed)
     out = dict(given)
@@ -246,6 +252,20 @@ def gather_inputs(
         else:
             out[name] = random_array(shape, dtype, rng)
     return out
+
+
+def proposed_shape(program: ast.Program, decl: ast.Input, dims: Mapping[str, int]) -> tuple[int, ...]:
+    """A shape to suggest for an input nothing sizes: the sizes ``dims`` already binds, 2 for the
+    rest. An input declared without dimensions gets the rank a contraction reads it with, else
+    none (a 0-D input broadcasts with anything elementwise)."""
+    if decl.dims is not None:
+        return tuple(dims.get(d, 2) for d in decl.dims)
+    for stmt in program.stmts:
+        if isinstance(stmt, ast.Contraction):
+            for ref in stmt.operands:
+                if ref.name == decl.name:
+                    return (2,) * len(ref.indices)
+    return ()
 
 
 def describe(arr: np.ndarray, limit: int = 6) -> str:
@@ -321,3 +341,9 @@ def quiet_broken_pipe() -> int:
     except (OSError, ValueError):
         pass
     return 141  # 128 + SIGPIPE, what a shell reports for a tool the signal stopped
+
+
+def interrupted() -> int:
+    """Ctrl-C: stop as a Unix tool stopped by SIGINT does, with status 130 (128 + SIGINT) and
+    without a traceback; the terminal has already shown the ^C."""
+    return 130
