@@ -6,7 +6,9 @@ callbacks running the compiled Tile program and Tile's gradient program (``tile.
 trace time, so the op works under ``jax.jit`` and ``jax.grad``.
 
 The VJP runs Tile's gradient program as a ``tile.jax`` op of its own, so reverse mode nests
-(``jax.grad(jax.grad(f))``); forward mode is not available for a ``custom_vjp`` function.
+(``jax.grad(jax.grad(f))``); forward mode is not available for a ``custom_vjp`` function (JAX
+refuses ``jax.jvp``/``jacfwd``/``hessian`` of one with a TypeError saying so). An op pickles as
+its source, device, vmap method and settings.
 
 ``jax.vmap`` runs a batch loop: the callbacks are declared ``vmap_method="sequential"``, so a
 batched call runs the program once per batch element (each compiled once for the element shapes
@@ -20,19 +22,33 @@ import jax
 import numpy as np
 
 from tile.bridge import Op
+from tile.errors import TileInputError
 
 __all__ = ["JaxOp", "op"]
 
 
 def op(
-    source, *, device: str = "llvm_cpu.0", vmap_method: str = "sequential", settings: dict | None = None
+    source,
+    *,
+    device: str = "llvm_cpu.0",
+    vmap_method: str = "sequential",
+    settings: dict | None = None,
+    differentiable: bool = True,
 ) -> JaxOp:
     """A JAX-traceable function running the Tile function ``source`` (text or a ``tile.Program``)
     on ``device``: positional arrays in the function's input order, one array or a tuple back.
 
     ``vmap_method`` goes to ``jax.pure_callback`` (``"sequential"``: a loop over the batch);
-    ``settings`` to ``tile.compile``."""
-    return JaxOp(Op(source, "tile.jax op", settings), device, vmap_method)
+    ``settings`` to ``tile.compile``. A source whose gradient cannot be derived is refused here,
+    unless ``differentiable=False`` makes a forward-only op."""
+    return JaxOp(Op(source, "tile.jax op", settings, differentiable), device, vmap_method)
+
+
+def _rebuilt(source: str, device: str, vmap_method: str, settings: dict, differentiable: bool) -> JaxOp:
+    """An op from what defines it: how a pickled one loads."""
+    return op(
+        source, device=device, vmap_method=vmap_method, settings=settings, differentiable=differentiable
+    )
 
 
 class JaxOp:
@@ -60,7 +76,20 @@ class JaxOp:
     def __call__(self, *xs):
         if len(xs) != len(self.core.inputs):
             self.core.tile_types(tuple(((), np.float32) for _ in xs))  # the arity error
+        for name, x in zip(self.core.inputs, xs):
+            if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+                raise TileInputError(
+                    f"{self.core.what}: input '{name}' is "
+                    f"{'None' if x is None else 'a ' + type(x).__name__}, not an array",
+                    self.core._span(name),
+                    hint="pass an array (jax or numpy) for every input of the Tile function, in its order",
+                )
         return self._call(*xs)
+
+    def __reduce__(self):
+        core = self.core
+        args = (core.text, self.device, self.vmap_method, dict(core.settings), core.differentiable)
+        return (_rebuilt, args)
 
     def __repr__(self) -> str:
         return f"tile.jax.op(({', '.join(self.core.inputs)}) -> ({', '.join(self.core.outputs)}))"

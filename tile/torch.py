@@ -29,6 +29,7 @@ be deep-copied and ``torch.save``d; ``save``/``load`` keep the sources in a ``to
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 
@@ -41,7 +42,7 @@ from tile.dtypes import DType
 from tile.errors import TileError, TileInputError
 from tile.torch_autograd import TileFunction, register_autograd
 
-__all__ = ["TorchOp", "op"]
+__all__ = ["TorchOp", "load", "op", "save"]
 
 _OPS: dict[str, TorchOp] = {}
 DEFAULT_DEVICES = {"cpu": "llvm_cpu.0", "cuda": "opencl_gpu.0"}
@@ -155,6 +156,50 @@ def _same(found: TorchOp, text: str, device, settings, differentiable: bool) -> 
 def _rebuilt(source: str, name: str, device: str | None, settings: dict, differentiable: bool) -> TorchOp:
     """An op from what defines it (how a pickled op loads): the registered one where it exists."""
     return op(source, name=name, device=device, settings=settings, differentiable=differentiable)
+
+
+EXPORT_FILE = "tile_ops.json"  # where save() keeps the Tile ops of a torch.export program
+
+
+def save(program, f, *, extra_files: dict | None = None) -> None:
+    """``torch.export.save`` of ``program`` (an ``ExportedProgram``) with the definition (source,
+    name, device, settings) of every ``tile.torch`` op its graphs call, so that ``load`` makes
+    them again before PyTorch reads the graph (``torch.export.load`` alone needs them made first)."""
+    ops = {}
+    for module in program.graph_module.modules():
+        graph = getattr(module, "graph", None)
+        for node in graph.nodes if graph is not None else ():
+            target = getattr(node.target, "_schema", None)
+            if target is None or not target.name.startswith("tile::"):
+                continue
+            name = target.name.split("::", 1)[1]
+            found = _OPS.get(name) or _OPS.get(name.removesuffix("_backward"))
+            if found is not None:
+                ops[found.name] = found
+    defs = [
+        {"source": o.core.text, "name": o.name, "device": o.device, "settings": o.core.settings,
+         "differentiable": o.core.differentiable}
+        for o in ops.values()
+    ]
+    torch.export.save(program, f, extra_files={**(extra_files or {}), EXPORT_FILE: json.dumps(defs)})
+
+
+def load(f, *, extra_files: dict | None = None):
+    """``torch.export.load`` of a file ``save`` wrote: its Tile ops made again (or found, where
+    this process has them) first. ``f``: a path or a seekable binary file."""
+    import zipfile
+
+    if hasattr(f, "seek"):
+        start = f.tell()
+    with zipfile.ZipFile(f) as z:
+        names = [n for n in z.namelist() if n.endswith(f"extra/{EXPORT_FILE}")]
+        defs = json.loads(z.read(names[0])) if names else []
+    if hasattr(f, "seek"):
+        f.seek(start)
+    for d in defs:
+        op(d["source"], name=d["name"], device=d["device"], settings=d["settings"],
+           differentiable=d["differentiable"])
+    return torch.export.load(f, extra_files=extra_files)
 
 
 class TorchOp:
