@@ -15,6 +15,7 @@ Families:
   (``tile.gradient``);
 * ``defracted`` — drawn contractions and mixed programs printed after reduce and defract;
 * ``flat`` — the same printed at the flat stage as Tile over 1-D views of every tensor;
+* ``sized`` — programs whose output sizes are 0-D inputs (a compiled target builds for their values);
 * ``optimized`` — contractions, chains and mixed programs through every target config's passes,
   each pass checked by the Stripe interpreter (``conformance.optimized``), then on the target;
 * ``products`` — matmuls, batched matmuls and convolutions (the GEMM shape) of random normal
