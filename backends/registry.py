@@ -17,7 +17,7 @@ other; an id no such entry point gives loads them all.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from importlib import metadata
+from importlib import import_module, metadata
 
 from backends.hal import Device, ProgramDevice
 from tile.errors import TileDeviceError
@@ -33,7 +33,13 @@ BUILTIN = {
     "plaidml": "backends.plaidml:devices",
 }
 
+# Ids a factory makes on demand, never listed by ``devices()``: prefix -> "module:callable" that
+# takes the whole id and returns a device (or raises TileDeviceError). ``mutant:NAME`` are the
+# conformance suite's seeded defects (conformance/mutants), named by string as entry points are.
+FACTORIES = {"mutant:": "conformance.mutants:device"}
+
 _devices: dict[str, Device | ProgramDevice] = {}
+_made: dict[str, Device | ProgramDevice] = {}
 _why_not: dict[str, str] = {}  # entry point (or device id) -> why it gives no device
 _loaded: set[str] = set()  # entry point names already loaded
 _external: dict[str, ProgramDevice] = {}
@@ -50,7 +56,7 @@ def entry_points() -> list[metadata.EntryPoint]:
     return sorted(found, key=lambda ep: (ep.name not in BUILTIN, ep.name))
 
 
-def _package(ep: metadata.EntryPoint) -> str:
+def package(ep: metadata.EntryPoint) -> str:
     dist = getattr(ep, "dist", None)
     return f"{dist.name} {dist.version}" if dist is not None else "tile (built in)"
 
@@ -60,7 +66,7 @@ def _load(ep: metadata.EntryPoint) -> None:
     if ep.name in _loaded:
         return
     _loaded.add(ep.name)
-    where = f"entry point '{ep.name} = {ep.value}' of {_package(ep)}"
+    where = f"entry point '{ep.name} = {ep.value}' of {package(ep)}"
     try:
         made = ep.load()()
         if not isinstance(made, Iterable):
@@ -113,6 +119,12 @@ def get(device_id: str) -> Device | ProgramDevice:
     """The device ``device_id`` names, or a ``TileDeviceError`` that lists the available ids."""
     if device_id.startswith(EXTERNAL):
         return external(device_id)
+    factory = next((f for p, f in FACTORIES.items() if device_id.startswith(p)), None)
+    if factory is not None:
+        if device_id not in _made:
+            module, _, name = factory.partition(":")
+            _made[device_id] = getattr(import_module(module), name)(device_id)
+        return _made[device_id]
     if device_id not in _devices:
         for ep in entry_points():
             if device_id.startswith(ep.name):
@@ -162,4 +174,5 @@ def reset() -> None:
     _why_not.clear()
     _loaded.clear()
     _external.clear()
+    _made.clear()
     _all_loaded = False
