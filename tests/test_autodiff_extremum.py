@@ -140,13 +140,36 @@ def test_a_term_read_by_several_tuples(agg):
     check_fd(src, inputs, ["A", "B"], 4)
 
 
-def test_padded_window_with_a_bias_matches_finite_differences():
-    # A max-pool over a padded window that adds a per-offset bias: out-of-range reads are not
-    # terms, and the offset k appears in no output index.
+@pytest.mark.parametrize("agg", [">", "<", "*"])
+def test_padded_window_with_a_bias_matches_finite_differences(agg):
+    # A pool over a padded window that adds a per-offset bias: out-of-range reads are not terms
+    # (nor factors of the product), and the offset k appears in no output index.
     src = ("function (I[N, C], W[KW, C]) -> (O) {"
-           " O[n, c: N, C] = >(I[n + k - 1, c] + W[k, c]), n + k < N + 1; }")
+           f" O[n, c: N, C] = {agg}(I[n + k - 1, c] + W[k, c]), n + k < N + 1; }}")
     rng = np.random.default_rng(7)
     check_fd(src, {"I": rng.standard_normal((5, 2)), "W": rng.standard_normal((3, 2))}, ["I", "W"], 3)
+
+
+@pytest.mark.parametrize("agg", [">", "<", "*"])
+def test_padded_selection_matches_finite_differences(agg):
+    # Three operands, one read out of range at the edges: X[i + k - 1] for i + k = 0 is no term.
+    src = f"function (A[M, K], B[K], X[M]) -> (C) {{ C[i: M] = {agg}(A[i, k] == B[k] ? X[i + k - 1]); }}"
+    a = np.array([[1, 0, 1], [0, 0, 1], [1, 1, 1], [0, 1, 0]], np.float64)
+    x = np.random.default_rng(9).uniform(0.5, 1.5, 4) * [1, -1, -1, 1]
+    got = check_fd(src, {"A": a, "B": np.array([1.0, 0.0, 1.0]), "X": x}, ["X"], 3)
+    assert np.any(got["X"] != 0)
+
+
+@pytest.mark.parametrize("agg, comb", [(">", "+"), ("<", "*"), ("*", "*"), ("*", "+")])
+def test_second_derivative_matches_finite_differences_of_the_gradient(agg, comb):
+    src = f"function (A[M, K], B[K, N]) -> (C) {{ C[i, j: M, N] = {agg}(A[i, k] {comb} B[k, j]); }}"
+    g = tile.grad(src)
+    rng = np.random.default_rng(10)
+    inputs = {"A": rng.uniform(0.5, 1.5, (2, 3)), "B": rng.uniform(-1.5, -0.5, (3, 2)),
+              "DC": rng.uniform(0.5, 1.5, (2, 2))}
+    got = tile.grad_values(g, inputs, wrt=["A", "B"], precision="float64")
+    for name in ("A", "B"):
+        assert_close(got[name], fd_grad(g, inputs, name), 3 * 6)
 
 
 @pytest.mark.parametrize("src", [

@@ -15,6 +15,8 @@ conditions still count. So the gradient is exact for strides, dilations, padding
   non-zero ones; a non-zero factor gets ``DO * O / I`` when no factor is zero, a zero factor
   gets ``DO * (product of the others)`` when it is the only zero.
 * ``default D``: D receives ``DO`` where no tuple writes the output, 0 elsewhere.
+* ``>`` / ``<`` / ``*`` of several tensors: through a tensor of the combination's terms, in
+  ``combined.py``.
 """
 
 from __future__ import annotations
