@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from conformance import targets
 from conformance.targets import example_digest
 from tile.dtypes import BFLOAT16_NUMPY
 from tile.inputs import from_npz
@@ -237,8 +238,8 @@ class Row:
     other_shard: int = 0  # drawn, but checked by another shard (--conformance-shard)
     failed: int = 0
     seconds: float = 0.0
-    # the XOR of the checked examples' hashes (``targets.example_digest``): independent of order,
-    # so the shards of a run together give the unsharded run's fingerprint
+    # the XOR of the hashes (``targets.example_digest``) of this shard's examples, compared, invalid
+    # or unsupported: independent of order, so the shards of a run XOR to the unsharded run's
     fingerprint: int = 0
 
 
@@ -252,18 +253,41 @@ class Stats:
     skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (family, target, reason)
     current: tuple[str, str] | None = None  # (family, target) of the running conformance test
     written: list[tuple[str, str, str]] = field(default_factory=list)  # (shown, target, path) this test
+    seen: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # digests counted per row
 
     def row(self, key: tuple[str, str]) -> Row:
         return self.rows.setdefault(key, Row())
 
-    def example(self, key: tuple[str, str], digest: str | None = None) -> None:
+    def drawn(self, key: tuple[str, str], digest: str | None) -> Row | None:
+        """The row to count an example of this ``targets.example_digest`` in, once: None for a
+        replay of one already counted (Hypothesis replays a failing example while it shrinks, and
+        once more to report it) and for another shard's example (counted as such here). The
+        fingerprint is the XOR of the digests this shard counts, so the shards' XOR together is
+        the unsharded run's. Without a digest (a direct call) the example is counted as new."""
         row = self.row(key)
-        row.examples += 1
-        if digest is not None:
-            row.fingerprint ^= int(digest[:16], 16)
+        if digest is None:
+            return row
+        seen = self.seen.setdefault(key, set())
+        if digest in seen:
+            return None
+        seen.add(digest)
+        if not targets.SHARD.takes(digest):
+            row.other_shard += 1
+            return None
+        row.fingerprint ^= int(digest[:16], 16)
+        return row
 
-    def invalid(self, key: tuple[str, str]) -> None:
-        self.row(key).invalid += 1
+    def example(self, key: tuple[str, str], digest: str | None = None) -> None:
+        """An example compared with the interpreter."""
+        row = self.drawn(key, digest)
+        if row is not None:
+            row.examples += 1
+
+    def invalid(self, key: tuple[str, str], digest: str | None = None) -> None:
+        """An example the interpreter refuses (the target must refuse it alike)."""
+        row = self.drawn(key, digest)
+        if row is not None:
+            row.invalid += 1
 
     def expected(self, key: tuple[str, str], reason: str) -> None:
         """An example on which the target differs for a reason it declares (not a failure)."""
@@ -271,12 +295,19 @@ class Stats:
         self.expected_reasons[(key[1], reason)] += 1
         self.test_expected.append(reason)
 
-    def other_shard(self, key: tuple[str, str]) -> None:
-        self.row(key).other_shard += 1
+    def other_shard(self, key: tuple[str, str], digest: str | None = None) -> None:
+        """An example another shard checks (``drawn`` counts it so given its digest)."""
+        if digest is None:
+            self.row(key).other_shard += 1
+        else:
+            self.drawn(key, digest)
 
-    def unsupported_example(self, key: tuple[str, str], reason: str) -> None:
-        self.row(key).unsupported += 1
-        self.unsupported[(key[1], reason)] += 1
+    def unsupported_example(self, key: tuple[str, str], reason: str, digest: str | None = None) -> None:
+        """An example using a dtype the target lacks: not run."""
+        row = self.drawn(key, digest)
+        if row is not None:
+            row.unsupported += 1
+            self.unsupported[(key[1], reason)] += 1
 
     def finish_test(self, key: tuple[str, str], failed: bool, seconds: float, message: str) -> None:
         """Record a finished test; remove the failure directories its final report does not name."""

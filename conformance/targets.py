@@ -7,10 +7,13 @@ alone, whose passes the Stripe interpreter checks (``stripe:<name>``: a config t
 device, run without ``--target``).
 
 ``--conformance-shard=I/N`` splits the examples by a hash of each example's program and inputs:
-every example Hypothesis draws is checked by exactly one of the N shards. Examples of other
-shards pass without being compiled, so Hypothesis draws the same sequence in every shard (its
-choice of the next example never depends on a check it skipped), and the N shards together check
-what one unsharded run with the same seed checks.
+every example Hypothesis draws is checked by exactly one of the N shards. Every shard decides
+alike whether an example is valid (parsed and bound, of dtypes the target has, accepted by the
+interpreter: an invalid one is rejected with ``assume`` in every shard), and a valid example of
+another shard passes without being compiled. So Hypothesis's draws, which depend on which examples
+were rejected, are the same in every shard, and the N shards together count, as compared, invalid
+or unsupported, exactly the examples one unsharded run with the same seed does; each shard counts
+the rest as "other shard", and the shards' fingerprints XOR to the unsharded run's.
 """
 
 from __future__ import annotations

@@ -45,28 +45,31 @@ def check(case: Case, device, passes: bool = False) -> None:
     subject = targets.as_subject(device)
     key = report.STATS.current or (case.family, subject.name)  # counted under the running test
     digest = targets.example_digest(case.source, case.inputs)
-    if not targets.SHARD.takes(digest):
-        report.STATS.other_shard(key)
-        return
+    # Every shard decides alike whether an example is valid (Hypothesis's next draw depends on it);
+    # only the example's own shard runs the target on it. The counts skip replays of an example.
+    mine = targets.SHARD.takes(digest)
     try:
         prog = tile.parse(case.source)
         bound = tile.bind(prog, input_types(prog, case.inputs), case.inputs)
     except tile.TileError:
-        report.STATS.invalid(key)
+        report.STATS.invalid(key, digest)
         assume(False)  # not a valid program for these inputs: no target sees it
         return
     for dt in sorted(dtypes_used(bound), key=str):
         if not subject.supports(dt):
-            report.STATS.unsupported_example(key, f"{dt} unsupported")
+            report.STATS.unsupported_example(key, f"{dt} unsupported", digest)
             assume(False)
     mode = subject.settings.get("precision", "native")  # --precision: the interpreter's too
     try:
         want = ref_interp.run(bound, case.inputs, mode)
     except tile.TileError as e:
-        report.STATS.invalid(key)
-        if subject.device is not None:
+        report.STATS.invalid(key, digest)
+        if mine and subject.device is not None:
             refuses_alike(case, subject, prog, e)
         assume(False)  # refused alike (an empty index space, a double `=` write, ...)
+        return
+    if not mine:
+        report.STATS.other_shard(key, digest)
         return
     # the coarsest float type anywhere in the program (or the mode's products) bounds how far
     # rounding can differ; a matrix product's bound is derived in conformance.precision

@@ -108,24 +108,6 @@ def test_a_bad_config_is_a_located_usage_error(tmp_path):
 
 
 @needs_llvm
-def test_shards_together_check_what_one_run_checks(tmp_path):
-    args = ("--target", "llvm_cpu.0", "--conformance-examples=12", "-k", "contractions or mixed")
-    whole = suite(tmp_path, *args)
-    parts = [suite(tmp_path, *args, f"--conformance-shard={i}/2") for i in range(2)]
-    assert whole[0] == 0 and all(p[0] == 0 for p in parts), [whole[1], *(p[1] for p in parts)]
-    for key, row in rows(whole[2]).items():
-        shard_rows = [rows(p[2])[key] for p in parts]
-        assert sum(r["examples"] for r in shard_rows) == row["examples"] > 0
-        assert sum(r["invalid"] for r in shard_rows) == row["invalid"]
-        fingerprint = 0
-        for r in shard_rows:
-            fingerprint ^= int(r["fingerprint"], 16)
-            assert r["examples"] + r["other_shard"] >= row["examples"]  # every shard draws them all
-        assert f"{fingerprint:016x}" == row["fingerprint"]  # the same examples, not just as many
-    assert parts[0][2]["shard"] == "0/2" and whole[2]["shard"] == "0/1"
-
-
-@needs_llvm
 def test_json_summary_names_the_failure_folders(tmp_path):
     plugin = (
         "def pytest_configure(config):\n"
