@@ -32,15 +32,16 @@ from backends.runner import Build, CompiledProgram
 from stripe.config import TargetConfig, format_config, resolve_config, target_config
 from stripe.cost import estimate
 from stripe.ir import Block
-from stripe.lower import lower
+from stripe.lower import check_index_space, lower
 from stripe.passes import PASSES, optimize
 from stripe.printer import format_block
 from tile import ast, tuples
 from tile.bind import bind
+from tile.errors import Span, TileRuntimeError
 from tile.inputs import input_types
 from tile.transforms import apply_stage
 from tile.transforms.emit import format_flat_program, format_stage
-from tile.typed import BoundProgram
+from tile.typed import BoundProgram, TContraction
 
 FLOAT32_ON_UNITS = ("tf32", "3xtf32")  # ``precision`` settings that fill tensorize's ``float32``
 
@@ -51,8 +52,23 @@ def bind_inputs(program: ast.Program, host: Mapping[str, np.ndarray], check: boo
     it (what runs must be refused alike; what is only printed need not)."""
     bound = bind(program, input_types(program, host), host)
     if check:
-        tuples.check_assignments(bound)
+        try:
+            tuples.check_assignments(bound)
+        except TileRuntimeError as e:
+            first_error_before(bound, e.span)  # the interpreter reports errors in statement order
+            raise
     return bound
+
+
+def first_error_before(bound: BoundProgram, span: Span | None) -> None:
+    """Raise the error lowering finds in a contraction before the statement at ``span`` (the
+    double write ``check_assignments`` found), if there is one: the interpreter runs statements
+    in order, so it reports that one first, dead code or not; compiled targets report the same."""
+    for stmt in bound.stmts:
+        if stmt.span == span:
+            return
+        if isinstance(stmt, TContraction):
+            check_index_space(stmt)
 
 
 def config_for(device: Device, settings: Mapping | None = None) -> TargetConfig | None:

@@ -263,9 +263,7 @@ class _Contractions(_Elementwise):
         """The kernels of ``c``; ``operand_dtype``: the type its operands are converted to before
         they are combined in ``c``'s own type (a widened product's: its result type's)."""
         out = c.name
-        if any(int(d) == 0 for d in c.type.shape) or any(
-            any(int(d) == 0 for d in a.type.shape) for a in c.operands
-        ):
+        if _aggregates_nothing(c):
             self.init(out, c.default)  # nothing is aggregated: 0 or the default everywhere
             return
         d = transform(c, "defracted")
@@ -393,6 +391,21 @@ class _Lowering(_Contractions):
             main_refs.append(self.full_ref(t, direction))
         main = Block("main", refs=tuple(main_refs), stmts=tuple(self.kernels), tags=frozenset({"main"}))
         return Block(name, refs=tuple(root_refs), stmts=(main,), tags=frozenset({"program"}))
+
+
+def _aggregates_nothing(c: TContraction) -> bool:
+    """An empty output or operand: no tuple is aggregated, whatever the index space."""
+    return any(int(d) == 0 for d in c.type.shape) or any(
+        any(int(d) == 0 for d in a.type.shape) for a in c.operands
+    )
+
+
+def check_index_space(c: TContraction) -> None:
+    """Raise the error lowering ``c`` raises (an index space that no tuple is valid in, located
+    as the interpreter locates it), without lowering it: for reporting a program's errors in
+    statement order (``backends.driver.bind_inputs``)."""
+    if not _aggregates_nothing(c):
+        _index_space(c, transform(c, "defracted"))
 
 
 def _index_space(c: TContraction, d: TContraction) -> tuple[tuple[Index, ...], tuple[Affine, ...], dict]:
