@@ -20,7 +20,7 @@ if ! python -c "import torch" >/dev/null 2>&1; then
         python -m pip install "$TORCH_CPU" --extra-index-url https://download.pytorch.org/whl/cpu
 fi
 python -m pip install -e ".[dev,torch,jax]"
-if python -m tile devices --require opencl_cpu >/dev/null 2>&1; then
+if python -m tile devices --fresh --require opencl_cpu >/dev/null 2>&1; then
     exit 0
 fi
 echo "setup: no working OpenCL CPU device from pip's PoCL:"
@@ -30,7 +30,7 @@ if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq pocl-opencl-icd
-    python -m tile devices --require opencl_cpu
+    python -m tile devices --fresh --require opencl_cpu
 else
     echo "setup: install your distribution's PoCL (Debian/Ubuntu: pocl-opencl-icd) for opencl_cpu.0;"
     echo "       until then the OpenCL tests skip and say why"

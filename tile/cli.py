@@ -114,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="exit with status 1 unless a device id starts with PREFIX (e.g. opencl_cpu); repeatable",
     )
+    d.add_argument(
+        "--fresh",
+        action="store_true",
+        help="probe every device now, not the listing kept from the last probe (backends/listing.py)",
+    )
     r = sub.add_parser("run", help="compile a .tile program for a target and run it")
     r.add_argument("file")
     add_input_arguments(r)
@@ -175,23 +180,21 @@ def _positive(text: str) -> int:
 
 
 def cmd_devices(args) -> int:
-    from backends import registry
+    from backends.listing import listing
 
-    found = registry.devices()
-    width = max([12, *(len(i) for i in found)])
+    found = listing(fresh=args.fresh)  # kept on disk between runs, keyed by versions and hardware
+    width = max([12, *(len(d.id) for d in found.devices)])
     print(f"{'interp':<{width}} the exact reference interpreter (all dtypes)")
-    for dev_id, dev in found.items():
-        caps = dev.capabilities
-        stage = getattr(dev, "stage", None)
-        takes = f", takes {stage} programs" if stage else ""
+    for dev in found.devices:
+        takes = f", takes {dev.stage} programs" if dev.stage else ""
         print(
-            f"{dev_id:<{width}} {dev.description} (fp64: {'yes' if caps.fp64 else 'no'}, "
-            f"fp16: {'yes' if caps.fp16 else 'no'}{takes})"
+            f"{dev.id:<{width}} {dev.description} (fp64: {'yes' if dev.fp64 else 'no'}, "
+            f"fp16: {'yes' if dev.fp16 else 'no'}{takes})"
         )
-    for kind, why in registry.unavailable().items():
+    for kind, why in found.unavailable.items():
         name = kind if "." in kind or " " in kind or ":" in kind else kind + ".*"
         print(f"{name:<{width}} unavailable: {why}")
-    missing = [p for p in args.require if not any(i.startswith(p) for i in registry.ids())]
+    missing = [p for p in args.require if not any(i.startswith(p) for i in found.ids())]
     for prefix in missing:
         print(f"error: no available device whose id starts with '{prefix}'", file=sys.stderr)
     return 1 if missing else 0
