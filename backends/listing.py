@@ -1,19 +1,19 @@
 """What ``python -m tile devices`` lists, kept on disk between runs.
 
 Listing the devices means loading every ``tile.devices`` entry point: importing the backends
-(llvmlite, pyopencl, sympy through the code generators) and building a test kernel on every
-OpenCL device, a second or more, for an answer that changes only when the machine does. So the
-listing (each device's id, description and capabilities, and why the others are unavailable) is
-stored in the kernel cache's directory (``backends.diskcache``: ``$TILE_CACHE_DIR``, else
-``~/.cache/tile/devices``; one file per Python environment) under a key of everything it depends on that is cheap to read without
-loading a backend (``probe_key``): Tile's version, the entry points and their packages, the
-versions of llvmlite, pyopencl and pip's PoCL, the installed OpenCL ICDs, NVIDIA's driver version
-and device nodes, the CPU model and the cores this process may use, the Python environment (the
-interpreter, and the distributions installed on its path: any install, upgrade or removal), when
-the source files of the entry points' modules last changed, and the environment variables the
-drivers and Tile read. A hit reads one file
-and imports no backend; a changed key, or a file that is missing, truncated or corrupt, probes
-again and rewrites it. ``fresh=True`` (``tile devices --fresh``) always probes.
+(llvmlite, pyopencl, sympy through the code generators) and building a test kernel on every OpenCL
+device, a second or more, for an answer that changes only when the machine does. So the listing
+(each device's id, description and capabilities, and why the others are unavailable) is stored in
+the kernel cache's directory (``backends.diskcache``: ``$TILE_CACHE_DIR``, else
+``~/.cache/tile/devices``; one file per Python environment) under a key of everything it depends on
+that is cheap to read without loading a backend (``probe_key``): Tile's version, the entry points
+and their packages, the versions of llvmlite, pyopencl and pip's PoCL, the installed OpenCL ICDs,
+NVIDIA's driver version and device nodes, the CPU model and the cores this process may use, the
+Python environment (the interpreter, and the distributions installed on its path: any install,
+upgrade or removal), when the source files of the entry points' modules last changed, and the
+environment variables the drivers and Tile read. A hit reads one file and imports no backend; a
+changed key, or a file that is missing, truncated or corrupt, probes again and rewrites it.
+``fresh=True`` (``tile devices --fresh``) always probes.
 
 Only the listing is cached: ``tile.compile`` and ``registry.get`` always load the device itself.
 """
