@@ -101,6 +101,10 @@ class Op:
             }
         try:
             gradient(self.program, **typed)
+        except (ValueError, TypeError):  # a size the symbolic derivation cannot write: per shape
+            if key is not None:
+                raise
+            return False
         except TileError as e:
             hint = (f"{e.hint}; " if e.hint else "") + (
                 "or make a forward-only op with differentiable=False (its backward is then refused)"
