@@ -106,7 +106,7 @@ def test_the_example_error_is_what_tile_check_prints(tmp_path):
     assert r.stderr.strip() == shown.strip()
 
 
-@pytest.mark.parametrize("document", ["README.md", "docs/new_target.md"])
+@pytest.mark.parametrize("document", ["README.md", "docs/new_target.md", "conformance/README.md"])
 def test_the_count_of_conformance_families_is_the_suites(document):
     from conformance import strategies
 
