@@ -117,3 +117,18 @@ def test_higher_derivatives_differentiate_the_gradient_program():
     np.testing.assert_allclose(third(f)(x), third(lambda v: jnp.tanh(v) * v)(x), rtol=1e-5, atol=1e-6)
     hess = jax.jacrev(jax.jacrev(lambda v: jnp.sum(f(v))))(x)
     np.testing.assert_allclose(hess, jax.hessian(lambda v: jnp.sum(jnp.tanh(v) * v))(x), rtol=1e-5, atol=1e-6)
+
+
+def test_none_input_pickling_and_forward_mode_refused_clearly():
+    """A None input is a TileInputError naming it; an op pickles as its definition; forward mode
+    through the custom_vjp is JAX's own clear refusal, never a silent zero."""
+    import pickle
+
+    mm = tj.op(MATMUL)
+    with pytest.raises(tile.TileInputError, match="input 'A' is None, not an array"):
+        mm(None, jnp.ones((3, 4)))
+    again = pickle.loads(pickle.dumps(mm))
+    a, b = jnp.arange(6.0).reshape(2, 3), jnp.arange(12.0).reshape(3, 4)
+    np.testing.assert_array_equal(np.asarray(again(a, b)), np.asarray(a) @ np.asarray(b))
+    with pytest.raises(TypeError, match="forward-mode autodiff"):
+        jax.jvp(lambda a: mm(a, b), (a,), (jnp.ones_like(a),))

@@ -66,14 +66,14 @@ class Op:
         self._grads: dict[tuple, tuple] = {}  # (key, wrt, device) -> (runner, Gradient, feeds)
         self._derived: dict[tuple, object] = {}  # (key, wrt) -> Gradient; ("jvp", key, wrt) -> Linearization
         self._lock = threading.Lock()
-        self.differentiable = differentiable
+        self.has_gradient = differentiable
         # dtype combinations whose gradient was derived (None: the source alone settled it)
         self._derivable: set | None = None
         if differentiable:
             self._derivable = None if self.check_derivable(None) else set()
 
     def __reduce__(self):
-        return (Op, (self.text, self.what, self.settings, self.differentiable))
+        return (Op, (self.text, self.what, self.settings, self.has_gradient))
 
     def check_derivable(self, key: Key | None) -> bool:
         """Derive the gradient program of every float output for every float input, and raise its
@@ -129,7 +129,7 @@ class Op:
 
     def refuse_backward(self) -> None:
         """A forward-only op (``differentiable=False``) refuses a gradient."""
-        if not self.differentiable:
+        if not self.has_gradient:
             raise TileInputError(
                 f"{self.what} was made with differentiable=False: it has no gradient",
                 None,

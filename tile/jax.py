@@ -88,7 +88,7 @@ class JaxOp:
 
     def __reduce__(self):
         core = self.core
-        args = (core.text, self.device, self.vmap_method, dict(core.settings), core.differentiable)
+        args = (core.text, self.device, self.vmap_method, dict(core.settings), core.has_gradient)
         return (_rebuilt, args)
 
     def __repr__(self) -> str:

@@ -148,7 +148,7 @@ def op(
 
 def _same(found: TorchOp, text: str, device, settings, differentiable: bool) -> bool:
     core = found.core
-    return (core.text, found.device, core.settings, core.differentiable) == (
+    return (core.text, found.device, core.settings, core.has_gradient) == (
         text, device, dict(settings or {}), differentiable
     )
 
@@ -178,7 +178,7 @@ def save(program, f, *, extra_files: dict | None = None) -> None:
                 ops[found.name] = found
     defs = [
         {"source": o.core.text, "name": o.name, "device": o.device, "settings": o.core.settings,
-         "differentiable": o.core.differentiable}
+         "differentiable": o.core.has_gradient}
         for o in ops.values()
     ]
     torch.export.save(program, f, extra_files={**(extra_files or {}), EXPORT_FILE: json.dumps(defs)})
@@ -254,7 +254,7 @@ class TorchOp:
         """Pickled (``copy.deepcopy``, ``torch.save``) as what defines it; loading gives the op of
         that name back, made again from its source where this process has none yet."""
         core = self.core
-        return (_rebuilt, (core.text, self.name, self.device, dict(core.settings), core.differentiable))
+        return (_rebuilt, (core.text, self.name, self.device, dict(core.settings), core.has_gradient))
 
     def _run(self, tensors):
         """The outputs, by the kernel itself or (where anything would see the difference) through
