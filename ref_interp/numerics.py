@@ -22,7 +22,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from tile.dtypes import BFLOAT16_NUMPY, DType
+from tile.dtypes import DType, is_bfloat16
 from tile.errors import TilePrecisionWarning
 from tile.precision import PRECISIONS, check_precision, to_bfloat16
 
@@ -73,7 +73,7 @@ class Numerics:
             out[()] = _to_fraction(value)
             return out
         if dt.is_float:
-            if self.storage(dt) == BFLOAT16_NUMPY:
+            if is_bfloat16(self.storage(dt)):
                 return to_bfloat16(np.asarray(float(value)))
             return np.asarray(float(value), dtype=self.storage(dt))
         return self.cast(
@@ -93,14 +93,14 @@ class Numerics:
                 return np.asarray(_frac(arr), dtype=object) if arr.size else arr.astype(object)
             if arr.dtype == object:
                 arr = np.asarray(arr.astype(np.float64))
-            if target == BFLOAT16_NUMPY:
+            if is_bfloat16(target):
                 return to_bfloat16(arr)  # one rounding, also from float64 (ml_dtypes rounds twice)
             if arr.dtype == object:
                 return np.asarray(arr, dtype=target)
             with np.errstate(all="ignore"):
                 return arr.astype(target)
         # to an integer type
-        if arr.dtype == object or arr.dtype.kind == "f" or arr.dtype == BFLOAT16_NUMPY:
+        if arr.dtype == object or arr.dtype.kind == "f" or is_bfloat16(arr.dtype):
             return _float_to_int(arr, dt)
         return arr.astype(target)
 

@@ -67,6 +67,13 @@ def test_bfloat16_still_loads_ml_dtypes_when_asked_for():
     assert "ml_dtypes" in loaded_after(code)
 
 
+def test_a_float32_program_on_the_interpreter_loads_no_ml_dtypes():
+    code = ("import numpy as np, tile\n"
+            "f = tile.compile('function (A[N]) -> (O) { O = exp(A) + 1; }', 'interp')\n"
+            "assert f(A=np.zeros(3, np.float32))['O'].tolist() == [2, 2, 2]")
+    assert "ml_dtypes" not in loaded_after(code)
+
+
 def test_dtype_of_bfloat16_by_name_needs_no_ml_dtypes():
     code = "from tile.dtypes import DType\nassert DType.of('bfloat16') is DType.BFLOAT16"
     assert "ml_dtypes" not in loaded_after(code)

@@ -29,6 +29,12 @@ def bfloat16_numpy() -> np.dtype:
     return np.dtype(ml_dtypes.bfloat16)
 
 
+def is_bfloat16(dtype: np.dtype) -> bool:
+    """Whether the numpy dtype ``dtype`` is bfloat16, told by its name so that asking does not load
+    ml_dtypes (an array of it exists only where something loaded ml_dtypes already)."""
+    return dtype.name == "bfloat16"
+
+
 def __getattr__(name: str):
     # ``BFLOAT16_NUMPY``, the dtype itself, made at first use (PEP 562): see bfloat16_numpy
     if name == "BFLOAT16_NUMPY":
