@@ -8,6 +8,9 @@ promoted operand type for comparisons); then:
 * ``mod`` is the remainder of that division (C's ``%`` and ``fmod``: the sign of the dividend),
   and integer ``x mod 0`` is 0;
 * float ``/`` follows IEEE (±inf, nan); ``max``/``min`` propagate nan;
+* the elementary functions (``exp log sin ... atanh pow``) are the C library's double routines
+  rounded once to the result type (``ref_interp.libm``), ``sigmoid`` and the softmaxes compose
+  them rounding each step, as strict compiled targets do (docs/semantics.md §8.3);
 * ``round`` rounds half away from zero; ``?:`` is true where the condition is non-zero;
 * ``round_tf32`` converts to float32 and rounds that to TF32 (``tile.precision``) in every
   precision mode, so its result is a float32 value even where floats are stored wider;
@@ -23,6 +26,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from ref_interp import libm
 from ref_interp.numerics import Numerics
 from ref_interp.prng import IMPLS as PRNG_IMPLS
 from tile.composites import COMPOSITES, expand
@@ -257,24 +261,16 @@ def _shift(nx, call, args):
 
 
 # --------------------------------------------------------------------- float functions
-_FLOAT_FNS: dict[str, Callable] = {
-    "exp": np.exp,
-    "log": np.log,
-    "sqrt": np.sqrt,
-    "sin": np.sin,
-    "cos": np.cos,
-    "tan": np.tan,
-    "sinh": np.sinh,
-    "cosh": np.cosh,
-    "tanh": np.tanh,
-    "asin": np.arcsin,
-    "acos": np.arccos,
-    "atan": np.arctan,
-    "asinh": np.arcsinh,
-    "acosh": np.arccosh,
-    "atanh": np.arctanh,
-    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
-}
+# The elementary functions are the C library's double routines (``ref_interp.libm``), rounded once
+# to the result type: numpy's float32/float16 loops are not, and compiled targets call libm
+# (docs/semantics.md §8.3). sqrt is correctly rounded in every type, so numpy's is that value.
+ELEMENTARY = frozenset(libm.ROUTINES) - {"pow"}
+
+
+def _sigmoid(nx: Numerics, a: np.ndarray, dt: DType) -> np.ndarray:
+    """``1 / (1 + exp(-x))``, each step rounded to ``dt`` (the compiled targets' composition)."""
+    one = np.asarray(1, dtype=a.dtype)
+    return one / (one + nx.cast(libm.evaluate("exp", -a), dt))
 
 
 def _via_float64(nx: Numerics, call: TCall, fn: Callable, *arrays: np.ndarray) -> np.ndarray:
@@ -284,16 +280,20 @@ def _via_float64(nx: Numerics, call: TCall, fn: Callable, *arrays: np.ndarray) -
     return nx.cast(np.asarray(fn(*floats)), call.type.dtype)
 
 
-@_impl(*_FLOAT_FNS)
+@_impl(*ELEMENTARY, "sqrt", "sigmoid")
 def _float_fn(nx, call, args):
     (a,) = _as(nx, call, args)
-    fn = _FLOAT_FNS[call.fn]
+    name = call.fn
     if _is_exact_float(nx, call):
-        return _via_float64(nx, call, fn, a)
-    one = np.asarray(1, dtype=a.dtype)
-    if call.fn == "sigmoid":
-        return one / (one + np.exp(-a))
-    return fn(a)
+        f64 = Numerics("float64")
+        if name == "sigmoid":
+            return _via_float64(nx, call, lambda v: _sigmoid(f64, v, DType.FLOAT64), a)
+        return _via_float64(nx, call, np.sqrt if name == "sqrt" else lambda v: libm.evaluate(name, v), a)
+    if name == "sqrt":
+        return np.sqrt(a)
+    if name == "sigmoid":
+        return _sigmoid(nx, a, call.type.dtype)
+    return libm.evaluate(name, a)  # float64: ``apply`` rounds it once to the result type
 
 
 def _round_half_away(x: np.ndarray) -> np.ndarray:
@@ -341,10 +341,11 @@ def _pow(nx, call, args):
         out = _objwise(_exact_pow, a, b)
         missing = np.equal(out, None)
         if missing.any():
-            approx = _via_float64(nx, call, np.power, *np.broadcast_arrays(a, b))
+            pair = np.broadcast_arrays(a, b)
+            approx = _via_float64(nx, call, lambda x, y: libm.evaluate("pow", x, y), *pair)
             out = np.where(missing, approx, out)
         return out
-    return np.power(a, b)
+    return libm.evaluate("pow", a, b)
 
 
 # ---------------------------------------------------------------------------- casts
@@ -403,15 +404,16 @@ def _scatter(nx, call, args):
     return out
 
 
-def _softmax_rows(x: np.ndarray, log: bool) -> np.ndarray:
+def _softmax_rows(nx: Numerics, x: np.ndarray, dt: DType, log: bool) -> np.ndarray:
+    """Row-wise softmax as every compiled target composes it: the row maximum, ``e = exp(x - m)``
+    rounded to ``dt``, their sum in column order (in float32 for 2-byte floats), rounded to ``dt``
+    once, then ``e / sum`` or ``x - m - log(sum)``; exp and log are ``libm``'s."""
     m = np.max(x, axis=1, keepdims=True)
     shifted = x - m
-    e = np.exp(shifted)
-    if x.dtype.kind == "f" or x.dtype == object:
-        s = np.sum(e, axis=1, keepdims=True)
-    else:  # bfloat16: summed in float32 as numpy sums float16, then rounded once
-        s = np.sum(e, axis=1, keepdims=True, dtype=np.float32).astype(x.dtype)
-    return shifted - np.log(s) if log else e / s
+    e = nx.cast(libm.evaluate("exp", shifted), dt)
+    acc = np.float32 if x.dtype.itemsize == 2 else x.dtype
+    s = nx.cast(np.cumsum(e.astype(acc), axis=1)[:, -1:], dt)  # cumsum adds in order, unlike sum
+    return shifted - nx.cast(libm.evaluate("log", s), dt) if log else e / s
 
 
 @_impl("builtin_softmax", "builtin_logsoftmax")
@@ -419,10 +421,11 @@ def _softmax(nx, call, args):
     (x,) = _as(nx, call, args)
     log = call.fn == "builtin_logsoftmax"
     if _is_exact_float(nx, call):
-        return _via_float64(nx, call, lambda v: _softmax_rows(v, log), x)
+        f64 = Numerics("float64")
+        return _via_float64(nx, call, lambda v: _softmax_rows(f64, v, DType.FLOAT64, log), x)
     if x.size == 0:
         return x
-    return _softmax_rows(x, log)
+    return _softmax_rows(nx, x, call.type.dtype, log)
 
 
 # --------------------------------------------------------------------------- composites

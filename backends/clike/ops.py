@@ -16,7 +16,10 @@ dtypes; ``cond``: the condition to bool), then
 
 ``tmp(expr, dt)`` binds an expression to a fresh variable (operands used more than once are bound
 first, so each is evaluated once). Transcendental functions are the C library's (OpenCL's
-built-ins): within the platform's documented ulps of numpy, not bit for bit.
+built-ins). In strict mode (``t.contract`` off) a float16, bfloat16 or float32 one is the double
+routine rounded once to the type, as the interpreter defines it (``ref_interp.libm``), which gives
+its bits wherever the two double routines round alike (docs/semantics.md §8.3); otherwise the float
+routine, within the platform's documented ulps.
 """
 
 from __future__ import annotations
@@ -209,24 +212,28 @@ def float_fn(t: CTarget, tmp: Tmp, name: str, xs: list[str], dt: DType) -> str:
         return t.narrow(e, dt)
 
     def fn(f: str, args: list[str]) -> str:
+        """The platform's ``f`` rounded to ``dt``. Strict mode (no contraction) on a device with
+        double: the double routine on the exact double arguments, rounded once, as the interpreter
+        computes it (``ref_interp.libm``; docs/semantics.md §8.3); else the float one."""
+        if not t.contract and t.fp64 and work is not DType.FLOAT64:
+            wide = t.math(f, DType.FLOAT64, [t.convert(a, dt, DType.FLOAT64) for a in args])
+            return t.convert(wide, DType.FLOAT64, dt)
         fast = t.native(f, work, args) if t.fast_math and work is DType.FLOAT32 else None
-        return fast or t.math(f, work, args)
+        return done(fast or t.math(f, work, args))
 
     if name == "sqrt":
         fast = t.native("sqrt", work, [x]) if t.fast_math and work is DType.FLOAT32 else None
         return done(fast or t.fsqrt(x, work))
     if name in ("floor", "ceil"):
         return t.math(name, work, [x])
-    if name in LIBM:
-        return done(fn(name, [x]))
-    if name == "pow":
-        return done(t.math("pow", work, xs))
+    if name in LIBM or name == "pow":
+        return fn(name, xs)
     one = t.literal(1, dt)
     if name == "recip":
         fast = t.native("recip", work, [x]) if t.fast_math and work is DType.FLOAT32 else None
         return done(fast or t.fdiv(one, x, work))
     if name == "sigmoid":
-        e = tmp(done(fn("exp", [f"(-{x})"])), dt)
+        e = tmp(fn("exp", [f"(-{x})"]), dt)
         s = tmp(done(f"({one} + {e})"), dt)
         return done(t.fdiv(one, s, work))
     assert name == "round", name

@@ -8,7 +8,7 @@ keeps every element's writes in order: one per output element (``zero``, ``agg_i
 (``scatter``: a column gets its additions in the values' row-major order, as ``np.add.at``);
 otherwise one work-item loops over everything. Softmax works row by row: the row maximum (nan
 propagates), ``e = exp(x - max)``, their sum in order (in float for float16), then ``e / sum`` or
-``x - max - log(sum)``; numpy sums pairwise, so softmax agrees with the interpreter to rounding.
+``x - max - log(sum)``: the interpreter's composition (strict mode: its bits, as §8.3 states).
 The PRNG specials (``prng_step``, ``prng_state``) give one work-item to each of the 2048 streams,
 which advances in registers through its elements ``t, t + 2048, ...``; ``prng_value`` converts one
 element per work-item. All three give the interpreter's bits exactly (``ref_interp.prng``).

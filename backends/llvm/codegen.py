@@ -397,6 +397,7 @@ def generate(
     module.data_layout = layout
     em = Emitter(module, f16c)
     em.inline_math = vector is not None and vector.reassoc  # vmath's exp/tanh/log, not strict
+    em.strict = not em.inline_math  # reassoc is off exactly in strict mode (device.LlvmCompiler)
     stacks: dict[int, int] = {}
     skipped: set[int] = set()  # zero fills a micro-kernel took over (their kernels do nothing)
     for k, info in enumerate(kernels):

@@ -11,10 +11,12 @@ condition to bool), then
 * float ``/`` is IEEE; ``max``/``min`` propagate nan (the first operand's when both are nan);
 * ``round`` is numpy's ``trunc(x) + (|x - trunc(x)| >= 0.5 ? sign(x) : 0)`` (half away from zero);
 * shift counts are taken modulo the width; ``>>`` is arithmetic on signed types;
-* float functions call the C library (``expf`` for float32 and float16, ``exp`` for float64),
-  except float32/float16 ``exp``, ``tanh`` and ``log`` outside strict mode (``em.inline_math``):
-  inline code of ``vmath`` that vectorizes, within 1 ulp (§8.3); a float16 operation computes in
-  float and rounds once, as numpy does, and ``sigmoid`` is ``1 / (1 + exp(-x))`` rounded after
+* float functions call the C library: in strict mode (``em.strict``) the double routine (``exp``)
+  for every float type, its result rounded once to the type, which is how the interpreter defines
+  them (``ref_interp.libm``, §8.3); otherwise ``expf`` for float32, float16 and bfloat16 (``exp``
+  for float64), except float32/float16 ``exp``, ``tanh`` and ``log`` (``em.inline_math``): inline
+  code of ``vmath`` that vectorizes, within 1 ulp (§8.3); other float16 operations compute in
+  float and round once, as numpy does, and ``sigmoid`` is ``1 / (1 + exp(-x))`` rounded after
   every step, as the interpreter evaluates it;
 * ``round_tf32`` converts to float and rounds its bits (``round_tf32``), exactly as the interpreter.
 """
@@ -208,15 +210,13 @@ def float_fn(em: Emitter, name: str, xs: list[ir.Value], dt: DType) -> ir.Value:
         return done(em.unary_intrinsic(_LLVM_UNARY[name], x))
     if name in vmath.SUPPORTED and em.inline_math and x.type == F32:
         return done(vmath.emit(em, name, x))
-    if name in _LIBM:
-        return done(libm(em, _LIBM[name], [x]))
-    if name == "pow":
-        return done(libm(em, "pow", xs))
+    if name in _LIBM or name == "pow":
+        return elementary(em, _LIBM.get(name, name), xs, dt)
     if name == "recip":
         return done(b.fdiv(em.const(1, dt), x))
     if name == "sigmoid":
         one = em.const(1, dt)
-        e = done(float_fn(em, "exp", [b.fneg(x)], DType.FLOAT32 if x.type == F32 else DType.FLOAT64))
+        e = float_fn(em, "exp", [b.fneg(x)], dt)
         return done(b.fdiv(one, done(b.fadd(one, e))))
     assert name == "round", name
     t = em.unary_intrinsic("llvm.trunc", x)
@@ -225,6 +225,18 @@ def float_fn(em: Emitter, name: str, xs: list[ir.Value], dt: DType) -> ir.Value:
     sign = b.select(b.fcmp_ordered(">", x, zero), one, b.select(b.fcmp_ordered("<", x, zero), b.fneg(one), x))
     step = b.select(b.fcmp_ordered(">=", frac, em.const(0.5, dt)), sign, zero)
     return done(b.fadd(t, step))
+
+
+def elementary(em: Emitter, fn: str, xs: list[ir.Value], dt: DType) -> ir.Value:
+    """The C library's ``fn`` of float registers of float ``dt``, rounded to ``dt``. Strict mode
+    calls the double routine on the exact double arguments and rounds its result once, as the
+    interpreter does (``ref_interp.libm``, the same routine of the same process): the interpreter's
+    bits for every float type. Otherwise float32, float16 and bfloat16 call the float routine
+    (``expf``), and float16/bfloat16 round its result again."""
+    if em.strict and xs[0].type == F32:
+        wide = libm(em, fn, [em.builder.fpext(x, F64) for x in xs])
+        return em.convert(wide, DType.FLOAT64, dt)
+    return em.narrow(libm(em, fn, xs), dt)
 
 
 def libm(em: Emitter, fn: str, args: list[ir.Value]) -> ir.Value:

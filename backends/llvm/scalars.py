@@ -94,6 +94,9 @@ class Emitter:
         # float32 exp/tanh/log as inline, vectorizable code (backends.llvm.vmath), not libm calls:
         # off in strict mode, which keeps the C library's results
         self.inline_math = False
+        # strict mode (docs/semantics.md §8.3): float16/bfloat16/float32 elementary functions are the
+        # C library's double routines rounded once, as the interpreter computes them (``ref_interp.libm``)
+        self.strict = False
         self.stack_bytes = 0  # what ``alloca`` reserved (the code generator reads it per kernel)
         self.builder: ir.IRBuilder = None  # type: ignore[assignment]  # set per function
         self.alloca_block: ir.Block = None  # type: ignore[assignment]  # set per function

@@ -5,9 +5,9 @@ and write through the views' dtypes, and gather/scatter clamp indices into range
 starts from zeros and adds the values in row-major order of the value tensor (``np.add.at``'s
 order); it accumulates through the output buffer, which is exact when the output refinement has
 its buffer's dtype (always, for lowered programs). Softmax works row by row: the row maximum
-(nan propagates), ``e = exp(x - max)``, their sum (in float for float16, as numpy), then
-``e / sum`` or ``x - max - log(sum)``; numpy sums pairwise where this sums in order, and libm's
-``exp`` is not numpy's, so softmax agrees with the interpreter to rounding, not bit for bit. The
+(nan propagates), ``e = exp(x - max)``, their sum in column order (in float for float16 and
+bfloat16), then ``e / sum`` or ``x - max - log(sum)``: the interpreter's composition, so in strict
+mode (exp and log from libm's double routines, §8.3) softmax gives the interpreter's bits. The
 PRNG specials loop over the 2048 streams, each advancing in registers through its elements (those
 at ``t, t + 2048, ...``); they give the interpreter's bits exactly (``ref_interp.prng``).
 """
