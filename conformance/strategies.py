@@ -31,6 +31,7 @@ import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from conformance import sweeps
 from conformance.conv_transpose import ConvT, size_arrays
 
 AGGS = ["+", "*", ">", "<", "="]
@@ -213,7 +214,20 @@ CONTRACTION_DTYPES = [np.float32, np.int32, np.float64, np.int8, np.uint8, np.in
 
 
 @st.composite
-def contractions(draw) -> Case:
+def contraction_sweep(draw) -> Case:
+    """Every aggregation and combination at once, over rows that tell each from its neighbours
+    (``conformance.sweeps``): first, so that it is the first example a run draws."""
+    dtype = draw(st.sampled_from(CONTRACTION_DTYPES))
+    src, inputs, length = sweeps.contraction_program(dtype, draw(st.integers(0, 2**32 - 1)))
+    return Case("contraction", src, inputs, length=length)
+
+
+def contractions() -> st.SearchStrategy[Case]:
+    return st.one_of(contraction_sweep(), drawn_contractions())
+
+
+@st.composite
+def drawn_contractions(draw) -> Case:
     src, shapes, length = draw(st.one_of(conv_like(), general(), high_rank()))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     dtype = draw(st.sampled_from(CONTRACTION_DTYPES))
@@ -390,8 +404,23 @@ def structural(draw) -> Case:
     return Case("elementwise", src, inputs, exact=not inexact, ulps=16.0, length=length)
 
 
+@st.composite
+def elementwise_sweep(draw) -> Case:
+    """Every exact elementwise builtin and cast at once on values that tell each from its
+    neighbours (``conformance.sweeps``); now and then every float builtin on finite values."""
+    seed = draw(st.integers(0, 2**32 - 1))
+    if draw(st.integers(0, 3)) == 3:
+        dtype = draw(st.sampled_from(FLOAT_DTYPES))
+        src, inputs = sweeps.transcendental_program(dtype, seed, UNARY_FLOAT)
+        return Case("elementwise", src, inputs, exact=False, ulps=8.0)
+    dtype = draw(st.sampled_from(FLOAT_DTYPES + INT_DTYPES))
+    pool = UNARY_EXACT + BINARY_EXACT + CASTS + (INT_ONLY if np.dtype(dtype).kind in "iu" else [])
+    src, inputs = sweeps.elementwise_program(dtype, seed, pool)
+    return Case("elementwise", src, inputs)
+
+
 def elementwise() -> st.SearchStrategy[Case]:
-    return st.one_of(chain(), structural())
+    return st.one_of(elementwise_sweep(), chain(), structural())
 
 
 # ------------------------------------------------------------------------------- mixed programs

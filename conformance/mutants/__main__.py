@@ -1,0 +1,5 @@
+import sys
+
+from conformance.mutants.run import main
+
+sys.exit(main())
