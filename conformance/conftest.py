@@ -25,6 +25,8 @@ the workers' counts are merged on the controller. Failing examples are written a
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import time
 from pathlib import Path
 
@@ -126,7 +128,7 @@ def _targets(config) -> list[str]:
     found: list[str] = []
     for t in asked or ["all"]:
         found.extend(registry.devices() if t == "all" else [t])
-    return list(dict.fromkeys(found)) or ["<none>"]
+    return list(dict.fromkeys(found)) or [subjects.NO_DEVICE]
 
 
 def pytest_generate_tests(metafunc):
@@ -173,6 +175,46 @@ def pytest_configure(config):
         reporting.FAILURES = Path(config.getoption("--conformance-failures")).resolve()
 
 
+def _unknown(device_id: str) -> str | None:
+    """Why ``device_id`` names no device any backend knows (None: a device, or one its backend
+    says is unavailable here, whose tests skip with that reason)."""
+    from backends import registry
+
+    if device_id in registry.ids():  # (the interpreter is no device)
+        return None
+    try:
+        registry.get(device_id)
+    except TileDeviceError:
+        if any(device_id.startswith(k.split(":")[0]) for k in registry.unavailable()):
+            return None
+        return (
+            f"no backend knows the device '{device_id}'; the known ones are {', '.join(registry.ids())} "
+            "(`python -m tile devices` lists them and says why others are unavailable; "
+            "'external:COMMAND' runs a backend in another process)"
+        )
+    return None
+
+
+@pytest.hookimpl(trylast=True)  # after every plugin's pytest_configure has registered its devices
+def pytest_sessionstart(session):
+    """A device named on the command line or by a ``--config`` file that no backend knows is a
+    usage error (a typo would otherwise validate nothing and pass)."""
+    from stripe.config import error_at
+
+    config = session.config
+    for t in config.getoption("--target"):
+        why = _unknown(t) if t != "all" else None
+        if why is not None:
+            raise pytest.UsageError(f"--target {t}: {why}")
+    if config.getoption("--target"):
+        return  # the configs run on these devices, not on the ones they name
+    for cfg in _USER_CONFIGS:
+        why = _unknown(cfg.device) if cfg.device else None
+        if why is not None:
+            hint = 'fix "device", or give --target ID to run the config on another device'
+            raise pytest.UsageError(f"--config {cfg.source}:\n{error_at(cfg.source, ('device',), why, hint)}")
+
+
 @pytest.fixture
 def device(target, request):
     """The target as a ``conformance.targets.Subject`` (its device, and the user's config if
@@ -181,7 +223,7 @@ def device(target, request):
 
     family = request.node.originalname.removeprefix("test_")
     request.node.user_properties.append(("conformance", [family, target.name]))
-    if target.name == "<none>":
+    if target.name == subjects.NO_DEVICE:
         pytest.skip(f"no compiled device is available: {registry.unavailable() or 'none registered'}")
     if target.device_id == "interp":
         pytest.skip("'interp' is the reference interpreter itself: there is nothing to compare")
@@ -204,12 +246,25 @@ def device(target, request):
     reporting.STATS.current = None
 
 
+def _tb_given(config) -> bool:
+    """Whether the user chose a traceback style (on the command line, PYTEST_ADDOPTS or addopts)."""
+    args = [*config.invocation_params.args, *shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))]
+    args += config.getini("addopts")
+    return config.option.tbstyle != "auto" or any(str(a).startswith("--tb") for a in args)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A conformance test that passed with expected differences is reported as xfailed, naming
-    them (a failure stays a failure)."""
+    them (a failure stays a failure). A failing one is reported, unless ``--tb`` is given, as
+    ``report.short_failure`` words it: what differs, on one line, and the command that reruns it."""
     outcome = yield
     rep = outcome.get_result()
+    conformance = "conformance" in dict(item.user_properties)
+    if rep.when == "call" and rep.failed and conformance and call.excinfo and not _tb_given(item.config):
+        short = reporting.short_failure(call.excinfo.value)
+        if short is not None:
+            rep.longrepr = short
     if rep.when == "call" and rep.passed and reporting.STATS.test_expected:
         reasons = sorted(set(reporting.STATS.test_expected))
         rep.outcome = "skipped"
@@ -233,9 +288,17 @@ def pytest_runtest_logreport(report):
         reporting.STATS.finish_test(tuple(key), report.failed, report.duration, message)
 
 
+_NOTHING: list[str] = []  # why the run compared no example, for the terminal summary
+
+
 def pytest_sessionfinish(session):
     if hasattr(session.config, "workeroutput"):  # an xdist worker: hand the counts to the controller
         session.config.workeroutput["conformance"] = reporting.STATS.to_json()
+        return
+    why = reporting.STATS.compared_nothing()
+    if why is not None and session.exitstatus == pytest.ExitCode.OK:
+        _NOTHING[:] = [why]
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -252,6 +315,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_sep("=", "conformance: examples per family and target")
         for line in lines:
             terminalreporter.write_line(line)
+    for why in _NOTHING:
+        terminalreporter.write_sep("=", "conformance: FAILED", red=True, bold=True)
+        terminalreporter.write_line(why, red=True)
     path = config.getoption("--conformance-json")
     if path and not hasattr(config, "workeroutput"):
         shard = config.getoption("--conformance-shard") or "0/1"

@@ -206,6 +206,9 @@ def write_failure(
         meta["config"] = str(Path(config).resolve())
     (folder / "case.json").write_text(json.dumps(meta, indent=2) + "\n")
     STATS.written.append((shown, target, str(folder)))
+    STATS.problems[shown] = (problem, reproduce_command(shown, target, config))
+    if STATS.current is not None:
+        STATS.failing.add(STATS.current)
     return shown
 
 
@@ -225,6 +228,29 @@ def _run_it(shown: str, target: str, config: str | None = None) -> str:
     )
 
 
+def short_failure(error: BaseException) -> str | None:
+    """A failing conformance test as the suite reports it by default (``--tb`` not given): for each
+    failing example it wrote, what differs on one line and the command that reruns it. None where
+    ``error`` is not only such failures (an error in the suite itself keeps its traceback)."""
+    stack, lines = [error], []
+    while stack:
+        e = stack.pop(0)
+        if getattr(e, "exceptions", None):  # Hypothesis found several distinct failures
+            stack.extend(e.exceptions)
+            continue
+        if not isinstance(e, AssertionError):
+            return None
+        text = str(e)
+        named = [shown for shown in STATS.problems if shown in text]
+        if not named:
+            return None
+        for shown in named:
+            problem, command = STATS.problems[shown]
+            lines += ["; ".join(problem.splitlines()), f"    reproduce: {command}"]
+    lines.append("(the example's program is in its folder; --tb=short shows Hypothesis's whole report)")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------- summary
 
 
@@ -237,6 +263,8 @@ class Row:
     expected: int = 0  # differences the target declares (a documented semantic difference)
     other_shard: int = 0  # drawn, but checked by another shard (--conformance-shard)
     failed: int = 0
+    stopped: int = 0  # tests that failed on an example (not on an error of the suite, say)
+    after_failure: int = 0  # of the counted examples, those drawn after the test's first failing one
     seconds: float = 0.0
     # the XOR of the hashes (``targets.example_digest``) of this shard's examples, compared, invalid
     # or unsupported: independent of order, so the shards of a run XOR to the unsharded run's
@@ -254,6 +282,8 @@ class Stats:
     current: tuple[str, str] | None = None  # (family, target) of the running conformance test
     written: list[tuple[str, str, str]] = field(default_factory=list)  # (shown, target, path) this test
     seen: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # digests counted per row
+    problems: dict[str, tuple[str, str]] = field(default_factory=dict)  # shown -> (problem, command)
+    failing: set[tuple[str, str]] = field(default_factory=set)  # rows whose running test has failed
 
     def row(self, key: tuple[str, str]) -> Row:
         return self.rows.setdefault(key, Row())
@@ -275,6 +305,7 @@ class Stats:
             row.other_shard += 1
             return None
         row.fingerprint ^= int(digest[:16], 16)
+        row.after_failure += key in self.failing
         return row
 
     def example(self, key: tuple[str, str], digest: str | None = None) -> None:
@@ -320,6 +351,33 @@ class Stats:
             shutil.rmtree(path, ignore_errors=True)
         self.failures.extend((shown, target) for shown, target, _ in dict.fromkeys(named))
         self.written.clear()
+        self.problems.clear()
+        row.stopped += failed and key in self.failing
+        self.failing.discard(key)
+
+    def compared_nothing(self) -> str | None:
+        """Why a run of the conformance families validated nothing, or None. A run that compared
+        no example on any target (every test skipped, every example unsupported) must not pass;
+        one whose examples all fell to other shards did draw them, and one that ran no family
+        (unit tests only), or found no device at all where none was asked for, is not such a run."""
+        rows = self.rows.values()
+        if not self.rows and not self.skipped:
+            return None
+        if any(r.examples or r.other_shard for r in rows):
+            return None
+        if not self.rows and all(t == targets.NO_DEVICE for _, t, _ in self.skipped):
+            return None
+        why = [f"{f} on {t}: skipped, {r}" for f, t, r in sorted(set(self.skipped))]
+        why += [f"{t}: {n} example(s) not run, {r}" for (t, r), n in sorted(self.unsupported.items())]
+        why += [f"{f} on {t}: all {r.invalid} example(s) refused by the interpreter"
+                for (f, t), r in sorted(self.rows.items()) if r.invalid]
+        if len(why) > 12:
+            why[11:] = [f"... ({len(why) - 11} more)"]
+        shown = "".join(f"\n  {w}" for w in why)
+        return (
+            "conformance: compared no example on any target, so this run validated nothing; it fails "
+            f"(check --target, --config and -k):{shown}"
+        )
 
     def to_json(self) -> str:
         return json.dumps(
@@ -370,6 +428,13 @@ class Stats:
             out.append(f"expected difference on {target}: {n} example(s), {reason}")
         for folder, target in self.failures:
             out.append(f"failing example: {folder}  ->  {reproduce_command(folder, target)}")
+        for (family, target), r in sorted(self.rows.items()):
+            if r.stopped:
+                out.append(
+                    f"{family} on {target} stopped at its first failing example: Hypothesis drew "
+                    f"{r.after_failure} of its {r.examples + r.invalid + r.unsupported} examples after it, "
+                    "looking for other failures and shrinking; fix it and rerun to check the rest"
+                )
         rows = self.rows.values()
         examples, failed = sum(r.examples for r in rows), sum(r.failed for r in rows)
         seconds = sum(r.seconds for r in rows)

@@ -27,6 +27,7 @@ from stripe.config import TargetConfig, builtin_names
 from tile.dtypes import DType
 
 SMALL_BYTES = 256
+NO_DEVICE = "<none>"  # the target of a default run (every device) on a machine that has none
 
 
 def small(cfg: TargetConfig) -> TargetConfig:
@@ -54,7 +55,7 @@ def params(targets: list[str], configs: list[TargetConfig]) -> list[Param]:
     """The subjects of a run: each target as it is or, under ``--config``, each config on each
     given target (else on the device it names, else alone)."""
     if not configs:
-        return [Param(t, t if t != "<none>" else None) for t in targets]
+        return [Param(t, t if t != NO_DEVICE else None) for t in targets]
     out = []
     for cfg in configs:
         devices = targets or ([cfg.device] if cfg.device else [])

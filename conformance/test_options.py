@@ -107,6 +107,36 @@ def test_a_bad_config_is_a_located_usage_error(tmp_path):
     assert "^" in out and "hint: the passes are:" in out
 
 
+def test_an_unknown_device_is_a_usage_error(tmp_path):
+    status, out, _ = suite(tmp_path, "--target", "lvm_cpu.0")
+    assert status == 4, out  # not "1 skipped": a typo in CI must not pass
+    assert "ERROR: --target lvm_cpu.0: no backend knows the device 'lvm_cpu.0'" in out
+    assert "the known ones are interp" in out and "Traceback" not in out
+    config = user_config(tmp_path, "typo", device="lvm_cpu.0")
+    status, out, _ = suite(tmp_path, "--config", str(config))
+    assert status == 4, out
+    line = next(i for i, t in enumerate(config.read_text().splitlines(), 1) if '"device"' in t)
+    assert f"{config}:{line}:" in out
+    assert "config error: device: no backend knows the device 'lvm_cpu.0'" in out
+    assert "^" in out and "the known ones are interp" in out
+
+
+def test_a_run_that_compares_no_example_fails(tmp_path):
+    status, out, data = suite(tmp_path, "--target", "interp", "-k", "elementwise or contractions")
+    assert status == 1, out
+    assert "conformance: compared no example on any target, so this run validated nothing" in out
+    assert "elementwise on interp: skipped, 'interp' is the reference interpreter itself" in out
+    assert data["total"]["examples"] == 0
+
+
+def test_unit_tests_in_the_folder_are_not_a_conformance_run(tmp_path):
+    cmd = [sys.executable, "-m", "pytest", "conformance/test_report.py", "-p", "no:cacheprovider", "-q"]
+    cmd += ["-k", "rejects_a_bad_folder or compared_nothing"]
+    run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "2 passed" in run.stdout, run.stdout + run.stderr
+    assert "compared no example" not in run.stdout
+
+
 @needs_llvm
 def test_json_summary_names_the_failure_folders(tmp_path):
     plugin = (
@@ -115,9 +145,11 @@ def test_json_summary_names_the_failure_folders(tmp_path):
         "    register_broken_device()\n"
     )
     status, out, data = suite(
-        tmp_path, "--target", "broken_cpu.0", "-k", "elementwise", "--conformance-examples=5", plugin=plugin
+        tmp_path, "--target", "broken_cpu.0", "-k", "elementwise", "--conformance-examples=5", "--tb=short",
+        plugin=plugin,
     )
     assert status == 1, out
+    assert "Falsifying example" in out  # the user's --tb wins over the suite's one-line report
     (failure,) = data["failures"]
     assert failure["target"] == "broken_cpu.0" and Path(failure["folder"]).is_dir()
     assert failure["reproduce"].startswith(f"python -m conformance.reproduce {failure['folder']}")

@@ -151,6 +151,37 @@ def test_crashing_device_is_a_failure(broken, capsys):
     assert "crashing_cpu.0 raised RuntimeError" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("device", [BROKEN, "llvm_cpu.0"])
+def test_a_replayed_example_is_counted_once(broken, device):
+    """Hypothesis replays a failing example (while shrinking, and to report it): it is one example."""
+    from conformance.targets import example_digest
+    from conformance.test_conformance import check
+
+    case = _case()
+    for _ in range(3):
+        try:
+            check(case, registry.get(device))
+        except AssertionError:
+            assert device == BROKEN
+    row = report.STATS.row(("elementwise", device))
+    assert row.examples == 1
+    assert row.fingerprint == int(example_digest(case.source, case.inputs)[:16], 16)
+
+
+def test_compared_nothing_only_where_families_ran_and_compared_none():
+    stats = report.Stats()
+    assert stats.compared_nothing() is None  # no conformance family ran (unit tests only)
+    stats.skipped.append(("elementwise", "<none>", "no compiled device is available: none registered"))
+    assert stats.compared_nothing() is None  # nothing asked for and nothing here: skipped, not failed
+    stats.skipped.append(("gradients", "my.0", "my.0 has no float64"))
+    why = stats.compared_nothing()
+    assert why.startswith("conformance: compared no example") and "gradients on my.0: skipped" in why
+    stats.unsupported_example(("elementwise", "my.0"), "float16 unsupported")
+    assert "my.0: 1 example(s) not run, float16 unsupported" in stats.compared_nothing()
+    stats.example(("elementwise", "my.0"))
+    assert stats.compared_nothing() is None
+
+
 def test_reproduce_rejects_a_bad_folder(tmp_path, capsys):
     assert reproduce.main([str(tmp_path)]) == 2
     assert "is not a conformance failure folder" in capsys.readouterr().err
@@ -205,6 +236,12 @@ def test_session_catches_a_newly_registered_backend(tmp_path):
     assert re.search(r"elementwise\s+broken_cpu\.0\s+1\s+[1-9]\d*\s+\d+\s+0\s+1\s", out), out
     assert re.search(r"elementwise\s+llvm_cpu\.0\s+1\s+[1-9]\d*\s+\d+\s+0\s+0\s", out), out
     assert f"failing example: {shown}" in out
+    # one line per failing example and the command, not Hypothesis's report and a traceback (no --tb)
+    command = re.escape(f"python -m conformance.reproduce {shown} ")
+    assert re.search(rf"\n[^\n]* elements? differ[^\n]*\n    reproduce: {command}", out), out
+    assert "Falsifying example" not in out and "def test_elementwise" not in out, out
+    stopped = r"elementwise on broken_cpu\.0 stopped at its first failing example: Hypothesis drew \d+"
+    assert re.search(stopped, out), out
     program = (folder / "case.tile").read_text().splitlines()[-1]
     assert program.startswith("function") and program.count(";") == 1, program  # shrunk to one statement
     registry.devices()[BROKEN] = BrokenDevice()

@@ -76,7 +76,7 @@ from stripe.passes import PASSES
 from tile.errors import Source, Span
 
 __all__ = [
-    "TARGETS", "ConfigError", "PassSpec", "TargetConfig", "builtin_names", "format_config",
+    "TARGETS", "ConfigError", "PassSpec", "TargetConfig", "builtin_names", "error_at", "format_config",
     "load_config", "parse_config", "pass_params", "resolve_config", "target_config",
 ]
 
@@ -131,6 +131,18 @@ def parse_config(text: str, name: str = "<string>") -> TargetConfig:
     """A config from its text; ``name`` is the file it is reported under, and the folder a
     relative ``"extends"`` path starts from."""
     return _resolve(text, name, ()).config(name)
+
+
+def error_at(source: str, path: tuple, message: str, hint: str) -> ConfigError:
+    """A ``ConfigError`` pointing at ``path`` (``("device",)``) in the config file ``source``, for a
+    mistake only its caller can see (the conformance suite: a device id no backend registers);
+    at the nearest enclosing value the file writes (a base's value: at the file's top)."""
+    try:
+        text = Path(source).read_text()
+        reader = _Reader(Source(text, source), positions(text))
+    except (OSError, ValueError, AttributeError, IndexError):  # gone or changed since it was loaded
+        return ConfigError(f"{source}: {_fmt(path)}: {message}", None, hint)
+    return reader.error(path, message, hint)
 
 
 def pass_params(pass_name: str, params: dict) -> object:
