@@ -48,6 +48,7 @@ from tile.dtypes import DType
 from tile.errors import Source, Span, TileBackendError, TileDeviceError, TileError, TileResourceError
 
 DEFAULT_TIMEOUT = 60.0  # seconds a request may take; TILE_EXTERNAL_TIMEOUT overrides it
+HELLO_REQUIRED = ("protocol", "version", "name", "stage", "dtypes")  # docs/external_protocol.md
 START_TIMEOUT = 30.0  # the handshake gets at least this long (a backend may load a compiler first)
 STDERR_TAIL = 4096  # bytes of the backend's stderr kept for error messages
 
@@ -247,7 +248,18 @@ class ExternalDevice(ProgramDevice):
     def _check_hello(self, hello: dict) -> dict:
         if hello.get("protocol") != PROTOCOL:
             raise ProtocolError(f"sent a first line that is not a {PROTOCOL} handshake: {_json(hello)}")
-        version = hello.get("version")
+        for field in HELLO_REQUIRED:
+            if field not in hello:
+                raise ProtocolError(
+                    f"sent a handshake without the required field '{field}' (a {PROTOCOL} handshake has "
+                    f"{', '.join(HELLO_REQUIRED)}; this Tile speaks version {VERSION}): {_json(hello)}"
+                )
+        version = hello["version"]
+        if not is_count(version):
+            raise ProtocolError(
+                f"announced the version {_json(version)}, not a whole number "
+                f"(this Tile speaks version {VERSION})"
+            )
         if version != VERSION:
             raise ProtocolError(
                 f"speaks {PROTOCOL} version {version!r}; this Tile speaks version {VERSION} only"
