@@ -407,15 +407,17 @@ def structural(draw) -> Case:
 @st.composite
 def elementwise_sweep(draw) -> Case:
     """Every exact elementwise builtin and cast at once on values that tell each from its
-    neighbours (``conformance.sweeps``); now and then every float builtin on finite values."""
+    neighbours (``conformance.sweeps``); or only those that compute in one type (a device with few
+    types runs them); now and then every float builtin on finite values."""
     seed = draw(st.integers(0, 2**32 - 1))
     if draw(st.integers(0, 3)) == 3:
         dtype = draw(st.sampled_from(FLOAT_DTYPES))
         src, inputs = sweeps.transcendental_program(dtype, seed, UNARY_FLOAT)
         return Case("elementwise", src, inputs, exact=False, ulps=8.0)
     dtype = draw(st.sampled_from(FLOAT_DTYPES + INT_DTYPES))
+    closed = draw(st.booleans())  # (the first example: everything at once)
     pool = UNARY_EXACT + BINARY_EXACT + CASTS + (INT_ONLY if np.dtype(dtype).kind in "iu" else [])
-    src, inputs = sweeps.elementwise_program(dtype, seed, pool)
+    src, inputs = sweeps.elementwise_program(dtype, seed, pool, closed)
     return Case("elementwise", src, inputs)
 
 

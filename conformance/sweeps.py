@@ -18,6 +18,8 @@ and a sum or product over values that are integers, ±inf or nan gives the same 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 ROWS, COLS = 5, 7
@@ -117,17 +119,45 @@ def contraction_program(dtype, seed: int) -> tuple[str, dict[str, np.ndarray], i
     return src, {"X": shuffled(rng, x), "Y": rng.permutation(y)}, COLS
 
 
+@functools.cache
+def _closed(template: str, dtype: str) -> bool:
+    """Whether ``template`` on two ``dtype`` operands computes in ``dtype`` alone (no bool, no
+    cast): what a device with that one type can run."""
+    import tile
+    from tile.inputs import input_types
+    from tile.typed import TAssign, TCall
+
+    a = np.zeros((2, 2), dtype)
+    src = f"function (X, Y) -> (O) {{ O = {template.format('X', 'Y')}; }}"
+    prog = tile.parse(src)
+    bound = tile.bind(prog, input_types(prog, {"X": a, "Y": a}), {"X": a, "Y": a})
+    stack, seen = [s.expr for s in bound.stmts if isinstance(s, TAssign)], set()
+    while stack:
+        e = stack.pop()
+        seen.add(e.type.dtype)
+        if isinstance(e, TCall):
+            stack.extend(e.args)
+    return len(seen) == 1
+
+
 def elementwise_program(
-    dtype, seed: int, templates: list[str]
+    dtype, seed: int, templates: list[str], closed: bool = False
 ) -> tuple[str, dict[str, np.ndarray]]:
     """Every template (``{0}``, ``{1}``: the operands) applied to ``X`` and ``Y`` as one program's
-    outputs, and ``X - R``, ``R < X`` with a row ``R`` broadcast over ``X``'s rows."""
+    outputs; each cast's result again through ``as_float(..., 64) * 3``; and ``X - R``, ``R < X``
+    with a row ``R`` broadcast over ``X``'s rows. ``closed``: only the templates that compute in
+    ``dtype`` alone."""
     rng = np.random.default_rng(seed)
     x, y = rows(dtype)
     perm = rng.permutation(COLS)  # the same for X and Y: the ties stay aligned
     x, y = x[:, perm], y[:, perm]
-    stmts = [f"O{k} = {t.format('X', 'Y')};" for k, t in enumerate(templates)]
-    stmts += [f"O{len(templates)} = X - R;", f"O{len(templates) + 1} = R < X;"]
+    if closed:  # for devices of one type: only what computes in ``dtype`` alone
+        templates = [t for t in templates if _closed(t, np.dtype(dtype).name)]
+    exprs = [t.format("X", "Y") for t in templates]
+    if not closed:  # a cast's result computed with further (a width or rounding the output type hides)
+        exprs += [f"as_float({e}, 64) * 3" for e in exprs if e.startswith(("as_", "round_tf32"))]
+    exprs += ["X - R"] + ([] if closed else ["R < X"])
+    stmts = [f"O{k} = {e};" for k, e in enumerate(exprs)]
     outs = ", ".join(f"O{k}" for k in range(len(stmts)))
     src = f"function (X, Y, R) -> ({outs}) {{ {' '.join(stmts)} }}"
     return src, {"X": x, "Y": y, "R": y[3].copy()}
