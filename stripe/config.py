@@ -19,7 +19,8 @@ A target is a file, not a fork (``stripe/targets/<name>.json`` ships the built-i
 Every ``params`` object is checked against the pass's config dataclass (``stripe.passes``): an
 unknown pass or key, a missing field or a wrong type is a ``ConfigError`` pointing at the place
 in the file, with the fix; so is a value the config class refuses (its ``invalid()``, if it has one,
-names the key). ``target_config("llvm_cpu.0")`` loads the built-in config of a device
+names the key). The hardware model's sizes, counts, thread counts and rates must be greater than
+0 (``_POSITIVE``), its numbers finite. ``target_config("llvm_cpu.0")`` loads the built-in config of a device
 id's kind; ``load_config(path)`` a user's file.
 
 A config may say only how it differs from another: ``"extends"`` names its base, a built-in
@@ -64,13 +65,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 
 from stripe.config_types import ConfigError, PassSpec, TargetConfig
-from stripe.hardware import Bus, ExecUnit, Hardware, MemUnit, TxUnit  # noqa: F401 (type hints)
+from stripe.hardware import (
+    Bus,
+    ExecUnit,
+    Fragment,
+    Hardware,
+    MatrixUnit,
+    MemUnit,
+    MmaShape,
+    TxUnit,
+    WarpGroup,
+)
 from stripe.jsonpos import KEY, positions
 from stripe.passes import PASSES
 from tile.errors import Source, Span
@@ -305,6 +317,20 @@ def _spec(step: _Tree) -> PassSpec:
 
 
 # ------------------------------------------------------------------------------ reading
+# The hardware model's fields that must be greater than 0 (the types check integer or number):
+# a memory of -4 KiB, a unit with no threads or a bus moving no bytes would make the passes and
+# the cost model divide by, or tile to, nothing.
+_POSITIVE: dict[type, tuple[str, ...]] = {
+    Hardware: ("clock_mhz",),
+    MemUnit: ("size_KiB", "count", "line_bytes"),
+    ExecUnit: ("count", "ops_per_cycle", "pipeline_depth", "threads"),
+    TxUnit: ("count",),
+    Bus: ("bytes_per_cycle",),
+    MatrixUnit: ("lanes", "group"),
+    MmaShape: ("m", "n", "k"),
+    Fragment: ("per_register",),
+    WarpGroup: ("k_bytes", "launch_k_bytes"),
+}
 class _Reader:
     """Checks the values of one config file, reporting mistakes at their place in it."""
 
@@ -420,6 +446,10 @@ class _Reader:
             }
             self.keys(value, path, set(fields), required, what or f"'{_fmt(path)}'")
             obj = tp(**{k: self.convert(v, hints[k], path + (k,)) for k, v in value.items()})
+            for k in _POSITIVE.get(tp, ()):
+                if k in value and not getattr(obj, k) > 0:
+                    raise self.error(path + (k,), f"expected a positive number, got {_kind(value[k])}",
+                                     "a size, count or rate is greater than 0")
             # A config class may refuse values its types allow: ``invalid()`` gives (key, message, hint).
             bad = obj.invalid() if hasattr(obj, "invalid") else None
             if bad is not None:
@@ -449,6 +479,8 @@ class _Reader:
         if tp is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise self.error(path, f"expected a number, got {_kind(value)}", "write a number")
+            if not math.isfinite(value):
+                raise self.error(path, f"expected a finite number, got {_kind(value)}", "write a number")
             return float(value)
         if tp is str:
             if not isinstance(value, str):

@@ -13,7 +13,8 @@ KEY = "\0key"  # a path's last element marking the key of a member rather than i
 
 _WS = re.compile(r"[ \t\r\n]*")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_SCALAR = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null")
+# (Python's json also reads NaN and Infinity, which the config reader then refuses at their place)
+_SCALAR = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null|NaN|-?Infinity")
 
 Path = tuple
 Pos = tuple[int, int, int]
