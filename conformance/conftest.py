@@ -19,7 +19,11 @@ only differences were expected is reported as xfailed with the reasons.
 At the end of the session a summary gives, per family and target, the examples
 compared, those not run (and why), failing tests and seconds; under pytest-xdist (``-n auto``)
 the workers' counts are merged on the controller. Failing examples are written as described in
-``conformance/report.py``.
+``conformance/report.py``, and reported (unless ``--tb`` is given) as one line and the command
+that reruns them.
+
+No silent green: a ``--target`` or config ``"device"`` no backend knows is a usage error, and a
+session that ran the families but compared no example fails (``Stats.compared_nothing``).
 """
 
 from __future__ import annotations
