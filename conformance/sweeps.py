@@ -101,10 +101,13 @@ AGGREGATIONS = {  # name -> a statement over X (5 x 7) and Y (7): each a differe
 
 def contraction_rows(dtype) -> tuple[np.ndarray, np.ndarray]:
     """``rows`` for sums and products, whose order may differ between targets: every value an
-    integer, ±0, ±inf or nan (row 4 of the floats, which float16 rounds, becomes integers)."""
+    integer, ±0, ±inf or nan (row 4 of the floats, which float16 rounds, becomes integers; in
+    float64, integers that a float32 accumulator rounds)."""
     x, y = rows(dtype)
     if np.dtype(dtype).kind == "f":
         x[4] = np.array([7, -7, 3, 9, -9, 11, 1], dtype=dtype)
+        if np.dtype(dtype) == np.float64:  # exact in float64 in any order, not in a float32 accumulator
+            x[4] = np.array([2.0**24, 1, 1, -3, 2.0**25, 1, 7])
         y = np.array([1, -2, 4, 0, -1, 6, 3], dtype=dtype)[None].repeat(ROWS, 0)
     return x, y[1]
 
