@@ -284,6 +284,7 @@ class Stats:
     seen: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # digests counted per row
     problems: dict[str, tuple[str, str]] = field(default_factory=dict)  # shown -> (problem, command)
     failing: set[tuple[str, str]] = field(default_factory=set)  # rows whose running test has failed
+    tables: dict[str, list[dict]] = field(default_factory=dict)  # a family's own table (math_accuracy)
 
     def row(self, key: tuple[str, str]) -> Row:
         return self.rows.setdefault(key, Row())
@@ -387,6 +388,7 @@ class Stats:
                 "expected": [[*k, n] for k, n in self.expected_reasons.items()],
                 "failures": self.failures,
                 "skipped": self.skipped,
+                "tables": self.tables,
             }
         )
 
@@ -402,6 +404,8 @@ class Stats:
             self.expected_reasons[(target, reason)] += n
         self.failures.extend(tuple(f) for f in data["failures"])
         self.skipped.extend(tuple(s) for s in data["skipped"])
+        for name, rows in data.get("tables", {}).items():
+            self.tables.setdefault(name, []).extend(rows)
 
     def lines(self, profile: str) -> list[str]:
         if not self.rows and not self.skipped:
@@ -435,6 +439,8 @@ class Stats:
                     f"{r.after_failure} of its {r.examples + r.invalid + r.unsupported} examples after it, "
                     "looking for other failures and shrinking; fix it and rerun to check the rest"
                 )
+        for name, table in sorted(self.tables.items()):
+            out += table_lines(name, table)
         rows = self.rows.values()
         examples, failed = sum(r.examples for r in rows), sum(r.failed for r in rows)
         seconds = sum(r.seconds for r in rows)
@@ -459,6 +465,7 @@ class Stats:
             "rows": rows,
             "skipped": [{"family": f, "target": t, "reason": r} for f, t, r in sorted(set(self.skipped))],
             "unsupported": _counted(self.unsupported),
+            "tables": self.tables,
             "expected": _counted(self.expected_reasons),
             "failures": [
                 {"folder": f, "target": t, "reproduce": reproduce_command(f, t)}
@@ -471,6 +478,16 @@ class Stats:
                 "wall_seconds": seconds,
             },
         }
+
+
+def table_lines(name: str, rows: list[dict]) -> list[str]:
+    """A family's table (``Stats.tables[name]``, rows of like dicts) as aligned text lines."""
+    if not rows:
+        return []
+    head = list(rows[0])
+    cells = [head] + [[str(r.get(k, "")) for k in head] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
+    return [f"{name}:"] + ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
 
 
 def _counted(counter: Counter) -> list[dict]:
