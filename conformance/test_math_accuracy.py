@@ -88,9 +88,16 @@ def test_math_accuracy(device, dtype, request):
     subject = targets.as_subject(device)
     if subject.device is None:
         pytest.skip(f"{subject.name} names no device: only its passes are checked (test_optimized)")
+    check_accuracy(subject, dtype, request.config.getoption("--conformance-profile"))
+
+
+def check_accuracy(device, dtype: str, profile: str = "ci") -> None:
+    """Every function on ``device`` (a device or a ``targets.Subject``) for ``dtype``, in each mode,
+    against its bound; counted in ``report.STATS`` and its ``math_accuracy`` table. Raises
+    ``AssertionError`` naming each function beyond its bound and its failure folder."""
+    subject = targets.as_subject(device)
     fmt = ma.FORMATS[dtype]
     key = report.STATS.current or ("math_accuracy", subject.name)
-    profile = request.config.getoption("--conformance-profile")
     if not subject.supports(DType(dtype)):
         for fn in ma.FUNCTIONS:
             for mode in ma.MODES:
