@@ -23,15 +23,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tile.capabilities import STAGES as STAGES  # (re-exported: backends.program, the client)
+from tile.capabilities import Declared
 from tile.dtypes import DType
 
 
 @dataclass(frozen=True)
 class Capabilities:
+    """What a device can do. ``declared`` (optional) is what it promises to the conformance
+    suite (``tile.capabilities.Declared``: operations, dtypes, stages, limits, tolerance class):
+    examples outside it are counted as declared unsupported, and a refusal inside it fails. None
+    declares nothing beyond ``dtypes``: the device claims every operation."""
+
     dtypes: frozenset[DType]
     fp64: bool = True
     fp16: bool = True
     atomics: bool = False
+    declared: Declared | None = None
 
     def supports(self, dtype: DType) -> bool:
         return dtype in self.dtypes
@@ -261,7 +269,7 @@ class Device(abc.ABC):
         return []
 
 
-STAGES = ("tile", "stripe", "optimized")  # what a ProgramDevice may take (backends.program)
+# STAGES (tile.capabilities): what a ProgramDevice may take (backends.program)
 
 
 class ProgramDevice(abc.ABC):
