@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from conformance import targets
+from conformance.coverage import Coverage
 from conformance.targets import example_digest
 from tile.dtypes import BFLOAT16_NUMPY
 from tile.inputs import from_npz
@@ -260,6 +261,8 @@ class Row:
     examples: int = 0
     invalid: int = 0  # the interpreter rejects the drawn program for its inputs
     unsupported: int = 0  # the target lacks a dtype the program uses
+    declared: int = 0  # outside what the target declares (tile.capabilities.Declared): not run
+    unfocused: int = 0  # using none of the --conformance-ops operations: not run
     expected: int = 0  # differences the target declares (a documented semantic difference)
     other_shard: int = 0  # drawn, but checked by another shard (--conformance-shard)
     failed: int = 0
@@ -285,6 +288,8 @@ class Stats:
     problems: dict[str, tuple[str, str]] = field(default_factory=dict)  # shown -> (problem, command)
     failing: set[tuple[str, str]] = field(default_factory=set)  # rows whose running test has failed
     tables: dict[str, list[dict]] = field(default_factory=dict)  # a family's own table (math_accuracy)
+    declared_reasons: Counter = field(default_factory=Counter)  # (target, reason) -> examples
+    coverage: Coverage = field(default_factory=Coverage)  # what the compared examples exercised
 
     def row(self, key: tuple[str, str]) -> Row:
         return self.rows.setdefault(key, Row())
@@ -309,11 +314,25 @@ class Stats:
         row.after_failure += key in self.failing
         return row
 
-    def example(self, key: tuple[str, str], digest: str | None = None) -> None:
-        """An example compared with the interpreter."""
+    def example(self, key: tuple[str, str], digest: str | None = None) -> bool:
+        """An example compared with the interpreter; whether it is counted (not a replay)."""
         row = self.drawn(key, digest)
         if row is not None:
             row.examples += 1
+        return row is not None
+
+    def declared_unsupported(self, key: tuple[str, str], reason: str, digest: str | None = None) -> None:
+        """An example outside the target's declaration: not run, and no failure."""
+        row = self.drawn(key, digest)
+        if row is not None:
+            row.declared += 1
+            self.declared_reasons[(key[1], reason)] += 1
+
+    def unfocused(self, key: tuple[str, str], digest: str | None = None) -> None:
+        """An example using none of the ``--conformance-ops`` operations: not run."""
+        row = self.drawn(key, digest)
+        if row is not None:
+            row.unfocused += 1
 
     def invalid(self, key: tuple[str, str], digest: str | None = None) -> None:
         """An example the interpreter refuses (the target must refuse it alike)."""
@@ -370,6 +389,10 @@ class Stats:
             return None
         why = [f"{f} on {t}: skipped, {r}" for f, t, r in sorted(set(self.skipped))]
         why += [f"{t}: {n} example(s) not run, {r}" for (t, r), n in sorted(self.unsupported.items())]
+        why += [f"{t}: {n} example(s) not run, declared unsupported: {r}"
+                for (t, r), n in sorted(self.declared_reasons.items())]
+        why += [f"{f} on {t}: {r.unfocused} example(s) used none of the --conformance-ops operations"
+                for (f, t), r in sorted(self.rows.items()) if r.unfocused]
         why += [f"{f} on {t}: all {r.invalid} example(s) refused by the interpreter"
                 for (f, t), r in sorted(self.rows.items()) if r.invalid]
         if len(why) > 12:
@@ -389,6 +412,8 @@ class Stats:
                 "failures": self.failures,
                 "skipped": self.skipped,
                 "tables": self.tables,
+                "declared": [[*k, n] for k, n in self.declared_reasons.items()],
+                "coverage": self.coverage.to_json(),
             }
         )
 
@@ -406,18 +431,28 @@ class Stats:
         self.skipped.extend(tuple(s) for s in data["skipped"])
         for name, rows in data.get("tables", {}).items():
             self.tables.setdefault(name, []).extend(rows)
+        for target, reason, n in data.get("declared", []):
+            self.declared_reasons[(target, reason)] += n
+        self.coverage.merge(data.get("coverage", {}))
 
     def lines(self, profile: str) -> list[str]:
         if not self.rows and not self.skipped:
             return []
         sharded = any(r.other_shard for r in self.rows.values())
-        head = ("family", "target", "tests", "examples", "invalid", "unsupported", "failed", "expected")
-        head += ("seconds",)
+        declaring = any(r.declared for r in self.rows.values())
+        focused = any(r.unfocused for r in self.rows.values())
+        head = ("family", "target", "tests", "examples", "invalid", "unsupported")
+        head += ("declared unsupported",) if declaring else ()
+        head += ("failed", "expected", "seconds")
         head += ("other shards",) if sharded else ()
+        head += ("not in --conformance-ops",) if focused else ()
         table = [head]
         for (family, target), r in sorted(self.rows.items()):
-            cells = (r.tests, r.examples, r.invalid, r.unsupported, r.failed, r.expected, f"{r.seconds:.1f}")
+            cells = (r.tests, r.examples, r.invalid, r.unsupported)
+            cells += (r.declared,) if declaring else ()
+            cells += (r.failed, r.expected, f"{r.seconds:.1f}")
             cells += (r.other_shard,) if sharded else ()
+            cells += (r.unfocused,) if focused else ()
             table.append((family, target, *map(str, cells)))
         widths = [max(len(row[i]) for row in table) for i in range(len(head))]
         out = [
@@ -428,6 +463,8 @@ class Stats:
             out.append(f"skipped {family} on {target}: {reason}")
         for (target, reason), n in sorted(self.unsupported.items()):
             out.append(f"not run on {target}: {n} example(s), {reason}")
+        for (target, reason), n in sorted(self.declared_reasons.items()):
+            out.append(f"declared unsupported on {target}: {n} example(s), {reason}")
         for (target, reason), n in sorted(self.expected_reasons.items()):
             out.append(f"expected difference on {target}: {n} example(s), {reason}")
         for folder, target in self.failures:
@@ -441,6 +478,7 @@ class Stats:
                 )
         for name, table in sorted(self.tables.items()):
             out += table_lines(name, table)
+        out += self.coverage.lines()
         rows = self.rows.values()
         examples, failed = sum(r.examples for r in rows), sum(r.failed for r in rows)
         seconds = sum(r.seconds for r in rows)
@@ -466,6 +504,8 @@ class Stats:
             "skipped": [{"family": f, "target": t, "reason": r} for f, t, r in sorted(set(self.skipped))],
             "unsupported": _counted(self.unsupported),
             "tables": self.tables,
+            "declared_unsupported": _counted(self.declared_reasons),
+            "coverage": self.coverage.summary(),
             "expected": _counted(self.expected_reasons),
             "failures": [
                 {"folder": f, "target": t, "reproduce": reproduce_command(f, t)}

@@ -6,6 +6,8 @@ A target is a file, not a fork (``stripe/targets/<name>.json`` ships the built-i
       "name": "llvm_cpu",
       "description": "...",      (optional: what the target is)
       "device": "llvm_cpu.0",    (optional: the device it is for)
+      "capabilities": {"operations": ["add", "agg_sum"], "dtypes": ["float32"],
+                       "max_rank": 4, "tolerance": "standard"},   (optional: tile.capabilities)
       "hardware": {"clock_mhz": 3000,
                    "mem_units": {"DRAM": {"size_KiB": 16777216}, "L2": {"size_KiB": 1024}},
                    "exec_units": {"CPU": {"count": 2, "ops_per_cycle": 16}},
@@ -85,6 +87,7 @@ from stripe.hardware import (
 )
 from stripe.jsonpos import KEY, positions
 from stripe.passes import PASSES
+from tile.capabilities import Declared
 from tile.errors import Source, Span
 
 __all__ = [
@@ -94,7 +97,7 @@ __all__ = [
 
 TARGETS = Path(__file__).parent / "targets"
 
-_TOP = ("name", "description", "device", "hardware")  # merged over the base's
+_TOP = ("name", "description", "device", "hardware", "capabilities")  # merged over the base's
 _EDITS = ("remove", "replace", "params", "add")  # applied in this order
 _KEYS = {"extends", *_TOP, "passes", *_EDITS}
 _REQUIRED = ("hardware", "name", "passes")
@@ -174,6 +177,8 @@ def format_config(cfg: TargetConfig) -> str:
     if cfg.device:
         data["device"] = cfg.device
     data["hardware"] = _plain(cfg.hardware)
+    if cfg.capabilities is not None:
+        data["capabilities"] = cfg.capabilities.to_json()
     data["passes"] = [{"name": s.name, "pass": s.pass_, "params": _plain(s.params)} for s in cfg.passes]
     return _dump(data, 0, 0) + "\n"
 
@@ -243,8 +248,9 @@ class _Raw:
         description = view.convert(top.get("description", ""), str, ("description",))
         device = view.convert(top.get("device", ""), str, ("device",))
         hardware = view.convert(top["hardware"], Hardware, ("hardware",))
+        caps = view.convert(top.get("capabilities"), Declared | None, ("capabilities",), "'capabilities'")
         specs = tuple(_spec(s) for s in self.steps)
-        return TargetConfig(name, hardware, specs, source, device, description)
+        return TargetConfig(name, hardware, specs, source, device, description, caps)
 
 
 def _resolve(text: str, name: str, chain: tuple[str, ...]) -> _Raw:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from stripe.hardware import Hardware
+from tile.capabilities import Declared
 from tile.errors import TileError
 
 
@@ -38,3 +39,6 @@ class TargetConfig:
     # What the file says the target is: documentation, so it takes no part in equality or repr
     # (which the autotuner's cache keys use); ``format_config`` writes it back.
     description: str = field(default="", compare=False, repr=False)
+    # What the target declares it supports ("capabilities": operations, dtypes, stages, limits,
+    # tolerance class; None: nothing declared): for the conformance suite, not the compiler.
+    capabilities: Declared | None = field(default=None, compare=False, repr=False)
