@@ -2,7 +2,9 @@
 ``external:COMMAND`` too), ``--config=F.json`` (repeatable: a user's target config), the
 ``--conformance-profile=ci|thorough``, ``--conformance-examples=N`` (overrides the profile's
 count), ``--conformance-failures=DIR``, ``--conformance-shard=I/N`` (this run checks one of N
-shares of the examples: ``conformance.targets``), ``--conformance-json=F`` (the summary as
+shares of the examples: ``conformance.targets``), ``--conformance-ops=OP,...`` (only examples using
+these operations: ``conformance.coverage.focus``), ``--conformance-distinguish=K`` (distinguishing
+examples sought per operation for the coverage line), ``--conformance-json=F`` (the summary as
 JSON, besides pytest's own ``--junitxml``) and ``--precision=native|tf32|3xtf32`` (compile with
 that precision setting and compare with the interpreter in that mode, within tolerances derived
 from the mode's unit roundoff: ``conformance.precision``).
@@ -117,6 +119,21 @@ def pytest_addoption(parser):
         help="compile with settings={'precision': MODE} and compare with ref_interp in that mode",
     )
     group.addoption(
+        "--conformance-ops",
+        metavar="OP,...",
+        help="narrow the run to examples using these operations (tile.capabilities names: max, cmp_lt, "
+        "agg_max, comb_mul, as_int, ...): others are steered to one where an exact neighbour allows, "
+        "else left out",
+    )
+    group.addoption(
+        "--conformance-distinguish",
+        type=int,
+        default=3,
+        metavar="K",
+        help="distinguishing examples to find per operation and target for the coverage line "
+        "(mutating the program and rerunning the interpreter; 0: none; default 3)",
+    )
+    group.addoption(
         "--conformance-json",
         metavar="F",
         help="also write the summary (examples, failures, seconds per family and target) as JSON",
@@ -169,6 +186,8 @@ def pytest_configure(config):
             subjects.SHARD = subjects.Shard.parse(shard)
         except ValueError as e:
             raise pytest.UsageError(str(e)) from None
+    _focus(config)
+    reporting.STATS.coverage.k = max(0, config.getoption("--conformance-distinguish"))
     profile = f"conformance-{config.getoption('--conformance-profile')}"
     if config.getoption("--conformance-examples"):
         n = config.getoption("--conformance-examples")
@@ -177,6 +196,27 @@ def pytest_configure(config):
     settings.load_profile(profile)
     if config.getoption("--conformance-failures"):
         reporting.FAILURES = Path(config.getoption("--conformance-failures")).resolve()
+
+
+def _focus(config) -> None:
+    """``--conformance-ops``: the chosen operations, each one ``tile.capabilities`` names."""
+    import difflib
+
+    from tile.capabilities import OPERATIONS
+
+    given = config.getoption("--conformance-ops")
+    chosen = frozenset(op.strip() for op in (given or "").split(",") if op.strip())
+    for op in sorted(chosen - OPERATIONS):
+        close = difflib.get_close_matches(op, sorted(OPERATIONS), 1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise pytest.UsageError(
+            f"--conformance-ops: unknown operation '{op}'; {hint}operations are builtins by name (max, "
+            "cmp_lt, as_int), aggregations agg_sum|agg_prod|agg_max|agg_min|agg_assign and combinations "
+            "comb_mul|comb_add|comb_eq|comb_cond (tile.capabilities.OPERATIONS)"
+        )
+    if given is not None and not chosen:
+        raise pytest.UsageError("--conformance-ops: name at least one operation, e.g. --conformance-ops=max")
+    subjects.FOCUS = chosen
 
 
 def _unknown(device_id: str) -> str | None:
@@ -240,6 +280,11 @@ def device(target, request):
             pytest.skip(e.message)
         except TileBackendError as e:
             pytest.fail(f"{target.device_id}: {e.message}", pytrace=False)
+        from conformance.capabilities import problem
+
+        wrong = problem(getattr(dev.capabilities, "declared", None))
+        if wrong is not None:
+            pytest.fail(f"{target.device_id}: {wrong}", pytrace=False)
     user = next((c for c in _USER_CONFIGS if c.source == target.config), None)
     settings = {"config": target.config} if target.config and dev is not None else {}
     if modes.MODE != "native":
@@ -269,6 +314,14 @@ def pytest_runtest_makereport(item, call):
         short = reporting.short_failure(call.excinfo.value)
         if short is not None:
             rep.longrepr = short
+    if rep.when == "call" and rep.failed and conformance and subjects.FOCUS and call.excinfo:
+        from hypothesis.errors import Unsatisfiable
+
+        if isinstance(call.excinfo.value, Unsatisfiable):  # no drawn example could use the operations
+            rep.outcome = "skipped"
+            ops = ", ".join(sorted(subjects.FOCUS))
+            why = f"Skipped: no example of this family uses or can be steered to {ops}"
+            rep.longrepr = (str(item.path), item.location[1] or 0, why)
     if rep.when == "call" and rep.passed and reporting.STATS.test_expected:
         reasons = sorted(set(reporting.STATS.test_expected))
         rep.outcome = "skipped"

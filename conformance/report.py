@@ -535,3 +535,11 @@ def _counted(counter: Counter) -> list[dict]:
 
 
 STATS = Stats()
+
+
+if __name__ == "__main__":  # python -m conformance.report --target ID: the capability and result sheet
+    import sys
+
+    from conformance.capabilities import main
+
+    sys.exit(main())

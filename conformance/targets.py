@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from stripe.config import TargetConfig, builtin_names
+from tile.capabilities import Declared
 from tile.dtypes import DType
 
 SMALL_BYTES = 256
@@ -77,6 +78,14 @@ class Subject:
     def supports(self, dtype: DType) -> bool:
         return self.device is None or self.device.capabilities.supports(dtype)
 
+    @property
+    def declared(self) -> Declared | None:
+        """What the subject declares: its device's declaration narrowed by the user's config's
+        ``"capabilities"`` (None: nothing declared; ``conformance.capabilities`` uses it)."""
+        own = getattr(self.device.capabilities, "declared", None) if self.device is not None else None
+        cfg = self.config.capabilities if self.config is not None else None
+        return cfg if own is None else own.restrict(cfg)
+
     def has_fp64(self) -> bool:
         """Whether the device computes in float64 (``supports`` says whether it takes the dtype)."""
         return self.device is None or getattr(self.device.capabilities, "fp64", True)
@@ -94,7 +103,9 @@ class Subject:
             return []
         runs = [dict(self.settings)]
         tiled = getattr(self.device, "tiled_optimizer", "")
-        if passes and self.config is None and tiled in builtin_names():
+        declared = self.declared
+        optimized = declared is None or declared.allows_stage("optimized")  # a config's passes first
+        if passes and self.config is None and tiled in builtin_names() and optimized:
             runs.append({**self.settings, "config": tiled})
         return runs
 
@@ -141,3 +152,4 @@ def example_digest(source: str, inputs: dict[str, np.ndarray]) -> str:
 
 
 SHARD = Shard(0, 1)  # the run's shard (conftest sets it from --conformance-shard)
+FOCUS: frozenset[str] = frozenset()  # --conformance-ops: the operations a run is narrowed to (empty: all)

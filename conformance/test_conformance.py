@@ -6,13 +6,16 @@ message ends with its folder and the command that reruns it.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import assume, given
 from hypothesis import settings as hypothesis_settings
 
 import ref_interp
 import tile
-from conformance import precision, report, targets
+from conformance import capabilities, coverage, precision, report, targets
+from conformance.coverage import dtypes_used
 from conformance.optimized import check_passes
 from conformance.strategies import (
     Case,
@@ -26,10 +29,10 @@ from conformance.strategies import (
     products,
     sized,
 )
+from tile.ast import format_program
 from tile.dtypes import DType
 from tile.errors import TileLimitError
 from tile.inputs import input_types
-from tile.typed import TAssign, TCall
 
 # drawn programs repeat sums along free output indexes on purpose: the typo warning is noise here
 pytestmark = pytest.mark.filterwarnings("ignore::tile.errors.TileIndexWarning")
@@ -41,24 +44,42 @@ def check(case: Case, device, passes: bool = False) -> None:
     (``conformance.optimized``; under ``--config`` the user's config), and the target runs its
     tiled pipeline (``Device.tiled_optimizer``) besides its default one. An example of another
     shard (``--conformance-shard``) passes unchecked. A difference the device declares
-    (``known_difference``) is counted as expected, not failed."""
+    (``known_difference``) is counted as expected, not failed; an example outside what the subject
+    declares (``conformance.capabilities``) is counted as declared unsupported and not run. Under
+    ``--conformance-ops`` an example is first steered to a chosen operation, or left out
+    (``coverage.focus``)."""
     subject = targets.as_subject(device)
     key = report.STATS.current or (case.family, subject.name)  # counted under the running test
     digest = targets.example_digest(case.source, case.inputs)
-    # Every shard decides alike whether an example is valid (Hypothesis's next draw depends on it);
-    # only the example's own shard runs the target on it. The counts skip replays of an example.
-    mine = targets.SHARD.takes(digest)
     try:
         prog = tile.parse(case.source)
         bound = tile.bind(prog, input_types(prog, case.inputs), case.inputs)
+        if targets.FOCUS:
+            focused = coverage.focus(prog, bound, targets.FOCUS)
+            if focused is None:
+                report.STATS.unfocused(key, digest)
+                assume(False)  # Hypothesis draws another, as for an invalid one
+            if focused is not prog:
+                case = dataclasses.replace(case, source=format_program(focused))
+                digest = targets.example_digest(case.source, case.inputs)
+                prog = tile.parse(case.source)
+                bound = tile.bind(prog, input_types(prog, case.inputs), case.inputs)
     except tile.TileError:
         report.STATS.invalid(key, digest)
         assume(False)  # not a valid program for these inputs: no target sees it
         return
+    # Every shard decides alike whether an example is valid (Hypothesis's next draw depends on it);
+    # only the example's own shard runs the target on it. The counts skip replays of an example.
+    mine = targets.SHARD.takes(digest)
     for dt in sorted(dtypes_used(bound), key=str):
         if not subject.supports(dt):
             report.STATS.unsupported_example(key, f"{dt} unsupported", digest)
             assume(False)
+    declared = subject.declared
+    why = capabilities.outside(declared, prog, bound)
+    if why is not None:
+        report.STATS.declared_unsupported(key, why, digest)
+        assume(False)
     mode = subject.settings.get("precision", "native")  # --precision: the interpreter's too
     try:
         want = ref_interp.run(bound, case.inputs, mode)
@@ -80,7 +101,9 @@ def check(case: Case, device, passes: bool = False) -> None:
     else:
         floats = [t.dtype for t in bound.types.values() if t.dtype.is_float]
         tol = report.Tolerance(case.exact, case.ulps, case.length, precision.program_eps(mode, floats))
-    report.STATS.example(key, digest)
+    tol = capabilities.tolerance(declared, tol)
+    if report.STATS.example(key, digest) and subject.device is not None:
+        report.STATS.coverage.record(subject.name, prog, bound, case.inputs, want, mode, digest)
     if passes:
 
         user = subject.config.source if subject.config is not None else None
@@ -95,6 +118,8 @@ def check(case: Case, device, passes: bool = False) -> None:
             got = tile.compile(prog, subject.device.id, settings or None)(case.inputs)
         except Exception as e:  # a target that crashes on a valid program fails like a wrong answer
             problem = f"{subject.device.id} raised {type(e).__name__}: {e}"
+            if capabilities.is_refusal(e):
+                problem += "\n" + capabilities.refusal(subject.device.id, declared)
         else:
             problem = report.compare(want, got, tol)
         if problem is not None:
@@ -105,19 +130,6 @@ def check(case: Case, device, passes: bool = False) -> None:
                 report.STATS.expected(key, reason)
                 continue
             fail(case, subject.device.id, problem + where, want, got, tol, config=config)
-
-
-def dtypes_used(bound) -> set[DType]:
-    """Every dtype the program computes in: its tensors' and each call's inside an expression
-    (``as_bfloat(X, 16) + 1`` computes in bfloat16 whatever its result is)."""
-    out = {t.dtype for t in bound.types.values()}
-    stack = [s.expr for s in bound.stmts if isinstance(s, TAssign)]
-    while stack:
-        e = stack.pop()
-        out.add(e.type.dtype)
-        if isinstance(e, TCall):
-            stack.extend(e.args)
-    return out
 
 
 def fail(
