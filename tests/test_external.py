@@ -184,7 +184,7 @@ FAULTS = [
         ["ended before its handshake", "exited with status 3", "cannot initialize the frobnicator"],
     ),
     ("garbage_handshake", True, ["not JSON", "Welcome to my backend"]),
-    ("wrong_version", True, ["version 99", "version 1 only"]),
+    ("wrong_version", True, ["version 99", "versions 1 and 2"]),
     ("silent", True, ["sent no handshake within 2 s"]),
     ("garbage_reply", False, ["broke the protocol answering request 1", "not UTF-8"]),
     ("wrong_id", False, ["with the id 8; the request's id is 1"]),
@@ -352,7 +352,7 @@ def test_server_answers_malformed_requests_and_goes_on():
     r = serve(data)
     assert r.returncode == 0, r.stderr.decode()
     (hello, _), *answers = replies(r.stdout)
-    assert hello["protocol"] == "tile-external" and hello["version"] == 1 and hello["stage"] == "tile"
+    assert hello["protocol"] == "tile-external" and hello["version"] == 2 and hello["stage"] == "tile"
     assert [h["id"] for h, _ in answers] == [None, 2, 3, 4, 5]
     for h, _ in answers[:4]:
         assert h["ok"] is False and h["error"]["kind"] == "protocol"

@@ -56,7 +56,7 @@ def test_a_missing_protocol_is_not_a_handshake(tmp_path):
 
 @pytest.mark.parametrize(
     "version, words", [(None, "announced the version null, not a whole number"), ("1", 'version "1"'),
-                       (2, "speaks tile-external version 2; this Tile speaks version 1 only")]
+                       (3, "speaks tile-external version 3; this Tile speaks versions 1 and 2")]
 )
 def test_a_bad_version_is_named(tmp_path, version, words):
     assert words in handshake_error(tmp_path, {**GOOD, "version": version})

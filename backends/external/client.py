@@ -33,7 +33,7 @@ from backends.external.protocol import (
     DTYPES,
     MAX_REPLY_HEADER,
     PROTOCOL,
-    VERSION,
+    VERSIONS,
     Channel,
     ProtocolError,
     StreamClosed,
@@ -44,6 +44,7 @@ from backends.external.protocol import (
     spec_of,
 )
 from backends.hal import STAGES, Capabilities, ProgramDevice
+from tile.capabilities import Declared
 from tile.dtypes import DType
 from tile.errors import Source, Span, TileBackendError, TileDeviceError, TileError, TileResourceError
 
@@ -57,6 +58,10 @@ def _json(value, limit: int = 80) -> str:
     """A value from a backend's message, shown as JSON and cut short."""
     text = json.dumps(value)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _versions() -> str:
+    return " and ".join(str(v) for v in VERSIONS)
 
 
 def env_timeout() -> float:
@@ -124,6 +129,7 @@ class _Process:
         self.stderr = _StderrTail(self.popen.stderr)
         self.channel = Channel(self.popen.stdout.fileno(), self.popen.stdin.fileno())
         self.hello: dict = {}
+        self.declared: Declared | None = None  # version 2's "capabilities"
         self.finalizer = weakref.finalize(self, _stop, self.popen)
 
     def status(self, wait: float = 0.0) -> str | None:
@@ -205,12 +211,15 @@ class ExternalDevice(ProgramDevice):
     @property
     def description(self) -> str:  # type: ignore[override]
         hello = self._hello()
-        return f"{hello['name']}, in another process over {PROTOCOL} v{VERSION} ({self.command})"
+        return f"{hello['name']}, in another process over {PROTOCOL} v{hello['version']} ({self.command})"
 
     @property
     def capabilities(self) -> Capabilities:  # type: ignore[override]
-        dtypes = frozenset(DTYPES[d] for d in self._hello()["dtypes"])
-        return Capabilities(dtypes, fp64=DType.FLOAT64 in dtypes, fp16=DType.FLOAT16 in dtypes)
+        with self._lock:
+            proc = self._process()
+        dtypes = frozenset(DTYPES[d] for d in proc.hello["dtypes"])
+        fp = dict(fp64=DType.FLOAT64 in dtypes, fp16=DType.FLOAT16 in dtypes)
+        return Capabilities(dtypes, **fp, declared=proc.declared)
 
     @property
     def limits(self) -> dict:
@@ -237,6 +246,8 @@ class ExternalDevice(ProgramDevice):
         try:
             line = proc.channel.read_line(time.monotonic() + self.start_timeout, MAX_REPLY_HEADER)
             proc.hello = self._check_hello(decode_header(line))
+            caps = proc.hello.get("capabilities") if proc.hello["version"] >= 2 else None
+            proc.declared = Declared.from_json(caps) if caps is not None else None
         except Timeout:
             self._fail(f"sent no handshake within {self.start_timeout:g} s")
         except StreamClosed:
@@ -252,17 +263,17 @@ class ExternalDevice(ProgramDevice):
             if field not in hello:
                 raise ProtocolError(
                     f"sent a handshake without the required field '{field}' (a {PROTOCOL} handshake has "
-                    f"{', '.join(HELLO_REQUIRED)}; this Tile speaks version {VERSION}): {_json(hello)}"
+                    f"{', '.join(HELLO_REQUIRED)}; this Tile speaks versions {_versions()}): {_json(hello)}"
                 )
         version = hello["version"]
         if not is_count(version):
             raise ProtocolError(
                 f"announced the version {_json(version)}, not a whole number "
-                f"(this Tile speaks version {VERSION})"
+                f"(this Tile speaks versions {_versions()})"
             )
-        if version != VERSION:
+        if version not in VERSIONS:
             raise ProtocolError(
-                f"speaks {PROTOCOL} version {version!r}; this Tile speaks version {VERSION} only"
+                f"speaks {PROTOCOL} version {version!r}; this Tile speaks versions {_versions()}"
             )
         name, stage, config = hello.get("name"), hello.get("stage"), hello.get("config", "")
         dtypes, limits = hello.get("dtypes"), hello.get("limits", {})
@@ -281,6 +292,11 @@ class ExternalDevice(ProgramDevice):
         max_bytes = limits.get("max_bytes")
         if max_bytes is not None and not (is_count(max_bytes) and max_bytes > 0):
             raise ProtocolError(f"announced the limit max_bytes {max_bytes!r}, not a positive int")
+        if version >= 2 and hello.get("capabilities") is not None:  # (version 1: an unknown field)
+            try:
+                Declared.from_json(hello["capabilities"])
+            except (ValueError, TypeError) as e:
+                raise ProtocolError(f"announced capabilities that are wrong: 'capabilities' {e}") from None
         if self._first is None:
             self._first = hello
         elif (stage, config) != (self._first["stage"], self._first.get("config", "")):

@@ -1,4 +1,6 @@
-"""The tile-external protocol, version 1: framing and arrays, shared by client and server.
+"""The tile-external protocol, version 2 (version 1 still accepted): framing and arrays, shared by
+client and server. Version 2 adds the handshake's optional ``capabilities`` (a declaration:
+``tile.capabilities.Declared``); a version 1 backend declares nothing beyond its dtypes.
 
 A message is one line of UTF-8 JSON (the header, an object, ended by ``\\n``) followed by the raw
 bytes of the arrays its header lists, in order: a run request's ``inputs`` and an ``ok`` reply's
@@ -26,7 +28,8 @@ import numpy as np
 from tile.dtypes import DType
 
 PROTOCOL = "tile-external"
-VERSION = 1
+VERSION = 2  # what this Tile announces (``tile serve``)
+VERSIONS = (1, 2)  # what it accepts from a backend
 DTYPES = {d.value: d for d in DType}
 MAX_REPLY_HEADER = 16 << 20  # bytes of a reply's header line before it counts as garbage
 MAX_REQUEST_HEADER = 1 << 30  # a request carries the program text: be generous

@@ -1,7 +1,8 @@
 """``serve``: any target (built in, a plugin's, ``interp``) as a tile-external backend on stdin/stdout.
 
 This is the protocol's reference implementation (``python -m tile serve --target ID``) and what the
-tests drive the client with. It announces stage ``tile`` and the dtypes the target supports, then
+tests drive the client with. It announces version 2, stage ``tile``, the dtypes the target supports
+and its declared ``capabilities`` (when its device declares any), then
 answers run requests one at a time: it compiles each program text with ``tile.compile`` once (a
 few dozen are kept), runs it on the request's inputs and sends the outputs back. A ``TileError``
 becomes a ``refused`` reply (a ``TileBackendError`` a ``failed`` one) and any other exception a
@@ -46,6 +47,7 @@ class _Unreadable(Exception):
 
 def hello(target: str) -> dict:
     """The handshake for ``target`` (a ``TileError`` if it names no usable device)."""
+    declared = None
     if target == "interp":
         dtypes = list(DType)
         name = "the Tile reference interpreter"
@@ -62,7 +64,8 @@ def hello(target: str) -> dict:
             and (d is not DType.FLOAT16 or caps.fp16)
         ]
         name = f"{target}: {dev.description}"
-    return {
+        declared = getattr(caps, "declared", None)
+    greeting = {
         "protocol": PROTOCOL,
         "version": VERSION,
         "name": name,
@@ -70,6 +73,9 @@ def hello(target: str) -> dict:
         "dtypes": [d.value for d in dtypes],
         "limits": {},
     }
+    if declared is not None:  # (version 2: what the target declares)
+        greeting["capabilities"] = declared.to_json()
+    return greeting
 
 
 def serve(target: str, timeout: float | None = None, stdin: int = 0, stdout: int = 1) -> int:
