@@ -115,14 +115,16 @@ def result_lines(summary: dict) -> list[str]:
     table = [head]
     for r in rows:
         verdict = "FAILED" if r["failed"] else "passed"
-        table.append((r["family"], *(str(r.get(k, 0)) for k in ("examples", "declared", "unsupported", "invalid")),
-                      verdict))
-    table += [(s["family"], "-", "-", "-", "-", f"skipped: {s['reason']}") for s in summary.get("skipped", [])]
+        counts = (str(r.get(k, 0)) for k in ("examples", "declared", "unsupported", "invalid"))
+        table.append((r["family"], *counts, verdict))
+    for s in summary.get("skipped", []):
+        table.append((s["family"], "-", "-", "-", "-", f"skipped: {s['reason']}"))
     widths = [max(len(t[i]) for t in table) for i in range(len(head))]
     out = ["  " + "  ".join(c.ljust(w) for c, w in zip(t, widths)) for t in table]
     failed = [r["family"] for r in rows if r["failed"]]
     total = summary["total"]["examples"]
-    out.append(f"result: {'FAILED in ' + ', '.join(failed) if failed else 'PASSED'}, {total} examples compared "
+    verdict = "FAILED in " + ", ".join(failed) if failed else "PASSED"
+    out.append(f"result: {verdict}, {total} examples compared "
                f"(profile {summary['profile']}, shard {summary['shard']})")
     for d in summary.get("declared_unsupported", []):
         out.append(f"declared unsupported: {d['examples']} example(s), {d['reason']}")
@@ -157,7 +159,8 @@ def mutation_lines(data: dict | None, target: str) -> list[str]:
     killed = sum(r["status"] == "killed" for r in shown)
     bases = sorted({MUTANTS[r["name"]].base_id for r in results if r["name"] in MUTANTS})
     where = (f"the {len(mine)} seeded defects of {target}" if mine else
-             f"the seeded defects of the reference devices ({', '.join(bases)}): {target} has none of its own")
+             f"the seeded defects of the reference devices ({', '.join(bases)}): "
+             f"{target} has none of its own")
     out = [f"killed {killed}/{len(shown)} ({100.0 * killed / max(len(shown), 1):.0f}%) of {where}"]
     out += [f"  {r['name']}: {r['status']}" + (f" by {r['family']}" if r.get("family") else "")
             for r in shown]
@@ -166,7 +169,8 @@ def mutation_lines(data: dict | None, target: str) -> list[str]:
 
 def sheet(target: str, summary: dict, mutants: dict | None, config: str | None = None) -> str:
     parts = [f"# Conformance sheet: {target}", "", "## Declared", *declaration_lines(target, config),
-             "", "## Run", *result_lines(summary), "", "## Coverage", *coverage_lines(summary, _name(target, config)),
+             "", "## Run", *result_lines(summary),
+             "", "## Coverage", *coverage_lines(summary, _name(target, config)),
              "", "## Mutation score", *mutation_lines(mutants, target)]
     return "\n".join(parts) + "\n"
 
@@ -182,7 +186,8 @@ def _name(target: str, config: str | None) -> str:
 def run_suite(target: str, examples: int, config: str | None, extra: list[str], out: Path) -> int:
     cmd = [sys.executable, "-m", "pytest", "conformance/test_conformance.py", "-q", "-p", "no:cacheprovider",
            f"--target={target}", f"--conformance-examples={examples}", f"--conformance-json={out}",
-           f"--conformance-failures={out.parent / 'failures'}", *(["--config", config] if config else []), *extra]
+           f"--conformance-failures={out.parent / 'failures'}", *(["--config", config] if config else []),
+           *extra]
     return subprocess.run(cmd, cwd=ROOT, env=dict(os.environ), stdout=sys.stderr).returncode
 
 

@@ -54,7 +54,8 @@ FAMILIES = ("-k", "elementwise or contractions")
 
 
 def test_an_undeclared_refusal_fails(tmp_path):
-    args = ("--target", "refusing.0", "--conformance-examples=6", "--conformance-ops=max", "-k", "elementwise")
+    args = ("--target", "refusing.0", "--conformance-examples=6", "--conformance-ops=max")
+    args += ("-k", "elementwise")
     status, out, data = suite(tmp_path, *args, plugin=REFUSING.format(declare=False))
     assert status == 1, out
     assert "an undeclared refusal: refusing.0 declares nothing" in out, out
