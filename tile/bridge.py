@@ -403,39 +403,29 @@ class Op:
         with respect to the inputs at positions ``wrt``, the float outputs' cotangents its inputs;
         derived once per key and ``wrt``. A framework may run it as an op of its own (a second
         derivative is the gradient of this program)."""
-        self.refuse_backward()
-        g = self._derived.get((key, wrt))
-        if g is None:
-            from tile.autodiff import gradient
+        from tile.autodiff import gradient
 
-            types = self.tile_types(key)
-            floats = [o for o, (_, d) in zip(self.outputs, self.out_types(key)) if DType.of(d).is_float]
-            g = self._derived[(key, wrt)] = self.rephrased(
-                lambda: gradient(
-                    self.program,
-                    [self.inputs[i] for i in wrt],
-                    floats,
-                    dtypes={n: t.dtype for n, t in types.items()},
-                    shapes={n: t.shape for n, t in types.items()},
-                ),
-                key,
-            )
-        return g
+        return self._derive((key, wrt), gradient, key, wrt)
 
     def linearization(self, key: Key, wrt: tuple[int, ...]):
         """Tile's JVP program (a ``tile.autodiff.jvp.Linearization``) for inputs of ``key``'s types
         and tangents of the inputs at positions ``wrt``: the tangents of the float outputs, derived
         once per key and ``wrt`` (reverse mode twice). A framework runs it as an op of its own, so
         that it is differentiable in turn."""
-        self.refuse_backward()
-        lin = self._derived.get(("jvp", key, wrt))
-        if lin is None:
-            from tile.autodiff.jvp import linearize
+        from tile.autodiff.jvp import linearize
 
+        return self._derive(("jvp", key, wrt), linearize, key, wrt)
+
+    def _derive(self, slot: tuple, derive, key: Key, wrt: tuple[int, ...]):
+        """``derive(program, wrt names, float outputs, dtypes=, shapes=)`` for ``key``'s types, once
+        per ``slot``, its errors in the op's terms."""
+        self.refuse_backward()
+        found = self._derived.get(slot)
+        if found is None:
             types = self.tile_types(key)
             floats = [o for o, (_, d) in zip(self.outputs, self.out_types(key)) if DType.of(d).is_float]
-            lin = self._derived[("jvp", key, wrt)] = self.rephrased(
-                lambda: linearize(
+            found = self._derived[slot] = self.rephrased(
+                lambda: derive(
                     self.program,
                     [self.inputs[i] for i in wrt],
                     floats,
@@ -444,7 +434,7 @@ class Op:
                 ),
                 key,
             )
-        return lin
+        return found
 
     def _gradient(self, device: str, arrays: Sequence[np.ndarray], wrt: tuple[int, ...], key: Key) -> tuple:
         g = self.gradient(key, wrt)
