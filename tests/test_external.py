@@ -482,5 +482,8 @@ def test_conformance_fails_a_backend_that_answers_wrong_values(tmp_path):
     assert folders, r.stdout[-4000:]
     for folder in folders:
         meta = json.loads((folder / "case.json").read_text())
-        assert meta["target"] == target and "elements differ" in meta["problem"]
+        # a backend answering wrong values is caught on a valid program (its elements differ) or on
+        # one the interpreter refuses (it answers where it must refuse), whichever is drawn first
+        assert meta["target"] == target
+        assert "elements differ" in meta["problem"] or "the interpreter refuses it" in meta["problem"]
         assert f"target {target}" in (folder / "case.tile").read_text().splitlines()[0]
