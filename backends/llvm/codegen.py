@@ -23,7 +23,7 @@ index, or a nested tile) is emitted by ``microkernel`` instead; a fused GEMM nes
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from llvmlite import ir
@@ -385,13 +385,15 @@ def generate(
     stack: list[int] | None = None,
     blocks: Sequence[tuple[int, int] | None] = (),
     epilogues: Sequence = (),
+    only: Collection[int] | None = None,
 ) -> str:
     """The LLVM IR text of the module holding every kernel (``dtypes``: buffer name -> dtype;
     ``vector``: the host's vector width and whether fused multiply-add is allowed, for the
     micro-kernels of ``microkernel``; None keeps every block as plain loops). ``stack`` gets each
     kernel's stack allocations in bytes (packed panels, local buffers); ``blocks`` each kernel's
     cache tiles from an optimizer nest (``match.from_nest``), or None; ``epilogues`` each kernel's
-    fused epilogue (``epilogue.read_fused``), or None."""
+    fused epilogue (``epilogue.read_fused``), or None; ``only``: the first kernels of the
+    ``units`` to build (the others get no function and no stack figure: 0), None: all."""
     module = ir.Module(name="tile")
     module.triple = triple
     module.data_layout = layout
@@ -400,10 +402,11 @@ def generate(
     em.strict = not em.inline_math  # reassoc is off exactly in strict mode (device.LlvmCompiler)
     stacks: dict[int, int] = {}
     skipped: set[int] = set()  # zero fills a micro-kernel took over (their kernels do nothing)
-    for k, info in enumerate(kernels):
-        if k in stacks:
+    for unit in units(kernels):
+        k = unit[0]
+        if only is not None and k not in only:
             continue
-        fill = _zero_fill_of(info, kernels[k + 1]) if k + 1 < len(kernels) else 0
+        fill = _zero_fill_of(kernels[k], kernels[k + 1]) if len(unit) == 2 else 0
         order = [k + 1, k] if fill else [k]
         for j in order:  # the contraction first: whether it took the fill decides the fill's body
             em.stack_bytes = 0
@@ -419,8 +422,20 @@ def generate(
                 skipped.add(k)
             stacks[j] = em.stack_bytes
     if stack is not None:
-        stack.extend(stacks[k] for k in range(len(kernels)))
+        stack.extend(stacks.get(k, 0) for k in range(len(kernels)))
     return str(module)
+
+
+def units(kernels: Sequence[KernelInfo]) -> list[tuple[int, ...]]:
+    """The kernels ``generate`` builds together, in order: a zero fill the next kernel's
+    micro-kernel may take over (``_zero_fill_of``) with that kernel, every other kernel alone."""
+    out: list[tuple[int, ...]] = []
+    k = 0
+    while k < len(kernels):
+        pair = k + 1 < len(kernels) and _zero_fill_of(kernels[k], kernels[k + 1])
+        out.append((k, k + 1) if pair else (k,))
+        k += 2 if pair else 1
+    return out
 
 
 def _zero_fill_of(fill: KernelInfo, kernel: KernelInfo) -> int:

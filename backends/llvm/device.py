@@ -55,7 +55,8 @@ from backends.hal import (
 )
 from backends.llvm import threads
 from backends.llvm.cache import ObjectCache, cache_key
-from backends.llvm.codegen import buffer_dtypes, generate
+from backends.llvm.codegen import buffer_dtypes, generate, units
+from backends.llvm.dedup import representatives, unit_key
 from backends.llvm.epilogue import read_fused, takes
 from backends.llvm.host import host_target, target_machine
 from backends.llvm.match import VectorConfig, from_nest, host_vector_bytes, panel_split
@@ -283,8 +284,10 @@ class LlvmCompiler(Compiler):
             blocks.append(nest[1] if nest else None)
             epilogues.append(epi)
         triple, layout = llvm.get_process_triple(), str(tm.target_data)
+        built = shared_kernels(kernels, code, dtypes)  # kernel -> the kernel whose function it calls
         stack: list[int] = []
-        text = generate(code, schedules, f16c, triple, layout, dtypes, vector, stack, blocks, epilogues)
+        only = {j for j in built if built[j] == j}
+        text = generate(code, schedules, f16c, triple, layout, dtypes, vector, stack, blocks, epilogues, only)
         cache = ObjectCache(cache_key(text, settings, cpu, features), bool(settings.get("cache", True)))
         cached = cache.load()
         mod = llvm.parse_assembly(text)
@@ -299,9 +302,9 @@ class LlvmCompiler(Compiler):
         engine = llvm.create_mcjit_compiler(mod, tm)
         engine.set_object_cache(lambda _m, data: cache.store(data), lambda _m: cached)
         engine.finalize_object()
-        functions = [
-            _KERNEL_FN(engine.get_function_address(kernel_symbol(k, info))) for k, info in enumerate(kernels)
-        ]
+        addresses = {j: engine.get_function_address(kernel_symbol(j, kernels[j])) for j in only}
+        functions = [_KERNEL_FN(addresses[built[k]]) for k in range(len(kernels))]
+        stack = [stack[built[k]] for k in range(len(kernels))]
         status = "off" if not cache.enabled else "hit" if cache.hit else "miss"
         return Library(
             list(kernels),
@@ -314,8 +317,23 @@ class LlvmCompiler(Compiler):
                 "cache_path": str(cache.path),
                 "schedules": schedules,
                 "fused_epilogues": [j for j, e in enumerate(epilogues) if e is not None],
+                "built_as": built,  # kernel k runs the function generated for kernel built[k]
+                "distinct_kernels": len(only),
             },
         )
+
+
+def shared_kernels(kernels: Sequence[KernelInfo], code: Sequence[KernelInfo], dtypes: dict) -> list[int]:
+    """For each kernel, the first kernel that generates the same code (``dedup``): kernels are
+    built as ``codegen.units`` of ``code`` (what ``generate`` builds together), each unit keyed
+    by its original kernels, from which its schedule, nest and epilogue were derived."""
+    groups = units(code)
+    keys = [unit_key([kernels[j] for j in u], [buffer_dtypes(kernels[j], dtypes) for j in u]) for u in groups]
+    out = list(range(len(kernels)))
+    for u, rep in zip(groups, representatives(keys)):
+        for pos, j in enumerate(u):
+            out[j] = groups[rep][pos]
+    return out
 
 
 class LlvmKernel(Kernel):

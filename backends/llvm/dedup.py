@@ -1,0 +1,73 @@
+"""Kernels that differ only in names are built once: a program of many alike statements (a chain of
+8x8 products, a thousand independent matmuls) has thousands of kernels but a handful of distinct ones.
+
+A kernel's code depends on its Stripe block, on which of its buffers sit at which position of the
+buffer table it is called with, on their dtypes, and (``codegen._zero_fill_of``) on whether it is a
+zero fill the next kernel's micro-kernel may take over. ``unit_key`` prints a *unit* (one kernel,
+or a fill and the contraction after it, which ``codegen.generate`` builds together) as Stripe text
+with block names, comments and locations dropped, every refinement name (and every scalar name)
+replaced by a canonical one in order of first appearance (the kernels' buffers first, in table
+order), and the dtypes added. Names are only looked up in the code generator, so two units with
+the same key generate the same code up to names; the buffers reach the function through its table
+by position, so one function serves every such unit with its own buffers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+
+from backends.hal import KernelInfo
+from stripe.ir import Block
+from stripe.printer import format_block
+
+_TOKEN = re.compile(r"\$?[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _plain(block: Block) -> Block:
+    """``block`` without what never reaches the code: its name, comments and location."""
+    stmts = tuple(_plain(s) if isinstance(s, Block) else s for s in block.stmts)
+    return replace(block, name="", comments=(), location=None, stmts=stmts)
+
+
+def _ref_names(block: Block, out: set[str]) -> set[str]:
+    for r in block.refs:
+        out.add(r.into)
+        if r.from_:
+            out.add(r.from_)
+    for s in block.stmts:
+        if isinstance(s, Block):
+            _ref_names(s, out)
+    return out
+
+
+def unit_key(unit: Sequence[KernelInfo], dtypes: Sequence[dict]) -> str:
+    """The canonical text of the kernels ``unit`` (``dtypes``: each one's buffer name -> dtype, as
+    ``codegen.buffer_dtypes`` gives them): equal for units that generate the same code."""
+    canon: dict[str, str] = {}
+    for info in unit:
+        for b in info.buffers:
+            canon.setdefault(b, f"%{len(canon)}")
+    names: set[str] = set(canon)
+    for info in unit:
+        _ref_names(info.block, names)  # type: ignore[arg-type]
+
+    def sub(m: re.Match) -> str:
+        tok = m.group(0)
+        if tok.startswith("$"):  # scalars: their own namespace
+            return canon.setdefault(tok, f"$%{len(canon)}")
+        return canon.setdefault(tok, f"%{len(canon)}") if tok in names else tok
+
+    parts = []
+    for info, dts in zip(unit, dtypes):
+        text = _TOKEN.sub(sub, format_block(_plain(info.block)))  # type: ignore[arg-type]
+        table = ",".join(f"{canon[b]}:{dts.get(b, '')}" for b in info.buffers)
+        parts.append(f"buffers {table}\n{text}")
+    return "\n".join(parts)
+
+
+def representatives(keys: Sequence[str]) -> list[int]:
+    """For each key, the position of its first occurrence (its own when it is the first)."""
+    first: dict[str, int] = {}
+    return [first.setdefault(key, u) for u, key in enumerate(keys)]
