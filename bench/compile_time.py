@@ -7,7 +7,7 @@ Programs (generated here, small 8x8 float32 tensors with integer values so resul
   the previous one's result;
 * ``matmuls N``: N independent 8x8 matrix products of the same two inputs, each its own output.
 
-Per program: the interpreter's time for one call, the device's compile + first call (in a fresh
+After a warm-up on a 2-statement program (imports), per program: the interpreter's time for one call, the device's compile + first call (in a fresh
 ``tile.compile``, disk cache off unless ``--cache``), their ratio, the process's CPU time over the
 compile + call (the machine may be shared: CPU time is the fairer figure), and the peak traced
 Python memory (``tracemalloc``) and peak resident set (``resource``) after it. Every result is
@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", action="store_true", help="use the disk cache (default: off)")
     args = p.parse_args(argv)
     settings = {} if args.cache else {"cache": False}
+    measure(chain(2), args.device, settings)  # imports and first-use set-up, paid by no figure below
     print(f"{'program':<16}{'interp s':>10}{'compile+call s':>16}{'ratio':>8}{'cpu s':>8}"
           f"{'traced MiB':>12}{'max RSS MiB':>13}")
     for name in args.only.split(","):

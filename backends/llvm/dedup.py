@@ -5,7 +5,7 @@ A kernel's code depends on its Stripe block, on which of its buffers sit at whic
 buffer table it is called with, on their dtypes, and (``codegen._zero_fill_of``) on whether it is a
 zero fill the next kernel's micro-kernel may take over. ``unit_key`` prints a *unit* (one kernel,
 or a fill and the contraction after it, which ``codegen.generate`` builds together) as Stripe text
-with block names, comments and locations dropped, every refinement name (and every scalar name)
+with block names, comments and locations dropped, every refinement, index and scalar name
 replaced by a canonical one in order of first appearance (the kernels' buffers first, in table
 order), and the dtypes added. Names are only looked up in the code generator, so two units with
 the same key generate the same code up to names; the buffers reach the function through its table
@@ -31,14 +31,16 @@ def _plain(block: Block) -> Block:
     return replace(block, name="", comments=(), location=None, stmts=stmts)
 
 
-def _ref_names(block: Block, out: set[str]) -> set[str]:
+def _names(block: Block, out: set[str]) -> set[str]:
+    """Every refinement and index name of ``block`` and its nested blocks."""
+    out.update(ix.name for ix in block.idxs)
     for r in block.refs:
         out.add(r.into)
         if r.from_:
             out.add(r.from_)
     for s in block.stmts:
         if isinstance(s, Block):
-            _ref_names(s, out)
+            _names(s, out)
     return out
 
 
@@ -51,7 +53,7 @@ def unit_key(unit: Sequence[KernelInfo], dtypes: Sequence[dict]) -> str:
             canon.setdefault(b, f"%{len(canon)}")
     names: set[str] = set(canon)
     for info in unit:
-        _ref_names(info.block, names)  # type: ignore[arg-type]
+        _names(info.block, names)  # type: ignore[arg-type]
 
     def sub(m: re.Match) -> str:
         tok = m.group(0)
