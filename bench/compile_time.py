@@ -7,11 +7,12 @@ Programs (generated here, small 8x8 float32 tensors with integer values so resul
   the previous one's result;
 * ``matmuls N``: N independent 8x8 matrix products of the same two inputs, each its own output.
 
-After a warm-up on a 2-statement program (imports), per program: the interpreter's time for one call, the device's compile + first call (in a fresh
-``tile.compile``, disk cache off unless ``--cache``), their ratio, the process's CPU time over the
-compile + call (the machine may be shared: CPU time is the fairer figure), and the peak traced
-Python memory (``tracemalloc``) and peak resident set (``resource``) after it. Every result is
-checked equal to the interpreter's. bench/RESULTS.md ("Compile time") has figures.
+After a warm-up on a 2-statement program (imports), per program: the interpreter's time for
+one call, the device's compile + first call (in a fresh ``tile.compile``, disk cache off unless
+``--cache``), their ratio, the process's CPU time over the compile + call (the machine may be
+shared: CPU time is the fairer figure), and the peak traced Python memory (``tracemalloc``) and
+peak resident set (``resource``) after it. Every result is checked equal to the interpreter's.
+bench/RESULTS.md ("Compile time") has figures.
 """
 
 from __future__ import annotations
