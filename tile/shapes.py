@@ -56,9 +56,12 @@ def size_binop(op: str, a: Size, b: Size) -> Size:
 
 
 def same_size(a: Size, b: Size) -> bool:
-    if is_concrete(a) and is_concrete(b):
+    if a == b or (is_concrete(a) and is_concrete(b)):  # identical: no simplify (seconds on long programs)
         return a == b
-    return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+    diff = sympy.sympify(a) - sympy.sympify(b)
+    if diff.is_polynomial():  # zero exactly when its expansion is: far cheaper than simplify
+        return sympy.expand(diff) == 0
+    return sympy.simplify(diff) == 0
 
 
 def may_equal(a: Size, b: Size, notes: list[str] | None, what: str) -> bool:
