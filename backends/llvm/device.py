@@ -1,7 +1,9 @@
 """The LLVM CPU device: HAL compiler, executor and kernels over an MCJIT module and a thread pool.
 
-``build`` generates one module for all kernels (``codegen``), optimizes it at ``-O3`` for the host
-CPU (unless the object cache has it) and keeps the execution engine in ``Library.handle``.
+``build`` generates one module for all kernels (``codegen``), each kernel alike up to names built
+once (``dedup``: duplicates call the first one's function with their own buffers), optimizes it at
+``-O3`` for the host CPU and keeps the execution engine in ``Library.handle``; when the object
+cache has the plan (``cache.plan_key``) it generates and optimizes nothing and loads the object.
 ``Kernel.run`` calls the kernel function on the calling thread when its dependencies are done
 and the dispatcher has nothing queued (and the kernel keeps little on the stack), else returns
 at once and a dispatcher thread waits for the dependencies, then calls it; either way split into
@@ -54,7 +56,7 @@ from backends.hal import (
     wait_all,
 )
 from backends.llvm import threads
-from backends.llvm.cache import ObjectCache, cache_key
+from backends.llvm.cache import ObjectCache, pack_entry, plan_key, unpack_entry
 from backends.llvm.codegen import buffer_dtypes, generate, units
 from backends.llvm.dedup import representatives, unit_key
 from backends.llvm.epilogue import read_fused, takes
@@ -284,27 +286,38 @@ class LlvmCompiler(Compiler):
             blocks.append(nest[1] if nest else None)
             epilogues.append(epi)
         triple, layout = llvm.get_process_triple(), str(tm.target_data)
-        built = shared_kernels(kernels, code, dtypes)  # kernel -> the kernel whose function it calls
-        stack: list[int] = []
+        built, keys = shared_kernels(kernels, code, dtypes)  # kernel -> the kernel whose function it calls
         only = {j for j in built if built[j] == j}
-        text = generate(code, schedules, f16c, triple, layout, dtypes, vector, stack, blocks, epilogues, only)
-        cache = ObjectCache(cache_key(text, settings, cpu, features), bool(settings.get("cache", True)))
-        cached = cache.load()
-        mod = llvm.parse_assembly(text)
-        mod.verify()
-        if cached is None:
+        meta = {"threads": threads, "vector": repr(vector), "triple": triple, "layout": layout, "f16c": f16c}
+        key = plan_key(keys, built, meta, settings, cpu, features)
+        cache = ObjectCache(key, bool(settings.get("cache", True)))
+        entry = cache.load()
+        parts = unpack_entry(entry) if entry is not None else None
+        if parts is not None:  # a plan built before: no IR generated, parsed or optimized
+            stack, text, obj = parts
+            mod = llvm.parse_assembly(f'target triple = "{triple}"\ntarget datalayout = "{layout}"\n')
+            engine = llvm.create_mcjit_compiler(mod, tm)
+            engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        else:
+            cache.hit = False
+            stack = []
+            args = (f16c, triple, layout, dtypes, vector, stack, blocks, epilogues, only)
+            text = generate(code, schedules, *args)
+            stack = [stack[built[k]] for k in range(len(kernels))]
+            mod = llvm.parse_assembly(text)
+            mod.verify()
             opt = int(settings.get("opt", 3))
             pto = llvm.create_pipeline_tuning_options(speed_level=opt)
             pto.loop_vectorization = opt >= 2
             pto.slp_vectorization = opt >= 2
             pb = llvm.create_pass_builder(tm, pto)
             pb.getModulePassManager().run(mod, pb)
-        engine = llvm.create_mcjit_compiler(mod, tm)
-        engine.set_object_cache(lambda _m, data: cache.store(data), lambda _m: cached)
+            engine = llvm.create_mcjit_compiler(mod, tm)
+            store = lambda _m, data: cache.store(pack_entry(stack, text, data))  # noqa: E731
+            engine.set_object_cache(store, lambda _m: None)
         engine.finalize_object()
         addresses = {j: engine.get_function_address(kernel_symbol(j, kernels[j])) for j in only}
         functions = [_KERNEL_FN(addresses[built[k]]) for k in range(len(kernels))]
-        stack = [stack[built[k]] for k in range(len(kernels))]
         status = "off" if not cache.enabled else "hit" if cache.hit else "miss"
         return Library(
             list(kernels),
@@ -323,8 +336,11 @@ class LlvmCompiler(Compiler):
         )
 
 
-def shared_kernels(kernels: Sequence[KernelInfo], code: Sequence[KernelInfo], dtypes: dict) -> list[int]:
-    """For each kernel, the first kernel that generates the same code (``dedup``): kernels are
+def shared_kernels(
+    kernels: Sequence[KernelInfo], code: Sequence[KernelInfo], dtypes: dict
+) -> tuple[list[int], list[str]]:
+    """For each kernel, the first kernel that generates the same code (``dedup``), and each unit's
+    key: kernels are
     built as ``codegen.units`` of ``code`` (what ``generate`` builds together), each unit keyed
     by its original kernels, from which its schedule, nest and epilogue were derived."""
     groups = units(code)
@@ -333,7 +349,7 @@ def shared_kernels(kernels: Sequence[KernelInfo], code: Sequence[KernelInfo], dt
     for u, rep in zip(groups, representatives(keys)):
         for pos, j in enumerate(u):
             out[j] = groups[rep][pos]
-    return out
+    return out, keys
 
 
 class LlvmKernel(Kernel):
