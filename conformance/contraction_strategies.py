@@ -162,16 +162,20 @@ def high_rank(draw):
 
 
 @st.composite
-def contraction_sweep(draw) -> Case:
+def contraction_sweep(draw, large: bool = True) -> Case:
     """Every aggregation and combination at once, over rows that tell each from its neighbours
-    (``conformance.sweeps``): a third of the draws, so among a run's first examples."""
+    (``conformance.sweeps``), as often as not at the large extents (``large``): a share of the
+    draws, so among a run's first examples."""
     dtype = draw(st.sampled_from(CONTRACTION_DTYPES))
-    src, inputs, length = sweeps.contraction_program(dtype, draw(st.integers(0, 2**32 - 1)))
+    seed = draw(st.integers(0, 2**32 - 1))
+    src, inputs, length = sweeps.contraction_program(dtype, seed, large=large and draw(st.booleans()))
     return Case("contraction", src, inputs, length=length)
 
 
-def contractions() -> st.SearchStrategy[Case]:
-    return st.one_of(drawn_contractions(), contraction_sweep())  # (last: a failure shrinks away from it)
+def contractions(large: bool = True) -> st.SearchStrategy[Case]:
+    """Drawn contractions, or the sweep (``large``: now and then at ``sweeps.LARGE``)."""
+    # (the sweep last: a failure shrinks away from it)
+    return st.one_of(drawn_contractions(), contraction_sweep(large))
 
 
 @st.composite

@@ -177,22 +177,25 @@ def structural(draw) -> Case:
 
 
 @st.composite
-def elementwise_sweep(draw) -> Case:
+def elementwise_sweep(draw, large: bool = True) -> Case:
     """Every exact elementwise builtin and cast at once on values that tell each from its
     neighbours (``conformance.sweeps``); or only those that compute in one type (a device with few
-    types runs them); now and then every float builtin on finite values."""
+    types runs them), as often as not at the large extents (``large``); now and then every float
+    builtin on finite values."""
     seed = draw(st.integers(0, 2**32 - 1))
     if draw(st.integers(0, 3)) == 3:
         dtype = draw(st.sampled_from(FLOAT_DTYPES))
         src, inputs = sweeps.transcendental_program(dtype, seed, UNARY_FLOAT)
         return Case("elementwise", src, inputs, exact=False, ulps=8.0)
     dtype = draw(st.sampled_from(FLOAT_DTYPES + INT_DTYPES))
-    closed = draw(st.booleans())  # (the first example: everything at once)
+    closed = draw(st.integers(0, 3)) == 3  # a quarter (the first example: everything at once)
     pool = UNARY_EXACT + BINARY_EXACT + CASTS + (INT_ONLY if np.dtype(dtype).kind in "iu" else [])
-    src, inputs = sweeps.elementwise_program(dtype, seed, pool, closed)
+    src, inputs = sweeps.elementwise_program(dtype, seed, pool, closed, large=large and draw(st.booleans()))
     return Case("elementwise", src, inputs)
 
 
-def elementwise() -> st.SearchStrategy[Case]:
-    return st.one_of(chain(), structural(), elementwise_sweep())  # (last: a failure shrinks away from it)
+def elementwise(large: bool = True) -> st.SearchStrategy[Case]:
+    """Chains, structural chains, or the sweep (``large``: now and then at ``sweeps.LARGE``)."""
+    # (the sweep last: a failure shrinks away from it)
+    return st.one_of(chain(), structural(), elementwise_sweep(large))
 

@@ -7,13 +7,22 @@ separate each operation from the ones a code generator could mistake it for:
 * ties (``X == Y`` at some points), for ``<`` against ``<=`` and for ``max`` against ``min``;
 * a row of only negative values (a ``max`` starting at 0 shows) and one of only positive values
   (a ``min`` starting at 0 shows);
+* rows of only the extremes: all +inf and all -inf in floats (a ``min`` starting at the largest
+  finite value, a ``max`` at its negative, shows), all INT_MIN and all INT_MAX in integers;
+* finite values beyond the range of the next narrower type, of both signs (float64 above
+  float32's largest, float32 above float16's; integers that 8 and 16 bits wrap): a temporary, an
+  accumulator or an identity held in a narrower type shows;
 * nan, ±0 and ±inf in floats; INT_MIN, INT_MAX, -1 and 0 in integers (overflow, ``INT_MIN / -1``);
 * halves (rounding ties) and values float16 and bfloat16 cannot hold (1 + 2^-11, 2049, 257,
   65520, 2^-30);
-* odd extents (5 x 7), which leave a remainder for any tiling.
+* odd extents (9 x 7), which leave a remainder for any tiling; and, drawn as often as not, the same
+  rows repeated to 37 x 43, which are also more than one vector, block or work-group of any
+  usual size, so a tile edge past the first tile shows;
+* operands broadcast along either axis (a row, a column) and a 0-D operand.
 
 Every value is exact to compare: elementwise results are single correctly rounded operations,
-and a sum or product over values that are integers, ±inf or nan gives the same bits in any order.
+and a sum or product over values that are integers, ±inf or nan, or small integer multiples of one
+power of two, gives the same bits in any order.
 """
 
 from __future__ import annotations
@@ -22,19 +31,38 @@ import functools
 
 import numpy as np
 
-ROWS, COLS = 5, 7
+ROWS, COLS = 9, 7
+LARGE = (37, 43)  # odd, prime, and past one tile of 32
+
+
+def _scale(dtype, headroom: int) -> float:
+    """``2^e`` with ``e`` that many binary orders below the type's overflow: beyond the next
+    narrower float type's range (float64: 2^1008 > float32's max), and still headroom for sums."""
+    return 2.0 ** (np.finfo(dtype).maxexp - headroom)
+
+
+HUGE = [1, 3, 2, 5, 1, 7, 4]  # small coefficients of a power of two: their sums are exact
 
 
 def float_rows(dtype) -> tuple[np.ndarray, np.ndarray]:
-    """``X`` and ``Y`` (5 x 7) for float programs: row 0 only negative, row 1 only positive, row 2
-    nan and infinities, row 3 ties with ``Y`` and signed zeros, row 4 values float16/bfloat16 round."""
+    """``X`` and ``Y`` (9 x 7) for float programs: row 0 only negative, row 1 only positive, row 2
+    nan and infinities, row 3 ties with ``Y`` and signed zeros, row 4 values float16/bfloat16 round,
+    row 5 only +inf, row 6 only -inf, rows 7 and 8 finite values beyond the next narrower type's
+    range (and the type's largest), positive and negative."""
     nan, inf = np.nan, np.inf
+    dtype = np.dtype(dtype)
+    big, top = _scale(dtype, 5), float(np.finfo(dtype).max)
+    huge = [top, *(big * np.array(HUGE[1:]))]
     x = [
         [-3, -1, -2, -7, -5, -1, -4],
         [1, 2, 3, 0.5, 4, 6, 2],
         [nan, inf, -inf, 1, -1, nan, 3],
         [2, 2, -2, 1.5, 2.5, -0.0, 0.0],
         [1 + 2.0**-11, 2049, 257, 65520, 2.0**-30, -2.5, 0.5],
+        [inf] * COLS,
+        [-inf] * COLS,
+        huge,
+        [-v for v in huge],
     ]
     y = [
         [-3, 1, -1, -7, 2, -2, 4],
@@ -42,22 +70,32 @@ def float_rows(dtype) -> tuple[np.ndarray, np.ndarray]:
         [1, inf, 2, nan, -inf, 0, 3],
         [2, -2, -2, 1.5, 0.5, 0.0, -0.0],
         [1, 2048, 256, 2, -3, -2.5, 1],
+        [inf, -inf, 1, -1, 0, nan, -0.0],
+        [-inf, inf, 2, -2, -0.0, 3, 0],
+        [2, big, -1, 0.5, -big, 3, top],
+        [-top, 3, big, -0.5, 1, -big, 2],
     ]
     with np.errstate(over="ignore"):
         return np.array(x).astype(dtype), np.array(y).astype(dtype)
 
 
 def int_rows(dtype) -> tuple[np.ndarray, np.ndarray]:
-    """``X`` and ``Y`` (5 x 7) for integer programs: negative and positive rows, the type's
-    extremes with -1 and 0 (``INT_MIN / -1``, ``x / 0``), ties, odd values for the shifts."""
+    """``X`` and ``Y`` (9 x 7) for integer programs: negative and positive rows, the type's
+    extremes with -1 and 0 (``INT_MIN / -1``, ``x / 0``), ties, odd values for the shifts, a row of
+    only INT_MIN and one of only INT_MAX, and values that 8 and 16 bits wrap (both signs)."""
     info = np.iinfo(dtype)
     lo, hi = int(info.min), int(info.max)
+    wide = [255, 256, 65535, 65536, -129, -32769, 1 << 30]
     x = [
         [-3, -1, -2, -7, -5, -1, -4],
         [1, 2, 3, 5, 4, 6, 2],
         [lo, hi, lo, hi, 0, -1, 1],
         [2, 2, -2, 7, -7, 0, 3],
         [hi - 1, lo + 1, 100, -100, 127, -128, 9],
+        [lo] * COLS,
+        [hi] * COLS,
+        wide,
+        [-v for v in wide],
     ]
     y = [
         [-3, 1, -1, -7, 2, -2, 4],
@@ -65,10 +103,15 @@ def int_rows(dtype) -> tuple[np.ndarray, np.ndarray]:
         [-1, 1, 0, -1, lo, 2, hi],
         [2, -2, -2, 2, 3, 5, -3],
         [2, 3, 28, 3, 1, -1, -9],
+        [-1, 1, 2, -2, lo, hi, 3],
+        [hi, -1, 2, lo, 1, -2, 3],
+        [3, -2, 7, -1, 2, 5, -3],
+        [-3, 2, 256, 1, -2, 255, 3],
     ]
-    if info.min == 0:  # unsigned: the negative values wrap to large ones, as a cast would
-        return (np.array(x) % (hi + 1)).astype(dtype), (np.array(y) % (hi + 1)).astype(dtype)
-    return np.array(x).clip(lo, hi).astype(dtype), np.array(y).clip(lo, hi).astype(dtype)
+    bits = 8 * np.dtype(dtype).itemsize
+    # every value wrapped to the type, as a cast would (unsigned: the negative ones become large)
+    wrap = (lambda a: a % (1 << bits)) if lo == 0 else (lambda a: (a - lo) % (1 << bits) + lo)
+    return wrap(np.array(x, dtype=object)).astype(dtype), wrap(np.array(y, dtype=object)).astype(dtype)
 
 
 def rows(dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -81,45 +124,71 @@ def shuffled(rng: np.random.Generator, a: np.ndarray) -> np.ndarray:
     return np.stack([rng.permutation(r) for r in a]) if a.ndim == 2 else a
 
 
-AGGREGATIONS = {  # name -> a statement over X (5 x 7) and Y (7): each a different aggregation or shape
-    "max": "{o}[i: 5] = >(X[i, j]);",
-    "min": "{o}[i: 5] = <(X[i, j]);",
-    "sum": "{o}[i: 5] = +(X[i, j]);",
-    "prod": "{o}[i: 5] = *(X[i, j]);",
-    "dot": "{o}[i: 5] = +(X[i, j] * Y[j]);",
-    "max_plus": "{o}[i: 5] = >(X[i, j] + Y[j]);",
-    "min_mul": "{o}[i: 5] = <(X[i, j] * Y[j]);",
-    "col_max": "{o}[j: 7] = >(X[i, j]);",
-    "col_min": "{o}[j: 7] = <(X[i, j]);",
-    "window": "{o}[i, j: 5, 7] = +(X[i, j + k]), k < 3;",
-    "stride": "{o}[i, j: 5, 4] = >(X[i, 2*j]);",
-    "shift": "{o}[i, j: 5, 7] = =(X[i, j - 1]);",
-    "eq": "{o}[i: 5] = +(X[i, j] == Y[j] ? X[i, j]);",
-    "larger": "{o}[i, j: 6, 8] = +(X[i, j]);",
+def tiled(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``a`` repeated along each axis and cut to ``shape`` (rows keep their kinds of value when the
+    column count grows; rows of every kind recur when the row count grows)."""
+    reps = [-(-s // d) for s, d in zip(shape, a.shape)]
+    return np.tile(a, reps)[tuple(slice(0, s) for s in shape)]
+
+
+# name -> a statement over X (n x m), Y (m) and Z (m x 3): each a different aggregation, shape or
+# constraint ({h}: ceil(m / 2); {c}: m - 2)
+AGGREGATIONS = {
+    "max": "{o}[i: {n}] = >(X[i, j]);",
+    "min": "{o}[i: {n}] = <(X[i, j]);",
+    "sum": "{o}[i: {n}] = +(X[i, j]);",
+    "prod": "{o}[i: {n}] = *(X[i, j]);",
+    "dot": "{o}[i: {n}] = +(X[i, j] * Y[j]);",
+    "max_plus": "{o}[i: {n}] = >(X[i, j] + Y[j]);",
+    "min_mul": "{o}[i: {n}] = <(X[i, j] * Y[j]);",
+    "col_max": "{o}[j: {m}] = >(X[i, j]);",
+    "col_min": "{o}[j: {m}] = <(X[i, j]);",
+    "col_sum": "{o}[j: {m}] = +(X[i, j]);",
+    "matmul": "{o}[i, k: {n}, 3] = +(X[i, j] * Z[j, k]);",
+    "window": "{o}[i, j: {n}, {m}] = +(X[i, j + k]), k < 3;",
+    "stride": "{o}[i, j: {n}, {h}] = >(X[i, 2*j]);",
+    "shift": "{o}[i, j: {n}, {m}] = =(X[i, j - 1]);",
+    "eq": "{o}[i: {n}] = +(X[i, j] == Y[j] ? X[i, j]);",
+    "masked_min": "{o}[i: {n}] = <(X[i, j]), j < {c};",
+    "triangle_max": "{o}[i: {n}] = >(X[i, j]), i - j < {n};",
+    "larger": "{o}[i, j: {n1}, {m1}] = +(X[i, j]);",
 }
 
 
 def contraction_rows(dtype) -> tuple[np.ndarray, np.ndarray]:
     """``rows`` for sums and products, whose order may differ between targets: every value an
-    integer, ±0, ±inf or nan (row 4 of the floats, which float16 rounds, becomes integers; in
-    float64, integers that a float32 accumulator rounds)."""
+    integer, ±0, ±inf or nan, or a small integer times one power of two (row 4 of the floats,
+    which float16 rounds, becomes integers; in float64, integers that a float32 accumulator
+    rounds; rows 7 and 8 lose the type's largest value, whose sums with others overflow or not by
+    their order)."""
     x, y = rows(dtype)
     if np.dtype(dtype).kind == "f":
         x[4] = np.array([7, -7, 3, 9, -9, 11, 1], dtype=dtype)
         if np.dtype(dtype) == np.float64:  # exact in float64 in any order, not in a float32 accumulator
             x[4] = np.array([2.0**24, 1, 1, -3, 2.0**25, 1, 7])
+        big = _scale(dtype, 16)  # room for sums of 43 products with Y and Z
+        x[7], x[8] = big * np.array(HUGE), -big * np.array(HUGE[::-1])
         y = np.array([1, -2, 4, 0, -1, 6, 3], dtype=dtype)[None].repeat(ROWS, 0)
     return x, y[1]
 
 
-def contraction_program(dtype, seed: int) -> tuple[str, dict[str, np.ndarray], int]:
-    """Every aggregation of ``AGGREGATIONS`` as one program's outputs, its inputs, its length."""
+def contraction_program(dtype, seed: int, large: bool = False) -> tuple[str, dict[str, np.ndarray], int]:
+    """Every aggregation of ``AGGREGATIONS`` as one program's outputs, its inputs, its length;
+    ``large``: over the rows repeated to ``LARGE`` (float products left out: 43 factors round)."""
     rng = np.random.default_rng(seed)
     x, y = contraction_rows(dtype)
-    outs = [f"O_{k}" for k in AGGREGATIONS]
-    body = " ".join(t.format(o=o) for o, t in zip(outs, AGGREGATIONS.values()))
-    src = f"function (X[N, M], Y[M]) -> ({', '.join(outs)}) {{ {body} }}"
-    return src, {"X": shuffled(rng, x), "Y": rng.permutation(y)}, COLS
+    z = np.stack([y, y[::-1], np.roll(y, 3)], axis=1)  # m x 3, integers with a zero in each column
+    if large:
+        x, y, z = tiled(x, LARGE), tiled(y, LARGE[1:]), tiled(z, (LARGE[1], 3))
+    n, m = x.shape
+    sizes = {"n": n, "m": m, "h": (m + 1) // 2, "c": m - 2, "n1": n + 1, "m1": m + 1}
+    float_large = large and np.dtype(dtype).kind == "f"
+    names = [k for k in AGGREGATIONS if not (float_large and k == "prod")]
+    outs = [f"O_{k}" for k in names]
+    body = " ".join(AGGREGATIONS[k].format(o=o, **sizes) for o, k in zip(outs, names))
+    src = f"function (X[N, M], Y[M], Z[M, K]) -> ({', '.join(outs)}) {{ {body} }}"
+    inputs = {"X": shuffled(rng, x), "Y": rng.permutation(y), "Z": rng.permutation(z)}
+    return src, inputs, m
 
 
 @functools.cache
@@ -144,26 +213,31 @@ def _closed(template: str, dtype: str) -> bool:
 
 
 def elementwise_program(
-    dtype, seed: int, templates: list[str], closed: bool = False
+    dtype, seed: int, templates: list[str], closed: bool = False, large: bool = False
 ) -> tuple[str, dict[str, np.ndarray]]:
     """Every template (``{0}``, ``{1}``: the operands) applied to ``X`` and ``Y`` as one program's
-    outputs; each cast's result again through ``as_float(..., 64) * 3``; and ``X - R``, ``R < X``
-    with a row ``R`` broadcast over ``X``'s rows. ``closed``: only the templates that compute in
-    ``dtype`` alone."""
+    outputs; each cast's result again through ``as_float(..., 64) * 3``; and ``X - R``, ``R < X``,
+    ``C - X``, ``X * S`` with a row ``R`` broadcast over ``X``'s rows, a column ``C`` over its
+    columns and a 0-D ``S``. ``closed``: only the templates that compute in ``dtype`` alone;
+    ``large``: the rows repeated to ``LARGE``."""
     rng = np.random.default_rng(seed)
     x, y = rows(dtype)
+    s = np.array(y[1, 1])  # -2 (unsigned: wrapped)
     perm = rng.permutation(COLS)  # the same for X and Y: the ties stay aligned
     x, y = x[:, perm], y[:, perm]
+    if large:
+        x, y = tiled(x, LARGE), tiled(y, LARGE)
     if closed:  # for devices of one type: only what computes in ``dtype`` alone
         templates = [t for t in templates if _closed(t, np.dtype(dtype).name)]
     exprs = [t.format("X", "Y") for t in templates]
     if not closed:  # a cast's result computed with further (a width or rounding the output type hides)
         exprs += [f"as_float({e}, 64) * 3" for e in exprs if e.startswith(("as_", "round_tf32"))]
-    exprs += ["X - R"] + ([] if closed else ["R < X"])
+    exprs += ["X - R", "C - X", "X * S"] + ([] if closed else ["R < X"])
     stmts = [f"O{k} = {e};" for k, e in enumerate(exprs)]
     outs = ", ".join(f"O{k}" for k in range(len(stmts)))
-    src = f"function (X, Y, R) -> ({outs}) {{ {' '.join(stmts)} }}"
-    return src, {"X": x, "Y": y, "R": y[3].copy()}
+    src = f"function (X, Y, R, C, S) -> ({outs}) {{ {' '.join(stmts)} }}"
+    inputs = {"X": x, "Y": y, "R": y[3].copy(), "C": y[:, 1:2].copy(), "S": s}
+    return src, inputs
 
 
 def transcendental_program(dtype, seed: int, templates: list[str]) -> tuple[str, dict[str, np.ndarray]]:

@@ -7,6 +7,7 @@ import re
 
 import ml_dtypes
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, seed, settings
 
 import ref_interp
@@ -111,13 +112,31 @@ def test_sized_family_takes_its_sizes_as_inputs():
 
 
 def test_the_sweeps_come_early():
-    """The sweeps (every aggregation, every exact builtin at once) are among the first draws."""
+    """The sweeps (every aggregation, every exact builtin at once) are among the first draws, at
+    both extents."""
     first_c = [c for c in draw_many(strategies.contractions(), 20) if "O_max" in c.source]
-    first_e = [c for c in draw_many(strategies.elementwise(), 20) if "O20 =" in c.source]
-    assert first_c and all(f"O_{k}" in first_c[0].source for k in sweeps.AGGREGATIONS)
+    first_e = [c for c in draw_many(strategies.elementwise(), 20) if "R < X" in c.source]  # (not closed)
+    assert any(all(f"O_{k}" in c.source for k in sweeps.AGGREGATIONS) for c in first_c)
+    assert {c.inputs["X"].shape for c in first_c} == {(sweeps.ROWS, sweeps.COLS), sweeps.LARGE}
     assert first_e
     for template in strategies.UNARY_EXACT + strategies.BINARY_EXACT + strategies.CASTS:
         assert template.format("X", "Y") in first_e[0].source, template
+
+
+def test_the_optimized_family_draws_only_small_sweeps():
+    """Every pass step of every config runs in the Stripe interpreter there: the large sweeps would
+    take minutes each."""
+    cases = [c for c in draw_many(strategies.optimized(), 60) if "X" in c.inputs]
+    assert any(c.inputs["X"].shape == (sweeps.ROWS, sweeps.COLS) for c in cases)  # sweeps, small
+    assert all(c.inputs["X"].shape != sweeps.LARGE for c in cases)
+
+
+def _narrower(dtype) -> float | None:
+    """The largest finite value of the next narrower type of the same kind, or None."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return {8: float(np.finfo(np.float32).max), 4: float(np.finfo(np.float16).max)}.get(dtype.itemsize)
+    return {8: 2**31 - 1, 4: 2**15 - 1, 2: 2**7 - 1}.get(dtype.itemsize)
 
 
 def test_sweep_values_tell_operations_apart():
@@ -131,21 +150,73 @@ def test_sweep_values_tell_operations_apart():
         if kind == "f":
             assert np.isnan(x).any() and np.isposinf(x).any() and np.isneginf(x).any()
             assert (np.signbit(x) & (x == 0)).any()  # -0
+            # a min starting at the largest finite value, a max at its negative, shows
+            assert np.isposinf(x).all(axis=1).any() and np.isneginf(x).all(axis=1).any()
+            top = np.finfo(dtype).max
+            assert (x == top).any() and (x == -top).any()
         else:
             info = np.iinfo(dtype)
             assert info.min in x and info.max in x
+            assert (x == info.min).all(axis=1).any() and (x == info.max).all(axis=1).any()
             if kind == "i":
                 assert ((x == info.min) & (y == -1)).any()  # INT_MIN / -1
+        narrow = _narrower(dtype)
+        if narrow is not None:  # a temporary held in the narrower type shows, above and below
+            finite = x[np.isfinite(x)] if kind == "f" else x
+            if kind == "f":
+                assert (np.abs(finite) > narrow).all(axis=-1).any() or (finite > narrow).any()
+                assert (finite > narrow).any() and (finite < -narrow).any()
+            elif kind == "i":
+                assert (x.astype(np.int64) > narrow).any() and (x.astype(np.int64) < -narrow - 1).any()
     x, _ = sweeps.rows(np.float32)
     assert (x.astype(np.float16).astype(np.float32) != x).any()  # float16 rounds some
     assert (x.astype(ml_dtypes.bfloat16).astype(np.float32) != x).any()  # so does bfloat16
     assert x.shape[1] % 2 and x.shape[1] % 4  # odd extents: a remainder for any tiling
+    n, m = sweeps.LARGE
+    assert n % 2 and m % 2 and n > 32 and m > 32  # and more than one tile of 32
 
 
-def test_contraction_sweep_values_are_exact_in_any_order():
+def _ordered(values: np.ndarray, op, order) -> np.ndarray:
+    """``op`` over ``values`` (1-D) in ``order``, rounding after each step in their type."""
+    acc = values[order[0]]
+    for k in order[1:]:
+        acc = op(acc, values[k])
+    return acc
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_contraction_sweep_values_are_exact_in_any_order(large):
+    """Every row's sum, product and sums of products with ``Y`` and ``Z`` give the same bits in
+    forward, backward and shuffled order: a target may reduce in any order and still match."""
+    rng = np.random.default_rng(5)
     for dtype in strategies.CONTRACTION_DTYPES:
-        x, _ = sweeps.contraction_rows(dtype)
-        if np.dtype(dtype).kind == "f":  # halves of small integers: sums and products of 7 are exact
-            finite = x[np.isfinite(x)]
-            assert (finite * 2 == np.round(finite * 2)).all()
-            assert (abs(finite) < (16 if dtype != np.float64 else 2**26)).all()
+        if np.dtype(dtype).kind != "f":
+            continue  # integers wrap, which is exact in any order
+        _, inputs, _ = sweeps.contraction_program(dtype, 3, large)
+        x, y, z = inputs["X"], inputs["Y"], inputs["Z"]
+        m = x.shape[1]
+        orders = [np.arange(m), np.arange(m)[::-1], rng.permutation(m)]
+        series = [x, x * y] + [x * z[:, c] for c in range(3)] + ([] if large else [x])
+        ops = [np.add] * 5 + ([] if large else [np.multiply])
+        with np.errstate(all="ignore"):
+            for a, op in zip(series, ops):
+                for row in a:
+                    got = [_ordered(row, op, o) for o in orders]
+                    same = all(np.isnan(got)) or len({g.tobytes() for g in got}) == 1  # (any nan)
+                    assert same, (dtype, large, op, row, got)
+
+
+def test_the_float_sweeps_carry_infinities_through_the_aggregations():
+    """Run by the interpreter, each float contraction sweep has +inf under a min and -inf under a
+    max (all-infinite rows), an infinity in every row-wise output that multiplies by nothing, and
+    a nan or an infinity in every output."""
+    for dtype in (np.float32, np.float64):
+        src, inputs, _ = sweeps.contraction_program(dtype, 1)
+        out = ref_interp.run(src, inputs)
+        assert np.isposinf(out["O_min"]).any() and np.isneginf(out["O_max"]).any()
+        assert np.isposinf(out["O_masked_min"]).any() and np.isneginf(out["O_triangle_max"]).any()
+        for name, value in out.items():
+            if name != "O_eq":  # (Y, which it compares with, is finite)
+                assert not np.isfinite(value).all(), (dtype, name)
+            if not any(k in name for k in ("dot", "mul", "col_sum", "eq")):
+                assert np.isinf(value).any(), (dtype, name)

@@ -9,7 +9,7 @@ import re
 from conformance.mutants.base import Mutant, Witness, arrays
 from conformance.mutants.text import minus_one, sub
 
-F32, F64, I32, I8 = "float32", "float64", "int32", "int8"
+F32, F64, I32, I8, U8 = "float32", "float64", "int32", "int8", "uint8"
 VALUE = r'%"[^"]+"|%[\w.]+'  # an SSA value
 
 
@@ -95,4 +95,11 @@ MUTANTS = [
            minus_one(rf"icmp slt i64 (?:{VALUE}), (?P<n>\d+)\b"), _red("+", I32, [[1, 5, 3], [-2, -7, -1]])),
     Mutant("llvm_store_dropped", "llvm", "store", "the last store of each kernel dropped",
            last_store_dropped, _ew("X + 1", F32, X=[1, 6])),
+    # written after the sweeps were broadened, and checked without changing them (held-out style)
+    Mutant("llvm_udiv_as_sdiv", "llvm", "signedness", "unsigned i8-i32 division as signed",
+           sub(r"\budiv i(8|16|32) ", r"sdiv i\1 "), _ew("X / Y", U8, X=[200, 6], Y=[3, 7])),
+    Mutant("llvm_icmp_ult_as_slt", "llvm", "signedness", "unsigned < of i8-i32 as signed",
+           sub(r"icmp ult i(8|16|32) ", r"icmp slt i\1 "), _ew("X < Y", U8, X=[200, 6], Y=[3, 7])),
+    Mutant("llvm_zext_as_sext", "llvm", "cast", "zero extension of i8/i16 as sign extension",
+           sub(r"\bzext i(8|16) ", r"sext i\1 "), _ew("as_int(X, 32) + 1", U8, X=[200, 6])),
 ]

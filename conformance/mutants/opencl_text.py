@@ -85,4 +85,8 @@ MUTANTS = [
            sub(r"\buchar s_", "char s_"), _ew("X + 1", U8, X=[200, 6])),
     Mutant("opencl_half_inf_clamped", "opencl", "inf", "infinities become the largest finite value",
            sub(r"(?<![-\w])INFINITY", "FLT_MAX"), _red("<", F32, [[INF, INF, INF], [2, 7, 1]])),
+    # written after the sweeps were broadened, and checked without changing them (held-out style)
+    Mutant("opencl_long_loop_short", "opencl", "loop edge", "constant loop bounds above 32 one short",
+           minus_one(rf"for \(long ({NAME}) = 0; \1 < (?P<n>\d+);", above=32),
+           _red("+", I32, [list(range(-20, 20)), list(range(40))])),
 ]

@@ -86,6 +86,11 @@ def constraints_tightened(b: Block) -> Block:
     return rewrite(b, node=lambda x: replace(x, constraints=tuple(c - 1 for c in x.constraints)))
 
 
+def constraints_loosened(b: Block) -> Block:
+    """Every constraint ``c >= 0`` as ``c + 1 >= 0``: each bound admits one point past its edge."""
+    return rewrite(b, node=lambda x: replace(x, constraints=tuple(c + 1 for c in x.constraints)))
+
+
 def load_index_offset(b: Block) -> Block:
     return rewrite(b, lambda s: replace(s, affine=s.affine + 1) if isinstance(s, LoadIndex) else s)
 
@@ -258,4 +263,14 @@ MUTANTS = [
     Mutant("stripe_int32_accumulator_int16", "stripe", "integer width", "int32 accumulators held in int16",
            accumulator_dtype(DType.INT32, DType.INT16),
            Witness(ROWSUM, arrays(I32, X=[[30000, 30000, 1], [1, 1, -1]]))),
+    # written after the sweeps were broadened, and checked without changing them (held-out style)
+    Mutant("stripe_fp16_temporaries_fp32", "stripe", "precision", "float16 arithmetic done in float32",
+           intrinsic_dtype(DType.FLOAT16, DType.FLOAT32),
+           _ew("X * Y + Z", np.float16, X=[1 + 2**-10, 1], Y=[1 + 2**-10, 1], Z=[-(1 + 2**-9), 1])),
+    Mutant("stripe_uint8_temporaries_int8", "stripe", "signedness", "uint8 arithmetic done in int8",
+           intrinsic_dtype(DType.UINT8, DType.INT8), _ew("X / Y", np.uint8, X=[200, 6], Y=[3, 7])),
+    Mutant("stripe_constraint_loosened", "stripe", "constraint", "every constraint admits one more point",
+           constraints_loosened,
+           Witness("function (X[N, M]) -> (O) { O[i: N] = +(X[i, j]), i - j < 3; }",
+                   arrays(I32, X=[[1, 2, 3], [4, 5, 6]]))),
 ]

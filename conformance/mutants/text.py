@@ -12,12 +12,12 @@ def sub(pattern: str, repl: str | Callable) -> Callable[[str], str]:
     return lambda text: rx.sub(repl, text)
 
 
-def minus_one(pattern: str) -> Callable[[str], str]:
-    """Every integer bound captured as the group ``n`` (when above 1) made one smaller."""
+def minus_one(pattern: str, above: int = 1) -> Callable[[str], str]:
+    """Every integer bound captured as the group ``n`` (when above ``above``) made one smaller."""
 
     def repl(m: re.Match) -> str:
         n = int(m.group("n"))
-        if n < 2:
+        if n <= above:
             return m.group(0)
         a, b = m.span("n")
         return m.group(0)[: a - m.start()] + str(n - 1) + m.group(0)[b - m.start() :]
