@@ -12,6 +12,9 @@ one call, the device's compile + first call (in a fresh ``tile.compile``, disk c
 ``--cache``), their ratio, the process's CPU time over the compile + call (the machine may be
 shared: CPU time is the fairer figure), and the peak traced Python memory (``tracemalloc``) and
 peak resident set (``resource``) after it. Every result is checked equal to the interpreter's.
+``--warm``: instead, a new process's compile + first call when an earlier process built the same
+program into a fresh disk cache (the second of two processes; imports and first-use set-up paid
+by another small program first).
 bench/RESULTS.md ("Compile time") has figures.
 """
 
@@ -80,13 +83,56 @@ def measure(src: str, device: str, settings: dict) -> dict:
     return {"interp": interp, "first": first, "cpu": cpu, "traced_mib": peak / 2**20, "rss_mib": rss}
 
 
+WARM = r"""
+import sys, time
+t0, c0 = time.perf_counter(), time.process_time()
+import numpy as np
+import tile
+from bench.compile_time import PROGRAMS, inputs
+name, n = sys.argv[1], int(sys.argv[2])
+tile.compile(PROGRAMS["matmuls" if name == "chain" else "chain"](2), "llvm_cpu.0")(inputs())  # imports
+t1, c1 = time.perf_counter(), time.process_time()
+got = tile.compile(PROGRAMS[name](n), "llvm_cpu.0")(inputs())
+t2, c2 = time.perf_counter(), time.process_time()
+print(f"{t1 - t0:.3f} {t2 - t1:.3f} {c2 - c1:.3f}")
+"""
+
+
+def warm(name: str, n: int) -> tuple[float, float, float]:
+    """A new process's compile + first call with a warm disk cache (a fresh cache directory
+    filled by one process before), after another small program paid the imports and first-use
+    set-up: (seconds to that point, compile + call seconds, its CPU seconds)."""
+    import os
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "TILE_CACHE_DIR": cache, "PYTHONPATH": str(root)}
+        for _ in range(2):
+            r = subprocess.run([sys.executable, "-c", WARM, name, str(n)], env=env, cwd=root,
+                               capture_output=True, text=True, check=True)
+        imp, first, cpu = (float(v) for v in r.stdout.split())
+    return imp, first, cpu
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.compile_time", description=__doc__.split("\n")[0])
     p.add_argument("--device", default="llvm_cpu.0")
     p.add_argument("--only", default="chain,matmuls", help="programs: chain, matmuls")
     p.add_argument("--sizes", default="500,1000,5000", help="statement counts")
     p.add_argument("--cache", action="store_true", help="use the disk cache (default: off)")
+    p.add_argument("--warm", action="store_true",
+                   help="instead: a new process's compile + first call with a warm disk cache")
     args = p.parse_args(argv)
+    if args.warm:
+        print(f"{'program':<16}{'set-up s':>10}{'warm compile+call s':>21}{'cpu s':>8}")
+        for name in args.only.split(","):
+            for n in (int(s) for s in args.sizes.split(",")):
+                imp, first, cpu = warm(name, n)
+                print(f"{name + ' ' + str(n):<16}{imp:>10.2f}{first:>21.3f}{cpu:>8.3f}", flush=True)
+        return 0
     settings = {} if args.cache else {"cache": False}
     measure(chain(2), args.device, settings)  # imports and first-use set-up, paid by no figure below
     print(f"{'program':<16}{'interp s':>10}{'compile+call s':>16}{'ratio':>8}{'cpu s':>8}"
