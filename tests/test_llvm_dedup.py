@@ -118,3 +118,28 @@ def test_renamed_program_hits_the_disk_cache(tmp_path, monkeypatch):
     assert again.extra["cache"] == "hit", "a program differing only in names compiled again"
     other = tile.compile(one, "llvm_cpu.0", {"opt": 1}).prepare(**x).library
     assert other.extra["cache"] == "miss", "another setting must not share the object code"
+
+
+KERNEL = """0: #kernel block [{ix}:8] (
+    in A[{ix}] fp32(1:1)
+    out C[{ix}]:assign fp32(1:1)
+) {{
+  0: $a = load(A)
+  1: $v = {op}($a, $a):fp32
+  2: C = store($v)
+}}
+"""
+
+
+def test_an_index_spelled_like_an_operation_is_no_name_there():
+    """``mul(`` is an operation even in a kernel with an index called ``mul``: renaming it with the
+    index would make this product's key equal to a sum's whose index is called ``add``."""
+    from backends.hal import KernelInfo
+    from stripe.parser import parse_stripe
+
+    def key(ix, op):
+        block = parse_stripe(KERNEL.format(ix=ix, op=op))
+        return unit_key([KernelInfo("k", block, ("A", "C"), ("float32", "float32"))], [{}])
+
+    assert key("mul", "mul") != key("add", "add")
+    assert key("mul", "mul") == key("q", "mul")

@@ -7,9 +7,12 @@ zero fill the next kernel's micro-kernel may take over. ``unit_key`` prints a *u
 or a fill and the contraction after it, which ``codegen.generate`` builds together) as Stripe text
 with block names, comments and locations dropped, every refinement, index and scalar name
 replaced by a canonical one in order of first appearance (the kernels' buffers first, in table
-order), and the dtypes added. Names are only looked up in the code generator, so two units with
-the same key generate the same code up to names; the buffers reach the function through its table
-by position, so one function serves every such unit with its own buffers.
+order), and the dtypes added. Only name positions are renamed: a token spelled like a name where an
+operation, aggregation, dtype, tag or memory stands (``_TOKEN``'s context) stays as it is, so an
+index called ``mul`` never makes a product look like a sum whose index is called ``add``. Names are
+only looked up in the code generator, so two units with the same key generate the same code up to
+names; the buffers reach the function through its table by position, so one function serves every
+such unit with its own buffers.
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ from backends.hal import KernelInfo
 from stripe.ir import Block
 from stripe.printer import format_block
 
-_TOKEN = re.compile(r"\$?[A-Za-z_][A-Za-z0-9_]*")
+_TOKEN = re.compile(r"(?<![\w$#:<])\$?[A-Za-z_][A-Za-z0-9_]*(?![\w(])")
+# what a name never is, though it may be spelled like one: an operation (``mul(``), an aggregation or
+# dtype (``]:add``, ``):fp32``), a tag (``#contraction``), a memory (``<L1>``), a truth value
+_LITERALS = frozenset({"true", "false", "inf", "nan"})
 
 
 def _plain(block: Block) -> Block:
@@ -59,7 +65,7 @@ def unit_key(unit: Sequence[KernelInfo], dtypes: Sequence[dict]) -> str:
         tok = m.group(0)
         if tok.startswith("$"):  # scalars: their own namespace
             return canon.setdefault(tok, f"$%{len(canon)}")
-        return canon.setdefault(tok, f"%{len(canon)}") if tok in names else tok
+        return canon.setdefault(tok, f"%{len(canon)}") if tok in names and tok not in _LITERALS else tok
 
     parts = []
     for info, dts in zip(unit, dtypes):
