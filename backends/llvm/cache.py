@@ -6,14 +6,14 @@ any IR is generated: each codegen unit's canonical Stripe with its dtypes (``ded
 the input shapes and whatever the optimizer config did are in it; names are not), which kernel
 shares which function, what else the code generator is given (threads, vector and cache sizes,
 target triple and layout), the build settings (all but ``cache``), the llvmlite and LLVM
-versions, the host CPU's name and feature string, the project version, a hash of this package's
-sources and a format number. A hit therefore skips IR generation, parsing and optimization: the
-entry holds the object code, each kernel's stack bytes and the IR text (for ``Library.source``),
-and the object is added to an empty MCJIT module. On a miss MCJIT's ``notify`` hook stores the
-freshly compiled object. Entries carry a checksummed header and are written through a temporary
-file renamed into place (``backends.diskcache``): a truncated or corrupted entry is rebuilt, never
-loaded; concurrent builders never see half an entry; an unusable cache directory is a miss (with
-one ``CacheWarning``).
+versions, the host CPU's name and feature string, the project version, a hash of the sources that
+generate the IR (``code_identity``) and a format number. A hit therefore skips IR generation,
+parsing and optimization: the entry holds the object code, each kernel's stack bytes and the IR
+text (for ``Library.source``), and the object is added to an empty MCJIT module. On a miss
+MCJIT's ``notify`` hook stores the freshly compiled object. Entries carry a checksummed header and
+are written through a temporary file renamed into place (``backends.diskcache``): a truncated or
+corrupted entry is rebuilt, never loaded; concurrent builders never see half an entry; an unusable
+cache directory is a miss (with one ``CacheWarning``).
 """
 
 from __future__ import annotations
@@ -29,18 +29,29 @@ import llvmlite.binding as llvm
 from backends import diskcache
 
 FORMAT = 3  # 2: entries carry diskcache's checked header; 3: keyed by the kernel plan (``plan_key``)
-_SOURCES = sorted(Path(__file__).parent.glob("*.py"))
+_ROOT = Path(__file__).resolve().parent.parent.parent
+# what turns a plan into IR: this package, the HAL, the Stripe analyses it reads (not the passes:
+# their output, the optimized Stripe, is in the key), dtypes and affine arithmetic
+_SOURCES = sorted(
+    [*Path(__file__).parent.glob("*.py"), _ROOT / "backends" / "hal.py", *(_ROOT / "stripe").glob("*.py")]
+    + [_ROOT / "tile" / "dtypes.py", _ROOT / "tile" / "affine.py"]
+)
 _code_identity: str | None = None
 
 
 def code_identity() -> str:
-    """SHA-256 of this package's source files: a plan key must change when the code that turns a
-    plan into LLVM IR does, even without a version bump (a checkout being edited)."""
+    """SHA-256 of the source files that turn a plan into LLVM IR (``_SOURCES``): a plan key must
+    change when they do, even without a version bump (a checkout being edited). A file that cannot
+    be read counts as its name alone."""
     global _code_identity
     if _code_identity is None:
         h = hashlib.sha256()
         for f in _SOURCES:
-            h.update(f.name.encode() + b"\0" + f.read_bytes())
+            try:
+                data = f.read_bytes()
+            except OSError:
+                data = b""
+            h.update(str(f.relative_to(_ROOT)).encode() + b"\0" + data)
         _code_identity = h.hexdigest()
     return _code_identity
 
