@@ -176,12 +176,16 @@ def structural(draw) -> Case:
     return Case("elementwise", src, inputs, exact=not inexact, ulps=16.0, length=length)
 
 
+def _sweep_pool(dtype) -> list[str]:
+    return UNARY_EXACT + BINARY_EXACT + CASTS + (INT_ONLY if np.dtype(dtype).kind in "iu" else [])
+
+
 @st.composite
 def elementwise_sweep(draw, large: bool = True) -> Case:
     """Every exact elementwise builtin and cast at once on values that tell each from its
-    neighbours (``conformance.sweeps``); or only those that compute in one type (a device with few
-    types runs them), as often as not at the large extents (``large``); now and then every float
-    builtin on finite values."""
+    neighbours (``conformance.sweeps``), in a float and an integer type; or only those that
+    compute in one type (a device with few types runs them); as often as not at the large extents
+    (``large``); now and then every float builtin on finite values."""
     seed = draw(st.integers(0, 2**32 - 1))
     if draw(st.integers(0, 3)) == 3:
         dtype = draw(st.sampled_from(FLOAT_DTYPES))
@@ -189,8 +193,13 @@ def elementwise_sweep(draw, large: bool = True) -> Case:
         return Case("elementwise", src, inputs, exact=False, ulps=8.0)
     dtype = draw(st.sampled_from(FLOAT_DTYPES + INT_DTYPES))
     closed = draw(st.integers(0, 3)) == 3  # a quarter (the first example: everything at once)
-    pool = UNARY_EXACT + BINARY_EXACT + CASTS + (INT_ONLY if np.dtype(dtype).kind in "iu" else [])
-    src, inputs = sweeps.elementwise_program(dtype, seed, pool, closed, large=large and draw(st.booleans()))
+    large = large and draw(st.booleans())
+    if closed:
+        src, inputs = sweeps.elementwise_program(dtype, seed, _sweep_pool(dtype), True, large)
+    else:  # a float type and an integer type in one program: every template of each
+        other = draw(st.sampled_from(INT_DTYPES if np.dtype(dtype).kind == "f" else FLOAT_DTYPES))
+        also = (other, _sweep_pool(other))
+        src, inputs = sweeps.elementwise_program(dtype, seed, _sweep_pool(dtype), False, large, also)
     return Case("elementwise", src, inputs)
 
 

@@ -212,31 +212,45 @@ def _closed(template: str, dtype: str) -> bool:
     return len(seen) == 1
 
 
-def elementwise_program(
-    dtype, seed: int, templates: list[str], closed: bool = False, large: bool = False
-) -> tuple[str, dict[str, np.ndarray]]:
-    """Every template (``{0}``, ``{1}``: the operands) applied to ``X`` and ``Y`` as one program's
-    outputs; each cast's result again through ``as_float(..., 64) * 3``; and ``X - R``, ``R < X``,
-    ``C - X``, ``X * S`` with a row ``R`` broadcast over ``X``'s rows, a column ``C`` over its
-    columns and a 0-D ``S``. ``closed``: only the templates that compute in ``dtype`` alone;
-    ``large``: the rows repeated to ``LARGE``."""
-    rng = np.random.default_rng(seed)
+def _operands(dtype, rng, large: bool) -> dict[str, np.ndarray]:
+    """``X``, ``Y`` (``rows``, columns in a drawn order), the row ``R``, the column ``C``, the 0-D
+    ``S``."""
     x, y = rows(dtype)
     s = np.array(y[1, 1])  # -2 (unsigned: wrapped)
     perm = rng.permutation(COLS)  # the same for X and Y: the ties stay aligned
     x, y = x[:, perm], y[:, perm]
     if large:
         x, y = tiled(x, LARGE), tiled(y, LARGE)
+    return {"X": x, "Y": y, "R": y[3].copy(), "C": y[:, 1:2].copy(), "S": s}
+
+
+def _exprs(dtype, templates: list[str], closed: bool, suffix: str = "") -> list[str]:
+    x, y, r, c, s = (f"{n}{suffix}" for n in "XYRCS")
     if closed:  # for devices of one type: only what computes in ``dtype`` alone
         templates = [t for t in templates if _closed(t, np.dtype(dtype).name)]
-    exprs = [t.format("X", "Y") for t in templates]
+    exprs = [t.format(x, y) for t in templates]
     if not closed:  # a cast's result computed with further (a width or rounding the output type hides)
         exprs += [f"as_float({e}, 64) * 3" for e in exprs if e.startswith(("as_", "round_tf32"))]
-    exprs += ["X - R", "C - X", "X * S"] + ([] if closed else ["R < X"])
+    return exprs + [f"{x} - {r}", f"{c} - {x}", f"{x} * {s}"] + ([] if closed else [f"{r} < {x}"])
+
+
+def elementwise_program(
+    dtype, seed: int, templates: list[str], closed: bool = False, large: bool = False, also=None
+) -> tuple[str, dict[str, np.ndarray]]:
+    """Every template (``{0}``, ``{1}``: the operands) applied to ``X`` and ``Y`` as one program's
+    outputs; each cast's result again through ``as_float(..., 64) * 3``; and ``X - R``, ``R < X``,
+    ``C - X``, ``X * S`` with a row ``R`` broadcast over ``X``'s rows, a column ``C`` over its
+    columns and a 0-D ``S``. ``closed``: only the templates that compute in ``dtype`` alone;
+    ``large``: the rows repeated to ``LARGE``; ``also``: ``(dtype, templates)`` of a second type,
+    on ``X2``, ``Y2``, ... in the same program (a float and an integer type in one example)."""
+    rng = np.random.default_rng(seed)
+    inputs, exprs = _operands(dtype, rng, large), _exprs(dtype, templates, closed)
+    if also is not None:
+        inputs.update({f"{k}2": v for k, v in _operands(also[0], rng, large).items()})
+        exprs += _exprs(also[0], also[1], closed, "2")
     stmts = [f"O{k} = {e};" for k, e in enumerate(exprs)]
     outs = ", ".join(f"O{k}" for k in range(len(stmts)))
-    src = f"function (X, Y, R, C, S) -> ({outs}) {{ {' '.join(stmts)} }}"
-    inputs = {"X": x, "Y": y, "R": y[3].copy(), "C": y[:, 1:2].copy(), "S": s}
+    src = f"function ({', '.join(inputs)}) -> ({outs}) {{ {' '.join(stmts)} }}"
     return src, inputs
 
 
