@@ -135,9 +135,20 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             ap.error(f"no mutant {', '.join(unknown)} (--list lists them)")
     print(f"{len(names)} mutants, {args.jobs} at a time", flush=True)
-    results = run_all(names, args.jobs, args.timeout, progress=lambda r: print(line(r), flush=True))
+    done: list[Result] = []
+
+    def write(results: list[Result], complete: bool) -> None:
+        if args.json:  # after each mutant too, so a run cut short keeps what it found
+            data = {"score": score(results), "complete": complete, "of": len(names)}
+            data["results"] = [asdict(r) for r in results]
+            Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+
+    def progress(r: Result) -> None:
+        print(line(r), flush=True)
+        done.append(r)
+        write(done, False)
+
+    results = run_all(names, args.jobs, args.timeout, progress=progress)
     print(score(results))
-    if args.json:
-        data = {"score": score(results), "results": [asdict(r) for r in results]}
-        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+    write(results, True)
     return 0 if all(r.status == "killed" for r in results) else 1
