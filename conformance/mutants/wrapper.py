@@ -53,6 +53,9 @@ class MutantCompiler(Compiler):
         return library
 
     def _build_text(self, kernels, settings, changed) -> Library:
+        # no object cache: the LLVM device looks its plan up before generating any IR, so a plan
+        # the real device built (or this one did, in another process) would bypass the rewrite
+        settings = {**settings, "cache": False}
         module = sys.modules[_GENERATORS[self.mutant.level]]
         real_generate = module.generate
         rewrite = self.mutant.rewrite
