@@ -13,11 +13,11 @@ what falls outside as "declared unsupported"; an example within it that the targ
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 from dataclasses import dataclass, fields
 
 from tile.ast import AggOp, CombOp
-from tile.builtins import BUILTINS
 from tile.dtypes import DType
 
 AGGREGATIONS = {
@@ -27,7 +27,24 @@ AGGREGATIONS = {
 COMBINATIONS = {
     CombOp.MUL: "comb_mul", CombOp.ADD: "comb_add", CombOp.EQ: "comb_eq", CombOp.COND: "comb_cond",
 }  # fmt: skip
-OPERATIONS = frozenset(BUILTINS) | frozenset(AGGREGATIONS.values()) | frozenset(COMBINATIONS.values())
+
+
+@functools.cache
+def operations() -> frozenset[str]:
+    """Every operation a target may declare: the builtins, ``agg_*`` and ``comb_*``. Made at first
+    use, so that ``backends.hal`` (which imports this module) loads no builtin table, and with it no
+    sympy, for ``python -m tile devices``."""
+    from tile.builtins import BUILTINS
+
+    return frozenset(BUILTINS) | frozenset(AGGREGATIONS.values()) | frozenset(COMBINATIONS.values())
+
+
+def __getattr__(name: str):
+    if name == "OPERATIONS":  # tile.capabilities.OPERATIONS: operations(), made at first use
+        return operations()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 STAGES = ("tile", "stripe", "optimized")  # the forms a program is handed over in (backends.program)
 # how closely the target promises to match the interpreter: "exact" its bits on every example,
 # "standard" the suite's tolerances (docs/semantics.md §8), "relaxed" RELAXED times them
@@ -56,7 +73,7 @@ class Declared:
 
     def invalid(self) -> tuple[str, str, str] | None:
         """(field, message, hint) for the first bad value, or None (a config reports it there)."""
-        vocabulary = (("operations", OPERATIONS), ("dtypes", {d.value for d in DType}), ("stages", STAGES))
+        vocabulary = (("operations", operations()), ("dtypes", {d.value for d in DType}), ("stages", STAGES))
         for f, known in vocabulary:
             value = getattr(self, f)
             if isinstance(value, str):
