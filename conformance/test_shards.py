@@ -43,13 +43,18 @@ def pytest_configure(config):
 COUNTS = ("examples", "invalid", "unsupported")
 
 
+LONG = ("optimized",)  # a family whose examples take seconds each: its shards are checked with --long
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> list[dict]:
+def runs(request, tmp_path_factory) -> list[dict]:
     """The rows of the unsharded run, then of each shard's (once for all the families' tests)."""
     if "llvm_cpu.0" not in registry.devices():
         pytest.skip(f"narrow_cpu.0 wraps llvm_cpu.0: {registry.unavailable()}")
     tmp = tmp_path_factory.mktemp("shards")
     args = ("--target", "narrow_cpu.0", f"--conformance-examples={EXAMPLES}")
+    if not request.config.getoption("--long"):
+        args += ("-k", " and ".join(f"not test_{f}" for f in LONG))
     shards = [(f"--conformance-shard={i}/{SHARDS}",) for i in range(SHARDS)]
     done = [suite(tmp, *args, *extra, plugin=NARROW) for extra in [(), *shards]]
     for status, out, data in done:
@@ -61,7 +66,11 @@ def drawn(row: dict) -> int:
     return sum(row[k] for k in COUNTS) + row["other_shard"]
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize(
+    "family",
+    [f if f not in LONG else pytest.param(f, marks=pytest.mark.long("its examples take seconds each"))
+     for f in FAMILIES],
+)
 def test_shards_add_up(runs, family):
     whole, *parts = (r.get((family, "narrow_cpu.0")) for r in runs)
     if whole is None:  # the family skipped on this device: so must every shard
@@ -78,10 +87,11 @@ def test_shards_add_up(runs, family):
     assert f"{fingerprint:016x}" == whole["fingerprint"]  # the same examples, not just as many
 
 
-def test_the_runs_had_invalid_unsupported_and_other_shard_examples(runs):
+def test_the_runs_had_invalid_unsupported_and_other_shard_examples(request, runs):
     """What ``test_shards_add_up`` checks is not vacuous: each kind of example occurs."""
     whole, *parts = runs
-    assert set(f for f, _ in whole) == set(FAMILIES)
+    skipped = () if request.config.getoption("--long") else LONG
+    assert set(f for f, _ in whole) == set(FAMILIES) - set(skipped)
     assert sum(r["invalid"] for r in whole.values()) > 0
     assert sum(r["unsupported"] for r in whole.values()) > 0
     for part in parts:

@@ -1,5 +1,6 @@
 """CI's share of the mutation score: the default conformance run kills a varied handful of seeded
-defects (``python -m conformance.mutants --fast``), each in its own child run."""
+defects (``python -m conformance.mutants --fast``), each in its own child run; two of them by
+default, all six with ``--long``."""
 
 from __future__ import annotations
 
@@ -18,7 +19,13 @@ def _available(device_id: str) -> bool:
     return True
 
 
-@pytest.mark.parametrize("name", FAST)
+CI = 2  # of FAST run by default (one Stripe-level, one Stripe comparison); the rest with --long
+
+
+@pytest.mark.parametrize(
+    "name",
+    [*FAST[:CI], *(pytest.param(n, marks=pytest.mark.long("a child conformance run")) for n in FAST[CI:])],
+)
 def test_fast_mutant_is_killed(name):
     m = MUTANTS[name]
     if not _available(m.base_id):
