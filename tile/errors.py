@@ -204,6 +204,12 @@ class TileWarning(Located, UserWarning):
     kind = "warning"
 
 
+class TileGradientMemoryWarning(TileWarning):
+    """The gradient of a ``>``, ``<`` or ``*`` aggregation over a combination materializes a term
+    tensor with one element per index tuple of the forward, far larger than its tensors
+    (``tile.autodiff.combined``)."""
+
+
 class TileIndexWarning(TileWarning):
     """A contraction with an output index that no operand uses while an operand's index is summed
     (``C[i, q: M, N] = +(A[i, k] * B[k, j])``): legal (``q`` broadcasts, ``j`` is summed), and

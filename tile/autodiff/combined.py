@@ -41,7 +41,7 @@ import sympy
 from tile import ast
 from tile.affine import Affine
 from tile.autodiff.build import Namer, add, binary, cond, div, is_num, lit, mul, neg, ref, sub
-from tile.errors import TileWarning
+from tile.errors import TileGradientMemoryWarning
 from tile.linalg import independent, inverse, rank
 from tile.typed import TContraction
 
@@ -71,11 +71,6 @@ class GradWriter(Protocol):
 WARN_ELEMENTS = 1 << 24
 # ... and more than this many times the elements of the contraction's operands and output together.
 WARN_RATIO = 4
-
-
-class TileGradientMemoryWarning(TileWarning):
-    """The gradient of a ``>``, ``<`` or ``*`` aggregation over a combination materializes a term
-    tensor with one element per index tuple of the forward, far larger than its tensors."""
 
 
 @dataclass(frozen=True)
