@@ -19,6 +19,7 @@ requires grad or carries a forward-mode tangent, so ``torch.ops.tile.<name>`` an
 
 from __future__ import annotations
 
+import inspect
 import warnings
 
 import torch
@@ -119,7 +120,11 @@ def register_autograd(op) -> None:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel")
         warnings.filterwarnings("ignore", message="Warning only once for all operators")
-        op.op._lib.impl(op.name, autograd_kernel(op), "Autograd", with_keyset=True)
+        impl = op.op._lib.impl
+        # custom_op registered an Autograd kernel of its own: replacing it must be allowed, which
+        # PyTorch 2.13 does by default and earlier releases (2.11) only when asked
+        override = {"allow_override": True} if "allow_override" in inspect.signature(impl).parameters else {}
+        impl(op.name, autograd_kernel(op), "Autograd", with_keyset=True, **override)
 
 
 def _zeros(op, shape, dtype, like: torch.Tensor) -> torch.Tensor:
