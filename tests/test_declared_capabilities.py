@@ -5,21 +5,18 @@ a config's ``"capabilities"`` section (located errors), and the external protoco
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 
 import pytest
 
-from backends.external import ExternalDevice
 from backends.external.server import hello
 from backends.hal import Capabilities
 from stripe.config import ConfigError, format_config, parse_config
+from tests.test_external_handshake import device  # a backend that only greets
 from tile.capabilities import OPERATIONS, Declared
 from tile.dtypes import DType
 from tile.errors import TileBackendError
 
 V1 = {"protocol": "tile-external", "version": 1, "name": "old", "stage": "tile", "dtypes": ["int32"]}
-BACKEND = "import sys\nsys.stdout.write(sys.argv[1] + '\\n')\nsys.stdout.flush()\nsys.stdin.read()\n"
 
 
 def test_a_declaration_is_a_value():
@@ -77,13 +74,6 @@ def test_a_bad_config_declaration_is_located(caps, where, words):
         parse_config(text, "mine.json")
     assert e.value.message.startswith(where) and words in e.value.message
     assert e.value.span is not None and e.value.span.line > 1  # at its place in the file
-
-
-def device(tmp_path, greeting: dict) -> ExternalDevice:
-    script = tmp_path / "hello_backend.py"
-    script.write_text(BACKEND)
-    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {shlex.quote(json.dumps(greeting))}"
-    return ExternalDevice(command, f"external:{command}", timeout=10, start_timeout=10)
 
 
 def capabilities_of(tmp_path, greeting: dict) -> Capabilities:

@@ -27,7 +27,7 @@ TWO = """function (X[N, C], W[C]) -> (Y, S) {
 }"""
 TANH_X = "function (X[N]) -> (Y) { Y = tanh(X) * X; }"
 GATHER = "function (T[N], I[M]) -> (O) { O = gather(T, I) * gather(T, I); }"
-# a '*' aggregation of a combination of two tensors: Tile derives no gradient for it
+# a '*' aggregation of a combination of two tensors (its gradient goes through a term tensor)
 PROD2 = "function (A[N, M], B[N, M]) -> (O) { O[i: N] = *(A[i, j] * B[i, j]); }"
 
 EPS = float(np.finfo(np.float64).eps)
