@@ -7,7 +7,8 @@ these operations: ``conformance.coverage.focus``), ``--conformance-distinguish=K
 examples sought per operation for the coverage line), ``--conformance-json=F`` (the summary as
 JSON, besides pytest's own ``--junitxml``) and ``--precision=native|tf32|3xtf32`` (compile with
 that precision setting and compare with the interpreter in that mode, within tolerances derived
-from the mode's unit roundoff: ``conformance.precision``).
+from the mode's unit roundoff: ``conformance.precision``). ``--onnx`` adds ONNX's node tests, run
+through ``tile.onnx`` on each target and the interpreter (``conformance/onnx_nodes.py``).
 
 Without ``--target`` every available compiled device is checked (none: the tests skip with the
 reason). Targets come from ``backends.registry``, so a new backend is validated as soon as it
@@ -132,6 +133,12 @@ def pytest_addoption(parser):
         metavar="K",
         help="distinguishing examples to find per operation and target for the coverage line "
         "(mutating the program and rerunning the interpreter; 0: none; default 3)",
+    )
+    group.addoption(
+        "--onnx",
+        action="store_true",
+        help="also run ONNX's node tests (onnx.backend.test) through tile.onnx on each --target, the "
+        "interpreter included (conformance/onnx_nodes.py); needs the onnx package",
     )
     group.addoption(
         "--conformance-json",

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from conformance import targets
+from conformance import onnx_nodes, targets
 from conformance.coverage import Coverage
 from conformance.targets import example_digest
 from tile.dtypes import BFLOAT16_NUMPY
@@ -290,6 +290,7 @@ class Stats:
     tables: dict[str, list[dict]] = field(default_factory=dict)  # a family's own table (math_accuracy)
     declared_reasons: Counter = field(default_factory=Counter)  # (target, reason) -> examples
     coverage: Coverage = field(default_factory=Coverage)  # what the compared examples exercised
+    onnx: list = field(default_factory=list)  # conformance.onnx_nodes.Record per ONNX node case run
 
     def row(self, key: tuple[str, str]) -> Row:
         return self.rows.setdefault(key, Row())
@@ -414,6 +415,7 @@ class Stats:
                 "tables": self.tables,
                 "declared": [[*k, n] for k, n in self.declared_reasons.items()],
                 "coverage": self.coverage.to_json(),
+                "onnx": [asdict(r) for r in self.onnx],
             }
         )
 
@@ -434,10 +436,11 @@ class Stats:
         for target, reason, n in data.get("declared", []):
             self.declared_reasons[(target, reason)] += n
         self.coverage.merge(data.get("coverage", {}))
+        self.onnx.extend(onnx_nodes.Record(**r) for r in data.get("onnx", []))
 
     def lines(self, profile: str) -> list[str]:
         if not self.rows and not self.skipped:
-            return []
+            return onnx_nodes.lines(self.onnx)
         sharded = any(r.other_shard for r in self.rows.values())
         declaring = any(r.declared for r in self.rows.values())
         focused = any(r.unfocused for r in self.rows.values())
@@ -479,6 +482,7 @@ class Stats:
         for name, table in sorted(self.tables.items()):
             out += table_lines(name, table)
         out += self.coverage.lines()
+        out += onnx_nodes.lines(self.onnx)
         rows = self.rows.values()
         examples, failed = sum(r.examples for r in rows), sum(r.failed for r in rows)
         seconds = sum(r.seconds for r in rows)
@@ -507,6 +511,7 @@ class Stats:
             "declared_unsupported": _counted(self.declared_reasons),
             "coverage": self.coverage.summary(),
             "expected": _counted(self.expected_reasons),
+            "onnx": onnx_nodes.summary(self.onnx),
             "failures": [
                 {"folder": f, "target": t, "reproduce": reproduce_command(f, t)}
                 for f, t in self.failures
