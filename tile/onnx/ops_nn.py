@@ -1,0 +1,374 @@
+"""Converters for ONNX's neural-network operators: convolutions, pooling and normalization.
+
+Shapes are static at import, so every attribute ONNX derives from shapes (``auto_pad``'s pads,
+``ceil_mode``'s output sizes, ConvTranspose's ``output_shape``, pooling counts) is worked out here
+in Python and written into the Tile text as numbers. Conv and ConvTranspose are ``tile.ops``'
+convolutions with per-side pads; BatchNormalization, InstanceNormalization and GroupNormalization
+are ``tile.ops``' batch and group norms. Pooling is one window contraction per node (ONNX's pads
+may differ per side and pools dilate, which ``tile.ops``' pools do not take), and an average
+divides by a constant tensor of per-window counts. Padding never enters a max: a padded position
+is not a valid index tuple (docs/semantics.md §6.1).
+
+float16 and bfloat16 normalizations compute in float32 and round the result back once, as ONNX's
+``stash_type=1`` asks (for BatchNormalization, InstanceNormalization and LRN too, which have no
+such attribute but whose fp16 results are defined only to the case tolerances).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import tile.ops
+from tile.dtypes import DType
+from tile.onnx.context import Context, Value
+from tile.onnx.registry import converter
+from tile.ops._build import function
+from tile.ops.reduce import variance_lines
+
+# ---------------------------------------------------------------------------- windows and pads
+
+
+def _spatial_attr(ctx: Context, name: str, nd: int, default: int) -> tuple[int, ...]:
+    value = ctx.attr(name, None)
+    if value is None or len(value) == 0:
+        return (default,) * nd
+    if len(value) != nd:
+        raise ctx.error(f"'{name}' has {len(value)} entries; the input has {nd} spatial dims")
+    return tuple(int(v) for v in value)
+
+
+def _pads(ctx: Context, lengths, kernel, strides, dilations) -> list[tuple[int, int]]:
+    """(begin, end) pads per spatial dim: ``pads`` as given, or as ``auto_pad`` derives them (SAME:
+    ``ceil(L / stride)`` outputs, the odd one of the total after with SAME_UPPER, before with
+    SAME_LOWER)."""
+    nd = len(lengths)
+    auto = ctx.attr("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        pads = ctx.attr("pads", None) or (0,) * (2 * nd)
+        if len(pads) != 2 * nd:
+            raise ctx.error(f"'pads' has {len(pads)} entries; {2 * nd} are needed (begins, then ends)")
+        if any(p < 0 for p in pads):
+            raise ctx.unsupported(f"negative pads {tuple(pads)}")
+        return [(int(pads[d]), int(pads[d + nd])) for d in range(nd)]
+    if auto == "VALID":
+        return [(0, 0)] * nd
+    if auto not in ("SAME_UPPER", "SAME_LOWER"):
+        raise ctx.error(f"auto_pad '{auto}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID")
+    out = []
+    for L, k, s, d in zip(lengths, kernel, strides, dilations):
+        total = max((-(-L // s) - 1) * s + (k - 1) * d + 1 - L, 0)
+        small, big = total // 2, total - total // 2
+        out.append((small, big) if auto == "SAME_UPPER" else (big, small))
+    return out
+
+
+def _out_size(L: int, k: int, s: int, d: int, pad: tuple[int, int], ceil_mode: bool) -> int:
+    """Windows along one dim; with ``ceil_mode`` a last partial window counts if it starts inside
+    the input or its leading pad (ONNX's rule, as PyTorch's)."""
+    span = L + pad[0] + pad[1] - (k - 1) * d - 1
+    if span < 0:
+        return 0
+    if not ceil_mode:
+        return span // s + 1
+    n = -(-span // s) + 1
+    return n - 1 if (n - 1) * s >= L + pad[0] else n
+
+
+class Window:
+    """A pooling node's window: kernel, strides, dilations, (begin, end) pads and output sizes."""
+
+    def __init__(self, ctx: Context, x: Value, kernel=None):
+        if x.rank < 3:
+            raise ctx.error(f"the input has rank {x.rank}; pooling needs [N, C, spatial..]")
+        self.nd = nd = x.rank - 2
+        self.lengths = x.shape[2:]
+        self.kernel = tuple(kernel) if kernel is not None else _spatial_attr(ctx, "kernel_shape", nd, 0)
+        if len(self.kernel) != nd or any(k < 1 for k in self.kernel):
+            raise ctx.error(f"kernel_shape {self.kernel} is not {nd} positive sizes")
+        self.strides = _spatial_attr(ctx, "strides", nd, 1)
+        self.dilations = _spatial_attr(ctx, "dilations", nd, 1)
+        if any(v < 1 for v in self.strides + self.dilations):
+            raise ctx.error(f"strides {self.strides} and dilations {self.dilations} must be positive")
+        self.pads = _pads(ctx, self.lengths, self.kernel, self.strides, self.dilations)
+        ceil_mode = bool(ctx.attr("ceil_mode", 0))
+        self.sizes = tuple(_out_size(*a, ceil_mode) for a in
+                           zip(self.lengths, self.kernel, self.strides, self.dilations, self.pads))
+
+    def positions(self, d: int) -> np.ndarray:
+        """The input coordinates each window covers along dim ``d``: [outputs, kernel]."""
+        o, k = np.arange(self.sizes[d])[:, None], np.arange(self.kernel[d])[None, :]
+        return o * self.strides[d] + k * self.dilations[d] - self.pads[d][0]
+
+    def contraction(self, ctx: Context, agg: str, x: Value, hint: str) -> Value:
+        """``agg`` over each window of ``x`` (``+`` or ``>``), [N, C, O..]."""
+        o, k = [f"o{d}" for d in range(self.nd)], [f"k{d}" for d in range(self.nd)]
+        at = []
+        for d in range(self.nd):
+            s, dl, p = self.strides[d], self.dilations[d], self.pads[d][0]
+            term = f"{s}*{o[d]}" if s != 1 else o[d]
+            term += f" + {dl}*{k[d]}" if dl != 1 else f" + {k[d]}"
+            at.append(term + (f" - {p}" if p else ""))
+        n, c = x.shape[:2]
+        sizes = ", ".join(map(str, (n, c, *self.sizes)))
+        cons = "".join(f", {k[d]} < {self.kernel[d]}" for d in range(self.nd))
+        return ctx.emit(f"$[n, c, {', '.join(o)}: {sizes}] = {agg}({x}[n, c, {', '.join(at)}]){cons}", hint)
+
+    def counts(self, include_pad: bool) -> np.ndarray:
+        """Elements per window: those inside the input, or with ``include_pad`` inside the padded
+        extent (not a ``ceil_mode`` window's overhang past it), as [1, 1, O..]."""
+        total = np.ones((), np.int64)
+        for d in range(self.nd):
+            p = self.positions(d)
+            lo, hi = (0, self.lengths[d])
+            if include_pad:
+                lo, hi = -self.pads[d][0], self.lengths[d] + self.pads[d][1]
+            per = ((p >= lo) & (p < hi)).sum(axis=1)
+            total = np.multiply.outer(total, per)
+        return total.reshape((1, 1, *self.sizes))
+
+
+def _in_float32(ctx: Context, *values: Value | None) -> list[Value | None]:
+    """``values`` with float16 and bfloat16 ones converted to float32 (None stays None)."""
+    return [v if v is None or not v.dtype.is_narrow_float else ctx.cast(v, DType.FLOAT32) for v in values]
+
+
+# ---------------------------------------------------------------------------- pooling
+
+
+@converter("MaxPool")
+def max_pool(ctx: Context, node) -> list[Value | None]:
+    x = ctx.input(0)
+    if len(node.output) > 1 and node.output[1]:
+        raise ctx.unsupported("the Indices output (argmax positions) is not converted")
+    w = Window(ctx, x)
+    return [w.contraction(ctx, ">", x, "MaxPool")]
+
+
+@converter("AveragePool")
+def average_pool(ctx: Context, node) -> list[Value]:
+    x = ctx.input(0)
+    if not x.dtype.is_float:
+        raise ctx.unsupported(f"AveragePool of {x.dtype.value}")
+    w = Window(ctx, x)
+    total = w.contraction(ctx, "+", x, "PoolSum")
+    count = ctx.constant(w.counts(bool(ctx.attr("count_include_pad", 0))).astype(x.dtype.numpy), x.dtype)
+    return [ctx.let(f"{total} / {count}", "AveragePool")]
+
+
+@converter("LpPool")
+def lp_pool(ctx: Context, node) -> list[Value]:
+    x = ctx.input(0)
+    p = ctx.attr("p", 2)
+    w = Window(ctx, x)
+    powered = ctx.let(f"{x} * {x}" if p == 2 else f"pow(abs({x}), {ctx.lit(p, x.dtype)})", "LpPow")
+    total = w.contraction(ctx, "+", powered, "LpSum")
+    root = f"sqrt({total})" if p == 2 else f"pow({total}, {ctx.lit(1.0 / p, x.dtype)})"
+    return [ctx.cast(ctx.let(root, "LpPool"), x.dtype)]
+
+
+@converter("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
+def global_pool(ctx: Context, node) -> list[Value]:
+    x = ctx.input(0)
+    if x.rank < 3:
+        raise ctx.error(f"the input has rank {x.rank}; global pooling needs [N, C, spatial..]")
+    nd = x.rank - 2
+    idx = [f"i{d}" for d in range(nd)]
+    sizes = ", ".join(map(str, (*x.shape[:2], *[1] * nd)))
+    head = f"$[n, c{', 0' * nd}: {sizes}]"
+    if node.op_type == "GlobalMaxPool":
+        return [ctx.emit(f"{head} = >({x}[n, c, {', '.join(idx)}])", "GlobalMaxPool")]
+    if node.op_type == "GlobalLpPool":
+        p = ctx.attr("p", 2)
+        x = ctx.let(f"{x} * {x}" if p == 2 else f"pow(abs({x}), {ctx.lit(p, x.dtype)})", "LpPow")
+    total = ctx.emit(f"{head} = +({x}[n, c, {', '.join(idx)}])", "GlobalSum")
+    if node.op_type == "GlobalLpPool":
+        root = f"sqrt({total})" if p == 2 else f"pow({total}, {ctx.lit(1.0 / p, x.dtype)})"
+        return [ctx.cast(ctx.let(root, "GlobalLpPool"), x.dtype)]
+    count = math.prod(x.shape[2:])
+    return [ctx.let(f"{total} / {ctx.lit(count, x.dtype)}", "GlobalAveragePool")]
+
+
+# ---------------------------------------------------------------------------- convolutions
+
+
+def _conv_shapes(ctx: Context, x: Value, w: Value) -> tuple[int, tuple, tuple, tuple]:
+    if x.rank < 3 or w.rank != x.rank:
+        raise ctx.error(f"X has rank {x.rank} and W rank {w.rank}; both need [N, C, spatial..] of one rank")
+    nd = x.rank - 2
+    kernel = _spatial_attr(ctx, "kernel_shape", nd, 0)
+    if kernel != (0,) * nd and kernel != tuple(w.shape[2:]):
+        raise ctx.error(f"kernel_shape {kernel} differs from W's spatial shape {tuple(w.shape[2:])}")
+    strides, dilations = _spatial_attr(ctx, "strides", nd, 1), _spatial_attr(ctx, "dilations", nd, 1)
+    return nd, tuple(w.shape[2:]), strides, dilations
+
+
+@converter("Conv")
+def conv(ctx: Context, node) -> list[Value]:
+    x, w, b = ctx.input(0), ctx.input(1), ctx.input(2)
+    if not x.dtype.is_float:
+        raise ctx.unsupported(f"Conv of {x.dtype.value} (ConvInteger is the integer convolution)")
+    nd, kernel, strides, dilations = _conv_shapes(ctx, x, w)
+    pads = _pads(ctx, x.shape[2:], kernel, strides, dilations)
+    source = tile.ops.conv(nd, stride=strides, padding=pads, dilation=dilations,
+                           groups=int(ctx.attr("group", 1)), bias=b is not None)
+    args = (x, w) if b is None else (x, w, b)
+    return ctx.call(source, *args)
+
+
+@converter("ConvTranspose")
+def conv_transpose(ctx: Context, node) -> list[Value]:
+    """The output has ``stride * (L - 1) + output_padding + (K - 1) * dilation + 1 - pads`` positions;
+    ``output_shape`` (or SAME ``auto_pad``: ``L * stride``) fixes it and derives the pads, the odd
+    one at the end for SAME_UPPER and at the start otherwise, as ONNX's spec says. ``tile.ops``'
+    transposed convolution takes the begin pad as ``padding`` and the rest of the size as
+    ``output_padding``."""
+    x, w, b = ctx.input(0), ctx.input(1), ctx.input(2)
+    if not x.dtype.is_float:
+        raise ctx.unsupported(f"ConvTranspose of {x.dtype.value}")
+    nd, kernel, strides, dilations = _conv_shapes(ctx, x, w)
+    outpad = _spatial_attr(ctx, "output_padding", nd, 0)
+    lengths = x.shape[2:]
+    full = [s * (L - 1) + op + (k - 1) * d + 1
+            for L, s, op, k, d in zip(lengths, strides, outpad, kernel, dilations)]
+    auto = ctx.attr("auto_pad", "NOTSET")
+    shape = ctx.attr("output_shape", None)
+    if shape is not None and len(shape) == nd + 2:
+        shape = shape[2:]
+    if shape is None and auto in ("SAME_UPPER", "SAME_LOWER"):
+        shape = [L * s for L, s in zip(lengths, strides)]
+    if shape is not None:
+        if len(shape) != nd:
+            raise ctx.error(f"output_shape {tuple(shape)} does not have {nd} spatial sizes")
+        totals = [f - int(o) for f, o in zip(full, shape)]  # negative: zeros appended at the end
+        upper = auto == "SAME_UPPER"
+        pads = [(t // 2, t - t // 2) if upper else (t - t // 2, t // 2) for t in totals]
+    else:
+        pads = [(0, 0)] * nd if auto == "VALID" else _pads(ctx, lengths, kernel, strides, dilations)
+    sizes = [f - p0 - p1 for f, (p0, p1) in zip(full, pads)]
+    if any(n < 1 for n in sizes):
+        raise ctx.error(f"the pads {pads} leave an empty output {tuple(sizes)}")
+    # tile.ops: O = (L - 1) * s - 2 * padding + (K - 1) * d + output_padding + 1, offset by padding
+    extra = [n - ((L - 1) * s - 2 * p0 + (k - 1) * d + 1)
+             for n, L, s, (p0, _), k, d in zip(sizes, lengths, strides, pads, kernel, dilations)]
+    if any(p0 < 0 for p0, _ in pads):
+        raise ctx.unsupported(f"a negative begin pad ({pads})")
+    source = tile.ops.conv_transpose(nd, stride=strides, padding=[p0 for p0, _ in pads], output_padding=extra,
+                                     dilation=dilations, groups=int(ctx.attr("group", 1)), bias=b is not None)
+    args = (x, w) if b is None else (x, w, b)
+    return ctx.call(source, *args)
+
+
+# ---------------------------------------------------------------------------- normalization
+
+
+def _back(ctx: Context, values: list[Value], dtype: DType) -> list[Value]:
+    return [ctx.cast(v, dtype) for v in values]
+
+
+@converter("BatchNormalization")
+def batch_norm(ctx: Context, node) -> list[Value | None]:
+    """Inference, or (``training_mode=1``) the batch's statistics, returning the running mean and
+    variance updated with ``momentum``: ``running * momentum + batch * (1 - momentum)``, the batch
+    variance biased, as ONNX's reference computes it."""
+    x0, scale, bias, mean, var = ctx.inputs()[:5]
+    eps = float(ctx.attr("epsilon", 1e-5))
+    training = bool(ctx.attr("training_mode", 0)) if ctx.opset >= 14 else False
+    x, scale, bias, mean, var = _in_float32(ctx, x0, scale, bias, mean, var)
+    if x.rank < 2:
+        raise ctx.error(f"the input has rank {x.rank}; BatchNormalization needs [N, C, ..]")
+    if not training:
+        y = ctx.call(tile.ops.batch_norm(rank=x.rank, eps=eps), x, mean, var, scale, bias)
+        return _back(ctx, y, x0.dtype) + [None] * (len(node.output) - 1)
+    y, batch_mean, unbiased = ctx.call(tile.ops.batch_norm(rank=x.rank, training=True, eps=eps, stats=True),
+                                       x, scale, bias)
+    count = math.prod(x.shape) // x.shape[1]
+    momentum = float(ctx.attr("momentum", 0.9))
+    f = x.dtype
+    biased = ctx.let(f"{unbiased} * {ctx.lit((count - 1) / count, f)}", "BatchVar")
+    keep, take = ctx.lit(momentum, f), ctx.lit(1.0 - momentum, f)
+    run_mean = ctx.let(f"{mean} * {keep} + {batch_mean} * {take}", "RunningMean")
+    run_var = ctx.let(f"{var} * {keep} + {biased} * {take}", "RunningVar")
+    return _back(ctx, [y, run_mean, run_var], x0.dtype)[: len(node.output)]
+
+
+@converter("InstanceNormalization")
+def instance_norm(ctx: Context, node) -> list[Value]:
+    x0, scale, bias = ctx.inputs()[:3]
+    x, scale, bias = _in_float32(ctx, x0, scale, bias)
+    if x.rank < 3:
+        raise ctx.error(f"the input has rank {x.rank}; InstanceNormalization needs [N, C, spatial..]")
+    eps = float(ctx.attr("epsilon", 1e-5))
+    y = ctx.call(tile.ops.group_norm(x.shape[1], rank=x.rank, eps=eps), x, scale, bias)
+    return _back(ctx, y, x0.dtype)
+
+
+@converter("GroupNormalization")
+def group_norm(ctx: Context, node) -> list[Value]:
+    """Scale and bias per channel (opset 21), or per group (opset 18, expanded to its channels)."""
+    x0, scale, bias = ctx.inputs()[:3]
+    groups = int(ctx.attr("num_groups"))
+    eps = float(ctx.attr("epsilon", 1e-5))
+    stash = int(ctx.attr("stash_type", 1))
+    x, scale, bias = _in_float32(ctx, x0, scale, bias) if stash == 1 else (x0, scale, bias)
+    if x.rank < 2:
+        raise ctx.error(f"the input has rank {x.rank}; GroupNormalization needs [N, C, ..]")
+    channels = x.shape[1]
+    if groups < 1 or channels % groups:
+        raise ctx.error(f"num_groups {groups} does not divide the {channels} channels")
+    per = channels // groups
+    expanded = []
+    for v in (scale, bias):
+        if v.shape == (channels,):
+            expanded.append(v)
+        elif v.shape == (groups,):
+            expanded.append(ctx.emit(f"$[{per}*g + j: {channels}] = =({v}[g]), j < {per}", "PerChannel"))
+        else:
+            raise ctx.error(f"scale and bias must have {channels} (channels) or {groups} (groups) entries, "
+                            f"not {v.shape}")
+    y = ctx.call(tile.ops.group_norm(groups, rank=x.rank, eps=eps), x, *expanded)
+    return _back(ctx, y, x0.dtype)
+
+
+@converter("LayerNormalization")
+def layer_norm(ctx: Context, node) -> list[Value | None]:
+    """Over the axes from ``axis`` on; ``Scale`` and ``B`` broadcast against them (Tile's
+    broadcasting is ONNX's). ``Mean`` and ``InvStdDev`` keep the reduced axes as size 1."""
+    x0, scale, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    stash = int(ctx.attr("stash_type", 1))
+    x, scale, bias = _in_float32(ctx, x0, scale, bias) if stash == 1 else (x0, scale, bias)
+    rank = x.rank
+    a = int(ctx.attr("axis", -1))
+    if not -rank <= a < rank:
+        raise ctx.error(f"axis {a} is out of range for rank {rank}")
+    a %= rank
+    eps = ctx.lit(float(ctx.attr("epsilon", 1e-5)), x.dtype)
+    names = [f"D{i}" for i in range(rank)]
+    body = variance_lines("X", rank, list(range(a, rank)), True, 0, dim_names=names)
+    body += [f"Rstd = {ctx.lit(1, x.dtype)} / sqrt(Var + {eps})", "Norm = Dev * Rstd"]
+    source = function([f"X[{', '.join(names)}]"], ["Norm", "Mean", "Rstd"], body)
+    norm, mean, rstd = ctx.call(source, x)
+    y = ctx.let(f"{norm} * {scale}" if bias is None else f"{norm} * {scale} + {bias}", "LayerNorm")
+    outs = [ctx.cast(y, x0.dtype), mean, rstd]
+    wanted = [i < len(node.output) and node.output[i] != "" for i in range(3)]
+    return [v if w else None for v, w in zip(outs, wanted)][: len(node.output)]
+
+
+@converter("LRN")
+def lrn(ctx: Context, node) -> list[Value]:
+    """``x / (bias + alpha / size * sum(x^2 over the channels c - (size-1)//2 .. c + size//2))^beta``."""
+    x0 = ctx.input(0)
+    (x,) = _in_float32(ctx, x0)
+    size = int(ctx.attr("size"))
+    alpha, beta, bias = (float(ctx.attr(k, d)) for k, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
+    f = x.dtype
+    sq = ctx.let(f"{x} * {x}", "LrnSq")
+    rest = [f"i{d}" for d in range(x.rank - 2)]
+    idx = ", ".join(["n", "c", *rest])
+    sizes = ", ".join(map(str, x.shape))
+    lo = (size - 1) // 2
+    shifted = ", ".join(["n", f"c + j - {lo}" if lo else "c + j", *rest])
+    total = ctx.emit(f"$[{idx}: {sizes}] = +({sq}[{shifted}]), j < {size}", "LrnSum")
+    scale = ctx.let(f"{ctx.lit(bias, f)} + {ctx.lit(alpha / size, f)} * {total}", "LrnScale")
+    return [ctx.cast(ctx.let(f"{x} / pow({scale}, {ctx.lit(beta, f)})", "LRN"), x0.dtype)]
