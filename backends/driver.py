@@ -19,17 +19,20 @@ steps of passes that tile kernels for the code generator (``PassInfo.kernel_tili
 
 from __future__ import annotations
 
+import os
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
 
+from backends import progcache
 from backends.hal import Device, KernelInfo, ProgramDevice
 from backends.naming import label, work
 from backends.program import ProgramRun, stage_config
 from backends.runner import Build, CompiledProgram
-from stripe.config import TargetConfig, format_config, resolve_config, target_config
+from stripe.config import TargetConfig, builtin_names, format_config, resolve_config, target_config
 from stripe.cost import estimate
 from stripe.ir import Block
 from stripe.lower import check_index_space, lower
@@ -76,9 +79,16 @@ def config_for(device: Device, settings: Mapping | None = None) -> TargetConfig 
     config's name, such as ``opencl_gpu_tiled``) or the device's own (``Device.optimizer``; none
     for a backend that names none), with the sizes the device reports filled into its hardware
     model. ``tiled=False`` leaves out the steps that tile kernels for the code generator (GEMM
-    kernels then run one work-item per output element)."""
+    kernels then run one work-item per output element). Kept per process for a config given by
+    name (a file's by its path, size and modification time): parsing one takes milliseconds, and
+    every ``tile.compile`` and first call of a shape asks."""
     settings = settings or {}
-    config = resolve_config(settings.get("config"))
+    given = settings.get("config")
+    memo = _config_memo_key(device, given, settings)
+    kept = _kept_configs(device) if memo is not None else None
+    if kept is not None and memo in kept:
+        return kept[memo]
+    config = resolve_config(given)
     if config is None:
         if not device.optimizer:
             return None  # a backend with no optimizer config compiles the lowered program as it is
@@ -91,7 +101,39 @@ def config_for(device: Device, settings: Mapping | None = None) -> TargetConfig 
             replace(s, params=replace(s.params, float32=mode)) if hasattr(s.params, "float32") else s
             for s in config.passes
         ))
-    return replace(config, hardware=device.hardware(config.hardware))
+    config = replace(config, hardware=device.hardware(config.hardware))
+    if kept is not None:
+        kept[memo] = config
+    return config
+
+
+_configs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # device -> {memo key: config}
+
+
+def _kept_configs(device: Device) -> dict | None:
+    """``config_for``'s results kept for ``device`` (None where a device cannot be weakly held)."""
+    try:
+        return _configs.setdefault(device, {})
+    except TypeError:
+        return None
+
+
+def _config_memo_key(device: Device, given, settings: Mapping) -> tuple | None:
+    """What ``config_for``'s result depends on besides the device, for configs named by strings
+    (a file's with its modification time and size); None (not kept) for a loaded ``TargetConfig``
+    or a file that cannot be read."""
+    if given is not None and not isinstance(given, str):
+        return None
+    stamps = []
+    for name in (given, device.optimizer):
+        if name and name not in builtin_names():
+            try:
+                st = os.stat(name)
+            except OSError:
+                return None  # the error is resolve_config's to give
+            stamps.append((st.st_mtime_ns, st.st_size))
+    return (given, device.optimizer, tuple(stamps), settings.get("tiled", True) is False,
+            settings.get("precision"))
 
 
 def optimized(
@@ -133,8 +175,18 @@ def cache_bytes(hw) -> dict[str, int]:
 
 
 def build(bound: BoundProgram, device: Device, settings: Mapping | None = None) -> Build:
-    """Lower, optimize with ``config_for(device, settings)``, and generate code for ``device``."""
+    """Lower, optimize with ``config_for(device, settings)``, and generate code for ``device``;
+    or, where the program cache (``backends.progcache``) has this program, shapes, device and
+    settings, the device's library restored from it with nothing lowered or optimized (the
+    ``Build`` then has no ``lowered`` program)."""
     settings = dict(settings or {})
+    key = None
+    if settings.get("cache", True) and progcache.takes_part(device):
+        start = time.perf_counter()
+        key = progcache.program_key(bound, device, settings)
+        found = _restored(key, device, start)
+        if found is not None:
+            return found
     lowered = lower(bound, strict=bool(settings.get("strict", False)))
     config = config_for(device, settings)
     program = optimized(lowered, config, settings)
@@ -146,7 +198,26 @@ def build(bound: BoundProgram, device: Device, settings: Mapping | None = None) 
         settings.setdefault("matrix_units", config.hardware.matrix_units)
     start = time.perf_counter()
     library = device.compiler.build(infos, settings)
+    if key is not None:
+        progcache.store(key, program, infos, config, settings, device.compiler.snapshot(library))
+    if progcache.takes_part(device):
+        library.extra["program_cache"] = "miss" if key is not None else "off"
     return Build(lowered, config, program, infos, library, time.perf_counter() - start)
+
+
+def _restored(key: str, device: Device, start: float) -> Build | None:
+    """The build the program cache holds under ``key``: the library restored by the device's
+    compiler, else built again from the cached kernels (and the entry rewritten); None on a miss."""
+    entry = progcache.load(key)
+    if entry is None:
+        return None
+    program, infos, config, settings = entry["program"], entry["infos"], entry["config"], entry["settings"]
+    library = device.compiler.restore(infos, settings, entry["snapshot"])
+    if library is None:  # the device's own entry is gone or bad: build the kernels again
+        library = device.compiler.build(infos, settings)
+        progcache.store(key, program, infos, config, settings, device.compiler.snapshot(library))
+    library.extra["program_cache"] = "hit"
+    return Build(None, config, program, infos, library, time.perf_counter() - start)  # type: ignore[arg-type]
 
 
 def compile_bound(

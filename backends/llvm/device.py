@@ -56,11 +56,11 @@ from backends.hal import (
     wait_all,
 )
 from backends.llvm import threads
-from backends.llvm.cache import ObjectCache, pack_entry, plan_key, unpack_entry
+from backends.llvm.cache import FORMAT, ObjectCache, pack_entry, plan_key, unpack_entry
 from backends.llvm.codegen import buffer_dtypes, generate, units
 from backends.llvm.dedup import representatives, unit_key
 from backends.llvm.epilogue import read_fused, takes
-from backends.llvm.host import host_target, target_machine
+from backends.llvm.host import host_available_memory, host_caches, host_target, target_machine
 from backends.llvm.match import VectorConfig, from_nest, host_vector_bytes, panel_split
 from backends.llvm.schedule import Schedule, plan
 from backends.llvm.threads import NativePool
@@ -70,66 +70,6 @@ from tile.errors import TileRuntimeError
 from tile.gc_pause import paused_gc
 
 _KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
-
-
-def host_available_memory() -> tuple[int | None, str]:
-    """Bytes the host can still give this process, and where that figure comes from: Linux's
-    ``MemAvailable`` (else ``sysconf``'s available pages), capped by a cgroup v2 memory limit."""
-    avail, what = None, ""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    avail, what = int(line.split()[1]) * 1024, "the host's available memory (MemAvailable)"
-                    break
-    except (OSError, ValueError, IndexError):
-        pass
-    if avail is None:
-        try:
-            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-            what = "the host's available memory (sysconf)"
-        except (OSError, ValueError, AttributeError):
-            return None, ""
-    try:
-        cg = "/sys/fs/cgroup/"
-        with open(cg + "memory.max", encoding="ascii") as f:
-            limit = f.read().strip()
-        if limit != "max":
-            with open(cg + "memory.current", encoding="ascii") as f:
-                room = max(0, int(limit) - int(f.read().strip()))
-            if room < avail:
-                avail, what = room, "this container's memory limit (cgroup memory.max)"
-    except (OSError, ValueError):
-        pass
-    return avail, what
-
-
-def host_caches() -> dict[str, int]:
-    """One core's data cache sizes in bytes by level (``L1``, ``L2``, ``L3``), from Linux's sysfs;
-    the levels it does not report are missing."""
-    out: dict[str, int] = {}
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    root = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        entries = sorted(os.listdir(root))
-    except OSError:
-        return out
-    for entry in entries:
-        try:
-            with open(f"{root}/{entry}/level", encoding="ascii") as f:
-                level = f.read().strip()
-            with open(f"{root}/{entry}/type", encoding="ascii") as f:
-                kind = f.read().strip()
-            with open(f"{root}/{entry}/size", encoding="ascii") as f:
-                size = f.read().strip()
-        except OSError:
-            continue
-        if kind in ("Data", "Unified") and size:
-            scale = units.get(size[-1], 1)
-            digits = size[:-1] if size[-1] in units else size
-            if digits.isdigit():
-                out[f"L{level}"] = int(digits) * scale
-    return out
 
 
 def _env_count(name: str, least: int, hint: str) -> int | None:
@@ -241,14 +181,99 @@ class _Jit:
     stack: list[int]  # each kernel's stack allocations, bytes
 
 
+@dataclass
+class _Plan:
+    """What a build decides before generating IR: the kernels' schedules, the code each unit is
+    generated from, which kernel shares which function, and the object cache's key."""
+
+    tm: llvm.TargetMachine
+    triple: str
+    layout: str
+    f16c: bool
+    dtypes: dict
+    vector: VectorConfig
+    schedules: list[Schedule]
+    code: list[KernelInfo]
+    blocks: list
+    epilogues: list
+    built: list[int]
+    key: str
+
+    @property
+    def only(self) -> set[int]:
+        return {j for j in self.built if self.built[j] == j}
+
+
 class LlvmCompiler(Compiler):
     def __init__(self, threads: int):
         self.threads = threads
+
+    def cache_identity(self) -> dict:
+        """What, besides the program and the settings, decides what ``build`` makes: the host CPU,
+        its caches, LLVM's version and the thread count (``backends.progcache`` keys on it)."""
+        cpu, features = host_target()
+        return {"cpu": cpu, "features": features, "llvm": list(llvm.llvm_version_info),
+                "caches": host_caches(), "threads": self.threads, "object_format": FORMAT}
 
     @paused_gc()  # code generation makes many objects: no cycle hunts over them meanwhile
     def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library:
         start = time.perf_counter()
         settings = dict(settings or {})
+        p = self._plan(kernels, settings)
+        cache = ObjectCache(p.key, bool(settings.get("cache", True)))
+        entry = cache.load()
+        parts = unpack_entry(entry) if entry is not None else None
+        if parts is not None:  # a plan built before: no IR generated, parsed or optimized
+            stack, text, obj = parts
+            engine, mod = _loaded(p.tm, p.triple, p.layout, obj)
+        else:
+            cache.hit = False
+            stack = []
+            args = (p.f16c, p.triple, p.layout, p.dtypes, p.vector, stack, p.blocks, p.epilogues, p.only)
+            text = generate(p.code, p.schedules, *args)
+            stack = [stack[p.built[k]] for k in range(len(kernels))]
+            mod = llvm.parse_assembly(text)
+            mod.verify()
+            opt = int(settings.get("opt", 3))
+            pto = llvm.create_pipeline_tuning_options(speed_level=opt)
+            pto.loop_vectorization = opt >= 2
+            pto.slp_vectorization = opt >= 2
+            pb = llvm.create_pass_builder(p.tm, pto)
+            pb.getModulePassManager().run(mod, pb)
+            engine = llvm.create_mcjit_compiler(mod, p.tm)
+            store = lambda _m, data: cache.store(pack_entry(stack, text, data))  # noqa: E731
+            engine.set_object_cache(store, lambda _m: None)
+        fused = [j for j, e in enumerate(p.epilogues) if e is not None]
+        status = "off" if not cache.enabled else "hit" if cache.hit else "miss"
+        jit = _Jit(engine, mod, [], p.schedules, settings, stack)
+        return _library(kernels, text, jit, p.built, fused, status, cache, start)
+
+    def snapshot(self, library: Library) -> dict:
+        """What ``restore`` needs to make ``library`` again from the object cache without planning:
+        its object's key, the kernels' schedules and sharing, the fused kernels."""
+        jit: _Jit = library.handle  # type: ignore[assignment]
+        x = library.extra
+        return {"key": x["cache_key"], "schedules": jit.schedules, "built": x["built_as"],
+                "fused": x["fused_epilogues"], "stack": jit.stack}
+
+    def restore(self, kernels: Sequence[KernelInfo], settings: dict, snap: dict) -> Library | None:
+        """The library ``build(kernels, settings)`` made when ``snapshot`` gave ``snap`` (the same
+        kernels and settings, on a host of the same ``cache_identity``), loaded from its object
+        cache entry; None when that entry is missing or not whole (then ``build``)."""
+        start = time.perf_counter()
+        settings = dict(settings or {})
+        cache = ObjectCache(snap["key"], bool(settings.get("cache", True)))
+        entry = cache.load()
+        parts = unpack_entry(entry) if entry is not None else None
+        if parts is None or parts[0] != snap["stack"] or len(snap["built"]) != len(kernels):
+            return None
+        stack, text, obj = parts
+        tm = target_machine(*host_target())
+        engine, mod = _loaded(tm, llvm.get_process_triple(), str(tm.target_data), obj)
+        jit = _Jit(engine, mod, [], list(snap["schedules"]), settings, stack)
+        return _library(kernels, text, jit, list(snap["built"]), list(snap["fused"]), "hit", cache, start)
+
+    def _plan(self, kernels: Sequence[KernelInfo], settings: dict) -> _Plan:
         cpu, features = host_target()
         tm = target_machine(cpu, features)
         threads = int(settings.get("threads", self.threads))
@@ -287,53 +312,41 @@ class LlvmCompiler(Compiler):
             epilogues.append(epi)
         triple, layout = llvm.get_process_triple(), str(tm.target_data)
         built, keys = shared_kernels(kernels, code, dtypes)  # kernel -> the kernel whose function it calls
-        only = {j for j in built if built[j] == j}
         meta = {"threads": threads, "vector": repr(vector), "triple": triple, "layout": layout, "f16c": f16c}
         key = plan_key(keys, built, meta, settings, cpu, features)
-        cache = ObjectCache(key, bool(settings.get("cache", True)))
-        entry = cache.load()
-        parts = unpack_entry(entry) if entry is not None else None
-        if parts is not None:  # a plan built before: no IR generated, parsed or optimized
-            stack, text, obj = parts
-            mod = llvm.parse_assembly(f'target triple = "{triple}"\ntarget datalayout = "{layout}"\n')
-            engine = llvm.create_mcjit_compiler(mod, tm)
-            engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-        else:
-            cache.hit = False
-            stack = []
-            args = (f16c, triple, layout, dtypes, vector, stack, blocks, epilogues, only)
-            text = generate(code, schedules, *args)
-            stack = [stack[built[k]] for k in range(len(kernels))]
-            mod = llvm.parse_assembly(text)
-            mod.verify()
-            opt = int(settings.get("opt", 3))
-            pto = llvm.create_pipeline_tuning_options(speed_level=opt)
-            pto.loop_vectorization = opt >= 2
-            pto.slp_vectorization = opt >= 2
-            pb = llvm.create_pass_builder(tm, pto)
-            pb.getModulePassManager().run(mod, pb)
-            engine = llvm.create_mcjit_compiler(mod, tm)
-            store = lambda _m, data: cache.store(pack_entry(stack, text, data))  # noqa: E731
-            engine.set_object_cache(store, lambda _m: None)
-        engine.finalize_object()
-        addresses = {j: engine.get_function_address(kernel_symbol(j, kernels[j])) for j in only}
-        functions = [_KERNEL_FN(addresses[built[k]]) for k in range(len(kernels))]
-        status = "off" if not cache.enabled else "hit" if cache.hit else "miss"
-        return Library(
-            list(kernels),
-            source=text,
-            handle=_Jit(engine, mod, functions, schedules, settings, stack),
-            build_seconds=time.perf_counter() - start,
-            extra={
-                "cache": status,
-                "cache_key": cache.key,
-                "cache_path": str(cache.path),
-                "schedules": schedules,
-                "fused_epilogues": [j for j, e in enumerate(epilogues) if e is not None],
-                "built_as": built,  # kernel k runs the function generated for kernel built[k]
-                "distinct_kernels": len(only),
-            },
-        )
+        return _Plan(tm, triple, layout, f16c, dtypes, vector, schedules, code, blocks, epilogues, built, key)
+
+
+def _loaded(tm, triple: str, layout: str, obj: bytes) -> tuple[llvm.ExecutionEngine, llvm.ModuleRef]:
+    """An MCJIT engine over an empty module with the object code ``obj`` added."""
+    mod = llvm.parse_assembly(f'target triple = "{triple}"\ntarget datalayout = "{layout}"\n')
+    engine = llvm.create_mcjit_compiler(mod, tm)
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    return engine, mod
+
+
+def _library(kernels, text: str, jit: _Jit, built: list[int], fused: list[int], status: str,
+             cache: ObjectCache, start: float) -> Library:
+    """The library over ``jit``'s engine (finalized here), its kernel functions looked up."""
+    jit.engine.finalize_object()
+    only = {j for j in built if built[j] == j}
+    addresses = {j: jit.engine.get_function_address(kernel_symbol(j, kernels[j])) for j in only}
+    jit.functions = [_KERNEL_FN(addresses[built[k]]) for k in range(len(kernels))]
+    return Library(
+        list(kernels),
+        source=text,
+        handle=jit,
+        build_seconds=time.perf_counter() - start,
+        extra={
+            "cache": status,
+            "cache_key": cache.key,
+            "cache_path": str(cache.path),
+            "schedules": jit.schedules,
+            "fused_epilogues": fused,
+            "built_as": built,  # kernel k runs the function generated for kernel built[k]
+            "distinct_kernels": len(only),
+        },
+    )
 
 
 def shared_kernels(
