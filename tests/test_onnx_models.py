@@ -1,0 +1,86 @@
+"""Real models through ``tile.onnx``: an MLP, a small CNN and a transformer block, exported from
+PyTorch with ``torch.onnx.export`` (``bench.onnx_models`` builds them), imported and run on the
+interpreter and the CPU targets, and compared with PyTorch's outputs and onnxruntime's where it is
+installed; the imported MLP's gradients (``tile.grad_values``) are compared with PyTorch's autograd.
+
+Tolerance: float32 results of two implementations that sum in different orders differ by at most
+about ``u * L * scale`` (``u = 2^-24``, the unit roundoff; ``L`` the reduction lengths along the
+model's longest path; ``scale`` the largest magnitude, at least 1), so we allow twice that
+(``bench.onnx_models.tolerance``). The models' inputs are random normals: integer-valued inputs
+would not stay exact through softmax, erf and the layer norms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx", reason="tile.onnx needs the onnx package (pip install -e '.[onnx]')")
+torch = pytest.importorskip("torch", reason="the models are exported from PyTorch (pip install torch)")
+
+import tile  # noqa: E402
+import tile.onnx  # noqa: E402
+from bench import onnx_models as models  # noqa: E402
+
+bound = models.tolerance
+
+
+@pytest.fixture(scope="module")
+def exported() -> dict:
+    """name -> (module, input, ONNX bytes, PyTorch's output)."""
+    out = {}
+    for name in models.MODELS:
+        module, x = models.build(name)
+        out[name] = (module, x, models.export(module, x), models.torch_output(module, x))
+    return out
+
+
+def _available(target: str) -> None:
+    from backends import registry
+
+    if target != "interp" and target not in registry.devices():
+        pytest.skip(f"{target} is not available here: {registry.unavailable().get(target, 'not registered')}")
+
+
+# PoCL compiles each kernel for a minute or more on a loaded 2-core machine: the MLP alone there
+CASES = [(t, m) for t in ("interp", "llvm_cpu.0") for m in models.MODELS] + [("opencl_cpu.0", "mlp")]
+
+
+@pytest.mark.parametrize("target,name", CASES, ids=[f"{t}-{m}" for t, m in CASES])
+def test_model_matches_pytorch(exported, target, name):
+    _available(target)
+    _, x, model, want = exported[name]
+    got = tile.onnx.Backend.prepare(model, target).run([x])
+    assert len(got) == 1 and got[0].dtype == want.dtype and got[0].shape == want.shape
+    err, tol = float(np.max(np.abs(got[0] - want))), bound(name, x, want)
+    assert err <= tol, f"{name} on {target}: max error {err:.3g} > {tol:.3g}"
+
+
+@pytest.mark.parametrize("name", models.MODELS)
+def test_model_matches_onnxruntime(exported, name):
+    pytest.importorskip("onnxruntime", reason="onnxruntime is optional (pip install onnxruntime)")
+    _, x, model, want = exported[name]
+    ort = models.ort_session(model, threads=1).run(None, {"x": x})[0]
+    got = tile.onnx.Backend.prepare(model, "llvm_cpu.0").run([x])[0]
+    err, tol = float(np.max(np.abs(got - ort))), bound(name, x, ort)
+    assert err <= tol, f"{name}: Tile and onnxruntime differ by {err:.3g} > {tol:.3g}"
+
+
+def test_imported_mlp_gradients_match_autograd(exported):
+    """d(sum y)/dx and d(sum y)/dW of the first layer from the imported program, by tile.grad_values,
+    against PyTorch's autograd."""
+    module, x, model, want = exported["mlp"]
+    imp = tile.onnx.import_model(model)
+    feeds = imp.feeds({"x": x})
+    weight = next(t for t, onnx_name in imp.initializers.items() if onnx_name == "0.weight")
+    x_name = dict(imp.inputs)["x"]
+    grads = tile.grad_values(imp.source, feeds, wrt=[x_name, weight])
+    xt = torch.from_numpy(x).requires_grad_(True)
+    module.zero_grad()
+    module(xt).sum().backward()
+    for got, ref in ((grads[x_name], xt.grad.numpy()), (grads[weight], module[0].weight.grad.numpy())):
+        if got.shape != ref.shape and got.T.shape == ref.shape:
+            got = got.T  # an exporter may store the weight transposed for Gemm(transB=0)
+        assert got.shape == ref.shape
+        tol = bound("mlp", x, ref, extra=x.shape[0] + 10)  # the batch sum, and the 10 outputs summed
+        assert float(np.max(np.abs(got - ref))) <= tol
