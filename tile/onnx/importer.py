@@ -207,8 +207,8 @@ def _fold(fn, node, values: dict, opset: int) -> list | None:
         outs = list(fn(Context(b, node, local, opset), node))
         ready, names = [], []
         for v in outs:
-            if v is None or v.const is not None:
-                ready.append(v)
+            if v is None or v.const is not None:  # (a name of the scratch program is dropped)
+                ready.append(v if v is None else Value(None, v.shape, v.dtype, v.const))
                 continue
             if v.size > FOLD_LIMIT:
                 return None

@@ -57,7 +57,9 @@ def check(case, target: str) -> tuple[str, str]:
 def _array(a):
     from onnx import TensorProto, numpy_helper
 
-    return numpy_helper.to_array(a) if isinstance(a, TensorProto) else a
+    if isinstance(a, TensorProto):
+        return numpy_helper.to_array(a)
+    return np.asarray(a) if isinstance(a, np.generic) else a
 
 
 def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str:

@@ -165,7 +165,8 @@ def reshape_node(ctx: Context, node) -> list[Value]:
 @converter("Flatten")
 def flatten(ctx: Context, node) -> list[Value]:
     x = ctx.input(0)
-    a = axis_of(ctx, ctx.attr("axis", 1), x.rank + 1) if x.rank else 0
+    a = ctx.attr("axis", 1)
+    a = a + x.rank if a < 0 else a
     return [reshape(ctx, x, (math.prod(x.shape[:a]), math.prod(x.shape[a:])))]
 
 
@@ -301,13 +302,11 @@ def tile_(ctx: Context, node) -> list[Value]:
 def pad(ctx: Context, node) -> list[Value]:
     x = ctx.input(0)
     if ctx.opset < 11:
-        pads, value = list(ctx.attr("pads")), ctx.attr("value", 0.0)
+        pads = list(ctx.attr("pads"))
         axes = list(range(x.rank))
     else:
         pads = [int(p) for p in ctx.const(1)]
-        value = ctx.const(2, np.zeros(()))
-        value = np.asarray(value).ravel()[0] if np.size(value) else 0
-        axes = axes_arg(ctx, x.rank, "axes_unused", 3) or list(range(x.rank))
+        axes = list(range(x.rank))
         if ctx.has(3):
             axes = [axis_of(ctx, int(a), x.rank) for a in ctx.const(3)]
     n = len(axes)
@@ -315,13 +314,20 @@ def pad(ctx: Context, node) -> list[Value]:
     for j, a in enumerate(axes):
         before[a], after[a] = pads[j], pads[n + j]
     mode = ctx.attr("mode", "constant")
+    if not any(before) and not any(after):
+        return [ctx.let(f"ident({x})")]
     if mode == "constant":
         torch_pads = [p for a in reversed(range(x.rank)) for p in (before[a], after[a])]
         y = ctx.call(tile.ops.pad(rank=x.rank, pad=torch_pads, value=0.0), x)[0]
-        if value != 0:
+        fill = ctx.lit(ctx.attr("value", 0.0), x.dtype) if ctx.opset < 11 else None
+        if ctx.opset >= 11 and ctx.has(2):
+            v = ctx.input(2)
+            fill = reshape(ctx, v, ()).name if v.rank else v.name
+        if fill is not None:
             inside = [f"(index({y}, {a}) >= {before[a]}) & (index({y}, {a}) < {x.shape[a] + before[a]})"
-                      for a in range(x.rank) if before[a] or after[a]]
-            y = ctx.let(f"{' & '.join(inside)} ? {y} : {ctx.lit(value, x.dtype)}", "Pad")
+                      for a in range(x.rank) if before[a] > 0 or after[a] > 0]
+            if inside:
+                y = ctx.let(f"{' & '.join(inside)} ? {y} : {fill}", "Pad")
         return [ctx.cast(y, x.dtype)]
     if mode not in ("edge", "reflect", "wrap"):
         raise ctx.unsupported(f"mode '{mode}'")
@@ -362,7 +368,8 @@ def space_to_depth(ctx: Context, node) -> list[Value]:
     n, c, h, w = x.shape
     b = ctx.attr("blocksize")
     t = reshape(ctx, x, (n, c, h // b, b, w // b, b))
-    t = permute(ctx, t, [0, 3, 5, 1, 2, 4])
+    order = [0, 3, 5, 1, 2, 4] if ctx.attr("mode", "DCR") == "DCR" else [0, 1, 3, 5, 2, 4]
+    t = permute(ctx, t, order)
     return [reshape(ctx, t, (n, c * b * b, h // b, w // b))]
 
 
