@@ -1,5 +1,5 @@
-"""README.md, docs/tutorial.md and docs/frameworks.md as doctests: every ``sh`` and ``python``
-block runs as written, in order, in an empty folder of its own (one per document).
+"""README.md, docs/tutorial.md, docs/frameworks.md and docs/onnx.md as doctests: every ``sh`` and
+``python`` block runs as written, in order, in an empty folder of its own (one per document).
 
 The folder holds nothing but links to the checkout's ``examples/`` and ``conformance/`` (what a
 block may name, as a reader runs them from the checkout's root); every other file a block uses an
@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DOCUMENTS = ("README.md", "docs/tutorial.md", "docs/frameworks.md")
+DOCUMENTS = ("README.md", "docs/tutorial.md", "docs/frameworks.md", "docs/onnx.md")
 SHIPPED = ("examples", "conformance")  # the checkout's folders a block may name
 FENCE = re.compile(
     r"^(?:<!-- doctest: (?P<mark>[^\n]*?) -->\n)?```(?P<lang>[a-z]*)\n(?P<body>.*?)^```$", re.M | re.S
