@@ -14,17 +14,26 @@ shared: CPU time is the fairer figure), and the peak traced Python memory (``tra
 peak resident set (``resource``) after it. Every result is checked equal to the interpreter's.
 ``--warm``: instead, a new process's compile + first call when an earlier process built the same
 program into a fresh disk cache (the second of two processes; imports and first-use set-up paid
-by another small program first).
+by another small program first), for each program alone and with its gradient program
+(``tile.grad``, derived, compiled and called in that process too), and whether the program cache
+(``backends.progcache``) had it. ``--torch``: a ``tile.torch`` op (a relative-bias attention, a
+matmul) called at a new size ``N`` (``--sizes``), forward then backward: in a first process
+(cold cache) and in a second one (warm), after the op ran at another size; gradients checked
+against PyTorch's autograd.
 bench/RESULTS.md ("Compile time") has figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
+import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 
@@ -89,32 +98,115 @@ t0, c0 = time.perf_counter(), time.process_time()
 import numpy as np
 import tile
 from bench.compile_time import PROGRAMS, inputs
-name, n = sys.argv[1], int(sys.argv[2])
+name, n, grad = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "grad"
 tile.compile(PROGRAMS["matmuls" if name == "chain" else "chain"](2), "llvm_cpu.0")(inputs())  # imports
+if grad:
+    tile.compile(tile.grad(PROGRAMS["matmuls" if name == "chain" else "chain"](2)), "llvm_cpu.0")
 t1, c1 = time.perf_counter(), time.process_time()
-got = tile.compile(PROGRAMS[name](n), "llvm_cpu.0")(inputs())
+src = PROGRAMS[name](n)
+x = inputs()
+exe = tile.compile(src, "llvm_cpu.0")
+got = exe(x)
+if grad:  # the gradient program of the sum of the outputs, derived and compiled in this process
+    feed = {**x, **{"D" + k: np.ones_like(v) for k, v in got.items()}}
+    dx = tile.compile(tile.grad(src), "llvm_cpu.0")(feed)
 t2, c2 = time.perf_counter(), time.process_time()
-print(f"{t1 - t0:.3f} {t2 - t1:.3f} {c2 - c1:.3f}")
+checks = [(src, x, got)] + ([(tile.grad(src), feed, dx)] if grad else [])
+for prog, feed, out in checks:
+    for k, w in tile.compile(prog, "interp")(feed).items():
+        assert np.array_equal(out[k], w), f"{k} differs from the interpreter"
+hit = exe._last.library.extra.get("program_cache", "-")
+print(f"{t1 - t0:.3f} {t2 - t1:.3f} {c2 - c1:.3f} {hit}")
 """
 
 
-def warm(name: str, n: int) -> tuple[float, float, float]:
+def warm(name: str, n: int, grad: bool = False) -> tuple[float, float, float, str]:
     """A new process's compile + first call with a warm disk cache (a fresh cache directory
     filled by one process before), after another small program paid the imports and first-use
-    set-up: (seconds to that point, compile + call seconds, its CPU seconds)."""
-    import os
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent
+    set-up: (seconds to that point, compile + call seconds, its CPU seconds, the program cache's
+    status). ``grad``: the gradient program's (``tile.grad``) derivation, compile and call too."""
     with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "TILE_CACHE_DIR": cache, "PYTHONPATH": str(root)}
         for _ in range(2):
-            r = subprocess.run([sys.executable, "-c", WARM, name, str(n)], env=env, cwd=root,
-                               capture_output=True, text=True, check=True)
-        imp, first, cpu = (float(v) for v in r.stdout.split())
-    return imp, first, cpu
+            out = _python(WARM, [name, str(n), "grad" if grad else "fwd"], cache)
+        imp, first, cpu, hit = out.split()
+    return float(imp), float(first), float(cpu), hit
+
+
+def _python(script: str, args: list[str], cache: str) -> str:
+    """``script``'s last line of output, run in a new process with ``TILE_CACHE_DIR=cache``."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "TILE_CACHE_DIR": cache, "PYTHONPATH": str(root)}
+    r = subprocess.run([sys.executable, "-c", script, *args], env=env, cwd=root, capture_output=True,
+                       text=True, check=True)
+    return r.stdout.strip().splitlines()[-1]
+
+
+# A relative-bias attention (the shape of issue 40's tile.torch example) and a matmul, as tile.torch
+# ops: called once at one size (imports, first-use set-up), then timed at a new size, forward then
+# backward, checked against PyTorch's own autograd.
+ATTENTION = """function (Q[S, D], K[S, D], R[S, S], V[S, D]) -> (O) {
+  L[i, j: S, S] = +(Q[i, d] * K[j, d]);
+  M = L + R;
+  P = builtin_softmax(M, S, S);
+  O[i, d: S, D] = +(P[i, j] * V[j, d]);
+}"""
+MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]); }"
+TORCH_OPS = {"attention": ATTENTION, "matmul": MATMUL}
+
+TORCH = r"""
+import sys, time
+import torch
+import tile.torch as tt
+from bench.compile_time import TORCH_OPS, torch_args, torch_reference
+name, n = sys.argv[1], int(sys.argv[2])
+op = tt.op(TORCH_OPS[name])
+for size, timed in ((3, False), (n, True)):
+    args = torch_args(name, size)
+    t0, c0 = time.perf_counter(), time.process_time()
+    y = op(*args)
+    t1, c1 = time.perf_counter(), time.process_time()
+    y.sum().backward()
+    t2, c2 = time.perf_counter(), time.process_time()
+want = torch_reference(name, size)
+for a, w in zip(args, want):  # softmax rounds: within a few ulps per term of the longest sum
+    tol = 4 * (size + 8) * torch.finfo(torch.float32).eps * float(w.abs().max())
+    torch.testing.assert_close(a.grad, w, rtol=0, atol=tol)
+print(f"{t1 - t0:.4f} {t2 - t1:.4f} {c1 - c0:.4f} {c2 - c1:.4f}")
+"""
+
+
+def torch_args(name: str, n: int) -> list:
+    """The op's inputs at size ``n`` (small integers, requiring gradients)."""
+    import torch
+
+    g = torch.Generator().manual_seed(n)
+    shapes = [(n, 8), (n, 8), (n, n), (n, 8)] if name == "attention" else [(n, 8), (8, n + 1)]
+    return [torch.randint(-2, 3, s, generator=g).float().requires_grad_() for s in shapes]
+
+
+def torch_reference(name: str, n: int) -> list:
+    """PyTorch's gradients of the sum of the op's output, on the same inputs."""
+    args = torch_args(name, n)
+    if name == "attention":
+        q, k, r, v = args
+        out = torch_softmax(q @ k.T + r) @ v
+    else:
+        out = args[0] @ args[1]
+    out.sum().backward()
+    return [a.grad for a in args]
+
+
+def torch_softmax(x):
+    import torch
+
+    return torch.softmax(x, dim=1)
+
+
+def torch_case(name: str, n: int) -> list[tuple[float, float, float, float]]:
+    """(forward s, backward s, their CPU s) of a first process (cold cache) and a second one (warm)
+    at the new size ``n``."""
+    with tempfile.TemporaryDirectory() as cache:
+        return [tuple(float(v) for v in _python(TORCH, [name, str(n)], cache).split()) for _ in range(2)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,13 +217,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", action="store_true", help="use the disk cache (default: off)")
     p.add_argument("--warm", action="store_true",
                    help="instead: a new process's compile + first call with a warm disk cache")
+    p.add_argument("--torch", action="store_true",
+                   help="instead: tile.torch ops' forward + backward at a new size, cold and warm cache")
     args = p.parse_args(argv)
+    if args.torch:
+        print(f"{'tile.torch op':<16}{'cold fwd+bwd ms':>17}{'warm fwd ms':>13}{'warm bwd ms':>13}"
+              f"{'warm cpu ms':>13}")
+        for name in TORCH_OPS:
+            for n in (int(s) for s in args.sizes.split(",")):
+                (cf, cb, _, _), (wf, wb, cpf, cpb) = torch_case(name, n)
+                print(f"{name + ' ' + str(n):<16}{(cf + cb) * 1e3:>17.1f}{wf * 1e3:>13.1f}{wb * 1e3:>13.1f}"
+                      f"{(cpf + cpb) * 1e3:>13.1f}", flush=True)
+        return 0
     if args.warm:
-        print(f"{'program':<16}{'set-up s':>10}{'warm compile+call s':>21}{'cpu s':>8}")
+        print(f"{'program':<16}{'set-up s':>10}{'warm compile+call s':>21}{'cpu s':>8}  program cache")
         for name in args.only.split(","):
             for n in (int(s) for s in args.sizes.split(",")):
-                imp, first, cpu = warm(name, n)
-                print(f"{name + ' ' + str(n):<16}{imp:>10.2f}{first:>21.3f}{cpu:>8.3f}", flush=True)
+                for grad in (False, True):
+                    imp, first, cpu, hit = warm(name, n, grad)
+                    label = f"{name} {n}{' +grad' if grad else ''}"
+                    print(f"{label:<16}{imp:>10.2f}{first:>21.3f}{cpu:>8.3f}  {hit}", flush=True)
         return 0
     settings = {} if args.cache else {"cache": False}
     measure(chain(2), args.device, settings)  # imports and first-use set-up, paid by no figure below
