@@ -1,1 +1,2 @@
-"""Compiled targets behind one HAL (placeholder until its issue lands)."""
+"""Compiled targets behind one HAL: the compile spine, the runner, the registry of devices, and one
+subpackage per target or vendor (backends/README.md)."""

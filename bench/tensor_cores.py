@@ -12,7 +12,7 @@ wall clock around a resident call and its ``wait()``; PyTorch: best of 11 around
 * float16 3x3 convolutions, NHWC, batch 32, 56x56x64: valid (unpadded) and padded by one.
 
 On an H100/H200 the float16 GEMMs that stream launch through CUDA with tiles from the tensor memory
-accelerator (``backends.opencl.cuda_launch``); with ``TILE_CUDA_LAUNCH=0`` they run on OpenCL's
+accelerator (``backends.cuda.launch``); with ``TILE_CUDA_LAUNCH=0`` they run on OpenCL's
 warp-group kernel.
 
 It prints a Markdown table; ratio = PyTorch time / Tile time (above 1: Tile faster)."""
@@ -101,7 +101,7 @@ def main() -> None:
             ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
             tt = torch_best(lambda ta=ta, tb=tb: ta @ tb)
             note = f"{fl / t / 1e12:.0f} vs {fl / tt / 1e12:.0f} TFLOP/s"
-            if prec in ("tf32", "3xtf32"):  # the operand copies (stripe.passes.kmajor), the product
+            if prec in ("tf32", "3xtf32"):  # the operand copies (backends.cuda.kmajor), the product
                 times = case.f.profile()
                 note += "; kernels " + ", ".join(f"{n.split('_')[2]} {s * 1e6:.0f} us" for n, s in times)
             if prec == "3xtf32":

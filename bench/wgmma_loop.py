@@ -1,4 +1,4 @@
-"""``python -m bench.wgmma_loop [DEVICE]``: the warp-group GEMM kernel (``backends.clike.wgmma``)
+"""``python -m bench.wgmma_loop [DEVICE]``: the warp-group GEMM kernel (``backends.cuda.wgmma``)
 checked where two work-groups share an SM, and timed.
 
 An integer float16 product 1024x4096x1024 (256 work-groups of 128 x 128: two to an SM on an

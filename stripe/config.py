@@ -55,17 +55,21 @@ relative to the folder of the file that names it)::
   cycle of bases, an unknown base, a step the base does not have, an added (or renamed) step whose
   name the list already has are located errors. Resolution happens at load time: the result is a
   plain ``TargetConfig``.
+* ``"pass_modules"``: modules imported before the file's steps are checked, whose import
+  registers passes ``stripe.passes`` does not define (a vendor's package's); a base's count too.
 
-Three built-in configs are complete files (``accel``, ``llvm_cpu``, ``opencl_gpu``: tests and
-users copy them as the example of the whole format); the others are deltas over them by name
-(``llvm_cpu_tiled``, ``opencl_cpu``, ``opencl_gpu_tiled``), so a copy of one still loads from
-anywhere. ``format_config(cfg)`` writes a config out fully resolved, every step with all its
-params, so that ``parse_config(format_config(cfg), cfg.source) == cfg``.
+Three built-in configs are complete files (``accel``, ``llvm_cpu``, ``gpu``: tests and users copy
+them as the example of the whole format); the others are deltas over them by name
+(``llvm_cpu_tiled``; ``opencl_cpu`` and NVIDIA's ``cuda`` over ``gpu``; ``opencl_gpu`` over
+``cuda``, ``opencl_gpu_tiled`` over that), so a copy of one still loads from anywhere.
+``format_config(cfg)`` writes a config out fully resolved, every step with all its params, so that
+``parse_config(format_config(cfg), cfg.source) == cfg``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import math
 import types
@@ -99,7 +103,7 @@ TARGETS = Path(__file__).parent / "targets"
 
 _TOP = ("name", "description", "device", "hardware", "capabilities")  # merged over the base's
 _EDITS = ("remove", "replace", "params", "add")  # applied in this order
-_KEYS = {"extends", *_TOP, "passes", *_EDITS}
+_KEYS = {"extends", *_TOP, "passes", *_EDITS, "pass_modules"}
 _REQUIRED = ("hardware", "name", "passes")
 
 
@@ -176,6 +180,8 @@ def format_config(cfg: TargetConfig) -> str:
         data["description"] = cfg.description
     if cfg.device:
         data["device"] = cfg.device
+    if cfg.pass_modules:
+        data["pass_modules"] = list(cfg.pass_modules)
     data["hardware"] = _plain(cfg.hardware)
     if cfg.capabilities is not None:
         data["capabilities"] = cfg.capabilities.to_json()
@@ -235,6 +241,7 @@ class _Raw:
     steps: list[_Tree] | None  # each {"name", "pass", "params"}; None: no file gave passes
     leaf: _Reader  # the file being loaded
     extends: bool
+    modules: tuple[str, ...] = ()  # "pass_modules" of the file and its bases, imported
 
     def config(self, source: str) -> TargetConfig:
         self.top.origins[()] = (self.leaf, ())
@@ -250,7 +257,7 @@ class _Raw:
         hardware = view.convert(top["hardware"], Hardware, ("hardware",))
         caps = view.convert(top.get("capabilities"), Declared | None, ("capabilities",), "'capabilities'")
         specs = tuple(_spec(s) for s in self.steps)
-        return TargetConfig(name, hardware, specs, source, device, description, caps)
+        return TargetConfig(name, hardware, specs, source, device, description, caps, self.modules)
 
 
 def _resolve(text: str, name: str, chain: tuple[str, ...]) -> _Raw:
@@ -266,6 +273,7 @@ def _resolve(text: str, name: str, chain: tuple[str, ...]) -> _Raw:
         hint = 'write {"name": ..., "hardware": ..., "passes": [...]}'
         raise reader.error((), "a config is a JSON object", hint)
     reader.keys(data, (), _KEYS, set(), "a config")
+    own = _pass_modules(reader, data.get("pass_modules", []))
     edits = [k for k in _EDITS if k in data]
     if "extends" in data:
         raw = _base(reader, data["extends"], chain + (name,))
@@ -277,6 +285,7 @@ def _resolve(text: str, name: str, chain: tuple[str, ...]) -> _Raw:
     else:
         raw = _Raw(_Tree({}, (reader, ())), None, reader, False)
     raw.top.patch({k: data[k] for k in _TOP if k in data}, (reader, ()))
+    raw.modules = tuple(dict.fromkeys(raw.modules + own))
     if "passes" in data and edits:
         hint = f'drop "{edits[0]}" and list every step, or drop "passes" and edit the base\'s steps'
         message = "a config gives its whole pass list or edits its base's, not both"
@@ -289,6 +298,23 @@ def _resolve(text: str, name: str, chain: tuple[str, ...]) -> _Raw:
         raw.steps = raw.steps or []
         reader.edit(data, raw.steps)
     return raw
+
+
+def _pass_modules(reader: _Reader, given) -> tuple[str, ...]:
+    """The modules a file names in ``"pass_modules"``, imported: a target package's own passes
+    register themselves (``stripe.passes.register``) when their module is imported, before the
+    file's steps are checked against the registered passes."""
+    names = []
+    for k, name in enumerate(reader.convert(given, list, ("pass_modules",))):
+        name = reader.convert(name, str, ("pass_modules", k))
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            hint = "name a module on the Python path whose import registers passes (stripe.passes.register)"
+            message = f"cannot import the pass module '{name}' ({e})"
+            raise reader.error(("pass_modules", k), message, hint) from None
+        names.append(name)
+    return tuple(names)
 
 
 def _base(reader: _Reader, given, chain: tuple[str, ...]) -> _Raw:

@@ -42,3 +42,6 @@ class TargetConfig:
     # What the target declares it supports ("capabilities": operations, dtypes, stages, limits,
     # tolerance class; None: nothing declared): for the conformance suite, not the compiler.
     capabilities: Declared | None = field(default=None, compare=False, repr=False)
+    # The modules whose import registers passes the config names that ``stripe.passes`` does not
+    # define ("pass_modules": a target package's own passes); what they register is compared.
+    pass_modules: tuple[str, ...] = field(default=(), compare=False, repr=False)

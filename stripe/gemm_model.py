@@ -173,7 +173,7 @@ class GemmModel:
         streams (``stripe.gemm.streams``; B K-major for 32-bit operands): one warp per 16 rows and
         one loading, within the work-group size, K steps of ``launch_k_bytes``; the tiles are
         ``WarpGroup.launched``'s (``3xtf32``: ``gemm_tile.ranking`` asks only for GEMMs whose
-        operands ``stripe.passes.kmajor`` split)."""
+        operands a backend's K-major pass split)."""
         wg = unit.warpgroup
         if wg is None:
             return []

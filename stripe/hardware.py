@@ -1,8 +1,9 @@
 """The hardware model of a target, as the Stripe seed describes it: memories, execution units,
-transfer units and the buses between them, and fixed-function matrix units (tensor cores) with
-their operations and fragment layouts. Passes read sizes from it (a tile must fit
-``mem_units[memory]``), the cost model reads speeds (``clock_mhz``, ``ops_per_cycle``,
-``bytes_per_cycle``). It is plain data, loaded from a target's config by ``stripe.config``.
+transfer units and the buses between them, and fixed-function matrix units with their operations'
+shapes, types and fragment layouts (how a backend issues them is the backend's). Passes read
+sizes from it (a tile must fit ``mem_units[memory]``), the cost model reads speeds
+(``clock_mhz``, ``ops_per_cycle``, ``bytes_per_cycle``). It is plain data, loaded from a target's
+config by ``stripe.config``.
 """
 
 from __future__ import annotations
@@ -66,15 +67,14 @@ class Fragment:
 class MmaShape:
     """One fixed operation of a matrix unit: ``C[m, n] += A[m, k] · B[k, n]`` over ``lanes`` lanes
     working together, operands of ``inputs`` (``float16``, ``bfloat16`` or ``tf32``: float32
-    rounded to 10 mantissa bits), the sum kept in ``accumulator``; ``instruction`` is what the code
-    generator issues (PTX for NVIDIA's tensor cores); ``a``, ``b``, ``c`` the fragment layouts."""
+    rounded to 10 mantissa bits), the sum kept in ``accumulator``; ``a``, ``b``, ``c`` the fragment
+    layouts. The instruction that issues it is the backend's to name, from these."""
 
     m: int
     n: int
     k: int
     inputs: str
     accumulator: str
-    instruction: str
     a: Fragment
     b: Fragment
     c: Fragment
@@ -87,22 +87,22 @@ class MmaShape:
 
 @dataclass(frozen=True)
 class WarpGroup:
-    """A matrix unit's asynchronous warp-group products (NVIDIA Hopper's ``wgmma``): the
-    ``warps`` warps of a work-group tile (one of ``tiles``, M x N) issue, four warps together, one
-    ``m64 x n x k16`` product per K slice of 16, both operands read from swizzled ``__local``
-    tiles through descriptors, the sums in registers laid out per 8 columns as the unit's
-    accumulator fragment. For precision ``modes`` only, with a K step of ``k_bytes``. A device has
-    it only at exactly ``capability`` (``sm_90a`` features do not carry over to later devices).
+    """A matrix unit's asynchronous warp-group products: the ``warps`` warps of a work-group tile
+    (one of ``tiles``, M x N) issue, four warps together, one ``m64 x n x k16`` product per K slice
+    of 16, both operands read from ``__local`` tiles, the sums in registers laid out per 8 columns
+    as the unit's accumulator fragment. For precision ``modes`` only, with a K step of
+    ``k_bytes``. A device has them only at exactly ``capability`` (they do not carry over to later
+    devices).
 
-    A device that launches kernels with more local memory than its OpenCL driver gives (through
-    CUDA's driver API) sets ``launch_local_KiB``; a GEMM of one of ``launch_modes`` that streams
-    (``stripe.gemm.streams``) then takes one of ``launch_tiles`` with K steps of
-    ``launch_k_bytes``: a kernel whose tiles come from the tensor memory accelerator, ``tm / 16``
-    warps multiplying and one more loading. The unit reads 32-bit (``tf32``) operands K-major
-    only, so such a GEMM streams with a K-major B (``stripe.passes.kmajor`` makes that copy).
-    A ``3xtf32`` GEMM launches only once ``kmajor`` has split its operands, and its kernel keeps a
-    second accumulator (each K step's sums, folded into the running ones): it takes one of
-    ``launch_fold_tiles``, whose two accumulators fit the registers (``launched``)."""
+    A device that can run kernels with more local memory than its plain kernels get sets
+    ``launch_local_KiB`` (the backend's, ``Device.hardware``); a GEMM of one of ``launch_modes``
+    that streams (``stripe.gemm.streams``) then takes one of ``launch_tiles`` with K steps of
+    ``launch_k_bytes``: ``tm / 16`` warps multiplying and one more loading. The unit reads 32-bit
+    (``tf32``) operands K-major only, so such a GEMM streams with a K-major B (a backend's pass
+    makes that copy). A ``3xtf32`` GEMM takes these tiles only once its operands are split in
+    high and low parts, and its kernel keeps a second accumulator (each K step's sums, folded into
+    the running ones): it takes one of ``launch_fold_tiles``, whose two accumulators fit the
+    registers (``launched``)."""
 
     modes: tuple[str, ...]
     capability: tuple[int, int]
@@ -112,7 +112,7 @@ class WarpGroup:
     launch_tiles: tuple[tuple[int, int], ...] = ()
     launch_k_bytes: int = 128
     launch_modes: tuple[str, ...] = ()
-    launch_local_KiB: float = 0.0  # 0: kernels launch through OpenCL only
+    launch_local_KiB: float = 0.0  # 0: no kernel gets more local memory
     launch_fold_tiles: tuple[tuple[int, int], ...] = ()
 
     def launched(self, mode: str) -> tuple[tuple[int, int], ...]:
@@ -130,7 +130,7 @@ class WarpGroup:
 
 @dataclass(frozen=True)
 class MatrixUnit:
-    """A fixed-function matrix unit (tensor cores): its operations by precision mode (``f16``,
+    """A fixed-function matrix unit: its operations by precision mode (``f16``,
     ``bf16``, ``tf32``), ``lanes`` work-items issuing each one together, ``group`` lanes sharing
     a fragment row. ``vendor`` and ``min_capability`` say which devices have it: a device keeps
     the unit in its hardware model only when it reports that vendor and at least that compute

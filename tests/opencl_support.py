@@ -18,7 +18,7 @@ import ref_interp
 import tile
 from backends import registry
 from backends.driver import compile_bound
-from stripe.config import TARGETS
+from stripe.config import format_config, parse_config
 from tests.llvm_runner import assert_same
 from tile.bind import bind
 from tile.inputs import input_types
@@ -79,11 +79,8 @@ H100 = 132 * 1024  # the H100's parallelism: 132 compute units x 1024 work-items
 def h100_config(tmp_path_factory, one_kernel: bool = True) -> str:
     """opencl_gpu.json with the H100's parallelism in its split step (so the local device splits
     as the H100 does) and ``one_kernel`` on or off; the file's path."""
-    data = json.loads((TARGETS / "opencl_gpu.json").read_text())
-    for step in data["passes"]:
-        if step["pass"] == "split_reduction":
-            step["params"]["parallelism"] = H100
-            step["params"]["one_kernel"] = one_kernel
+    split = {"parallelism": H100, "one_kernel": one_kernel}
+    data = {"extends": "opencl_gpu", "name": "opencl_gpu", "params": {"split_reductions": split}}
     path = tmp_path_factory.mktemp("cfg") / f"opencl_gpu_h100_{one_kernel}.json"
-    path.write_text(json.dumps(data))
+    path.write_text(format_config(parse_config(json.dumps(data))))  # every step written out
     return str(path)

@@ -249,7 +249,7 @@ def test_a_mistake_in_an_edit_is_located_in_the_extending_file(tmp_path, edits, 
 def test_an_unknown_base_an_unreadable_one_and_a_cycle_are_located_at_extends(tmp_path):
     e, path = mistake(tmp_path, {"extends": "llvm_gpu", "name": "x"})
     assert "no built-in config named 'llvm_gpu'" in e.message
-    located(e, path, '"llvm_gpu"', "the built-in configs are accel, llvm_cpu")
+    located(e, path, '"llvm_gpu"', "the built-in configs are accel, cuda, gpu, llvm_cpu")
     e, path = mistake(tmp_path, {"extends": "lib/absent.json", "name": "x"})
     assert f"cannot read the base config '{tmp_path / 'lib/absent.json'}'" in e.message
     located(e, path, '"lib/absent.json"', "relative path starts at the folder of this file")
@@ -296,28 +296,31 @@ def test_a_bad_name_in_a_users_config_fails_compile_with_a_located_error(tmp_pat
 
 
 # ------------------------------------------------------------------------------ built-in targets
-def test_the_builtin_targets_are_three_complete_files_and_three_deltas(tmp_path):
-    assert builtin_names() == ["accel", "llvm_cpu", "llvm_cpu_tiled", "opencl_cpu", "opencl_gpu",
-                               "opencl_gpu_tiled"]
+def test_the_builtin_targets_are_three_complete_files_and_their_deltas(tmp_path):
+    assert builtin_names() == ["accel", "cuda", "gpu", "llvm_cpu", "llvm_cpu_tiled", "opencl_cpu",
+                               "opencl_gpu", "opencl_gpu_tiled"]
     files = {n: json.loads((TARGETS / f"{n}.json").read_text()) for n in builtin_names()}
     complete = {n for n, data in files.items() if "extends" not in data}
-    assert complete == {"accel", "llvm_cpu", "opencl_gpu"}
+    assert complete == {"accel", "llvm_cpu", "gpu"}
     for n in complete:  # tests and users read these as the whole format: every step written out
         assert {"name", "hardware", "passes"} <= set(files[n])
         assert all("pass" in s for s in files[n]["passes"])
     for n in set(builtin_names()) - complete:
-        assert files[n]["extends"] in complete and "passes" not in files[n], n
+        assert files[n]["extends"] in builtin_names() and "passes" not in files[n], n
         copy = write(tmp_path, f"copy/{n}.json", (TARGETS / f"{n}.json").read_text())
         assert load_config(copy) == replace(target_config(n), source=str(copy))  # by name: loads anywhere
-    assert files["opencl_cpu"]["extends"] == "opencl_gpu"  # "the same passes as opencl_gpu, except..."
+    assert files["opencl_cpu"]["extends"] == "gpu"  # "the same passes as gpu, except...": no vendor's
+    assert (files["cuda"]["extends"], files["opencl_gpu"]["extends"]) == ("gpu", "cuda")
     steps = {n: names(target_config(n)) for n in builtin_names()}
     for n, cfg_steps in steps.items():
         assert len(set(cfg_steps)) == len(cfg_steps), n
         if n != "accel":
             assert [s for s in cfg_steps if s in CLEANUP] == CLEANUP, n
     assert steps["llvm_cpu"][-2:] == ["tile_gemms", "self_init"]
-    last = ["kmajor_b", "tile_gemms", "tile_transposes", "one_kernel_reductions"]
-    assert steps["opencl_cpu"][-4:] == steps["opencl_gpu"][-4:] == last  # (a K-major copy is transposed)
+    last = ["tile_gemms", "tile_transposes", "one_kernel_reductions"]
+    assert steps["opencl_cpu"][-3:] == steps["gpu"][-3:] == last
+    # (a K-major copy is transposed)
+    assert steps["opencl_gpu"][-4:] == steps["cuda"][-4:] == ["kmajor_b", *last]
     assert steps["opencl_gpu_tiled"][:1] == steps["llvm_cpu_tiled"][1:2] == ["tile_contractions"]
     assert steps["llvm_cpu"][0] == steps["llvm_cpu_tiled"][0] == "pointwise"
     assert "tile_gemms" not in steps["llvm_cpu_tiled"] + steps["opencl_gpu_tiled"]
@@ -363,7 +366,8 @@ def test_format_config_round_trips_every_builtin(name):
     cfg = target_config(name)
     text = format_config(cfg)
     data = json.loads(text)
-    assert list(data) == ["name", "description", "hardware", "passes"] and "extends" not in text
+    keys = ["name", "description", *(["pass_modules"] if cfg.pass_modules else []), "hardware", "passes"]
+    assert list(data) == keys and "extends" not in text
     for written, spec in zip(data["passes"], cfg.passes, strict=True):
         assert set(written["params"]) == set(PASSES[spec.pass_].config.__dataclass_fields__)  # all params
     again = parse_config(text, cfg.source)

@@ -1,4 +1,4 @@
-"""CUDA memory shared with OpenCL (``backends.opencl.cuda_share``) and ``tile.torch``'s CUDA tensors
+"""CUDA memory shared with OpenCL (``backends.cuda.share``) and ``tile.torch``'s CUDA tensors
 on it (``tile.torch_cuda``).
 
 Without a GPU: why sharing is refused (a device without the extensions, no OpenCL device, no
@@ -16,8 +16,8 @@ import gc
 import pytest
 
 from backends import registry
-from backends.opencl import cuda_share
-from backends.opencl.cuda_share import CudaDriver, Sharing, SharingError
+from backends.cuda import share as cuda_share
+from backends.cuda.share import CudaDriver, Sharing, SharingError
 
 try:
     import torch

@@ -1,5 +1,5 @@
-"""TF32 and 3xTF32 GEMMs on the launched kernel (``backends.clike.tma``), checked without a GPU:
-the ``kmajor`` pass (``stripe.passes.kmajor``) gives a TF32 GEMM a K-major copy of B in a kernel
+"""TF32 and 3xTF32 GEMMs on the launched kernel (``backends.cuda.tma``), checked without a GPU:
+the ``kmajor`` pass (``backends.cuda.kmajor``) gives a TF32 GEMM a K-major copy of B in a kernel
 of its own, so that the unit, which reads 32-bit operands K-major only, takes both tiles from the
 tensor memory accelerator, and a 3xTF32 GEMM both operands split into TF32 parts along 3K; the
 plans, the kernels' products and their tensor maps, and (the interpreter) the meaning. Running
@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 import ref_interp
+from backends.cuda.kmajor import COPY_TAG
 from backends.driver import config_for
 from ref_interp.stripe_exec import run_stripe
 from stripe.ir import Block, Constant, RefDir, walk
 from stripe.passes import optimize
 from stripe.passes.gemm_tile import SPLIT_TAG
-from stripe.passes.kmajor import COPY_TAG
 from tests.pass_support import assert_same_meaning, lowered
 from tests.test_tensorize import BMM, MM, plans
 from tests.test_tma import SHAPES, WG, generated, hopper, optimized
@@ -65,7 +65,7 @@ def test_the_launched_tf32_kernel_takes_both_tiles_k_major():
     assert copy_kernel.launch is None and gemm.launch is not None
     (m, k), (_, n) = SHAPES["A"], SHAPES["B"]
     (pa, dims_a, row_a, box_a, dt_a), (pb, dims_b, row_b, box_b, dt_b) = gemm.launch["maps"]
-    # (TFLOAT32: the copies round to TF32, backends.opencl.cuda_launch.MAP_TYPES)
+    # (TFLOAT32: the copies round to TF32, backends.cuda.launch.MAP_TYPES)
     assert (dims_a, row_a, box_a, dt_a) == ((k, m), 4 * k, (32, 256), "tfloat32")
     assert (dims_b, row_b, box_b, dt_b) == ((k, n), 4 * k, (32, 128), "tfloat32")  # B[n, k]: K innermost
     wgmma = r"wgmma\.mma_async\.sync\.aligned\.(\w+)\.f32\.tf32\.tf32 \{[^}]*\}, %\d+, %\d+, p, 1, 1; \}"

@@ -17,7 +17,7 @@ from backends import registry
 from backends.driver import compile_bound
 from backends.runner import CompiledProgram
 from bench.gpu_reductions import LAYERNORM, SOFTMAX
-from stripe.config import TARGETS
+from stripe.config import TARGETS, format_config, parse_config
 from stripe.plans import RowPlan
 from tests.opencl_support import DEVICE_ID, requires_opencl
 from tile.bind import bind
@@ -26,12 +26,9 @@ from tile.inputs import input_types
 
 @pytest.fixture(scope="module")
 def gpu_config(tmp_path_factory) -> str:
-    data = json.loads((TARGETS / "opencl_gpu.json").read_text())
-    for step in data["passes"]:
-        if step["pass"] == "row_fusion":
-            step["params"]["rows_per_unit"] = 0
+    data = {"extends": "opencl_gpu", "name": "opencl_gpu", "params": {"row_programs": {"rows_per_unit": 0}}}
     path = tmp_path_factory.mktemp("cfg") / "opencl_gpu_rows.json"
-    path.write_text(json.dumps(data))
+    path.write_text(format_config(parse_config(json.dumps(data))))  # every step written out
     return str(path)
 
 

@@ -50,7 +50,7 @@ def settings(prec):
 @pytest.mark.parametrize("m,k,n", [(1024, 1024, 1024), (1000, 300, 520), (64, 16, 8), (1024, 1024, 4096)])
 def test_integer_matmuls_are_exact(dt, prec, m, k, n):
     """(1024, 1024, 4096): 256 work-groups of 128 x 128, two to an SM on an H100, where products
-    left running across a refill once went wrong (backends.clike.wgmma's K loop)."""
+    left running across a refill once went wrong (backends.cuda.wgmma's K loop)."""
     rng = np.random.default_rng(m + k)
     a, b = rng.integers(-3, 4, (m, k)).astype(dt), rng.integers(-3, 4, (k, n)).astype(dt)
     got = run(MM, {"A": a, "B": b}, settings=settings(prec))["C"]
@@ -131,7 +131,7 @@ def _warpgroup() -> bool:
     (PADDED_CONV, {"I": (2, 20, 20, 64), "F": (3, 3, 64, 64)}),
 ])
 def test_kernels_take_the_warp_group_products_on_a_hopper_gpu(src, shapes):
-    """On an H100/H200 the float16 kernels above ran on ``wgmma`` (backends.clike.wgmma), from the
+    """On an H100/H200 the float16 kernels above ran on ``wgmma`` (backends.cuda.wgmma), from the
     program's PTX rebuilt for sm_90a; the answers are checked by the tests above."""
     import tile
 
@@ -166,11 +166,11 @@ CONV_BIAS = """function (I[N, X, Y, CI], F[KX, KY, CI, CO], Bias[CO]) -> (O) {
 ])
 def test_opencls_kernel_stores_whole_lines_as_the_per_fragment_stores(src, shapes, monkeypatch):
     """OpenCL's warp-group kernel (``TILE_CUDA_LAUNCH=0``) stores these outputs through its K steps'
-    buffers (``backends.clike.tile_store``): equal to the interpreter on integers, and on random
+    buffers (``backends.cuda.tile_store``): equal to the interpreter on integers, and on random
     values bit for bit what storing each sum where it sits gives."""
     import ref_interp
     import tile
-    from backends.clike import tile_store
+    from backends.cuda import tile_store
 
     monkeypatch.setenv("TILE_CUDA_LAUNCH", "0")
     rng = np.random.default_rng(6)

@@ -1,7 +1,7 @@
 """Tensor cores from Stripe, checked without a GPU: the matrix unit in ``opencl_gpu``'s hardware
 model (its fragment stencils cover each operand exactly once), which devices keep it, the
 ``tensorize`` marks, ``gemm_tile``'s nest around the unit (its plan, and its meaning under the
-Stripe interpreter), and the OpenCL text the unit's plan generates (``backends.clike.mma``).
+Stripe interpreter), and the OpenCL text the unit's plan generates (``backends.cuda.mma``).
 Running the kernels needs an NVIDIA GPU of compute capability 8.0 or more:
 tests/test_tensor_cores_gpu.py."""
 
@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from backends.clike.program import generate
+from backends.cuda.mma import instruction
 from backends.driver import config_for, kernels
 from backends.opencl.device import OpenCLDevice
 from stripe.config import target_config
@@ -195,7 +196,7 @@ def source(p, units=True):
 
 def test_float16_kernel_issues_the_units_operation():
     text = source(optimized(MM, {"A": (512, 256), "B": (256, 512)}, np.float16))
-    assert UNIT.shapes["f16"].instruction in text
+    assert instruction(UNIT.shapes["f16"]) in text
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in text  # A as stored
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in text  # B (N fastest) transposed
     assert "cp.async.cg.shared.global" in text and "cp.async.wait_group" in text
@@ -205,7 +206,7 @@ def test_float16_kernel_issues_the_units_operation():
 def test_3xtf32_splits_operands_and_sums_steps_to_nearest():
     text = source(optimized(MM, {"A": (512, 256), "B": (256, 512)}, np.float32, "3xtf32"))
     op = UNIT.shapes["tf32"]
-    per_step = text.count(op.instruction)
+    per_step = text.count(instruction(op))
     assert per_step and per_step % 3 == 0
     assert "cvt.rna.tf32.f32" in text
     assert re.search(r"c0_0_0 \+= s0_0_0;", text)  # each K step's sum added to the running one
@@ -213,9 +214,9 @@ def test_3xtf32_splits_operands_and_sums_steps_to_nearest():
 
 def test_padded_convolution_keeps_skipped_points_out():
     """A's flags staged beside it, B's copied values looked at, and a plain loop for a K step
-    holding an infinite or NaN B value (backends.clike.mma_skips)."""
+    holding an infinite or NaN B value (backends.cuda.mma_skips)."""
     text = source(optimized(PADDED_CONV, {"I": (32, 56, 56, 64), "F": (3, 3, 64, 64)}, np.float16))
-    assert UNIT.shapes["f16"].instruction in text
+    assert instruction(UNIT.shapes["f16"]) in text
     assert "Am[" in text and "nonfinite[buf] = ks" in text and "if (nonfinite[buf] == ks) {" in text
     assert "vload_half(" in text  # the plain loop reads the staged half values
 
@@ -227,7 +228,7 @@ def test_unaligned_operands_take_the_register_staged_loop():
         optimized(MM, {"A": (512, 300), "B": (300, 512)}, np.float16)
     )
     text = source(optimized(MM, {"A": (512, 301), "B": (301, 512)}, np.float16))
-    assert UNIT.shapes["f16"].instruction in text
+    assert instruction(UNIT.shapes["f16"]) in text
     assert "cp.async" not in text and "barrier(CLK_LOCAL_MEM_FENCE)" in text
 
 

@@ -1,4 +1,4 @@
-"""Whole-line output stores of the launched GEMM kernel (``backends.clike.tile_store``), checked
+"""Whole-line output stores of the launched GEMM kernel (``backends.cuda.tile_store``), checked
 without a GPU: which outputs take them, and, by running the kernel's own address lines for every
 lane, that each sum of a warp's rows reaches its own output element exactly once, the ``__local``
 writes of a store instruction in distinct banks and the reads in whole 16-byte chunks. Running

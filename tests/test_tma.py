@@ -1,9 +1,9 @@
-"""GEMM kernels fed by the tensor memory accelerator (``backends.clike.tma``), checked without a GPU:
+"""GEMM kernels fed by the tensor memory accelerator (``backends.cuda.tma``), checked without a GPU:
 which GEMMs ``gemm_tile`` plans on the launched tiles (``GemmModel.launch_ranking``,
 ``stripe.gemm.streams``), the generated kernel (one loading warp, ``mbarrier`` hand-over, bulk
 tensor copies, the tensor-map arguments) and its launch record, the PTX declaration of its dynamic
-local memory (``backends.opencl.ptx``), and the host side of launching through CUDA that runs without one
-(``backends.opencl.cuda_launch``: who may launch, slab pieces of shared blocks, the order of CUDA
+local memory (``backends.cuda.ptx``), and the host side of launching through CUDA that runs without one
+(``backends.cuda.launch``: who may launch, slab pieces of shared blocks, the order of CUDA
 and OpenCL work). Running the kernels needs an H100 (compute capability 9.0, CUDA's driver and
 memory shared with OpenCL, and ``TILE_CUDA_LAUNCH`` not ``0``): tests/test_tma_gpu.py."""
 
@@ -22,14 +22,15 @@ import pyopencl as cl
 import pytest
 
 from backends import registry
-from backends.clike import generate, tile_store, tma
-from backends.clike.wgmma import SM90A
+from backends.clike import generate
+from backends.cuda import tile_store, tma
+from backends.cuda.launch import PLAIN, CudaKernel, Launcher, LaunchingExecutor, Slabs
+from backends.cuda.ptx import declare_dynamic, for_sm90a
+from backends.cuda.share import EXTENSIONS, SharedCLBuffer
+from backends.cuda.wgmma import SM90A
 from backends.driver import config_for, kernels
-from backends.opencl.cuda_launch import PLAIN, CudaKernel, Launcher, LaunchingExecutor, Slabs
-from backends.opencl.cuda_share import EXTENSIONS, SharedCLBuffer
 from backends.opencl.driver import Driver
 from backends.opencl.executor import CLBuffer
-from backends.opencl.ptx import declare_dynamic, for_sm90a
 from backends.opencl.target import OpenCLTarget
 from stripe.gemm import streams
 from stripe.ir import walk

@@ -1,4 +1,4 @@
-"""GEMMs launched through CUDA (``backends.clike.tma``, ``backends.opencl.cuda_launch``; on unless
+"""GEMMs launched through CUDA (``backends.cuda.tma``, ``backends.cuda.launch``; on unless
 ``TILE_CUDA_LAUNCH=0``, which these tests unset) run on the test OpenCL device
 (``$TILE_OPENCL_TEST_DEVICE``) when it can launch them: an H100 or H200 whose OpenCL memory CUDA
 shares. Elsewhere every test skips, saying why. Operands are integer-valued,
@@ -30,7 +30,7 @@ def _why_not() -> str | None:
     """Why the test device cannot launch through CUDA (None: it can, once asked to)."""
     if DEVICE_ID is None:
         return "there is no OpenCL test device"
-    from backends.opencl.cuda_launch import Launcher
+    from backends.cuda.launch import Launcher
 
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("TILE_CUDA_LAUNCH", raising=False)  # (the probe's answer is kept per device)
@@ -83,7 +83,7 @@ def test_whole_line_stores_give_the_bits_of_the_per_fragment_ones(dt, precision,
     staged through local memory (``tile_store``) is bit for bit what storing each sum where it
     sits gives (the same sums, rounded once to the output's type)."""
     import tile
-    from backends.clike import tile_store
+    from backends.cuda import tile_store
 
     rng = np.random.default_rng(5)
     scale = 10.0 ** (np.arange(1024) % 6 - 2)[:, None]
@@ -104,7 +104,7 @@ def test_whole_line_stores_give_the_bits_of_the_per_fragment_ones(dt, precision,
 
 @pytest.mark.parametrize("m,k,n", [(2048, 1024, 4096), (256, 32, 128), (1024, 4096, 1024)])
 def test_launched_tf32_matmuls_are_exact_on_integers(m, k, n):
-    """float32 with ``precision="tf32"``: B copied K-major (``stripe.passes.kmajor``), both tiles
+    """float32 with ``precision="tf32"``: B copied K-major (``backends.cuda.kmajor``), both tiles
     from the tensor memory accelerator; small integers are exact in TF32."""
     import tile
 
@@ -135,7 +135,7 @@ def test_a_launched_tf32_matmul_is_within_the_modes_bound():
 @pytest.mark.parametrize("m,k,n", [(1024, 1024, 2048), (128, 32, 128)])
 def test_launched_3xtf32_matmuls_are_exact_on_integers(m, k, n):
     """float32 with ``precision="3xtf32"``: both operands split into TF32 parts along 3K
-    (``stripe.passes.kmajor``, two kernels), then the launched product folding each K step."""
+    (``backends.cuda.kmajor``, two kernels), then the launched product folding each K step."""
     import tile
 
     rng = np.random.default_rng(m + k + n)

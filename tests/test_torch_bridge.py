@@ -229,7 +229,7 @@ def test_cpu_tensors_on_opencl_gpu_forward_and_gradients(monkeypatch, capfd):
 def test_cuda_tensors_run_on_opencl_gpu(monkeypatch, capfd):
     """In CUDA memory OpenCL shares where the device can (tests/test_cuda_share.py tests it), else
     through the host, saying why; with TILE_CUDA_SHARING=0 through the host always."""
-    from backends.opencl.cuda_share import Sharing
+    from backends.cuda.share import Sharing
 
     mm = tt.op(MATMUL, name="t_matmul")
     monkeypatch.setenv("TILE_DEBUG", "1")

@@ -41,7 +41,7 @@ CONSTRAINED = "function (C[M, N]) -> (D) { D[n, m : N, M] = =(C[m, n]), m < 70; 
 CAST = "function (C[M, N]) -> (D) { T[n, m : N, M] = =(C[m, n]); D = as_int(T, 32); }"
 PARAMS = {"reqs": ["kernel"], "min_extent": 64, "tile": 32}
 
-# kmajor's copy of B[K, N] into a #tmp Bt[N, K] (stripe/passes/kmajor.py), K = 256, N = 128
+# kmajor's copy of B[K, N] into a #tmp Bt[N, K] (backends/cuda/kmajor.py), K = 256, N = 128
 KMAJOR = """0: #program block [] ( // program
     #input #user none B[0, 0] fp32(256:128, 128:1)
     #tmp none B_kmajor[0, 0] fp32(128:256, 256:1)

@@ -1,7 +1,7 @@
-"""Warp-group products (Hopper's ``wgmma``, ``backends.clike.wgmma``), checked without a GPU: which
+"""Warp-group products (Hopper's ``wgmma``, ``backends.cuda.wgmma``), checked without a GPU: which
 devices keep them, the tile ``gemm_tile`` plans for them, the generated kernel (its marked sm_90a
 PTX, descriptors and swizzled staging), what falls back to the warp-level products, and the PTX
-retargeting (``backends.opencl.ptx``). Running them needs an H100 (compute capability 9.0):
+retargeting (``backends.cuda.ptx``). Running them needs an H100 (compute capability 9.0):
 tests/test_tensor_cores_gpu.py, whose kernels take this path there."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from backends.clike.wgmma import SM90A, WgmmaEmitter
+from backends.cuda.mma import instruction
+from backends.cuda.ptx import for_sm90a, needs_sm90a
+from backends.cuda.wgmma import SM90A, WgmmaEmitter
 from backends.driver import config_for
-from backends.opencl.ptx import for_sm90a, needs_sm90a
 from stripe.passes import optimize
 from tests.pass_support import lowered
 from tests.test_tensorize import MM, PADDED_CONV, UNIT, VALID_CONV, fake_device, plans, source
@@ -65,7 +66,7 @@ def test_the_kernel_issues_marked_wgmma_from_swizzled_tiles():
         assert f'asm volatile("{SM90A}{op}"' in text
     # each step's products are awaited before the next step's barrier, after which the buffer
     # the previous step read is refilled (products left running across a refill went wrong where
-    # two work-groups shared an SM: backends.clike.wgmma's module docstring); one barrier a step
+    # two work-groups shared an SM: backends.cuda.wgmma's module docstring); one barrier a step
     assert "wait_group.sync.aligned 1" not in text
     loop = text[text.index("for (int ks = 0;"):text.index("const uint Cs_at = As_at;")]
     assert loop.count("barrier(") == 2  # one a step; one before the output rows reuse the buffers
@@ -101,7 +102,7 @@ def test_convolutions_take_them_a_padded_input_with_a_plain_recount_for_nonfinit
     valid = source(optimized(VALID_CONV, shapes, np.float16))
     assert needs_sm90a(valid) and "tainted" not in valid and "Am[" not in valid
     padded = source(optimized(PADDED_CONV, {"I": (8, 56, 56, 64), "F": (3, 3, 64, 64)}, np.float16))
-    assert needs_sm90a(padded) and UNIT.shapes["f16"].instruction not in padded
+    assert needs_sm90a(padded) and instruction(UNIT.shapes["f16"]) not in padded
     assert "nv.s" not in padded  # no per-step look at B's values
     check = padded.index("bad |= (as_uint(c0_7_3) & 0x7f800000) == 0x7f800000;")
     assert padded.rindex("wgmma.wait_group.sync.aligned 0;") < check < padded.index("if (bad) tainted = 1;")
@@ -113,7 +114,7 @@ def test_convolutions_take_them_a_padded_input_with_a_plain_recount_for_nonfinit
 def test_unaligned_rows_fall_back_to_the_warp_level_products():
     """Rows of 300 half values cannot move in 16-byte copies."""
     text = source(optimized(MM, {"A": (512, 300), "B": (300, 512)}, np.float16))
-    assert not needs_sm90a(text) and UNIT.shapes["f16"].instruction in text
+    assert not needs_sm90a(text) and instruction(UNIT.shapes["f16"]) in text
 
 
 @pytest.mark.parametrize("kfast", [True, False])
@@ -184,4 +185,4 @@ def test_a_config_can_leave_the_warp_group_products_out(tmp_path):
     (plan,) = plans(p)
     assert plan.unit == "tensor_core.f16" and plan.rm != 16
     text = source(p)
-    assert not needs_sm90a(text) and UNIT.shapes["f16"].instruction in text
+    assert not needs_sm90a(text) and instruction(UNIT.shapes["f16"]) in text

@@ -1,5 +1,5 @@
 """CUDA tensors on an OpenCL device without crossing the host: ``tile.torch``'s memory for one call
-on blocks that CUDA and OpenCL share (``backends.opencl.cuda_share``).
+on blocks that CUDA and OpenCL share (``backends.cuda.share``).
 
 Each input is copied device-to-device (torch's ``copy_``, on the current stream: non-contiguous
 tensors and dtype conversions included) into a block viewed as a torch tensor; the current stream
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from backends import registry
-from backends.opencl.cuda_share import Block, Sharing
+from backends.cuda.share import Block, Sharing
 from tile.dtypes import DType
 from tile.tensor import Tensor
 

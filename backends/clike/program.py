@@ -18,7 +18,7 @@ without a plan and every kernel of a target without work-groups: work-items over
 
 from __future__ import annotations
 
-from backends.clike import groupreduce, lastgroup, mma, rowkernel, tma, transpose
+from backends.clike import groupreduce, lastgroup, rowkernel, transpose
 from backends.clike.kernel import KernelEmitter, KernelSource
 from backends.clike.target import CTarget
 from backends.clike.tiled import GemmEmitter, Tiles
@@ -50,11 +50,12 @@ def _tiled(em: KernelEmitter) -> KernelSource | None:
     if any(em.buf_dtypes.get(o.ref.source) is not g.dtype for o in ops):
         return None
     tiles = Tiles.of(nest)
-    unit = mma.operation(em.t.matrix_units, nest.shape.unit) if nest.shape.unit and em.t.contract else None
-    if unit is not None:  # the plan names a matrix unit this target issues (module mma)
-        emitter = tma.emitter(em.t, g, em.ptrs, tiles, *unit, em.epilogue(g))
-    else:
-        emitter = GemmEmitter(em.t, g, em.ptrs, tiles, em.t.contract, em.epilogue(g))
+    epilogue = em.epilogue(g)
+    emitter = None
+    if nest.shape.unit and em.t.contract:  # the plan names a matrix unit: the dialect's kernel for it
+        emitter = em.t.unit_emitter(g, em.ptrs, tiles, nest.shape.unit, epilogue)
+    if emitter is None:
+        emitter = GemmEmitter(em.t, g, em.ptrs, tiles, em.t.contract, epilogue)
     symbol = f"{em.symbol}_{nest.shape.suffix}"  # the name carries the tiles chosen here
     text, work, local = emitter.source(symbol, em.params)
     return KernelSource(symbol, text, work, (), local, getattr(emitter, "launch", None))

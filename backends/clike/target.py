@@ -119,6 +119,12 @@ class CTarget:
         self.launch_bytes = 0  # dynamic local memory of a kernel launched through CUDA (0: none)
         self.compute_units = 0  # the device's (0: unknown)
 
+    def unit_emitter(self, g, ptrs: dict[str, str], tiles, unit: str, epilogue):
+        """The emitter of a tiled GEMM (``tiled.Tiles``) whose plan names matrix unit ``unit``
+        (``name.mode``, ``stripe.plans.GemmPlan``), or None: the portable tiled kernel. A dialect
+        whose devices have matrix units returns its vendor's kernel; plain C has none."""
+        return None
+
     # ---------------------------------------------------------------------- types
     def note(self, dt: DType) -> None:
         if dt in (DType.FLOAT16, DType.FLOAT64):

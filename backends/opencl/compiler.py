@@ -5,7 +5,7 @@ refuses a program that needs float16 or float64 the device lacks (``DeviceTypeEr
 ``TileTypeError``), and hands the driver's compilation to the device's build pool: the ``Library``
 comes back immediately and its kernels wait for the program only when they first run, so the runner
 allocates and uploads buffers meanwhile. A program binary found in the disk cache (``cache``) is
-loaded instead of compiled. A program with ``sm_90a`` instructions (``backends.opencl.ptx``) is
+loaded instead of compiled. A program with ``sm_90a`` instructions (``backends.cuda.ptx``) is
 compiled, then rebuilt from its PTX for ``sm_90a``; the cache keeps the rebuilt binary.
 
 Settings (all optional): ``cache`` (False: no disk cache), ``async`` (False: build before
@@ -29,10 +29,10 @@ import pyopencl as cl
 
 from backends.clike import generate
 from backends.clike.helpers import helper_source
+from backends.cuda.ptx import for_sm90a, needs_sm90a
 from backends.hal import Compiler, KernelInfo, Library
 from backends.opencl.cache import BinaryCache, cache_key
 from backends.opencl.driver import Driver, quiet_build
-from backends.opencl.ptx import for_sm90a, needs_sm90a
 from backends.opencl.target import OpenCLTarget
 from tile.dtypes import DType
 from tile.errors import TileTypeError

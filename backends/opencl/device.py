@@ -14,9 +14,9 @@ from dataclasses import replace
 
 import pyopencl as cl
 
+from backends.cuda.launch import Launcher, LaunchingExecutor
 from backends.hal import Capabilities, Device, MemoryLimit
 from backends.opencl.compiler import OpenCLCompiler
-from backends.opencl.cuda_launch import Launcher, LaunchingExecutor
 from backends.opencl.driver import Driver
 from tile.dtypes import DType
 

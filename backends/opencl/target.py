@@ -42,6 +42,14 @@ class OpenCLTarget(CTarget):
         self.half_extension = half_extension  # the device has cl_khr_fp16 (pragma only)
         self.contract = contract
 
+    def unit_emitter(self, g, ptrs: dict[str, str], tiles, unit: str, epilogue):
+        """NVIDIA's tensor-core kernels (``backends.cuda.tma.unit_emitter``): the matrix units an
+        OpenCL config describes are theirs. Imported here, so a device without matrix units (PoCL)
+        never loads the vendor package."""
+        from backends.cuda.tma import unit_emitter
+
+        return unit_emitter(self, g, ptrs, tiles, unit, epilogue)
+
     def half_mem_type(self) -> str:
         return "half"
 

@@ -1,8 +1,10 @@
 """Stripe → Stripe optimization passes, one module per pass, chosen by a target's config.
 
-Importing this package imports every module in it, and so registers every pass (``PASSES``);
-``optimize`` runs a config's list. The modules that are not passes: ``registry``, ``pipeline``,
-``rewrite`` (the tree-walking helper every pass uses).
+Importing this package imports every module in it, and so registers every vendor-neutral pass
+(``PASSES``); a vendor's own passes live in its backend package and register when a config that
+names them in ``"pass_modules"`` is loaded (``stripe.config``). ``optimize`` runs a config's
+list. The modules that are not passes: ``registry``, ``pipeline``, ``rewrite`` (the tree-walking
+helper every pass uses).
 """
 
 import importlib

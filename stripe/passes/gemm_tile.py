@@ -51,8 +51,8 @@ and ``panel`` (the CPU code generator's register tile), whose nest the LLVM back
 On a matrix unit: a kernel ``tensorize`` marked (``mma_<mode>``), when the hardware has the unit
 named by ``matrix_unit``, takes ``GemmModel.mma_ranking``'s tiles (``mma_tiles``, ``warps`` warps
 per work-group: each work-item of the nest is a warp, its register block a grid of the unit's
-operations) and a row layout whose ``q`` field is 3 bits (eight contiguous rows: the fragments'
-``ldmatrix`` rows), and its plan names the unit and mode (``GemmPlan.unit``). 16-bit floats are
+operations) and a row layout whose ``q`` field is 3 bits (eight contiguous rows: the rows one
+fragment load reads), and its plan names the unit and mode (``GemmPlan.unit``). 16-bit floats are
 tiled only then (the SIMT code generator stages float32 and float64).
 """
 

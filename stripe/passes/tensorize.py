@@ -82,7 +82,7 @@ def tensorize(program: Block, cfg: TensorizeConfig, hw: Hardware) -> Block:
         if g.m.total * g.n.total * g.batch.total * g.k.total < cfg.min_macs:
             return None
         if any(set(c.vars) & g.n.names for c in g.b.guards):
-            return None  # only A's skipped points have a path on the unit (backends.clike.mma_skips)
+            return None  # only A's skipped points have a path on the unit (the kernel recounts them)
         return replace(block, tags=block.tags | {MMA_TAG + mode})
 
     return rewrite(program, fn, cfg.reqs)

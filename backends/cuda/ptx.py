@@ -1,16 +1,16 @@
 """Programs with PTX that builds only for ``sm_90a`` (Hopper's warp-group products,
-``backends.clike.wgmma``): OpenCL C cannot target ``sm_90a``, so the generated source writes those
+``backends.cuda.wgmma``): OpenCL C cannot target ``sm_90a``, so the generated source writes those
 instructions as PTX comments marked ``SM90A``; NVIDIA's OpenCL compiles the source to PTX (its
 program binary is PTX text), and ``for_sm90a`` turns that PTX into the program meant: the marks
 removed, the target ``sm_90a``, and the dynamic local memory a launched kernel names
-(``backends.clike.tma.DYNAMIC``) declared. ``clCreateProgramWithBinary`` then builds it."""
+(``backends.cuda.tma.DYNAMIC``) declared. ``clCreateProgramWithBinary`` then builds it."""
 
 from __future__ import annotations
 
 import re
 
-from backends.clike.tma import DYNAMIC
-from backends.clike.wgmma import SM90A
+from backends.cuda.tma import DYNAMIC
+from backends.cuda.wgmma import SM90A
 
 _TARGET = re.compile(rb"^(\s*\.target\s+)sm_90a?\b", re.MULTILINE)
 

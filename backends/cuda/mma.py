@@ -32,7 +32,7 @@ which the driver hands over with the settings. The kernel is ``GemmEmitter``'s, 
 
 The unit sums each operation's products in its own order (the kernel reorders aggregation; strict
 mode never tensorizes). An A with guards on its own M indexes (a padded convolution's input) keeps
-its skipped points out as ``backends.clike.mma_skips`` says; a B with guards on N never reaches
+its skipped points out as ``backends.cuda.mma_skips`` says; a B with guards on N never reaches
 here (``tensorize`` leaves it to the SIMT kernel).
 """
 
@@ -40,9 +40,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backends.clike import mma_skips
 from backends.clike.target import CTarget
 from backends.clike.tiled import GemmEmitter, Tiles, count
+from backends.cuda import mma_skips
 from stripe.gemm import Gemm, Group, Operand
 from stripe.hardware import Fragment, MatrixUnit, MmaShape
 from tile.dtypes import DType
@@ -73,6 +73,17 @@ class LaneTiles(Tiles):
     @property
     def threads(self) -> int:
         return self.warps * self.lanes
+
+
+# PTX's names of the operand and accumulator types (``MmaShape.inputs``, ``accumulator``)
+PTX_TYPES = {"float16": "f16", "bfloat16": "bf16", "tf32": "tf32", "float32": "f32"}
+
+
+def instruction(op: MmaShape) -> str:
+    """The ``mma.sync`` instruction that issues ``op``: A row-major, B column-major (its fragment
+    stencils), ``D = A·B + C`` with D and C of the accumulator's type."""
+    acc, ins = PTX_TYPES[op.accumulator], PTX_TYPES[op.inputs]
+    return f"mma.sync.aligned.m{op.m}n{op.n}k{op.k}.row.col.{acc}.{ins}.{ins}.{acc}"
 
 
 CVT_TF32 = "cvt.rna.tf32.f32 %0, %1;"  # float32 to TF32: nearest, ties away from zero
@@ -514,7 +525,7 @@ class MmaEmitter(GemmEmitter):
         a = [f"%{nc + x}" for x in range(na)]
         b = [f"%{nc + na + x}" for x in range(nb)]
         c = [f"%{nc + na + nb + x}" for x in range(nc)]
-        text = f"{self.op.instruction} " + ", ".join("{" + ",".join(x) + "}" for x in (d, a, b, c)) + ";"
+        text = f"{instruction(self.op)} " + ", ".join("{" + ",".join(x) + "}" for x in (d, a, b, c)) + ";"
         acc = [f"{'s' if self.mode == '3xtf32' else 'c'}{i}_{j}_{e}" for e in range(nc)]
         outs = ", ".join(f'"=f"({v})' for v in acc)
         ins = [f'"r"(a{i}_{x}{sa})' for x in range(na)] + [f'"r"(b{j}_{x}{sb})' for x in range(nb)]

@@ -30,7 +30,7 @@ that one GEMM of TF32 operands sums ``lo·hi + hi·lo + hi·hi`` (the dropped ``
     C[m, n : M, N] = +(A3[m, k] * B3[n, k]);     // tagged ``split_3xtf32``
 
 Every part is exact in TF32, so the unit multiplies them exactly; the kernel folds each K step's
-sums into running float32 sums with a float32 addition (``backends.clike.tma``: the unit's own
+sums into running float32 sums with a float32 addition (``backends.cuda.tma``: the unit's own
 additions round toward zero). The copies hold three times their operand's bytes, and only a
 ``split_3xtf32`` GEMM takes the launched tiles in 3xtf32 (``gemm_tile.ranking``), so a GEMM this
 pass leaves alone keeps the ``mma.sync`` kernel, which splits its operands itself.
@@ -157,7 +157,7 @@ def _transposed(block: Block, g: Gemm, main: Block, tiles, kt: int, taken: set[s
         ),
         stmts=(Load("B", "$B"), Intrinsic("assign", ("$B",), ("$v",), dtype), Store("$v", "Bt")),
         tags=frozenset({"kernel", "contraction", "comb_op_none", "agg_op_assign", COPY_TAG}),
-        comments=(f"{name}[n, k: {size_n}, {size_k}] = =({b.source}[k, n]);  (stripe.passes.kmajor)",),
+        comments=(f"{name}[n, k: {size_n}, {size_k}] = =({b.source}[k, n]);  (backends.cuda.kmajor)",),
     )
     return [copy], _reading(block, {b.source: (name, True, size_k)}), [buf]
 
@@ -182,7 +182,7 @@ def _split(block: Block, g: Gemm, main: Block, tiles, kt: int, taken: set[str]):
         copies.append(_split_kernel(f"{block.name}_{name}", src, name, rows, k.range, parts, swap))
         views[src.into] = (name, swap, 3 * k.range)
     gemm = _reading(block, views, k)
-    note = f"reads {' and '.join(b.into for b in bufs)} along K = {3 * k.range} (stripe.passes.kmajor)"
+    note = f"reads {' and '.join(b.into for b in bufs)} along K = {3 * k.range} (backends.cuda.kmajor)"
     return copies, replace(gemm, tags=gemm.tags | {SPLIT_TAG}, comments=gemm.comments + (note,)), bufs
 
 
@@ -218,7 +218,7 @@ def _split_kernel(name: str, src: Refinement, buf: str, rows: int, size_k: int, 
         ),
         stmts=stmts,
         tags=frozenset({"kernel", "contraction", "comb_op_none", "agg_op_assign", COPY_TAG}),
-        comments=(f"{buf}[r, k: {rows}, {3 * size_k}] = [{order}]  (stripe.passes.kmajor, 3xtf32)",),
+        comments=(f"{buf}[r, k: {rows}, {3 * size_k}] = [{order}]  (backends.cuda.kmajor, 3xtf32)",),
     )
 
 

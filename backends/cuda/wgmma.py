@@ -41,20 +41,20 @@ both operands read from ``__local`` memory by the unit itself.
 
 The instructions exist only for ``sm_90a``, which OpenCL C cannot target: they are written as PTX
 comments starting with ``SM90A``, and the OpenCL compiler uncomments them in the program's PTX and
-builds that for ``sm_90a`` (``backends.opencl.ptx``).
+builds that for ``sm_90a`` (``backends.cuda.ptx``).
 """
 
 from __future__ import annotations
 
-from backends.clike import mma_skips, tile_store
-from backends.clike.mma import COMMIT, MmaEmitter
 from backends.clike.target import CTarget
 from backends.clike.tiled import Tiles
+from backends.cuda import mma_skips, tile_store
+from backends.cuda.mma import COMMIT, MmaEmitter
 from stripe.gemm import Gemm
 from stripe.hardware import MatrixUnit, MmaShape
 from tile.dtypes import DType
 
-SM90A = "//sm_90a "  # marks PTX that builds only for sm_90a (backends.opencl.ptx uncomments it)
+SM90A = "//sm_90a "  # marks PTX that builds only for sm_90a (backends.cuda.ptx uncomments it)
 SWIZZLE = {128: 1, 64: 2, 32: 3}  # the descriptor's swizzle field, by row bytes
 
 

@@ -1,4 +1,4 @@
-"""Skipped points of a tensor-core kernel (``backends.clike.mma``): a padded convolution's input.
+"""Skipped points of a tensor-core kernel (``backends.cuda.mma``): a padded convolution's input.
 
 The interpreter never combines a point that a constraint skips. A guard on operand A's own M
 indexes (the input of a convolution padded at its borders) skips such points; the kernel loads
@@ -51,7 +51,7 @@ def note_nonfinite(em, value: str, w: int, depth: int) -> None:
 def note_nonfinite_sums(em, sums: list[str], depth: int) -> None:
     """``tainted`` when one of the float32 ``sums`` is infinite or NaN: a skipped point's ``0 x b``
     with ``b`` infinite or NaN makes a sum NaN, which no later addition undoes (the warp-group
-    kernel, ``backends.clike.wgmma``, then sums the tile again; a sum infinite or NaN on its own
+    kernel, ``backends.cuda.wgmma``, then sums the tile again; a sum infinite or NaN on its own
     comes out the same)."""
     mask = _EXPONENT["float32"]
     em.line("{ uint bad = 0;", depth)

@@ -29,7 +29,7 @@ streams (``stripe.gemm.streams``).
   cuBLAS). Two teams of multiplying warps on alternate 128 x 128 tiles (a ping-pong, so one
   team's stores overlap the other's products) were slower than one team on 256 x 128 (244 against
   229 µs before ``tile_store``; bench/RESULTS.md).
-* **3xtf32** (operands already split along 3K by ``stripe.passes.kmajor``, ``fits`` only then:
+* **3xtf32** (operands already split along 3K by ``backends.cuda.kmajor``, ``fits`` only then:
   ``gemm_tile`` ranks launched tiles for such GEMMs only): each K step's products go into sums
   of their own (the first replacing them), which are awaited and added to the running sums with
   a float32 addition before the step's buffer is released: the unit's own additions round toward
@@ -41,7 +41,7 @@ streams (``stripe.gemm.streams``).
   addresses (``launch["maps"]``: per map its buffer's parameter, dims innermost first, row
   stride in bytes, box, element type). ``launch["local_bytes"]`` is the dynamic local memory to
   launch with; the kernel reads its base from the PTX name ``DYNAMIC``, which
-  ``backends.opencl.ptx`` declares.
+  ``backends.cuda.ptx`` declares.
 
 H100, kernel time, random normal float16, cuBLAS in the same run: 256 x 128 tiles, 4 stages: 610
 TFLOP/s at 8192³ (cuBLAS 734) and 553 at 4096³ (689); ``WgmmaEmitter``'s 128 x 128 kernel under
@@ -50,11 +50,11 @@ OpenCL's 48 KiB: 450 and 442 (bench/RESULTS.md).
 
 from __future__ import annotations
 
-from backends.clike import tile_store, wgmma
-from backends.clike.mma import MmaEmitter
 from backends.clike.target import CTarget
 from backends.clike.tiled import Tiles
-from backends.clike.wgmma import SM90A, WgmmaEmitter
+from backends.cuda import tile_store, wgmma
+from backends.cuda.mma import MmaEmitter, operation
+from backends.cuda.wgmma import SM90A, WgmmaEmitter
 from stripe.gemm import Gemm, streams
 from stripe.hardware import MatrixUnit, MmaShape
 from tile.dtypes import DType
@@ -64,6 +64,13 @@ STAGES = 4  # K steps in flight at most (H100, 8192³: 3 stages 550 TFLOP/s, 4 s
 MAPS = ("tmap_a", "tmap_b")  # the tensor-map arguments, after the buffers
 PERSISTENT = True  # one work-group per compute unit, each looping over tiles (``tiles``)
 BAND = 4  # tile rows per band of the tile order (``tiles``)
+
+
+def unit_emitter(t: CTarget, g: Gemm, ptrs: dict[str, str], tiles: Tiles, unit: str, epilogue=None):
+    """The emitter for a nest whose plan names ``unit`` (``name.mode``), where the target has that
+    unit and mode (``mma.operation``), else None (``CTarget.unit_emitter``)."""
+    found = operation(t.matrix_units, unit)
+    return emitter(t, g, ptrs, tiles, *found, epilogue) if found is not None else None
 
 
 def emitter(t: CTarget, g: Gemm, ptrs: dict[str, str], tiles: Tiles, unit: MatrixUnit, op: MmaShape,
@@ -81,7 +88,7 @@ class TmaEmitter(WgmmaEmitter):
         """Whether the nest is the launched kernel's: the target launches with more local memory,
         the mode is one the unit launches, the plan's tiles and K step are the launched ones (a
         warp per 16 rows, every column), and the GEMM streams (32-bit operands: with B K-major,
-        ``stripe.passes.kmajor``'s copy)."""
+        ``backends.cuda.kmajor``'s copy)."""
         wg, tl = self.unit.warpgroup, self.tl
         if not self.t.launch_bytes or wg is None:
             return False

@@ -1,7 +1,7 @@
 """Kernels of an OpenCL program launched through CUDA's driver API, on memory CUDA and OpenCL share.
 
 NVIDIA's OpenCL gives a work-group 48 KiB of local memory and launches no tensor-memory copies'
-maps; the kernels ``backends.clike.tma`` writes need up to 227 KiB (an H100) and two
+maps; the kernels ``backends.cuda.tma`` writes need up to 227 KiB (an H100) and two
 ``CUtensorMap``s. Their program is still compiled by OpenCL: its binary is PTX, which CUDA loads
 (``cuModuleLoadData``, in the primary context ``cuda_share`` uses) and launches on a stream of
 its own with the dynamic local memory the kernel's ``launch`` record asks for.
@@ -36,8 +36,8 @@ from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_size_t, c_uint, c
 
 import pyopencl as cl
 
+from backends.cuda.share import SharedCLBuffer, Sharing, SharingError, once_per_device
 from backends.hal import Bound, Buffer, Event, Library
-from backends.opencl.cuda_share import SharedCLBuffer, Sharing, SharingError, once_per_device
 from backends.opencl.driver import Driver
 from backends.opencl.executor import CLBuffer, OpenCLExecutor, OpenCLKernel
 
