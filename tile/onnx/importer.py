@@ -16,6 +16,7 @@ import numpy as np
 
 from tile.dtypes import DType
 from tile.errors import TileError
+from tile.onnx import functions
 from tile.onnx.context import Builder, Context, Value, cast_text
 from tile.onnx.errors import TileOnnxError, TileOnnxUnsupported
 from tile.onnx.registry import CONVERTERS
@@ -135,8 +136,9 @@ def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None,
         values[vi.name] = Value(name, shape, dtype)
         inputs.append((vi.name, name))
     initializers: dict[str, str] = {}
+    local = {(f.domain, f.name): f for f in model.functions}
     for node in graph.node:
-        _convert(b, node, values, opset, initializers)
+        _convert(b, node, values, opset, initializers, local)
     outputs = _outputs(b, graph, values, {t for _, t in inputs})
     source = b.text([t for _, t in inputs] + list(b.consts), [t for _, t in outputs])
     return Imported(source, inputs, outputs, dict(b.consts),
@@ -144,18 +146,23 @@ def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None,
                      if t in b.consts and o in {i.name for i in graph.initializer}})
 
 
-def _convert(b: Builder, node, values: dict, opset: int, initializers: dict) -> None:
-    if node.domain not in ("", "ai.onnx"):
-        raise TileOnnxUnsupported(f"{node.op_type} node '{node.name}' is in domain '{node.domain}'", None,
-                                  "only the default ONNX domain is converted")
-    fn = CONVERTERS.get(node.op_type)
-    if fn is None:
-        raise TileOnnxUnsupported(f"no converter for the ONNX operator {node.op_type} (node '{node.name}')",
-                                  None, "tile.onnx.registry.supported() lists the operators it converts")
+def _convert(b: Builder, node, values: dict, opset: int, initializers: dict, local: dict) -> None:
     for n in node.input:
         if n and n not in values:
             raise TileOnnxError(f"{node.op_type} node '{node.name}' reads '{n}', which nothing defines "
                                 "before it")
+    fn = CONVERTERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    if fn is None:
+        expanded = functions.body(node, opset, [_type_proto(values.get(n)) for n in node.input], local)
+        if expanded is not None:
+            nodes, inner = expanded
+            for n in nodes:
+                _convert(b, n, values, inner, initializers, local)
+            return
+        where = f" in domain '{node.domain}'" if node.domain not in ("", "ai.onnx") else ""
+        raise TileOnnxUnsupported(f"no converter for the ONNX operator {node.op_type}{where} (node "
+                                  f"'{node.name}'), and ONNX defines it as no function of others", None,
+                                  "tile.onnx.registry.supported() lists the operators it converts")
     given = [values[n] for n in node.input if n]
     outs = None
     if (node.op_type not in NO_FOLD and all(v.const is not None for v in given)
@@ -177,6 +184,15 @@ def _convert(b: Builder, node, values: dict, opset: int, initializers: dict) -> 
                 raise TileOnnxUnsupported(f"{node.op_type} node '{node.name}': output '{name}' is not "
                                           "supported")
             values[name] = v
+
+
+def _type_proto(v: Value | None):
+    from onnx import TypeProto, helper
+
+    if v is None:
+        return TypeProto()
+    elem = next(k for k, d in ONNX_DTYPES.items() if d is v.dtype)
+    return helper.make_tensor_type_proto(elem, v.shape)
 
 
 def _run(fn, ctx: Context, node) -> list:

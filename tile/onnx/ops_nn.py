@@ -25,7 +25,7 @@ from tile.dtypes import DType
 from tile.onnx.context import Context, Value
 from tile.onnx.registry import converter
 from tile.ops._build import function
-from tile.ops.reduce import variance_lines
+from tile.ops.reduce import contraction, variance_lines
 
 # ---------------------------------------------------------------------------- windows and pads
 
@@ -372,3 +372,107 @@ def lrn(ctx: Context, node) -> list[Value]:
     total = ctx.emit(f"$[{idx}: {sizes}] = +({sq}[{shifted}]), j < {size}", "LrnSum")
     scale = ctx.let(f"{ctx.lit(bias, f)} + {ctx.lit(alpha / size, f)} * {total}", "LrnScale")
     return [ctx.cast(ctx.let(f"{x} / pow({scale}, {ctx.lit(beta, f)})", "LRN"), x0.dtype)]
+
+
+def _stat_axes(ctx: Context, rank: int, axes) -> list[int]:
+    out = sorted({int(a) % rank for a in axes if -rank <= int(a) < rank})
+    if len(out) != len(tuple(axes)):
+        raise ctx.error(f"axes {tuple(axes)} are repeated or out of range for rank {rank}")
+    return out
+
+
+@converter("RMSNormalization")
+def rms_norm(ctx: Context, node) -> list[Value]:
+    """``X / sqrt(mean(X^2 over the axes from axis on) + epsilon) * Scale``."""
+    x0, scale = ctx.input(0), ctx.input(1)
+    x, scale = _in_float32(ctx, x0, scale) if int(ctx.attr("stash_type", 1)) == 1 else (x0, scale)
+    red = _stat_axes(ctx, x.rank, range(int(ctx.attr("axis", -1)) % max(x.rank, 1), x.rank))
+    names = [f"D{i}" for i in range(x.rank)]
+    count = math.prod(x.shape[a] for a in red)
+    eps = ctx.lit(float(ctx.attr("epsilon", 1e-5)), x.dtype)
+    body = ["Sq = X * X", contraction("SqSum", "+", "Sq", x.rank, red, True, names),
+            f"Rms = sqrt(SqSum / {ctx.lit(count, x.dtype)} + {eps})", "Y = X / Rms"]
+    (y,) = ctx.call(function([f"X[{', '.join(names)}]"], ["Y"], body), x)
+    return [ctx.cast(ctx.let(f"{y} * {scale}", "RMSNorm"), x0.dtype)]
+
+
+@converter("MeanVarianceNormalization")
+def mean_variance_norm(ctx: Context, node) -> list[Value]:
+    """``(X - mean) / (sqrt(biased variance) + 1e-9)`` over ``axes`` (default N, H, W), as ONNX's
+    function body computes it."""
+    x0 = ctx.input(0)
+    (x,) = _in_float32(ctx, x0)
+    red = _stat_axes(ctx, x.rank, ctx.attr("axes", (0, 2, 3)))
+    names = [f"D{i}" for i in range(x.rank)]
+    body = variance_lines("X", x.rank, red, True, 0, dim_names=names)
+    body.append(f"Y = Dev / (sqrt(Var) + {ctx.lit(1e-9, x.dtype)})")
+    (y,) = ctx.call(function([f"X[{', '.join(names)}]"], ["Y"], body), x)
+    return [ctx.cast(y, x0.dtype)]
+
+
+@converter("LpNormalization")
+def lp_norm(ctx: Context, node) -> list[Value]:
+    """``X / ||X||_p`` along ``axis`` (p 1 or 2), 0 where the norm is 0 (ONNX's reference)."""
+    x = ctx.input(0)
+    p = int(ctx.attr("p", 2))
+    if p not in (1, 2):
+        raise ctx.unsupported(f"p = {p} (ONNX defines 1 and 2)")
+    a = int(ctx.attr("axis", -1))
+    red = _stat_axes(ctx, x.rank, (a,))
+    names = [f"D{i}" for i in range(x.rank)]
+    zero = ctx.lit(0, x.dtype)
+    body = ["Mag = abs(X)" if p == 1 else "Mag = X * X",
+            contraction("Total", "+", "Mag", x.rank, red, True, names),
+            "Norm = Total" if p == 1 else "Norm = sqrt(Total)", f"Y = Norm == {zero} ? {zero} : X / Norm"]
+    (y,) = ctx.call(function([f"X[{', '.join(names)}]"], ["Y"], body), x)
+    return [ctx.cast(y, x.dtype)]
+
+
+@converter("ConvInteger")
+def conv_integer(ctx: Context, node) -> list[Value]:
+    """``Conv`` of ``x - x_zero_point`` and ``w - w_zero_point`` (per output channel or one), in
+    int32. Padding adds zeros after the zero point is taken off, as ONNX's reference pads."""
+    x, w, xz, wz = (ctx.input(i) for i in range(4))
+    nd, kernel, strides, dilations = _conv_shapes(ctx, x, w)
+    pads = _pads(ctx, x.shape[2:], kernel, strides, dilations)
+    x = ctx.cast(x, DType.INT32)
+    w = ctx.cast(w, DType.INT32)
+    if xz is not None:
+        x = ctx.let(f"{x} - {ctx.cast(xz, DType.INT32)}", "XShifted")
+    if wz is not None:
+        wz = ctx.cast(wz, DType.INT32)
+        per = wz if wz.rank == 0 else ctx.let(f"reshape({wz}, {wz.size}{', 1' * (w.rank - 1)})", "WZero")
+        w = ctx.let(f"{w} - {per}", "WShifted")
+    groups = int(ctx.attr("group", 1))
+    return ctx.call(tile.ops.conv(nd, stride=strides, padding=pads, dilation=dilations, groups=groups), x, w)
+
+
+@converter("CausalConvWithState")
+def causal_conv_with_state(ctx: Context, node) -> list[Value | None]:
+    """A depthwise 1-D convolution over ``past_state`` (zeros if absent) followed by the input,
+    with an optional SiLU; ``present_state`` is the last ``K - 1`` positions of that sequence.
+    Each sum is over valid index tuples only, so the two sources are two contractions."""
+    x, w, b, past = (ctx.input(i) for i in range(4))
+    if x.rank != 3 or w.rank != 3 or w.shape[1] != 1:
+        raise ctx.error(f"input {x.shape} must be [N, C, L] and weight {w.shape} [C, 1, K]")
+    act = ctx.attr("activation", "none")
+    if act not in ("none", "silu", "swish"):
+        raise ctx.error(f"activation '{act}' is not none, silu or swish")
+    (n, c, length), k = x.shape, w.shape[2]
+    head = f"[n, c, o: {n}, {c}, {length}]"
+    terms = [ctx.emit(f"${head} = +({x}[n, c, o + j - {k - 1}] * {w}[c, 0, j]), j < {k}", "CausalIn")]
+    if past is not None and k > 1:
+        terms.append(ctx.emit(f"${head} = +({past}[n, c, o + j] * {w}[c, 0, j]), j < {k}", "CausalPast"))
+    if b is not None:
+        terms.append(ctx.let(f"reshape({b}, {c}, 1)", "CausalBias"))
+    y = ctx.let(" + ".join(str(t) for t in terms), "CausalConv")
+    if act != "none":
+        y = ctx.cast(ctx.let(f"{y} * sigmoid({y})", "CausalSilu"), x.dtype)
+    outputs: list[Value | None] = [ctx.cast(y, x.dtype)]
+    if len(node.output) > 1 and node.output[1]:
+        state = f"[n, c, j: {n}, {c}, {k - 1}]"
+        parts = [ctx.emit(f"${state} = +({x}[n, c, j + {length - (k - 1)}])", "StateIn")]
+        if past is not None and length < k - 1:  # (an empty index space is an error)
+            parts.append(ctx.emit(f"${state} = +({past}[n, c, j + {length}])", "StatePast"))
+        outputs.append(ctx.let(" + ".join(str(t) for t in parts), "PresentState"))
+    return outputs
