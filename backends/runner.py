@@ -299,8 +299,8 @@ class CompiledProgram:
         inputs copied from the buffers the last call read them from, as they are now, the rest
         zeroed; freed after), so nothing the caller holds changes: twice, and the second run's
         times are reported (and again until the next call), as the first pays for fresh memory.
-        (The inputs' values, not zeros: on an H100 a float16 GEMM ran 13% faster on zeros than on
-        random values, bench/RESULTS.md.)"""
+        (The inputs' values, not zeros: a GEMM can run faster on zeros than on random values,
+        bench/RESULTS.md.)"""
         with self._lock:
             ex = self.device.executor
             if self._launched and not self._timed and not ex.timed_by_default:

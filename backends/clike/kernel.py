@@ -57,7 +57,7 @@ class KernelSource:
     work_items: int
     owned: tuple[str, ...]
     local: int = 0  # the work-group size the kernel needs (0: any)
-    launch: dict | None = None  # a kernel launched through CUDA: what the launch needs (``tma``)
+    launch: dict | None = None  # a kernel launched through CUDA: what the launch needs (the target's)
 
 
 class KernelEmitter(CodeWriter):
@@ -134,8 +134,8 @@ class KernelEmitter(CodeWriter):
         self.depth = 0
         body = [ln[4:] for ln in self.lines]
         text = self.t.kernel(self.symbol, self.params, body, work)
-        # a wide kernel in groups of 256 (H100, a 16M-element softmax division: 164 us in groups of
-        # 64, the local_size default, 64 us); smaller ones keep more, smaller groups
+        # a wide kernel in groups of 256 (faster than the local_size default, 64, for 1M work-items
+        # and more: bench/RESULTS.md); smaller ones keep more, smaller groups
         local = 256 if self.t.workgroups and work >= 1 << 20 else 0
         return KernelSource(self.symbol, text, work, owned, local)
 

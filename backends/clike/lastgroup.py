@@ -3,8 +3,8 @@
 The block (``stripe.passes.one_kernel``: a ``CombinePlan`` with a ``counter``) is a partial block
 ``K0``, whose lanes each assign their partial to the ``#tmp`` buffer ``P``, nested before the
 combine ``O = agg over lanes of P``. On a GPU each kernel launch costs more than such a combine
-(H100 through OpenCL: about 20 us a launch; a 16M-element sum's three kernels 74 us, its partials
-23 us), so here both run in one launch, the classic *threadfence reduction*:
+(figures: bench/RESULTS.md, "Figures moved from docstrings"),
+so here both run in one launch, the classic *threadfence reduction*:
 
 * work-item ``gid`` computes lane ``gid``'s partial as ``K0`` does (its statements through the
   general emitter; the lane's element of ``P`` is a register), in work-groups of ``W`` (a power of

@@ -1,21 +1,20 @@
 """Row programs (``stripe.passes.row_fusion``, planned with a ``RowPlan``) as one work-group per row.
 
-The block runs over the rows; its statements are fills of per-row locals and inner blocks over
-the row's other indexes. Here each row is a work-group of ``W`` work-items (a power of two, at
-most the plan's ``group``, which ``row_fusion`` sets within the device's work-group size; at
-most the longest inner block's points; H100, softmax of
-4096 x 4096: 256 work-items 67 us, 512 57-59 us, 1024 86 us): work-item ``w`` takes the points
-``w, w + W, ...`` of each inner block (adjacent work-items, adjacent points). An inner block
-aggregating into a per-row local starts a private partial at the aggregation's identity, the
-``W`` partials meet in a tree in ``__local`` memory, and every work-item aggregates the tree's
-result into its own copy of the local (so all hold the row's value for the blocks after). An
-inner block assigning a per-row local (a row value computed from earlier ones, a layernorm's
-mean) and the row block's own statements (such a block once ``inline`` flattened it) run in
-every work-item, each on its own copy; a store of the row block's own into a buffer is work-item
-0's. Other inner blocks (the elementwise ones, whose points write distinct elements) run their
-points in the same stride. The row's later passes over its inputs then find them in the caches:
-a softmax reads ``X`` from DRAM once. The tree regroups each row's aggregation: the reordering ``row_fusion``
-declares (strict mode does not run it).
+The block runs over the rows; its statements are fills of per-row locals and inner blocks over the
+row's other indexes. Here each row is a work-group of ``W`` work-items (a power of two, at most
+the plan's ``group``, which ``row_fusion`` sets within the device's work-group size; at most the
+longest inner block's points; the group sizes were measured, bench/RESULTS.md): work-item ``w``
+takes the points ``w, w + W, ...`` of each inner block (adjacent work-items, adjacent points). An
+inner block aggregating into a per-row local starts a private partial at the aggregation's
+identity, the ``W`` partials meet in a tree in ``__local`` memory, and every work-item aggregates
+the tree's result into its own copy of the local (so all hold the row's value for the blocks
+after). An inner block assigning a per-row local (a row value computed from earlier ones, a
+layernorm's mean) and the row block's own statements (such a block once ``inline`` flattened it)
+run in every work-item, each on its own copy; a store of the row block's own into a buffer is
+work-item 0's. Other inner blocks (the elementwise ones, whose points write distinct elements) run
+their points in the same stride. The row's later passes over its inputs then find them in the
+caches: a softmax reads ``X`` from DRAM once. The tree regroups each row's aggregation: the
+reordering ``row_fusion`` declares (strict mode does not run it).
 
 Taken: a block whose ``RowPlan`` says what it is (its row indexes, its row values: the
 one-element locals the inner blocks aggregate into), on a target with work-groups that keeps each

@@ -30,7 +30,7 @@ batched matmul, convolutions as implicit GEMM). Each index ``v`` has its tile ``
   register block adds its products only where its flag is set. Other tiles keep the plain loop:
   there a skipped point adds ``0 * finite``, a zero, which leaves a sum begun at +0 unchanged.
   Guards on K alone zero both operands (``0 * 0``); operands without guards (matmul, unpadded
-  convolutions) generate the same code as before (H100: 4-5% slower padded convolutions).
+  convolutions) generate the same code as before.
 
 Each output element's values are summed by one work-item in the nest's K order (Stripe's: the
 pass's K tiles keep it), then added once to the element (which a zero kernel initialized). With

@@ -14,7 +14,7 @@ by a kernel of its own just before it:
 It does so only for a plain matrix product of whole buffers (``A[M, K]`` and ``B[K, N]`` read at
 ``[m, k]`` and ``[k, n]``) that then streams (``stripe.gemm.streams`` with ``b_kmajor``) on one
 of the launched tiles, so ``gemm_tile`` ranks those first. The copy moves B's bytes twice more
-(an H100, 4096²: 128 MiB, about 10% of the product's time); other GEMMs are left as they are.
+(a tenth of the product's time, bench/RESULTS.md); other GEMMs are left as they are.
 Values are copied unchanged; the kernel's tensor maps round both operands to TF32
 (docs/semantics.md). A kernel-tiling step: ``tiled=False`` leaves it out, with ``gemm_tile``.
 Two GEMMs reading the same B get a copy each.

@@ -1,13 +1,13 @@
 """Kernels of an OpenCL program launched through CUDA's driver API, on memory CUDA and OpenCL share.
 
 NVIDIA's OpenCL gives a work-group 48 KiB of local memory and launches no tensor-memory copies'
-maps; the kernels ``backends.cuda.tma`` writes need up to 227 KiB (an H100) and two
+maps; the kernels ``backends.cuda.tma`` writes need up to the device's opt-in maximum and two
 ``CUtensorMap``s. Their program is still compiled by OpenCL: its binary is PTX, which CUDA loads
-(``cuModuleLoadData``, in the primary context ``cuda_share`` uses) and launches on a stream of
+(``cuModuleLoadData``, in the primary context ``share`` uses) and launches on a stream of
 its own with the dynamic local memory the kernel's ``launch`` record asks for.
 
 * **Who launches.** ``Launcher.for_device`` says whether a device can, and why not:
-  memory sharing (``cuda_share.Sharing``) works, the CUDA device has compute capability 9.0
+  memory sharing (``share.Sharing``) works, the CUDA device has compute capability 9.0
   (the kernels are ``sm_90a``), and the driver has the calls. It is on by default;
   ``TILE_CUDA_LAUNCH=0`` turns it off (every kernel then runs on OpenCL, as on other devices).
   The setting is read as a program is compiled; a program compiled before (they are kept per
@@ -51,7 +51,7 @@ CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CU_STREAM_NON_BLOCKING = 1
 CUDA_ERROR_NOT_READY = 600
-# CUtensorMapDataType; TFLOAT32 copies float32 rounded to TF32, to nearest, ties to even (H100:
+# CUtensorMapDataType; TFLOAT32 copies float32 rounded to TF32, to nearest, ties to even (seen:
 # 1 + 3·2^-12 -> 1 + 2^-10, 1 + 2^-11 -> 1, 1 + 2^-10 + 2^-11 -> 1 + 2^-9; FLOAT32's bits reach
 # the unit as they are, and it ignores the low 13: toward zero)
 MAP_TYPES = {"float16": 6, "float32": 7, "bfloat16": 9, "tfloat32": 11}
@@ -225,7 +225,7 @@ class Launcher:
     def arguments(self, kernel: CudaKernel, pointers: list[int]) -> ctypes.Array:
         """``cuLaunchKernel``'s argument array for ``kernel`` on buffers at ``pointers`` (and its
         tensor maps over them), built once per kernel and addresses: resident calls repeat them,
-        and building it took 16 µs of a 50 µs launch on the H100's host. (Inside the lock.)"""
+        and building it was a large share of a launch's host time. (Inside the lock.)"""
         key = (id(kernel), *pointers)  # (the entry keeps the kernel alive: its id is not reused)
         got = self.argvs.get(key)
         if got is not None:
@@ -289,8 +289,8 @@ class CudaKernel(OpenCLKernel):
     """A kernel of an OpenCL program that ``Launcher`` launches: one with a ``launch`` record (it
     says how), or any other kernel of a program that has one (``PLAIN``; its work-group size is
     the one OpenCL would launch it with), so that a call's kernels all run in CUDA's context:
-    switching between OpenCL's context and CUDA's cost about 150 µs each way on an H100 (a tf32
-    4096 call, B's copy on OpenCL and the product on CUDA: 804 against 445 µs a call)."""
+    switching between OpenCL's context and CUDA's costs more than a kernel
+    (figures: bench/RESULTS.md, "Figures moved from docstrings")."""
 
     def __init__(self, device: Driver, library: Library, index: int, launcher: Launcher):
         super().__init__(device, library, index)

@@ -26,8 +26,8 @@ which the driver hands over with the settings. The kernel is ``GemmEmitter``'s, 
   residual and issues three operations (``lo·hi + hi·lo + hi·hi``), float32-level accuracy.
 * **the sums** stay in float32 registers (the accumulator fragments) and are stored, or handed
   to the fused epilogue, once at the end: a float16 output is rounded once. The unit's own
-  additions round toward zero (H100: a float32 1024³ product's error grew 10x over the SIMT
-  kernel's), so ``3xtf32`` sums each K step in a fragment of its own and adds it to the running
+  additions round toward zero (a float32 product's error grows well past the SIMT kernel's), so
+  ``3xtf32`` sums each K step in a fragment of its own and adds it to the running
   sum with a float32 (round-to-nearest) addition.
 
 The unit sums each operation's products in its own order (the kernel reorders aggregation; strict

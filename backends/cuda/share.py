@@ -222,7 +222,7 @@ class SharedCLBuffer(CLBuffer):
         Buffer.__init__(self, size)  # not CLBuffer.__init__, which allocates
         self.device = device
         self.buf = buf
-        self.cuda_pointer = cuda_pointer  # its CUDA address (``cuda_launch`` launches on it)
+        self.cuda_pointer = cuda_pointer  # its CUDA address (``launch`` launches on it)
 
 
 class Block:

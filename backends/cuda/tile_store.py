@@ -2,8 +2,8 @@
 
 The unit leaves each lane two adjacent columns of a row per 8 columns (the accumulator fragment:
 rows ``lg`` and ``lg + 8``, columns ``2·lt, 2·lt + 1``), so storing the sums where they sit writes
-2 or 4 bytes per lane, eight rows per instruction: H200, float16 4096³, the launched kernel took
-229 µs storing that way against 178 µs with the stores skipped (bench/RESULTS.md).
+2 or 4 bytes per lane, eight rows per instruction: a large share of the launched kernel's time
+(figures: bench/RESULTS.md, "Figures moved from docstrings").
 
 Here each warp passes its 16 rows through a ``__local`` region of its own, 128 bytes of columns
 at a time (64 float16 columns, 32 float32 ones):

@@ -19,33 +19,25 @@ streams (``stripe.gemm.streams``).
   its own: the loading warp runs on into the next tile's K steps while the multiplying warps store
   the last one, and the stages' barrier phases run on over the tiles (``it``: K steps so far).
   Tiles are numbered down bands of ``BAND`` tile rows, so the work-groups running at once read
-  fewer rows of A and columns of B, which stay in the L2 cache. H200, float16, one run (whole
-  resident calls against cuBLAS, before ``tile_store``): 4096³ 0.82 with bands of 4 (8: 0.80, 16:
-  0.80; one tile per work-group: 0.76-0.78), 8192³ 0.89 (one tile per work-group, M fastest:
-  0.83); run-to-run noise is a few percent (bench/RESULTS.md).
+  fewer rows of A and columns of B, which stay in the L2 cache
+  (figures: bench/RESULTS.md, "Figures moved from docstrings").
 * **Stores.** Where ``tile_store.plan`` takes the output, each multiplying warp passes its rows
   through a ``__local`` region of its own after the stages (``Cs_at``; only where it costs no
-  stage) and stores whole lines: H200, float16 4096³, the kernel 230 → 182 µs (0.77 → 0.95 of
-  cuBLAS). Two teams of multiplying warps on alternate 128 x 128 tiles (a ping-pong, so one
-  team's stores overlap the other's products) were slower than one team on 256 x 128 (244 against
-  229 µs before ``tile_store``; bench/RESULTS.md).
+  stage) and stores whole lines. Two teams of multiplying warps on alternate 128 x 128 tiles (a
+  ping-pong, so one team's stores overlap the other's products) were slower than one team on
+  256 x 128 (figures: bench/RESULTS.md, "Figures moved from docstrings").
 * **3xtf32** (operands already split along 3K by ``backends.cuda.kmajor``, ``fits`` only then:
   ``gemm_tile`` ranks launched tiles for such GEMMs only): each K step's products go into sums
   of their own (the first replacing them), which are awaited and added to the running sums with
   a float32 addition before the step's buffer is released: the unit's own additions round toward
   zero (``mma.sync``, 1024³: 1.0e-5 max relative error summed in the unit, 3.4e-7 folded). The two
   sets of sums need ``launch_fold_tiles`` (128 x 128, two multiplying warp groups).
-  H200, 4096³: the product 1.35 ms with 4 stages, 1.44 ms with 6.
 * **Tensor maps.** The kernel takes two more arguments after the buffers, ``tmap_a`` and
   ``tmap_b``: global addresses of the ``CUtensorMap``s the launcher encodes from the buffers'
   addresses (``launch["maps"]``: per map its buffer's parameter, dims innermost first, row
   stride in bytes, box, element type). ``launch["local_bytes"]`` is the dynamic local memory to
   launch with; the kernel reads its base from the PTX name ``DYNAMIC``, which
   ``backends.cuda.ptx`` declares.
-
-H100, kernel time, random normal float16, cuBLAS in the same run: 256 x 128 tiles, 4 stages: 610
-TFLOP/s at 8192³ (cuBLAS 734) and 553 at 4096³ (689); ``WgmmaEmitter``'s 128 x 128 kernel under
-OpenCL's 48 KiB: 450 and 442 (bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -60,7 +52,7 @@ from stripe.hardware import MatrixUnit, MmaShape
 from tile.dtypes import DType
 
 DYNAMIC = "tile_dynamic_local"  # the PTX name of a launched kernel's dynamic local memory
-STAGES = 4  # K steps in flight at most (H100, 8192³: 3 stages 550 TFLOP/s, 4 stages 591)
+STAGES = 4  # K steps in flight at most (4 measured faster than 3: bench/RESULTS.md)
 MAPS = ("tmap_a", "tmap_b")  # the tensor-map arguments, after the buffers
 PERSISTENT = True  # one work-group per compute unit, each looping over tiles (``tiles``)
 BAND = 4  # tile rows per band of the tile order (``tiles``)

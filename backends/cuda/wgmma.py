@@ -29,15 +29,15 @@ both operands read from ``__local`` memory by the unit itself.
   that awaited only the step before last and refilled buffers two or three steps back was as
   wrong, and awaiting the products before the next step's copy wait, fence and barrier made it
   exact (bench/RESULTS.md, "2026-11-28 (third)"). ``bench/wgmma_loop.py`` and
-  tests/test_tensor_cores_gpu.py check such a product exactly. Refilling before the products
-  rather than after them and a second barrier: 448-451 / 499-500 TFLOP/s at 4096 / 8192 against
-  418-419 / 462-463 (kernel time, H100), exact in every run.
+  tests/test_tensor_cores_gpu.py check such a product exactly. The buffer is refilled before the
+  products are issued rather than after them and a second barrier: faster, and exact in every run
+  (figures: bench/RESULTS.md, "Figures moved from docstrings").
 
 * **Stores.** Where ``tile_store.plan`` takes the output (a plain product, a fused epilogue, a
   convolution), the K steps' buffers hold each warp's output rows after one barrier and the
-  warps store whole 128-byte lines (``tile_store``); H200, float16 3x3 convolution b32 56x56x64:
-  the kernel 42.6 → 27.5 µs (bench/RESULTS.md). Otherwise ``store_mma`` stores each sum where
-  it sits.
+  warps store whole 128-byte lines (``tile_store``;
+  (figures: bench/RESULTS.md, "Figures moved from docstrings")). Otherwise
+  ``store_mma`` stores each sum where it sits.
 
 The instructions exist only for ``sm_90a``, which OpenCL C cannot target: they are written as PTX
 comments starting with ``SM90A``, and the OpenCL compiler uncomments them in the program's PTX and
@@ -214,7 +214,7 @@ class WgmmaEmitter(MmaEmitter):
         """A's skipped points (a padded convolution's input) were copied as zeros, so the unit
         added ``0 x b`` for each: nothing, unless ``b`` is infinite or NaN. When a work-item's
         sums came out infinite or NaN (``tainted``, uniform after the barrier; checked once per
-        tile, not per step: 13% of a padded convolution's kernel time on an H100) the tile is
+        tile, not per step: a check per step cost a measurable share of the kernel) the tile is
         summed again without the unit, after its last products: each step restaged with A's
         flags (``Am``) and multiplied in ``mma_skips``'s plain loop, which leaves the skipped
         points out."""

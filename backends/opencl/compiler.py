@@ -162,7 +162,7 @@ class OpenCLCompiler(Compiler):
             "local_size": int(settings.get("local_size", 64)),
             "local_sizes": [s.local for s in sources],
             "names": [s.name for s in sources],  # as generated: a tiled kernel's carries its tiles
-            "launch": [s.launch for s in sources],  # a kernel launched through CUDA: how (``cuda_launch``)
+            "launch": [s.launch for s in sources],  # a kernel launched through CUDA: how (``cuda.launch``)
         }
         handle = ProgramHandle(dev, text, options, cache, extra)
         handle.names = extra["names"]

@@ -107,7 +107,7 @@ class OpenCLDevice(Driver, Device):
         return unit
 
     def launch_bytes(self) -> int:
-        """The dynamic local memory of kernels launched through CUDA (``cuda_launch``; 0: none)."""
+        """The dynamic local memory of kernels launched through CUDA (``backends.cuda.launch``; 0: none)."""
         launcher, _ = Launcher.for_device(self)
         return launcher.launch_bytes if launcher is not None else 0
 

@@ -71,7 +71,7 @@ class Driver:
         self._plain: cl.CommandQueue | None = None
         self._profiling: cl.CommandQueue | None = None
         self._depth = 0  # ``profiling()`` entered and not left
-        self.cuda_pending = None  # the last CUDA launch OpenCL commands must wait for (``cuda_launch``)
+        self.cuda_pending = None  # the last CUDA launch OpenCL commands must wait for (``cuda.launch``)
         self.build_pool = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"tile-{device_id}-build")
 
     @property
@@ -134,7 +134,7 @@ class Driver:
         return self._depth > 0
 
     def settle(self) -> None:
-        """Wait for the last kernel launched through CUDA (``cuda_launch``): OpenCL's commands
+        """Wait for the last kernel launched through CUDA (``backends.cuda.launch``): OpenCL's commands
         after it may read or overwrite its buffers."""
         pending, self.cuda_pending = self.cuda_pending, None
         if pending is not None:
