@@ -75,7 +75,7 @@ def power(ctx: Context, node) -> list[Value]:
 def modulo(ctx: Context, node) -> list[Value]:
     a, b = ctx.input(0), ctx.input(1)
     r = ctx.let(f"mod({a}, {b})")
-    if ctx.attr("fmod", 0) or a.dtype.is_float or not a.dtype.is_signed:
+    if ctx.attr("fmod", 0) or not a.dtype.is_signed:
         return [ctx.cast(r, a.dtype)]
     zero = ctx.lit(0, r.dtype)
     # Python's rule: the remainder takes the divisor's sign
@@ -129,9 +129,17 @@ def invert(ctx: Context, node) -> list[Value]:
 
 @converter("BitShift")
 def shift(ctx: Context, node) -> list[Value]:
+    """Counts outside ``0 .. width-1`` give 0 (-1 for a negative value shifted right), where Tile
+    takes the count modulo the width."""
     a, b = ctx.input(0), ctx.input(1)
     op = {"LEFT": "<<", "RIGHT": ">>"}[ctx.attr("direction")]
-    return [ctx.cast(ctx.let(f"{a} {op} {b}"), a.dtype)]
+    y = ctx.cast(ctx.let(f"{a} {op} {b}"), a.dtype)
+    zero, width = ctx.lit(0, b.dtype), ctx.lit(a.dtype.bits, b.dtype)
+    outside = f"({b} >= {width})" + (f" | ({b} < {zero})" if b.dtype.is_signed else "")
+    fill = ctx.lit(0, a.dtype)
+    if op == ">>" and a.dtype.is_signed:
+        fill = f"({a} < {ctx.lit(0, a.dtype)} ? {ctx.lit(-1, a.dtype)} : {ctx.lit(0, a.dtype)})"
+    return [ctx.cast(ctx.let(f"{outside} ? {fill} : {y}", "BitShift"), a.dtype)]
 
 
 @converter("Cast")
@@ -179,14 +187,18 @@ def sign(ctx: Context, node) -> list[Value]:
     return [y]
 
 
-@converter("Round")
-def round_even(ctx: Context, node) -> list[Value]:
+def round_half_even(ctx: Context, x: Value) -> Value:
     """Halves to even (numpy's rule); Tile's ``round`` takes them away from zero."""
-    x = ctx.input(0)
-    _float_only(ctx, x)
     half, two = ctx.lit(0.5, x.dtype), ctx.lit(2, x.dtype)
     frac = ctx.let(f"{x} - floor({x})")
-    return [ctx.cast(ctx.let(f"{frac} == {half} ? {two} * round({x} * {half}) : round({x})"), x.dtype)]
+    return ctx.let(f"{frac} == {half} ? {two} * round({x} * {half}) : round({x})", "Round")
+
+
+@converter("Round")
+def round_node(ctx: Context, node) -> list[Value]:
+    x = ctx.input(0)
+    _float_only(ctx, x)
+    return [ctx.cast(round_half_even(ctx, x), x.dtype)]
 
 
 @converter("IsNaN")

@@ -466,7 +466,8 @@ def causal_conv_with_state(ctx: Context, node) -> list[Value | None]:
     if b is not None:
         terms.append(ctx.let(f"reshape({b}, {c}, 1)", "CausalBias"))
     y = ctx.let(" + ".join(str(t) for t in terms), "CausalConv")
-    if act != "none":
+    if act != "none":  # in float32, rounded once, as ONNX's reference
+        y = ctx.cast(ctx.cast(y, x.dtype), DType.FLOAT32) if x.dtype.is_narrow_float else y
         y = ctx.cast(ctx.let(f"{y} * sigmoid({y})", "CausalSilu"), x.dtype)
     outputs: list[Value | None] = [ctx.cast(y, x.dtype)]
     if len(node.output) > 1 and node.output[1]:

@@ -1,0 +1,237 @@
+"""Scatter/gather by index tuples, cumulative products, quantization and TopK.
+
+Scatters use ``tile.ops.scatter_add`` (ScatterElements) or the ``scatter`` builtin over a
+linearized index (ScatterND), with a count of the writes to each element: ``none`` takes the
+update where the count is non-zero; ``mul``/``max``/``min`` combine it with the data, which is
+exact when no element is written twice (ONNX leaves duplicates under ``none`` undefined).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import tile.ops
+from tile.dtypes import DType
+from tile.onnx.context import Context, Value
+from tile.onnx.ops_elementwise import round_half_even
+from tile.onnx.ops_shape import axis_of, idx, reshape, take, target, wrap_negative
+from tile.onnx.registry import converter
+
+_IDENTITY = {"mul": ("*", 1.0), "max": (">", -math.inf), "min": ("<", math.inf)}
+
+
+def _combine(ctx: Context, data: Value, added: Value, count: Value, reduction: str) -> Value:
+    """The scatter's result from the reduced updates and the write counts (both data-shaped)."""
+    zero = ctx.lit(0, count.dtype)
+    hit = f"{count} > {zero}"
+    if reduction == "add":
+        return ctx.cast(ctx.let(f"{data} + {added}", "Scatter"), data.dtype)
+    expr = {"none": f"{added}", "mul": f"{data} * {added}", "max": f"max({data}, {added})",
+            "min": f"min({data}, {added})"}.get(reduction)
+    if expr is None:
+        raise ctx.unsupported(f"reduction '{reduction}'")
+    return ctx.cast(ctx.let(f"{hit} ? {expr} : {data}", "Scatter"), data.dtype)
+
+
+def _pairwise(ctx: Context, ind: Value, positions: Value, upd: Value, reduction: str, j: int,
+              out_shape) -> Value:
+    """``reduction`` of the updates written to each position: ``ind`` and ``upd`` have a size-1
+    axis where ``positions`` (a constant, size-1 elsewhere) runs over the target's positions, and
+    axis ``j`` of the pairs (the updates) is reduced. Updates that miss a position count as the
+    aggregation's identity."""
+    agg, ident = _IDENTITY[reduction]
+    sel = ctx.let(f"{ind} == {positions} ? {upd} : {ctx.lit(ident, upd.dtype)}", "Pairs")
+    i = idx(sel.rank)
+    kept = [*i[:j], *i[j + 1:]]
+    return ctx.emit(f"{target('$', kept, out_shape)} = {agg}({sel}[{', '.join(i)}])", "Reduced")
+
+
+@converter("ScatterElements", "Scatter")
+def scatter_elements(ctx: Context, node) -> list[Value]:
+    data, ind, upd = ctx.input(0), ctx.input(1), ctx.input(2)
+    a = axis_of(ctx, ctx.attr("axis", 0), data.rank)
+    ind = wrap_negative(ctx, ind, data.shape[a])
+    op = tile.ops.scatter_add(rank=data.rank, axis=a)
+    reduction = ctx.attr("reduction", "none")
+    ones = ctx.constant(np.ones(upd.shape, np.int32))
+    count = ctx.call(op, ctx.constant(np.zeros(data.shape, np.int32)), ind, ones)[0]
+    if reduction in _IDENTITY:
+        pair = [*ind.shape[:a + 1], 1, *ind.shape[a + 1:]]
+        where = [1] * (data.rank + 1)
+        where[a + 1] = data.shape[a]
+        positions = ctx.constant(np.arange(data.shape[a]).reshape(where).astype(ind.dtype.numpy), ind.dtype)
+        shape = list(ind.shape)
+        shape[a] = data.shape[a]
+        red = _pairwise(ctx, reshape(ctx, ind, pair), positions, reshape(ctx, upd, pair), reduction, a, shape)
+        if tuple(shape) != data.shape:  # indices cover less than the data: the rest is never written
+            grow = [p for k in reversed(range(data.rank)) for p in (0, data.shape[k] - shape[k])]
+            red = ctx.call(tile.ops.pad(rank=data.rank, pad=grow), red)[0]
+        return [_combine(ctx, data, red, count, reduction)]
+    zeros = ctx.constant(np.zeros(data.shape, data.dtype.numpy), data.dtype)
+    added = ctx.call(op, zeros, ind, upd)[0]
+    return [_combine(ctx, data, added, count, reduction)]
+
+
+def _linear(ctx: Context, ind: Value, dims) -> Value:
+    """Index tuples (last axis) of a tensor with sizes ``dims`` as row-major offsets (int64)."""
+    k = ind.shape[-1]
+    dims = [int(d) for d in dims[:k]]
+    sizes = ctx.constant(np.array(dims, np.int64))
+    ind = ctx.cast(ind, DType.INT64)
+    zero = ctx.lit(0, DType.INT64)
+    wrapped = ctx.let(f"{ind} < {zero} ? {ind} + {sizes} : {ind}", "Index")
+    strides = ctx.constant(np.array([math.prod(dims[j + 1:]) for j in range(k)], np.int64))
+    i = idx(ind.rank - 1)
+    return ctx.emit(f"{target('$', i, ind.shape[:-1])} = +({wrapped}[{', '.join([*i, 'j'])}] * {strides}[j])",
+                    "Offset")
+
+
+@converter("ScatterND")
+def scatter_nd(ctx: Context, node) -> list[Value]:
+    data, ind, upd = ctx.input(0), ctx.input(1), ctx.input(2)
+    k = ind.shape[-1]
+    rest = data.shape[k:]
+    lin = _linear(ctx, ind, data.shape)
+    m = math.prod(ind.shape[:-1])
+    flat = reshape(ctx, data, (math.prod(data.shape[:k]), *rest))
+    lin = reshape(ctx, lin, (m,))
+    reduction = ctx.attr("reduction", "none")
+    upd = reshape(ctx, upd, (m, *rest))
+    if reduction in _IDENTITY:
+        rows = flat.shape[0]
+        positions = ctx.constant(np.arange(rows).reshape((1, rows) + (1,) * len(rest)).astype(np.int64))
+        pair = reshape(ctx, lin, (m, 1, *([1] * len(rest))))
+        added = _pairwise(ctx, pair, positions, reshape(ctx, upd, (m, 1, *rest)), reduction, 0, flat.shape)
+    else:
+        added = ctx.let(f"scatter({upd}, {lin}, {flat})", "Scatter")
+    ones = ctx.constant(np.ones((m,), np.int32))
+    count = ctx.let(f"scatter({ones}, {lin}, {flat})", "Count")
+    count = reshape(ctx, count, (count.shape[0], *([1] * len(rest))))
+    y = _combine(ctx, flat, added, count, reduction)
+    return [reshape(ctx, y, data.shape)]
+
+
+@converter("GatherND")
+def gather_nd(ctx: Context, node) -> list[Value]:
+    data, ind = ctx.input(0), ctx.input(1)
+    b = ctx.attr("batch_dims", 0)
+    k = ind.shape[-1]
+    lin = _linear(ctx, ind, data.shape[b:])
+    inner = math.prod(data.shape[b:b + k])
+    rest = data.shape[b + k:]
+    if b:
+        batch = math.prod(data.shape[:b])
+        offsets = np.arange(batch, dtype=np.int64).reshape(data.shape[:b]) * inner
+        offsets = offsets.reshape(data.shape[:b] + (1,) * (lin.rank - b))
+        lin = ctx.let(f"{lin} + {ctx.constant(offsets)}", "Offset")
+    flat = reshape(ctx, data, (math.prod(data.shape[:b]) * inner, *rest))
+    return [ctx.let(f"gather({flat}, {lin})", "GatherND")]
+
+
+@converter("CumProd")
+def cumprod(ctx: Context, node) -> list[Value]:
+    x = ctx.input(0)
+    a = axis_of(ctx, int(np.asarray(ctx.const(1)).ravel()[0]), x.rank)
+    exclusive, rev = ctx.attr("exclusive", 0), ctx.attr("reverse", 0)
+    i = idx(x.rank)
+    src = list(i)
+    src[a] = "k"
+    poly = ("k - " + i[a]) if rev else (i[a] + " - k")
+    if exclusive:
+        poly += " - 1"
+    ones = ctx.constant(np.ones(x.shape, x.dtype.numpy), x.dtype)  # the empty products
+    y = ctx.emit(f"{target('$', i, x.shape)} = *({x}[{', '.join(src)}]), {poly} < {x.shape[a]} "
+                 f"default {ones}", "CumProd")
+    return [ctx.cast(y, x.dtype)]
+
+
+def _axis(ctx: Context, scale: Value, x: Value, block: int) -> int:
+    if scale.rank == 0 or scale.size == 1 and not block:
+        return 0  # per-tensor: no axis
+    return axis_of(ctx, ctx.attr("axis", 1), x.rank)
+
+
+def _per_axis(ctx: Context, v: Value, x: Value, axis: int, block: int) -> Value:
+    """A scale or zero point (scalar, per-axis 1-D, or blocked) shaped to broadcast against x."""
+    if v.rank == 0 or v.size == 1 and block == 0:
+        return reshape(ctx, v, ())
+    if block:
+        v = take(ctx, v, axis, np.arange(x.shape[axis]) // block)
+        return v
+    shape = [1] * x.rank
+    shape[axis] = v.size
+    return reshape(ctx, v, shape)
+
+
+@converter("DequantizeLinear")
+def dequantize(ctx: Context, node) -> list[Value]:
+    x, scale = ctx.input(0), ctx.input(1)
+    block = ctx.attr("block_size", 0)
+    a = _axis(ctx, scale, x, block)
+    s = _per_axis(ctx, scale, x, a, block)
+    xf = ctx.cast(x, DType.FLOAT32)
+    if ctx.has(2):
+        zp = ctx.cast(_per_axis(ctx, ctx.input(2), x, a, block), DType.FLOAT32)
+        xf = ctx.let(f"{xf} - {zp}", "Centered")
+    return [ctx.cast(ctx.let(f"{xf} * {ctx.cast(s, DType.FLOAT32)}", "Dequantize"), scale.dtype)]
+
+
+@converter("QuantizeLinear")
+def quantize(ctx: Context, node) -> list[Value]:
+    from tile.onnx.importer import onnx_dtype
+
+    x, scale = ctx.input(0), ctx.input(1)
+    block = ctx.attr("block_size", 0)
+    a = _axis(ctx, scale, x, block)
+    zp = ctx.input(2) if ctx.has(2) else None
+    out = zp.dtype if zp is not None else (
+        onnx_dtype(ctx.attr("output_dtype"), "output_dtype") if ctx.attr("output_dtype", 0) else DType.UINT8)
+    if out.is_float:
+        raise ctx.unsupported(f"quantizing to {out}")
+    s = ctx.cast(_per_axis(ctx, scale, x, a, block), DType.FLOAT32)
+    q = round_half_even(ctx, ctx.let(f"{ctx.cast(x, DType.FLOAT32)} / {s}", "Scaled"))
+    if zp is not None:
+        q = ctx.let(f"{q} + {ctx.cast(_per_axis(ctx, zp, x, a, block), DType.FLOAT32)}", "Shifted")
+    info = np.iinfo(out.numpy)
+    lo, hi = ctx.lit(info.min, DType.FLOAT32), ctx.lit(info.max, DType.FLOAT32)
+    q = ctx.let(f"{q} < {lo} ? {lo} : {q} > {hi} ? {hi} : {q}", "Saturated")
+    return [ctx.cast(q, out)]
+
+
+@converter("TopK")
+def topk(ctx: Context, node) -> list[Value]:
+    """Each element's rank along the axis is counted (how many come before it: larger, or equal
+    at a smaller index), then the elements of rank 0 .. K-1 are picked in order."""
+    x = ctx.input(0)
+    k = int(np.asarray(ctx.const(1)).ravel()[0])
+    a = axis_of(ctx, ctx.attr("axis", -1), x.rank)
+    largest = ctx.attr("largest", 1)
+    n = x.shape[a]
+    ex = list(x.shape)
+    ex.insert(a + 1, 1)
+    mine = reshape(ctx, x, ex)          # x[.., k, 1, ..]: the element ranked
+    other_shape = list(x.shape)
+    other_shape.insert(a, 1)
+    other = reshape(ctx, x, other_shape)  # x[.., 1, k2, ..]: the elements compared with it
+    pos = np.arange(n)
+    mine_at = ctx.constant(pos.reshape([n if j == a else 1 for j in range(x.rank + 1)]).astype(np.int32))
+    other_at = ctx.constant(pos.reshape([n if j == a + 1 else 1 for j in range(x.rank + 1)]).astype(np.int32))
+    cmp = ">" if largest else "<"
+    before = ctx.let(f"({other} {cmp} {mine}) | (({other} == {mine}) & ({other_at} < {mine_at}))", "Before")
+    i = idx(x.rank + 1)
+    kept = [*i[:a + 1], *i[a + 2:]]
+    before = ctx.cast(before, DType.INT32)
+    rank = ctx.emit(f"{target('$', kept, x.shape)} = +({before}[{', '.join(i)}])", "Rank")
+    out_shape = list(x.shape)
+    out_shape[a] = k
+    wanted = ctx.constant(np.arange(k, dtype=np.int32))
+    j = idx(x.rank)
+    src = list(j)
+    src[a] = "r"
+    at = f"{rank}[{', '.join(src)}] == {wanted}[{j[a]}]"
+    values = ctx.emit(f"{target('$', j, out_shape)} = +({at} ? {x}[{', '.join(src)}])", "TopK")
+    where = ctx.let(f"index({x}, {a})", "Position")
+    indices = ctx.emit(f"{target('$', j, out_shape)} = +({at} ? {where}[{', '.join(src)}])", "TopKIndex")
+    return [ctx.cast(values, x.dtype), ctx.cast(indices, DType.INT64)]
