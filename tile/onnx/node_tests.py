@@ -75,7 +75,8 @@ def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str:
     if ok.all():
         return ""
     k = int(np.argmin(ok.ravel()))
-    return f"{np.count_nonzero(~ok)} of {want.size} elements differ (first: {g.ravel()[k]!r} vs {w.ravel()[k]!r})"
+    first = f"{g.ravel()[k]!r} vs {w.ravel()[k]!r}"
+    return f"{np.count_nonzero(~ok)} of {want.size} elements differ (first: {first})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -106,12 +106,13 @@ def einsum(ctx: Context, node) -> list[Value]:
     names = {lab: f"x{n}" for n, lab in enumerate(sorted(size))}
 
     def ref(x: Value, labels: list[str]) -> str:
-        return f"{x}[{', '.join('0' if d == 1 and size[lab] != 1 else names[lab] for lab, d in zip(labels, x.shape))}]"
+        at = ["0" if d == 1 and size[lab] != 1 else names[lab] for lab, d in zip(labels, x.shape)]
+        return f"{x}[{', '.join(at)}]"
 
     acc, acc_labels = xs[0], ops[0]
     if len(xs) == 1:
-        y = ctx.emit(f"{target('$', [names[c] for c in out], [size[c] for c in out])} = +({ref(acc, acc_labels)})",
-                     "Einsum")
+        lhs = target("$", [names[c] for c in out], [size[c] for c in out])
+        y = ctx.emit(f"{lhs} = +({ref(acc, acc_labels)})", "Einsum")
         return [ctx.cast(y, xs[0].dtype)]
     for k in range(1, len(xs)):
         later = {c for o in ops[k + 1:] for c in o} | set(out)
