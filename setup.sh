@@ -8,8 +8,8 @@
 # `python -m tile devices` then lists as opencl_cpu.0. Elsewhere it says what to install; the
 # OpenCL tests skip with the reason until a working device exists.
 #
-# The framework bridges (tile.torch, tile.jax) are optional extras, installed here so that the tests
-# cover them: PyTorch as its CPU build first (where no torch is installed yet; from the configured
+# The framework bridges (tile.torch, tile.jax) and tile.onnx are optional extras, installed here so
+# that the tests cover them: PyTorch as its CPU build first (where no torch is installed yet; from the configured
 # indexes, else from PyTorch's own CPU index), so that the `torch` extra is already satisfied and
 # pip never fetches the default wheel with its CUDA libraries.
 set -euo pipefail
@@ -19,7 +19,7 @@ if ! python -c "import torch" >/dev/null 2>&1; then
     python -m pip install "$TORCH_CPU" ||
         python -m pip install "$TORCH_CPU" --extra-index-url https://download.pytorch.org/whl/cpu
 fi
-python -m pip install -e ".[dev,torch,jax]"
+python -m pip install -e ".[dev,torch,jax,onnx]"
 if python -m tile devices --fresh --require opencl_cpu >/dev/null 2>&1; then
     exit 0
 fi
