@@ -9,9 +9,9 @@
 # OpenCL tests skip with the reason until a working device exists.
 #
 # The framework bridges (tile.torch, tile.jax) and tile.onnx are optional extras, installed here so
-# that the tests cover them: PyTorch as its CPU build first (where no torch is installed yet; from the configured
-# indexes, else from PyTorch's own CPU index), so that the `torch` extra is already satisfied and
-# pip never fetches the default wheel with its CUDA libraries.
+# that the tests cover them: PyTorch as its CPU build first (where no torch is installed yet; from
+# the configured indexes, else from PyTorch's own CPU index), so that the `torch` extra is already
+# satisfied and pip never fetches the default wheel with its CUDA libraries.
 set -euo pipefail
 cd "$(dirname "$0")"
 TORCH_CPU="torch==2.13.0+cpu"
