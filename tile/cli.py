@@ -160,6 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--candidates", type=int, default=4, help="tilings timed per block (default 4)")
     t.add_argument("--retune", action="store_true", help="time again even when the cache has a choice")
     t.add_argument("--strict", action="store_true", help="keep every aggregation in the interpreter's order")
+    o = sub.add_parser("onnx", help="import an ONNX model: print its Tile program (--emit) or run it")
+    o.add_argument("file", metavar="model.onnx")
+    o.add_argument("--emit", action="store_true", help="print the Tile program instead of running it")
+    o.add_argument("--target", default="llvm_cpu.0", help="a target id from `devices` (default llvm_cpu.0)")
+    o.add_argument("--inputs", metavar="in.npz", help="the model's inputs, by name")
+    o.add_argument("--output", metavar="out.npz", help="save the outputs, by name")
     return p
 
 
@@ -455,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         "run": cmd_run,
         "tune": cmd_tune,
         "serve": cmd_serve,
+        "onnx": cmd_onnx,
     }
     shown = warnings.showwarning
     warnings.showwarning = _show_warning
@@ -469,6 +476,12 @@ def main(argv: list[str] | None = None) -> int:
         return interrupted()
     finally:
         warnings.showwarning = shown
+
+
+def cmd_onnx(args: argparse.Namespace) -> int:
+    from tile.onnx.cli import main as onnx_main
+
+    return onnx_main(args)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

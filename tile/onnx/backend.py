@@ -78,12 +78,16 @@ class BackendRep(_BackendRep):
             self._cache[key] = (imp, exe)
             return imp, exe
 
-    def run(self, inputs, **kwargs) -> tuple:
+    def run_named(self, inputs) -> dict[str, np.ndarray]:
+        """The outputs by ONNX name, in graph order."""
         arrays = self._named(inputs)
         imp, exe = self.imported(arrays)
         results = exe(imp.feeds(arrays))
-        names = [o for o, _ in imp.outputs]
-        return namedtupledict("Outputs", names)(*[np.asarray(results[t]) for _, t in imp.outputs])
+        return {o: np.asarray(results[t]) for o, t in imp.outputs}
+
+    def run(self, inputs, **kwargs) -> tuple:
+        named = self.run_named(inputs)
+        return namedtupledict("Outputs", list(named))(*named.values())
 
 
 def sources(graph, names) -> set[str]:

@@ -45,6 +45,7 @@ class Imported:
     outputs: list[tuple[str, str]]
     constants: dict[str, np.ndarray]
     initializers: dict[str, str] = field(default_factory=dict)
+    input_types: dict[str, tuple[tuple[int, ...], DType]] = field(default_factory=dict)  # by Tile name
 
     def feeds(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The Tile program's inputs from the model's inputs (by ONNX name) and the constants."""
@@ -104,9 +105,11 @@ def _declared(vi, shapes: Mapping) -> tuple[tuple[int, ...], DType]:
 
 
 def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None,
-                 fixed: Mapping[str, np.ndarray] | None = None) -> Imported:
+                 fixed: Mapping[str, np.ndarray] | None = None, params: bool = False) -> Imported:
     """Convert ``model``. ``shapes``: sizes of inputs (overriding the declared ones); ``fixed``:
-    values of graph inputs to treat as constants (the backend passes those a shape depends on)."""
+    values of graph inputs to treat as constants (the backend passes those a shape depends on);
+    ``params``: keep float initializers out of constant folding, so each is an input of the
+    program that gradients can be taken with respect to (``tile.onnx.training``)."""
     from onnx import numpy_helper
 
     model = load(model)
@@ -137,16 +140,19 @@ def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None,
         inputs.append((vi.name, name))
     initializers: dict[str, str] = {}
     local = {(f.domain, f.name): f for f in model.functions}
+    keep = {i.name for i in graph.initializer if params and values[i.name].dtype.is_float}
     for node in graph.node:
-        _convert(b, node, values, opset, initializers, local)
+        _convert(b, node, values, opset, initializers, local, keep)
     outputs = _outputs(b, graph, values, {t for _, t in inputs})
     source = b.text([t for _, t in inputs] + list(b.consts), [t for _, t in outputs])
     return Imported(source, inputs, outputs, dict(b.consts),
                     {t: o for t, o in initializers.items()
-                     if t in b.consts and o in {i.name for i in graph.initializer}})
+                     if t in b.consts and o in {i.name for i in graph.initializer}},
+                    {t: (tuple(b.types[t].shape), b.types[t].dtype) for _, t in inputs})
 
 
-def _convert(b: Builder, node, values: dict, opset: int, initializers: dict, local: dict) -> None:
+def _convert(b: Builder, node, values: dict, opset: int, initializers: dict, local: dict,
+             keep: set[str]) -> None:
     for n in node.input:
         if n and n not in values:
             raise TileOnnxError(f"{node.op_type} node '{node.name}' reads '{n}', which nothing defines "
@@ -157,7 +163,7 @@ def _convert(b: Builder, node, values: dict, opset: int, initializers: dict, loc
         if expanded is not None:
             nodes, inner = expanded
             for n in nodes:
-                _convert(b, n, values, inner, initializers, local)
+                _convert(b, n, values, inner, initializers, local, keep)
             return
         where = f" in domain '{node.domain}'" if node.domain not in ("", "ai.onnx") else ""
         raise TileOnnxUnsupported(f"no converter for the ONNX operator {node.op_type}{where} (node "
@@ -165,7 +171,7 @@ def _convert(b: Builder, node, values: dict, opset: int, initializers: dict, loc
                                   "tile.onnx.registry.supported() lists the operators it converts")
     given = [values[n] for n in node.input if n]
     outs = None
-    if (node.op_type not in NO_FOLD and all(v.const is not None for v in given)
+    if (node.op_type not in NO_FOLD and all(v.const is not None for v in given) and not keep & set(node.input)
             and sum(v.size for v in given) <= FOLD_LIMIT):
         outs = _fold(fn, node, values, opset)
     if outs is None:
