@@ -69,7 +69,7 @@ class BackendRep(_BackendRep):
                 imp = import_model(self.model, {n: a.shape for n, a in arrays.items()},
                                    {n: arrays[n] for n in self.fixed if n in arrays})
             except TileOnnxValueDependent as e:
-                new = sources(self.model.graph, e.names) & (set(arrays) - self.fixed)
+                new = set(e.names) & (set(arrays) - self.fixed)
                 if not new:
                     raise
                 self.fixed |= new
@@ -88,21 +88,6 @@ class BackendRep(_BackendRep):
     def run(self, inputs, **kwargs) -> tuple:
         named = self.run_named(inputs)
         return namedtupledict("Outputs", list(named))(*named.values())
-
-
-def sources(graph, names) -> set[str]:
-    """The graph values ``names`` are computed from (themselves included), through every node."""
-    producer = {o: n for n in graph.node for o in n.output}
-    seen, todo = set(), list(names)
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        node = producer.get(name)
-        if node is not None:
-            todo += [i for i in node.input if i]
-    return seen
 
 
 class Backend(_Backend):

@@ -37,6 +37,7 @@ class Value:
     shape: tuple[int, ...]
     dtype: DType
     const: np.ndarray | None = None
+    sources: frozenset[str] = frozenset()  # the graph inputs it is computed from
 
     def __str__(self) -> str:
         assert self.name is not None, "a lazy constant is materialized by Context.input"
@@ -132,7 +133,7 @@ class Builder:
         else:
             self.consts[name] = np.ascontiguousarray(v.const)
             self.types[name] = TensorType(v.dtype, v.shape)
-        return Value(name, v.shape, v.dtype, v.const)
+        return Value(name, v.shape, v.dtype, v.const, v.sources)
 
     def add(self, lines: list[str]) -> None:
         """Append statements after typing them (``tile.bind`` on a program of just these lines)."""
@@ -213,7 +214,7 @@ class Context:
             name = self.node.input[i]
             raise TileOnnxValueDependent(
                 f"{self.where}: its output shape depends on the value of input '{name}', which is known "
-                "only at run time", (name,),
+                "only at run time", tuple(sorted(v.sources)) or (name,),
                 hint=f"make '{name}' an initializer or a Constant (the backend does so with the value it "
                      "is given)")
         return v.const

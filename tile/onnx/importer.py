@@ -8,6 +8,7 @@ import time, so shape arithmetic (Shape -> Gather -> Concat -> Reshape) ends in 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -136,7 +137,7 @@ def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None,
             continue
         name = b.fresh(vi.name)
         b.types[name] = TensorType(dtype, shape)
-        values[vi.name] = Value(name, shape, dtype)
+        values[vi.name] = Value(name, shape, dtype, sources=frozenset([vi.name]))
         inputs.append((vi.name, name))
     initializers: dict[str, str] = {}
     local = {(f.domain, f.name): f for f in model.functions}
@@ -184,8 +185,11 @@ def _convert(b: Builder, node, values: dict, opset: int, initializers: dict, loc
     if len(outs) < len([o for o in node.output if o]):
         raise TileOnnxUnsupported(f"{node.op_type} node '{node.name}': only the first {len(outs)} outputs "
                                   "are supported")
+    sources = frozenset().union(*(v.sources for v in given))
     for name, v in zip(node.output, outs):
         if name:
+            if v is not None and sources:
+                v = dataclasses.replace(v, sources=sources)
             if v is None:
                 raise TileOnnxUnsupported(f"{node.op_type} node '{node.name}': output '{name}' is not "
                                           "supported")

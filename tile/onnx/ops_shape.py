@@ -429,7 +429,25 @@ def dropout(ctx: Context, node) -> list[Value]:
     return [ctx.let(f"ident({x})"), mask]
 
 
-@converter("NonZero", "Unique", "Compress", "NonMaxSuppression")
+@converter("Compress")
+def compress(ctx: Context, node) -> list[Value]:
+    """The condition decides the output's size, so it must be a constant (the backend fixes it to
+    the value it is given); the data is gathered at its true positions."""
+    x = ctx.input(0)
+    keep = np.flatnonzero(np.asarray(ctx.const(1)).astype(bool))
+    a = ctx.attr("axis", None)
+    if a is None:
+        x, a = reshape(ctx, x, (x.size,)), 0
+    a = axis_of(ctx, a, x.rank)
+    keep = keep[keep < x.shape[a]]
+    if not keep.size:
+        shape = list(x.shape)
+        shape[a] = 0
+        return [ctx.folded(np.zeros(shape, x.dtype.numpy), x.dtype)]
+    return [take(ctx, x, a, keep)]
+
+
+@converter("NonZero", "Unique", "NonMaxSuppression")
 def value_dependent(ctx: Context, node) -> list[Value]:
     v = ctx.raw(0)
     if v.const is None:
