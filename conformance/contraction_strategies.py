@@ -162,20 +162,22 @@ def high_rank(draw):
 
 
 @st.composite
-def contraction_sweep(draw, large: bool = True) -> Case:
+def contraction_sweep(draw, large: bool = True, all_types: bool = True) -> Case:
     """Every aggregation and combination at once, over rows that tell each from its neighbours
-    (``conformance.sweeps``), as often as not at the large extents (``large``): a share of the
-    draws, so among a run's first examples."""
+    (``conformance.sweeps``), as often as not at the large extents (``large``), with every integer
+    type's max and sum (``all_types``): a share of the draws, so among a run's first examples."""
     dtype = draw(st.sampled_from(CONTRACTION_DTYPES))
     seed = draw(st.integers(0, 2**32 - 1))
-    src, inputs, length = sweeps.contraction_program(dtype, seed, large=large and draw(st.booleans()))
+    large = large and draw(st.booleans())
+    src, inputs, length = sweeps.contraction_program(dtype, seed, large, all_types)
     return Case("contraction", src, inputs, length=length)
 
 
-def contractions(large: bool = True) -> st.SearchStrategy[Case]:
-    """Drawn contractions, or the sweep (``large``: now and then at ``sweeps.LARGE``)."""
+def contractions(large: bool = True, all_types: bool = True) -> st.SearchStrategy[Case]:
+    """Drawn contractions, or the sweep (``large``: now and then at ``sweeps.LARGE``; ``all_types``:
+    with every integer type)."""
     # (the sweep last: a failure shrinks away from it)
-    return st.one_of(drawn_contractions(), contraction_sweep(large))
+    return st.one_of(drawn_contractions(), contraction_sweep(large, all_types))
 
 
 @st.composite

@@ -181,11 +181,12 @@ def _sweep_pool(dtype) -> list[str]:
 
 
 @st.composite
-def elementwise_sweep(draw, large: bool = True) -> Case:
+def elementwise_sweep(draw, large: bool = True, all_types: bool = True) -> Case:
     """Every exact elementwise builtin and cast at once on values that tell each from its
     neighbours (``conformance.sweeps``), in a float and an integer type; or only those that
     compute in one type (a device with few types runs them); as often as not at the large extents
-    (``large``); now and then every float builtin on finite values."""
+    (``large``); with ``all_types``, every integer type's ``sweeps.INT_CORE`` and every float
+    type's ``sweeps.CHAINS`` besides; now and then every float builtin on finite values."""
     seed = draw(st.integers(0, 2**32 - 1))
     if draw(st.integers(0, 3)) == 3:
         dtype = draw(st.sampled_from(FLOAT_DTYPES))
@@ -199,12 +200,15 @@ def elementwise_sweep(draw, large: bool = True) -> Case:
     else:  # a float type and an integer type in one program: every template of each
         other = draw(st.sampled_from(INT_DTYPES if np.dtype(dtype).kind == "f" else FLOAT_DTYPES))
         also = (other, _sweep_pool(other))
-        src, inputs = sweeps.elementwise_program(dtype, seed, _sweep_pool(dtype), False, large, also)
+        src, inputs = sweeps.elementwise_program(
+            dtype, seed, _sweep_pool(dtype), False, large, also, all_types
+        )
     return Case("elementwise", src, inputs)
 
 
-def elementwise(large: bool = True) -> st.SearchStrategy[Case]:
-    """Chains, structural chains, or the sweep (``large``: now and then at ``sweeps.LARGE``)."""
+def elementwise(large: bool = True, all_types: bool = True) -> st.SearchStrategy[Case]:
+    """Chains, structural chains, or the sweep (``large``: now and then at ``sweeps.LARGE``;
+    ``all_types``: with every integer and float type)."""
     # (the sweep last: a failure shrinks away from it)
-    return st.one_of(chain(), structural(), elementwise_sweep(large))
+    return st.one_of(chain(), structural(), elementwise_sweep(large, all_types))
 

@@ -208,9 +208,11 @@ def flat(draw) -> Case:
 @st.composite
 def optimized(draw) -> Case:
     """A contraction, elementwise chain or mixed program whose every config's passes are checked
-    (``conformance.optimized``) before the target runs it. The sweeps only at their small extents:
-    the Stripe interpreter runs every pass step of every config on each example."""
-    base = draw(st.one_of(contractions(large=False), elementwise(large=False), mixed()))
+    (``conformance.optimized``) before the target runs it. The sweeps only at their small extents
+    and in their drawn types: the Stripe interpreter runs every pass step of every config on each
+    example."""
+    small = dict(large=False, all_types=False)
+    base = draw(st.one_of(contractions(**small), elementwise(**small), mixed()))
     return Case("optimized", base.source, base.inputs, base.exact, base.ulps, base.length)
 
 

@@ -18,7 +18,12 @@ separate each operation from the ones a code generator could mistake it for:
 * odd extents (9 x 7), which leave a remainder for any tiling; and, drawn as often as not, the same
   rows repeated to 37 x 43, which are also more than one vector, block or work-group of any
   usual size, so a tile edge past the first tile shows;
-* operands broadcast along either axis (a row, a column) and a 0-D operand.
+* operands broadcast along either axis (a row, a column) and a 0-D operand;
+* every integer type at once (``INTEGER_TYPES``, beside the one drawn): the operations whose result
+  an integer's width and signedness decide (``INT_CORE``: wrap-around, division and remainder,
+  comparisons, shifts right, widening), and every float type (``FLOAT_TYPES``) in chains of two
+  operations (``CHAINS``) on values where a temporary held wider or narrower than the type, or a
+  fused multiply-add, changes the result.
 
 Every value is exact to compare: elementwise results are single correctly rounded operations,
 and a sum or product over values that are integers, ±inf or nan, or small integer multiples of one
@@ -29,10 +34,13 @@ from __future__ import annotations
 
 import functools
 
+import ml_dtypes
 import numpy as np
 
 ROWS, COLS = 9, 7
 LARGE = (37, 43)  # odd, prime, and past one tile of 32
+INTEGER_TYPES = tuple(np.dtype(f"{s}int{b}") for s in ("", "u") for b in (8, 16, 32, 64))
+FLOAT_TYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _scale(dtype, headroom: int) -> float:
@@ -172,9 +180,18 @@ def contraction_rows(dtype) -> tuple[np.ndarray, np.ndarray]:
     return x, y[1]
 
 
-def contraction_program(dtype, seed: int, large: bool = False) -> tuple[str, dict[str, np.ndarray], int]:
+# what an integer type's width and signedness decide in a contraction: the accumulator's width (a
+# sum that wraps), the comparison and the identity of max; for each integer type beside the drawn one
+INT_AGGREGATIONS = {"max": ">", "sum": "+"}
+
+
+def contraction_program(
+    dtype, seed: int, large: bool = False, all_types: bool = True
+) -> tuple[str, dict[str, np.ndarray], int]:
     """Every aggregation of ``AGGREGATIONS`` as one program's outputs, its inputs, its length;
-    ``large``: over the rows repeated to ``LARGE`` (float products left out: 43 factors round)."""
+    ``large``: over the rows repeated to ``LARGE`` (float products left out: 43 factors round);
+    ``all_types``: and ``INT_AGGREGATIONS`` over ``X_k`` (the ``rows`` of every other integer
+    type)."""
     rng = np.random.default_rng(seed)
     x, y = contraction_rows(dtype)
     z = np.stack([y, y[::-1], np.roll(y, 3)], axis=1)  # m x 3, integers with a zero in each column
@@ -185,9 +202,18 @@ def contraction_program(dtype, seed: int, large: bool = False) -> tuple[str, dic
     float_large = large and np.dtype(dtype).kind == "f"
     names = [k for k in AGGREGATIONS if not (float_large and k == "prod")]
     outs = [f"O_{k}" for k in names]
-    body = " ".join(AGGREGATIONS[k].format(o=o, **sizes) for o, k in zip(outs, names))
-    src = f"function (X[N, M], Y[M], Z[M, K]) -> ({', '.join(outs)}) {{ {body} }}"
+    body = [AGGREGATIONS[k].format(o=o, **sizes) for o, k in zip(outs, names)]
     inputs = {"X": shuffled(rng, x), "Y": rng.permutation(y), "Z": rng.permutation(z)}
+    for t, other in enumerate(INTEGER_TYPES):
+        if other == np.dtype(dtype) or not all_types:
+            continue
+        xt = rows(other)[0]
+        inputs[f"X_{t}"] = shuffled(rng, tiled(xt, LARGE) if large else xt)
+        for k, agg in INT_AGGREGATIONS.items():
+            outs.append(f"O_{k}_{t}")
+            body.append(f"{outs[-1]}[i: N{t}] = {agg}(X_{t}[i, j]);")
+    params = ["X[N, M]", "Y[M]", "Z[M, K]"] + [f"{k}[N{k[2:]}, M{k[2:]}]" for k in inputs if k[:2] == "X_"]
+    src = f"function ({', '.join(params)}) -> ({', '.join(outs)}) {{ {' '.join(body)} }}"
     return src, inputs, m
 
 
@@ -210,6 +236,49 @@ def _closed(template: str, dtype: str) -> bool:
         if isinstance(e, TCall):
             stack.extend(e.args)
     return len(seen) == 1
+
+
+# what an integer type's width and signedness decide, for each integer type of an elementwise sweep
+INT_CORE = [
+    "{0} * {1}",
+    "{0} / {1}",
+    "mod({0}, {1} == 0 ? 2 : {1})",
+    "{0} < {1} ? {0} : {1}",
+    "{0} >> 1",
+    "as_float({0}, 64)",
+]
+# two float operations each, over ``chain_operands``: exact in the type only if it rounds after each
+CHAINS = ["{p} * {p} + {r}", "({p} + {s}) - {p}"]
+
+
+def chain_operands(dtype) -> dict[str, np.ndarray]:
+    """``P``, ``R``, ``S`` (``COLS`` values of the float type) for ``CHAINS``, with ``e`` the type's
+    epsilon and ``c`` a power of two (of either sign) per column: ``P = c(1 + e)``, ``R = -c^2(1 +
+    2e)``, ``S = c e / 4``. Rounded after each operation, ``P * P + R`` and ``(P + S) - P`` are 0;
+    with a wider temporary (or a fused multiply-add) they are ``c^2 e^2`` and ``c e / 4``; with a
+    narrower one, ``1 + e`` itself rounds. The last column is exact either way (1, -1, 0)."""
+    dtype = np.dtype(dtype)
+    eps = float(ml_dtypes.finfo(dtype).eps)
+    c = np.array([1.0, -1.0, 2.0, -0.5, 8.0, 0.25])
+    p, r, s = c * (1 + eps), -(c * c) * (1 + 2 * eps), c * eps / 4
+    p, r, s = np.append(p, 1.0), np.append(r, -1.0), np.append(s, 0.0)
+    return {"P": p.astype(dtype), "R": r.astype(dtype), "S": s.astype(dtype)}
+
+
+def every_type(rng, large: bool, skip=()) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Inputs and expressions of every integer type's ``INT_CORE`` (``X_k``, ``Y_k``: its ``rows``)
+    but the types in ``skip``, and every float type's ``CHAINS`` (``P_k``, ``R_k``, ``S_k``)."""
+    inputs, exprs = {}, []
+    for k, dtype in enumerate(INTEGER_TYPES):
+        if dtype in skip:
+            continue
+        ops = _operands(dtype, rng, large)
+        inputs.update({f"X_{k}": ops["X"], f"Y_{k}": ops["Y"]})
+        exprs += [t.format(f"X_{k}", f"Y_{k}") for t in INT_CORE]
+    for k, dtype in enumerate(FLOAT_TYPES):
+        inputs.update({f"{n}_{k}": v for n, v in chain_operands(dtype).items()})
+        exprs += [t.format(p=f"P_{k}", r=f"R_{k}", s=f"S_{k}") for t in CHAINS]
+    return inputs, exprs
 
 
 def _operands(dtype, rng, large: bool) -> dict[str, np.ndarray]:
@@ -235,19 +304,31 @@ def _exprs(dtype, templates: list[str], closed: bool, suffix: str = "") -> list[
 
 
 def elementwise_program(
-    dtype, seed: int, templates: list[str], closed: bool = False, large: bool = False, also=None
+    dtype,
+    seed: int,
+    templates: list[str],
+    closed: bool = False,
+    large: bool = False,
+    also=None,
+    all_types: bool = True,
 ) -> tuple[str, dict[str, np.ndarray]]:
     """Every template (``{0}``, ``{1}``: the operands) applied to ``X`` and ``Y`` as one program's
     outputs; each cast's result again through ``as_float(..., 64) * 3``; and ``X - R``, ``R < X``,
     ``C - X``, ``X * S`` with a row ``R`` broadcast over ``X``'s rows, a column ``C`` over its
     columns and a 0-D ``S``. ``closed``: only the templates that compute in ``dtype`` alone;
     ``large``: the rows repeated to ``LARGE``; ``also``: ``(dtype, templates)`` of a second type,
-    on ``X2``, ``Y2``, ... in the same program (a float and an integer type in one example)."""
+    on ``X2``, ``Y2``, ... in the same program (a float and an integer type in one example); and
+    with ``all_types``, unless ``closed``, ``every_type``'s outputs: every other integer type's
+    ``INT_CORE`` and every float type's ``CHAINS``."""
     rng = np.random.default_rng(seed)
     inputs, exprs = _operands(dtype, rng, large), _exprs(dtype, templates, closed)
     if also is not None:
         inputs.update({f"{k}2": v for k, v in _operands(also[0], rng, large).items()})
         exprs += _exprs(also[0], also[1], closed, "2")
+    if all_types and not closed:
+        more, made = every_type(rng, large, {np.dtype(dtype), *([np.dtype(also[0])] if also else [])})
+        inputs.update(more)
+        exprs += made
     stmts = [f"O{k} = {e};" for k, e in enumerate(exprs)]
     outs = ", ".join(f"O{k}" for k in range(len(stmts)))
     src = f"function ({', '.join(inputs)}) -> ({outs}) {{ {' '.join(stmts)} }}"

@@ -123,6 +123,61 @@ def test_the_sweeps_come_early():
         assert template.format("X", "Y") in first_e[0].source, template
 
 
+def _sweeps(strategy, n: int, key: str) -> list:
+    return [c for c in draw_many(strategy, n) if key in c.source]
+
+
+def test_every_sweep_holds_every_integer_type_and_float_chains():
+    """Each contraction sweep has every integer type's max and sum, each elementwise sweep (but the
+    closed and the transcendental ones) every integer type's ``INT_CORE`` and every float type's
+    ``CHAINS``: a defect in one type's width or signedness, or in one float type's temporaries,
+    meets its type in the first sweep of the run, whichever type that sweep drew."""
+    ints = {np.dtype(t) for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")}
+    floats = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32), np.dtype(np.float64)}
+    contraction = _sweeps(strategies.contractions(), 40, "O_max")
+    elementwise = _sweeps(strategies.elementwise(), 40, "R < X")
+    assert contraction and elementwise
+    for c in contraction:
+        assert {a.dtype for a in c.inputs.values()} >= ints
+        for t in range(len(sweeps.INTEGER_TYPES)):
+            if f"X_{t}" in c.inputs:
+                assert f"O_max_{t}[i: N{t}] = >(X_{t}[i, j]);" in c.source
+                assert f"O_sum_{t}[i: N{t}] = +(X_{t}[i, j]);" in c.source
+    for c in elementwise:
+        assert {a.dtype for a in c.inputs.values()} >= ints | floats
+        for template in sweeps.INT_CORE:
+            for t in range(len(sweeps.INTEGER_TYPES)):
+                if f"X_{t}" in c.inputs:
+                    assert template.format(f"X_{t}", f"Y_{t}") in c.source, template
+    # the optimized family keeps the sweeps of its drawn types (every pass step is interpreted)
+    small = _sweeps(strategies.optimized(), 60, "O_max") + _sweeps(strategies.optimized(), 60, "R < X")
+    assert small and all("X_0" not in c.inputs and "P_0" not in c.inputs for c in small)
+
+
+@pytest.mark.parametrize("dtype", sweeps.FLOAT_TYPES, ids=str)
+def test_float_chains_show_the_precision_of_temporaries(dtype):
+    """``CHAINS`` on ``chain_operands``: the interpreter (rounding after each operation) gives 0 on
+    all but the last column, where the exact value (a wider temporary, a fused multiply-add) is not
+    0; and the operands are not held by the next narrower type, so a narrower temporary shows too."""
+    from fractions import Fraction
+
+    ops = sweeps.chain_operands(dtype)
+    src = f"function (P, R, S) -> (O0, O1) {{ O0 = {sweeps.CHAINS[0].format(p='P', r='R', s='S')}; " \
+        f"O1 = {sweeps.CHAINS[1].format(p='P', r='R', s='S')}; }}"
+    out = ref_interp.run(src, ops)
+    p, r, s = ([Fraction(float(v)) for v in ops[k]] for k in "PRS")
+    exact = [[a * a + b for a, b in zip(p, r)], [(a + c) - a for a, c in zip(p, s)]]
+    for got, want in zip((out["O0"], out["O1"]), exact):
+        assert got.dtype == np.dtype(dtype)
+        assert (got.astype(np.float64)[:-1] == 0).all() and got.astype(np.float64)[-1] == float(want[-1])
+        assert all(w != 0 for w in want[:-1])  # what a wider temporary would keep
+    # fewer significant bits (bfloat16 has no narrower type: float16 holds its values)
+    narrower = {"float16": ml_dtypes.bfloat16, "float32": np.float16, "float64": np.float32}.get(str(dtype))
+    if narrower is not None:
+        as_narrow = ops["P"].astype(np.float64).astype(narrower).astype(np.float64)
+        assert (as_narrow[:-1] != ops["P"].astype(np.float64)[:-1]).all()
+
+
 def test_the_optimized_family_draws_only_small_sweeps():
     """Every pass step of every config runs in the Stripe interpreter there: the large sweeps would
     take minutes each."""
@@ -216,6 +271,8 @@ def test_the_float_sweeps_carry_infinities_through_the_aggregations():
         assert np.isposinf(out["O_min"]).any() and np.isneginf(out["O_max"]).any()
         assert np.isposinf(out["O_masked_min"]).any() and np.isneginf(out["O_triangle_max"]).any()
         for name, value in out.items():
+            if name.rsplit("_", 1)[-1].isdigit():
+                continue  # the other integer types' max and sum
             if name != "O_eq":  # (Y, which it compares with, is finite)
                 assert not np.isfinite(value).all(), (dtype, name)
             if not any(k in name for k in ("dot", "mul", "col_sum", "eq")):

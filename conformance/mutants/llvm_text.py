@@ -102,4 +102,16 @@ MUTANTS = [
            sub(r"icmp ult i(8|16|32) ", r"icmp slt i\1 "), _ew("X < Y", U8, X=[200, 6], Y=[3, 7])),
     Mutant("llvm_zext_as_sext", "llvm", "cast", "zero extension of i8/i16 as sign extension",
            sub(r"\bzext i(8|16) ", r"sext i\1 "), _ew("as_int(X, 32) + 1", U8, X=[200, 6])),
+    # written after the sweeps covered every integer type and chained float operations in every
+    # float type, and checked without changing the generators (held-out style, 2026-12-07)
+    Mutant("llvm_int_max_identity_zero", "llvm", "identity", "int max accumulators start at 0, not INT_MIN",
+           sub(r"store (i8|i16|i32|i64) -(128|32768|2147483648|9223372036854775808),", r"store \1 0,"),
+           _red(">", I32, [[-1, -5, -3], [-2, -7, -1]])),
+    Mutant("llvm_fcmp_oge_as_ogt", "llvm", "comparison", "fcmp oge as ogt (ties)",
+           sub(r"fcmp oge", "fcmp ogt"), _ew("X >= Y", F32, X=[1, 3], Y=[2, 3])),
+    Mutant("llvm_loop_start_one", "llvm", "loop edge", "constant-start loops start at 1",
+           sub(r"phi  i64 \[0, ", "phi  i64 [1, "), _red("+", I32, [[1, 5, 3], [-2, -7, -1]])),
+    Mutant("llvm_fneg_as_fsub_zero", "llvm", "signed zero", "-x as 0 - x (-0 becomes +0)",
+           sub(rf"fneg (float|double|half) ({VALUE})", r"fsub \1 0.0, \2"),
+           Witness("function (X, Y) -> (O) { O = Y / -X; }", arrays(F32, X=[0.0, 2], Y=[1, 4]))),
 ]

@@ -89,4 +89,14 @@ MUTANTS = [
     Mutant("opencl_long_loop_short", "opencl", "loop edge", "constant loop bounds above 32 one short",
            minus_one(rf"for \(long ({NAME}) = 0; \1 < (?P<n>\d+);", above=32),
            _red("+", I32, [list(range(-20, 20)), list(range(40))])),
+    # written after the sweeps covered every integer type and chained float operations in every
+    # float type, and checked without changing the generators (held-out style, 2026-12-07)
+    Mutant("opencl_gid_plus_one", "opencl", "work-group edge", "work-items read their id one too large",
+           sub(r"get_global_id\(0\)", "(get_global_id(0) + 1)"), _ew("X + 1", I32, X=[[1, 6, 2], [3, 4, 5]])),
+    Mutant("opencl_fdiv_operands", "opencl", "operand order", "float a / b as b / a",
+           sub(rf"= \(({NAME}) / ({NAME})\);", r"= (\2 / \1);"), _ew("X / Y", F32, X=[1, 6], Y=[2, 3])),
+    Mutant("opencl_isnan_as_isinf", "opencl", "nan", "max and min test their first operand for inf, not nan",
+           sub(r"\bisnan\(", "isinf("), _ew("max(X, Y)", F32, X=[1, NAN], Y=[2, 3])),
+    Mutant("opencl_init_store_dropped", "opencl", "store", "the stores that initialize outputs dropped",
+           sub(r"\n\s*b\d+_\w+\[gid\] = [^;]*;", ""), _red(">", F32, [[-1, -5, -3], [-2, -7, -1]])),
 ]

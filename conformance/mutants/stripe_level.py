@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+import ml_dtypes
 import numpy as np
 
 from conformance.mutants.base import Mutant, Witness, arrays
@@ -134,7 +135,7 @@ def cast_width(name: str, old: int, new: int) -> Callable[[Block], Block]:
 
 
 _WIDTHS = {("as_int", 16): DType.INT16, ("as_int", 32): DType.INT32, ("as_uint", 16): DType.UINT16,
-           ("as_float", 32): DType.FLOAT32, ("as_uint", 32): DType.UINT32}
+           ("as_float", 32): DType.FLOAT32, ("as_uint", 32): DType.UINT32, ("as_float", 64): DType.FLOAT64}
 
 
 def intrinsic_dtype(old: DType, new: DType) -> Callable[[Block], Block]:
@@ -273,4 +274,24 @@ MUTANTS = [
            constraints_loosened,
            Witness("function (X[N, M]) -> (O) { O[i: N] = +(X[i, j]), i - j < 3; }",
                    arrays(I32, X=[[1, 2, 3], [4, 5, 6]]))),
+    # written after the sweeps covered every integer type and chained float operations in every
+    # float type, and checked without changing the generators (held-out style, 2026-12-07)
+    Mutant("stripe_int64_temporaries_int32", "stripe", "integer width", "int64 arithmetic done in int32",
+           intrinsic_dtype(DType.INT64, DType.INT32), _ew("X * Y", np.int64, X=[2**31, 3], Y=[3, 5])),
+    Mutant("stripe_uint16_temporaries_int16", "stripe", "signedness", "uint16 arithmetic done in int16",
+           intrinsic_dtype(DType.UINT16, DType.INT16), _ew("X / Y", np.uint16, X=[60000, 6], Y=[3, 7])),
+    Mutant("stripe_bf16_temporaries_fp32", "stripe", "precision", "bfloat16 arithmetic done in float32",
+           intrinsic_dtype(DType.BFLOAT16, DType.FLOAT32),
+           _ew("X * X + Y", ml_dtypes.bfloat16, X=[1 + 2**-7, 1], Y=[-(1 + 2**-6), 1])),
+    Mutant("stripe_fp32_temporaries_fp64", "stripe", "precision", "float32 arithmetic done in float64",
+           intrinsic_dtype(DType.FLOAT32, DType.FLOAT64),
+           _ew("X * X + Y", F32, X=[1 + 2**-23, 1], Y=[-(1 + 2**-22), 1])),
+    Mutant("stripe_as_uint8_as_16", "stripe", "cast", "as_uint(x, 8) keeps 16 bits",
+           cast_width("as_uint", 8, 16), _ew("as_float(as_uint(X, 8), 32)", I32, X=[300, 6])),
+    Mutant("stripe_as_float32_as_64", "stripe", "cast", "as_float(x, 32) does not round to float32",
+           cast_width("as_float", 32, 64), _ew("as_float(as_float(X, 32), 64)", F64, X=[1 + 2**-40, 3])),
+    Mutant("stripe_ge_operands", "stripe", "operand order", "a >= b computed as b >= a",
+           operands_swapped("cmp_ge"), _ew("X >= Y", I32, X=[1, 6], Y=[2, 3])),
+    Mutant("stripe_ceil_as_round", "stripe", "rounding", "ceil computed as round",
+           intrinsic_swap("ceil", "round"), _ew("ceil(X)", F32, X=[1.25, -2.5])),
 ]
