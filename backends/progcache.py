@@ -25,7 +25,9 @@ rewritten, never used. ``settings={"cache": False}`` bypasses this cache as it d
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import io
 import json
 import pickle
 from collections.abc import Mapping
@@ -44,11 +46,17 @@ def takes_part(device) -> bool:
     return all(callable(getattr(compiler, m, None)) for m in ("cache_identity", "snapshot", "restore"))
 
 
+# what only makes program text, or carries it to and from frameworks: the text is in the key itself
+_NOT_BUILD = ("tile/onnx/", "tile/autodiff/", "tile/ops/", "tile/torch", "tile/jax.py", "tile/bridge.py",
+              "tile/cli.py", "tile/__main__.py")
+
+
 def _sources() -> list[Path]:
-    """The front end and Stripe (lowering, passes, built-in configs) and the generic backend
-    modules (driver, naming, HAL): what turns a bound program into kernels. A device's own code
-    is in its ``cache_identity``."""
+    """The front end (but what only makes program text, ``_NOT_BUILD``), Stripe (lowering, passes,
+    built-in configs) and the generic backend modules (driver, naming, HAL): what turns a bound
+    program into kernels. A device's own code is in its ``cache_identity``."""
     files = [f for d in ("tile", "stripe") for f in (_ROOT / d).rglob("*") if f.suffix in (".py", ".json")]
+    files = [f for f in files if not str(f.relative_to(_ROOT)).startswith(_NOT_BUILD)]
     return sorted(files + list((_ROOT / "backends").glob("*.py")))
 
 
@@ -129,13 +137,52 @@ def load(key: str) -> dict | None:
     return entry
 
 
+def _rebuild(cls: type, values: tuple):
+    """A slots dataclass instance from its field values (``_Pickler``), without ``__init__``."""
+    names = _slot_fields(cls)
+    if names is None or len(names) != len(values):
+        raise pickle.UnpicklingError(f"{cls.__qualname__} has other fields now")
+    obj = object.__new__(cls)
+    for name, value in zip(names, values):
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+_fields: dict[type, tuple[str, ...] | None] = {}
+
+
+def _slot_fields(cls: type) -> tuple[str, ...] | None:
+    """The fields of a dataclass whose slots are exactly its fields (the IR's nodes), else None."""
+    if cls not in _fields:
+        names = None
+        if dataclasses.is_dataclass(cls) and "__slots__" in cls.__dict__:
+            slots = {n for c in cls.__mro__ for n in c.__dict__.get("__slots__", ())}
+            fields = tuple(f.name for f in dataclasses.fields(cls))
+            names = fields if slots == set(fields) else None
+        _fields[cls] = names
+    return _fields[cls]
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles the IR's slots dataclasses by their field values: the default path looks their
+    fields up for every node (``dataclasses._dataclass_getstate``), most of a large program's time."""
+
+    def reducer_override(self, obj):
+        names = _slot_fields(type(obj))
+        if names is None:
+            return NotImplemented
+        return _rebuild, (type(obj), tuple(getattr(obj, n) for n in names))
+
+
 def store(key: str, program, infos, config, settings: Mapping, snapshot: dict) -> bool:
     """Write the entry for ``key`` (see ``load``); False where it could not be written (a
     ``CacheWarning`` says why, once per directory) or does not pickle."""
     entry = {"format": FORMAT, "program": program, "infos": list(infos), "config": config,
              "settings": dict(settings), "snapshot": snapshot}
     try:
-        data = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+        out = io.BytesIO()
+        _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(entry)
+        data = out.getvalue()
     except (pickle.PicklingError, TypeError, AttributeError):
         return False
     return diskcache.write_entry(_path(key), key, data)

@@ -2,8 +2,10 @@
 
 ``build`` generates one module for all kernels (``codegen``), each kernel alike up to names built
 once (``dedup``: duplicates call the first one's function with their own buffers), optimizes it at
-``-O3`` for the host CPU and keeps the execution engine in ``Library.handle``; when the object
-cache has the plan (``cache.plan_key``) it generates and optimizes nothing and loads the object.
+``-O3`` for the host CPU (``-O1`` for a program of kernels too small to split over threads,
+``opt_level``) and keeps the execution engine in ``Library.handle``; when the object cache has the
+plan (``cache.plan_key``) it generates and optimizes nothing and loads the object. ``snapshot`` and
+``restore`` let the program cache (``backends.progcache``) make a library again without planning.
 ``Kernel.run`` calls the kernel function on the calling thread when its dependencies are done
 and the dispatcher has nothing queued (and the kernel keeps little on the stack), else returns
 at once and a dispatcher thread waits for the dependencies, then calls it; either way split into
@@ -11,18 +13,19 @@ one contiguous chunk of the split index per pool thread when the kernel's ``Sche
 and the kernel is big enough, else whole. The chunks go to native worker threads (``threads``;
 a Python pool where POSIX semaphores are missing); ctypes releases the GIL during the calls.
 
-Settings (all optional): ``cache`` (False: no disk cache), ``opt`` (0-3, default 3), ``parallel``
-(False: one thread), ``reorder`` (False: Stripe's loop order; split only on the first index),
-``threads`` (chunks per kernel, default the pool's size: ``TILE_NUM_THREADS`` or one per core),
-``inline`` (False: every run on the dispatcher thread), ``microkernel`` (False: contractions as
-plain loops, not ``microkernel``'s register tiles; ``strict`` also turns off its fused
-multiply-add), ``min_parallel_points`` (smaller kernels run whole, default 16384), ``soft_half``
-(float16 conversions in integer code instead of F16C), ``buffer_dtypes`` (buffer name -> dtype,
-for kernels whose refinements convert from their buffer's type; by default a buffer holds the
-type of the kernel's first refinement of it), ``panel_split`` (False: a matmul's threads divide
-its rows, never its panels, ``match.panel_split``), ``cache_bytes`` (memory name -> bytes: the
-``L1`` and ``L2`` the micro-kernel's cache blocks fit; the runner passes the optimizer config's,
-else the host's, ``host_caches``), ``cache_blocks`` (False: every tile runs its whole reduction).
+Settings (all optional): ``cache`` (False: no disk cache), ``opt`` (0-3; default ``opt_level``'s
+choice, 1 or 3), ``parallel`` (False: one thread), ``reorder`` (False: Stripe's loop order; split
+only on the first index), ``threads`` (chunks per kernel, default the pool's size:
+``TILE_NUM_THREADS`` or one per core), ``inline`` (False: every run on the dispatcher thread),
+``microkernel`` (False: contractions as plain loops, not ``microkernel``'s register tiles;
+``strict`` also turns off its fused multiply-add), ``min_parallel_points`` (smaller kernels run
+whole, default 16384), ``soft_half`` (float16 conversions in integer code instead of F16C),
+``buffer_dtypes`` (buffer name -> dtype, for kernels whose refinements convert from their buffer's
+type; by default a buffer holds the type of the kernel's first refinement of it), ``panel_split``
+(False: a matmul's threads divide its rows, never its panels, ``match.panel_split``),
+``cache_bytes`` (memory name -> bytes: the ``L1`` and ``L2`` the micro-kernel's cache blocks fit;
+the runner passes the optimizer config's, else the host's, ``host_caches``), ``cache_blocks``
+(False: every tile runs its whole reduction).
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ from backends.hal import (
     wait_all,
 )
 from backends.llvm import threads
-from backends.llvm.cache import FORMAT, ObjectCache, pack_entry, plan_key, unpack_entry
+from backends.llvm.cache import FORMAT, ObjectCache, code_identity, pack_entry, plan_key, unpack_entry
 from backends.llvm.codegen import buffer_dtypes, generate, units
 from backends.llvm.dedup import representatives, unit_key
 from backends.llvm.epilogue import read_fused, takes
@@ -198,6 +201,7 @@ class _Plan:
     epilogues: list
     built: list[int]
     key: str
+    opt: int  # the LLVM pipeline's speed level (``opt_level``)
 
     @property
     def only(self) -> set[int]:
@@ -210,10 +214,12 @@ class LlvmCompiler(Compiler):
 
     def cache_identity(self) -> dict:
         """What, besides the program and the settings, decides what ``build`` makes: the host CPU,
-        its caches, LLVM's version and the thread count (``backends.progcache`` keys on it)."""
+        its caches, LLVM's version, the thread count and this package's sources (``backends.progcache``
+        keys on it)."""
         cpu, features = host_target()
         return {"cpu": cpu, "features": features, "llvm": list(llvm.llvm_version_info),
-                "caches": host_caches(), "threads": self.threads, "object_format": FORMAT}
+                "caches": host_caches(), "threads": self.threads, "object_format": FORMAT,
+                "code": code_identity()}
 
     @paused_gc()  # code generation makes many objects: no cycle hunts over them meanwhile
     def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library:
@@ -234,7 +240,7 @@ class LlvmCompiler(Compiler):
             stack = [stack[p.built[k]] for k in range(len(kernels))]
             mod = llvm.parse_assembly(text)
             mod.verify()
-            opt = int(settings.get("opt", 3))
+            opt = p.opt
             pto = llvm.create_pipeline_tuning_options(speed_level=opt)
             pto.loop_vectorization = opt >= 2
             pto.slp_vectorization = opt >= 2
@@ -246,7 +252,7 @@ class LlvmCompiler(Compiler):
         fused = [j for j, e in enumerate(p.epilogues) if e is not None]
         status = "off" if not cache.enabled else "hit" if cache.hit else "miss"
         jit = _Jit(engine, mod, [], p.schedules, settings, stack)
-        return _library(kernels, text, jit, p.built, fused, status, cache, start)
+        return _library(kernels, text, jit, p.built, fused, status, cache, start, p.opt)
 
     def snapshot(self, library: Library) -> dict:
         """What ``restore`` needs to make ``library`` again from the object cache without planning:
@@ -254,7 +260,7 @@ class LlvmCompiler(Compiler):
         jit: _Jit = library.handle  # type: ignore[assignment]
         x = library.extra
         return {"key": x["cache_key"], "schedules": jit.schedules, "built": x["built_as"],
-                "fused": x["fused_epilogues"], "stack": jit.stack}
+                "fused": x["fused_epilogues"], "stack": jit.stack, "opt": x["opt"]}
 
     def restore(self, kernels: Sequence[KernelInfo], settings: dict, snap: dict) -> Library | None:
         """The library ``build(kernels, settings)`` made when ``snapshot`` gave ``snap`` (the same
@@ -271,7 +277,8 @@ class LlvmCompiler(Compiler):
         tm = target_machine(*host_target())
         engine, mod = _loaded(tm, llvm.get_process_triple(), str(tm.target_data), obj)
         jit = _Jit(engine, mod, [], list(snap["schedules"]), settings, stack)
-        return _library(kernels, text, jit, list(snap["built"]), list(snap["fused"]), "hit", cache, start)
+        return _library(kernels, text, jit, list(snap["built"]), list(snap["fused"]), "hit", cache, start,
+                        snap["opt"])
 
     def _plan(self, kernels: Sequence[KernelInfo], settings: dict) -> _Plan:
         cpu, features = host_target()
@@ -312,9 +319,28 @@ class LlvmCompiler(Compiler):
             epilogues.append(epi)
         triple, layout = llvm.get_process_triple(), str(tm.target_data)
         built, keys = shared_kernels(kernels, code, dtypes)  # kernel -> the kernel whose function it calls
-        meta = {"threads": threads, "vector": repr(vector), "triple": triple, "layout": layout, "f16c": f16c}
+        opt = opt_level(kernels, settings)
+        meta = {"threads": threads, "vector": repr(vector), "triple": triple, "layout": layout, "f16c": f16c,
+                "opt": opt}
         key = plan_key(keys, built, meta, settings, cpu, features)
-        return _Plan(tm, triple, layout, f16c, dtypes, vector, schedules, code, blocks, epilogues, built, key)
+        return _Plan(
+            tm, triple, layout, f16c, dtypes, vector, schedules, code, blocks, epilogues, built, key, opt
+        )
+
+
+SMALL_FLOPS, SMALL_BYTES = 1 << 16, 1 << 17  # a kernel under both runs in microseconds
+
+
+def opt_level(kernels: Sequence[KernelInfo], settings: dict) -> int:
+    """The LLVM pipeline's speed level: the ``opt`` setting where given; else 1 when every kernel
+    does fewer than ``SMALL_FLOPS`` operations and moves fewer than ``SMALL_BYTES`` (microseconds
+    a run, where ``-O3``'s passes take about twice ``-O1``'s time to build), else 3. ``-O1`` runs neither
+    loop nor SLP vectorizer: a float sum may associate differently only where docs/semantics.md
+    §8.3 lets it (never under ``strict``, whose IR carries no reassociation flags)."""
+    if "opt" in settings:
+        return int(settings["opt"])
+    small = all(k.flops < SMALL_FLOPS and k.bytes < SMALL_BYTES for k in kernels)
+    return 1 if small and kernels else 3
 
 
 def _loaded(tm, triple: str, layout: str, obj: bytes) -> tuple[llvm.ExecutionEngine, llvm.ModuleRef]:
@@ -326,7 +352,7 @@ def _loaded(tm, triple: str, layout: str, obj: bytes) -> tuple[llvm.ExecutionEng
 
 
 def _library(kernels, text: str, jit: _Jit, built: list[int], fused: list[int], status: str,
-             cache: ObjectCache, start: float) -> Library:
+             cache: ObjectCache, start: float, opt: int) -> Library:
     """The library over ``jit``'s engine (finalized here), its kernel functions looked up."""
     jit.engine.finalize_object()
     only = {j for j in built if built[j] == j}
@@ -345,6 +371,7 @@ def _library(kernels, text: str, jit: _Jit, built: list[int], fused: list[int], 
             "fused_epilogues": fused,
             "built_as": built,  # kernel k runs the function generated for kernel built[k]
             "distinct_kernels": len(only),
+            "opt": opt,
         },
     )
 
