@@ -7,8 +7,10 @@ with the case's own ``rtol``/``atol`` (``np.isclose``'s rule, as ONNX's runner a
 exactly for integers and bool. A case ends as one of:
 
 * ``passed``;
-* ``failed``, with what differed or what was raised (a Tile bug, or a semantic difference: the
-  known ones are listed in ``KNOWN`` with their class, and reported as ``expected``);
+* ``failed``, with what differed or what was raised (a Tile bug);
+* ``expected``: a documented difference (docs/semantics.md §13): a float16 or bfloat16 output
+  outside the case's rtol but within ``ROUNDINGS`` units of the type's roundoff, or a case listed in
+  ``KNOWN`` with its class;
 * ``unsupported``, with why: an operator or attribute ``tile.onnx`` has no converter for, a value
   Tile has no type for (sequences, optionals, strings, float8, 4-bit integers, complex), or a
   dtype the target lacks.
@@ -31,6 +33,14 @@ from functools import cache
 import numpy as np
 
 EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
+
+# The unit roundoff of the narrow floats. ONNX's default rtol (1e-3) is about two units of float16's
+# and a quarter of bfloat16's, so where ONNX's reference rounds once and Tile at each step (or a
+# compiled target sums in another order, docs/semantics.md §8.3), a correct result can miss it: a
+# narrow-float output that fails the case's rtol but is within ROUNDINGS units of roundoff is counted
+# as an expected difference (docs/semantics.md §13), not as passed.
+NARROW = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
+ROUNDINGS = 4
 
 # Cases whose failure is understood (name -> (class, reason)): "difference" for a documented
 # semantic difference (docs/semantics.md §13), "bug" for a Tile bug reported but not fixed yet.
@@ -204,11 +214,28 @@ def run(name: str, target: str, device=None) -> Record:
     got = list(got)
     if len(got) != len(expected):
         return done("failed", f"{len(got)} outputs, expected {len(expected)}")
-    for out, want, have in zip(case.model.graph.output, expected, got):
-        problem = differs(_array(want), have, case.rtol, case.atol)
-        if problem is not None:
-            return done("failed", f"{out.name}: {problem} (rtol {case.rtol}, atol {case.atol})")
+    verdicts = [judge(out.name, _array(want), have, case.rtol, case.atol)
+                for out, want, have in zip(case.model.graph.output, expected, got)]
+    for status in ("failed", "expected"):
+        found = [why for v, why in filter(None, verdicts) if v == status]
+        if found:
+            return done(status, "; ".join(found))
     return done("passed")
+
+
+def judge(name: str, want, got, rtol: float, atol: float) -> tuple[str, str] | None:
+    """None where output ``name`` matches; else ("failed", why) or, for a float16 or bfloat16
+    output within ``ROUNDINGS`` units of its roundoff, ("expected", why)."""
+    problem = differs(want, got, rtol, atol)
+    if problem is None:
+        return None
+    why = f"{name}: {problem} (rtol {rtol}, atol {atol})"
+    dtype = np.asarray(want).dtype.name
+    u = NARROW.get(dtype)
+    if u is None or differs(want, got, max(rtol, ROUNDINGS * u), atol) is not None:
+        return "failed", why
+    return "expected", (f"difference: {dtype} rounded at other steps, within {ROUNDINGS} units of "
+                        f"roundoff (docs/semantics.md §13): {why}")
 
 
 # ------------------------------------------------------------------------------- the summary

@@ -148,3 +148,15 @@ def test_cases_are_filed_by_operator_and_dtype(onnx_cases):
 def test_a_case_runs_on_the_interpreter(onnx_cases):
     record = onnx_nodes.run("test_relu", "interp")
     assert (record.status, record.operator, record.reason) == ("passed", "Relu", "")
+
+
+def test_narrow_floats_within_a_few_roundings_are_expected_differences():
+    want = np.array([0.4470, 1.0], np.float16)
+    two_ulps = np.array([np.float16(0.4470) + np.float16(2 * 2.0**-12), 1.0], np.float16)
+    assert onnx_nodes.judge("y", want, want.copy(), 1e-3, 1e-7) is None
+    status, why = onnx_nodes.judge("y", want, two_ulps, 1e-3, 1e-7)  # 1.1e-3 relative: over rtol
+    assert status == "expected" and "float16" in why and "§13" in why
+    far = np.array([0.46, 1.0], np.float16)  # 3% off: a failure, in any type
+    assert onnx_nodes.judge("y", want, far, 1e-3, 1e-7)[0] == "failed"
+    f32 = want.astype(np.float32)  # float32 has no such allowance
+    assert onnx_nodes.judge("y", f32, two_ulps.astype(np.float32), 1e-3, 1e-7)[0] == "failed"
