@@ -4,6 +4,7 @@
   the input/output names and the constants to feed);
 * ``Backend``: ``onnx.backend.base.Backend`` over ``tile.compile`` (``"CPU"`` is ``llvm_cpu.0``;
   ``TILE_ONNX_TARGET`` or ``device="interp"`` picks any target id);
+* ``trainable(model)``: gradients of the initializers through ``tile.grad`` (``training``);
 * converters are registered per operator (``tile.onnx.registry``, whose docstring is the contract).
 
 Needs the optional extra ``[onnx]`` (``pip install -e .[onnx]``).
@@ -27,8 +28,13 @@ def __getattr__(name: str):
         from tile.onnx import backend
 
         return getattr(backend, name)
+    if name in ("Trainable", "trainable"):
+        from tile.onnx import training
+
+        return getattr(training, name)
     raise AttributeError(f"module 'tile.onnx' has no attribute {name!r}")
 
 
 __all__ = ["Backend", "BackendRep", "Imported", "TileOnnxError", "TileOnnxUnsupported",
-           "TileOnnxValueDependent", "converter", "import_model", "supported", "to_tile"]
+           "TileOnnxValueDependent", "Trainable", "converter", "import_model", "supported", "to_tile",
+           "trainable"]
