@@ -41,8 +41,6 @@ def body(node, opset: int, input_types: list, local: dict) -> tuple[list, int] |
 
 
 def _renamed(node, fn, attrs: dict) -> list:
-    from onnx import AttributeProto, NodeProto
-
     prefix = f"{node.op_type}{next(_COUNT)}__"
     names = {formal: node.input[k] if k < len(node.input) else "" for k, formal in enumerate(fn.input)}
     names.update({formal: node.output[k] for k, formal in enumerate(fn.output)
@@ -51,23 +49,81 @@ def _renamed(node, fn, attrs: dict) -> list:
     def rename(n: str) -> str:
         return names.get(n, prefix + n if n else "")
 
+    return [_node(inner, rename, attrs) for inner in fn.node]
+
+
+def _node(inner, rename, attrs: dict):
+    """``inner`` with every value name renamed (in its subgraphs too) and attribute references
+    resolved from ``attrs``."""
+    from onnx import AttributeProto, NodeProto
+
+    new = NodeProto()
+    new.CopyFrom(inner)
+    del new.input[:]
+    del new.output[:]
+    del new.attribute[:]
+    new.input.extend(rename(n) for n in inner.input)
+    new.output.extend(rename(n) for n in inner.output)
+    for a in inner.attribute:
+        if a.ref_attr_name:
+            if a.ref_attr_name in attrs:
+                copy = AttributeProto()
+                copy.CopyFrom(attrs[a.ref_attr_name])
+                copy.name = a.name
+                new.attribute.append(copy)
+            continue
+        copy = AttributeProto()
+        copy.CopyFrom(a)
+        if a.type == AttributeProto.GRAPH:
+            g = copy.g
+            nodes = [_node(n, rename, attrs) for n in g.node]
+            del g.node[:]
+            g.node.extend(nodes)
+            for v in [*g.input, *g.output, *g.initializer]:
+                v.name = rename(v.name)
+        new.attribute.append(copy)
+    return new
+
+
+def branch(node, values: dict) -> list:
+    """The nodes of the branch an ``If`` takes, for a condition known at import time, renamed
+    apart from the graph around it; a last ``Identity`` per output binds the If's outputs.
+    A condition known only at run time is value-dependent (the branches may differ in shape)."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from tile.onnx.context import Value
+    from tile.onnx.errors import TileOnnxValueDependent
+
+    cond = values[node.input[0]]
+    if cond.const is None:
+        raise TileOnnxValueDependent(
+            f"If node '{node.name}' (output '{node.output[0]}'): the branch taken depends on the value of "
+            f"'{node.input[0]}', known only at run time", tuple(sorted(cond.sources)) or (node.input[0],),
+            hint="make the condition a constant (the backend does so with the value it is given)")
+    attrs = {a.name: a for a in node.attribute}
+    graph = attrs["then_branch" if bool(np.asarray(cond.const).ravel()[0]) else "else_branch"].g
+    prefix = f"If{next(_COUNT)}__"
+    inner = {o for n in graph.node for o in n.output if o} | {i.name for i in graph.initializer}
+    for init in graph.initializer:
+        array = numpy_helper.to_array(init)
+        from tile.dtypes import DType
+
+        values[prefix + init.name] = Value(None, array.shape, DType.of(array.dtype), array)
+
+    def rename(n: str) -> str:
+        return prefix + n if n in inner else n
+
     out = []
-    for inner in fn.node:
-        new = NodeProto()
-        new.CopyFrom(inner)
+    for n in graph.node:
+        new = type(n)()
+        new.CopyFrom(n)
         del new.input[:]
         del new.output[:]
-        del new.attribute[:]
-        new.input.extend(rename(n) for n in inner.input)
-        new.output.extend(rename(n) for n in inner.output)
-        for a in inner.attribute:
-            if a.ref_attr_name:
-                if a.ref_attr_name in attrs:
-                    copy = AttributeProto()
-                    copy.CopyFrom(attrs[a.ref_attr_name])
-                    copy.name = a.name
-                    new.attribute.append(copy)
-            else:
-                new.attribute.append(a)
+        new.input.extend(rename(i) for i in n.input)
+        new.output.extend(rename(o) for o in n.output)
         out.append(new)
+    for k, o in enumerate(graph.output):
+        if k < len(node.output) and node.output[k]:
+            out.append(helper.make_node("Identity", [rename(o.name)], [node.output[k]]))
     return out

@@ -159,6 +159,10 @@ def _convert(b: Builder, node, values: dict, opset: int, initializers: dict, loc
             raise TileOnnxError(f"{node.op_type} node '{node.name}' reads '{n}', which nothing defines "
                                 "before it")
     fn = CONVERTERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    if node.op_type == "If" and fn is None:
+        for n in functions.branch(node, values):
+            _convert(b, n, values, opset, initializers, local, keep)
+        return
     if fn is None:
         expanded = functions.body(node, opset, [_type_proto(values.get(n)) for n in node.input], local)
         if expanded is not None:

@@ -142,8 +142,9 @@ def eye_like(ctx: Context, node) -> list[Value]:
 
 @converter("Range")
 def range_(ctx: Context, node) -> list[Value]:
-    start, limit, delta = (ctx.const(k) for k in range(3))
-    return [ctx.folded(np.arange(start, limit, delta).astype(np.asarray(start).dtype))]
+    start, limit, delta = (np.asarray(ctx.const(k)) for k in range(3))
+    values = np.arange(start.ravel()[0], limit.ravel()[0], delta.ravel()[0])
+    return [ctx.folded(values.astype(start.dtype))]
 
 
 @converter("Reshape")
@@ -184,7 +185,8 @@ def squeeze(ctx: Context, node) -> list[Value]:
 @converter("Unsqueeze")
 def unsqueeze(ctx: Context, node) -> list[Value]:
     x = ctx.input(0)
-    n = x.rank + len(ctx.attr("axes", None) or (ctx.const(1) if ctx.has(1) else []))
+    given = ctx.attr("axes", None) or (np.asarray(ctx.const(1)).ravel() if ctx.has(1) else [])
+    n = x.rank + len(given)
     axes = axes_arg(ctx, n)
     dims = list(x.shape)
     for a in axes:
