@@ -7,7 +7,9 @@ the target of ``"CPU"``/``"CUDA"`` (so the standard runner can test any target):
     import onnx.backend.test, tile.onnx
     globals().update(onnx.backend.test.BackendTest(tile.onnx.Backend, __name__).test_cases)
 
-A model is imported again for each new set of input shapes and dtypes. Inputs a shape depends on
+A model is imported again for each new set of input shapes and dtypes. A model with float16 or
+bfloat16 tensors compiles with ``strict`` (unless ``settings=`` says otherwise): their matrix
+products are summed in float32, as the interpreter and ONNX's reference do. Inputs a shape depends on
 (Reshape's ``shape`` given as a graph input, ...) are fixed to the values of the call, so such a
 model is compiled once per distinct value of them.
 """
@@ -74,7 +76,12 @@ class BackendRep(_BackendRep):
                     raise
                 self.fixed |= new
                 continue
-            exe = tile.compile(imp.source, self.target, self.settings)
+            settings = dict(self.settings)
+            if imp.narrow and self.target != "interp":
+                # float16/bfloat16 products summed in float32, in the interpreter's order (§8.3),
+                # as ONNX's reference (numpy) computes them
+                settings.setdefault("strict", True)
+            exe = tile.compile(imp.source, self.target, settings)
             self._cache[key] = (imp, exe)
             return imp, exe
 

@@ -47,6 +47,7 @@ class Imported:
     constants: dict[str, np.ndarray]
     initializers: dict[str, str] = field(default_factory=dict)
     input_types: dict[str, tuple[tuple[int, ...], DType]] = field(default_factory=dict)  # by Tile name
+    narrow: bool = False  # some tensor is float16 or bfloat16
 
     def feeds(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The Tile program's inputs from the model's inputs (by ONNX name) and the constants."""
@@ -149,7 +150,8 @@ def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None,
     return Imported(source, inputs, outputs, dict(b.consts),
                     {t: o for t, o in initializers.items()
                      if t in b.consts and o in {i.name for i in graph.initializer}},
-                    {t: (tuple(b.types[t].shape), b.types[t].dtype) for _, t in inputs})
+                    {t: (tuple(b.types[t].shape), b.types[t].dtype) for _, t in inputs},
+                    any(t.dtype.is_narrow_float for t in b.types.values()))
 
 
 def _convert(b: Builder, node, values: dict, opset: int, initializers: dict, local: dict,
