@@ -14,7 +14,15 @@ from __future__ import annotations
 
 import importlib.util
 
-from tile.onnx import ops_elementwise, ops_linalg, ops_misc, ops_reduce, ops_resize, ops_shape  # noqa: F401  (registration)
+from tile.onnx import (  # noqa: F401  (registration)
+    ops_elementwise,
+    ops_linalg,
+    ops_misc,
+    ops_reduce,
+    ops_resize,
+    ops_rnn,
+    ops_shape,
+)
 from tile.onnx.errors import TileOnnxError, TileOnnxUnsupported, TileOnnxValueDependent
 from tile.onnx.importer import Imported, import_model, to_tile
 from tile.onnx.registry import converter, supported
