@@ -17,7 +17,7 @@ import numpy as np
 
 from tile.dtypes import DType
 from tile.errors import TileError
-from tile.onnx import functions
+from tile.onnx import control, functions
 from tile.onnx.context import Builder, Context, Value, cast_text
 from tile.onnx.errors import TileOnnxError, TileOnnxUnsupported
 from tile.onnx.registry import CONVERTERS
@@ -161,9 +161,16 @@ def _convert(b: Builder, node, values: dict, opset: int, initializers: dict, loc
             raise TileOnnxError(f"{node.op_type} node '{node.name}' reads '{n}', which nothing defines "
                                 "before it")
     fn = CONVERTERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
-    if node.op_type == "If" and fn is None:
-        for n in functions.branch(node, values):
+    if node.op_type in ("If", "Scan", "Loop") and fn is None:
+        def convert(n):
             _convert(b, n, values, opset, initializers, local, keep)
+
+        if node.op_type == "If":
+            control.if_branch(node, values, convert)
+        elif node.op_type == "Scan":
+            control.scan(node, values, convert, opset)
+        else:
+            control.loop(node, values, convert)
         return
     if fn is None:
         expanded = functions.body(node, opset, [_type_proto(values.get(n)) for n in node.input], local)
