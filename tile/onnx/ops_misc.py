@@ -235,3 +235,61 @@ def topk(ctx: Context, node) -> list[Value]:
     where = ctx.let(f"index({x}, {a})", "Position")
     indices = ctx.emit(f"{target('$', j, out_shape)} = +({at} ? {where}[{', '.join(src)}])", "TopKIndex")
     return [ctx.cast(values, x.dtype), ctx.cast(indices, DType.INT64)]
+
+
+def _row_wise(ctx: Context, v: Value, x: Value) -> Value:
+    """A per-row zero point or scale of a 2-D+ left operand ([M] -> [M, 1]); scalars stay."""
+    if v.rank == 1 and v.size > 1:
+        return reshape(ctx, v, (v.size, 1))
+    return v
+
+
+def _centered(ctx: Context, x: Value, zp: Value | None, left: bool) -> Value:
+    xi = ctx.cast(x, DType.INT32)
+    if zp is None:
+        return xi
+    z = ctx.cast(_row_wise(ctx, zp, x) if left else zp, DType.INT32)
+    return ctx.let(f"{xi} - {z}", "Centered")
+
+
+@converter("MatMulInteger")
+def matmul_integer(ctx: Context, node) -> list[Value]:
+    from tile.onnx.ops_linalg import matmul
+
+    a = _centered(ctx, ctx.input(0), ctx.input(2) if ctx.has(2) else None, True)
+    b = _centered(ctx, ctx.input(1), ctx.input(3) if ctx.has(3) else None, False)
+    return [ctx.cast(matmul(ctx, a, b), DType.INT32)]
+
+
+@converter("QLinearMatMul")
+def qlinear_matmul(ctx: Context, node) -> list[Value]:
+    """The integer product of the centered operands, scaled by ``a_scale * b_scale / y_scale``
+    (in the scales' type) in float64, rounded half to even, shifted and saturated."""
+    from tile.onnx.ops_linalg import matmul
+
+    a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = ctx.inputs()
+    acc = matmul(ctx, _centered(ctx, a, a_zp, True), _centered(ctx, b, b_zp, False))
+    factor = ctx.let(f"{_row_wise(ctx, a_s, a)} * {b_s} / {y_s}", "Factor")
+    d = ctx.let(f"{ctx.cast(acc, DType.FLOAT64)} * {ctx.cast(factor, DType.FLOAT64)}", "Scaled")
+    out = y_zp.dtype if y_zp is not None else a.dtype
+    if y_zp is not None:
+        d = ctx.let(f"{d} + {ctx.cast(y_zp, DType.FLOAT64)}", "Shifted")
+    q = round_half_even(ctx, d)
+    info = np.iinfo(out.numpy)
+    lo, hi = ctx.lit(info.min, DType.FLOAT64), ctx.lit(info.max, DType.FLOAT64)
+    return [ctx.cast(ctx.let(f"{q} < {lo} ? {lo} : {q} > {hi} ? {hi} : {q}", "Saturated"), out)]
+
+
+@converter("ReverseSequence")
+def reverse_sequence(ctx: Context, node) -> list[Value]:
+    """Each batch entry's first ``len`` steps reversed: a gather along the time axis at the
+    positions ``t < len ? len - 1 - t : t`` (GatherElements' conditional contraction)."""
+    x, lens = ctx.input(0), ctx.input(1)
+    t_axis, b_axis = ctx.attr("time_axis", 0), ctx.attr("batch_axis", 1)
+    shape = [1] * x.rank
+    shape[b_axis] = x.shape[b_axis]
+    n = reshape(ctx, ctx.cast(lens, DType.INT64), shape)
+    t = ctx.cast(ctx.let(f"index({x}, {t_axis})", "Step"), DType.INT64)
+    one = ctx.lit(1, DType.INT64)
+    pos = ctx.let(f"{t} < {n} ? {n} - {one} - {t} : {t}", "Position")
+    return ctx.call(tile.ops.gather(rank=x.rank, axis=t_axis), x, pos)
