@@ -17,7 +17,7 @@ import numpy as np
 
 from tile.dtypes import DType
 from tile.onnx.context import Context, Value
-from tile.onnx.ops_shape import idx, target
+from tile.onnx.ops_shape import along_axis
 from tile.onnx.registry import converter
 
 
@@ -156,13 +156,7 @@ def resize(ctx: Context, node) -> list[Value]:
         w, outside = weights(n_in, n_out, float(scales[k]), attrs, bounds)
         if n_in == n_out and np.array_equal(w, np.eye(n_in)) and not outside.any():
             continue
-        mat = ctx.constant(w.astype(compute.numpy), compute)
-        i = idx(y.rank)
-        src = list(i)
-        src[a] = "k"
-        shape = list(y.shape)
-        shape[a] = n_out
-        y = ctx.emit(f"{target('$', i, shape)} = +({y}[{', '.join(src)}] * {mat}[{i[a]}, k])", "Resize")
+        y = along_axis(ctx, y, a, ctx.constant(w.astype(compute.numpy), compute))
         if outside.any():
             where = [1] * x.rank
             where[a] = n_out

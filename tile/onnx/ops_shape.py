@@ -90,6 +90,16 @@ def gather_axis(ctx: Context, x: Value, ind: Value, axis: int) -> Value:
     return permute(ctx, g, perm)
 
 
+def along_axis(ctx: Context, x: Value, axis: int, m: Value) -> Value:
+    """``m`` (out x in) applied along ``axis`` of x: ``y[.., o, ..] = sum_k m[o, k] x[.., k, ..]``."""
+    i = idx(x.rank)
+    src = list(i)
+    src[axis] = "k"
+    shape = list(x.shape)
+    shape[axis] = m.shape[0]
+    return ctx.emit(f"{target('$', i, shape)} = +({x}[{', '.join(src)}] * {m}[{i[axis]}, k])", "Along")
+
+
 def wrap_negative(ctx: Context, ind: Value, size: int) -> Value:
     """ONNX indices may count from the end."""
     if not ind.dtype.is_signed:
