@@ -3,6 +3,8 @@ the device it wraps agrees with it exactly, and the defect's rewrite changed wha
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import ref_interp
@@ -46,3 +48,39 @@ def test_witness(name):
 def test_unknown_mutant_is_a_device_error():
     with pytest.raises(tile.TileError, match="no seeded defect 'nope'"):
         registry.get("mutant:nope")
+
+
+def test_detection_notes_the_first_failing_example(tmp_path, monkeypatch):
+    """``conformance.mutants.detect`` appends the running family and the time of the first failing
+    example a child run writes, and nothing for the smaller ones shrinking finds after it."""
+    from conformance.mutants import detect
+    from conformance.strategies import Case
+
+    written = []
+    monkeypatch.setattr(report, "write_failure", lambda case, *a, **k: written.append(case) or "dir")
+    monkeypatch.setattr(report.STATS, "current", ("elementwise", "mutant:x"))
+    note = tmp_path / "detected.log"
+    monkeypatch.setenv("TILE_MUTANT_DETECT", str(note))
+    assert detect.first_detection(note) is None
+    detect.pytest_configure(None)
+    before = time.time()
+    report.write_failure(Case("elementwise", "function (X) -> (O) { O = X; }", {}), "mutant:x")
+    report.write_failure(Case("elementwise", "function (X) -> (O) { O = -X; }", {}), "mutant:x")
+    family, when = detect.first_detection(note)
+    assert family == "elementwise" and before - 0.01 <= when <= time.time() + 0.01  # (kept to 1 ms)
+    assert len(note.read_text().splitlines()) == 1 and len(written) == 2  # the writes still happen
+
+
+def test_score_gives_the_kill_time_and_the_total_apart():
+    from conformance.mutants.run import Result, line, score
+
+    results = [
+        Result("a", "stripe", "operator", "killed", "elementwise", 10.0, 70.0, True),
+        Result("b", "llvm", "identity", "killed", "contractions", 20.0, 30.0, True),
+        Result("c", "opencl", "store", "survived", None, 300.0, 300.0, True),
+    ]
+    text = score(results)
+    assert text.startswith("killed 2/3 (67%)")
+    assert "median 15.0 s, max 20.0 s" in text and "with shrinking median 50.0 s, max 70.0 s" in text
+    assert line(results[0]).endswith("killed by elementwise (10.0 s, 70.0 s in all)")
+    assert line(results[2]).endswith("survived (300.0 s)")

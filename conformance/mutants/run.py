@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -120,7 +120,9 @@ def run_all(
 ) -> list[Result]:
     results: dict[str, Result] = {}
     with ThreadPoolExecutor(max(1, jobs)) as pool:
-        for r in pool.map(lambda n: run_one(n, timeout, stop_at_detection=stop_at_detection), names):
+        runs = [pool.submit(run_one, n, timeout, stop_at_detection=stop_at_detection) for n in names]
+        for done in as_completed(runs):  # reported as each ends, not held behind a slower one
+            r = done.result()
             results[r.name] = r
             if progress is not None:
                 progress(r)
