@@ -17,6 +17,7 @@ import importlib.util
 from tile.onnx import (  # noqa: F401  (registration)
     ops_dft,
     ops_elementwise,
+    ops_grid,
     ops_linalg,
     ops_misc,
     ops_reduce,
