@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from backends import registry
 from ref_interp.stripe_exec import run_stripe
-from stripe.config import TARGETS, ConfigError, parse_config, pass_params
+from stripe.config import ConfigError, format_config, parse_config, pass_params, target_config
 from stripe.cost import TileModel, view_bytes
 from stripe.hardware import ExecUnit, Hardware, MemUnit
 from stripe.ir import Block, Location, walk
@@ -556,7 +556,7 @@ RECOMMENDED = {
 
 
 def recommended_config(target: str, kib: float | None = None):
-    config = json.loads((TARGETS / f"{target}.json").read_text())
+    config = json.loads(format_config(target_config(target)))  # resolved: every step written out
     config["passes"] = [*config["passes"], RECOMMENDED[target]]
     if kib is not None:  # every memory that small: splits on small programs
         for m in config["hardware"]["mem_units"].values():

@@ -57,7 +57,7 @@ class KernelSource:
     work_items: int
     owned: tuple[str, ...]
     local: int = 0  # the work-group size the kernel needs (0: any)
-    launch: dict | None = None  # a kernel launched through CUDA: what the launch needs (the target's)
+    launch: dict | None = None  # a kernel its target launches its own way: the record of how
 
 
 class KernelEmitter(CodeWriter):

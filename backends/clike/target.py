@@ -116,7 +116,6 @@ class CTarget:
         self.helpers: set[str] = set()  # helper functions the code calls
         self.matrix_units: dict = {}  # the hardware's matrix units, by name (stripe.hardware.MatrixUnit)
         self.local_bytes = 48 * 1024  # __local memory per work-group (the OpenCL device's, when known)
-        self.launch_bytes = 0  # dynamic local memory of a kernel launched through CUDA (0: none)
         self.compute_units = 0  # the device's (0: unknown)
 
     def unit_emitter(self, g, ptrs: dict[str, str], tiles, unit: str, epilogue):

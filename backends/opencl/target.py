@@ -41,6 +41,7 @@ class OpenCLTarget(CTarget):
         super().__init__(*args, **kwargs)
         self.half_extension = half_extension  # the device has cl_khr_fp16 (pragma only)
         self.contract = contract
+        self.launch_bytes = 0  # dynamic local memory of kernels launched through CUDA (0: none)
 
     def unit_emitter(self, g, ptrs: dict[str, str], tiles, unit: str, epilogue):
         """NVIDIA's tensor-core kernels (``backends.cuda.tma.unit_emitter``): the matrix units an
