@@ -8,6 +8,7 @@ exact when no element is written twice (ONNX leaves duplicates under ``none`` un
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -293,3 +294,75 @@ def reverse_sequence(ctx: Context, node) -> list[Value]:
     one = ctx.lit(1, DType.INT64)
     pos = ctx.let(f"{t} < {n} ? {n} - {one} - {t} : {t}", "Position")
     return ctx.call(tile.ops.gather(rank=x.rank, axis=t_axis), x, pos)
+
+
+@converter("Col2Im")
+def col2im(ctx: Context, node) -> list[Value]:
+    """Blocks summed back into the image: one ``+`` contraction whose output index is
+    ``stride*l + dilation*k - pad_begin`` per spatial axis (padding falls outside, unwritten)."""
+    x = ctx.input(0)
+    image = [int(v) for v in np.asarray(ctx.const(1)).ravel()]
+    block = [int(v) for v in np.asarray(ctx.const(2)).ravel()]
+    nd = len(image)
+    strides = list(ctx.attr("strides", [1] * nd))
+    dil = list(ctx.attr("dilations", [1] * nd))
+    pads = list(ctx.attr("pads", [0] * 2 * nd))
+    counts = [(image[j] + pads[j] + pads[nd + j] - dil[j] * (block[j] - 1) - 1) // strides[j] + 1
+              for j in range(nd)]
+    n, cb, length = x.shape
+    c = cb // math.prod(block)
+    if length != math.prod(counts):
+        raise ctx.error(f"{length} blocks do not tile an image of {image} with blocks {block}")
+    cols = reshape(ctx, x, (n, c, *block, *counts))
+    k, l_ = idx(nd, "k"), idx(nd, "l")
+    spatial = [f"{strides[j]}*{l_[j]} + {dil[j]}*{k[j]} - {pads[j]}" for j in range(nd)]
+    src = ", ".join(["n", "c", *k, *l_])
+    return [ctx.emit(f"{target('$', ['n', 'c', *spatial], [n, c, *image])} = +({cols}[{src}])", "Col2Im")]
+
+
+@converter("Det")
+def det(ctx: Context, node) -> list[Value]:
+    """Leibniz's sum over permutations (n! products; refused past 5 x 5)."""
+    x = ctx.input(0)
+    size = x.shape[-1]
+    if size > 5:
+        raise ctx.unsupported(f"a determinant of {size} x {size} (at most 5 x 5)")
+    lead = x.shape[:-2]
+    entries = {}
+    for i in range(size):
+        row = take(ctx, x, x.rank - 2, [i])
+        for j in range(size):
+            entries[i, j] = reshape(ctx, take(ctx, row, x.rank - 1, [j]), lead)
+    terms = []
+    for perm in itertools.permutations(range(size)):
+        inversions = sum(perm[a] > perm[b] for a in range(size) for b in range(a + 1, size))
+        product = " * ".join(entries[i, perm[i]].name for i in range(size))
+        terms.append(("- " if inversions % 2 else "+ ") + product)
+    text = " ".join(terms)
+    text = text[2:] if text.startswith("+ ") else f"{ctx.lit(0, x.dtype)} {text}"
+    return [ctx.cast(ctx.let(text, "Det"), x.dtype)]
+
+
+@converter("TensorScatter")
+def tensor_scatter(ctx: Context, node) -> list[Value]:
+    """``update`` written into the cache along ``axis`` from each batch entry's write index
+    (wrapping around in ``circular`` mode): a gather of the update at ``position - index``."""
+    cache, update = ctx.input(0), ctx.input(1)
+    a = axis_of(ctx, ctx.attr("axis", -2), cache.rank)
+    if a == 0:
+        raise ctx.error("the axis must not be the batch axis")
+    size, count = cache.shape[a], update.shape[a]
+    if ctx.has(2):
+        shape = [cache.shape[0]] + [1] * (cache.rank - 1)
+        start = reshape(ctx, ctx.cast(ctx.input(2), DType.INT64), shape)
+    else:
+        start = ctx.let(ctx.lit(0, DType.INT64))
+    pos = ctx.cast(ctx.let(f"index({cache}, {a})", "Position"), DType.INT64)
+    rel = ctx.let(f"{pos} - {start}", "Relative")
+    if ctx.attr("mode", "linear") == "circular":
+        n = ctx.lit(size, DType.INT64)
+        rel = ctx.let(f"mod({rel} + {n}, {n})", "Relative")
+    zero, top = ctx.lit(0, DType.INT64), ctx.lit(count, DType.INT64)
+    written = ctx.call(tile.ops.gather(rank=cache.rank, axis=a), update, rel)[0]
+    return [ctx.cast(ctx.let(f"({rel} >= {zero}) & ({rel} < {top}) ? {written} : {cache}", "Scattered"),
+                     cache.dtype)]
