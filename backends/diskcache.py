@@ -6,7 +6,9 @@ atomic, checked, failure-tolerant reads and writes.
   code is the whole input of the compile step: it is produced from the optimized Stripe, so it
   already reflects the input shapes and dtypes and everything the optimizer config (its passes,
   their parameters, the device's hardware model) did to the program. A changed setting, config,
-  shape or version gives a different key, never an old kernel.
+  shape or version gives a different key, never an old kernel. (The program cache,
+  ``backends.progcache``, keys its entries earlier, from the bound program, and stores them here
+  the same way.)
 * **Entries.** Each file is a header (``MAGIC``, the key it was stored under, the payload's length
   and SHA-256) followed by the payload. ``read_entry`` returns the payload only when all of these
   match, so a truncated, corrupted, foreign or pre-header file is a miss: the kernel is rebuilt and

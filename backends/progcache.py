@@ -21,6 +21,8 @@ compiler's ``build`` on the cached kernels, and the entry is written again.
 Entries use ``backends.diskcache``'s checked header and atomic writes: a truncated, corrupted or
 foreign entry, or one whose payload does not unpickle to this format, is a miss, rebuilt and
 rewritten, never used. ``settings={"cache": False}`` bypasses this cache as it does the others.
+Entries are unpickled: the cache directory is trusted as the code is (it is the user's own,
+``$TILE_CACHE_DIR`` or ``~/.cache/tile``), as the object code it holds beside them is run.
 """
 
 from __future__ import annotations

@@ -265,7 +265,9 @@ def compile(
     path is a ``TileInputError`` saying to read the file. A likely index typo in a contraction is a
     ``tile.TileIndexWarning`` (given once). ``settings``:
 
-    * ``{"cache": False}`` bypasses the kernel cache;
+    * ``{"cache": False}`` bypasses the disk caches (compiled kernels, and built programs keyed by
+      source, shapes, settings and device: a new process calling a program built before neither
+      lowers nor optimizes it, ``backends.progcache``);
     * ``{"config": "F.json"}`` optimizes with that target config (a file, or a built-in config's
       name such as ``"opencl_gpu_tiled"``) instead of the device's own;
     * ``{"strict": True}`` skips the passes that may reorder aggregation and sums float16 and
