@@ -102,15 +102,27 @@ class Backend(_Backend):
 
     @classmethod
     def is_compatible(cls, model, device: str = "CPU", **kwargs) -> bool:
-        from tile.onnx.registry import CONVERTERS
-
-        return all(n.op_type in CONVERTERS for n in load(model).graph.node)
+        """Whether ``model`` imports (checked now where its input shapes are static)."""
+        try:
+            cls.prepare(model, device)
+        except tile.TileError:
+            return False
+        return True
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", **kwargs) -> BackendRep:
-        """Import and check ``model`` now when its input shapes are static (errors surface here);
+        """Import ``model`` now when its input shapes are static, so an unsupported operator or
+        dtype surfaces here (shapes that depend on input values wait for the first run);
         ``settings=`` passes ``tile.compile`` settings."""
         rep = BackendRep(model, device, kwargs.get("settings"))
+        initial = {i.name for i in rep.model.graph.initializer}
+        dims = [d for vi in rep.model.graph.input if vi.name not in initial
+                for d in vi.type.tensor_type.shape.dim]
+        if all(d.HasField("dim_value") for d in dims):
+            try:
+                import_model(rep.model)
+            except TileOnnxValueDependent:
+                pass
         return rep
 
     @classmethod
