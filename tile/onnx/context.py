@@ -294,4 +294,4 @@ class Context:
                                 e.hint) from e
 
 
-__all__ = ["Builder", "Context", "REQUIRED", "TileOnnxUnsupported", "Value", "cast_text", "literal"]
+__all__ = ["Builder", "Context", "REQUIRED", "Value", "cast_text", "literal"]

@@ -13,7 +13,6 @@ import math
 import numpy as np
 
 import tile.ops
-from tile.dtypes import DType
 from tile.onnx.context import Context, Value
 from tile.onnx.registry import converter
 
@@ -467,5 +466,3 @@ def value_dependent(ctx: Context, node) -> list[Value]:
                               "cannot have (only an initializer or Constant input would do)")
     raise ctx.unsupported("not converted")
 
-
-__all__ = ["DType", "axes_arg", "axis_of", "broadcast_to", "idx", "permute", "reshape", "take", "target"]
