@@ -46,7 +46,13 @@ ROUNDINGS = 4
 # semantic difference (docs/semantics.md §13), "bug" for a Tile bug reported but not fixed yet.
 # A listed case that fails is counted as expected (xfail); one that passes is reported as such, so
 # the list cannot go stale silently (test_onnx_nodes.py checks that every name is a case).
-KNOWN: dict[str, tuple[str, str]] = {}
+_DFT_NOISE = ("the imaginary part of an inverse DFT of a real signal's spectrum is 0; ONNX's stored "
+              "output holds its float32 FFT's rounding there (about 2e-7, over the case's atol of 1e-7), "
+              "Tile's about 1e-14 (docs/semantics.md §13 item 5)")
+KNOWN: dict[str, tuple[str, str]] = {
+    "test_dft_inverse": ("difference", _DFT_NOISE),
+    "test_dft_inverse_opset19": ("difference", _DFT_NOISE),
+}
 
 
 def unavailable() -> str | None:
