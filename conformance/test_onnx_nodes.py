@@ -4,18 +4,23 @@
 difference between ONNX's expected outputs and Tile's semantics shows there first). A case Tile
 cannot express skips with the reason, a known difference is an xfail with its class and reason
 (``onnx_nodes.KNOWN``), anything else that differs fails. Without ``--onnx`` nothing ONNX runs: one
-placeholder test skips saying so (and, with ``--onnx`` but no ``onnx`` package, says that). The
-other tests here check the comparison rule and the summary, and need no option.
+placeholder test skips saying so (and, with ``--onnx`` but no ``onnx`` package, says that).
+``--conformance-shard=I/N`` takes the cases whose name hashes to shard I: the N shards together run
+every case once, and one shard is a sample (a target whose compiles take seconds, PoCL's, can be
+measured on a share). The other tests here check the comparison rule and the summary, and need no
+option.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
 import pytest
 
 from conformance import onnx_nodes, report
+from conformance import targets as subjects
 
 
 def _targets(config) -> list[str]:
@@ -39,7 +44,8 @@ def pytest_generate_tests(metafunc):
         param = pytest.param(None, None, marks=pytest.mark.skip(reason=why))
         metafunc.parametrize("onnx_target,onnx_case", [param], ids=["onnx"])
         return
-    params = [(t, name) for t in _targets(config) for name in onnx_nodes.names()]
+    mine = [n for n in onnx_nodes.names() if subjects.SHARD.takes(hashlib.sha1(n.encode()).hexdigest())]
+    params = [(t, name) for t in _targets(config) for name in mine]
     metafunc.parametrize("onnx_target,onnx_case", params, ids=[f"{t}-{n}" for t, n in params])
 
 
