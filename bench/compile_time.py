@@ -7,11 +7,12 @@ Programs (generated here, small 8x8 float32 tensors with integer values so resul
   the previous one's result;
 * ``matmuls N``: N independent 8x8 matrix products of the same two inputs, each its own output.
 
-After a warm-up on a 2-statement program (imports), per program: the interpreter's time for
-one call, the device's compile + first call (in a fresh ``tile.compile``, disk cache off unless
-``--cache``), their ratio, the process's CPU time over the compile + call (the machine may be
-shared: CPU time is the fairer figure), and the peak traced Python memory (``tracemalloc``) and
-peak resident set (``resource``) after it. Every result is checked equal to the interpreter's.
+After a warm-up on a 2-statement program (imports), per program: the interpreter's time for one call,
+the device's compile + first call (in a fresh ``tile.compile``, disk cache off unless ``--cache``),
+their ratio, the process's CPU time over the compile + call and over the interpreter's call, and their
+ratio (the machine may be shared: CPU time is the fairer figure), and the peak traced Python memory
+(``tracemalloc``) and peak resident set (``resource``) after it. Every result is checked equal to the
+interpreter's.
 ``--warm``: instead, a new process's compile + first call when an earlier process built the same
 program into a fresh disk cache (the second of two processes; imports and first-use set-up paid
 by another small program first), for each program alone and with its gradient program
@@ -75,9 +76,10 @@ def inputs() -> dict[str, np.ndarray]:
 def measure(src: str, device: str, settings: dict) -> dict:
     """Interpreter time, compile + first call time and CPU time, peak memory; results checked."""
     x = inputs()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     want = tile.compile(src, "interp")(x)
     interp = time.perf_counter() - start
+    interp_cpu = time.process_time() - cpu
     tracemalloc.start()
     start, cpu = time.perf_counter(), time.process_time()
     got = tile.compile(src, device, settings)(x)
@@ -89,7 +91,8 @@ def measure(src: str, device: str, settings: dict) -> dict:
         if not np.array_equal(np.asarray(got[name]), w):
             raise AssertionError(f"{device} differs from the interpreter in output {name}")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    return {"interp": interp, "first": first, "cpu": cpu, "traced_mib": peak / 2**20, "rss_mib": rss}
+    return {"interp": interp, "first": first, "cpu": cpu, "interp_cpu": interp_cpu,
+            "traced_mib": peak / 2**20, "rss_mib": rss}
 
 
 WARM = r"""
@@ -241,13 +244,14 @@ def main(argv: list[str] | None = None) -> int:
     settings = {} if args.cache else {"cache": False}
     measure(chain(2), args.device, settings)  # imports and first-use set-up, paid by no figure below
     print(f"{'program':<16}{'interp s':>10}{'compile+call s':>16}{'ratio':>8}{'cpu s':>8}"
-          f"{'traced MiB':>12}{'max RSS MiB':>13}")
+          f"{'interp cpu s':>14}{'cpu ratio':>11}{'traced MiB':>12}{'max RSS MiB':>13}")
     for name in args.only.split(","):
         for n in (int(s) for s in args.sizes.split(",")):
             r = measure(PROGRAMS[name](n), args.device, settings)
             print(f"{name + ' ' + str(n):<16}{r['interp']:>10.2f}{r['first']:>16.2f}"
-                  f"{r['first'] / r['interp']:>8.1f}{r['cpu']:>8.2f}{r['traced_mib']:>12.1f}"
-                  f"{r['rss_mib']:>13.0f}", flush=True)
+                  f"{r['first'] / r['interp']:>8.1f}{r['cpu']:>8.2f}{r['interp_cpu']:>14.2f}"
+                  f"{r['cpu'] / r['interp_cpu']:>11.1f}{r['traced_mib']:>12.1f}{r['rss_mib']:>13.0f}",
+                  flush=True)
     return 0
 
 
