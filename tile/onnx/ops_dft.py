@@ -69,3 +69,40 @@ def dft(ctx: Context, node) -> list[Value]:
 
     parts = [reshape(ctx, v, (*v.shape, 1)) for v in (real, imag)]
     return ctx.call(tile.ops.concat(2, rank=parts[0].rank, axis=parts[0].rank - 1), *parts)
+
+
+@converter("STFT")
+def stft(ctx: Context, node) -> list[Value]:
+    """Frames ``step*f + n`` of the signal times the window, transformed: one contraction per
+    part with constant window-times-cosine/sine matrices."""
+    import tile.ops
+
+    x = ctx.input(0)
+    step = int(np.asarray(ctx.const(1)).ravel()[0])
+    window = ctx.const(2) if ctx.has(2) else None
+    if ctx.has(3):
+        length = int(np.asarray(ctx.const(3)).ravel()[0])
+    elif window is not None:
+        length = int(np.asarray(window).size)
+    else:
+        raise ctx.error("STFT needs a window or a frame_length")
+    w = np.ones(length) if window is None else np.asarray(window, dtype=np.float64).ravel()
+    batch, total = x.shape[0], x.shape[1]
+    frames = (total - length) // step + 1
+    bins = length // 2 + 1 if ctx.attr("onesided", 1) else length
+    theta = 2 * np.pi * np.arange(bins)[:, None] * np.arange(length)[None, :] / length
+    cos = ctx.constant((w * np.cos(theta)).astype(x.dtype.numpy), x.dtype)
+    sin = ctx.constant((w * np.sin(theta)).astype(x.dtype.numpy), x.dtype)
+    re = _part(ctx, x, 0)
+    im = _part(ctx, x, 1) if x.shape[-1] == 2 else None
+
+    def frame(v: Value, m: Value) -> Value:
+        return ctx.emit(f"$[b, f, k: {batch}, {frames}, {bins}] = +({v}[b, {step}*f + n] * {m}[k, n]), "
+                        f"n < {length}", "Frames")
+
+    real, imag = frame(re, cos), ctx.let(f"-{frame(re, sin)}", "Imag")
+    if im is not None:
+        real = ctx.let(f"{real} + {frame(im, sin)}", "Real")
+        imag = ctx.let(f"{imag} + {frame(im, cos)}", "Imag")
+    parts = [reshape(ctx, ctx.cast(v, x.dtype), (*v.shape, 1)) for v in (real, imag)]
+    return ctx.call(tile.ops.concat(2, rank=4, axis=3), *parts)

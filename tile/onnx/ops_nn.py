@@ -101,8 +101,9 @@ class Window:
         o, k = np.arange(self.sizes[d])[:, None], np.arange(self.kernel[d])[None, :]
         return o * self.strides[d] + k * self.dilations[d] - self.pads[d][0]
 
-    def contraction(self, ctx: Context, agg: str, x: Value, hint: str) -> Value:
-        """``agg`` over each window of ``x`` (``+`` or ``>``), [N, C, O..]."""
+    def contraction(self, ctx: Context, agg: str, x: Value, hint: str, combine=None) -> Value:
+        """``agg`` over each window of ``x`` (``+`` or ``>``), [N, C, O..]; ``combine(at, out)``
+        writes another combination from the window's and the output's index lists."""
         o, k = [f"o{d}" for d in range(self.nd)], [f"k{d}" for d in range(self.nd)]
         at = []
         for d in range(self.nd):
@@ -113,7 +114,9 @@ class Window:
         n, c = x.shape[:2]
         sizes = ", ".join(map(str, (n, c, *self.sizes)))
         cons = "".join(f", {k[d]} < {self.kernel[d]}" for d in range(self.nd))
-        return ctx.emit(f"$[n, c, {', '.join(o)}: {sizes}] = {agg}({x}[n, c, {', '.join(at)}]){cons}", hint)
+        at, out = f"n, c, {', '.join(at)}", f"n, c, {', '.join(o)}"
+        body = combine(at, out) if combine is not None else f"{x}[{at}]"
+        return ctx.emit(f"$[{out}: {sizes}] = {agg}({body}){cons}", hint)
 
     def counts(self, include_pad: bool) -> np.ndarray:
         """Elements per window: those inside the input, or with ``include_pad`` inside the padded
@@ -139,11 +142,47 @@ def _in_float32(ctx: Context, *values: Value | None) -> list[Value | None]:
 
 @converter("MaxPool")
 def max_pool(ctx: Context, node) -> list[Value | None]:
+    """The maximum of each window; ``Indices``, where asked for, is the first position of it in
+    the flattened input (spatial dims row-major, or column-major with ``storage_order=1``): the
+    largest of ``total - position`` over the window's elements equal to the maximum."""
     x = ctx.input(0)
-    if len(node.output) > 1 and node.output[1]:
-        raise ctx.unsupported("the Indices output (argmax positions) is not converted")
     w = Window(ctx, x)
-    return [w.contraction(ctx, ">", x, "MaxPool")]
+    y = w.contraction(ctx, ">", x, "MaxPool")
+    if len(node.output) < 2 or not node.output[1]:
+        return [y]
+    total = x.size
+    flat = [int(d) for d in x.shape]
+    order = list(range(x.rank)) if not ctx.attr("storage_order", 0) else [0, 1, *range(x.rank - 1, 1, -1)]
+    stride, terms = 1, []
+    for a in reversed(order):  # the position's terms, innermost axis first
+        terms.append(f"as_int(index({x}, {a}), 64) * {ctx.lit(stride, DType.INT64)}")
+        stride *= flat[a]
+    rest = ctx.let(f"{ctx.lit(total, DType.INT64)} - ({' + '.join(terms)})", "PoolPosition")
+    best = w.contraction(ctx, ">", x, "PoolArg", lambda at, out: f"{x}[{at}] == {y}[{out}] ? {rest}[{at}]")
+    return [y, ctx.let(f"{ctx.lit(total, DType.INT64)} - {best}", "Indices")]
+
+
+@converter("MaxUnpool")
+def max_unpool(ctx: Context, node) -> list[Value]:
+    """Zeros of the unpooled shape (``output_shape``, else ``(L - 1) * stride + kernel - pads``)
+    with each value of ``X`` at its flattened position in ``I`` (``scatter``)."""
+    x, idx = ctx.input(0), ctx.input(1)
+    nd = x.rank - 2
+    kernel = _spatial_attr(ctx, "kernel_shape", nd, 0)
+    strides = _spatial_attr(ctx, "strides", nd, 1)
+    pads = ctx.attr("pads", None) or (0,) * (2 * nd)
+    shape = (*x.shape[:2], *((L - 1) * s + k - pads[d] - pads[d + nd]
+                              for d, (L, s, k) in enumerate(zip(x.shape[2:], strides, kernel))))
+    room = ctx.constant(np.zeros(math.prod(shape), np.int8))
+    flat = ctx.let(f"scatter(reshape({x}, {x.size}), reshape({idx}, {idx.size}), {room})", "Unpooled")
+    y = ctx.let(f"reshape({flat}, {', '.join(map(str, shape))})", "MaxUnpool")
+    wanted = ctx.const(2, None)
+    if wanted is None or tuple(int(v) for v in wanted) == shape:
+        return [y]
+    # a given output_shape: the positions keep their coordinates (in the default shape) and the
+    # rest of the larger output is 0
+    idx = ", ".join(f"i{a}" for a in range(x.rank))
+    return [ctx.emit(f"$[{idx}: {', '.join(str(int(v)) for v in wanted)}] = =({y}[{idx}])", "MaxUnpool")]
 
 
 @converter("AveragePool")
