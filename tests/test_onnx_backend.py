@@ -118,10 +118,10 @@ globals().update(_runner.test_cases)
 
 
 def test_prepare_refuses_an_unsupported_model_before_any_run():
-    node = helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.INT32)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
-                              [helper.make_tensor_value_info("y", TensorProto.INT32, [3])])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)])
-    with pytest.raises(tile.onnx.TileOnnxUnsupported, match="BitCast"):
+    node = helper.make_node("ImageDecoder", ["x"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [30])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [2, 2, 3])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    with pytest.raises(tile.onnx.TileOnnxUnsupported, match="ImageDecoder"):
         Backend.prepare(m, "interp")
     assert not Backend.is_compatible(m, "interp") and Backend.is_compatible(small_model(), "interp")

@@ -167,3 +167,23 @@ def test_matmul_broadcasts_batch_axes_like_numpy():
               [("y", TensorProto.FLOAT, [2, 5, 3, 2])])
     a, b = ints((2, 1, 3, 4)), ints((5, 4, 2), seed=5)
     np.testing.assert_array_equal(run(m, a=a, b=b)["y"], a @ b)
+
+
+@pytest.mark.parametrize("float_type, int_type, np_float, np_int", [
+    (TensorProto.FLOAT, TensorProto.INT32, np.float32, np.int32),
+    (TensorProto.DOUBLE, TensorProto.INT64, np.float64, np.int64),
+])
+def test_bitcast_keeps_every_bit_both_ways(float_type, int_type, np_float, np_int):
+    info = np.finfo(np_float)
+    x = np.array([0.0, -0.0, 1.0, -2.5, 0.1, np.inf, -np.inf, np.nan, info.max, info.tiny,
+                  info.smallest_subnormal, -3 * info.smallest_subnormal], dtype=np_float)
+
+    def bitcast(a, frm, to):
+        m = model([helper.make_node("BitCast", ["x"], ["y"], to=to)], [("x", frm, a.shape)],
+                  [("y", to, a.shape)], opset=26)
+        return run(m, x=a)["y"]
+
+    bits = bitcast(x, float_type, int_type)
+    np.testing.assert_array_equal(bits, x.view(np_int))
+    back = bitcast(bits, int_type, float_type)
+    np.testing.assert_array_equal(back.view(np_int), x.view(np_int))

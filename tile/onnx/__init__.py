@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 
 from tile.onnx import (  # noqa: F401  (registration)
+    ops_bitcast,
     ops_dft,
     ops_elementwise,
     ops_grid,

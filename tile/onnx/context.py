@@ -64,7 +64,7 @@ def literal(x, dtype: DType) -> str:
     if dtype.is_float:
         x = float(x)
         if math.isnan(x):
-            text = "(0.0 / 0.0)"
+            text = "abs(0.0 / 0.0)"  # the positive quiet nan (0/0 has the sign bit set on x86)
         elif math.isinf(x):
             text = "(1.0 / 0.0)" if x > 0 else "(-1.0 / 0.0)"
         else:

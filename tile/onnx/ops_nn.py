@@ -529,3 +529,38 @@ def causal_conv_with_state(ctx: Context, node) -> list[Value | None]:
             parts.append(ctx.emit(f"${state} = +({past}[n, c, j + {length}])", "StatePast"))
         outputs.append(ctx.let(" + ".join(str(t) for t in parts), "PresentState"))
     return outputs
+
+
+def _round_even(ctx: Context, v: Value) -> Value:
+    """``v`` (float32) rounded to the nearest integer, ties to even (ONNX's saturating casts)."""
+    half = ctx.lit(0.5, v.dtype)
+    return ctx.let(f"{v} - floor({v}) == {half} ? {ctx.lit(2, v.dtype)} * round({v} * {half}) : round({v})",
+                   "RoundEven")
+
+
+@converter("QLinearConv")
+def qlinear_conv(ctx: Context, node) -> list[Value]:
+    """``ConvInteger``'s int32 sum (plus the int32 bias) times ``x_scale * w_scale / y_scale``,
+    rounded half to even, plus ``y_zero_point``, saturated to the output type."""
+    x, xs, xz, w, ws, wz, ys, yz, b = (ctx.input(i) for i in range(9))
+    nd, kernel, strides, dilations = _conv_shapes(ctx, x, w)
+    pads = _pads(ctx, x.shape[2:], kernel, strides, dilations)
+    xi = ctx.let(f"{ctx.cast(x, DType.INT32)} - {ctx.cast(xz, DType.INT32)}", "QX")
+    per = ctx.cast(wz, DType.INT32)
+    if wz.rank:
+        per = ctx.let(f"reshape({per}, {wz.size}{', 1' * (w.rank - 1)})", "QWZero")
+    wi = ctx.let(f"{ctx.cast(w, DType.INT32)} - {per}", "QW")
+    groups = int(ctx.attr("group", 1))
+    (acc,) = ctx.call(tile.ops.conv(nd, stride=strides, padding=pads, dilation=dilations, groups=groups),
+                      xi, wi)
+    if b is not None:
+        acc = ctx.let(f"{acc} + reshape({b}, {b.size}{', 1' * nd})", "QBias")
+    scale = ctx.cast(ws, DType.FLOAT32)
+    if ws.rank:
+        scale = ctx.let(f"reshape({scale}, {ws.size}{', 1' * nd})", "QScale")
+    real = ctx.let(f"{ctx.cast(acc, DType.FLOAT32)} * ({ctx.cast(xs, DType.FLOAT32)} * {scale} "
+                   f"/ {ctx.cast(ys, DType.FLOAT32)})", "QReal")
+    q = ctx.let(f"{_round_even(ctx, real)} + {ctx.cast(yz, DType.FLOAT32)}", "QShifted")
+    info = np.iinfo(yz.dtype.numpy)
+    lo, hi = ctx.lit(float(info.min), DType.FLOAT32), ctx.lit(float(info.max), DType.FLOAT32)
+    return [ctx.cast(ctx.let(f"min(max({q}, {lo}), {hi})", "QSaturated"), yz.dtype)]
