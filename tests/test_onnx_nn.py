@@ -44,6 +44,7 @@ CASES = [
     "test_l1normalization_axis_0",
     "test_mvn",
     "test_convinteger_with_padding",
+    "test_qlinearconv",
     "test_causal_conv_with_state_with_bias_and_past_state",
 ]
 
