@@ -25,6 +25,7 @@ from tile.onnx import (  # noqa: F401  (registration)
     ops_resize,
     ops_rnn,
     ops_shape,
+    ops_training,
 )
 from tile.onnx.errors import TileOnnxError, TileOnnxUnsupported, TileOnnxValueDependent
 from tile.onnx.importer import Imported, import_model, to_tile

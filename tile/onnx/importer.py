@@ -160,7 +160,7 @@ def _convert(b: Builder, node, values: dict, opset: int, initializers: dict, loc
         if n and n not in values:
             raise TileOnnxError(f"{node.op_type} node '{node.name}' reads '{n}', which nothing defines "
                                 "before it")
-    fn = CONVERTERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    fn = CONVERTERS.get(node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}")
     if node.op_type in ("If", "Scan", "Loop") and fn is None:
         def convert(n):
             _convert(b, n, values, opset, initializers, local, keep)

@@ -36,6 +36,8 @@ those types, in graph order, as ``fn(ctx, node) -> list[Value | None]``:
 * **Refusing.** Raise ``ctx.unsupported("why")`` (a ``TileOnnxUnsupported`` naming the node) for
   attribute values or dtypes the converter does not handle. Never let a raw exception escape.
 
+An operator of another domain registers as ``"domain:OpType"`` (``"ai.onnx.preview.training:Adam"``).
+
 Converters for Conv/ConvTranspose/pooling/normalization live in ``ops_nn.py``; the rest in the
 ``ops_*`` modules beside this one. ``tile.onnx`` imports all of them, which registers them.
 """
@@ -46,7 +48,7 @@ from collections.abc import Callable
 
 Converter = Callable[..., list]
 
-# op_type -> converter (the default ONNX domain and "ai.onnx")
+# op_type -> converter: the default ONNX domain (and "ai.onnx") by name, others as "domain:op_type"
 CONVERTERS: dict[str, Converter] = {}
 
 
