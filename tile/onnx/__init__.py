@@ -21,6 +21,7 @@ from tile.onnx import (  # noqa: F401  (registration)
     ops_grid,
     ops_linalg,
     ops_misc,
+    ops_ml,
     ops_reduce,
     ops_resize,
     ops_rnn,
