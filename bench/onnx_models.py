@@ -1,6 +1,7 @@
-"""``python -m bench.onnx_models [--threads 1,2] [--rounds R] [--models mlp,cnn,transformer]``: three
-small models exported from PyTorch with ``torch.onnx.export``, run by ``tile.onnx`` on
-``llvm_cpu.0`` and by onnxruntime's CPU provider at the same thread count.
+"""``python -m bench.onnx_models [--threads 1,2] [--rounds R] [--models mlp,cnn,transformer] [--target ID]``:
+three small models exported from PyTorch with ``torch.onnx.export``, run by ``tile.onnx`` on
+``llvm_cpu.0`` (or ``--target``) and by onnxruntime's CPU provider at the same thread count (by
+PyTorch on CUDA, TF32 off, for a GPU target).
 
 The models (``build``) are also what tests/test_onnx_models.py imports and checks against PyTorch
 and onnxruntime: an MLP (three Linear layers, ReLU), a small CNN (Conv, BatchNorm, ReLU, MaxPool,
@@ -150,27 +151,55 @@ def seconds(fn, rounds: int, warmup: int = 3) -> tuple[float, float]:
     return statistics.median(times), min(times)
 
 
+def torch_cuda_call(module, x: np.ndarray):
+    """A whole PyTorch CUDA call as Tile's is timed: numpy in, the model, numpy out (TF32 off),
+    or None without a CUDA device."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    gpu = module.to("cuda")
+
+    def call():
+        with torch.no_grad():
+            return gpu(torch.from_numpy(x).to("cuda")).cpu().numpy()
+
+    return call
+
+
 def measure(name: str, threads: int, rounds: int, target: str = "llvm_cpu.0") -> dict:
-    """One model at one thread count: compile/session seconds, median call seconds, max errors."""
+    """One model at one thread count: compile/session seconds, call seconds (median, min), max
+    errors; the peer is onnxruntime's CPU provider at ``threads`` for a CPU target, PyTorch CUDA
+    for a GPU one."""
     import tile.onnx
 
     module, x = build(name, "bench")
     model, want = export(module, x), torch_output(module, x)
+    cpu = target.startswith(("llvm", "opencl_cpu", "interp"))
     start = time.perf_counter()
-    rep = tile.onnx.Backend.prepare(model, target, settings={"threads": threads})
+    rep = tile.onnx.Backend.prepare(model, target, settings={"threads": threads} if cpu else None)
     got = rep.run([x])[0]
     compile_s = time.perf_counter() - start
-    row = {"model": name, "input": list(x.shape), "threads": threads, "tile_compile_s": round(compile_s, 2),
+    row = {"model": name, "input": list(x.shape), "threads": threads, "target": target,
+           "tile_compile_s": round(compile_s, 2),
            "tile_ms": [1e3 * t for t in seconds(lambda: rep.run([x]), rounds)],
            "tile_max_err": float(np.max(np.abs(got - want)))}
     if row["tile_max_err"] > tolerance(name, x, want):
         raise AssertionError(f"{name}: Tile's answer is off by {row['tile_max_err']:.3g}")
-    sess = ort_session(model, threads)
-    if sess is not None:
-        ort_got = sess.run(None, {"x": x})[0]
-        row["ort_ms"] = [1e3 * t for t in seconds(lambda: sess.run(None, {"x": x}), rounds)]
-        row["ort_max_err"] = float(np.max(np.abs(ort_got - want)))
-        row["ratio"] = row["ort_ms"][1] / row["tile_ms"][1]  # of the minima; > 1: Tile is faster
+    if cpu:
+        sess = ort_session(model, threads)
+        call = None if sess is None else (lambda: sess.run(None, {"x": x})[0])
+        row["peer"] = "onnxruntime CPU"
+    else:
+        call = torch_cuda_call(module, x)
+        row["peer"] = "PyTorch CUDA"
+    if call is not None:
+        row["peer_max_err"] = float(np.max(np.abs(call() - want)))
+        row["peer_ms"] = [1e3 * t for t in seconds(call, rounds)]
+        row["ratio"] = row["peer_ms"][1] / row["tile_ms"][1]  # of the minima; > 1: Tile is faster
     return row
 
 
@@ -181,19 +210,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--target", default="llvm_cpu.0")
     args = ap.parse_args(argv)
-    print("| model | input | threads | Tile compile s | Tile ms (median, min) | onnxruntime ms (median, min) "
-          "| ort / Tile (min) | max err Tile, ort |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"target {args.target}")
+    print("| model | input | threads | Tile compile s | Tile ms (median, min) | peer | peer ms (median, min) "
+          "| peer / Tile (min) | max err Tile, peer |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
         for threads in (int(t) for t in args.threads.split(",")):
             r = measure(name, threads, args.rounds, args.target)
-            ort = "- | -"
-            if "ort_ms" in r:
-                ort = f"{r['ort_ms'][0]:.3f}, {r['ort_ms'][1]:.3f} | {r['ratio']:.2f}"
-            errs = f"{r['tile_max_err']:.1e}, {r.get('ort_max_err', float('nan')):.1e}"
+            peer = f"{r['peer']} | - | -"
+            if "peer_ms" in r:
+                peer = f"{r['peer']} | {r['peer_ms'][0]:.3f}, {r['peer_ms'][1]:.3f} | {r['ratio']:.2f}"
+            errs = f"{r['tile_max_err']:.1e}, {r.get('peer_max_err', float('nan')):.1e}"
             head = f"| {name} | {r['input']} | {threads} | {r['tile_compile_s']} | {r['tile_ms'][0]:.3f}, " \
                    f"{r['tile_ms'][1]:.3f}"
-            print(f"{head} | {ort} | {errs} |", flush=True)
+            print(f"{head} | {peer} | {errs} |", flush=True)
     return 0
 
 
