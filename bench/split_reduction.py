@@ -44,12 +44,12 @@ def best(fn, rounds: int) -> float:
 def _without_split(config: str | None, target: str) -> str:
     """A temporary copy of the config (a file, or the target's built-in one) with no split steps."""
     from backends import registry
-    from stripe.config import TARGETS
+    from stripe.config import TARGETS, format_config, load_config
 
     path = Path(config) if config else TARGETS / f"{registry.get(target).optimizer}.json"
     if not path.exists():  # a built-in name such as llvm_cpu_tiled
         path = TARGETS / f"{config}.json"
-    data = json.loads(path.read_text())
+    data = json.loads(format_config(load_config(path)))  # resolved: a delta's steps written out too
     data["passes"] = [p for p in data["passes"] if p["pass"] != "split_reduction"]
     out = Path(tempfile.mkdtemp()) / "without_split.json"
     out.write_text(json.dumps(data))

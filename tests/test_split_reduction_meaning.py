@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import ref_interp
 import tile
-from stripe.config import TARGETS
+from stripe.config import format_config, target_config
 from tests.opencl_support import DEVICE_ID, requires_opencl
 from tests.pass_support import assert_same_meaning, lowered, programs, run_pass
 
@@ -113,7 +113,7 @@ RUNS = [
 
 def _config(tmp_path, kind: str, interleave: bool, self_init: bool = False) -> str:
     """The device's built-in config with small thresholds, so that the cases above split."""
-    data = json.loads((TARGETS / f"{kind}.json").read_text())
+    data = json.loads(format_config(target_config(kind)))  # resolved: every step written out
     step = {
         "name": "split_small",
         "pass": "split_reduction",
