@@ -293,6 +293,11 @@ def _operands(dtype, rng, large: bool) -> dict[str, np.ndarray]:
     return {"X": x, "Y": y, "R": y[3].copy(), "C": y[:, 1:2].copy(), "S": s}
 
 
+# operations whose result is a zero of either sign on the rows' ±0 (and on -0.5 / 2 for ceil): an
+# output compares -0 equal to +0, so each is divided into 1, which gives -inf or +inf
+ZERO_SIGNS = ["-{0}", "{0} * {1}", "{0} + {1}", "{0} - {1}", "ceil({0} / 4)", "abs({0})"]
+
+
 def _exprs(dtype, templates: list[str], closed: bool, suffix: str = "") -> list[str]:
     x, y, r, c, s = (f"{n}{suffix}" for n in "XYRCS")
     if closed:  # for devices of one type: only what computes in ``dtype`` alone
@@ -300,6 +305,8 @@ def _exprs(dtype, templates: list[str], closed: bool, suffix: str = "") -> list[
     exprs = [t.format(x, y) for t in templates]
     if not closed:  # a cast's result computed with further (a width or rounding the output type hides)
         exprs += [f"as_float({e}, 64) * 3" for e in exprs if e.startswith(("as_", "round_tf32"))]
+        if np.dtype(dtype).kind == "f":
+            exprs += [f"1 / ({t.format(x, y)})" for t in ZERO_SIGNS]
     return exprs + [f"{x} - {r}", f"{c} - {x}", f"{x} * {s}"] + ([] if closed else [f"{r} < {x}"])
 
 

@@ -277,3 +277,20 @@ def test_the_float_sweeps_carry_infinities_through_the_aggregations():
                 assert not np.isfinite(value).all(), (dtype, name)
             if not any(k in name for k in ("dot", "mul", "col_sum", "eq")):
                 assert np.isinf(value).any(), (dtype, name)
+
+
+def test_float_sweeps_show_the_sign_of_zero_results():
+    """An output compares -0 equal to +0, so each operation that gives a zero of either sign on the
+    rows' ±0 is also divided into 1 in every float sweep: the interpreter's answers hold -inf (a -0
+    result) and +inf (a +0 result), which a target that flips a zero's sign cannot match."""
+    for dtype in strategies.FLOAT_DTYPES:
+        src, inputs = sweeps.elementwise_program(dtype, 3, [], large=False, all_types=False)
+        out = ref_interp.run(src, inputs)
+        probes = [f"1 / ({t.format('X', 'Y')})" for t in sweeps.ZERO_SIGNS]
+        names = {e: n for n, e in re.findall(r"(O\d+) = ([^;]*);", src)}
+        assert all(p in names for p in probes), src
+        signs = np.concatenate([out[names[p]].ravel() for p in probes])
+        assert np.isneginf(signs).any() and np.isposinf(signs).any()
+        neg = out[names[probes[0]]]  # 1 / -X: -X is -0 where X is +0, and +0 where X is -0
+        x = inputs["X"]
+        assert (np.isneginf(neg) == ((x == 0) & ~np.signbit(x))).all()
