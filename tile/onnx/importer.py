@@ -91,7 +91,14 @@ def onnx_dtype(elem_type: int, what: str) -> DType:
 
 
 def _declared(vi, shapes: Mapping) -> tuple[tuple[int, ...], DType]:
-    t = vi.type.tensor_type
+    kind = vi.type.WhichOneof("value")
+    if kind == "optional_type" and vi.type.optional_type.elem_type.HasField("tensor_type"):
+        t = vi.type.optional_type.elem_type.tensor_type  # an optional tensor that is given
+    elif kind in ("tensor_type", None):
+        t = vi.type.tensor_type
+    else:
+        raise TileOnnxUnsupported(f"input '{vi.name}' is a {kind.replace('_type', '')}, which Tile does "
+                                  "not have", None, "Tile programs take tensors only")
     dtype = onnx_dtype(t.elem_type, f"input '{vi.name}'")
     if vi.name in shapes:
         return tuple(int(d) for d in shapes[vi.name]), dtype

@@ -53,7 +53,9 @@ def reduce(ctx: Context, node) -> list[Value]:
             value = -math.inf
         elif node.op_type == "ReduceMean":
             value = math.nan
-        if not x.dtype.is_float and math.isinf(value):
+        if x.dtype is DType.BOOL and math.isinf(value):
+            value = value > 0  # the empty max is false, the empty min true
+        elif not x.dtype.is_float and math.isinf(value):
             info = np.iinfo(x.dtype.numpy)
             value = info.min if value < 0 else info.max
         return [ctx.folded(np.full(out_shape, value), x.dtype)]

@@ -427,6 +427,19 @@ def one_hot(ctx: Context, node) -> list[Value]:
     return [ctx.let(f"{col} == {positions} ? {on} : {off}", "OneHot")]
 
 
+@converter("OptionalHasElement")
+def optional_has_element(ctx: Context, node) -> list[Value]:
+    """A tensor (a given optional) has its element; an absent input has none."""
+    return [ctx.folded(np.array(ctx.has(0)))]
+
+
+@converter("OptionalGetElement")
+def optional_get_element(ctx: Context, node) -> list[Value]:
+    if not ctx.has(0):
+        raise ctx.error("the optional input is empty")
+    return [ctx.let(f"ident({ctx.input(0)})")]
+
+
 @converter("Dropout")
 def dropout(ctx: Context, node) -> list[Value]:
     x = ctx.input(0)
