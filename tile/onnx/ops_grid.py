@@ -114,3 +114,76 @@ def grid_sample(ctx: Context, node) -> list[Value]:
         term = ctx.let(" * ".join([read.name, *weights]), "Term") if weights else read
         acc = term if acc is None else ctx.let(f"{acc} + {term}", "Sum")
     return [ctx.cast(acc, x.dtype)]
+
+
+@converter("RoiAlign")
+def roi_align(ctx: Context, node) -> list[Value]:
+    """Each output bin samples a fixed ``sampling_ratio`` x ``sampling_ratio`` grid of points
+    (bilinear, ONNX's edge rules) and averages them, or takes the largest weighted corner value
+    (``max``, as ONNX defines it). Axes of the sample tensor: roi, channel, bin y, bin x, sample y,
+    sample x."""
+    x, rois, batch = ctx.input(0), ctx.input(1), ctx.input(2)
+    n, c, height, width = x.shape
+    r = rois.shape[0]
+    oh, ow = ctx.attr("output_height", 1), ctx.attr("output_width", 1)
+    g = ctx.attr("sampling_ratio", 0)
+    if g <= 0:
+        raise ctx.unsupported("an adaptive sampling_ratio (the sample count would depend on the rois)")
+    scale = ctx.attr("spatial_scale", 1.0)
+    half = ctx.attr("coordinate_transformation_mode", "half_pixel") == "half_pixel"
+    f = lambda v: ctx.lit(v, F64)  # noqa: E731
+    box = ctx.cast(rois, F64)
+
+    def corner(k: int, axis: int) -> Value:  # roi column k, placed on axis 2 (y) or 3 (x)
+        shape = [r, 1, 1, 1, 1, 1]
+        v = reshape(ctx, take(ctx, box, 1, [k]), shape)
+        return ctx.let(f"{v} * {f(scale)} - {f(0.5 if half else 0.0)}", "Corner")
+
+    def grid(count: int, axis: int) -> Value:
+        shape = [1] * 6
+        shape[axis] = count
+        return ctx.constant(np.arange(count, dtype=np.float64).reshape(shape), F64)
+
+    def points(start: Value, end: Value, bins: int, bin_axis: int, sample_axis: int) -> Value:
+        size = ctx.let(f"{end} - {start}", "Size")
+        if not half:
+            size = ctx.let(f"max({size}, {f(1)})", "Size")
+        step = ctx.let(f"{size} / {f(bins)}", "Bin")
+        return ctx.let(f"{start} + {grid(bins, bin_axis)} * {step} + ({grid(g, sample_axis)} + {f(0.5)}) * "
+                       f"{step} / {f(g)}", "Point")
+
+    ys = points(corner(1, 2), corner(3, 2), oh, 2, 4)
+    xs = points(corner(0, 3), corner(2, 3), ow, 3, 5)
+
+    def axis_taps(v: Value, size: int):
+        inside = ctx.let(f"({v} >= {f(-1)}) & ({v} <= {f(size)})", "Inside")
+        v = ctx.let(f"max({v}, {f(0)})", "Clamped")
+        low = ctx.let(f"floor({v})", "Low")
+        edge = f"{low} >= {f(size - 1)}"
+        low2 = ctx.let(f"{edge} ? {f(size - 1)} : {low}", "Low")
+        high = ctx.let(f"{edge} ? {f(size - 1)} : {low} + {f(1)}", "High")
+        at = ctx.let(f"{edge} ? {f(size - 1)} : {v}", "At")
+        frac = ctx.let(f"{at} - {low2}", "Frac")
+        keep = ctx.let(f"as_float({inside}, 64)", "Keep")
+        return [(low2, ctx.let(f"({f(1)} - {frac}) * {keep}", "W")), (high, ctx.let(f"{frac} * {keep}", "W"))]
+
+    base = ctx.let(f"({reshape(ctx, ctx.cast(batch, F64), (r, 1, 1, 1, 1, 1))} * {f(c)} + {grid(c, 1)}) * "
+                   f"{f(height * width)}", "Base")
+    flat = reshape(ctx, ctx.cast(x, F64), (x.size,))
+    terms = []
+    for (yi, wy), (xi, wx) in itertools.product(axis_taps(ys, height), axis_taps(xs, width)):
+        pos = ctx.let(f"as_int({base} + {yi} * {f(width)} + {xi}, 64)", "Offset")
+        terms.append(ctx.let(f"{wy} * {wx} * gather({flat}, {pos})", "Term"))
+    if ctx.attr("mode", "avg") == "max":
+        sample = terms[0]
+        for t in terms[1:]:
+            sample = ctx.let(f"max({sample}, {t})", "Largest")
+        agg = ">"
+    else:
+        sample = ctx.let(" + ".join(t.name for t in terms), "Sample")
+        agg = "+"
+    dims = f"{r}, {c}, {oh}, {ow}"
+    y = ctx.emit(f"$[q, k, i, j: {dims}] = {agg}({sample}[q, k, i, j, a, b])", "RoiAlign")
+    if agg == "+":
+        y = ctx.let(f"{y} / {f(g * g)}", "Average")
+    return [ctx.cast(y, x.dtype)]
