@@ -27,17 +27,25 @@ from stripe.config import TargetConfig, builtin_names, target_config
 
 @lru_cache(maxsize=1)
 def configs() -> tuple[TargetConfig, ...]:
-    out = []
-    for name in builtin_names():
-        cfg = target_config(name)
-        out += [cfg, small(cfg)]
+    """Every built-in config and its small variant, once per distinct (hardware, passes): a config
+    that only renames another (``opencl_gpu`` extends ``cuda`` and changes no setting) would
+    repeat its work."""
+    out, seen = [], []
+    for cfg in _builtins():
+        if (cfg.hardware, cfg.passes) not in seen:
+            seen.append((cfg.hardware, cfg.passes))
+            out += [cfg, small(cfg)]
     return tuple(out)
+
+
+def _builtins() -> list[TargetConfig]:
+    return [target_config(name) for name in builtin_names()]
 
 
 def config_named(name: str, path: str | None = None) -> TargetConfig:
     """A built-in config or its small variant by name; with ``path``, the user's config in that
     file (``name`` may end in ``-small``)."""
-    known = configs()
+    known = [c for cfg in _builtins() for c in (cfg, small(cfg))]
     if path is not None:
         from stripe.config import load_config
 
