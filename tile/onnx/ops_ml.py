@@ -87,3 +87,78 @@ def tfidf(ctx: Context, node) -> list[Value]:
     if out is None:
         out = ctx.constant(np.zeros((rows, width), np.float32))
     return [reshape(ctx, out, (width,) if x.rank == 1 else (rows, width))]
+
+
+_COMPARE = {0: "<=", 1: "<", 2: ">=", 3: ">", 4: "==", 5: "!="}
+
+
+@converter(f"{ML}:TreeEnsemble")
+def tree_ensemble(ctx: Context, node) -> list[Value]:
+    """Constant trees as arithmetic: each leaf's indicator is the AND of the branch conditions on
+    its path (elementwise over the rows), and each target sums its leaves' weights times their
+    indicators (``aggregate_function`` SUM or AVERAGE)."""
+    x = ctx.input(0)
+    a = {k: ctx.attr(k, None) for k in (
+        "aggregate_function", "leaf_targetids", "leaf_weights", "n_targets", "nodes_falseleafs",
+        "nodes_falsenodeids", "nodes_featureids", "nodes_modes", "nodes_splits", "nodes_trueleafs",
+        "nodes_truenodeids", "post_transform", "tree_roots", "membership_values",
+        "nodes_missing_value_tracks_true")}
+    agg = 1 if a["aggregate_function"] is None else int(a["aggregate_function"])
+    tracks = any(a["nodes_missing_value_tracks_true"] or ())
+    if agg not in (0, 1) or (a["post_transform"] or 0) != 0 or tracks:
+        raise ctx.unsupported("only SUM/AVERAGE aggregation, no post transform and no missing-value tracking")
+    modes = [int(m) for m in np.asarray(a["nodes_modes"]).ravel()]
+    splits = np.asarray(a["nodes_splits"], dtype=np.float64).ravel()
+    members, groups = {}, []
+    if a["membership_values"] is not None:
+        current = []
+        for v in np.asarray(a["membership_values"], dtype=np.float64).ravel():
+            if np.isnan(v):
+                groups.append(current)
+                current = []
+            else:
+                current.append(v)
+        groups.append(current)
+        for k, m in enumerate(i for i, mode in enumerate(modes) if mode == 6):
+            members[m] = groups[k] if k < len(groups) else []
+    rows = x.shape[0]
+    columns = {}
+
+    def feature(f: int) -> Value:
+        if f not in columns:
+            columns[f] = reshape(ctx, take(ctx, x, 1, [f]), (rows,))
+        return columns[f]
+
+    def test(k: int) -> str:
+        col = feature(int(a["nodes_featureids"][k]))
+        if modes[k] == 6:
+            return " | ".join(f"({col} == {ctx.lit(v, x.dtype)})" for v in members[k]) or f"({col} != {col})"
+        return f"({col} {_COMPARE[modes[k]]} {ctx.lit(splits[k], x.dtype)})"
+
+    leaves: dict[int, list[str]] = {}
+
+    def walk(k: int, path: list[str]) -> None:
+        cond = ctx.let(test(k), "Branch")
+        for taken, ids, is_leaf in ((cond.name, "nodes_truenodeids", "nodes_trueleafs"),
+                                    (f"~{cond}", "nodes_falsenodeids", "nodes_falseleafs")):
+            nxt = int(a[ids][k])
+            if a[is_leaf][k]:
+                leaves.setdefault(nxt, []).append(" & ".join([*path, taken]))
+            else:
+                walk(nxt, [*path, taken])
+
+    for root in a["tree_roots"]:
+        walk(int(root), [])
+    out = np.zeros((1, int(a["n_targets"])))
+    total = None
+    for leaf, paths in leaves.items():
+        onehot = out.copy()
+        onehot[0, int(a["leaf_targetids"][leaf])] = a["leaf_weights"][leaf]
+        row = ctx.constant(onehot.astype(x.dtype.numpy), x.dtype)
+        for p in paths:
+            hit = reshape(ctx, ctx.cast(ctx.let(p, "Leaf"), x.dtype), (rows, 1))
+            term = ctx.let(f"{hit} * {row}", "Weighted")
+            total = term if total is None else ctx.let(f"{total} + {term}", "Sum")
+    if agg == 0:
+        total = ctx.let(f"{total} / {ctx.lit(len(a['tree_roots']), x.dtype)}", "Average")
+    return [total]
