@@ -236,3 +236,38 @@ def test_a_torch_op_forward_and_backward_in_a_new_process_lower_nothing(tmp_path
     assert cold["ok"] and cold["lower"] == 2  # the forward program and its gradient program
     warm = _process(tmp_path, "torch")
     assert warm == {"ok": True, "lower": 0, "optimize": 0}
+
+
+RUNTIME = r"""
+import json
+import numpy as np
+import llvmlite.binding as llvm
+import tile
+from backends.llvm import threads
+built = [0]
+real = llvm.parse_assembly
+def parse(text, *a, **k):
+    built[0] += "tile_worker" in text
+    return real(text, *a, **k)
+llvm.parse_assembly = parse
+src = "function (A[N, M]) -> (O) { O = A * 3 + 1; }"
+a = (np.arange(512 * 256) % 7).astype(np.float32).reshape(512, 256)
+cp = tile.compile(src, "llvm_cpu.0", {"min_parallel_points": 1}).prepare(A=a)
+got = tile.compile(src, "llvm_cpu.0", {"min_parallel_points": 1})(A=a)["O"]
+split = any(len(k.ranges()) > 1 for k in cp.kernels)
+print(json.dumps({"ok": bool(np.array_equal(got, a * 3 + 1)), "split": split, "runtime_built": built[0]}))
+"""
+
+
+def test_the_thread_runtime_comes_from_the_cache_in_a_new_process(tmp_path):
+    if not __import__("backends.llvm.threads", fromlist=["available"]).available():
+        pytest.skip("no native thread pool here (POSIX semaphores missing): no runtime to build")
+    env = {**os.environ, "TILE_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(REPO), "TILE_NUM_THREADS": "2"}
+    runs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", RUNTIME], cwd=REPO, env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    assert cold == {"ok": True, "split": True, "runtime_built": 1}
+    assert warm == {"ok": True, "split": True, "runtime_built": 0}, "the runtime was built again"

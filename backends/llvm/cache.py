@@ -81,6 +81,14 @@ def plan_key(
     return diskcache.digest(info, "\n\0".join(unit_keys))
 
 
+def runtime_key(text: str, cpu: str, features: str) -> str:
+    """The key of a runtime module's object (the thread pool's, ``threads``): its IR text, the host
+    and LLVM, which are all its machine code depends on."""
+    info = {"format": f"runtime-{FORMAT}", "llvmlite": llvmlite.__version__,
+            "llvm": list(llvm.llvm_version_info), "cpu": cpu, "features": features}
+    return diskcache.digest(info, text)
+
+
 def pack_entry(stack: list[int], source: str, obj: bytes) -> bytes:
     """An entry's payload: each kernel's stack bytes, the IR text (compressed: ``TILE_DEBUG=3``
     and ``Library.source`` show it on a hit too) and the object code."""

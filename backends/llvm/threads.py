@@ -40,6 +40,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from backends.hal import LINE
+from backends.llvm.cache import ObjectCache, runtime_key
 from backends.llvm.host import host_target, target_machine
 from backends.llvm.loops import counted_loop
 from backends.llvm.scalars import declare_function
@@ -214,10 +215,7 @@ class _Callee:
 def _build(spin_ns: int) -> tuple:
     with _lock:
         if spin_ns not in _runtimes:
-            mod = llvm.parse_assembly(_module(spin_ns))
-            mod.verify()
-            engine = llvm.create_mcjit_compiler(mod, target_machine(*host_target()))
-            engine.finalize_object()
+            engine, mod = _jit(_module(spin_ns))
             _runtimes[spin_ns] = (
                 engine,
                 mod,
@@ -225,6 +223,28 @@ def _build(spin_ns: int) -> tuple:
                 engine.get_function_address("tile_parallel"),
             )
         return _runtimes[spin_ns]
+
+
+def _jit(text: str) -> tuple[llvm.ExecutionEngine, llvm.ModuleRef]:
+    """An engine over the runtime's IR ``text``: its object code from the disk cache where an
+    earlier process built it (about 20 ms of LLVM saved at a process's first split kernel), else
+    built and stored there (``backends.llvm.cache``: a bad entry is a miss)."""
+    cpu, features = host_target()
+    tm = target_machine(cpu, features)
+    cache = ObjectCache(runtime_key(text, cpu, features))
+    obj = cache.load()
+    if obj is not None:
+        mod = llvm.parse_assembly(f'target triple = "{llvm.get_process_triple()}"\n'
+                                  f'target datalayout = "{tm.target_data}"\n')
+        engine = llvm.create_mcjit_compiler(mod, tm)
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    else:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+        engine = llvm.create_mcjit_compiler(mod, tm)
+        engine.set_object_cache(lambda _m, data: cache.store(data), lambda _m: None)
+    engine.finalize_object()
+    return engine, mod
 
 
 _WORKER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
