@@ -1,6 +1,7 @@
 """A disk cache of compiled object code, so a program built before loads without running LLVM.
 
-Entries live in ``$TILE_CACHE_DIR`` (else ``~/.cache/tile/llvm``), one ``<key>.o`` per module.
+Entries live in ``$TILE_CACHE_DIR`` (else ``~/.cache/tile/llvm``), one ``<key>.o`` per module
+(and one for the thread pool's runtime, ``runtime_key``: its IR text, host and LLVM).
 The key (``plan_key``) is the SHA-256 of everything that decides the machine code, known before
 any IR is generated: each codegen unit's canonical Stripe with its dtypes (``dedup.unit_key``:
 the input shapes and whatever the optimizer config did are in it; names are not), which kernel
