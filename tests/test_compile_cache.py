@@ -271,3 +271,16 @@ def test_the_thread_runtime_comes_from_the_cache_in_a_new_process(tmp_path):
     cold, warm = runs
     assert cold == {"ok": True, "split": True, "runtime_built": 1}
     assert warm == {"ok": True, "split": True, "runtime_built": 0}, "the runtime was built again"
+
+
+@pytest.mark.parametrize("snap", [{}, {"key": "0" * 64}, None], ids=["empty", "partial", "none"])
+def test_a_snapshot_of_another_shape_restores_nothing(cache, snap):
+    from backends import registry
+
+    x = _inputs()
+    _, cp = _first_call(MATMUL_ADD, x)
+    device = registry.get("llvm_cpu.0")
+    good = device.compiler.snapshot(cp.library)
+    assert device.compiler.restore(cp.infos, {}, good) is not None
+    assert device.compiler.restore(cp.infos, {}, snap) is None
+    assert device.compiler.restore(cp.infos[:-1], {}, good) is None  # another kernel list

@@ -268,17 +268,21 @@ class LlvmCompiler(Compiler):
         cache entry; None when that entry is missing or not whole (then ``build``)."""
         start = time.perf_counter()
         settings = dict(settings or {})
-        cache = ObjectCache(snap["key"], bool(settings.get("cache", True)))
+        try:
+            key, schedules, built, fused, opt = (snap[k] for k in ("key", "schedules", "built", "fused",
+                                                                   "opt"))
+        except (KeyError, TypeError):  # a snapshot of another shape: build instead
+            return None
+        cache = ObjectCache(key, bool(settings.get("cache", True)))
         entry = cache.load()
         parts = unpack_entry(entry) if entry is not None else None
-        if parts is None or parts[0] != snap["stack"] or len(snap["built"]) != len(kernels):
+        if parts is None or parts[0] != snap.get("stack") or not len(built) == len(schedules) == len(kernels):
             return None
         stack, text, obj = parts
         tm = target_machine(*host_target())
         engine, mod = _loaded(tm, llvm.get_process_triple(), str(tm.target_data), obj)
-        jit = _Jit(engine, mod, [], list(snap["schedules"]), settings, stack)
-        return _library(kernels, text, jit, list(snap["built"]), list(snap["fused"]), "hit", cache, start,
-                        snap["opt"])
+        jit = _Jit(engine, mod, [], list(schedules), settings, stack)
+        return _library(kernels, text, jit, list(built), list(fused), "hit", cache, start, opt)
 
     def _plan(self, kernels: Sequence[KernelInfo], settings: dict) -> _Plan:
         cpu, features = host_target()
