@@ -106,6 +106,20 @@ def check_memory(bound: BoundProgram, buffers: Mapping, device: Device, settings
             )
 
 
+POISON_ENV = "TILE_POISON_BUFFERS"
+
+
+def allocate(ex, size: int) -> Buffer:
+    """A new buffer of ``size`` bytes for outputs and temporaries. With ``TILE_POISON_BUFFERS=1``
+    (the conformance suite sets it) it starts as 0xFF bytes (NaN, -1): an element a target's
+    kernels never write then shows as a wrong value instead of whatever the memory held (often the
+    right answer, left by the last run of the same shapes)."""
+    buf = ex.allocate(size)
+    if size and os.environ.get(POISON_ENV) == "1":
+        buf.write(np.full(size, 0xFF, np.uint8)).wait()
+    return buf
+
+
 VIEW_REUSE_BYTES = 1 << 16  # inputs read in place up to this size keep their view between calls
 
 
@@ -361,7 +375,7 @@ class CompiledProgram:
                 kept.remove(buf)
                 break
         else:
-            buf = self.device.executor.allocate(_nbytes(self.buffers[name]))
+            buf = allocate(self.device.executor, _nbytes(self.buffers[name]))
             assert resident or isinstance(buf, HostBuffer), "a host-memory executor allocates HostBuffers"
             del kept[:-1]
         kept.append(buf)
@@ -386,7 +400,7 @@ class CompiledProgram:
         """The program's own buffer for ``name``, allocated on first use and kept."""
         buf = self._owned.get(name)
         if buf is None:
-            buf = self._owned[name] = self.device.executor.allocate(_nbytes(self.buffers[name]))
+            buf = self._owned[name] = allocate(self.device.executor, _nbytes(self.buffers[name]))
         return buf
 
     def _kernels(self, bufs: Mapping[str, Buffer], deps: list[Event], debug: bool) -> list[Event]:

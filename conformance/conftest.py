@@ -182,6 +182,15 @@ def _load_user_configs(config) -> None:
     _USER_CONFIGS[:] = loaded
 
 
+@pytest.fixture(autouse=True)
+def _poisoned_buffers(monkeypatch):
+    """Every conformance test runs with ``TILE_POISON_BUFFERS=1`` (``backends.runner.allocate``):
+    a target's new output and temporary buffers start as 0xFF bytes, so an element its kernels
+    never write fails the comparison even where the memory held the right answer from an earlier
+    run of the same shapes. Child runs (the seeded defects, the options tests) inherit it."""
+    monkeypatch.setenv("TILE_POISON_BUFFERS", "1")
+
+
 def pytest_configure(config):
     _CONFIG[:] = [config]
     _STARTED[:] = [time.perf_counter()]
