@@ -181,7 +181,10 @@ def build(bound: BoundProgram, device: Device, settings: Mapping | None = None) 
     ``Build`` then has no ``lowered`` program)."""
     settings = dict(settings or {})
     key = None
-    if settings.get("cache", True) and progcache.takes_part(device):
+    # TILE_DEBUG=2 prints every pass as it runs (stripe.passes.pipeline): the user is watching the
+    # optimizer, so the program cache is neither read nor written (a cached build shows nothing)
+    watching = os.environ.get("TILE_DEBUG", "0") >= "2"
+    if settings.get("cache", True) and progcache.takes_part(device) and not watching:
         start = time.perf_counter()
         key = progcache.program_key(bound, device, settings)
         found = _restored(key, device, start)

@@ -140,6 +140,18 @@ def test_no_cache_setting_bypasses_it(cache):
     assert not list(tmp.glob("*.prog"))
 
 
+def test_watching_the_passes_bypasses_it(cache, monkeypatch, capfd):
+    """``TILE_DEBUG=2`` prints each pass (the README's command): a cached program must still show
+    them, so the cache is neither read nor written while it is set."""
+    _, lowered = cache
+    _first_call(MATMUL_ADD, _inputs())  # now cached
+    monkeypatch.setenv("TILE_DEBUG", "2")
+    capfd.readouterr()
+    _, cp = _first_call(MATMUL_ADD, _inputs())
+    assert _status(cp) == "off" and lowered[0] == 2
+    assert "=== " in capfd.readouterr().err
+
+
 @pytest.mark.parametrize("damage", ["truncated", "flipped", "not a pickle", "emptied"])
 def test_a_damaged_program_entry_is_rebuilt(cache, damage):
     tmp, lowered = cache
