@@ -307,7 +307,7 @@ def device(target, request):
         settings["precision"] = modes.MODE
     reporting.STATS.current = (family, target.name)
     reporting.STATS.test_expected.clear()
-    yield subjects.Subject(target.name, dev, user, settings)
+    yield subjects.Subject(target.name, dev, user, settings, target.every_config)
     reporting.STATS.current = None
 
 

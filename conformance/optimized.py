@@ -9,7 +9,10 @@ pass. Each result must equal the lowered program's: exactly on integer-valued da
 reduction-length tolerance where float rounding may differ (passes may reorder aggregation,
 semantics §8.1). The accelerator
 config has no hardware; this is where its optimized programs are checked. The compiled target
-then runs the program optimized by its own config (``test_conformance.check``).
+then runs the program optimized by its own config (``test_conformance.check``). A config's passes
+give the same result whatever the target, so a run over several targets checks every built-in
+config under its first one, and under each other target only that device's own configs
+(``conformance.targets.Subject.pass_configs``).
 
 A failure is recorded against the target ``stripe:<config>@<step>``, which
 ``python -m conformance.reproduce`` understands.

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from stripe.config import TargetConfig, builtin_names
+from stripe.config import TargetConfig, builtin_names, target_config
 from tile.capabilities import Declared
 from tile.dtypes import DType
 
@@ -47,6 +47,9 @@ class Param:
     name: str  # as reported, in the summary and the failure folders
     device_id: str | None  # None: the config's passes only
     config: str | None = None  # a user's config file
+    # the optimized family checks every built-in config's passes under this subject (the run's
+    # first device): they do not depend on the target, so the others check only their own configs
+    every_config: bool = True
 
     def __str__(self) -> str:
         return self.name
@@ -56,7 +59,7 @@ def params(targets: list[str], configs: list[TargetConfig]) -> list[Param]:
     """The subjects of a run: each target as it is or, under ``--config``, each config on each
     given target (else on the device it names, else alone)."""
     if not configs:
-        return [Param(t, t if t != NO_DEVICE else None) for t in targets]
+        return [Param(t, t if t != NO_DEVICE else None, every_config=k == 0) for k, t in enumerate(targets)]
     out = []
     for cfg in configs:
         devices = targets or ([cfg.device] if cfg.device else [])
@@ -74,6 +77,7 @@ class Subject:
     device: object | None  # backends.hal.Device or backends.program.ProgramDevice; None: passes only
     config: TargetConfig | None = None  # a user's config (None: the device's own)
     settings: dict = field(default_factory=dict)  # for tile.compile
+    every_config: bool = True  # Param.every_config
 
     def supports(self, dtype: DType) -> bool:
         return self.device is None or self.device.capabilities.supports(dtype)
@@ -91,10 +95,17 @@ class Subject:
         return self.device is None or getattr(self.device.capabilities, "fp64", True)
 
     def pass_configs(self) -> tuple[TargetConfig, ...] | None:
-        """The configs whose passes the ``optimized`` family checks (None: every built-in one)."""
-        if self.config is None:
+        """The configs whose passes the ``optimized`` family checks (None: every built-in one):
+        the user's config; else every built-in one under the run's first device
+        (``every_config``), and the device's own (its optimizer and tiled optimizer) under the
+        others, since a config's passes give the same result whatever the target."""
+        if self.config is not None:
+            return (self.config, small(self.config))
+        if self.every_config or self.device is None:
             return None
-        return (self.config, small(self.config))
+        own = [getattr(self.device, a, "") for a in ("optimizer", "tiled_optimizer")]
+        cfgs = [target_config(n) for n in own if n in builtin_names()]
+        return tuple(c for cfg in cfgs for c in (cfg, small(cfg)))
 
     def compile_settings(self, passes: bool) -> list[dict]:
         """One settings dict per compiled run of an example: the device's own config (or the

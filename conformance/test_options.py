@@ -212,3 +212,18 @@ def test_declared_differences_are_expected_failures_with_their_reason(tmp_path):
     status, out, data = suite(other, *args, plugin=DIFFERENT.replace("{mode}", "some"))
     assert status == 1, out  # an undeclared difference still fails
     assert rows(data)[("elementwise", "different.0")]["failed"] == 1
+
+
+@needs_llvm
+def test_every_config_is_checked_under_the_first_target_only():
+    """The optimized family's pass checks do not depend on the target: the run's first device
+    checks every built-in config, the others only their own (optimizer and tiled optimizer)."""
+    from conformance.targets import Subject
+
+    first, second = params(["llvm_cpu.0", "llvm_cpu.0"], [])
+    assert first.every_config and not second.every_config
+    dev = registry.get("llvm_cpu.0")
+    assert Subject(first.name, dev, None, {}, first.every_config).pass_configs() is None  # every one
+    own = Subject(second.name, dev, None, {}, second.every_config).pass_configs()
+    names = {dev.optimizer, getattr(dev, "tiled_optimizer", "")} - {""}
+    assert {c.name for c in own} == names | {f"{n}-small" for n in names}
