@@ -54,6 +54,7 @@ def test_detection_notes_the_first_failing_example(tmp_path, monkeypatch):
     """``conformance.mutants.detect`` appends the running family and the time of the first failing
     example a child run writes, and nothing for the smaller ones shrinking finds after it."""
     from conformance.mutants import detect
+    from conformance.mutants.run import first_detection
     from conformance.strategies import Case
 
     written = []
@@ -61,12 +62,12 @@ def test_detection_notes_the_first_failing_example(tmp_path, monkeypatch):
     monkeypatch.setattr(report.STATS, "current", ("elementwise", "mutant:x"))
     note = tmp_path / "detected.log"
     monkeypatch.setenv("TILE_MUTANT_DETECT", str(note))
-    assert detect.first_detection(note) is None
+    assert first_detection(note) is None
     detect.pytest_configure(None)
     before = time.time()
     report.write_failure(Case("elementwise", "function (X) -> (O) { O = X; }", {}), "mutant:x")
     report.write_failure(Case("elementwise", "function (X) -> (O) { O = -X; }", {}), "mutant:x")
-    family, when = detect.first_detection(note)
+    family, when = first_detection(note)
     assert family == "elementwise" and before - 0.01 <= when <= time.time() + 0.01  # (kept to 1 ms)
     assert len(note.read_text().splitlines()) == 1 and len(written) == 2  # the writes still happen
 

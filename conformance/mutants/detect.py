@@ -5,7 +5,8 @@ A family that fails writes each failing example it meets (``conformance.report.w
 the first one as soon as the target's answer differs, then the smaller ones Hypothesis finds while
 shrinking it. With ``TILE_MUTANT_DETECT=F`` in the environment, the first write appends
 ``FAMILY TIME`` to F (the running family's test, ``time.time()`` of the detection), so the runner
-can report the time to detection apart from the time the run took to end (shrinking included).
+can report the time to detection apart from the time the run took to end (shrinking included;
+``conformance.mutants.run.first_detection`` reads the note).
 Nothing the run checks changes.
 """
 
@@ -40,12 +41,3 @@ def pytest_configure(config) -> None:
 
     write_failure._detect_wrapped = True  # type: ignore[attr-defined]
     report.write_failure = write_failure
-
-
-def first_detection(path) -> tuple[str, float] | None:
-    """``(family, time.time())`` of the first failing example a child run noted, if any."""
-    try:
-        text = open(path).read().split()
-    except OSError:
-        return None
-    return (text[0], float(text[1])) if len(text) >= 2 else None

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from conformance.mutants import MUTANTS, detect
+from conformance.mutants import MUTANTS
 
 ROOT = Path(__file__).resolve().parents[2]
 # the subset CI runs (conformance/test_mutation_score.py): one of each level, varied kinds
@@ -71,6 +71,16 @@ def child_env() -> dict[str, str]:
     return env
 
 
+def first_detection(path) -> tuple[str, float] | None:
+    """``(family, time.time())`` of the first failing example a child run noted, if any (the
+    note ``conformance.mutants.detect`` writes: ``FAMILY TIME``)."""
+    try:
+        text = open(path).read().split()
+    except OSError:
+        return None
+    return (text[0], float(text[1])) if len(text) >= 2 else None
+
+
 def _child(cmd: list[str], env: dict, timeout: float, noted: Path, stop_at_detection: bool):
     """Run the child pytest; returns its output and exit code (None: timed out, or stopped at its
     first failing example with ``stop_at_detection``)."""
@@ -78,7 +88,7 @@ def _child(cmd: list[str], env: dict, timeout: float, noted: Path, stop_at_detec
         child = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
         end = time.perf_counter() + timeout
         while child.poll() is None and time.perf_counter() < end:
-            if stop_at_detection and detect.first_detection(noted) is not None:
+            if stop_at_detection and first_detection(noted) is not None:
                 break
             time.sleep(0.2)
         code = child.poll()
@@ -102,7 +112,7 @@ def run_one(
         start, wall = time.perf_counter(), time.time()
         out, code = _child(command(name, workdir, extra), env, timeout, noted, stop_at_detection)
         total = time.perf_counter() - start
-        first = detect.first_detection(noted)
+        first = first_detection(noted)
         lines = log.read_text().split() if log.exists() else []
         applied = "applied" in lines if lines else None
     failed = _FAILED.search(out)
