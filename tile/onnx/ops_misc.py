@@ -17,6 +17,7 @@ import tile.ops
 from tile.dtypes import DType
 from tile.onnx.context import Context, Value
 from tile.onnx.ops_elementwise import round_half_even
+from tile.onnx.ops_reduce import cumulative
 from tile.onnx.ops_shape import axis_of, idx, reshape, take, target, wrap_negative
 from tile.onnx.registry import converter
 
@@ -134,18 +135,8 @@ def gather_nd(ctx: Context, node) -> list[Value]:
 @converter("CumProd")
 def cumprod(ctx: Context, node) -> list[Value]:
     x = ctx.input(0)
-    a = axis_of(ctx, int(np.asarray(ctx.const(1)).ravel()[0]), x.rank)
-    exclusive, rev = ctx.attr("exclusive", 0), ctx.attr("reverse", 0)
-    i = idx(x.rank)
-    src = list(i)
-    src[a] = "k"
-    poly = ("k - " + i[a]) if rev else (i[a] + " - k")
-    if exclusive:
-        poly += " - 1"
     ones = ctx.constant(np.ones(x.shape, x.dtype.numpy), x.dtype)  # the empty products
-    y = ctx.emit(f"{target('$', i, x.shape)} = *({x}[{', '.join(src)}]), {poly} < {x.shape[a]} "
-                 f"default {ones}", "CumProd")
-    return [ctx.cast(y, x.dtype)]
+    return [cumulative(ctx, "*", "CumProd", ones)]
 
 
 def _axis(ctx: Context, scale: Value, x: Value, block: int) -> int:

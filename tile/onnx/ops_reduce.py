@@ -126,16 +126,23 @@ def _hardmax(ctx: Context, x: Value, a: int) -> Value:
 
 @converter("CumSum")
 def cumsum(ctx: Context, node) -> list[Value]:
+    return [cumulative(ctx, "+", "CumSum")]
+
+
+def cumulative(ctx: Context, agg: str, name: str, default: Value | None = None) -> Value:
+    """CumSum / CumProd of input 0 along the axis in input 1 (``exclusive``, ``reverse``): a
+    contraction over ``k`` up to (or from) each position; ``default`` where nothing is aggregated."""
     x = ctx.input(0)
     a = axis_of(ctx, int(np.asarray(ctx.const(1)).ravel()[0]), x.rank)
     exclusive, rev = ctx.attr("exclusive", 0), ctx.attr("reverse", 0)
     i = idx(x.rank)
     src = list(i)
     src[a] = "k"
-    n = x.shape[a]
     poly = ("k - " + i[a]) if rev else (i[a] + " - k")
     if exclusive:
         poly += " - 1"
-    y = ctx.emit(f"{target('$', i, x.shape)} = +({x}[{', '.join(src)}]), {poly} < {n}", "CumSum")
-    return [ctx.cast(y, x.dtype)]
+    tail = f" default {default}" if default is not None else ""
+    head = f"{target('$', i, x.shape)} = {agg}({x}[{', '.join(src)}])"
+    y = ctx.emit(f"{head}, {poly} < {x.shape[a]}{tail}", name)
+    return ctx.cast(y, x.dtype)
 
