@@ -164,7 +164,10 @@ def _transposed(block: Block, g: Gemm, main: Block, tiles, kt: int, taken: set[s
 
 def _split(block: Block, g: Gemm, main: Block, tiles, kt: int, taken: set[str]):
     """3xtf32: A's and B's split copies along 3K (module docstring), where both are whole buffers
-    (A ``[M, K]``; B ``[K, N]`` or ``[N, K]``) and the GEMM streams with either B."""
+    (A ``[M, K]``; B ``[K, N]`` or ``[N, K]``) and the GEMM streams with either B (a convolution,
+    whose groups hold several indexes, is neither)."""
+    if not len(g.m.idxs) == len(g.n.idxs) == len(g.k.idxs) == 1:
+        return None
     (i,), (j,), (k,) = g.m.idxs, g.n.idxs, g.k.idxs
     for b_kmajor in (False, True):
         if any(streams(g, tm, tn, kt, 4, b_kmajor=b_kmajor) for tm, tn in tiles):
