@@ -12,7 +12,8 @@ exactly for integers and bool. A case ends as one of:
   outside the case's rtol but within ``ROUNDINGS`` units of the type's roundoff, or a case listed in
   ``KNOWN`` with its class;
 * ``unsupported``, with why: an operator or attribute ``tile.onnx`` has no converter for, a value
-  Tile has no type for (sequences, optionals, strings, float8, 4-bit integers, complex), or a
+  Tile has no type for (sequences, optionals, strings, complex; float8, float4 and the 4- and 2-bit
+  integers are carried in wider Tile types, ``tile.onnx.carried``, and run), or a
   dtype the target lacks.
 
 Every outcome is recorded in ``conformance.report.STATS.onnx`` as a ``Record``, and summarised per
@@ -137,8 +138,9 @@ def lacking(case) -> str | None:
     """Why a case's values are outside Tile's types (None: every input and output is a tensor of a
     Tile dtype)."""
     from tile.dtypes import DType
+    from tile.onnx.carried import BY_NAME
 
-    known = {d.value for d in DType}
+    known = {d.value for d in DType} | set(BY_NAME)  # Tile's dtypes, and those tile.onnx carries in them
     for info in [*case.model.graph.input, *case.model.graph.output]:
         kind = info.type.WhichOneof("value")
         if kind != "tensor_type":
@@ -154,9 +156,11 @@ def target_lacks(case, device) -> str | None:
     if device is None:
         return None
     from tile.dtypes import DType
+    from tile.onnx.carried import BY_NAME
 
     for info in [*case.model.graph.input, *case.model.graph.output]:
-        dt = DType(elem_name(info.type.tensor_type.elem_type))
+        name = elem_name(info.type.tensor_type.elem_type)
+        dt = BY_NAME[name].carrier if name in BY_NAME else DType(name)
         if not device.capabilities.supports(dt):
             return f"{dt.value} unsupported by the target"
     return None
@@ -168,7 +172,7 @@ def differs(want, got, rtol: float, atol: float) -> str | None:
     want, got = np.asarray(want), np.asarray(got)
     if got.dtype != want.dtype or got.shape != want.shape:
         return f"expected {want.dtype}{list(want.shape)}, got {got.dtype}{list(got.shape)}"
-    if want.dtype.kind in "fc" or want.dtype.name == "bfloat16":
+    if want.dtype.kind in "fc" or want.dtype.name == "bfloat16" or want.dtype.name.startswith("float"):
         w, g = want.astype(np.float64), got.astype(np.float64)
         with np.errstate(invalid="ignore"):
             ok = np.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True) | (g == w)

@@ -16,6 +16,7 @@ import importlib.util
 
 from tile.onnx import (  # noqa: F401  (registration)
     ops_bitcast,
+    ops_carried,
     ops_dft,
     ops_elementwise,
     ops_grid,

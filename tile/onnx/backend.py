@@ -25,6 +25,7 @@ from onnx.backend.base import BackendRep as _BackendRep
 from onnx.backend.base import namedtupledict
 
 import tile
+from tile.onnx import carried
 from tile.onnx.errors import TileOnnxValueDependent
 from tile.onnx.importer import Imported, import_model, load
 
@@ -90,7 +91,7 @@ class BackendRep(_BackendRep):
         arrays = self._named(inputs)
         imp, exe = self.imported(arrays)
         results = exe(imp.feeds(arrays))
-        return {o: np.asarray(results[t]) for o, t in imp.outputs}
+        return {o: _onnx_array(results[t], imp.carried.get(t), o) for o, t in imp.outputs}
 
     def run(self, inputs, **kwargs) -> tuple:
         named = self.run_named(inputs)
@@ -150,6 +151,13 @@ class Backend(_Backend):
         except tile.TileError:
             return False
         return True
+
+
+def _onnx_array(array, carried_type: str | None, name: str) -> np.ndarray:
+    """An output as ONNX types it: a type Tile lacks comes back from the carrier it ran in."""
+    if carried_type is None:
+        return np.asarray(array)
+    return carried.from_carrier(array, carried.BY_NAME[carried_type], f"output '{name}'")
 
 
 def _elem(array) -> int:

@@ -7,6 +7,7 @@ and dtype Tile will give it, and a converter can branch on them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -38,6 +39,7 @@ class Value:
     dtype: DType
     const: np.ndarray | None = None
     sources: frozenset[str] = frozenset()  # the graph inputs it is computed from
+    carried: str | None = None  # the ONNX type it holds where Tile lacks it (tile.onnx.carried)
 
     def __str__(self) -> str:
         assert self.name is not None, "a lazy constant is materialized by Context.input"
@@ -133,7 +135,7 @@ class Builder:
         else:
             self.consts[name] = np.ascontiguousarray(v.const)
             self.types[name] = TensorType(v.dtype, v.shape)
-        return Value(name, v.shape, v.dtype, v.const, v.sources)
+        return Value(name, v.shape, v.dtype, v.const, v.sources, v.carried)
 
     def add(self, lines: list[str]) -> None:
         """Append statements after typing them (``tile.bind`` on a program of just these lines)."""
@@ -252,7 +254,10 @@ class Context:
         return self.b.value(name)
 
     def cast(self, v: Value, dtype: DType) -> Value:
-        return v if v.dtype is dtype else self.let(cast_text(v.name, dtype), "Cast")
+        """``v`` as ``dtype`` (a value of a carried type, ``tile.onnx.carried``, becomes a plain one)."""
+        if v.dtype is dtype:
+            return dataclasses.replace(v, carried=None) if v.carried else v
+        return self.let(cast_text(v.name, dtype), "Cast")
 
     def constant(self, array: np.ndarray, dtype: DType | None = None) -> Value:
         """A constant tensor of the program (materialized now)."""

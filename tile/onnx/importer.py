@@ -17,7 +17,7 @@ import numpy as np
 
 from tile.dtypes import DType
 from tile.errors import TileError
-from tile.onnx import control, functions
+from tile.onnx import carried, control, functions
 from tile.onnx.context import Builder, Context, Value, cast_text
 from tile.onnx.errors import TileOnnxError, TileOnnxUnsupported
 from tile.onnx.registry import CONVERTERS
@@ -32,6 +32,9 @@ ONNX_DTYPES = {
 # operators never folded: their values are not a function of their inputs
 NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
            "Bernoulli", "Dropout"}
+# the operators that take a value of a type Tile lacks (tile.onnx.carried): these convert it, and
+# Identity passes it on; any other would compute on the carrier's numbers without rounding
+TAKE_CARRIED = {"Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "Identity"}
 FOLD_LIMIT = 1 << 16  # elements: larger constant results stay computed at run time
 
 
@@ -48,10 +51,14 @@ class Imported:
     initializers: dict[str, str] = field(default_factory=dict)
     input_types: dict[str, tuple[tuple[int, ...], DType]] = field(default_factory=dict)  # by Tile name
     narrow: bool = False  # some tensor is float16 or bfloat16
+    carried: dict[str, str] = field(default_factory=dict)  # Tile name -> ONNX type Tile lacks (I/O)
 
     def feeds(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The Tile program's inputs from the model's inputs (by ONNX name) and the constants."""
         out = {t: np.asarray(arrays[o]) for o, t in self.inputs}
+        for t, name in self.carried.items():
+            if t in out:
+                out[t] = carried.to_carrier(out[t], carried.BY_NAME[name])
         out.update(self.constants)
         return out
 
@@ -90,7 +97,16 @@ def onnx_dtype(elem_type: int, what: str) -> DType:
                                   "Tile has bool, (u)int8..64, float16/32/64 and bfloat16") from None
 
 
-def _declared(vi, shapes: Mapping) -> tuple[tuple[int, ...], DType]:
+def tensor_type(elem_type: int, what: str) -> tuple[DType, carried.Format | None]:
+    """The Tile dtype holding ONNX element type ``elem_type``, and the ONNX type it carries where
+    Tile lacks it (float8, float4, 4- and 2-bit integers: ``tile.onnx.carried``)."""
+    fmt = carried.FORMATS.get(elem_type)
+    if fmt is not None:
+        return fmt.carrier, fmt
+    return onnx_dtype(elem_type, what), None
+
+
+def _declared(vi, shapes: Mapping) -> tuple[tuple[int, ...], DType, carried.Format | None]:
     kind = vi.type.WhichOneof("value")
     if kind == "optional_type" and vi.type.optional_type.elem_type.HasField("tensor_type"):
         t = vi.type.optional_type.elem_type.tensor_type  # an optional tensor that is given
@@ -99,9 +115,9 @@ def _declared(vi, shapes: Mapping) -> tuple[tuple[int, ...], DType]:
     else:
         raise TileOnnxUnsupported(f"input '{vi.name}' is a {kind.replace('_type', '')}, which Tile does "
                                   "not have", None, "Tile programs take tensors only")
-    dtype = onnx_dtype(t.elem_type, f"input '{vi.name}'")
+    dtype, fmt = tensor_type(t.elem_type, f"input '{vi.name}'")
     if vi.name in shapes:
-        return tuple(int(d) for d in shapes[vi.name]), dtype
+        return tuple(int(d) for d in shapes[vi.name]), dtype, fmt
     dims = []
     for d in t.shape.dim:
         if not d.HasField("dim_value"):
@@ -110,7 +126,7 @@ def _declared(vi, shapes: Mapping) -> tuple[tuple[int, ...], DType]:
                 f"give its shape: to_tile(model, shapes={{'{vi.name}': (...)}}), or run it through the "
                 "backend")
         dims.append(int(d.dim_value))
-    return tuple(dims), dtype
+    return tuple(dims), dtype, fmt
 
 
 def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None,
@@ -130,35 +146,39 @@ def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None,
     values: dict[str, Value] = {}
     for init in graph.initializer:
         array = numpy_helper.to_array(init)
-        dtype = onnx_dtype(init.data_type, f"initializer '{init.name}'")
-        values[init.name] = Value(None, tuple(array.shape), dtype, array.astype(dtype.numpy))
+        dtype, fmt = tensor_type(init.data_type, f"initializer '{init.name}'")
+        values[init.name] = Value(None, tuple(array.shape), dtype, array.astype(dtype.numpy),
+                                  carried=fmt and fmt.name)
     for init in graph.sparse_initializer:
         raise TileOnnxUnsupported(f"sparse initializer '{init.values.name}' is not supported")
     inputs = []
+    exotic: dict[str, str] = {}  # Tile name -> the ONNX type it carries, of inputs and outputs
     for vi in graph.input:
         if vi.name in values:
             continue  # an initializer also listed as an input (older exporters): a constant
-        shape, dtype = _declared(vi, shapes)
+        shape, dtype, fmt = _declared(vi, shapes)
         if vi.name in fixed:
             array = np.asarray(fixed[vi.name]).astype(dtype.numpy)
-            values[vi.name] = Value(None, tuple(array.shape), dtype, array)
+            values[vi.name] = Value(None, tuple(array.shape), dtype, array, carried=fmt and fmt.name)
             continue
         name = b.fresh(vi.name)
         b.types[name] = TensorType(dtype, shape)
-        values[vi.name] = Value(name, shape, dtype, sources=frozenset([vi.name]))
+        values[vi.name] = Value(name, shape, dtype, sources=frozenset([vi.name]), carried=fmt and fmt.name)
         inputs.append((vi.name, name))
+        if fmt is not None:
+            exotic[name] = fmt.name
     initializers: dict[str, str] = {}
     local = {(f.domain, f.name): f for f in model.functions}
     keep = {i.name for i in graph.initializer if params and values[i.name].dtype.is_float}
     for node in graph.node:
         _convert(b, node, values, opset, initializers, local, keep)
-    outputs = _outputs(b, graph, values, {t for _, t in inputs})
+    outputs = _outputs(b, graph, values, {t for _, t in inputs}, exotic)
     source = b.text([t for _, t in inputs] + list(b.consts), [t for _, t in outputs])
     return Imported(source, inputs, outputs, dict(b.consts),
                     {t: o for t, o in initializers.items()
                      if t in b.consts and o in {i.name for i in graph.initializer}},
                     {t: (tuple(b.types[t].shape), b.types[t].dtype) for _, t in inputs},
-                    any(t.dtype.is_narrow_float for t in b.types.values()))
+                    any(t.dtype.is_narrow_float for t in b.types.values()), exotic)
 
 
 def _convert(b: Builder, node, values: dict, opset: int, initializers: dict, local: dict,
@@ -191,8 +211,15 @@ def _convert(b: Builder, node, values: dict, opset: int, initializers: dict, loc
                                   f"'{node.name}'), and ONNX defines it as no function of others", None,
                                   "tile.onnx.registry.supported() lists the operators it converts")
     given = [values[n] for n in node.input if n]
+    held = next((v.carried for v in given if v.carried), None)
+    if held is not None and node.op_type not in TAKE_CARRIED:
+        raise TileOnnxUnsupported(
+            f"{node.op_type} node '{node.name}' takes a {held} tensor: Tile has no {held}, and carries it "
+            f"in {carried.BY_NAME[held].carrier} for {', '.join(sorted(TAKE_CARRIED))} only", None,
+            f"Cast the {held} tensor to a Tile type first")
     outs = None
-    if (node.op_type not in NO_FOLD and all(v.const is not None for v in given) and not keep & set(node.input)
+    if (node.op_type not in NO_FOLD and held is None and not _makes_carried(node)
+            and all(v.const is not None for v in given) and not keep & set(node.input)
             and sum(v.size for v in given) <= FOLD_LIMIT):
         outs = _fold(fn, node, values, opset)
     if outs is None:
@@ -213,7 +240,15 @@ def _convert(b: Builder, node, values: dict, opset: int, initializers: dict, loc
             if v is None:
                 raise TileOnnxUnsupported(f"{node.op_type} node '{node.name}': output '{name}' is not "
                                           "supported")
+            if node.op_type == "Identity" and held is not None:
+                v = dataclasses.replace(v, carried=held)
             values[name] = v
+
+
+def _makes_carried(node) -> bool:
+    """Whether ``node`` writes a type Tile lacks (its converter then rounds to it; never folded, so
+    that the carried type is not lost in a constant)."""
+    return any(a.name in ("to", "output_dtype") and a.i in carried.FORMATS for a in node.attribute)
 
 
 def _type_proto(v: Value | None):
@@ -221,7 +256,8 @@ def _type_proto(v: Value | None):
 
     if v is None:
         return TypeProto()
-    elem = next(k for k, d in ONNX_DTYPES.items() if d is v.dtype)
+    elem = carried.BY_NAME[v.carried].elem if v.carried else next(k for k, d in ONNX_DTYPES.items()
+                                                                  if d is v.dtype)
     return helper.make_tensor_type_proto(elem, v.shape)
 
 
@@ -272,14 +308,21 @@ def _fold(fn, node, values: dict, opset: int) -> list | None:
         return None
 
 
-def _outputs(b: Builder, graph, values: dict, inputs: set[str]) -> list[tuple[str, str]]:
+def _outputs(b: Builder, graph, values: dict, inputs: set[str],
+             exotic: dict[str, str]) -> list[tuple[str, str]]:
     outputs, used = [], set()
     for vi in graph.output:
         if vi.name not in values:
             raise TileOnnxError(f"graph output '{vi.name}' is computed by no node")
         v = values[vi.name]
         t = vi.type.tensor_type
-        want = onnx_dtype(t.elem_type, f"output '{vi.name}'") if t.elem_type else v.dtype
+        want, fmt = tensor_type(t.elem_type, f"output '{vi.name}'") if t.elem_type else (v.dtype, None)
+        if fmt is None and v.carried and not t.elem_type:
+            fmt = carried.BY_NAME[v.carried]
+        if (fmt and fmt.name) != v.carried:
+            raise TileOnnxError(f"graph output '{vi.name}' is declared {fmt.name if fmt else want}, but is "
+                                f"computed as {v.carried or v.dtype}", None,
+                                "declare the output's type as the node that computes it defines it")
         v = b.materialize(v, vi.name)
         if v.name in inputs or v.name in b.consts or v.name in used or v.dtype is not want:
             name = b.fresh(vi.name)
@@ -287,4 +330,6 @@ def _outputs(b: Builder, graph, values: dict, inputs: set[str]) -> list[tuple[st
             v = b.value(name)
         used.add(v.name)
         outputs.append((vi.name, v.name))
+        if fmt is not None:
+            exotic[v.name] = fmt.name
     return outputs

@@ -18,6 +18,15 @@ from tile.onnx.registry import converter
 _LAYOUT = {DType.FLOAT32: (8, 23, DType.INT64), DType.FLOAT64: (11, 52, DType.INT64)}
 
 
+def floor_log2(ctx: Context, a: Value) -> Value:
+    """``floor(log2(a))`` of a float64 ``a > 0``, exactly: ``log`` gives a guess that may be one off
+    next to a power of two, and comparing with exact powers of two corrects it (-inf for 0)."""
+    f = lambda v: ctx.lit(v, DType.FLOAT64)  # noqa: E731
+    guess = ctx.let(f"floor(log({a}) / {f(0.6931471805599453)})", "Log2")
+    low = ctx.let(f"pow({f(2)}, {guess}) > {a} ? {guess} - {f(1)} : {guess}", "Log2")
+    return ctx.let(f"pow({f(2)}, {low} + {f(1)}) <= {a} ? {low} + {f(1)} : {low}", "Log2")
+
+
 def _float_from_bits(ctx: Context, x: Value, to: DType) -> Value:
     ebits, mbits, _ = _LAYOUT[to]
     width = to.bits
@@ -45,9 +54,7 @@ def _bits_from_float(ctx: Context, x: Value, to: DType) -> Value:
     i = lambda v: ctx.lit(v, DType.INT64)  # noqa: E731
     xf = ctx.cast(x, DType.FLOAT64)
     a = ctx.let(f"abs({xf})", "Abs")
-    guess = ctx.let(f"floor(log({a}) / {f(0.6931471805599453)})", "Log2")
-    low = ctx.let(f"pow({f(2)}, {guess}) > {a} ? {guess} - {f(1)} : {guess}", "Log2")
-    e = ctx.let(f"pow({f(2)}, {low} + {f(1)}) <= {a} ? {low} + {f(1)} : {low}", "Log2")
+    e = floor_log2(ctx, a)
     smallest = 2.0 ** (1 - bias)
     normal_m = f"({a} * pow({f(2)}, -{e}) - {f(1)}) * {f(2.0 ** mbits)}"
     tiny_m = f"{a} * {f(2.0 ** (bias - 1))} * {f(2.0 ** mbits)}"

@@ -12,7 +12,6 @@ import math
 import tile.ops
 from tile.dtypes import DType
 from tile.onnx.context import Context, Value
-from tile.onnx.importer import onnx_dtype
 from tile.onnx.registry import converter
 
 _UNARY = {
@@ -140,16 +139,6 @@ def shift(ctx: Context, node) -> list[Value]:
     if op == ">>" and a.dtype.is_signed:
         fill = f"({a} < {ctx.lit(0, a.dtype)} ? {ctx.lit(-1, a.dtype)} : {ctx.lit(0, a.dtype)})"
     return [ctx.cast(ctx.let(f"{outside} ? {fill} : {y}", "BitShift"), a.dtype)]
-
-
-@converter("Cast")
-def cast(ctx: Context, node) -> list[Value]:
-    return [ctx.cast(ctx.input(0), onnx_dtype(ctx.attr("to"), f"{ctx.where}'s 'to'"))]
-
-
-@converter("CastLike")
-def cast_like(ctx: Context, node) -> list[Value]:
-    return [ctx.cast(ctx.input(0), ctx.raw(1).dtype)]
 
 
 @converter("Where")

@@ -8,6 +8,7 @@ exact when no element is written twice (ONNX leaves duplicates under ``none`` un
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -15,7 +16,9 @@ import numpy as np
 
 import tile.ops
 from tile.dtypes import DType
+from tile.onnx import carried
 from tile.onnx.context import Context, Value
+from tile.onnx.ops_carried import to_format
 from tile.onnx.ops_elementwise import round_half_even
 from tile.onnx.ops_reduce import cumulative
 from tile.onnx.ops_shape import axis_of, idx, reshape, take, target, wrap_negative
@@ -172,24 +175,40 @@ def dequantize(ctx: Context, node) -> list[Value]:
 
 @converter("QuantizeLinear")
 def quantize(ctx: Context, node) -> list[Value]:
-    from tile.onnx.importer import onnx_dtype
+    """Integers: the scaled value rounded half to even, shifted and saturated; float8 and float4
+    (carried in float32, ``tile.onnx.carried``): the scaled value (plus the zero point) rounded to
+    the type, saturating unless ``saturate`` is 0."""
+    from tile.onnx.importer import tensor_type
 
     x, scale = ctx.input(0), ctx.input(1)
     block = ctx.attr("block_size", 0)
     a = _axis(ctx, scale, x, block)
     zp = ctx.input(2) if ctx.has(2) else None
-    out = zp.dtype if zp is not None else (
-        onnx_dtype(ctx.attr("output_dtype"), "output_dtype") if ctx.attr("output_dtype", 0) else DType.UINT8)
-    if out.is_float:
+    if zp is not None:
+        out, fmt = zp.dtype, zp.carried and carried.BY_NAME[zp.carried]
+    elif ctx.attr("output_dtype", 0):
+        out, fmt = tensor_type(ctx.attr("output_dtype"), "output_dtype")
+    else:
+        out, fmt = DType.UINT8, None
+    if out.is_float and fmt is None:
         raise ctx.unsupported(f"quantizing to {out}")
     s = ctx.cast(_per_axis(ctx, scale, x, a, block), DType.FLOAT32)
-    q = round_half_even(ctx, ctx.let(f"{ctx.cast(x, DType.FLOAT32)} / {s}", "Scaled"))
+    q = ctx.let(f"{ctx.cast(x, DType.FLOAT32)} / {s}", "Scaled")
+    if fmt is None or not fmt.is_float:
+        q = round_half_even(ctx, q)
     if zp is not None:
         q = ctx.let(f"{q} + {ctx.cast(_per_axis(ctx, zp, x, a, block), DType.FLOAT32)}", "Shifted")
-    info = np.iinfo(out.numpy)
-    lo, hi = ctx.lit(info.min, DType.FLOAT32), ctx.lit(info.max, DType.FLOAT32)
+    if fmt is not None and fmt.is_float:
+        return [to_format(ctx, q, fmt, bool(ctx.attr("saturate", 1)))]
+    if fmt is not None:
+        half = 1 << (fmt.bits - 1)
+        low, high = (-half, half - 1) if fmt.signed else (0, 2 * half - 1)
+    else:
+        low, high = np.iinfo(out.numpy).min, np.iinfo(out.numpy).max
+    lo, hi = ctx.lit(low, DType.FLOAT32), ctx.lit(high, DType.FLOAT32)
     q = ctx.let(f"{q} < {lo} ? {lo} : {q} > {hi} ? {hi} : {q}", "Saturated")
-    return [ctx.cast(q, out)]
+    q = ctx.cast(q, out)
+    return [q if fmt is None else dataclasses.replace(q, carried=fmt.name)]
 
 
 @converter("TopK")
