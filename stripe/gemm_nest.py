@@ -64,15 +64,28 @@ class _Refused(Exception):
 
 
 def read(block: Block) -> Nest | None:
-    """The nest ``block``'s ``GemmPlan`` declares (module docstring), or None without one."""
+    """The nest ``block``'s ``GemmPlan`` declares (module docstring), or None without one. Kept
+    for the last ``_READ_KEPT`` blocks read (by identity; the entry holds the block, so its id is
+    not reused meanwhile): naming, the code generator's planning and its epilogue reader each
+    read the same kernel, a millisecond of ``Affine`` arithmetic each time."""
     plan = block.plan
     if not isinstance(plan, GemmPlan):
         return None
+    kept = _read_kept.get(id(block))
+    if kept is not None and kept[0] is block:
+        return kept[1]
     try:
-        g = _read(block, plan)
+        nest = Nest(_read(block, plan), plan.tiles, plan.shape)
     except (_Refused, KeyError, StopIteration, ValueError, IndexError, ZeroDivisionError):
-        return None
-    return Nest(g, plan.tiles, plan.shape)
+        nest = None
+    if len(_read_kept) >= _READ_KEPT:
+        _read_kept.pop(next(iter(_read_kept)))  # the oldest
+    _read_kept[id(block)] = (block, nest)
+    return nest
+
+
+_READ_KEPT = 4096  # GEMM nests of one program (a 5,000-statement chain has 2,500)
+_read_kept: dict[int, tuple[Block, Nest | None]] = {}
 
 
 def _blocks(stmts) -> list[Block]:

@@ -12,25 +12,32 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 Number = int | Fraction
+_ZERO, _ONE = Fraction(0), Fraction(1)  # Fractions are immutable: shared, not rebuilt per call
+
+
+def _frac(v: Number) -> Fraction:
+    """``v`` as a Fraction (one already is: no new object; ``Fraction(f)`` costs a microsecond and
+    long programs make hundreds of thousands)."""
+    return v if type(v) is Fraction else Fraction(v)
 
 
 @dataclass(frozen=True, slots=True)
 class Affine:
     terms: tuple[tuple[str, Fraction], ...] = ()  # sorted by variable name, no zero coefficients
-    const: Fraction = Fraction(0)
+    const: Fraction = _ZERO
 
     @staticmethod
     def var(name: str) -> Affine:
-        return Affine(((name, Fraction(1)),))
+        return Affine(((name, _ONE),))
 
     @staticmethod
     def constant(value: Number) -> Affine:
-        return Affine((), Fraction(value))
+        return Affine((), _frac(value))
 
     @staticmethod
     def build(coeffs: Mapping[str, Number], const: Number = 0) -> Affine:
-        terms = tuple(sorted((k, Fraction(v)) for k, v in coeffs.items() if v != 0))
-        return Affine(terms, Fraction(const))
+        terms = tuple(sorted((k, _frac(v)) for k, v in coeffs.items() if v != 0))
+        return Affine(terms, _frac(const))
 
     # ------------------------------------------------------------------ queries
     @property
@@ -79,10 +86,13 @@ class Affine:
     def __add__(self, other: Affine | Number) -> Affine:
         if not isinstance(other, Affine):
             return Affine(self.terms, self.const + other)
+        const = self.const + other.const if other.const else self.const
+        if not other.terms or not self.terms:  # a constant added: the other's terms as they are
+            return Affine(self.terms or other.terms, const)
         coeffs = dict(self.terms)
         for k, v in other.terms:
-            coeffs[k] = coeffs.get(k, Fraction(0)) + v
-        return Affine.build(coeffs, self.const + other.const)
+            coeffs[k] = coeffs[k] + v if k in coeffs else v
+        return Affine(tuple(sorted((k, v) for k, v in coeffs.items() if v)), const)
 
     __radd__ = __add__
 
@@ -96,7 +106,9 @@ class Affine:
         return (-self) + other
 
     def __mul__(self, scalar: Number) -> Affine:
-        scalar = Fraction(scalar)
+        scalar = _frac(scalar)
+        if scalar == 1:
+            return self  # immutable, so sharing is safe
         if scalar == 0:
             return Affine()
         return Affine(tuple((k, v * scalar) for k, v in self.terms), self.const * scalar)
