@@ -7,12 +7,15 @@ Programs (generated here, small 8x8 float32 tensors with integer values so resul
   the previous one's result;
 * ``matmuls N``: N independent 8x8 matrix products of the same two inputs, each its own output.
 
-After a warm-up on a 2-statement program (imports), per program: the interpreter's time for one call,
-the device's compile + first call (in a fresh ``tile.compile``, disk cache off unless ``--cache``),
-their ratio, the process's CPU time over the compile + call and over the interpreter's call, and their
-ratio (the machine may be shared: CPU time is the fairer figure), and the peak traced Python memory
-(``tracemalloc``) and peak resident set (``resource``) after it. Every result is checked equal to the
-interpreter's.
+Each program runs in a process of its own (so its peak resident set is its own): after a warm-up on a
+2-statement program (imports), the interpreter's time for one call, the device's compile + first call
+(in a fresh ``tile.compile``, disk cache off unless ``--cache``), their ratio, the process's CPU time
+over the compile + call and over the interpreter's call, and their ratio (the machine may be shared:
+CPU time is the fairer figure; ``--repeat R``: the least of R runs of each), and the process's peak
+resident set (``resource``). ``--traced``: also the peak traced Python memory of one more compile +
+call under ``tracemalloc``, apart from the timed ones (tracing every allocation slows Python code
+about fourfold: timed under it, the compile looked 4-5x slower than it is). Every result is checked
+equal to the interpreter's.
 ``--warm``: instead, a new process's compile + first call when an earlier process built the same
 program into a fresh disk cache (the second of two processes; imports and first-use set-up paid
 by another small program first), for each program alone and with its gradient program
@@ -27,6 +30,7 @@ bench/RESULTS.md ("Compile time") has figures.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import subprocess
@@ -73,26 +77,38 @@ def inputs() -> dict[str, np.ndarray]:
     return {"A": a, "B": b}
 
 
-def measure(src: str, device: str, settings: dict) -> dict:
-    """Interpreter time, compile + first call time and CPU time, peak memory; results checked."""
+def measure(src: str, device: str, settings: dict, repeat: int = 1, traced: bool = False) -> dict:
+    """Interpreter time, compile + first call time and CPU time (the least of ``repeat`` runs of
+    each), peak resident set; with ``traced``, the peak traced memory of one more compile + call
+    (not timed: ``tracemalloc`` slows it several-fold). Results checked."""
     x = inputs()
-    start, cpu = time.perf_counter(), time.process_time()
-    want = tile.compile(src, "interp")(x)
-    interp = time.perf_counter() - start
-    interp_cpu = time.process_time() - cpu
-    tracemalloc.start()
-    start, cpu = time.perf_counter(), time.process_time()
-    got = tile.compile(src, device, settings)(x)
-    first = time.perf_counter() - start
-    cpu = time.process_time() - cpu
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
+    best: dict[str, float] = {}
+    for _ in range(repeat):
+        start, cpu = time.perf_counter(), time.process_time()
+        want = tile.compile(src, "interp")(x)
+        _least(best, interp=time.perf_counter() - start, interp_cpu=time.process_time() - cpu)
+        start, cpu = time.perf_counter(), time.process_time()
+        got = tile.compile(src, device, settings)(x)
+        _least(best, first=time.perf_counter() - start, cpu=time.process_time() - cpu)
+        _check(want, got, device)
+    if traced:
+        tracemalloc.start()
+        _check(want, tile.compile(src, device, settings)(x), device)
+        best["traced_mib"] = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    best["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    return best
+
+
+def _least(best: dict[str, float], **figures: float) -> None:
+    for k, v in figures.items():
+        best[k] = min(v, best.get(k, v))
+
+
+def _check(want: dict, got: dict, device: str) -> None:
     for name, w in want.items():
         if not np.array_equal(np.asarray(got[name]), w):
             raise AssertionError(f"{device} differs from the interpreter in output {name}")
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    return {"interp": interp, "first": first, "cpu": cpu, "interp_cpu": interp_cpu,
-            "traced_mib": peak / 2**20, "rss_mib": rss}
 
 
 WARM = r"""
@@ -218,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="chain,matmuls", help="programs: chain, matmuls")
     p.add_argument("--sizes", default="500,1000,5000", help="statement counts")
     p.add_argument("--cache", action="store_true", help="use the disk cache (default: off)")
+    p.add_argument("--repeat", type=int, default=1, help="the least time of this many runs")
+    p.add_argument("--traced", action="store_true",
+                   help="also the peak traced memory of one more (untimed) compile + call")
+    p.add_argument("--one", help=argparse.SUPPRESS)  # NAME,N: that program in this process, as JSON
     p.add_argument("--warm", action="store_true",
                    help="instead: a new process's compile + first call with a warm disk cache")
     p.add_argument("--torch", action="store_true",
@@ -242,17 +262,33 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{label:<16}{imp:>10.2f}{first:>21.3f}{cpu:>8.3f}  {hit}", flush=True)
         return 0
     settings = {} if args.cache else {"cache": False}
-    measure(chain(2), args.device, settings)  # imports and first-use set-up, paid by no figure below
+    if args.one:
+        name, n = args.one.split(",")
+        measure(chain(2), args.device, settings)  # imports and first-use set-up, paid by no figure
+        print(json.dumps(measure(PROGRAMS[name](int(n)), args.device, settings, args.repeat, args.traced)))
+        return 0
     print(f"{'program':<16}{'interp s':>10}{'compile+call s':>16}{'ratio':>8}{'cpu s':>8}"
           f"{'interp cpu s':>14}{'cpu ratio':>11}{'traced MiB':>12}{'max RSS MiB':>13}")
     for name in args.only.split(","):
         for n in (int(s) for s in args.sizes.split(",")):
-            r = measure(PROGRAMS[name](n), args.device, settings)
+            r = _own_process(name, n, args)
+            traced = f"{r['traced_mib']:>12.1f}" if "traced_mib" in r else f"{'-':>12}"
             print(f"{name + ' ' + str(n):<16}{r['interp']:>10.2f}{r['first']:>16.2f}"
                   f"{r['first'] / r['interp']:>8.1f}{r['cpu']:>8.2f}{r['interp_cpu']:>14.2f}"
-                  f"{r['cpu'] / r['interp_cpu']:>11.1f}{r['traced_mib']:>12.1f}{r['rss_mib']:>13.0f}",
-                  flush=True)
+                  f"{r['cpu'] / r['interp_cpu']:>11.1f}{traced}{r['rss_mib']:>13.0f}", flush=True)
     return 0
+
+
+def _own_process(name: str, n: int, args: argparse.Namespace) -> dict:
+    """``measure`` of one program in a new process (its peak resident set its own)."""
+    root = Path(__file__).resolve().parent.parent
+    cmd = [sys.executable, "-m", "bench.compile_time", "--one", f"{name},{n}", "--device", args.device,
+           "--repeat", str(args.repeat)] + ["--cache"] * args.cache + ["--traced"] * args.traced
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    r = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"{name} {n} failed:\n{r.stderr[-4000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":
