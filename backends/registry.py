@@ -28,6 +28,7 @@ EXTERNAL = "external:"
 # metadata lacks them (a source checkout run without `pip install -e .`, or an install older
 # than the group). tests/test_registry.py checks that the two agree.
 BUILTIN = {
+    "cuda": "backends.cuda.device:devices",
     "llvm_cpu": "backends.llvm:devices",
     "opencl": "backends.opencl:devices",
     "plaidml": "backends.plaidml:devices",

@@ -372,7 +372,14 @@ def refuse_path(text: str) -> None:
 
 
 def tensor(array, device: str = "llvm_cpu.0") -> Tensor:
-    """A copy of ``array`` in ``device``'s memory, to pass to programs compiled for that device."""
+    """A copy of ``array`` in ``device``'s memory, to pass to programs compiled for that device;
+    on a device that can use the memory ``array`` is in (``cuda.N``: a torch CUDA tensor,
+    ``__cuda_array_interface__``, DLPack), ``array`` itself, not a copy."""
+    wrap = getattr(_device(device), "wrap", None)
+    if wrap is not None:
+        got = wrap(array)
+        if got is not None:
+            return got
     arr = np.asarray(array)
     dt = dtype_of(arr.dtype, "the array")
     t = empty(arr.shape, dt, device)

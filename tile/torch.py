@@ -385,6 +385,10 @@ class TorchOp:
                     hint="move every input to one device",
                 )
         tile_device = self.device or DEFAULT_DEVICES.get(device.type)
+        if tile_device is not None and device.type == "cuda" and not self.device:
+            from tile import torch_cuda
+
+            tile_device = torch_cuda.default_device(device, tile_device)
         if tile_device is None:
             raise TileInputError(
                 f"{self.core.what}: tensors on '{device.type}' have no Tile device",
@@ -439,17 +443,24 @@ class TorchOp:
             return None
         from tile import torch_cuda  # loads the OpenCL and CUDA drivers' bindings: on first use
 
-        sharing, why = torch_cuda.sharing(tile_device, device)
-        if sharing is None:
-            note.append(f"CUDA memory not shared with OpenCL: {why}")
-            return None
+        if torch_cuda.direct(tile_device):  # a CUDA device: the tensors' own memory, torch's stream
+            def call_of(program):
+                return torch_cuda.Direct(program.device, device)
+        else:
+            sharing, why = torch_cuda.sharing(tile_device, device)
+            if sharing is None:
+                note.append(f"CUDA memory not shared with OpenCL: {why}")
+                return None
+
+            def call_of(program):
+                return torch_cuda.Call(sharing, program.device, device)
         dtypes = [self._np_dtype(t, i) for i, t in enumerate(tensors)]
         key = self.core.key([tuple(t.shape) for t in tensors], dtypes)
         types = self.core.out_types(key)  # a shape or dtype mismatch: in the caller's terms
         call = None
         try:
             program, names = self.core.device_program(tile_device, key, wrt)
-            call = torch_cuda.Call(sharing, program.device, device)
+            call = call_of(program)
             ins = [call.input(t, t.shape, DType.of(d), t.dtype) for t, d in zip(tensors, dtypes)]
             outs = [call.output(program.buffers[n].sizes, program.buffers[n].dtype,
                                 _TO_TORCH[program.buffers[n].dtype.numpy]) for n in names]
@@ -478,8 +489,8 @@ class TorchOp:
                 else g.expand(tensors[i].shape).to(tensors[i].dtype).contiguous()
                 for g, i in zip(result, wrt)
             ]
-        self._say(tile_device, f"{torch_cuda.PATH}: {call.copied} bytes copied device-to-device into "
-                  "shared inputs, outputs written in place", [])
+        self._say(tile_device, f"{call.PATH}: {call.copied} bytes copied device-to-device into "
+                  "inputs, outputs written in place", [])
         return result
 
     def _say(self, tile_device: str, path: str, note: list[str]) -> None:

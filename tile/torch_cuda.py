@@ -18,8 +18,10 @@ import numpy as np
 import torch
 
 from backends import registry
+from backends.cuda.executor import CudaBuffer
 from backends.cuda.share import Block, Sharing
 from tile.dtypes import DType
+from tile.errors import TileError
 from tile.tensor import Tensor
 
 PATH = "CUDA memory shared with OpenCL (cl_khr_external_memory_opaque_fd)"
@@ -51,6 +53,8 @@ class _View:
 class Call:
     """The shared blocks of one call on ``program_device`` (a ``backends`` device) from tensors on
     the torch CUDA device ``device``; ``copied`` counts the bytes copied into them."""
+
+    PATH = PATH
 
     def __init__(self, sharing: Sharing, program_device, device: torch.device):
         self.sharing = sharing
@@ -97,3 +101,60 @@ class Call:
             self.sharing.device.queue.finish()
         finally:
             self._inputs.clear()
+
+
+def direct(tile_device: str) -> bool:
+    """Whether ``tile_device`` runs kernels on CUDA memory itself (``cuda.N``)."""
+    return tile_device.startswith("cuda.")
+
+
+def default_device(device: torch.device, fallback: str) -> str:
+    """The Tile device for tensors on the torch CUDA device ``device``: ``cuda.<index>`` where
+    that device exists, else ``fallback`` (the OpenCL GPU)."""
+    want = f"cuda.{device.index if device.index is not None else torch.cuda.current_device()}"
+    try:
+        registry.get(want)
+    except TileError:
+        return fallback
+    return want
+
+
+class Direct:
+    """One call on ``cuda.N`` from torch CUDA tensors: the kernels read the inputs' memory and write
+    the outputs' (``torch.empty``), on torch's current stream, with no copy and no wait (an input
+    of another dtype, or not contiguous, is converted by torch first; ``copied`` counts those bytes).
+    Nothing to synchronize: the launches are ordered on the stream like torch's own kernels."""
+
+    PATH = "CUDA memory and stream shared with torch (cuda.N)"
+
+    def __init__(self, program_device, device: torch.device):
+        self.program_device = program_device
+        self.device = device
+        self.copied = 0
+
+    def _over(self, t: torch.Tensor, shape, dtype: DType) -> Tensor:
+        buf = CudaBuffer.over(self.program_device.executor, t.data_ptr(), t.nbytes, t)
+        return Tensor(self.program_device, buf, tuple(int(d) for d in shape), dtype)
+
+    def input(self, x: torch.Tensor | None, shape, dtype: DType, torch_dtype: torch.dtype) -> Tensor:
+        if x is None:
+            x = torch.zeros(tuple(shape), dtype=torch_dtype, device=self.device)
+        else:
+            x = x.detach()
+            if x.dtype != torch_dtype or not x.is_contiguous() or tuple(x.shape) != tuple(shape):
+                x = x.to(torch_dtype).expand(tuple(shape)).contiguous()
+                self.copied += x.nbytes
+        return self._over(x, shape, dtype)
+
+    def output(self, shape, dtype: DType, torch_dtype: torch.dtype) -> tuple[Tensor, torch.Tensor]:
+        t = torch.empty(tuple(int(d) for d in shape), dtype=torch_dtype, device=self.device)
+        return self._over(t, shape, dtype), t
+
+    def ready(self) -> None:
+        pass
+
+    def finish(self, results: list[Tensor]) -> None:
+        pass
+
+    def abandon(self) -> None:
+        pass

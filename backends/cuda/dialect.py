@@ -1,0 +1,138 @@
+"""CUDA C++ as a dialect of ``backends.clike``: the OpenCL C that the portable generator and the
+tensor-core emitters write, made CUDA source for NVRTC (``backends.cuda.nvrtc``).
+
+The generated kernels are written once, in OpenCL C (``backends.opencl.target``): the CUDA target
+keeps that dialect's choices (float16 through ``vload_half``/``vstore_half_rte``, overloaded math,
+``as_uint`` bit casts) and gives them CUDA meanings in a prelude, so both backends run the same
+arithmetic. What a prelude cannot say is rewritten on the program text (``translate``):
+
+* ``__kernel`` is ``extern "C" __global__`` (the symbol stays the generated name), a required
+  work-group size is ``__launch_bounds__``;
+* a ``__local`` array is ``__shared__``; a pointer to ``__local`` memory is a plain (generic)
+  pointer, and a ``__local`` address taken as a 32-bit integer for inline PTX (OpenCL's
+  ``(uint)(ulong)p``, the shared window's offset on NVIDIA) is ``__cvta_generic_to_shared``;
+* a vector literal ``(uint4)(x, y, z, w)`` is ``make_uint4(x, y, z, w)``.
+
+Work-item functions read CUDA's indexes: ``get_global_id(0)`` is ``blockIdx.x * blockDim.x +
+threadIdx.x``; ``barrier`` is ``__syncthreads``. Float contraction is off (``--fmad=false``, as
+OpenCL's ``FP_CONTRACT OFF``); division and square root are correctly rounded (NVRTC's defaults).
+"""
+
+from __future__ import annotations
+
+import re
+
+from backends.opencl.target import OpenCLTarget
+
+PRELUDE = r"""
+typedef unsigned char uchar;
+typedef unsigned short ushort;
+typedef unsigned int uint;
+typedef unsigned long ulong;
+typedef unsigned short half; /* float16 in memory: its bits (values live in float registers) */
+#define __global
+#define __private
+#define __constant const
+#define restrict __restrict__
+#define CLK_LOCAL_MEM_FENCE 1
+#define CLK_GLOBAL_MEM_FENCE 2
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fc00000)
+#endif
+__device__ __forceinline__ size_t get_local_id(int d)
+{ return d == 0 ? threadIdx.x : d == 1 ? threadIdx.y : threadIdx.z; }
+__device__ __forceinline__ size_t get_group_id(int d)
+{ return d == 0 ? blockIdx.x : d == 1 ? blockIdx.y : blockIdx.z; }
+__device__ __forceinline__ size_t get_local_size(int d)
+{ return d == 0 ? blockDim.x : d == 1 ? blockDim.y : blockDim.z; }
+__device__ __forceinline__ size_t get_num_groups(int d)
+{ return d == 0 ? gridDim.x : d == 1 ? gridDim.y : gridDim.z; }
+__device__ __forceinline__ size_t get_global_id(int d)
+{ return get_group_id(d) * get_local_size(d) + get_local_id(d); }
+__device__ __forceinline__ size_t get_global_size(int d)
+{ return get_num_groups(d) * get_local_size(d); }
+__device__ __forceinline__ void barrier(int flags)
+{ if (flags & CLK_GLOBAL_MEM_FENCE) __threadfence(); __syncthreads(); }
+__device__ __forceinline__ void mem_fence(int flags)
+{ if (flags & CLK_GLOBAL_MEM_FENCE) __threadfence(); else __threadfence_block(); }
+__device__ __forceinline__ uint atomic_inc(volatile uint* p) { return atomicAdd((uint*)p, 1u); }
+__device__ __forceinline__ uint atomic_xchg(volatile uint* p, uint v) { return atomicExch((uint*)p, v); }
+__device__ __forceinline__ int atomic_inc(volatile int* p) { return atomicAdd((int*)p, 1); }
+__device__ __forceinline__ int atomic_xchg(volatile int* p, int v) { return atomicExch((int*)p, v); }
+__device__ __forceinline__ float vload_half(size_t i, const half* p)
+{ float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(p[i])); return f; }
+__device__ __forceinline__ void vstore_half_rte(float x, size_t i, half* p)
+{ ushort h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x)); p[i] = h; }
+__device__ __forceinline__ void vstore_half_rte(double x, size_t i, half* p)
+{ ushort h; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(x)); p[i] = h; }
+__device__ __forceinline__ uint as_uint(float x) { return __float_as_uint(x); }
+__device__ __forceinline__ uint as_uint(uint x) { return x; }
+__device__ __forceinline__ uint as_uint(int x) { return (uint)x; }
+__device__ __forceinline__ ulong as_ulong(double x) { return (ulong)__double_as_longlong(x); }
+__device__ __forceinline__ float as_float(uint x) { return __uint_as_float(x); }
+__device__ __forceinline__ float as_float(int x) { return __int_as_float(x); }
+__device__ __forceinline__ float as_float(float x) { return x; }
+__device__ __forceinline__ float mad(float a, float b, float c) { return a * b + c; }
+__device__ __forceinline__ double mad(double a, double b, double c) { return a * b + c; }
+__device__ __forceinline__ float native_exp(float x) { return __expf(x); }
+__device__ __forceinline__ float native_log(float x) { return __logf(x); }
+__device__ __forceinline__ float native_sin(float x) { return __sinf(x); }
+__device__ __forceinline__ float native_cos(float x) { return __cosf(x); }
+__device__ __forceinline__ float native_tan(float x) { return __tanf(x); }
+__device__ __forceinline__ float native_sqrt(float x) { return __fsqrt_rn(x); }
+__device__ __forceinline__ float native_recip(float x) { return __frcp_rn(x); }
+#define TILE_SPLAT(T, S) \
+__device__ __forceinline__ T##2 make_##T##2(S x) { return make_##T##2(x, x); } \
+__device__ __forceinline__ T##4 make_##T##4(S x) { return make_##T##4(x, x, x, x); }
+TILE_SPLAT(float, float)
+TILE_SPLAT(double, double)
+TILE_SPLAT(int, int)
+TILE_SPLAT(uint, uint)
+TILE_SPLAT(short, short)
+TILE_SPLAT(ushort, ushort)
+TILE_SPLAT(char, signed char)
+TILE_SPLAT(uchar, uchar)
+TILE_SPLAT(long, long)
+TILE_SPLAT(ulong, ulong)
+template <class T> __device__ __forceinline__ T select(T a, T b, bool c) { return c ? b : a; }
+template <class T> __device__ __forceinline__ T clamp(T x, T lo, T hi) { return min(max(x, lo), hi); }
+"""
+
+_LOCAL_POINTER = re.compile(r"__local\s+((?:const\s+)?\w+\s*\*)")
+_SHARED_WORD = re.compile(r"\(uint\)\(ulong\)(\w+)")
+_SHARED_EXPR = re.compile(r"\(uint\)\(ulong\)\(")
+_GROUP_SIZE = re.compile(r"__attribute__\(\(reqd_work_group_size\((\d+),\s*1,\s*1\)\)\)")
+_VECTOR = re.compile(r"\(((?:u?(?:char|short|int|long))|float|double)([234])\)\(")
+_KERNEL = re.compile(r"\b__kernel\b")
+
+
+def translate(text: str) -> str:
+    """The generated OpenCL C program ``text`` (without its header) as CUDA C++ (module docstring)."""
+    text = _LOCAL_POINTER.sub(r"\1", text)
+    text = _SHARED_WORD.sub(r"(uint)__cvta_generic_to_shared(\1)", text)
+    text = _SHARED_EXPR.sub("(uint)__cvta_generic_to_shared(", text)
+    text = text.replace("__local", "__shared__")
+    text = _GROUP_SIZE.sub(r"__launch_bounds__(\1)", text)
+    text = _VECTOR.sub(r"make_\1\2(", text)
+    return _KERNEL.sub('extern "C" __global__', text)
+
+
+class CudaTarget(OpenCLTarget):
+    """OpenCL C's choices, printed as CUDA C++ (module docstring). Helper functions are
+    ``__device__``; the file opens with the prelude instead of OpenCL's pragmas."""
+
+    name = "cuda"
+    function_qualifier = "__device__ "
+
+    def header(self) -> list[str]:
+        return PRELUDE.strip("\n").split("\n")
+
+    def helper_text(self, name: str) -> str | None:
+        text = super().helper_text(name)
+        return None if text is None else f"__device__ {text}"
+
+
+__all__ = ["PRELUDE", "CudaTarget", "translate"]

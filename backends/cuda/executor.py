@@ -1,0 +1,285 @@
+"""The executor of ``cuda.0``: buffers in CUDA memory, copies and launches on the caller's stream.
+
+* **Memory.** Where PyTorch has initialized CUDA in this process, a buffer is a byte tensor from
+  its caching allocator (the same memory, stream-ordered and safe under graph capture); else a
+  stream-ordered allocation of the driver's (``cuMemAllocAsync``). ``CudaBuffer.over`` wraps memory
+  someone else owns (a torch tensor's ``data_ptr()``, ``__cuda_array_interface__``, DLPack) without
+  a copy, keeping its owner alive.
+* **Order.** Every copy and launch goes on the current stream (``runtime.Cuda.stream``); an event of
+  this device recorded there needs no wait, another is waited for on the host first. Only reads
+  to the host wait (for the stream); a launch never does.
+* **Events.** A launch records a CUDA event after it (``CudaEvent``: ``wait``, ``complete``);
+  inside ``profiled()`` one before it too, so ``duration`` is its time on the device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import sys
+import threading
+import weakref
+from collections.abc import Sequence
+
+import numpy as np
+
+from backends.cuda.runtime import Cuda, argument_array, check, cu
+from backends.hal import Bound, Buffer, Event, Executor, Kernel, Library
+
+
+class CudaEvent(Event):
+    """The point after an operation on a stream of device ``cuda``."""
+
+    def __init__(self, cuda: Cuda, stream, end, start=None):
+        self._future = None
+        self._duration = 0.0
+        self.cuda, self.stream, self.end, self.start = cuda, stream, end, start
+
+    def wait(self) -> CudaEvent:
+        check(cu.cuEventSynchronize(self.end), "cuEventSynchronize")
+        return self
+
+    @property
+    def complete(self) -> bool:
+        err, = cu.cuEventQuery(self.end)
+        return err == cu.CUresult.CUDA_SUCCESS
+
+    @property
+    def duration(self) -> float:
+        self.wait()
+        if self.start is None:
+            raise ValueError("this CUDA launch was not profiled: run it inside executor.profiled()")
+        return float(check(cu.cuEventElapsedTime(self.start, self.end), "cuEventElapsedTime")) * 1e-3
+
+
+def _event(timed: bool):
+    flags = cu.CUevent_flags.CU_EVENT_DEFAULT if timed else cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
+    return check(cu.cuEventCreate(flags), "cuEventCreate")
+
+
+class CudaBuffer(Buffer):
+    """``size`` bytes of device memory at ``pointer``; ``owner`` keeps it alive (a torch tensor, an
+    array-interface object, or the finalizer of our own allocation)."""
+
+    def __init__(self, executor: CudaExecutor, size: int, pointer: int, owner=None):
+        super().__init__(size)
+        self.executor = executor
+        self.pointer = pointer
+        self.owner = owner
+
+    @classmethod
+    def over(cls, executor: CudaExecutor, pointer: int, size: int, owner) -> CudaBuffer:
+        """A buffer over memory ``owner`` holds (not a copy)."""
+        return cls(executor, size, int(pointer), owner)
+
+    def _after(self, deps: Sequence[Event]):
+        return self.executor.after(deps)
+
+    def map_current(self, deps: Sequence[Event] = ()) -> np.ndarray:
+        stream = self._after(deps)
+        host = np.empty(self.size, dtype=np.uint8)
+        if self.size:
+            got = cu.cuMemcpyDtoHAsync(host.ctypes.data, self.pointer, self.size, stream)
+            check(got, "cuMemcpyDtoHAsync")
+        check(cu.cuStreamSynchronize(stream), "cuStreamSynchronize")
+        return host
+
+    read = map_current
+
+    def map_discard(self, deps: Sequence[Event] = ()) -> np.ndarray:
+        for e in deps:
+            e.wait()
+        return np.zeros(self.size, dtype=np.uint8)
+
+    def write(self, data: np.ndarray, deps: Sequence[Event] = ()) -> Event:
+        data = np.ascontiguousarray(data, dtype=np.uint8).reshape(-1)
+        assert data.size == self.size, (data.size, self.size)
+        stream = self._after(deps)
+        if self.size:
+            # (pageable memory: the call returns once the bytes are staged, so ``data`` may change)
+            got = cu.cuMemcpyHtoDAsync(self.pointer, data.ctypes.data, self.size, stream)
+            check(got, "cuMemcpyHtoDAsync")
+        return self.executor.record(stream)
+
+    unmap = write
+
+    def zero(self, deps: Sequence[Event] = ()) -> Event:
+        stream = self._after(deps)
+        if self.size:
+            check(cu.cuMemsetD8Async(self.pointer, 0, self.size, stream), "cuMemsetD8Async")
+        return self.executor.record(stream)
+
+
+class CudaProgram:
+    """A library's PTX, loaded into the context once (on first launch)."""
+
+    def __init__(self, ptx: bytes):
+        self.ptx = ptx
+        self.module = None
+        self.lock = threading.Lock()
+
+    def function(self, cuda: Cuda, name: str):
+        with self.lock:
+            if self.module is None:
+                cuda.current()
+                self.module = check(cu.cuModuleLoadData(self.ptx + b"\0"), "cuModuleLoadData (the PTX JIT)")
+            return check(cu.cuModuleGetFunction(self.module, name.encode()), f"cuModuleGetFunction({name})")
+
+
+class CudaKernel(Kernel):
+    def __init__(self, executor: CudaExecutor, library: Library, index: int):
+        self.executor = executor
+        self.cuda = executor.cuda
+        self.info = library.kernels[index]
+        extra = library.extra
+        self.name = extra["names"][index]
+        self.work_items = int(extra["work_items"][index])
+        self.launch = (extra.get("launch") or [None] * (index + 1))[index]
+        need = (extra.get("local_sizes") or [0] * (index + 1))[index]
+        self.required = bool(need) or bool(self.launch)  # (its code assumes the block size)
+        self.local = int(need) if need else int(extra.get("local_size", 128))
+        self.shared = int(self.launch["local_bytes"]) if self.launch else 0
+        if not isinstance(library.handle, CudaProgram):
+            library.handle = CudaProgram(library.handle)
+        self.program: CudaProgram = library.handle
+        self._fn = None
+
+    def function(self):
+        if self._fn is None:
+            fn = self.program.function(self.cuda, self.name)
+            attr = cu.CUfunction_attribute
+            if self.shared:
+                check(cu.cuFuncSetAttribute(fn, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                            self.shared), "cuFuncSetAttribute")
+            most = check(cu.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn),
+                         "cuFuncGetAttribute")
+            if self.local > most:
+                if self.required:
+                    raise RuntimeError(f"kernel {self.name} needs {self.local} threads a block; the "
+                                       f"device allows it {most}")
+                self.local = int(most)
+            self._fn = fn
+        return self._fn
+
+    def check(self, params: Sequence[Buffer]) -> None:
+        if len(params) != len(self.info.buffers):
+            raise ValueError(
+                f"kernel '{self.info.name}' takes {len(self.info.buffers)} buffers, got {len(params)}")
+        for p in params:
+            if not isinstance(p, CudaBuffer):
+                raise TypeError(f"kernel '{self.info.name}' runs on CudaBuffers, got {type(p).__name__}")
+
+    def bind(self, params: Sequence[Buffer]) -> CudaBound:
+        self.check(params)
+        return CudaBound(self, params)
+
+    def run(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
+        return self.bind(params).launch(params, deps)
+
+
+class CudaBound(Bound):
+    """A kernel and its argument array for one list of buffers (pointers and tensor maps)."""
+
+    __slots__ = ("argv", "storage", "address")
+
+    def __init__(self, kernel: CudaKernel, params: Sequence[Buffer]):
+        super().__init__(kernel, params)
+        pointers = [p.pointer for p in params]
+        maps = []
+        if kernel.launch:
+            maps = [kernel.cuda.tensor_map(pointers[i], *rest) for i, *rest in kernel.launch["maps"]]
+        self.argv, self.storage = argument_array(pointers + maps)
+        self.address = ctypes.addressof(self.argv)
+
+    def launch(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
+        kernel: CudaKernel = self.kernel  # type: ignore[assignment]
+        ex = kernel.executor
+        fn = kernel.function()
+        stream = ex.after(deps)
+        start = ex.record(stream, timed=True).end if ex.timing else None
+        groups = -(-kernel.work_items // kernel.local)
+        if groups:
+            check(cu.cuLaunchKernel(fn, groups, 1, 1, kernel.local, 1, 1, kernel.shared, stream,
+                                    self.address, 0),
+                  f"cuLaunchKernel({kernel.name})")
+        return ex.record(stream, start=start)
+
+
+class CudaExecutor(Executor):
+    timed_by_default = False
+
+    def __init__(self, cuda: Cuda):
+        self.cuda = cuda
+        self.timing = False
+        self._free: list = []  # events no one holds any more, for reuse
+
+    @contextlib.contextmanager
+    def profiled(self):
+        was, self.timing = self.timing, True
+        try:
+            yield
+        finally:
+            self.timing = was
+
+    # ------------------------------------------------------------------ order
+    def after(self, deps: Sequence[Event]):
+        """The current stream, once ``deps`` are met on it (events of this device's other streams
+        are waited for on the device, any other on the host)."""
+        cuda = self.cuda
+        cuda.current()
+        stream = cuda.stream()
+        for e in deps:
+            if type(e) is CudaEvent:
+                if e.stream is not stream:
+                    check(cu.cuStreamWaitEvent(stream, e.end, 0), "cuStreamWaitEvent")
+            else:
+                e.wait()
+        return stream
+
+    def record(self, stream, timed: bool = False, start=None) -> CudaEvent:
+        timed = timed or start is not None
+        end = self._free.pop() if (self._free and not timed) else _event(timed)
+        check(cu.cuEventRecord(end, stream), "cuEventRecord")
+        ev = CudaEvent(self.cuda, stream, end, start)
+        if not timed:
+            weakref.finalize(ev, self._free.append, end).atexit = False
+        return ev
+
+    # ------------------------------------------------------------------ memory
+    def allocate(self, size: int) -> CudaBuffer:
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            t = torch.empty(max(size, 1), dtype=torch.uint8, device=f"cuda:{self.cuda.ordinal}")
+            return CudaBuffer(self, size, t.data_ptr(), t)
+        stream = self.after(())
+        pointer = int(check(cu.cuMemAllocAsync(max(size, 1), stream), f"cuMemAllocAsync({size} bytes)"))
+        buf = CudaBuffer(self, size, pointer)
+        weakref.finalize(buf, _free_async, self.cuda, pointer)
+        return buf
+
+    def copy(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, length: int,
+             deps: Sequence[Event] = ()) -> Event:
+        if not isinstance(src, CudaBuffer) or not isinstance(dst, CudaBuffer):
+            raise TypeError("CUDA copies are between CudaBuffers")
+        inside = src_offset + length <= src.size and dst_offset + length <= dst.size
+        if min(src_offset, dst_offset) < 0 or not inside:
+            raise ValueError(f"copy of {length} bytes at {src_offset} -> {dst_offset} is out of bounds")
+        stream = self.after(deps)
+        if length:
+            check(cu.cuMemcpyDtoDAsync(dst.pointer + dst_offset, src.pointer + src_offset, length, stream),
+                  "cuMemcpyDtoDAsync")
+        return self.record(stream)
+
+    def prepare(self, library: Library, index: int) -> CudaKernel:
+        return CudaKernel(self, library, index)
+
+
+def _free_async(cuda: Cuda, pointer: int) -> None:
+    try:
+        cuda.current()
+        cu.cuMemFreeAsync(pointer, cuda.stream())
+    except Exception:  # noqa: BLE001 - at interpreter exit the driver may be gone
+        pass
+
+
+__all__ = ["CudaBuffer", "CudaEvent", "CudaExecutor", "CudaKernel"]
