@@ -11,7 +11,7 @@ decided by context.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from tile.errors import Source, Span
@@ -207,6 +207,47 @@ def expressions(stmt: Statement) -> Iterator[Expr]:
         e = stack.pop()
         yield e
         stack.extend(reversed(children(e)))
+
+
+def substitute(e: Expr, subst: dict[str, Expr]) -> Expr:
+    """``e`` with each tensor name in ``subst`` replaced by its expression (index names stay)."""
+    if isinstance(e, Name):
+        return subst.get(e.name, e) if not e.is_index else e
+    if isinstance(e, Binary):
+        return Binary(e.op, substitute(e.lhs, subst), substitute(e.rhs, subst))
+    if isinstance(e, Unary):
+        return Unary(e.op, substitute(e.operand, subst))
+    if isinstance(e, Ternary):
+        return Ternary(substitute(e.cond, subst), substitute(e.then, subst), substitute(e.other, subst))
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(substitute(a, subst) for a in e.args))
+    return e
+
+
+def _renamed(name: str, subst: dict[str, Expr]) -> str:
+    new = subst.get(name)
+    return new.name if isinstance(new, Name) else name
+
+
+def _renamed_ref(r: TensorRef, subst: dict[str, Expr]) -> TensorRef:
+    return TensorRef(_renamed(r.name, subst), tuple(substitute(i, subst) for i in r.indices))
+
+
+def rename_statement(s: Statement, subst: dict[str, Expr]) -> Statement:
+    """A statement with ``subst`` applied: tensors (defined, read, default) renamed where they map
+    to a ``Name``, sizes (and other names in expressions) replaced by their expressions. Used to
+    inline one function's statements into another (custom gradients, ``tile.onnx``)."""
+    if isinstance(s, Assignment):
+        return Assignment(_renamed(s.name, subst), substitute(s.expr, subst))
+    return replace(
+        s,
+        output=_renamed_ref(s.output, subst),
+        sizes=None if s.sizes is None else tuple(substitute(x, subst) for x in s.sizes),
+        operands=tuple(_renamed_ref(o, subst) for o in s.operands),
+        constraints=tuple(Constraint(substitute(c.poly, subst), substitute(c.bound, subst))
+                          for c in s.constraints),
+        default=None if s.default is None else _renamed(s.default, subst),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,6 @@ differentiates through it like any other code.
 
 from __future__ import annotations
 
-import dataclasses
-
 from tile import ast
 from tile.autodiff.build import size_expr
 from tile.autodiff.simplify import used_names
@@ -74,7 +72,7 @@ def inline_custom(rev, stmt: ast.Statement, source: str | ast.Program, g: str) -
     for s in fn.stmts:
         new = rev.namer.fresh(f"{s.name}_{stmt.name}" if s.name in outputs else s.name)
         subst[s.name] = ast.Name(new)
-        rev.emit(_rename_statement(s, subst))
+        rev.emit(ast.rename_statement(s, subst))
     return [(x, subst[o]) for o, x in outputs.items()]
 
 
@@ -95,39 +93,3 @@ def _check_shapes(rev, stmt: ast.Statement, fn: ast.Program, outputs: dict[str, 
                 out.span,
                 hint="a gradient has the shape of its tensor",
             )
-
-
-def _sub(e: ast.Expr, subst: dict[str, ast.Expr]) -> ast.Expr:
-    if isinstance(e, ast.Name):
-        return subst.get(e.name, e) if not e.is_index else e
-    if isinstance(e, ast.Binary):
-        return ast.Binary(e.op, _sub(e.lhs, subst), _sub(e.rhs, subst))
-    if isinstance(e, ast.Unary):
-        return ast.Unary(e.op, _sub(e.operand, subst))
-    if isinstance(e, ast.Ternary):
-        return ast.Ternary(_sub(e.cond, subst), _sub(e.then, subst), _sub(e.other, subst))
-    if isinstance(e, ast.Call):
-        return ast.Call(e.fn, tuple(_sub(a, subst) for a in e.args))
-    return e
-
-
-def _tensor(name: str, subst: dict[str, ast.Expr]) -> str:
-    new = subst.get(name)
-    return new.name if isinstance(new, ast.Name) else name
-
-
-def _ref(r: ast.TensorRef, subst: dict[str, ast.Expr]) -> ast.TensorRef:
-    return ast.TensorRef(_tensor(r.name, subst), tuple(_sub(i, subst) for i in r.indices))
-
-
-def _rename_statement(s: ast.Statement, subst: dict[str, ast.Expr]) -> ast.Statement:
-    if isinstance(s, ast.Assignment):
-        return ast.Assignment(_tensor(s.name, subst), _sub(s.expr, subst))
-    return dataclasses.replace(
-        s,
-        output=_ref(s.output, subst),
-        sizes=None if s.sizes is None else tuple(_sub(x, subst) for x in s.sizes),
-        operands=tuple(_ref(o, subst) for o in s.operands),
-        constraints=tuple(ast.Constraint(_sub(c.poly, subst), _sub(c.bound, subst)) for c in s.constraints),
-        default=None if s.default is None else _tensor(s.default, subst),
-    )

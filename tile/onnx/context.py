@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from tile import ast
-from tile.autodiff.custom import _rename_statement as rename_statement
 from tile.bind import bind
 from tile.dtypes import DType
 from tile.errors import TileError
@@ -287,7 +286,7 @@ class Context:
                     subst[d] = ast.IntLit(size)
         for s in fn.stmts:
             subst[s.name] = ast.Name(self.b.fresh(f"{self.node.op_type}_{s.name}"))
-        lines = [ast.format_statement(rename_statement(s, subst)).strip() for s in fn.stmts]
+        lines = [ast.format_statement(ast.rename_statement(s, subst)).strip() for s in fn.stmts]
         self._add(lines)
         return [self.b.value(subst[o.name].name) for o in fn.outputs]
 
