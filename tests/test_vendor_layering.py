@@ -10,6 +10,7 @@ and are not read here.
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -61,3 +62,54 @@ def test_generic_code_names_no_vendor_instruction_or_call():
     ]
     why = "vendor words outside backends/cuda (move the code there, or say it without them):"
     assert not bad, "\n".join([why, *bad])
+
+
+# ------------------------------------------------------------------------------ opencl and cuda
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """Each module ``path`` imports (at any depth, inside functions too), with its line."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append((node.lineno, node.module))
+            found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+    return found
+
+
+def test_the_scan_sees_imports_inside_functions(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("def g():\n    from backends.cuda.tma import unit_emitter\n    import backends.cuda\n")
+    assert [m for _, m in imported_modules(f)] == [
+        "backends.cuda.tma", "backends.cuda.tma.unit_emitter", "backends.cuda"
+    ]
+
+
+def test_opencl_imports_no_vendor_package():
+    """``backends/cuda`` builds on OpenCL (its launches and shared memory use OpenCL's driver and
+    executor), so OpenCL reaches it only through the hooks it owns (``backends.opencl.vendors``):
+    no import of ``backends.cuda`` in ``backends/opencl``, and so no circle between the two."""
+    bad = [
+        f"{p.relative_to(ROOT)}:{n}: {m}"
+        for p in sorted((ROOT / "backends/opencl").rglob("*.py"))
+        for n, m in imported_modules(p)
+        if m == "backends.cuda" or m.startswith("backends.cuda.")
+    ]
+    assert not bad, "\n".join(["backends/opencl imports the vendor (register a hook instead):", *bad])
+    cuda = [m for p in (ROOT / "backends/cuda").rglob("*.py") for _, m in imported_modules(p)]
+    assert any(m.startswith("backends.opencl") for m in cuda)  # the one direction there is
+
+
+def test_the_vendor_hooks_reach_opencl():
+    """The OpenCL target finds NVIDIA's kernels, the PTX rebuild and the launching executor
+    through the registered hooks."""
+    from backends.cuda import launch, ptx, tma
+    from backends.cuda.wgmma import SM90A
+    from backends.opencl import vendors
+
+    (nvidia,) = [v for v in vendors.vendors() if v.name == "nvidia"]
+    assert nvidia.unit_emitter is tma.unit_emitter and nvidia.rebuild is ptx.for_sm90a
+    assert nvidia.executor is launch.LaunchingExecutor
+    assert vendors.rebuilding(f"x {SM90A}wgmma.fence.sync.aligned; y") is nvidia
+    assert vendors.rebuilding("__kernel void k() {}") is None

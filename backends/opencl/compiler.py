@@ -5,8 +5,9 @@ refuses a program that needs float16 or float64 the device lacks (``DeviceTypeEr
 ``TileTypeError``), and hands the driver's compilation to the device's build pool: the ``Library``
 comes back immediately and its kernels wait for the program only when they first run, so the runner
 allocates and uploads buffers meanwhile. A program binary found in the disk cache (``cache``) is
-loaded instead of compiled. A program with ``sm_90a`` instructions (``backends.cuda.ptx``) is
-compiled, then rebuilt from its PTX for ``sm_90a``; the cache keeps the rebuilt binary.
+loaded instead of compiled. A program whose source a vendor rebuilds (``vendors``: instructions
+OpenCL C cannot target) is compiled, then rebuilt by that vendor's hook; the cache keeps the
+rebuilt binary.
 
 Settings (all optional): ``cache`` (False: no disk cache), ``async`` (False: build before
 returning), ``fast_math`` (``mad`` for multiply-accumulate and ``native_*`` functions: faster, not
@@ -29,11 +30,11 @@ import pyopencl as cl
 
 from backends.clike import generate
 from backends.clike.helpers import helper_source
-from backends.cuda.ptx import for_sm90a, needs_sm90a
 from backends.hal import Compiler, KernelInfo, Library
 from backends.opencl.cache import BinaryCache, cache_key
 from backends.opencl.driver import Driver, quiet_build
 from backends.opencl.target import OpenCLTarget
+from backends.opencl.vendors import Vendor, rebuilding
 from tile.dtypes import DType
 from tile.errors import TileTypeError
 
@@ -80,8 +81,9 @@ class ProgramHandle:
                     f"OpenCL could not build the generated program for {dev.id} ({dev.name}): {e}\n"
                     "(TILE_DEBUG=3 prints the source)"
                 ) from None
-            if needs_sm90a(self.source):
-                program = self.retargeted(program)
+            vendor = rebuilding(self.source)
+            if vendor is not None:
+                program = self.rebuilt(program, vendor)
             if status == "miss":
                 binaries = program.get_info(cl.program_info.BINARIES)
                 if binaries and binaries[0]:
@@ -90,18 +92,17 @@ class ProgramHandle:
         self.extra["driver_build_seconds"] = time.perf_counter() - start
         return program
 
-    def retargeted(self, program: cl.Program) -> cl.Program:
-        """``program`` (built from the source) rebuilt from its PTX for ``sm_90a`` (``ptx``)."""
+    def rebuilt(self, program: cl.Program, vendor: Vendor) -> cl.Program:
+        """``program`` (built from the source) rebuilt by ``vendor``'s hook (``vendors``)."""
         dev = self.device
+        assert vendor.rebuild is not None
         try:
-            binary = for_sm90a(bytes(program.get_info(cl.program_info.BINARIES)[0]))
+            binary = vendor.rebuild(bytes(program.get_info(cl.program_info.BINARIES)[0]))
             return quiet_build(cl.Program(dev.context, [dev.cl_device], [binary]), self.options)
         except (ValueError, cl.Error) as e:
             raise RuntimeError(
-                f"OpenCL could not build the generated program's sm_90a PTX (warp-group products) "
-                f"for {dev.id} ({dev.name}): {e}\n(to leave them out, compile with a config that "
-                '{"extends": "opencl_gpu", "hardware": {"matrix_units": {"tensor_core": '
-                '{"warpgroup": null}}}}: the warp-level mma.sync kernels run instead)'
+                f"OpenCL could not build the generated program's binary as {vendor.name} rebuilt it "
+                f"for {dev.id} ({dev.name}): {e}\n({vendor.rebuild_hint})"
             ) from None
 
     def start(self, asynchronous: bool) -> None:

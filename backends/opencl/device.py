@@ -14,10 +14,11 @@ from dataclasses import replace
 
 import pyopencl as cl
 
-from backends.cuda.launch import Launcher, LaunchingExecutor
 from backends.hal import Capabilities, Device, MemoryLimit
+from backends.opencl import vendors
 from backends.opencl.compiler import OpenCLCompiler
 from backends.opencl.driver import Driver
+from backends.opencl.executor import OpenCLExecutor
 from tile.dtypes import DType
 
 _KINDS = (
@@ -59,7 +60,7 @@ class OpenCLDevice(Driver, Device):
             f"{d.driver_version.strip()})"
         )
         self.compiler = OpenCLCompiler(self)
-        self.executor = LaunchingExecutor(self)
+        self.executor = vendors.first("executor", self) or OpenCLExecutor(self)
 
     tiled_optimizer = "opencl_gpu_tiled"  # on a CPU device too: conformance runs it everywhere
 
@@ -107,9 +108,8 @@ class OpenCLDevice(Driver, Device):
         return unit
 
     def launch_bytes(self) -> int:
-        """The dynamic local memory of kernels launched through CUDA (``backends.cuda.launch``; 0: none)."""
-        launcher, _ = Launcher.for_device(self)
-        return launcher.launch_bytes if launcher is not None else 0
+        """The dynamic local memory of kernels a vendor launches its own way (``vendors``; 0: none)."""
+        return vendors.first("launch_bytes", self) or 0
 
     def has_unit(self, unit) -> bool:
         """Whether this device has the matrix unit ``unit`` (``stripe.hardware.MatrixUnit``): its

@@ -44,12 +44,11 @@ class OpenCLTarget(CTarget):
         self.launch_bytes = 0  # dynamic local memory of kernels launched through CUDA (0: none)
 
     def unit_emitter(self, g, ptrs: dict[str, str], tiles, unit: str, epilogue):
-        """NVIDIA's tensor-core kernels (``backends.cuda.tma.unit_emitter``): the matrix units an
-        OpenCL config describes are theirs. Imported here, so a device without matrix units (PoCL)
-        never loads the vendor package."""
-        from backends.cuda.tma import unit_emitter
+        """The kernel a vendor registered for the matrix unit the plan names (``vendors``: the
+        matrix units an OpenCL config describes are a vendor's), or None: the portable one."""
+        from backends.opencl import vendors
 
-        return unit_emitter(self, g, ptrs, tiles, unit, epilogue)
+        return vendors.first("unit_emitter", self, g, ptrs, tiles, unit, epilogue)
 
     def half_mem_type(self) -> str:
         return "half"

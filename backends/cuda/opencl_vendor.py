@@ -1,0 +1,33 @@
+"""NVIDIA's hooks into the OpenCL backend (``backends.opencl.vendors``): the tensor-core GEMM
+kernels for a plan naming the matrix unit (``tma.unit_emitter``), the ``sm_90a`` rebuild of a
+program with warp-group products (``ptx``), and the executor that launches some kernels through
+CUDA on memory shared with OpenCL (``launch``). OpenCL imports this module by name
+(``vendors.VENDORS``); it imports OpenCL, never the other way."""
+
+from __future__ import annotations
+
+from backends.cuda.launch import Launcher, LaunchingExecutor
+from backends.cuda.ptx import for_sm90a, needs_sm90a
+from backends.cuda.tma import unit_emitter
+from backends.opencl.vendors import Vendor, register
+
+
+def launch_bytes(device) -> int:
+    """The dynamic local memory of kernels launched through CUDA on ``device`` (0: none are)."""
+    launcher, _ = Launcher.for_device(device)
+    return launcher.launch_bytes if launcher is not None else 0
+
+
+register(Vendor(
+    name="nvidia",
+    unit_emitter=unit_emitter,
+    rebuilds=needs_sm90a,
+    rebuild=for_sm90a,
+    rebuild_hint=(
+        "the sm_90a PTX of its warp-group products; to leave them out, compile with a config that "
+        '{"extends": "opencl_gpu", "hardware": {"matrix_units": {"tensor_core": {"warpgroup": null}}}}: '
+        "the warp-level mma.sync kernels run instead"
+    ),
+    executor=LaunchingExecutor,
+    launch_bytes=launch_bytes,
+))
