@@ -118,7 +118,7 @@ def test_a_symbolic_input_dimension_needs_a_shape():
               [("y", TensorProto.FLOAT, ["N", 3])])
     with pytest.raises(TileOnnxError, match="symbolic dimension 'N'"):
         tile.onnx.to_tile(m)
-    assert "function (X)" in tile.onnx.to_tile(m, shapes={"x": (2, 3)})
+    assert "function (X[N2, N3])" in tile.onnx.to_tile(m, shapes={"x": (2, 3)})  # the given sizes, declared
 
 
 def test_a_models_local_function_is_expanded():

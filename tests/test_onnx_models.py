@@ -84,3 +84,22 @@ def test_imported_mlp_gradients_match_autograd(exported):
         assert got.shape == ref.shape
         tol = bound("mlp", x, ref, extra=x.shape[0] + 10)  # the batch sum, and the 10 outputs summed
         assert float(np.max(np.abs(got - ref))) <= tol
+
+
+@pytest.mark.parametrize("name", models.MODELS)
+def test_grad_of_an_imported_model_needs_no_shapes(exported, name):
+    """``tile.grad(imp.source)`` with no ``shapes=``/``dtypes=``: the imported function declares
+    its inputs' dims, so the backward program is complete (it named undefined sizes, 'Relu_d0',
+    before); run on the interpreter, d(sum y)/dx matches PyTorch's autograd."""
+    module, x, model, want = exported[name]
+    imp = tile.onnx.import_model(model)
+    x_name = dict(imp.inputs)["x"]
+    out = imp.outputs[0][1]
+    backward = tile.grad(imp.source, wrt=[x_name])
+    feeds = {**imp.feeds({"x": x}), f"D{out}": np.ones(want.shape, np.float32)}
+    got = tile.compile(backward, "interp")(feeds)[f"D{x_name}"]
+    xt = torch.from_numpy(x).requires_grad_(True)
+    module(xt).sum().backward()
+    ref = xt.grad.numpy()
+    tol = bound(name, x, ref, extra=int(np.prod(want.shape)))  # and the cotangents' sum over outputs
+    assert got.shape == ref.shape and float(np.max(np.abs(got - ref))) <= tol

@@ -148,9 +148,17 @@ class Builder:
         self.lines.append(text)
 
     def text(self, inputs: list[str], outputs: list[str]) -> str:
-        """The function of the statements written so far."""
+        """The function of the statements written so far. Each input declares its dims, named by
+        their sizes (``X[N4, N8]``: equal sizes share a name, true of this static program), so
+        that ``tile.grad`` of the program without ``shapes=`` knows every rank and which sizes agree
+        (undeclared, a tensor broadcast with an input of unknown rank had unknown dims, and its
+        gradient's sizes named nothing)."""
         body = "\n".join(self.lines)
-        return f"function ({', '.join(inputs)}) -> ({', '.join(outputs)}) {{\n{body}\n}}\n"
+        prefix = "N"
+        while any(re.fullmatch(rf"{prefix}\d+", u) for u in self._used):
+            prefix += "_"
+        declared = [f"{n}[{', '.join(f'{prefix}{d}' for d in self.types[n].shape)}]" for n in inputs]
+        return f"function ({', '.join(declared)}) -> ({', '.join(outputs)}) {{\n{body}\n}}\n"
 
     def value(self, name: str) -> Value:
         t = self.types[name]
