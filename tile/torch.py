@@ -11,7 +11,9 @@ Where a call runs (docs/frameworks.md):
 * CPU tensors run on ``llvm_cpu.0`` without copies: inputs are read in place through numpy views
   of the tensors' memory, outputs are written into memory that the returned tensors then own.
   A non-contiguous input is made contiguous first (one copy, said under ``TILE_DEBUG=1``).
-* CUDA tensors run on ``opencl_gpu.0`` in CUDA memory that OpenCL shares where the device can
+* CUDA tensors run on ``cuda.N`` where that device exists (``tile.torch_cuda.Direct``): in their own
+  memory, on torch's current stream, with no copy and no host wait (CUDA graphs capture them).
+  Else on ``opencl_gpu.0``, in CUDA memory that OpenCL shares where the device can
   (``cl_khr_external_memory_opaque_fd``, matched to the CUDA device by UUID; ``tile.torch_cuda``):
   inputs are copied device-to-device into shared blocks, the kernels write the outputs into blocks
   the returned tensors view. Otherwise (``TILE_CUDA_SHARING=0``, another driver, a failure) they
@@ -117,7 +119,8 @@ def op(
 
     ``name`` is its name in ``torch.ops.tile`` (default ``tile_<hash of the source>``); the same
     source, name and device give the same operator back. ``device`` is a Tile device id used for
-    every call; by default CPU tensors run on ``llvm_cpu.0`` and CUDA tensors on ``opencl_gpu.0``.
+    every call; by default CPU tensors run on ``llvm_cpu.0`` and CUDA tensors on ``cuda.N`` (else
+    ``opencl_gpu.0``).
     ``settings`` are ``tile.compile``'s (e.g. ``{"threads": 1}``). Unknown names and functions in
     the source are refused here, and so is a source whose gradient cannot be derived, unless
     ``differentiable=False`` makes a forward-only op (whose backward is refused)."""
