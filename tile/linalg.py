@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 Matrix = list[list[Fraction]]
@@ -14,7 +15,12 @@ def independent(basis: Matrix, vec: list[Fraction]) -> bool:
 
 
 def rank(rows: Matrix) -> int:
-    m = [list(r) for r in rows]
+    """The rank of ``rows`` (rationals or ints), by fraction-free elimination on integers: each row
+    scaled to integers, then ``row_i := p * row_i - f * row_r`` under a pivot ``p`` (row operations
+    that keep the rank), each new row divided by the gcd of its entries. Exact as ``Fraction``
+    elimination is, without a ``Fraction`` per step (binding and lowering ask for thousands of
+    ranks in a long program)."""
+    m = [_integral(r) for r in rows]
     r = 0
     ncols = len(m[0]) if m else 0
     for c in range(ncols):
@@ -22,12 +28,21 @@ def rank(rows: Matrix) -> int:
         if piv is None:
             continue
         m[r], m[piv] = m[piv], m[r]
-        for i in range(len(m)):
-            if i != r and m[i][c] != 0:
-                f = m[i][c] / m[r][c]
-                m[i] = [a - f * b for a, b in zip(m[i], m[r])]
+        p, top = m[r][c], m[r]
+        for i in range(r + 1, len(m)):
+            f = m[i][c]
+            if f:
+                row = [a * p - f * b for a, b in zip(m[i], top)]
+                g = math.gcd(*row)
+                m[i] = [a // g for a in row] if g > 1 else row
         r += 1
     return r
+
+
+def _integral(row) -> list[int]:
+    """``row`` times the least common multiple of its denominators: integers, the same span."""
+    d = math.lcm(*(x.denominator for x in row)) if row else 1
+    return [x.numerator * (d // x.denominator) for x in row]
 
 
 def inverse(a: Matrix) -> Matrix:

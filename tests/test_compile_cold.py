@@ -1,0 +1,88 @@
+"""Cold compile time (issue 40): the shortcuts that make a long program compile faster keep every
+answer the same, and the work they save stays saved (counted, not timed: the machine is shared).
+bench/compile_time.py measures the times; bench/RESULTS.md has them."""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import sympy
+
+import stripe.gemm_nest as gemm_nest
+import tile
+from backends import registry
+from bench.compile_time import chain, inputs
+from tile.affine import Affine
+from tile.linalg import independent, rank
+
+
+def _matrix(rnd: random.Random) -> list[list]:
+    """A small matrix of rationals and ints, often rank-deficient (a row a combination of two)."""
+    rows, cols = rnd.randint(0, 6), rnd.randint(1, 6)
+    m = [[Fraction(rnd.randint(-4, 4), rnd.choice((1, 1, 2, 3, 7))) if rnd.random() < 0.7 else 0
+          for _ in range(cols)] for _ in range(rows)]
+    if rows >= 2 and rnd.random() < 0.5:
+        m.append([a * Fraction(2, 3) - b for a, b in zip(m[0], m[1])])
+    return m
+
+
+def test_rank_is_exact():
+    """The fraction-free elimination gives sympy's exact rank, rationals and ints mixed."""
+    rnd = random.Random(40)
+    for _ in range(400):
+        m = _matrix(rnd)
+        want = sympy.Matrix(m).rank() if m else 0
+        assert rank(m) == want, m
+        if m:
+            assert independent(m[:-1], m[-1]) == (rank(m) == len(m))
+
+
+def _affine(rnd: random.Random) -> Affine:
+    names = rnd.sample("ijkl", rnd.randint(0, 3))
+    coeffs = {v: Fraction(rnd.randint(-3, 3), rnd.choice((1, 2))) for v in names}
+    return Affine.build(coeffs, Fraction(rnd.randint(-5, 5), rnd.choice((1, 3))))
+
+
+def _canonical(a: Affine) -> bool:
+    names = [k for k, _ in a.terms]
+    return (names == sorted(names) and all(type(v) is Fraction and v != 0 for _, v in a.terms)
+            and type(a.const) is Fraction)
+
+
+def test_affine_arithmetic_stays_canonical():
+    """Sums, differences and products by a scalar (0 and 1 included) have sorted, nonzero Fraction
+    terms and the values the coefficients' own arithmetic gives."""
+    rnd = random.Random(41)
+    for _ in range(2000):
+        a, b = _affine(rnd), _affine(rnd)
+        s = rnd.choice((0, 1, -1, 2, Fraction(1), Fraction(1, 2)))
+        for got, want in (
+            (a + b, {k: a.coeff(k) + b.coeff(k) for k in set(a.vars) | set(b.vars)}),
+            (a - b, {k: a.coeff(k) - b.coeff(k) for k in set(a.vars) | set(b.vars)}),
+            (a * s, {k: a.coeff(k) * s for k in a.vars}),
+        ):
+            assert _canonical(got), got
+            assert got.coeffs == {k: v for k, v in want.items() if v != 0}
+        assert (a + b).const == a.const + b.const and (a * s).const == a.const * s
+        assert a + 3 == Affine(a.terms, a.const + 3) and (a + Affine()) == a
+
+
+def test_gemm_nest_read_once_per_kernel(monkeypatch):
+    """Naming, the LLVM device's planning and its epilogue reader all read a GEMM kernel's nest:
+    the nest is read back from its accesses once per kernel, not once per reader."""
+    if "llvm_cpu.0" not in registry.devices():
+        pytest.skip(f"no llvm_cpu.0: {registry.unavailable()}")
+    calls = []
+    real = gemm_nest._read
+    monkeypatch.setattr(gemm_nest, "_read", lambda block, plan: calls.append(block) or real(block, plan))
+    src, x = chain(12), inputs()
+    exe = tile.compile(src, "llvm_cpu.0", {"cache": False})
+    got = exe(x)
+    want = tile.compile(src, "interp")(x)
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+    nests = [k for k in exe._last.infos if isinstance(k.block.plan, gemm_nest.GemmPlan)]
+    assert nests, "the chain's products should be gemm_tile nests"
+    assert len(calls) == len({id(b) for b in calls}) == len(nests)
