@@ -288,7 +288,7 @@ def test_the_kernel_keeps_the_stages_that_fit(launch_bytes):
 @pytest.mark.parametrize("launch_bytes", [0, H100_LAUNCH])
 def test_a_plain_plan_gets_the_opencl_kernel(launch_bytes):
     """Tiles planned for OpenCL's local memory (launch_local_KiB 0) are not the launched kernel's,
-    whatever the target launches with: ``TmaEmitter.fits`` refuses, the warp-group kernel stays."""
+    whatever the target launches with: ``schedule.tma_fits`` refuses, the warp-group kernel stays."""
     p, cfg = optimized(MM, SHAPES, launch_bytes=0)
     (k,) = generated(p, cfg, launch_bytes)
     assert k.launch is None and "wgmma.mma_async" in k.text

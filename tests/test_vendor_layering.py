@@ -104,12 +104,12 @@ def test_opencl_imports_no_vendor_package():
 def test_the_vendor_hooks_reach_opencl():
     """The OpenCL target finds NVIDIA's kernels, the PTX rebuild and the launching executor
     through the registered hooks."""
-    from backends.cuda import launch, ptx, tma
+    from backends.cuda import launch, ptx, render
     from backends.cuda.wgmma import SM90A
     from backends.opencl import vendors
 
     (nvidia,) = [v for v in vendors.vendors() if v.name == "nvidia"]
-    assert nvidia.unit_emitter is tma.unit_emitter and nvidia.rebuild is ptx.for_sm90a
+    assert nvidia.unit_emitter is render.unit_emitter and nvidia.rebuild is ptx.for_sm90a
     assert nvidia.executor is launch.LaunchingExecutor
     assert vendors.rebuilding(f"x {SM90A}wgmma.fence.sync.aligned; y") is nvidia
     assert vendors.rebuilding("__kernel void k() {}") is None

@@ -15,7 +15,8 @@ import pytest
 
 from backends.cuda.mma import instruction
 from backends.cuda.ptx import for_sm90a, needs_sm90a
-from backends.cuda.wgmma import SM90A, WgmmaEmitter
+from backends.cuda.render import swizzled_destination
+from backends.cuda.wgmma import SM90A
 from backends.driver import config_for
 from stripe.passes import optimize
 from tests.pass_support import lowered
@@ -122,10 +123,8 @@ def test_each_16_byte_chunk_of_a_staged_tile_has_its_own_place(kfast):
     """The swizzled destinations of a K step's chunks (8 half values each) are distinct, 16-byte
     aligned and inside the stage; within each group of 8 rows (K-major) or K rows (M/N-major)
     the chunks of one column position fall in 8 distinct 16-byte bank groups."""
-    em = object.__new__(WgmmaEmitter)
-    em.tl, em.size = SimpleNamespace(kt=32), 2
     tile = 128
-    expr = em.destination("A", "p", "0", tile * 32, kfast, 0).replace("A_at", "0")
+    expr = swizzled_destination("A", "p", "0", tile * 32, kfast, 32, 2).replace("A_at", "0")
     seen = {}
     for mm, kk in itertools.product(range(tile), range(32)):
         if (kk if kfast else mm) % 8:

@@ -41,166 +41,29 @@ interpreter.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from backends.clike.gemm_writer import GemmWriter, Tiles, count, flagged, int_type, k_fastest
 from backends.clike.target import CTarget
 from stripe.gemm import Gemm, Group, Operand
-from stripe.gemm_nest import Nest
-from tile.affine import Affine
 from tile.dtypes import DType
 
-INT32_SAFE = (1 << 31) - (1 << 22)
+__all__ = ["GemmEmitter", "Tiles", "count"]
 
 
-@dataclass(frozen=True)
-class Tiles:
-    """Work-group tile ``tm x tn``, register block ``rm x rn`` per work-item, K step ``kt`` (flat),
-    and ``per``: each index's tile (index name -> points), as the ``gemm_tile`` nest has them."""
+class GemmEmitter(GemmWriter):
+    """The SIMT kernel (module docstring), written with ``GemmWriter``'s index arithmetic."""
 
-    tm: int
-    tn: int
-    rm: int
-    rn: int
-    kt: int
-    per: dict[str, int]
-
-    @staticmethod
-    def of(nest: Nest) -> Tiles:
-        s = nest.shape
-        return Tiles(s.tm, s.tn, s.rm, s.rn, s.kt, dict(nest.tiles))
-
-    @property
-    def threads(self) -> int:
-        return (self.tm // self.rm) * (self.tn // self.rn)
-
-    @property
-    def suffix(self) -> str:
-        """What the kernel's name adds (``backends.naming`` names it before the tiles are read):
-        ``t128x128r8x8k8``, the work-group tile, the register block and the K step."""
-        return f"t{self.tm}x{self.tn}r{self.rm}x{self.rn}k{self.kt}"
-
-
-def count(grp: Group, per: dict[str, int]) -> int:
-    """How many tiles cover ``grp``: the product of each index's tile count."""
-    out = 1
-    for ix in grp.idxs:
-        out *= -(-ix.range // per[ix.name])
-    return out
-
-
-def _span(aff: Affine, g: Gemm, ranges: dict[str, int]) -> int:
-    """The largest absolute value ``aff`` takes over the block's index box."""
-    hi = abs(int(aff.const))
-    for v, c in aff.terms:
-        s = g.starts[v]
-        hi += max(abs(int(c) * s), abs(int(c) * (s + ranges[v] - 1)))
-    return hi
-
-
-class GemmEmitter:
     def __init__(
         self, t: CTarget, g: Gemm, ptrs: dict[str, str], tiles: Tiles, contract: bool, epilogue=None
     ):
-        """``epilogue(lines, vals, acc, depth)`` appends the code that finishes one output element of
-        a fused kernel (``vals``: index name -> variable, ``acc``: the sum's register)."""
-        self.t, self.g, self.ptrs, self.tl, self.contract = t, g, ptrs, tiles, contract
-        self.epilogue = epilogue
-        self.lines: list[str] = []
-        self.ranges = {ix.name: ix.range for grp in (g.m, g.n, g.k, g.batch) for ix in grp.idxs}
-        # rows past M (columns past N, K past its end) compute addresses they never load: widen
-        # every range by a tile so that those stay in range of the integer type too
-        wide = {v: -(-r // tiles.per[v]) * tiles.per[v] + tiles.per[v] for v, r in self.ranges.items()}
-        spans = [_span(o.offset, g, wide) for o in (g.a, g.b, g.out) if o is not None]
-        totals = [count(g.m, tiles.per) * count(g.n, tiles.per) * g.batch.total, 2 * count(g.k, tiles.per)]
-        totals += [(tiles.tm + tiles.tn) * tiles.kt + tiles.threads, *wide.values()]
-        self.int = "int" if max(spans + totals) < INT32_SAFE else "long"
-        self.T = t.reg(g.dtype)
+        super().__init__(t, g, ptrs, tiles, int_type(g, tiles, tiles.threads), epilogue)
+        self.contract = contract
 
-    def line(self, text: str, depth: int = 1) -> None:
-        self.lines.append("    " * depth + text)
-
-    # --------------------------------------------------------------- helpers
-    def decompose(
-        self, grp: Group, flat: str, prefix: str, depth: int, sizes: dict[str, int] | None = None,
-        scale: dict[str, int] | None = None, declare: bool = True,
-    ) -> dict[str, str]:
-        """Variables holding each index of ``grp`` at flattened position ``flat`` of the box of
-        ``sizes`` (default: the ranges), each times ``scale`` (a tile number to its origin);
-        ``declare=False`` assigns variables declared before."""
-        out: dict[str, str] = {}
-        inner = 1
-        for k, ix in enumerate(reversed(grp.idxs)):
-            size = sizes[ix.name] if sizes is not None else ix.range
-            outermost = k == len(grp.idxs) - 1
-            at = flat if inner == 1 else f"({flat} / {inner})"
-            if not outermost:
-                at = f"({at} % {size})"
-            if scale is not None and scale[ix.name] != 1:
-                at = f"{at} * {scale[ix.name]}"
-            var = f"{prefix}_{ix.name}"
-            self.line(f"{f'const {self.int} ' if declare else ''}{var} = {at};", depth)
-            out[ix.name] = var
-            inner *= size
-        return out
-
-    def counts(self, grp: Group) -> dict[str, int]:
-        return {ix.name: -(-ix.range // self.tl.per[ix.name]) for ix in grp.idxs}
-
-    def inside(self, grp: Group, vals: dict[str, str]) -> list[str]:
-        """Guards keeping each index of a tile that may overhang its range inside it."""
-        per = self.tl.per
-        return [f"{vals[ix.name]} < {ix.range}" for ix in grp.idxs if ix.range % per[ix.name]]
-
-    def affine(self, aff: Affine, vals: dict[str, str], only: frozenset[str] | None = None) -> str:
-        """``aff`` restricted to the variables in ``only`` (all when None; the constant with all)."""
-        parts = [str(int(aff.const))] if aff.const and only is None else []
-        for v, c in aff.terms:
-            if only is not None and v not in only:
-                continue
-            c = int(c)
-            parts.append(vals[v] if c == 1 else f"{c} * {vals[v]}")
-        return "(" + " + ".join(parts) + ")" if parts else "0"
-
-    def cond(self, affs: tuple[Affine, ...] | list[Affine], vals: dict[str, str]) -> list[str]:
-        return [f"{self.affine(c, vals)} >= 0" for c in affs]
-
-    # ---------------------------------------------------------------- loads
-    def operand_plan(self, op: Operand, grp: Group, tile: int, side: str, origin: dict[str, str], batch):
-        """Per loaded element (or ``float4`` of four) ``r``: the fixed part of its address and guard
-        and its K position in the tile, outside the K loop, and where it goes in the ``__local``
-        tile. Elements past the tile (when the work-items do not divide it) load nothing."""
-        g, tl = self.g, self.tl
-        kfast = self.k_fastest(op, grp)
+    def operand(self, op: Operand, grp: Group, tile: int, side: str, origin: dict[str, str], batch):
+        """``operand_plan`` with the operand's layout in the tile (K fastest where it is so in
+        memory) and its loads ``float4``-wide where they can be (``vector_width``)."""
+        kfast = k_fastest(self.g, op, grp)
         w = self.vector_width(op, grp, tile, kfast)
-        size = tile * tl.kt // w  # loads (of w elements) per K tile
-        per = -(-size // tl.threads)
-        row = tile + (4 if kfast else 0)
-        items = []
-        for r in range(per):
-            e = f"(lid + {r * tl.threads})"
-            if kfast:
-                mm, kk = f"({e} / {tl.kt // w})", f"({e} % {tl.kt // w})"
-                kk = f"{kk} * {w}" if w > 1 else kk
-            else:
-                mm, kk = f"({e} % {tile // w})", f"({e} / {tile // w})"
-                mm = f"({mm} * {w})" if w > 1 else mm
-            p = f"{side}{r}"
-            self.line(f"const {self.int} {p}_kk = {kk};")
-            self.line(f"const {self.int} {p}_mm = {mm};")
-            local = self.decompose(grp, f"{p}_mm", f"{p}l", 1, self.tl.per)
-            vals = dict(batch)
-            for v, var in local.items():
-                self.line(f"const {self.int} {p}_{v} = {origin[v]} + {var};")
-                vals[v] = f"{p}_{v}"
-            kvals = self.decompose(g.k, f"{p}_kk", f"{p}k", 1, self.tl.per)
-            fixed = grp.names | g.batch.names
-            base = self.affine(op.offset, vals, fixed)
-            self.line(f"const {self.int} {p}_base = {base} + {int(op.offset.const)};")
-            ok = self.inside(grp, vals) + ([f"{e} < {size}"] if (r + 1) * tl.threads > size else [])
-            self.line(f"const bool {p}_ok = {' && '.join(ok) or 'true'};")
-            live = f"{e} < {size}" if (r + 1) * tl.threads > size else ""
-            items.append((p, vals, kvals, f"{p}_kk * {row} + {p}_mm", live))
-        return items, kfast, w
+        return self.operand_plan(op, grp, tile, side, origin, batch, kfast, w)
 
     def vector_width(self, op: Operand, grp: Group, tile: int, kfast: bool) -> int:
         """4 when four consecutive elements of the operand's contiguous group in the tile are four
@@ -217,22 +80,6 @@ class GemmEmitter:
         if any(inner.name in c.vars for c in op.guards):
             return 1
         return 4 if (tile * self.tl.kt) % (4 * self.tl.threads) == 0 else 1
-
-    def k_fastest(self, op: Operand, grp: Group) -> bool:
-        """Whether the operand's K elements are closer together in memory than its M (N) ones."""
-
-        def stride(names) -> int:
-            s = [abs(int(op.offset.coeff(n))) for n in names if op.offset.coeff(n) != 0]
-            return min(s) if s else 1 << 62
-
-        return stride([ix.name for ix in self.g.k.idxs]) <= stride([ix.name for ix in grp.idxs])
-
-    def flagged(self, op: Operand, grp: Group) -> bool:
-        """Whether a guard of ``op`` uses its own group (M or N): a point it skips is then a zero
-        of ``op`` times a loaded value of the other operand, which is NaN when that value is
-        infinite or NaN, so the skip travels as a flag beside the value (``Am``/``Bs`` below).
-        A guard on K (and batch) alone zeroes both operands, and ``0 * 0`` adds nothing."""
-        return any(set(c.vars) & grp.names for c in op.guards)
 
     def load(self, op: Operand, items, depth: int, w: int = 1, flag: bool = False) -> None:
         """Registers ``{p}_ld`` = the operand at each element ``p`` (``w`` of them from there) for the
@@ -254,21 +101,6 @@ class GemmEmitter:
             else:
                 self.line(f"{p}_ld = ({kept}) ? {value} : {zero}; }}", depth + 1)
 
-    def element(self, op: Operand, p: str, vals: dict[str, str], kvals: dict[str, str], depth: int):
-        """Opens the block of element ``p``'s load for the K tile at the origins ``ko_*`` (its K
-        indexes declared there; the caller closes it) and returns what keeps the element (the
-        guards, joined) and its address."""
-        g = self.g
-        ks = ", ".join(f"{p}g_{k} = ko_{k} + {v}" for k, v in kvals.items())
-        self.line(f"{{ const {self.int} {ks};" if kvals else "{", depth)
-        env = {**vals, **{k: f"{p}g_{k}" for k in kvals}}
-        conds = [f"{p}_ok"] + self.inside(g.k, env) + self.cond(op.guards, env)
-        return " && ".join(conds), f"{p}_base + {self.affine(op.offset, env, g.k.names)}"
-
-    def k_origins(self, step: str, depth: int) -> None:
-        """``ko_*``: each K index's origin in K step ``step`` (its tile number times its tile)."""
-        self.decompose(self.g.k, step, "ko", depth, self.counts(self.g.k), self.tl.per, declare=False)
-
     # --------------------------------------------------------------- kernel
     def source(self, symbol: str, params: list[tuple[str, DType]]) -> tuple[str, int, int]:
         g, tl, T, it = self.g, self.tl, self.T, self.int
@@ -282,7 +114,7 @@ class GemmEmitter:
         self.line(f"__local {T4} Bs4[{2 * sb // 4}];")
         self.line(f"__local {T}* As = (__local {T}*)As4;")
         self.line(f"__local {T}* Bs = (__local {T}*)Bs4;")
-        flags = {"a": self.flagged(g.a, g.m), "b": self.flagged(g.b, g.n)}
+        flags = {"a": flagged(g.a, g.m), "b": flagged(g.b, g.n)}
         for name, size in (("A", sa), ("B", sb)):
             if flags[name.lower()]:  # whether each element of the tile is a point the guards keep
                 self.line(f"__local uchar4 {name}m4[{2 * size // 4}];")
@@ -295,8 +127,8 @@ class GemmEmitter:
         self.m0 = self.decompose(g.m, f"((grp / {ntn}) % {ntm})", "m0", 1, self.counts(g.m), tl.per)
         self.n0 = self.decompose(g.n, f"(grp % {ntn})", "n0", 1, self.counts(g.n), tl.per)
         batch = self.decompose(g.batch, f"(grp / {ntn * ntm})", "bt", 1) if g.batch.idxs else {}
-        a_items, a_kf, aw = self.operand_plan(g.a, g.m, tl.tm, "ea", self.m0, batch)
-        b_items, b_kf, bw = self.operand_plan(g.b, g.n, tl.tn, "eb", self.n0, batch)
+        a_items, a_kf, aw = self.operand(g.a, g.m, tl.tm, "ea", self.m0, batch)
+        b_items, b_kf, bw = self.operand(g.b, g.n, tl.tn, "eb", self.n0, batch)
         a_row = tl.tm + (4 if a_kf else 0)
         b_row = tl.tn + (4 if b_kf else 0)
         # the __local arrays are sized for a padded row (4 more) whichever layout fills them
@@ -440,11 +272,3 @@ class GemmEmitter:
                 off = self.affine(out.offset, env)
                 st = f"{ptr}[{off}] = {ptr}[{off}] + c{i}_{j};"
                 self.line(f"if ({' && '.join(conds)}) {st}" if conds else st)
-
-    def at(self, grp: Group, local: str, origin: dict[str, str]) -> dict[str, str]:
-        """Each index of ``grp`` at position ``local`` of the work-group's tile (origin + offset)."""
-        out = {}
-        for v, var in self.decompose(grp, local, local, 1, self.tl.per).items():
-            self.line(f"const {self.int} {var}g = {origin[v]} + {var};")
-            out[v] = f"{var}g"
-        return out

@@ -1,5 +1,5 @@
 """NVIDIA's hooks into the OpenCL backend (``backends.opencl.vendors``): the tensor-core GEMM
-kernels for a plan naming the matrix unit (``tma.unit_emitter``), the ``sm_90a`` rebuild of a
+kernels for a plan naming the matrix unit (``render.unit_emitter``), the ``sm_90a`` rebuild of a
 program with warp-group products (``ptx``), and the executor that launches some kernels through
 CUDA on memory shared with OpenCL (``launch``). OpenCL imports this module by name
 (``vendors.VENDORS``); it imports OpenCL, never the other way."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from backends.cuda.launch import Launcher, LaunchingExecutor
 from backends.cuda.ptx import for_sm90a, needs_sm90a
-from backends.cuda.tma import unit_emitter
+from backends.cuda.render import unit_emitter
 from backends.opencl.vendors import Vendor, register
 
 

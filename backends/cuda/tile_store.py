@@ -53,16 +53,17 @@ class Staged:
     offset: Affine  # the element's offset, over the GEMM's M and N indexes
 
 
-def plan(em, params) -> Staged | None:
-    """The output ``em``'s tiles are stored through ``__local`` memory, or None (module docstring)."""
-    g, frag = em.g, em.op.c
+def plan(g, frag, tiles, ptrs: dict[str, str], params) -> Staged | None:
+    """How the output of ``g``'s ``tiles`` (``frag``: the unit's accumulator fragment; ``ptrs``
+    and ``params``: the kernel's parameters) is stored through ``__local`` memory, or None
+    (module docstring)."""
     if g.epilogue is None or g.out is not None or g.batch.idxs or g.store_guards:
         return None
     if len(g.n.idxs) != 1 or tuple(map(tuple, frag.elements)) != PAIRS:
         return None
     if tuple(frag.rows) != (1, 0) or tuple(frag.cols) != (0, 2):  # rows lg, columns 2·lt
         return None
-    if any(ix.range % em.tl.per[ix.name] for ix in g.m.idxs + g.n.idxs):  # no tile overhangs
+    if any(ix.range % tiles.per[ix.name] for ix in g.m.idxs + g.n.idxs):  # no tile overhangs
         return None
     block, _ = g.epilogue
     rest = block.stmts[1:]
@@ -72,12 +73,12 @@ def plan(em, params) -> Staged | None:
     ref = next((r for r in block.refs if r.into == stores[0].into), None)
     if ref is None or ref.dir is not RefDir.OUT or ref.agg_op not in ("", "assign"):
         return None
-    if any(isinstance(s, Load) and s.from_ == ref.into for s in rest) or ref.source not in em.ptrs:
+    if any(isinstance(s, Load) and s.from_ == ref.into for s in rest) or ref.source not in ptrs:
         return None
     dt, types = ref.shape.dtype, dict(params)
-    if dt not in (DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32) or types.get(em.ptrs[ref.source]) is not dt:
+    if dt not in (DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32) or types.get(ptrs[ref.source]) is not dt:
         return None
-    if em.tl.tn * (dt.bits // 8) % ROW_BYTES:  # whole passes of 128 bytes
+    if tiles.tn * (dt.bits // 8) % ROW_BYTES:  # whole passes of 128 bytes
         return None
     offset = Affine.constant(0)
     for a, d in zip(ref.access, ref.shape.dims):
@@ -88,7 +89,7 @@ def plan(em, params) -> Staged | None:
         return None
     if any(offset.coeff(r) % per for r in rows):
         return None
-    return Staged(ref.source, em.ptrs[ref.source], dt, offset)
+    return Staged(ref.source, ptrs[ref.source], dt, offset)
 
 
 def emit(em, st: Staged, fn: int, d: int) -> None:
