@@ -13,13 +13,15 @@ Settings (all optional): ``cache`` (False: no disk cache of PTX), ``fast_math``,
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from backends.clike import generate
 from backends.clike.helpers import helper_source
 from backends.cuda.dialect import CudaTarget, translate
-from backends.cuda.nvrtc import compile_ptx
+from backends.cuda.nvrtc import cached, compile_ptx, options
 from backends.cuda.ptx import declare_dynamic, for_sm90a, needs_sm90a
 from backends.cuda.tma import DYNAMIC
 from backends.hal import Compiler, KernelInfo, Library
@@ -61,21 +63,65 @@ class CudaCompiler(Compiler):
         start = time.perf_counter()
         settings = dict(settings or {})
         text, sources = self.source(kernels, settings)
-        ptx, status = compile_ptx(text, tuple(self.facts.capability), bool(settings.get("cache", True)))
-        if needs_sm90a(text):
-            ptx = for_sm90a(ptx)
-        elif DYNAMIC.encode() in ptx:
-            ptx = declare_dynamic(ptx)
+        ptx, status, key = compile_ptx(text, tuple(self.facts.capability), bool(settings.get("cache", True)))
+        sm90a = needs_sm90a(text)
         extra = {
             "cache": status,
+            "ptx_key": key,
+            "sm90a": sm90a,
             "work_items": [s.work_items for s in sources],
             "local_size": int(settings.get("local_size", 128)),
             "local_sizes": [s.local for s in sources],
             "names": [s.name for s in sources],
             "launch": [s.launch for s in sources],
         }
-        return Library(list(kernels), source=text, handle=ptx, build_seconds=time.perf_counter() - start,
-                       extra=extra)
+        return Library(list(kernels), source=text, handle=_final(ptx, sm90a),
+                       build_seconds=time.perf_counter() - start, extra=extra)
+
+    # -- the program cache (backends.progcache): a warm process loads the PTX, generates nothing
+    def cache_identity(self) -> dict:
+        f = self.facts
+        return {"capability": list(f.capability), "shared": f.shared_bytes, "optin": f.optin_bytes,
+                "sms": f.sms, "options": options(tuple(f.capability)), "code": _code_identity()}
+
+    def snapshot(self, library: Library) -> dict:
+        keep = ("ptx_key", "sm90a", "work_items", "local_size", "local_sizes", "names", "launch")
+        return {k: library.extra[k] for k in keep}
+
+    def restore(self, kernels: Sequence[KernelInfo], settings: dict, snap: dict) -> Library | None:
+        """The library ``build`` made when ``snapshot`` gave ``snap``, its PTX from the disk cache;
+        None when the entry is gone (then ``build``)."""
+        start = time.perf_counter()
+        ptx = cached(snap.get("ptx_key", "")) if bool((settings or {}).get("cache", True)) else None
+        if ptx is None or len(snap.get("names", ())) != len(kernels):
+            return None
+        extra = {**snap, "cache": "hit"}
+        return Library(list(kernels), source="", handle=_final(ptx, bool(snap["sm90a"])),
+                       build_seconds=time.perf_counter() - start, extra=extra)
+
+
+def _final(ptx: bytes, sm90a: bool) -> bytes:
+    """NVRTC's PTX made the program meant: retargeted to ``sm_90a`` where it has warp-group
+    products, the launched kernels' dynamic shared memory declared."""
+    if sm90a:
+        return for_sm90a(ptx)
+    return declare_dynamic(ptx) if DYNAMIC.encode() in ptx else ptx
+
+
+_identity: str | None = None
+
+
+def _code_identity() -> str:
+    """SHA-256 of the sources that generate CUDA code (this package, ``backends.clike``, the OpenCL
+    dialect it prints through): a program cache entry must change when they do."""
+    global _identity
+    if _identity is None:
+        root = Path(__file__).resolve().parents[1]
+        h = hashlib.sha256()
+        for f in sorted([*root.glob("cuda/*.py"), *root.glob("clike/*.py"), root / "opencl" / "target.py"]):
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+        _identity = h.hexdigest()
+    return _identity
 
 
 __all__ = ["CudaCompiler"]

@@ -28,21 +28,46 @@ from backends.hal import Bound, Buffer, Event, Executor, Kernel, Library
 
 
 class CudaEvent(Event):
-    """The point after an operation on a stream of device ``cuda``."""
+    """The point after an operation on a stream of device ``cuda``. Recording a CUDA event per
+    operation would cost every launch a driver call, so an untimed point records nothing: waiting
+    for it waits for its stream (everything enqueued there before, this operation included), and
+    another stream that depends on it waits for an event recorded on this one when it asks
+    (again everything before: later, never earlier). A timed point (``profiled()``) records a
+    start and an end event around its operation."""
 
-    def __init__(self, cuda: Cuda, stream, end, start=None):
+    __slots__ = ("cuda", "stream", "end", "start")
+
+    def __init__(self, cuda: Cuda, stream, end=None, start=None):
         self._future = None
         self._duration = 0.0
         self.cuda, self.stream, self.end, self.start = cuda, stream, end, start
 
     def wait(self) -> CudaEvent:
-        check(cu.cuEventSynchronize(self.end), "cuEventSynchronize")
+        if self.end is not None:
+            check(cu.cuEventSynchronize(self.end), "cuEventSynchronize")
+        else:
+            check(cu.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
         return self
 
     @property
     def complete(self) -> bool:
-        err, = cu.cuEventQuery(self.end)
+        err, = cu.cuEventQuery(self.end) if self.end is not None else cu.cuStreamQuery(self.stream)
         return err == cu.CUresult.CUDA_SUCCESS
+
+    def marker(self):
+        """An event that completes once this point has (recorded now if there is none)."""
+        if self.end is None:
+            self.end = _event(False)
+            check(cu.cuEventRecord(self.end, self.stream), "cuEventRecord")
+        return self.end
+
+    def __del__(self):
+        for ev in (self.end, self.start):  # (events this point recorded: no one else holds them)
+            if ev is not None and cu is not None:
+                try:
+                    cu.cuEventDestroy(ev)
+                except Exception:  # noqa: BLE001 - at interpreter exit the driver may be gone
+                    pass
 
     @property
     def duration(self) -> float:
@@ -196,7 +221,10 @@ class CudaBound(Bound):
         ex = kernel.executor
         fn = kernel.function()
         stream = ex.after(deps)
-        start = ex.record(stream, timed=True).end if ex.timing else None
+        start = None
+        if ex.timing:
+            start = _event(True)
+            check(cu.cuEventRecord(start, stream), "cuEventRecord")
         groups = -(-kernel.work_items // kernel.local)
         if groups:
             check(cu.cuLaunchKernel(fn, groups, 1, 1, kernel.local, 1, 1, kernel.shared, stream,
@@ -211,7 +239,6 @@ class CudaExecutor(Executor):
     def __init__(self, cuda: Cuda):
         self.cuda = cuda
         self.timing = False
-        self._free: list = []  # events no one holds any more, for reuse
 
     @contextlib.contextmanager
     def profiled(self):
@@ -231,19 +258,19 @@ class CudaExecutor(Executor):
         for e in deps:
             if type(e) is CudaEvent:
                 if e.stream is not stream:
-                    check(cu.cuStreamWaitEvent(stream, e.end, 0), "cuStreamWaitEvent")
+                    check(cu.cuStreamWaitEvent(stream, e.marker(), 0), "cuStreamWaitEvent")
             else:
                 e.wait()
         return stream
 
     def record(self, stream, timed: bool = False, start=None) -> CudaEvent:
-        timed = timed or start is not None
-        end = self._free.pop() if (self._free and not timed) else _event(timed)
+        """The point after the last operation enqueued on ``stream``: a timed one records an event
+        (``start``: the event before the operation); else nothing is recorded (``CudaEvent``)."""
+        if not (timed or start is not None):
+            return CudaEvent(self.cuda, stream)
+        end = _event(True)
         check(cu.cuEventRecord(end, stream), "cuEventRecord")
-        ev = CudaEvent(self.cuda, stream, end, start)
-        if not timed:
-            weakref.finalize(ev, self._free.append, end).atexit = False
-        return ev
+        return CudaEvent(self.cuda, stream, end, start)
 
     # ------------------------------------------------------------------ memory
     def allocate(self, size: int) -> CudaBuffer:

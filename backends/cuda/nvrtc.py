@@ -48,15 +48,25 @@ def options(capability: tuple[int, int]) -> list[str]:
     return [f"--gpu-architecture=compute_{capability[0]}{capability[1]}", "--fmad=false", "-std=c++17"]
 
 
-def compile_ptx(source: str, capability: tuple[int, int], cache: bool = True) -> tuple[bytes, str]:
-    """``source`` compiled to PTX for ``capability``, and whether the cache had it (hit/miss/off)."""
+def _path(key: str) -> Path:
+    return diskcache.cache_dir("cuda") / f"{key}.ptx"
+
+
+def cached(key: str) -> bytes | None:
+    """The PTX the disk cache holds under ``key`` (``compile_ptx``'s third value), or None."""
+    return diskcache.read_entry(_path(key), key)
+
+
+def compile_ptx(source: str, capability: tuple[int, int], cache: bool = True) -> tuple[bytes, str, str]:
+    """``source`` compiled to PTX for ``capability``, whether the cache had it (hit/miss/off), and
+    its cache key."""
     opts = options(capability)
     key = diskcache.digest({"format": FORMAT, "options": opts}, source)
-    path = diskcache.cache_dir("cuda") / f"{key}.ptx"
+    path = _path(key)
     if cache:
         got = diskcache.read_entry(path, key)
         if got is not None:
-            return got, "hit"
+            return got, "hit", key
     nvrtc = _nvrtc()
     if nvrtc is not None:
         ptx = _with_nvrtc(nvrtc, source, opts)
@@ -66,7 +76,7 @@ def compile_ptx(source: str, capability: tuple[int, int], cache: bool = True) ->
         raise NvrtcError("no CUDA compiler: neither NVRTC (cuda-bindings and libnvrtc) nor nvcc is available")
     if cache:
         diskcache.write_entry(path, key, ptx)
-    return ptx, "miss" if cache else "off"
+    return ptx, "miss" if cache else "off", key
 
 
 def _with_nvrtc(nvrtc, source: str, opts: list[str]) -> bytes:
@@ -109,4 +119,4 @@ def _tail(log: str, lines: int = 40) -> str:
     return more + "\n".join(got[-lines:]) + "\n(TILE_DEBUG=3 prints the source)"
 
 
-__all__ = ["NvrtcError", "compile_ptx", "compiler", "options"]
+__all__ = ["NvrtcError", "cached", "compile_ptx", "compiler", "options"]

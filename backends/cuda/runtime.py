@@ -109,7 +109,11 @@ class Cuda:
         handle = 0
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_initialized():
-            handle = torch.cuda.current_stream(self.ordinal).cuda_stream
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # (no Stream object: ~1 us)
+            if raw is not None:
+                handle = raw(self.ordinal)
+            else:
+                handle = torch.cuda.current_stream(self.ordinal).cuda_stream
         got = self._streams.get(handle)
         if got is None:
             got = self._streams[handle] = cu.CUstream(handle)
