@@ -237,3 +237,37 @@ def test_a_call_is_captured_in_a_cuda_graph_and_replayed():
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, torch.arange(1000, device="cuda", dtype=torch.float32) + 1)
+
+
+def test_tile_torch_on_cuda0_gradients_non_contiguous_and_bfloat16():
+    _gpu()
+    torch = _torch()
+    import tile.torch as tt
+
+    mm = tt.op(MATMUL, name="cuda_device_mm_grad")
+    a = torch.randn(5, 3, dtype=torch.float64, device="cuda", requires_grad=True)
+    b = torch.randn(3, 4, dtype=torch.float64, device="cuda", requires_grad=True)
+    assert torch.autograd.gradcheck(mm, (a, b))
+    x = torch.randint(-3, 4, (6, 5), device="cuda").float().t()  # not contiguous
+    y = torch.randint(-3, 4, (6, 2), device="cuda").float()
+    assert torch.equal(mm(x, y), x @ y)
+    xb, yb = x.contiguous().bfloat16(), y.bfloat16()
+    got = mm(xb, yb)
+    want = (xb.float() @ yb.float()).bfloat16()
+    assert got.dtype == torch.bfloat16 and torch.equal(got.float(), want.float())
+
+
+def test_tile_torch_on_cuda0_under_torch_compile():
+    _gpu()
+    torch = _torch()
+    import tile.torch as tt
+
+    mm = tt.op(MATMUL, name="cuda_device_mm_compiled")
+
+    @torch.compile(fullgraph=True)
+    def f(a, b):
+        return mm(a, b) * 2
+
+    a = torch.randint(-3, 4, (8, 4), device="cuda").float()
+    b = torch.randint(-3, 4, (4, 3), device="cuda").float()
+    assert torch.equal(f(a, b), (a @ b) * 2)

@@ -114,7 +114,7 @@ def ints(*shape, dtype=None, seed=0):
 def test_cuda_tensors_share_memory_with_opencl(sharing, monkeypatch, capfd):
     import tile.torch as tt
 
-    mm = tt.op(MATMUL, name="cs_matmul")
+    mm = tt.op(MATMUL, name="cs_matmul", device="opencl_gpu.0")
     monkeypatch.setenv("TILE_DEBUG", "1")
     a, b = ints(5, 7), ints(7, 3, seed=1)
     out = mm(a, b)
@@ -128,7 +128,7 @@ def test_cuda_tensors_share_memory_with_opencl(sharing, monkeypatch, capfd):
 def test_cuda_gradcheck_float64_on_shared_memory(sharing, monkeypatch, capfd):
     import tile.torch as tt
 
-    mm = tt.op(MATMUL, name="cs_matmul")
+    mm = tt.op(MATMUL, name="cs_matmul", device="opencl_gpu.0")
     g = torch.Generator().manual_seed(0)
     a = torch.randn(2, 3, generator=g, dtype=torch.float64).cuda().requires_grad_()
     b = torch.randn(3, 4, generator=g, dtype=torch.float64).cuda().requires_grad_()
@@ -142,7 +142,7 @@ def test_cuda_gradcheck_float64_on_shared_memory(sharing, monkeypatch, capfd):
 def test_cuda_non_contiguous_input(sharing):
     import tile.torch as tt
 
-    mm = tt.op(MATMUL, name="cs_matmul")
+    mm = tt.op(MATMUL, name="cs_matmul", device="opencl_gpu.0")
     a, bt = ints(6, 5)[1:4], ints(3, 5, seed=1).T  # an offset view, a transpose
     assert torch.equal(mm(a, bt), a @ bt)
 
@@ -150,8 +150,8 @@ def test_cuda_non_contiguous_input(sharing):
 def test_cuda_bfloat16_in_and_out(sharing):
     import tile.torch as tt
 
-    add = tt.op(ADD, name="cs_add")
-    mm = tt.op(MATMUL, name="cs_matmul")
+    add = tt.op(ADD, name="cs_add", device="opencl_gpu.0")
+    mm = tt.op(MATMUL, name="cs_matmul", device="opencl_gpu.0")
     a, b = ints(9, dtype=torch.bfloat16), ints(9, dtype=torch.bfloat16, seed=1)
     out = add(a, b)
     assert out.dtype == torch.bfloat16 and torch.equal(out, a + b)
@@ -162,7 +162,7 @@ def test_cuda_bfloat16_in_and_out(sharing):
 def test_cuda_outputs_return_blocks_to_the_pool(sharing):
     import tile.torch as tt
 
-    add = tt.op(ADD, name="cs_add")
+    add = tt.op(ADD, name="cs_add", device="opencl_gpu.0")
     a, b = ints(1000), ints(1000, seed=1)
     out = add(a, b)
     out = add(a, b)  # the first result freed when this one replaced it
@@ -177,7 +177,7 @@ def test_cuda_outputs_return_blocks_to_the_pool(sharing):
 def test_cuda_torch_compile_fullgraph(sharing):
     import tile.torch as tt
 
-    mm = tt.op(MATMUL, name="cs_matmul")
+    mm = tt.op(MATMUL, name="cs_matmul", device="opencl_gpu.0")
     a, b = ints(4, 3), ints(3, 5, seed=1)
     compiled = torch.compile(lambda a, b: torch.relu(mm(a, b)) * 2, fullgraph=True)
     assert torch.equal(compiled(a, b), torch.relu(a @ b) * 2)
@@ -190,7 +190,7 @@ def test_cuda_torch_compile_fullgraph(sharing):
 def test_cuda_host_fallback_when_sharing_is_off(sharing, monkeypatch, capfd):
     import tile.torch as tt
 
-    mm = tt.op(MATMUL, name="cs_matmul")
+    mm = tt.op(MATMUL, name="cs_matmul", device="opencl_gpu.0")
     monkeypatch.setenv("TILE_DEBUG", "1")
     monkeypatch.setenv("TILE_CUDA_SHARING", "0")
     a, b = ints(2, 3), ints(3, 4, seed=1)

@@ -231,7 +231,7 @@ def test_cuda_tensors_run_on_opencl_gpu(monkeypatch, capfd):
     through the host, saying why; with TILE_CUDA_SHARING=0 through the host always."""
     from backends.cuda.share import Sharing
 
-    mm = tt.op(MATMUL, name="t_matmul")
+    mm = tt.op(MATMUL, name="t_matmul_opencl", device="opencl_gpu.0")
     monkeypatch.setenv("TILE_DEBUG", "1")
     shared, why = Sharing.for_device(registry.get("opencl_gpu.0"))
     a, b = ints(2, 3).cuda(), ints(3, 4).cuda()
