@@ -30,6 +30,7 @@ class Chunk:
     index: int  # its place in the campaign's plan (the plan, not the worker, decides the seed)
     examples: int
     seed: int
+    distinguish: int = 0  # coverage's distinguishing examples sought per operation (0: none)
 
 
 @dataclass
@@ -65,6 +66,7 @@ def run_chunk(chunk: Chunk) -> dict:
     saved = report.STATS, report.FAILURES
     tmp = Path(tempfile.mkdtemp(prefix="tile-campaign-"))
     report.STATS, report.FAILURES = report.Stats(), tmp
+    report.STATS.coverage.k = chunk.distinguish
     key = (chunk.family, chunk.target)
     skipped = ""
     found: list[Found] = []

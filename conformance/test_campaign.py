@@ -10,6 +10,7 @@ import pytest
 from backends import registry
 from conformance import campaign
 from conformance.campaign_worker import kind_of, operations, statement_of
+from tile.errors import TileInputError
 
 FAMILIES = ["contractions", "elementwise"]
 
@@ -117,3 +118,40 @@ def test_a_ray_cluster_runs_the_same_campaign(tmp_path):
     assert on_ray["chunks"] == one["chunks"] == 2
     assert _rows(on_ray) == _rows(one)
     assert on_ray["fingerprint"] == one["fingerprint"]
+
+
+def test_pieces_of_the_plan_merge_to_the_whole_run(tmp_path):
+    """A campaign run in pieces (``--first-chunk``/``--chunks``, or until ``--seconds``) and merged
+    has the counts and fingerprint of the same plan run at once; pieces of another plan, or that
+    overlap, are refused."""
+    target = _device_or_skip("llvm_cpu.0")
+    whole = campaign.run(12, 1, tmp_path / "whole", [target], FAMILIES, chunk=3, seed=4)
+    assert whole["plan"]["ranges"] == [[0, 4]] and "the whole plan" in campaign.text(whole)
+    # seconds=0: only the first chunk starts; the report names where the next piece starts
+    a = campaign.run(12, 1, tmp_path / "a", [target], FAMILIES, chunk=3, seed=4, seconds=0)
+    assert a["plan"]["ranges"] == [[0, 1]] and "next: --first-chunk 1" in campaign.text(a)
+    b = campaign.run(12, 2, tmp_path / "b", [target], FAMILIES, chunk=3, seed=4, first_chunk=1, chunks=2)
+    assert b["plan"]["ranges"] == [[1, 3]]
+    campaign.run(12, 1, tmp_path / "c", [target], FAMILIES, chunk=3, seed=4, first_chunk=3)
+    pieces = [tmp_path / "c", tmp_path / "a", tmp_path / "b" / "campaign.json"]  # any order, file or folder
+    merged = campaign.merge(pieces, tmp_path / "m")
+    assert merged["fingerprint"] == whole["fingerprint"] != a["fingerprint"]
+    assert _rows(merged) == _rows(whole) and merged["chunks"] == 4
+    assert merged["plan"]["ranges"] == [[0, 1], [1, 3], [3, 4]] and "the whole plan" in campaign.text(merged)
+    assert json.loads((tmp_path / "m" / "campaign.json").read_text())["fingerprint"] == whole["fingerprint"]
+    partial = campaign.merge([tmp_path / "a", tmp_path / "c"], tmp_path / "p")
+    assert "next: --first-chunk 1" in campaign.text(partial)
+    with pytest.raises(TileInputError, match="overlap"):
+        campaign.merge([tmp_path / "whole", tmp_path / "b"], tmp_path / "x")
+    campaign.run(12, 1, tmp_path / "other", [target], FAMILIES, chunk=3, seed=5, chunks=1)
+    with pytest.raises(TileInputError, match="another campaign.*seed"):
+        campaign.merge([tmp_path / "a", tmp_path / "other"], tmp_path / "x")
+
+
+def test_merge_on_the_command_line(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        campaign.main(["--merge", str(tmp_path / "missing.json"), "--out", str(tmp_path / "m")])
+    assert "cannot read campaign report" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        campaign.main(["--workers", "1"])
+    assert "--examples is required" in capsys.readouterr().err
