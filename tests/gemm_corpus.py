@@ -128,23 +128,25 @@ def _hardware(prof: Profile):
     return hardware
 
 
-def optimized_text(prog: str, label: str, dt: str, prec: str | None, prof: str) -> tuple[str, dict]:
-    """The case's program optimized for its profile, as Stripe text, and the matrix units its
-    target gets."""
+def optimized(src: str, shapes: dict, dtype, prec: str | None, prof: str):
+    """``src`` at ``shapes`` and ``dtype`` optimized for ``prof``'s device with the ``precision``
+    setting ``prec`` (``strict``: a strict build)."""
     from types import SimpleNamespace
 
     from backends.driver import config_for
     from stripe.passes import optimize
-    from stripe.printer import format_block
     from tests.pass_support import lowered
 
-    p = PROFILES[prof]
-    dev = SimpleNamespace(optimizer="opencl_gpu", hardware=_hardware(p))
-    settings = {"precision": prec} if prec not in (None, "strict") else {}
-    cfg = config_for(dev, settings)
-    shapes = dict(SHAPES[prog])[label]
-    program = optimize(lowered(PROGRAMS[prog], shapes, np.dtype(DTYPES[dt])), cfg, strict=prec == "strict")
-    return format_block(program), dict(cfg.hardware.matrix_units)
+    dev = SimpleNamespace(optimizer="opencl_gpu", hardware=_hardware(PROFILES[prof]))
+    cfg = config_for(dev, {"precision": prec} if prec not in (None, "strict") else {})
+    return optimize(lowered(src, shapes, np.dtype(dtype)), cfg, strict=prec == "strict")
+
+
+def optimized_text(prog: str, label: str, dt: str, prec: str | None, prof: str) -> str:
+    """The case's program optimized for its profile, as Stripe text."""
+    from stripe.printer import format_block
+
+    return format_block(optimized(PROGRAMS[prog], dict(SHAPES[prog])[label], DTYPES[dt], prec, prof))
 
 
 def units_of(prof: str) -> dict:
@@ -154,12 +156,9 @@ def units_of(prof: str) -> dict:
     return dict(_hardware(PROFILES[prof])(target_config("opencl_gpu").hardware).matrix_units)
 
 
-def generate_from_text(stripe_text: str, prof: str, strict: bool = False) -> list:
-    """The kernels (``KernelSource``) of an optimized program's Stripe text on ``prof``'s target."""
-    from backends.clike import generate
-    from backends.driver import kernels
+def target(prof: str, strict: bool = False):
+    """The OpenCL target of ``prof``'s device (its matrix units, launch memory, compute units)."""
     from backends.opencl.target import OpenCLTarget
-    from stripe.parser import parse_stripe
 
     p = PROFILES[prof]
     t = OpenCLTarget(fp64=True, fp16=True, exact_div=True, fast_math=False, half_extension=True,
@@ -168,7 +167,69 @@ def generate_from_text(stripe_text: str, prof: str, strict: bool = False) -> lis
     t.matrix_units = units_of(prof)
     t.launch_bytes = p.launch_bytes
     t.compute_units = p.compute_units
-    return generate(t, kernels(parse_stripe(stripe_text)), {})
+    return t
+
+
+def generate_from_text(stripe_text: str, prof: str, strict: bool = False) -> list:
+    """The kernels (``KernelSource``) of an optimized program's Stripe text on ``prof``'s target."""
+    from backends.clike import generate
+    from backends.driver import kernels
+    from stripe.parser import parse_stripe
+
+    return generate(target(prof, strict), kernels(parse_stripe(stripe_text)), {})
+
+
+@dataclass(frozen=True)
+class Nest:
+    """A program's tensor-core GEMM kernel as its renderer gets it: the target, the GEMM, the
+    kernel's parameters and pointers, its tiles, the unit, operation and mode its plan names, its
+    fused epilogue and its name."""
+
+    t: object
+    g: object
+    ptrs: dict
+    params: list
+    tiles: object
+    unit: object
+    op: object
+    mode: str
+    epilogue: object
+    symbol: str
+
+    def plan(self, t=None):
+        """The schedule ``backends.cuda.schedule.plan`` makes of it (on target ``t``: another)."""
+        from backends.cuda.schedule import plan
+
+        return plan(t or self.t, self.g, self.ptrs, self.params, self.tiles, self.unit, self.op, self.mode)
+
+    def render(self, schedule) -> str:
+        """``schedule`` printed (``backends.cuda.render.Render``)."""
+        from backends.cuda.render import Render
+
+        return Render(self.t, self.g, self.ptrs, schedule, self.epilogue).source(self.symbol, self.params)[0]
+
+
+def nest_of(src: str, shapes: dict, dtype, prec: str | None = None, prof: str = "hopper") -> Nest:
+    """The tensor-core GEMM kernel of ``src`` optimized for ``prof`` (``optimized``)."""
+    from backends.clike.gemm_writer import Tiles
+    from backends.clike.kernel import KernelEmitter
+    from backends.cuda.schedule import operation
+    from backends.driver import kernels
+    from stripe.gemm_nest import read
+    from stripe.plans import GemmPlan
+    from tile.dtypes import DType
+
+    t = target(prof)
+    for k, info in enumerate(kernels(optimized(src, shapes, dtype, prec, prof))):
+        em = KernelEmitter(t, k, info, {b: DType(str(d)) for b, d in zip(info.buffers, info.buffer_dtypes)})
+        em.begin()
+        nest = read(em.block) if isinstance(em.block.plan, GemmPlan) else None
+        if nest is not None and nest.shape.unit:
+            found = operation(t.matrix_units, nest.shape.unit)
+            assert found is not None, nest.shape.unit
+            return Nest(t, nest.gemm, em.ptrs, em.params, Tiles.of(nest), *found, em.epilogue(nest.gemm),
+                        f"{em.symbol}_{nest.shape.suffix}")
+    raise AssertionError("no kernel on the matrix unit")
 
 
 def record_of(k) -> dict:
@@ -187,7 +248,7 @@ def record() -> dict:
     and its kernels' records)."""
     programs, out = {}, {}
     for cid, prog, label, dt, prec, prof in cases():
-        text, _ = optimized_text(prog, label, dt, prec, prof)
+        text = optimized_text(prog, label, dt, prec, prof)
         key = hashlib.sha256(text.encode()).hexdigest()[:16]
         programs[key] = text
         ks = generate_from_text(text, prof, strict=prec == "strict")

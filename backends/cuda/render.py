@@ -219,11 +219,10 @@ class Render(GemmWriter):
         return rows, cols, {ix.name: f"bt_{ix.name}" for ix in g.batch.idxs}
 
     def store_mma(self, fm: int, fn: int) -> None:
-        """Each accumulator element added to its output element, or (fused) finished by the
-        epilogue; guards as in ``tiled``."""
+        """Each accumulator element added to its output element, or (the schedule's ``epilogue``)
+        finished by the fused epilogue; guards as in ``tiled``."""
         g, frag = self.g, self.op.c
         rows, cols, batch = self.places(fm, fn)
-        out = g.out
         for i in range(fm):
             for j in range(fn):
                 for e, (r, c) in enumerate(frag.elements):
@@ -231,13 +230,13 @@ class Render(GemmWriter):
                     conds = self.inside(g.m, rows[(i, r)]) + self.inside(g.n, cols[(j, c)])
                     conds += self.cond(g.store_guards, env)
                     acc = f"c{i}_{j}_{e}"
-                    if out is None:
+                    if self.s.epilogue:
                         self.line(f"if ({' && '.join(conds)}) {{" if conds else "{")
                         self.epilogue(self.lines, env, acc, 2)
                         self.line("}")
                         continue
-                    ptr, dt = self.ptrs[out.ref.source], g.dtype
-                    off = self.affine(out.offset, env)
+                    ptr, dt = self.ptrs[g.out.ref.source], g.dtype
+                    off = self.affine(g.out.offset, env)
                     st = self.t.store(ptr, off, f"{self.t.load(ptr, off, dt)} + {acc}", dt)
                     self.line(f"if ({' && '.join(conds)}) {st}" if conds else st)
 

@@ -125,6 +125,8 @@ class GemmSchedule:
     k_steps: int
     groups: int  # work-groups of one tile each (a launched kernel: its tiles)
     fold: bool  # 3xtf32: each K step's sums kept apart and added to the running ones
+    edges: tuple[str, ...]  # the indexes whose last tile overhangs their range (guarded bands)
+    epilogue: bool  # a fused epilogue finishes each output element (else the sums are added)
     lines: tile_store.Staged | None = None  # the output stored whole lines at a time
     order: TileOrder | None = None  # a launched kernel's tiles
     local_bytes: int = 0  # a launched kernel's dynamic local memory
@@ -250,6 +252,8 @@ def _base(g: Gemm, tiles: Tiles, unit: MatrixUnit, op: MmaShape, mode: str) -> d
         int_type=int_type(g, lt, lt.threads), element_bytes=size,
         k_steps=count(g.k, lt.per), groups=count(g.m, lt.per) * count(g.n, lt.per) * g.batch.total,
         fold=mode == "3xtf32",
+        edges=tuple(ix.name for grp in (g.m, g.n, g.k) for ix in grp.idxs if ix.range % lt.per[ix.name]),
+        epilogue=g.out is None,
     )
 
 
