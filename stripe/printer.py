@@ -70,6 +70,7 @@ end of its line; a ``;`` after a statement is optional, as in the slides)::
 
 from __future__ import annotations
 
+import functools
 import json
 import numbers
 import re
@@ -97,8 +98,11 @@ KEYWORDS = frozenset({"block", "none", "in", "out", "inout", "const", "load", "s
 NAME_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$']*")
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def fmt_name(name: str) -> str:
-    """A name as written: bare when it is a plain identifier and not a keyword, else quoted."""
+    """A name as written: bare when it is a plain identifier and not a keyword, else quoted. Kept
+    per name, as ``fmt_affine`` per affine: a long program prints the same few thousand many times
+    (the LLVM device's kernel keys, ``backends.llvm.dedup``)."""
     if NAME_RE.fullmatch(name) and name not in KEYWORDS:
         return name
     return "`" + json.dumps(name)[1:-1].replace("`", "\\u0060") + "`"
@@ -115,6 +119,7 @@ def fmt_comment(text: str) -> str:
     return "// " + fmt_text(text) if text else "//"
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def fmt_affine(a: Affine) -> str:
     """``str(a)`` with quoted names where needed: ``-1 + kx + x``, ``1/3*v - 2``."""
     parts: list[tuple[str, str]] = []

@@ -5,16 +5,20 @@ bench/compile_time.py measures the times; bench/RESULTS.md has them."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
 import pytest
 import sympy
 
+import backends.llvm.device as llvm_device
 import stripe.gemm_nest as gemm_nest
 import tile
 from backends import registry
-from bench.compile_time import chain, inputs
+from backends.llvm.codegen import buffer_dtypes, units
+from backends.llvm.dedup import unit_key
+from bench.compile_time import chain, inputs, matmuls
 from tile.affine import Affine
 from tile.linalg import independent, rank
 
@@ -86,3 +90,41 @@ def test_gemm_nest_read_once_per_kernel(monkeypatch):
     nests = [k for k in exe._last.infos if isinstance(k.block.plan, gemm_nest.GemmPlan)]
     assert nests, "the chain's products should be gemm_tile nests"
     assert len(calls) == len({id(b) for b in calls}) == len(nests)
+
+
+@pytest.mark.parametrize("program", [chain, matmuls])
+def test_llvm_plans_each_distinct_kernel_once(monkeypatch, program):
+    """The LLVM device schedules a kernel the same up to names as an earlier one (``dedup``'s key)
+    by that one's plan: a program of 40 alike statements is scheduled a handful of times, and it
+    shares functions and answers as when each kernel was planned alone."""
+    if "llvm_cpu.0" not in registry.devices():
+        pytest.skip(f"no llvm_cpu.0: {registry.unavailable()}")
+    calls = []
+    real = llvm_device.plan
+    monkeypatch.setattr(llvm_device, "plan", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    src, x = program(40), inputs()
+    exe = tile.compile(src, "llvm_cpu.0", {"cache": False})
+    got, want = exe(x), tile.compile(src, "interp")(x)
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+    lib = exe._last.library
+    dtypes = lib.handle.settings.get("buffer_dtypes") or {}
+    distinct = {unit_key([k], [buffer_dtypes(k, dtypes)]) for k in lib.kernels}
+    assert len(lib.kernels) >= 20 and len(calls) == len(distinct) < len(lib.kernels) / 4
+
+
+def test_alike_code_views_its_own_buffers():
+    """A product planned as an earlier one's flat GEMM views its own buffers, so the zero fill
+    before it still pairs with it (``codegen.units``: the micro-kernel starts from zero)."""
+    if "llvm_cpu.0" not in registry.devices():
+        pytest.skip(f"no llvm_cpu.0: {registry.unavailable()}")
+    exe = tile.compile(matmuls(2), "llvm_cpu.0", {"cache": False})
+    exe(inputs())
+    fill0, prod0, fill1, prod1 = exe._last.library.kernels
+    flat = llvm_device.from_nest(prod0.block)
+    assert flat is not None, "the products should be gemm_tile nests"
+    code0 = replace(prod0, block=flat[0])
+    alike = llvm_device._alike_code(code0, prod0, prod1)
+    assert {r.source for r in alike.block.refs} == set(prod1.buffers)
+    assert units([fill1, alike]) == [(0, 1)] == units([fill0, code0])
+    assert units([fill1, code0]) == [(0,), (1,)]  # another product's view would not pair
+    assert llvm_device._alike_code(prod0, prod0, prod1) is prod1

@@ -75,6 +75,20 @@ def unit_key(unit: Sequence[KernelInfo], dtypes: Sequence[dict]) -> str:
     return "\n".join(parts)
 
 
+def joint_key(unit: Sequence[KernelInfo], keys: Sequence[str]) -> str:
+    """``unit_key`` of a unit from its kernels' own keys (``unit_key`` of each alone): each key with
+    its kernel's buffers numbered in the unit's order of first use. Names inside a kernel are its
+    own, so two units generate the same code when each kernel's key is the same and they share
+    buffers alike (a zero fill and the product it feeds); one kernel's key serves its plan
+    (``LlvmCompiler._plan`` plans each distinct kernel once) and its unit's."""
+    canon: dict[str, int] = {}
+    parts = []
+    for info, key in zip(unit, keys):
+        table = ",".join(str(canon.setdefault(b, len(canon))) for b in info.buffers)
+        parts.append(f"shares {table}\n{key}")
+    return "\n".join(parts)
+
+
 def representatives(keys: Sequence[str]) -> list[int]:
     """For each key, the position of its first occurrence (its own when it is the first)."""
     first: dict[str, int] = {}
