@@ -17,7 +17,7 @@ import stripe.gemm_nest as gemm_nest
 import tile
 from backends import registry
 from backends.llvm.codegen import buffer_dtypes, units
-from backends.llvm.dedup import unit_key
+from backends.llvm.dedup import alike_code, unit_key
 from bench.compile_time import chain, inputs, matmuls
 from tile.affine import Affine
 from tile.linalg import independent, rank
@@ -123,8 +123,8 @@ def test_alike_code_views_its_own_buffers():
     flat = llvm_device.from_nest(prod0.block)
     assert flat is not None, "the products should be gemm_tile nests"
     code0 = replace(prod0, block=flat[0])
-    alike = llvm_device._alike_code(code0, prod0, prod1)
+    alike = alike_code(code0, prod0, prod1)
     assert {r.source for r in alike.block.refs} == set(prod1.buffers)
     assert units([fill1, alike]) == [(0, 1)] == units([fill0, code0])
     assert units([fill1, code0]) == [(0,), (1,)]  # another product's view would not pair
-    assert llvm_device._alike_code(prod0, prod0, prod1) is prod1
+    assert alike_code(prod0, prod0, prod1) is prod1

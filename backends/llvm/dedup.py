@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from backends.hal import KernelInfo
+from backends.llvm.codegen import units
 from stripe.ir import Block
 from stripe.printer import format_block
 
@@ -93,3 +94,39 @@ def representatives(keys: Sequence[str]) -> list[int]:
     """For each key, the position of its first occurrence (its own when it is the first)."""
     first: dict[str, int] = {}
     return [first.setdefault(key, u) for u, key in enumerate(keys)]
+
+
+def alike_code(code: KernelInfo, rep: KernelInfo, info: KernelInfo) -> KernelInfo | None:
+    """What ``_plan`` gives ``info`` to build when kernel ``rep``, the same up to names (the same
+    ``dedup.unit_key``), was planned as ``code``: ``info`` itself where ``rep`` runs as it is, else
+    ``code``'s block (a nest's flat GEMM) with its kernel-level refinements viewing ``info``'s
+    buffers in place of ``rep``'s (``codegen.units`` pairs a zero fill with the product after it
+    by those); None where a refinement names a buffer without viewing it (then plan ``info``)."""
+    if code is rep:
+        return info
+    to = dict(zip(rep.buffers, info.buffers))
+    refs = []
+    for r in code.block.refs:  # type: ignore[union-attr]
+        if r.from_ is None:
+            if to.get(r.into, r.into) != r.into:
+                return None
+            refs.append(r)
+        else:
+            refs.append(replace(r, from_=to.get(r.from_, r.from_)))
+    return replace(info, block=replace(code.block, refs=tuple(refs)))
+
+
+def shared_kernels(
+    kernels: Sequence[KernelInfo], code: Sequence[KernelInfo], own: Sequence[str]
+) -> tuple[list[int], list[str]]:
+    """For each kernel, the first kernel that generates the same code (``dedup``), and each unit's
+    key: kernels are built as ``codegen.units`` of ``code`` (what ``generate`` builds together),
+    each unit keyed by its original kernels' own keys ``own`` (``dedup.unit_key`` of each alone),
+    from which its schedule, nest and epilogue were derived."""
+    groups = units(code)
+    keys = [joint_key([kernels[j] for j in u], [own[j] for j in u]) for u in groups]
+    out = list(range(len(kernels)))
+    for u, rep in zip(groups, representatives(keys)):
+        for pos, j in enumerate(u):
+            out[j] = groups[rep][pos]
+    return out, keys

@@ -60,8 +60,8 @@ from backends.hal import (
 )
 from backends.llvm import threads
 from backends.llvm.cache import FORMAT, ObjectCache, code_identity, pack_entry, plan_key, unpack_entry
-from backends.llvm.codegen import buffer_dtypes, generate, units
-from backends.llvm.dedup import joint_key, representatives, unit_key
+from backends.llvm.codegen import buffer_dtypes, generate
+from backends.llvm.dedup import alike_code, shared_kernels, unit_key
 from backends.llvm.epilogue import read_fused, takes
 from backends.llvm.host import host_available_memory, host_caches, host_target, target_machine
 from backends.llvm.match import VectorConfig, from_nest, host_vector_bytes, panel_split
@@ -305,7 +305,7 @@ class LlvmCompiler(Compiler):
         planned: dict[str, int] = {}  # a kernel's key -> the first kernel planned with it
         for j, info in enumerate(kernels):
             r = planned.setdefault(own[j], j)
-            alike = _alike_code(code[r], kernels[r], info) if r != j else None
+            alike = alike_code(code[r], kernels[r], info) if r != j else None
             if alike is not None:  # the same up to names: the same plan, this kernel's buffers
                 schedules.append(schedules[r])
                 code.append(alike)
@@ -388,42 +388,6 @@ def _library(kernels, text: str, jit: _Jit, built: list[int], fused: list[int], 
             "opt": opt,
         },
     )
-
-
-def _alike_code(code: KernelInfo, rep: KernelInfo, info: KernelInfo) -> KernelInfo | None:
-    """What ``_plan`` gives ``info`` to build when kernel ``rep``, the same up to names (the same
-    ``dedup.unit_key``), was planned as ``code``: ``info`` itself where ``rep`` runs as it is, else
-    ``code``'s block (a nest's flat GEMM) with its kernel-level refinements viewing ``info``'s
-    buffers in place of ``rep``'s (``codegen.units`` pairs a zero fill with the product after it
-    by those); None where a refinement names a buffer without viewing it (then plan ``info``)."""
-    if code is rep:
-        return info
-    to = dict(zip(rep.buffers, info.buffers))
-    refs = []
-    for r in code.block.refs:  # type: ignore[union-attr]
-        if r.from_ is None:
-            if to.get(r.into, r.into) != r.into:
-                return None
-            refs.append(r)
-        else:
-            refs.append(replace(r, from_=to.get(r.from_, r.from_)))
-    return replace(info, block=replace(code.block, refs=tuple(refs)))
-
-
-def shared_kernels(
-    kernels: Sequence[KernelInfo], code: Sequence[KernelInfo], own: Sequence[str]
-) -> tuple[list[int], list[str]]:
-    """For each kernel, the first kernel that generates the same code (``dedup``), and each unit's
-    key: kernels are built as ``codegen.units`` of ``code`` (what ``generate`` builds together),
-    each unit keyed by its original kernels' own keys ``own`` (``dedup.unit_key`` of each alone),
-    from which its schedule, nest and epilogue were derived."""
-    groups = units(code)
-    keys = [joint_key([kernels[j] for j in u], [own[j] for j in u]) for u in groups]
-    out = list(range(len(kernels)))
-    for u, rep in zip(groups, representatives(keys)):
-        for pos, j in enumerate(u):
-            out[j] = groups[rep][pos]
-    return out, keys
 
 
 class LlvmKernel(Kernel):
