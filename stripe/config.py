@@ -361,7 +361,7 @@ _POSITIVE: dict[type, tuple[str, ...]] = {
     MatrixUnit: ("lanes", "group"),
     MmaShape: ("m", "n", "k"),
     Fragment: ("per_register",),
-    WarpGroup: ("k_bytes", "launch_k_bytes"),
+    WarpGroup: ("k_bytes",),
 }
 class _Reader:
     """Checks the values of one config file, reporting mistakes at their place in it."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from itertools import product
 from typing import Protocol
 
-from stripe.gemm import Gemm, streams
+from stripe.gemm import Gemm
 from stripe.hardware import Hardware, MatrixUnit
 from stripe.ir import Index
 from tile.dtypes import DType
@@ -166,27 +166,6 @@ class GemmModel:
         return sorted(full, key=lambda t: -t.tm * t.tn) + sorted(
             [t for t in out if t not in full], key=lambda t: (-self.groups(t.tm, t.tn), -t.tm * t.tn)
         )
-
-    def launch_ranking(self, unit: MatrixUnit, name: str, mode: str) -> list[GemmTiles]:
-        """The tiles of the warp-group kernel fed by the tensor memory accelerator, where the
-        device launches with more local memory (``WarpGroup.launch_local_KiB``) and the GEMM
-        streams (``stripe.gemm.streams``; B K-major for 32-bit operands): one warp per 16 rows and
-        one loading, within the work-group size, K steps of ``launch_k_bytes``; the tiles are
-        ``WarpGroup.launched``'s (``3xtf32``: ``gemm_tile.ranking`` asks only for GEMMs whose
-        operands a backend's K-major pass split)."""
-        wg = unit.warpgroup
-        if wg is None:
-            return []
-        size = unit.operation(mode).input_bytes
-        kt = wg.launch_k_bytes // size
-        out = []
-        for tm, tn in wg.launched(mode):
-            if (tm // 16 + 1) * unit.lanes > self.max_threads:  # the multiplying warps and the loader
-                continue
-            if streams(self.g, tm, tn, kt, size, b_kmajor=size == 4):
-                warps, local = (tm // 16, 1), wg.launch_local_KiB * 1024
-                out += self.mma_ranking(unit, name, mode, warps, ((tm, tn),), wg.launch_k_bytes, local)
-        return out
 
     def cpu_rule(self) -> GemmTiles:
         """``model: cpu``, the only choice: a K tile of ``kt`` points (a multiple of 64) so that

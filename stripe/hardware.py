@@ -9,6 +9,7 @@ config by ``stripe.config``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -92,34 +93,13 @@ class WarpGroup:
     of 16, both operands read from ``__local`` tiles, the sums in registers laid out per 8 columns
     as the unit's accumulator fragment. For precision ``modes`` only, with a K step of
     ``k_bytes``. A device has them only at exactly ``capability`` (they do not carry over to later
-    devices).
-
-    A device that can run kernels with more local memory than its plain kernels get sets
-    ``launch_local_KiB`` (the backend's, ``Device.hardware``); a GEMM of one of ``launch_modes``
-    that streams (``stripe.gemm.streams``) then takes one of ``launch_tiles`` with K steps of
-    ``launch_k_bytes``: ``tm / 16`` warps multiplying and one more loading. The unit reads 32-bit
-    (``tf32``) operands K-major only, so such a GEMM streams with a K-major B (a backend's pass
-    makes that copy). A ``3xtf32`` GEMM takes these tiles only once its operands are split in
-    high and low parts, and its kernel keeps a second accumulator (each K step's sums, folded into
-    the running ones): it takes one of ``launch_fold_tiles``, whose two accumulators fit the
-    registers (``launched``)."""
+    devices)."""
 
     modes: tuple[str, ...]
     capability: tuple[int, int]
     tiles: tuple[tuple[int, int], ...] = ((128, 128), (128, 64))
     warps: tuple[int, int] = (8, 1)
     k_bytes: int = 64
-    launch_tiles: tuple[tuple[int, int], ...] = ()
-    launch_k_bytes: int = 128
-    launch_modes: tuple[str, ...] = ()
-    launch_local_KiB: float = 0.0  # 0: no kernel gets more local memory
-    launch_fold_tiles: tuple[tuple[int, int], ...] = ()
-
-    def launched(self, mode: str) -> tuple[tuple[int, int], ...]:
-        """The launched kernel's tiles for precision ``mode`` (none where it does not launch)."""
-        if not self.launch_local_KiB or mode not in self.launch_modes:
-            return ()
-        return self.launch_fold_tiles if mode == "3xtf32" else self.launch_tiles
 
     def sides(self, n: int) -> tuple[tuple[int, int], ...]:
         """The work-group tiles for ``n`` columns: those no wider than ``n`` rounded up to 64 (a
@@ -134,7 +114,9 @@ class MatrixUnit:
     ``bf16``, ``tf32``), ``lanes`` work-items issuing each one together, ``group`` lanes sharing
     a fragment row. ``vendor`` and ``min_capability`` say which devices have it: a device keeps
     the unit in its hardware model only when it reports that vendor and at least that compute
-    capability (``Device.hardware``). ``warpgroup``: its warp-group products, where it has them."""
+    capability (``Device.hardware``). ``warpgroup``: its warp-group products, where it has them.
+    ``backend``: what the unit's backend keeps about its own kernels (the tiles and memory of the
+    kernels it launches its own way, say), carried with the model and never read by Stripe."""
 
     shapes: dict[str, MmaShape]
     lanes: int = 32
@@ -142,6 +124,7 @@ class MatrixUnit:
     vendor: str = ""
     min_capability: tuple[int, int] = (0, 0)
     warpgroup: WarpGroup | None = None
+    backend: dict[str, Any] = field(default_factory=dict)
 
     def operation(self, mode: str) -> MmaShape | None:
         """The operation precision ``mode`` issues (``3xtf32`` issues ``tf32`` ones), or None."""

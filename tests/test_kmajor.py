@@ -22,7 +22,7 @@ from stripe.passes import optimize
 from stripe.passes.gemm_tile import SPLIT_TAG
 from tests.pass_support import assert_same_meaning, lowered
 from tests.test_tensorize import BMM, MM, plans
-from tests.test_tma import SHAPES, WG, generated, hopper, optimized
+from tests.test_tma import LAUNCH, SHAPES, generated, hopper, optimized
 from tile.affine import Affine
 from tile.precision import UNIT_ROUNDOFF, split_3xtf32
 
@@ -44,7 +44,7 @@ def test_a_tf32_matmul_reads_a_k_major_copy_of_b_on_the_launched_tiles():
     assert [i.range for i in copy.idxs] == [n, k]  # every element of the [N, K] copy, once
     (plan,) = plans(p)
     assert plan.unit == "tensor_core.tf32"
-    assert (plan.tm, plan.tn) in WG.launch_tiles and plan.kt * 4 == WG.launch_k_bytes
+    assert (plan.tm, plan.tn) in LAUNCH.tiles and plan.kt * 4 == LAUNCH.k_bytes
     (buf,) = [r for r in p.refs if "tmp" in r.tags]
     assert buf.shape.sizes == (n, k)
 
@@ -79,7 +79,7 @@ def test_a_b_stored_k_major_needs_no_copy():
     p, cfg = optimized(MM_BT, shapes, np.float32, precision="tf32")
     assert not copies(p)
     (plan,) = plans(p)
-    assert (plan.tm, plan.tn) in WG.launch_tiles and plan.kt == 32
+    assert (plan.tm, plan.tn) in LAUNCH.tiles and plan.kt == 32
     (gemm,) = generated(p, cfg)
     assert gemm.launch is not None
 
@@ -129,7 +129,7 @@ def test_a_3xtf32_matmul_reads_split_copies_along_3k_on_the_fold_tiles(src, b_sh
     assert sorted(r.shape.sizes for r in p.refs if "tmp" in r.tags) == sorted([(m, 3 * k), (n, 3 * k)])
     (plan,) = plans(p)
     assert plan.unit == "tensor_core.3xtf32"
-    assert (plan.tm, plan.tn) in WG.launch_fold_tiles and plan.kt * 4 == WG.launch_k_bytes
+    assert (plan.tm, plan.tn) in LAUNCH.fold_tiles and plan.kt * 4 == LAUNCH.k_bytes
     steps = [b for b in walk(split_gemm(p)) if "gpu_kstep" in b.tags]
     assert [i.range for i in steps[0].idxs] == [3 * k // plan.kt]
     # A's parts [lo | hi | hi] against B's [hi | lo | hi]: lo·hi + hi·lo + hi·hi
@@ -207,4 +207,4 @@ def test_an_unsplit_3xtf32_gemm_takes_no_launched_tile():
     p = optimize(lowered(MM, SHAPES, np.float32), cfg)
     (plan,) = plans(p)
     assert plan.unit == "tensor_core.3xtf32"
-    assert (plan.tm, plan.tn) not in WG.launch_fold_tiles + WG.launch_tiles
+    assert (plan.tm, plan.tn) not in LAUNCH.fold_tiles + LAUNCH.tiles

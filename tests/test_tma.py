@@ -1,5 +1,5 @@
 """GEMM kernels fed by the tensor memory accelerator (``backends.cuda.tma``), checked without a GPU:
-which GEMMs ``gemm_tile`` plans on the launched tiles (``GemmModel.launch_ranking``,
+which GEMMs ``gemm_tile`` plans on the launched tiles (``backends.cuda.launched.ranking``,
 ``stripe.gemm.streams``), the generated kernel (one loading warp, ``mbarrier`` hand-over, bulk
 tensor copies, the tensor-map arguments) and its launch record, the PTX declaration of its dynamic
 local memory (``backends.cuda.ptx``), and the host side of launching through CUDA that runs without one
@@ -23,7 +23,7 @@ import pytest
 
 from backends import registry
 from backends.clike import generate
-from backends.cuda import tile_store, tma
+from backends.cuda import launched, tile_store, tma
 from backends.cuda.launch import PLAIN, CudaKernel, Launcher, LaunchingExecutor, Slabs
 from backends.cuda.ptx import declare_dynamic, for_sm90a
 from backends.cuda.share import EXTENSIONS, SharedCLBuffer
@@ -41,6 +41,7 @@ from tests.test_tensorize import BMM, MLP, MM, PADDED_CONV, UNIT, VALID_CONV, fa
 from tile.errors import TileDeviceError
 
 WG = UNIT.warpgroup
+LAUNCH = launched.of(UNIT)  # the launched kernel's facts (backends.cuda.launched)
 H100_LAUNCH = 227 * 1024  # the dynamic local memory an H100 launches kernels with
 H100_THREADS = 1024  # its work-group limit (the config's default, 256, is below a 256 x 128 tile's)
 SHAPES = {"A": (1024, 2048), "B": (2048, 512)}  # M, K, N all different and dividing the tiles
@@ -105,10 +106,10 @@ def stage_bytes(plan) -> int:
 @pytest.mark.parametrize("dtype,mode", [(np.float16, "f16"), (ml_dtypes.bfloat16, "bf16")])
 def test_streaming_16_bit_matmuls_take_the_launched_tiles(dtype, mode):
     p, cfg = optimized(MM, SHAPES, dtype)
-    assert cfg.hardware.matrix_units["tensor_core"].warpgroup.launch_local_KiB == H100_LAUNCH / 1024
+    assert launched.of(cfg.hardware.matrix_units["tensor_core"]).local_KiB == H100_LAUNCH / 1024
     (plan,) = plans(p)
     assert plan.unit == f"tensor_core.{mode}"
-    assert (plan.tm, plan.tn) in WG.launch_tiles and plan.kt * 2 == WG.launch_k_bytes
+    assert (plan.tm, plan.tn) in LAUNCH.tiles and plan.kt * 2 == LAUNCH.k_bytes
     assert plan.rm == 16 and plan.rn == plan.tn  # one multiplying warp per 16 rows
 
 
@@ -130,7 +131,7 @@ def test_gemms_that_do_not_stream_keep_the_opencl_tiles(src, shapes, dtype, prec
     """The same plan as on a device that launches through OpenCL only, and no launched kernel."""
     p, cfg = optimized(src, shapes, dtype, precision=precision)
     (plan,) = plans(p)
-    assert (plan.tm, plan.tn) not in WG.launch_tiles or plan.kt * 2 != WG.launch_k_bytes
+    assert (plan.tm, plan.tn) not in LAUNCH.tiles or plan.kt * 2 != LAUNCH.k_bytes
     assert plans(optimized(src, shapes, dtype, launch_bytes=0, precision=precision)[0]) == [plan]
     assert all(k.launch is None for k in generated(p, cfg))
 
@@ -287,7 +288,7 @@ def test_the_kernel_keeps_the_stages_that_fit(launch_bytes):
 
 @pytest.mark.parametrize("launch_bytes", [0, H100_LAUNCH])
 def test_a_plain_plan_gets_the_opencl_kernel(launch_bytes):
-    """Tiles planned for OpenCL's local memory (launch_local_KiB 0) are not the launched kernel's,
+    """Tiles planned for OpenCL's local memory (``Launch.local_KiB`` 0) are not the launched kernel's,
     whatever the target launches with: ``schedule.tma_fits`` refuses, the warp-group kernel stays."""
     p, cfg = optimized(MM, SHAPES, launch_bytes=0)
     (k,) = generated(p, cfg, launch_bytes)

@@ -41,6 +41,10 @@ def before(tmp_path_factory) -> dict[str, dict]:
     assert set(shapes) == set(cuda.shapes) == {"f16", "bf16", "tf32"}
     for mode, shape in shapes.items():
         assert shape.pop("instruction") == instruction(cuda.shapes[mode]), mode
+    unit = old["hardware"]["matrix_units"]["tensor_core"]  # the launched kernel's facts: now the
+    wg = unit["warpgroup"]  # unit's ``backend`` entry (backends.cuda.launched), no longer stripe's
+    keys = ("tiles", "k_bytes", "modes", "fold_tiles")
+    unit["backend"] = {"launch": {k: wg.pop(f"launch_{k}") for k in keys}}
     folder = tmp_path_factory.mktemp("before")
     (folder / "opencl_gpu.json").write_text(json.dumps(old))
     (folder / "opencl_cpu.json").write_text((BEFORE / "opencl_cpu.json").read_text())

@@ -113,3 +113,51 @@ def test_the_vendor_hooks_reach_opencl():
     assert nvidia.executor is launch.LaunchingExecutor
     assert vendors.rebuilding(f"x {SM90A}wgmma.fence.sync.aligned; y") is nvidia
     assert vendors.rebuilding("__kernel void k() {}") is None
+
+
+# ------------------------------------------------------------------------------ launch facts
+LAUNCH_FACT = re.compile(r"\blaunch_\w+|\.launched\(")
+
+
+def test_the_launch_scan_finds_the_old_facts():
+    old = ("wg.launch_local_KiB", "model.launch_ranking(unit)", "wg.launched(mode)", '"launch_tiles": []')
+    for line in old:
+        assert LAUNCH_FACT.search(line), line
+    assert not LAUNCH_FACT.search("a kernel launched through its backend, launches, launch")
+
+
+def test_stripe_keeps_no_launch_path_facts():
+    """What tiles a backend's launched kernel takes, with what K step, for which modes and with
+    how much memory are the backend's (``backends.cuda.launched``), not the hardware model's or
+    the cost model's: ``stripe/`` (its code and its configs) names none of them, and the matrix
+    unit carries them in its opaque ``backend`` entry."""
+    import dataclasses
+
+    from stripe.gemm_model import GemmModel
+    from stripe.hardware import Hardware, MatrixUnit, WarpGroup
+
+    files = [p for p in sorted((ROOT / "stripe").rglob("*")) if p.suffix in {".py", ".json", ".md"}]
+    bad = [
+        f"{p.relative_to(ROOT)}:{n}: {m.group(0)}"
+        for p in files
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        for m in LAUNCH_FACT.finditer(line)
+    ]
+    assert not bad, "\n".join(["launch-path facts in stripe/ (they are backends/cuda/launched.py's):", *bad])
+    for cls in (Hardware, MatrixUnit, WarpGroup):
+        assert not [f.name for f in dataclasses.fields(cls) if "launch" in f.name], cls
+    assert not [name for name in vars(GemmModel) if "launch" in name]
+
+
+def test_the_launched_tiles_reach_gemm_tile_through_the_backends_ranking():
+    from backends.cuda import launched
+    from stripe.config import target_config
+    from stripe.passes import gemm_tile
+
+    unit = target_config("cuda").hardware.matrix_units["tensor_core"]  # (imports backends.cuda.kmajor)
+    assert launched.ranking in gemm_tile._RANKINGS
+    facts = launched.of(unit)
+    assert facts.tiles and not facts.local_KiB and facts.launched("f16") == ()  # no device: none
+    here = launched.of(launched.with_local(unit, 227.0))
+    assert here.local_KiB == 227.0 and here.launched("f16") == facts.tiles
+    assert here.launched("3xtf32") == facts.fold_tiles and here.launched("f64") == ()

@@ -72,9 +72,9 @@ class CudaDevice(Device):
             return unit
         if tuple(self.cuda.capability) != tuple(wg.capability):
             return replace(unit, warpgroup=None)
-        if wg.launch_tiles:
-            return replace(unit, warpgroup=replace(wg, launch_local_KiB=self.cuda.optin_bytes / 1024))
-        return unit
+        from backends.cuda.launched import with_local  # (the launch facts moved out of stripe/)
+
+        return with_local(unit, self.cuda.optin_bytes / 1024)
 
     def wrap(self, obj, what: str = "the array"):
         """``obj``'s CUDA memory as a ``tile.Tensor`` of this device, not a copy (a torch CUDA

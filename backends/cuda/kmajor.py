@@ -3,8 +3,8 @@
 Hopper's warp-group products read 32-bit (``tf32``) operands from ``__local`` memory K-major only:
 both tiles as rows of K. A row-major ``B[K, N]`` is N-major, and transposing it inside the GEMM
 costs more than the products save (bench/RESULTS.md, "TF32 on ``wgmma``: tried, measured, not
-kept"). So, where the hardware model's matrix unit launches such GEMMs
-(``WarpGroup.launch_modes`` and ``launch_local_KiB``, ``stripe.gemm_model.GemmModel.launch_ranking``),
+kept"). So, where the matrix unit's launched kernel takes such GEMMs on the device
+(``backends.cuda.launched``: its modes, the device's ``local_KiB``, ``launched.tiles``),
 this pass gives a kernel ``tensorize`` marked for a 32-bit mode a copy of B as ``Bt[N, K]``, made
 by a kernel of its own just before it:
 
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from backends.cuda import launched
 from stripe.gemm import Gemm, streams
 from stripe.gemm_model import GemmModel
 from stripe.hardware import Hardware, MatrixUnit
@@ -78,8 +79,8 @@ def kmajor(program: Block, cfg: KMajorConfig, hw: Hardware) -> Block:
     """Each launched 32-bit GEMM reading B N-major preceded by a K-major copy, each launched
     3xtf32 GEMM by its operands' split copies (module docstring)."""
     unit = hw.matrix_units.get(cfg.unit)
-    wg = unit.warpgroup if unit is not None else None
-    if wg is None or not wg.launch_local_KiB:
+    facts = launched.of(unit)
+    if facts is None or not facts.local_KiB:
         return program
     taken = {r.into for r in program.refs}
     new_bufs: list[Refinement] = []
@@ -113,21 +114,22 @@ def _rewritten(block: Block, main: Block, unit: MatrixUnit, cfg: KMajorConfig, h
     if mode is None or not set(cfg.reqs) <= block.tags:
         return None
     op = unit.operation(mode)
-    tiles = unit.warpgroup.launched(mode)
+    facts = launched.of(unit)
+    tiles = facts.launched(mode) if facts is not None else ()
     if op is None or op.input_bytes != 4 or not tiles:
         return None
     gcfg = GemmTileConfig(reqs=cfg.reqs, skip=cfg.skip, matrix_unit=cfg.unit)
     g = analyze(block, main, gcfg)
     if g is None:
         return None
-    kt = unit.warpgroup.launch_k_bytes // 4
+    kt = facts.k_bytes // 4
     got = (_split if mode == "3xtf32" else _transposed)(block, g, main, tiles, kt, taken)
     if got is None:
         return None
     copies, gemm, bufs = got
     g2 = analyze(gemm, replace(main, refs=(*main.refs, *map(_view, bufs))), gcfg)
     model = GemmModel(g2, hw, gcfg) if g2 is not None else None
-    if model is None or not model.launch_ranking(unit, f"{cfg.unit}.{mode}", mode):
+    if model is None or not launched.tiles(model, unit, f"{cfg.unit}.{mode}", mode):
         return None
     return copies, gemm, bufs
 

@@ -1,15 +1,25 @@
 """NVIDIA's hooks into the OpenCL backend (``backends.opencl.vendors``): the tensor-core GEMM
 kernels for a plan naming the matrix unit (``render.unit_emitter``), the ``sm_90a`` rebuild of a
-program with warp-group products (``ptx``), and the executor that launches some kernels through
-CUDA on memory shared with OpenCL (``launch``). OpenCL imports this module by name
-(``vendors.VENDORS``); it imports OpenCL, never the other way."""
+program with warp-group products (``ptx``), the executor that launches some kernels through
+CUDA on memory shared with OpenCL (``launch``) and the local memory those get (``launched``).
+OpenCL imports this module by name (``vendors.VENDORS``); it imports OpenCL, never the other way."""
 
 from __future__ import annotations
 
+from backends.cuda import launched
 from backends.cuda.launch import Launcher, LaunchingExecutor
 from backends.cuda.ptx import for_sm90a, needs_sm90a
 from backends.cuda.render import unit_emitter
 from backends.opencl.vendors import Vendor, register
+
+
+def unit_here(device, unit):
+    """``unit`` on an OpenCL device that launches the ``tma`` kernel through CUDA: with the local
+    memory it launches with (``launched.with_local``); None where the unit has no launched kernel."""
+    facts = launched.of(unit)
+    if facts is None or not facts.tiles:
+        return None
+    return launched.with_local(unit, device.launch_bytes() / 1024)
 
 
 def launch_bytes(device) -> int:
@@ -30,4 +40,5 @@ register(Vendor(
     ),
     executor=LaunchingExecutor,
     launch_bytes=launch_bytes,
+    unit_here=unit_here,
 ))

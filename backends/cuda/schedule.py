@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from backends.clike.gemm_writer import Tiles, count, flagged, int_type, k_fastest
 from backends.clike.target import CTarget
-from backends.cuda import tile_store
+from backends.cuda import launched, tile_store
 from backends.cuda.mma import LDMATRIX
 from backends.cuda.tma import BAND, PERSISTENT, STAGES
 from backends.cuda.wgmma import SWIZZLE
@@ -221,13 +221,13 @@ def tma_fits(t: CTarget, g: Gemm, tiles: Tiles, unit: MatrixUnit, mode: str) -> 
     mode is one the unit launches, the plan's tiles and K step are the launched ones (a warp per
     16 rows, every column), two K steps fit, and the GEMM streams (32-bit operands: with B
     K-major, ``backends.cuda.kmajor``'s copy)."""
-    wg, size = unit.warpgroup, 2 if g.dtype.bits == 16 else 4
+    facts, size = launched.of(unit), 2 if g.dtype.bits == 16 else 4
     launch_bytes = getattr(t, "launch_bytes", 0)
-    if not launch_bytes or wg is None:
+    if not launch_bytes or facts is None:
         return False
-    if (tiles.tm, tiles.tn) not in wg.launched(mode) or tiles.rm != 16 or tiles.rn != tiles.tn:
+    if (tiles.tm, tiles.tn) not in facts.launched(mode) or tiles.rm != 16 or tiles.rn != tiles.tn:
         return False
-    if tiles.kt * size != wg.launch_k_bytes or tiles.kt * size != 128:
+    if tiles.kt * size != facts.k_bytes or tiles.kt * size != 128:
         return False
     if launch_bytes < 2 * ((tiles.tm + tiles.tn) * tiles.kt * size + 16):  # two stages at least
         return False

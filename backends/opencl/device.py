@@ -97,15 +97,12 @@ class OpenCLDevice(Driver, Device):
 
     def unit_here(self, unit):
         """``unit`` as this device has it: without its warp-group products (``MatrixUnit.warpgroup``)
-        unless the device reports exactly their compute capability; with the local memory of
-        kernels launched through CUDA (``launch_local_KiB``) where it launches them."""
+        unless the device reports exactly their compute capability; with what its vendor adds
+        (``vendors``: the local memory of kernels it launches its own way)."""
         wg = unit.warpgroup
         if wg is not None and capability(self.cl_device) != tuple(wg.capability):
             return replace(unit, warpgroup=None)
-        launch = self.launch_bytes() if wg is not None and wg.launch_tiles else 0
-        if launch:
-            return replace(unit, warpgroup=replace(wg, launch_local_KiB=launch / 1024))
-        return unit
+        return vendors.first("unit_here", self, unit) or unit
 
     def launch_bytes(self) -> int:
         """The dynamic local memory of kernels a vendor launches its own way (``vendors``; 0: none)."""

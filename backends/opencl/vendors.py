@@ -10,8 +10,9 @@ asked for, so a device without a vendor's hardware (PoCL) still finds none appli
 The hooks: ``unit_emitter`` (the kernel of a tiled GEMM whose plan names a matrix unit, as
 ``CTarget.unit_emitter``), ``rebuild`` (a program whose generated source needs a binary OpenCL C
 cannot give: the built binary in, the binary to load out, and ``rebuilds`` says which sources),
-``executor`` (the executor of a device, where the vendor runs some kernels its own way) and
-``launch_bytes`` (the local memory such kernels may have on a device).
+``executor`` (the executor of a device, where the vendor runs some kernels its own way),
+``launch_bytes`` (the local memory such kernels may have on a device) and ``unit_here`` (a
+matrix unit of the hardware model as a device has it, with what the vendor's kernels need).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Vendor:
     rebuild_hint: str = ""  # what to do when the rebuilt binary does not build
     executor: Callable[[Any], Any] | None = None  # (device) -> its executor, or None
     launch_bytes: Callable[[Any], int] | None = None  # (device) -> local memory of its launches
+    unit_here: Callable[[Any, Any], Any] | None = None  # (device, matrix unit) -> the unit there
 
 
 _registered: list[Vendor] = []

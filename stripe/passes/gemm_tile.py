@@ -61,12 +61,13 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from stripe.config_types import ConfigError
 from stripe.gemm import Gemm, match
 from stripe.gemm_model import GemmModel, GemmTiles, index_tiles, k_tiles
-from stripe.hardware import Hardware
+from stripe.hardware import Hardware, MatrixUnit
 from stripe.ir import Block, Dim, Index, Load, Location, RefDir, Refinement, Store, TensorShape
 from stripe.ir import dense_strides as _dense_strides
 from stripe.passes.registry import register, search_sites
@@ -220,6 +221,20 @@ def sites(program: Block, cfg: GemmTileConfig, hw: Hardware) -> dict[str, list[G
     return out
 
 
+# (block, gemm, model, unit, name, mode) -> tiles ranked before the unit's own
+Ranking = Callable[[Block, Gemm, GemmModel, MatrixUnit, str, str], list[GemmTiles]]
+_RANKINGS: list[Ranking] = []
+
+
+def register_ranking(fn: Ranking) -> None:
+    """Adds tiles a backend's own kernels take on the matrix unit (kernels it launches with more
+    local memory, say: facts of the backend, not of the hardware model), ranked before the
+    unit's others for a GEMM ``tensorize`` marked. A backend's module registers when imported
+    (a config's ``"pass_modules"`` imports it); registering the same function again does nothing."""
+    if fn not in _RANKINGS:
+        _RANKINGS.append(fn)
+
+
 def ranking(block: Block, g: Gemm, hw: Hardware, cfg: GemmTileConfig) -> list[GemmTiles]:
     """The model's choices for ``block``: on the matrix unit when ``tensorize`` marked it and the
     hardware has the unit (its tiles fit; first the tiles of its warp-group products where it has
@@ -233,9 +248,9 @@ def ranking(block: Block, g: Gemm, hw: Hardware, cfg: GemmTileConfig) -> list[Ge
         wg = unit.warpgroup
         if wg is not None and mode in wg.modes:  # the warp-group products' tiles first
             got = model.mma_ranking(unit, name, mode, wg.warps, wg.sides(g.n.total), wg.k_bytes) + got
-        # and before them, those of a launched kernel (``launch_modes``; 3xtf32 once split)
-        if wg is not None and (mode != "3xtf32" or SPLIT_TAG in block.tags):
-            got = model.launch_ranking(unit, name, mode) + got
+        # and before them, those of kernels a backend launches its own way (``register_ranking``)
+        for extra in _RANKINGS:
+            got = extra(block, g, model, unit, name, mode) + got
         if got:
             return got
     return model.ranking()
