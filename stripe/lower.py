@@ -84,6 +84,21 @@ class _Kernels:
         self.kernels: list[Block] = []
         self.temps: list[str] = []
         self._shapes: dict[str, TensorShape] = {}
+        self._spaces: dict[tuple, tuple] = {}  # ``index_space``'s, by what decides them
+
+    def index_space(
+        self, c: TContraction, d: TContraction
+    ) -> tuple[tuple[Index, ...], tuple[Affine, ...], dict]:
+        """``_index_space(c, d)``, kept per lowering by what decides it: the accesses' polynomials
+        and tensor sizes and the constraints, names of tensors aside. A long program repeats a few
+        statements' index spaces over other tensors (1,000 matmuls: one), and each costs a
+        Fourier-Motzkin projection in exact arithmetic (``tile.bounds``). Errors are not kept."""
+        key = (tuple((a.polys, a.type.shape) for a in (d.output, *d.operands)),
+               tuple((k.poly, k.bound) for k in d.constraints))
+        found = self._spaces.get(key)
+        if found is None:
+            found = self._spaces[key] = _index_space(c, d)
+        return found
 
     def shape(self, tensor: str) -> TensorShape:
         # A tensor's type never changes once known; long programs ask for each shape many times.
@@ -267,7 +282,7 @@ class _Contractions(_Elementwise):
             self.init(out, c.default)  # nothing is aggregated: 0 or the default everywhere
             return
         d = transform(c, "defracted")
-        idxs, constraints, shift = _index_space(c, d)
+        idxs, constraints, shift = self.index_space(c, d)
         out_access = tuple(p.substitute(shift) for p in d.output.polys)
         target, mask = self.accumulator(c, out_access, idxs, constraints)
         refs, stmts = [], []

@@ -16,6 +16,7 @@ import backends.llvm.device as llvm_device
 import stripe.gemm_nest as gemm_nest
 import tile
 from backends import registry
+from backends.driver import bind_inputs
 from backends.llvm.codegen import buffer_dtypes, units
 from backends.llvm.dedup import alike_code, unit_key
 from bench.compile_time import chain, inputs, matmuls
@@ -128,3 +129,21 @@ def test_alike_code_views_its_own_buffers():
     assert units([fill1, alike]) == [(0, 1)] == units([fill0, code0])
     assert units([fill1, code0]) == [(0,), (1,)]  # another product's view would not pair
     assert alike_code(prod0, prod0, prod1) is prod1
+
+
+def test_lowering_solves_each_index_space_once(monkeypatch):
+    """Lowering keeps a contraction's index space (a projection in exact arithmetic) by its
+    accesses, sizes and constraints: 40 alike products over other tensors solve it once, and the
+    program is the one each solved alone gives."""
+    from stripe import lower as lowering
+    from stripe.printer import format_block
+    from tile.parser import parse
+
+    bound = bind_inputs(parse(matmuls(40)), inputs())
+    calls = []
+    real = lowering._index_space
+    monkeypatch.setattr(lowering, "_index_space", lambda c, d: calls.append(c) or real(c, d))
+    kept = format_block(lowering.lower(bound))
+    assert len(calls) == 1
+    monkeypatch.setattr(lowering._Kernels, "index_space", lambda self, c, d: real(c, d))
+    assert format_block(lowering.lower(bound)) == kept
