@@ -70,7 +70,7 @@ class BackendRep(_BackendRep):
                 return self._cache[key]
             try:
                 imp = import_model(self.model, {n: a.shape for n, a in arrays.items()},
-                                   {n: arrays[n] for n in self.fixed if n in arrays})
+                                   {n: arrays[n] for n in self.fixed if n in arrays}, pack=True)
             except TileOnnxValueDependent as e:
                 new = set(e.names) & (set(arrays) - self.fixed)
                 if not new:

@@ -101,6 +101,8 @@ class Builder:
         self.lines: list[str] = []
         self.types: dict[str, TensorType] = {}
         self.consts: dict[str, np.ndarray] = {}
+        self.pack = False  # lay constants out for speed (import_model's ``pack``)
+        self.channels_last: dict[str, Value] = {}  # channels-first name -> its channels-last copy (layout)
         self._used: set[str] = set()
         self._count = 0
 

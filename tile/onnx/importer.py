@@ -130,11 +130,16 @@ def _declared(vi, shapes: Mapping) -> tuple[tuple[int, ...], DType, carried.Form
 
 
 def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None,
-                 fixed: Mapping[str, np.ndarray] | None = None, params: bool = False) -> Imported:
+                 fixed: Mapping[str, np.ndarray] | None = None, params: bool = False,
+                 pack: bool = False) -> Imported:
     """Convert ``model``. ``shapes``: sizes of inputs (overriding the declared ones); ``fixed``:
     values of graph inputs to treat as constants (the backend passes those a shape depends on);
     ``params``: keep float initializers out of constant folding, so each is an input of the
-    program that gradients can be taken with respect to (``tile.onnx.training``)."""
+    program that gradients can be taken with respect to (``tile.onnx.training``); ``pack``: lay
+    constants out for speed where a converter knows a better layout (a Gemm's constant ``B`` with
+    ``transB`` is stored transposed, K-major, so the product reads it along its rows); a constant so
+    laid out is no longer the model's initializer and ``Imported.initializers`` leaves it out. The
+    backend packs; ``params`` does not."""
     from onnx import numpy_helper
 
     model = load(model)
@@ -143,6 +148,7 @@ def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None,
     fixed = dict(fixed or {})
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 21)
     b = Builder()
+    b.pack = pack and not params
     values: dict[str, Value] = {}
     for init in graph.initializer:
         array = numpy_helper.to_array(init)

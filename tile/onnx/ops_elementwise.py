@@ -12,6 +12,7 @@ import math
 import tile.ops
 from tile.dtypes import DType
 from tile.onnx.context import Context, Value
+from tile.onnx.layout import from_last, last_of
 from tile.onnx.registry import converter
 
 _UNARY = {
@@ -29,13 +30,21 @@ def _float_only(ctx: Context, v: Value) -> None:
 
 @converter(*_UNARY)
 def unary(ctx: Context, node) -> list[Value]:
+    """An activation of a convolution's output is computed on its channels-last copy (``layout``),
+    where it fuses into the convolution's kernel, and permuted back only if something reads that."""
     x = ctx.input(0)
-    fn = _UNARY[node.op_type]
+    last = last_of(ctx, x)
+    if last is not None:
+        return [from_last(ctx, _unary(ctx, last, _UNARY[node.op_type]), node.op_type)]
+    return [_unary(ctx, x, _UNARY[node.op_type])]
+
+
+def _unary(ctx: Context, x: Value, fn: str) -> Value:
     if fn in ("abs", "relu"):
-        return [ctx.let(f"{fn}({x})")]
+        return ctx.let(f"{fn}({x})")
     if fn in ("floor", "ceil") and not x.dtype.is_float:
-        return [ctx.let(f"ident({x})")]
-    return [ctx.cast(ctx.let(f"{fn}({x})"), x.dtype)]
+        return ctx.let(f"ident({x})")
+    return ctx.cast(ctx.let(f"{fn}({x})"), x.dtype)
 
 
 @converter("Neg")

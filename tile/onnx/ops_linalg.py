@@ -50,8 +50,16 @@ def matmul_node(ctx: Context, node) -> list[Value]:
 
 @converter("Gemm")
 def gemm(ctx: Context, node) -> list[Value]:
-    a, b = ctx.input(0), ctx.input(1)
+    """With ``pack`` (the backend's import), a constant ``B`` given transposed (``transB``, as
+    PyTorch exports Linear) is stored K-major: the 64 x 512 x 512 product of bench.onnx_models' MLP
+    takes a quarter less time on ``llvm_cpu.0`` reading ``B[k, j]`` than ``B[j, k]``."""
+    a = ctx.input(0)
     ta, tb = ctx.attr("transA", 0), ctx.attr("transB", 0)
+    raw = ctx.raw(1)
+    if tb and ctx.b.pack and raw.const is not None and raw.rank == 2:
+        b, tb = ctx.b.materialize(ctx.folded(raw.const.T.copy(), raw.dtype), f"{node.input[1]}_kmajor"), 0
+    else:
+        b = ctx.input(1)
     alpha, beta = ctx.attr("alpha", 1.0), ctx.attr("beta", 1.0)
     m = a.shape[1] if ta else a.shape[0]
     n = b.shape[0] if tb else b.shape[1]

@@ -23,6 +23,8 @@ import numpy as np
 import tile.ops
 from tile.dtypes import DType
 from tile.onnx.context import Context, Value
+from tile.onnx.layout import from_last, last_of, to_last
+from tile.onnx.ops_shape import permute
 from tile.onnx.registry import converter
 from tile.ops._build import function
 from tile.ops.reduce import contraction, variance_lines
@@ -101,9 +103,11 @@ class Window:
         o, k = np.arange(self.sizes[d])[:, None], np.arange(self.kernel[d])[None, :]
         return o * self.strides[d] + k * self.dilations[d] - self.pads[d][0]
 
-    def contraction(self, ctx: Context, agg: str, x: Value, hint: str, combine=None) -> Value:
-        """``agg`` over each window of ``x`` (``+`` or ``>``), [N, C, O..]; ``combine(at, out)``
-        writes another combination from the window's and the output's index lists."""
+    def contraction(self, ctx: Context, agg: str, x: Value, hint: str, combine=None,
+                    last: bool = False) -> Value:
+        """``agg`` over each window of ``x`` (``+`` or ``>``), [N, C, O..] ([N, O.., C] where ``x``
+        is channels-last, ``last``); ``combine(at, out)`` writes another combination from the
+        window's and the output's index lists."""
         o, k = [f"o{d}" for d in range(self.nd)], [f"k{d}" for d in range(self.nd)]
         at = []
         for d in range(self.nd):
@@ -111,10 +115,11 @@ class Window:
             term = f"{s}*{o[d]}" if s != 1 else o[d]
             term += f" + {dl}*{k[d]}" if dl != 1 else f" + {k[d]}"
             at.append(term + (f" - {p}" if p else ""))
-        n, c = x.shape[:2]
-        sizes = ", ".join(map(str, (n, c, *self.sizes)))
+        n, c = (x.shape[0], x.shape[-1]) if last else x.shape[:2]
+        sizes = ", ".join(map(str, (n, *self.sizes, c) if last else (n, c, *self.sizes)))
         cons = "".join(f", {k[d]} < {self.kernel[d]}" for d in range(self.nd))
-        at, out = f"n, c, {', '.join(at)}", f"n, c, {', '.join(o)}"
+        at, out = (f"n, {', '.join(at)}, c", f"n, {', '.join(o)}, c") if last else \
+            (f"n, c, {', '.join(at)}", f"n, c, {', '.join(o)}")
         body = combine(at, out) if combine is not None else f"{x}[{at}]"
         return ctx.emit(f"$[{out}: {sizes}] = {agg}({body}){cons}", hint)
 
@@ -147,8 +152,12 @@ def max_pool(ctx: Context, node) -> list[Value | None]:
     largest of ``total - position`` over the window's elements equal to the maximum."""
     x = ctx.input(0)
     w = Window(ctx, x)
+    indices = len(node.output) >= 2 and bool(node.output[1])
+    last = last_of(ctx, x)
+    if last is not None and not indices:  # a convolution's output: pooled channels-last (layout)
+        return [from_last(ctx, w.contraction(ctx, ">", last, "MaxPool", last=True), "MaxPool")]
     y = w.contraction(ctx, ">", x, "MaxPool")
-    if len(node.output) < 2 or not node.output[1]:
+    if not indices:
         return [y]
     total = x.size
     flat = [int(d) for d in x.shape]
@@ -216,12 +225,14 @@ def global_pool(ctx: Context, node) -> list[Value]:
     idx = [f"i{d}" for d in range(nd)]
     sizes = ", ".join(map(str, (*x.shape[:2], *[1] * nd)))
     head = f"$[n, c{', 0' * nd}: {sizes}]"
+    last = last_of(ctx, x)  # a convolution's output: read channels-last (layout)
+    src, at = (last, f"n, {', '.join(idx)}, c") if last is not None else (x, f"n, c, {', '.join(idx)}")
     if node.op_type == "GlobalMaxPool":
-        return [ctx.emit(f"{head} = >({x}[n, c, {', '.join(idx)}])", "GlobalMaxPool")]
+        return [ctx.emit(f"{head} = >({src}[{at}])", "GlobalMaxPool")]
     if node.op_type == "GlobalLpPool":
         p = ctx.attr("p", 2)
-        x = ctx.let(f"{x} * {x}" if p == 2 else f"pow(abs({x}), {ctx.lit(p, x.dtype)})", "LpPow")
-    total = ctx.emit(f"{head} = +({x}[n, c, {', '.join(idx)}])", "GlobalSum")
+        src = ctx.let(f"{src} * {src}" if p == 2 else f"pow(abs({src}), {ctx.lit(p, x.dtype)})", "LpPow")
+    total = ctx.emit(f"{head} = +({src}[{at}])", "GlobalSum")
     if node.op_type == "GlobalLpPool":
         root = f"sqrt({total})" if p == 2 else f"pow({total}, {ctx.lit(1.0 / p, x.dtype)})"
         return [ctx.cast(ctx.let(root, "GlobalLpPool"), x.dtype)]
@@ -243,20 +254,13 @@ def _conv_shapes(ctx: Context, x: Value, w: Value) -> tuple[int, tuple, tuple, t
     return nd, tuple(w.shape[2:]), strides, dilations
 
 
-def _permute(ctx: Context, v: Value, perm: list[int], hint: str) -> Value:
-    """``v`` with its axes reordered: axis ``i`` of the result is axis ``perm[i]`` of ``v``."""
-    idx = [f"i{a}" for a in range(v.rank)]
-    sizes = ", ".join(str(v.shape[p]) for p in perm)
-    return ctx.emit(f"$[{', '.join(idx[p] for p in perm)}: {sizes}] = =({v}[{', '.join(idx)}])", hint)
-
-
 @converter("Conv")
 def conv(ctx: Context, node) -> list[Value]:
     """``tile.ops``' channels-last convolution between two permutations: ``llvm_cpu``'s kernels
     for it ran 3 to 10 times faster than the channels-first ones on the CNN of bench/onnx_models.py
     (the permutations cost a copy each). The weights are permuted in the program, not at import,
     so they stay the model's initializers (which ``tile.grad`` differentiates)."""
-    x, w, b = ctx.input(0), ctx.input(1), ctx.input(2)
+    x, w, b = ctx.input(0), ctx.raw(1), ctx.input(2)
     if not x.dtype.is_float:
         raise ctx.unsupported(f"Conv of {x.dtype.value} (ConvInteger is the integer convolution)")
     nd, kernel, strides, dilations = _conv_shapes(ctx, x, w)
@@ -264,9 +268,13 @@ def conv(ctx: Context, node) -> list[Value]:
     source = tile.ops.conv(nd, stride=strides, padding=pads, dilation=dilations,
                            groups=int(ctx.attr("group", 1)), bias=b is not None, layout="channels_last")
     spatial = list(range(2, x.rank))
-    args = [_permute(ctx, x, [0, *spatial, 1], "ConvX"), _permute(ctx, w, [*spatial, 1, 0], "ConvW")]
-    (y,) = ctx.call(source, *args, *([b] if b is not None else []))
-    return [_permute(ctx, y, [0, x.rank - 1, *range(1, x.rank - 1)], "Conv")]
+    if ctx.b.pack and w.const is not None:  # the backend's import: the weights permuted now
+        wl = ctx.b.materialize(ctx.folded(w.const.transpose([*spatial, 1, 0]).copy(), w.dtype),
+                               f"{node.input[1]}_hwio")
+    else:
+        wl = permute(ctx, ctx.input(1), [*spatial, 1, 0], "ConvW")
+    (y,) = ctx.call(source, to_last(ctx, x, "ConvX"), wl, *([b] if b is not None else []))
+    return [from_last(ctx, y, "Conv")]
 
 
 @converter("ConvTranspose")

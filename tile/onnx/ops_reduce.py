@@ -11,7 +11,6 @@ import math
 
 import numpy as np
 
-import tile.ops
 from tile.dtypes import DType
 from tile.onnx.context import Context, Value
 from tile.onnx.ops_shape import axes_arg, axis_of, idx, reshape, target
@@ -94,14 +93,26 @@ def arg(ctx: Context, node) -> list[Value]:
 @converter("Softmax", "LogSoftmax")
 def softmax(ctx: Context, node) -> list[Value]:
     x = ctx.input(0)
-    make = tile.ops.softmax if node.op_type == "Softmax" else tile.ops.log_softmax
+    log = node.op_type == "LogSoftmax"
     if ctx.opset < 13:  # the input is taken as 2-D: [prod(shape[:axis]), prod(shape[axis:])]
         a = axis_of(ctx, ctx.attr("axis", 1), x.rank)
         flat = reshape(ctx, x, (math.prod(x.shape[:a]), math.prod(x.shape[a:])))
-        y = ctx.call(make(rank=2, axis=1), flat)[0]
-        return [ctx.cast(reshape(ctx, y, x.shape), x.dtype)]
-    a = axis_of(ctx, ctx.attr("axis", -1), x.rank)
-    return [ctx.cast(ctx.call(make(rank=x.rank, axis=a), x)[0], x.dtype)]
+        return [reshape(ctx, _softmax(ctx, flat, 1, log), x.shape)]
+    return [_softmax(ctx, x, axis_of(ctx, ctx.attr("axis", -1), x.rank), log)]
+
+
+def _softmax(ctx: Context, x: Value, a: int, log: bool) -> Value:
+    """(Log)softmax along axis ``a`` as the maximum and the sum of exponentials, each a contraction
+    (``tile.ops.softmax`` sends the last axis to the ``builtin_softmax`` row kernel instead, which
+    ``llvm_cpu.0`` runs 3-5 times slower than these kernels at any row length from 16 to 32768:
+    bench/RESULTS.md, "ONNX, third session")."""
+    dims = [str(d) for d in x.shape]
+    top = ctx.emit(contraction("$", ">", x.name, x.rank, [a], True, dims), "Top")
+    shift = ctx.let(f"{x} - {top}", "Shift")
+    e = ctx.let(f"exp({shift})", "Exp")
+    total = ctx.emit(contraction("$", "+", e.name, x.rank, [a], True, dims), "Total")
+    y = ctx.let(f"{shift} - log({total})" if log else f"{e} / {total}", "Softmax")
+    return ctx.cast(y, x.dtype)
 
 
 @converter("Hardmax")

@@ -53,13 +53,13 @@ def reshape(ctx: Context, x: Value, shape) -> Value:
     return ctx.let(f"reshape({x}{''.join(f', {d}' for d in shape)})", "Reshape")
 
 
-def permute(ctx: Context, x: Value, perm) -> Value:
+def permute(ctx: Context, x: Value, perm, hint: str = "Transpose") -> Value:
     """Axis ``perm[k]`` of x becomes axis k."""
     i = idx(x.rank)
     if list(perm) == list(range(x.rank)):
         return ctx.let(f"ident({x})")
     out = [i[p] for p in perm]
-    return ctx.emit(f"{target('$', out, [x.shape[p] for p in perm])} = =({x}[{', '.join(i)}])", "Transpose")
+    return ctx.emit(f"{target('$', out, [x.shape[p] for p in perm])} = =({x}[{', '.join(i)}])", hint)
 
 
 def take(ctx: Context, x: Value, axis: int, positions) -> Value:
