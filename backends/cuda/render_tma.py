@@ -14,7 +14,7 @@ from tile.dtypes import DType
 def kernel(r, symbol: str, params: list[tuple[str, DType]]) -> tuple[str, int, int]:
     """The launched kernel of ``r``'s schedule (``backends.cuda.tma``)."""
     s, g = r.s, r.g
-    nks, _, (_, a_kf, _), (_, b_kf, _) = r.plans()
+    nks, _, _, _ = r.plans()
     (i,), (j,) = g.m.idxs, g.n.idxs
     sa, sb = s.a.elements * r.size, s.b.elements * r.size  # bytes of one step's tiles
     warps, stages, order = s.warps.multiplying, s.stages, s.order  # warp ``warps`` loads
@@ -38,12 +38,12 @@ def kernel(r, symbol: str, params: list[tuple[str, DType]]) -> tuple[str, int, i
     r.line("if (lane == 0) {", 2)
     r.line("uint it = 0;  /* K steps so far, over this work-group's tiles */", 3)
     tiles(r, order, 3)
-    loader(r, nks, stages, sa, sb, r.m0[i.name], r.n0[j.name], b_kf, 4)
+    loader(r, nks, stages, sa, sb, r.m0[i.name], r.n0[j.name], 4)
     r.line("}", 2)
     r.line("} else {")
     r.line("uint it = 0;", 2)
     tiles(r, order, 2)
-    multiply(r, nks, stages, a_kf, b_kf, 3)
+    multiply(r, nks, stages, 3)
     r.line("}")
     threads = s.threads
     args = list(params) + [(m, DType.UINT8) for m in MAPS]
@@ -65,7 +65,7 @@ def tiles(r, order, depth: int) -> None:
     r.line(f"const {it} {r.n0[j.name]} = (tile % {band * ntn} / rows) * {r.tl.tn};", depth + 1)
 
 
-def multiply(r, nks: int, stages: int, a_kf: bool, b_kf: bool, depth: int) -> None:
+def multiply(r, nks: int, stages: int, depth: int) -> None:
     """The multiplying warps' products of one tile, each K step's buffer released once its
     products are done (``3xtf32``: each step's sums added to the running ones), then the store
     (and epilogue); closes the tile loop."""
@@ -79,13 +79,13 @@ def multiply(r, nks: int, stages: int, a_kf: bool, b_kf: bool, depth: int) -> No
     r.line(f"const uint buf = it % {stages};", d + 1)
     wait(r, "Mb_at + 8 * buf", f"(it / {stages}) & 1", d + 1)
     if fold:  # the step's sums on their own, then added to the running ones rounding to nearest
-        render_wg.products(r, a_kf, b_kf, d + 1, "s", fresh=True)
+        render_wg.products(r, d + 1, "s", fresh=True)
         r.async_line("wgmma.wait_group.sync.aligned 0;", d + 1)
         for c, sv in sums:
             r.line(f"{c} += {sv};", d + 1)
         release(r, stages, "buf", "lane == 0", d + 1)
     else:  # the step's products left running while the next step's tiles arrive
-        render_wg.products(r, a_kf, b_kf, d + 1)
+        render_wg.products(r, d + 1)
         r.async_line("wgmma.wait_group.sync.aligned 1;", d + 1)  # the step before's are done
         release(r, stages, f"(it - 1) % {stages}", "ks > 0 && lane == 0", d + 1)
     r.line("}", d)
@@ -105,7 +105,7 @@ def release(r, stages: int, buf: str, when: str, depth: int) -> None:
     r.line("}", depth)
 
 
-def loader(r, nks: int, stages: int, sa: int, sb: int, m0: str, n0: str, b_kf: bool, d: int) -> None:
+def loader(r, nks: int, stages: int, sa: int, sb: int, m0: str, n0: str, d: int) -> None:
     """The loading warp's first lane, per K step of the tile: once its buffer is empty, the
     step's bytes announced to its *full* barrier and the copies issued (B: one ``tn``-row copy
     when it is K-major, else one per 64 columns); closes the tile loop."""
@@ -118,7 +118,7 @@ def loader(r, nks: int, stages: int, sa: int, sb: int, m0: str, n0: str, b_kf: b
     r.line("const uint full = Mb_at + 8 * s;", d + 1)
     r.ptx(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], {sa + sb};", '"r"(full)', d + 1)
     copy(r, "tmap_a", f"As_at + s * {sa}", f"ks * {tl.kt}", m0, d + 1)
-    if b_kf:
+    if r.s.b.kfast:
         copy(r, "tmap_b", f"Bs_at + s * {sb}", f"ks * {tl.kt}", n0, d + 1)
     else:
         for p in range(tl.tn // 64):

@@ -35,7 +35,7 @@ def kernel(r, symbol: str, params: list[tuple[str, DType]]) -> tuple[str, int, i
     if g.k.idxs:
         r.line(f"{it} " + ", ".join(f"ko_{ix.name} = 0" for ix in g.k.idxs) + ";")
     ops = ((g.a, a_items, "As", sa, aw, a_kf, 0), (g.b, b_items, "Bs", sb, bw, b_kf, 0))
-    k_loop(r, ops, stages, nks, a_kf, b_kf)
+    k_loop(r, ops, stages, nks)
     if s.skips:
         sums = [f"c0_{j}_{e}" for j in range(fn) for e in range(len(r.op.c.elements))]
         mma_skips.note_nonfinite_sums(r, sums, 1)
@@ -47,13 +47,13 @@ def kernel(r, symbol: str, params: list[tuple[str, DType]]) -> tuple[str, int, i
     return r.t.group_kernel(symbol, params, tl.threads, r.lines), groups * tl.threads, tl.threads
 
 
-def layout(r, kfast: bool) -> tuple[str, int]:
-    """An operand's descriptor constant and the bytes from one K slice (32 bytes: 16 16-bit or
-    8 32-bit values) to the next."""
-    if kfast:
-        width = r.size * r.tl.kt
-        return descriptor(16, 8 * width, SWIZZLE[width]), 32
-    return descriptor(r.tl.kt * 128, 1024, SWIZZLE[128]), 16 * 128
+def layout(r, st) -> tuple[str, int]:
+    """An operand's descriptor constant (its ``Staging``: K-major rows of ``swizzle`` bytes, else
+    128-byte panels) and the bytes from one K slice (32 bytes: 16 16-bit or 8 32-bit values) to
+    the next."""
+    if st.kfast:
+        return descriptor(16, 8 * st.swizzle, SWIZZLE[st.swizzle]), 32
+    return descriptor(r.tl.kt * 128, 1024, SWIZZLE[st.swizzle]), 16 * 128
 
 
 def store_tile(r, fn: int, depth: int) -> None:
@@ -65,7 +65,7 @@ def store_tile(r, fn: int, depth: int) -> None:
         r.store_mma(1, fn)
 
 
-def k_loop(r, ops, stages: int, nks: int, a_kf: bool, b_kf: bool) -> None:
+def k_loop(r, ops, stages: int, nks: int) -> None:
     """The K loop (``backends.cuda.wgmma``): copies ``stages - 1`` steps ahead of the products."""
     it = r.int
     r.prefetch(ops, stages, nks, False)
@@ -75,17 +75,17 @@ def k_loop(r, ops, stages: int, nks: int, a_kf: bool, b_kf: bool) -> None:
     r.async_line("fence.proxy.async.shared::cta;", 2)  # the copies, visible to the unit
     r.line("barrier(CLK_LOCAL_MEM_FENCE);", 2)
     r.refill(ops, stages, nks, 2, False)  # every warp has finished the previous step's products
-    products(r, a_kf, b_kf, 2)
+    products(r, 2)
     r.async_line("wgmma.wait_group.sync.aligned 0;", 2)  # this step's products done
     r.line("}")
 
 
-def products(r, a_kf: bool, b_kf: bool, depth: int, acc: str = "c", fresh: bool = False) -> None:
+def products(r, depth: int, acc: str = "c", fresh: bool = False) -> None:
     """The warp group's products of the K step in buffer ``buf``, issued as one group, into the
     accumulators ``acc`` (``fresh``: the first product overwrites them)."""
-    tl = r.tl
+    tl, a, b = r.tl, r.s.a, r.s.b
     r.async_line("wgmma.fence.sync.aligned;", depth)
-    (a_desc, a_step), (b_desc, b_step) = layout(r, a_kf), layout(r, b_kf)
+    (a_desc, a_step), (b_desc, b_step) = layout(r, a), layout(r, b)
     a_at = f"As_at + buf * {tl.tm * tl.kt * r.size} + (wy >> 2) * {64 * tl.kt * r.size}"
     b_at = f"Bs_at + buf * {tl.tn * tl.kt * r.size}"
     for kk in range(tl.kt * r.size // 32):
@@ -93,7 +93,7 @@ def products(r, a_kf: bool, b_kf: bool, depth: int, acc: str = "c", fresh: bool 
         for d, at, step, desc in (("ad", a_at, a_step, a_desc), ("bd", b_at, b_step, b_desc)):
             start = f"(({at} + {kk * step}) & 0x3FFFF) >> 4"
             r.line(f"const ulong {d} = (ulong)({start}) | {desc};", depth + 1)
-        product(r, int(not a_kf), int(not b_kf), depth + 1, acc, fresh and kk == 0)
+        product(r, int(not a.kfast), int(not b.kfast), depth + 1, acc, fresh and kk == 0)
         r.line("}", depth)
     r.async_line("wgmma.commit_group.sync.aligned;", depth)
 

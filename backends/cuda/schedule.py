@@ -107,6 +107,8 @@ class TensorMap:
 
 @dataclass(frozen=True)
 class GemmSchedule:
+    """Everything a tensor-core GEMM kernel's text follows (module docstring), for one nest."""
+
     kernel: str  # "mma", "wgmma" or "tma" (module docstring)
     mode: str  # the precision mode: f16, bf16, tf32, 3xtf32
     op: MmaShape  # the unit's operation
