@@ -1,6 +1,6 @@
 """A GEMM on Hopper's warp-group products whose tiles the tensor memory accelerator (TMA) loads:
 the kernel ``gemm_tile`` plans where the device launches kernels through CUDA's driver API with
-more local memory than OpenCL gives (``stripe.hardware.WarpGroup.launch_tiles``) and the GEMM
+more local memory than OpenCL gives (``launched.Launch``: its tiles, modes and memory) and the GEMM
 streams (``stripe.gemm.streams``). ``schedule.plan`` decides it (``kernel`` ``tma``, where
 ``schedule.tma_fits``; the tile order, the stages, the launch record) and ``render_tma`` prints it.
 
@@ -32,7 +32,7 @@ streams (``stripe.gemm.streams``). ``schedule.plan`` decides it (``kernel`` ``tm
   of their own (the first replacing them), which are awaited and added to the running sums with
   a float32 addition before the step's buffer is released: the unit's own additions round toward
   zero (``mma.sync``, 1024³: 1.0e-5 max relative error summed in the unit, 3.4e-7 folded). The two
-  sets of sums need ``launch_fold_tiles`` (128 x 128, two multiplying warp groups).
+  sets of sums need the fold tiles (``Launch.fold_tiles``: 128 x 128, two multiplying warp groups).
 * **Tensor maps.** The kernel takes two more arguments after the buffers, ``tmap_a`` and
   ``tmap_b``: global addresses of the ``CUtensorMap``s the launcher encodes from the buffers'
   addresses (``launch["maps"]``: per map its buffer's parameter, dims innermost first, row
