@@ -31,4 +31,6 @@ def test_the_corpus_covers_every_kernel_family():
 def test_the_kernels_are_the_recorded_ones(cid):
     case = CORPUS[cid]
     got = gemm_corpus.generate_from_text(case["stripe"], case["profile"], case["strict"])
-    assert [gemm_corpus.record_of(k) for k in got] == case["kernels"]
+    why = (f"{cid}: the kernels differ from the recorded ones (to see how: `python -m tests.gemm_corpus "
+           "--dump DIR` at the recorded commit and now, then diff the two folders)")
+    assert [gemm_corpus.record_of(k) for k in got] == case["kernels"], why
