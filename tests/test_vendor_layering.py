@@ -104,12 +104,18 @@ def test_opencl_imports_no_vendor_package():
 def test_the_vendor_hooks_reach_opencl():
     """The OpenCL target finds NVIDIA's kernels, the PTX rebuild and the launching executor
     through the registered hooks."""
+    import numpy as np
+
     from backends.cuda import launch, ptx, render
     from backends.cuda.wgmma import SM90A
     from backends.opencl import vendors
+    from tests.gemm_corpus import MM, nest_of
 
     (nvidia,) = [v for v in vendors.vendors() if v.name == "nvidia"]
-    assert nvidia.unit_emitter is render.unit_emitter and nvidia.rebuild is ptx.for_sm90a
+    nest = nest_of(MM, {"A": (256, 256), "B": (256, 256)}, np.float16, prof="ampere")
+    kernel = nest.t.unit_emitter(nest.g, nest.ptrs, nest.tiles, "tensor_core.f16", nest.epilogue)
+    assert isinstance(kernel, render.UnitKernel) and nvidia.rebuild is ptx.for_sm90a
+    assert nest.t.unit_emitter(nest.g, nest.ptrs, nest.tiles, "tensor_core.f64", nest.epilogue) is None
     assert nvidia.executor is launch.LaunchingExecutor
     assert vendors.rebuilding(f"x {SM90A}wgmma.fence.sync.aligned; y") is nvidia
     assert vendors.rebuilding("__kernel void k() {}") is None

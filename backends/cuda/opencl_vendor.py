@@ -6,16 +6,26 @@ OpenCL imports this module by name (``vendors.VENDORS``); it imports OpenCL, nev
 
 from __future__ import annotations
 
-from backends.cuda import launched
 from backends.cuda.launch import Launcher, LaunchingExecutor
 from backends.cuda.ptx import for_sm90a, needs_sm90a
-from backends.cuda.render import unit_emitter
 from backends.opencl.vendors import Vendor, register
+
+
+def unit_emitter(t, g, ptrs, tiles, unit, epilogue):
+    """``render.unit_emitter``, imported at its first use: the planner and renderer load with the
+    first tensor-core kernel, not with every OpenCL device (and ``launched`` brings the passes)."""
+    from backends.cuda.render import unit_emitter as emitter
+
+    return emitter(t, g, ptrs, tiles, unit, epilogue)
 
 
 def unit_here(device, unit):
     """``unit`` on an OpenCL device that launches the ``tma`` kernel through CUDA: with the local
     memory it launches with (``launched.with_local``); None where the unit has no launched kernel."""
+    if not unit.backend:
+        return None
+    from backends.cuda import launched
+
     facts = launched.of(unit)
     if facts is None or not facts.tiles:
         return None
