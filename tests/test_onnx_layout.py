@@ -127,3 +127,23 @@ def test_softmax_as_contractions_matches_numpy(target, op, axis):
     # a row of n = 16 or 7: exp and log within a few ulps each, the sum within n units of roundoff
     tol = 2.0**-24 * (x.shape[axis] + 8)
     np.testing.assert_allclose(y, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_erf_is_within_two_ulps_with_the_shorter_float32_fits(target, dtype):
+    import math
+
+    edges = [0.0, -0.0, 1e-30, 2.5, 4.0, np.inf, -np.inf]
+    x = np.concatenate([np.linspace(-6, 6, 24001), edges]).astype(dtype)
+    node = helper.make_node("Erf", ["x"], ["y"])
+    elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, x.shape)],
+                              [helper.make_tensor_value_info("y", elem, x.shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    source = tile.onnx.to_tile(model)
+    assert ("2.5" in source) == (dtype == np.float32)  # the narrow fits' piece boundary
+    (y,) = tile.onnx.Backend.prepare(model, target).run([x])
+    want = np.array([math.erf(float(v)) for v in x])
+    ulps = np.abs(y.astype(np.float64) - want) / np.spacing(np.abs(want).astype(dtype)).astype(np.float64)
+    assert ulps.max() <= 2.0, x[np.argmax(ulps)]
