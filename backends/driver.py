@@ -41,6 +41,7 @@ from stripe.printer import format_block
 from tile import ast, tuples
 from tile.bind import bind
 from tile.errors import Span, TileRuntimeError
+from tile.gc_pause import paused_gc
 from tile.inputs import input_types
 from tile.transforms import apply_stage
 from tile.transforms.emit import format_flat_program, format_stage
@@ -174,6 +175,7 @@ def cache_bytes(hw) -> dict[str, int]:
     return {n: hw.mem_bytes(n) for n in ("L1", "L2") if n in hw.mem_units}
 
 
+@paused_gc()  # as compile_bound (the autotuner builds here directly)
 def build(bound: BoundProgram, device: Device, settings: Mapping | None = None) -> Build:
     """Lower, optimize with ``config_for(device, settings)``, and generate code for ``device``;
     or, where the program cache (``backends.progcache``) has this program, shapes, device and
@@ -223,11 +225,16 @@ def _restored(key: str, device: Device, start: float) -> Build | None:
     return Build(None, config, program, infos, library, time.perf_counter() - start)  # type: ignore[arg-type]
 
 
+@paused_gc()  # every step makes and keeps many IR objects: no cycle hunts over them meanwhile
 def compile_bound(
     bound: BoundProgram, device: Device | ProgramDevice, settings: Mapping | None = None
 ) -> CompiledProgram | ProgramRun:
     """``bound`` ready to run on ``device``: built and handed to the runner, or, for a
-    whole-program device, rendered at its stage."""
+    whole-program device, rendered at its stage. The cyclic collector is paused throughout
+    (``tile.gc_pause``), not only in the steps that pause it themselves: between them, naming the
+    kernels and the runner's analyses of a 5,000-statement program's kernels paid a full
+    collection over every live IR object every few hundred allocations (naming its kernels:
+    3.3 s, 0.8 s paused)."""
     if isinstance(device, ProgramDevice):
         return ProgramRun(bound, device, settings)
     return CompiledProgram(bound, device, build(bound, device, settings), settings)

@@ -147,3 +147,26 @@ def test_lowering_solves_each_index_space_once(monkeypatch):
     assert len(calls) == 1
     monkeypatch.setattr(lowering._Kernels, "index_space", lambda self, c, d: real(c, d))
     assert format_block(lowering.lower(bound)) == kept
+
+
+def test_no_cycle_hunts_while_compiling(monkeypatch):
+    """The cyclic collector is paused over the whole build (naming the kernels and the runner's
+    set-up included, not only the steps that pause it themselves): a 5,000-statement program's
+    live IR made every collection walk millions of objects. It is back on afterwards."""
+    import gc
+
+    import backends.driver as driver
+
+    if "llvm_cpu.0" not in registry.devices():
+        pytest.skip(f"no llvm_cpu.0: {registry.unavailable()}")
+    seen = []
+    real = driver.kernels
+    monkeypatch.setattr(driver, "kernels", lambda program: seen.append(gc.isenabled()) or real(program))
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        tile.compile(chain(4), "llvm_cpu.0", {"cache": False})(inputs())
+        assert seen == [False] and gc.isenabled()
+    finally:
+        if not was:
+            gc.disable()
