@@ -349,3 +349,55 @@ def transcendental_program(dtype, seed: int, templates: list[str]) -> tuple[str,
     stmts = [f"O{k} = {t.format('Z')};" for k, t in enumerate(templates)]
     outs = ", ".join(f"O{k}" for k in range(len(stmts)))
     return f"function (Z) -> ({outs}) {{ {' '.join(stmts)} }}", {"Z": z}
+
+
+def within(program, bound, runs_dtype, runs_operation):
+    """``program`` (parsed; ``bound`` for its inputs) narrowed to the outputs a target runs: a
+    sweep holds every integer and float type at once, so a device that lacks one type (or declares
+    a subset of types or operations, ``conformance.capabilities``) would meet every sweep as
+    unsupported; it gets the sweep's other outputs instead. ``runs_dtype(DType)`` and
+    ``runs_operation(name)`` say what the target runs. Returns the narrowed ``tile.ast.Program``
+    (only the statements computing in types and with operations it runs, and the inputs they
+    read), or None: nothing to drop, nothing left, or statements that read each other's results
+    (only independent outputs are dropped, as in a sweep)."""
+    import dataclasses
+
+    from conformance.coverage import sites
+    from tile import ast
+    from tile.typed import TAccess, TAssign, TCall, TContraction, TRef
+
+    inputs = {name for name, _ in bound.inputs}
+    reads: dict[str, set[str]] = {}
+    dtypes: dict[str, set] = {}
+    for s in bound.stmts:
+        if s.name not in bound.outputs or s.name in reads:
+            return None  # an intermediate, or an output written twice: not independent outputs
+        if isinstance(s, TContraction):
+            reads[s.name] = {r.tensor for r in s.operands} | ({s.default} if s.default else set())
+            dtypes[s.name] = {s.type.dtype, *(bound.types[n].dtype for n in reads[s.name])}
+        else:
+            assert isinstance(s, TAssign)
+            names, types, stack = set(), {bound.types[s.name].dtype}, [s.expr]
+            while stack:
+                e = stack.pop()
+                types.add(e.type.dtype)
+                if isinstance(e, (TRef, TAccess)):
+                    names.add(e.name if isinstance(e, TRef) else e.tensor)
+                stack.extend(e.args if isinstance(e, TCall) else ())
+            reads[s.name], dtypes[s.name] = names, types
+        if not reads[s.name] <= inputs:
+            return None
+    stmt_names = [s.output.name if isinstance(s, ast.Contraction) else s.name for s in program.stmts]
+    if set(stmt_names) != set(reads):
+        return None
+    runs = {n for n in reads if all(runs_dtype(d) for d in dtypes[n])}
+    runs -= {stmt_names[site.stmt] for site in sites(program, bound.constants) if not runs_operation(site.op)}
+    if not runs or runs == set(reads):
+        return None
+    needed = set().union(*(reads[n] for n in runs))
+    return dataclasses.replace(
+        program,
+        inputs=tuple(i for i in program.inputs if i.name in needed),
+        outputs=tuple(o for o in program.outputs if o.name in runs),
+        stmts=tuple(s for s, n in zip(program.stmts, stmt_names) if n in runs),
+    )

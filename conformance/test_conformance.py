@@ -14,7 +14,7 @@ from hypothesis import settings as hypothesis_settings
 
 import ref_interp
 import tile
-from conformance import capabilities, coverage, precision, report, targets
+from conformance import capabilities, coverage, precision, report, sweeps, targets
 from conformance.coverage import dtypes_used
 from conformance.optimized import check_passes
 from conformance.strategies import (
@@ -45,7 +45,8 @@ def check(case: Case, device, passes: bool = False) -> None:
     tiled pipeline (``Device.tiled_optimizer``) besides its default one. An example of another
     shard (``--conformance-shard``) passes unchecked. A difference the device declares
     (``known_difference``) is counted as expected, not failed; an example outside what the subject
-    declares (``conformance.capabilities``) is counted as declared unsupported and not run. Under
+        declares (``conformance.capabilities``) is counted as declared unsupported and not run, unless
+    it is a sweep whose other outputs the subject runs (``within``): it runs those. Under
     ``--conformance-ops`` an example is first steered to a chosen operation, or left out
     (``coverage.focus``)."""
     subject = targets.as_subject(device)
@@ -60,10 +61,10 @@ def check(case: Case, device, passes: bool = False) -> None:
                 report.STATS.unfocused(key, digest)
                 assume(False)  # Hypothesis draws another, as for an invalid one
             if focused is not prog:
-                case = dataclasses.replace(case, source=format_program(focused))
-                digest = targets.example_digest(case.source, case.inputs)
-                prog = tile.parse(case.source)
-                bound = tile.bind(prog, input_types(prog, case.inputs), case.inputs)
+                case, digest, prog, bound = rebuilt(case, focused)
+        narrowed = within(subject, prog, bound)
+        if narrowed is not None:
+            case, digest, prog, bound = rebuilt(case, narrowed)
     except tile.TileError:
         report.STATS.invalid(key, digest)
         assume(False)  # not a valid program for these inputs: no target sees it
@@ -130,6 +131,35 @@ def check(case: Case, device, passes: bool = False) -> None:
                 report.STATS.expected(key, reason)
                 continue
             fail(case, subject.device.id, problem + where, want, got, tol, config=config)
+
+
+def rebuilt(case: Case, program) -> tuple[Case, str, object, object]:
+    """``case`` with ``program`` (a changed ``tile.ast.Program``) as its source and only the inputs
+    it takes: the case, its digest, the program parsed and bound again."""
+    names = {i.name for i in program.inputs}
+    inputs = {k: v for k, v in case.inputs.items() if k in names}
+    case = dataclasses.replace(case, source=format_program(program), inputs=inputs)
+    prog = tile.parse(case.source)
+    bound = tile.bind(prog, input_types(prog, case.inputs), case.inputs)
+    return case, targets.example_digest(case.source, case.inputs), prog, bound
+
+
+def within(subject, prog, bound):
+    """The program narrowed to what ``subject`` runs (``sweeps.within``: a sweep's outputs in the
+    types and operations it has and declares), or None where it runs all of it or it cannot be
+    narrowed (then the example is counted unsupported or declared unsupported, as drawn)."""
+    declared = subject.declared
+
+    def runs_dtype(dt: DType) -> bool:
+        return subject.supports(dt) and (declared is None or declared.allows_dtype(dt))
+
+    def runs_operation(op: str) -> bool:
+        return declared is None or declared.allows_operation(op)
+
+    runs_all = all(runs_dtype(dt) for dt in dtypes_used(bound))
+    if runs_all and capabilities.outside(declared, prog, bound) is None:
+        return None
+    return sweeps.within(prog, bound, runs_dtype, runs_operation)
 
 
 def fail(
