@@ -1,8 +1,9 @@
 """Conformance options: ``--target=ID`` (repeatable; ``all`` for every device; a plugin's id or
 ``external:COMMAND`` too), ``--config=F.json`` (repeatable: a user's target config), the
 ``--conformance-profile=ci|thorough``, ``--conformance-examples=N`` (overrides the profile's
-count), ``--conformance-failures=DIR``, ``--conformance-shard=I/N`` (this run checks one of N
-shares of the examples: ``conformance.targets``), ``--conformance-ops=OP,...`` (only examples using
+count), ``--conformance-no-shrink`` (a failing example is reported as drawn),
+``--conformance-failures=DIR``, ``--conformance-shard=I/N`` (this run checks one of N shares of
+the examples: ``conformance.targets``), ``--conformance-ops=OP,...`` (only examples using
 these operations: ``conformance.coverage.focus``), ``--conformance-distinguish=K`` (distinguishing
 examples sought per operation for the coverage line), ``--conformance-json=F`` (the summary as
 JSON, besides pytest's own ``--junitxml``) and ``--precision=native|tf32|3xtf32`` (compile with
@@ -38,7 +39,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from conformance import precision as modes
 from conformance import report as reporting  # (pytest names a hook argument `report`)
@@ -94,6 +95,11 @@ def pytest_addoption(parser):
         type=int,
         metavar="N",
         help="examples per family and target, overriding the profile's count",
+    )
+    group.addoption(
+        "--conformance-no-shrink",
+        action="store_true",
+        help="report a failing example as drawn, without shrinking it (faster, for a verdict alone)",
     )
     group.addoption(
         "--conformance-failures",
@@ -209,6 +215,10 @@ def pytest_configure(config):
         n = config.getoption("--conformance-examples")
         settings.register_profile(f"{profile}-{n}", settings.get_profile(profile), max_examples=n)
         profile = f"{profile}-{n}"
+    if config.getoption("--conformance-no-shrink"):
+        phases = [p for p in Phase if p != Phase.shrink]
+        settings.register_profile(f"{profile}-no-shrink", settings.get_profile(profile), phases=phases)
+        profile = f"{profile}-no-shrink"
     settings.load_profile(profile)
     if config.getoption("--conformance-failures"):
         reporting.FAILURES = Path(config.getoption("--conformance-failures")).resolve()

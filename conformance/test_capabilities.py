@@ -55,11 +55,13 @@ FAMILIES = ("-k", "elementwise or contractions")
 
 def test_an_undeclared_refusal_fails(tmp_path):
     args = ("--target", "refusing.0", "--conformance-examples=6", "--conformance-ops=max")
-    args += ("-k", "elementwise")
+    args += ("-k", "elementwise", "--conformance-no-shrink")  # (shrinking a sweep took 90 s of 100)
     status, out, data = suite(tmp_path, *args, plugin=REFUSING.format(declare=False))
     assert status == 1, out
     assert "an undeclared refusal: refusing.0 declares nothing" in out, out
     assert data["rows"][0]["failed"] == 1
+    folders = [p for p in (tmp_path / "failures").iterdir() if p.is_dir()]
+    assert [f["folder"] for f in data["failures"]] == [str(folders[0])] and len(folders) == 1
 
 
 def test_a_declared_subset_passes_and_counts_declared_unsupported(tmp_path):
