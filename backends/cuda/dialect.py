@@ -127,6 +127,12 @@ class CudaTarget(OpenCLTarget):
     name = "cuda"
     function_qualifier = "__device__ "
 
+    def unit_emitter(self, g, ptrs: dict[str, str], tiles, unit: str, epilogue):
+        """NVIDIA's tensor-core kernels (``render``), straight: no OpenCL vendor hook between."""
+        from backends.cuda.render import unit_emitter
+
+        return unit_emitter(self, g, ptrs, tiles, unit, epilogue)
+
     def header(self) -> list[str]:
         return PRELUDE.strip("\n").split("\n")
 
