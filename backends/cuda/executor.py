@@ -26,6 +26,8 @@ import numpy as np
 from backends.cuda.runtime import Cuda, argument_array, check, cu
 from backends.hal import Bound, Buffer, Event, Executor, Kernel, Library
 
+ARGV_SLOTS = 256  # argument arrays a kernel keeps, by buffer addresses
+
 
 class CudaEvent(Event):
     """The point after an operation on a stream of device ``cuda``. Recording a CUDA event per
@@ -168,6 +170,7 @@ class CudaKernel(Kernel):
             library.handle = CudaProgram(library.handle)
         self.program: CudaProgram = library.handle
         self._fn = None
+        self.argvs: dict[tuple, tuple] = {}  # buffer addresses -> (argument array, storage, address)
 
     def function(self):
         if self._fn is None:
@@ -205,16 +208,23 @@ class CudaKernel(Kernel):
 class CudaBound(Bound):
     """A kernel and its argument array for one list of buffers (pointers and tensor maps)."""
 
-    __slots__ = ("argv", "storage", "address")
+    __slots__ = ("argv", "address")
 
     def __init__(self, kernel: CudaKernel, params: Sequence[Buffer]):
         super().__init__(kernel, params)
-        pointers = [p.pointer for p in params]
-        maps = []
-        if kernel.launch:
-            maps = [kernel.cuda.tensor_map(pointers[i], *rest) for i, *rest in kernel.launch["maps"]]
-        self.argv, self.storage = argument_array(pointers + maps)
-        self.address = ctypes.addressof(self.argv)
+        pointers = tuple(p.pointer for p in params)
+        # torch's caching allocator hands a steady loop the same addresses each call: the
+        # arguments (and tensor maps) are made once per kernel and addresses
+        got = kernel.argvs.get(pointers)
+        if got is None:
+            maps = []
+            if kernel.launch:
+                maps = [kernel.cuda.tensor_map(pointers[i], *rest) for i, *rest in kernel.launch["maps"]]
+            argv, storage = argument_array([*pointers, *maps])
+            if len(kernel.argvs) >= ARGV_SLOTS:
+                kernel.argvs.clear()
+            got = kernel.argvs[pointers] = (argv, storage, ctypes.addressof(argv))
+        self.argv, _, self.address = got
 
     def launch(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
         kernel: CudaKernel = self.kernel  # type: ignore[assignment]
