@@ -170,3 +170,24 @@ def test_no_cycle_hunts_while_compiling(monkeypatch):
     finally:
         if not was:
             gc.disable()
+
+
+def test_fusion_asks_gemm_match_by_set(monkeypatch):
+    """Fusion's GEMM check hands ``stripe.gemm.match`` the parent's buffer names as a set-like view
+    (membership in O(1)), not a tuple copied per pair and searched per operand: quadratic in the
+    buffers of a long program's ``#main``."""
+    from collections.abc import Set
+
+    import stripe.passes.fusion as fusion
+    from backends.driver import optimized
+    from stripe.config import resolve_config
+    from stripe.lower import lower
+    from tile.parser import parse
+
+    seen = []
+    real = fusion.gemm_match
+    monkeypatch.setattr(fusion, "gemm_match",
+                        lambda a, names, *r, **k: seen.append(names) or real(a, names, *r, **k))
+    program = lower(bind_inputs(parse(chain(12)), inputs()))
+    optimized(program, resolve_config("llvm_cpu"))
+    assert seen and all(isinstance(names, Set) for names in seen)

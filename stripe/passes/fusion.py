@@ -145,7 +145,9 @@ def _fuse_statements(parent: Block, cfg: FusionConfig) -> Block | None:
 def _gemm(a: Block, dtypes: dict, cfg: FusionConfig) -> bool:
     """Unless ``a_gemm``, True; else whether ``a`` is a GEMM-shaped contraction (``stripe.gemm``)
     over the parent's views (``dtypes``: their dtypes by name)."""
-    return not cfg.a_gemm or gemm_match(a, tuple(dtypes), dtypes, reorder=False) is not None
+    # the names as a view of the dict (match only asks whether a name is one), not a tuple copied
+    # per pair and searched per operand: with 5,000 buffers that was quadratic
+    return not cfg.a_gemm or gemm_match(a, dtypes.keys(), dtypes, reorder=False) is not None  # type: ignore[arg-type]
 
 
 def _hoistable(s: Statement, a: Statement) -> bool:
