@@ -151,22 +151,29 @@ def test_lowering_solves_each_index_space_once(monkeypatch):
 
 def test_no_cycle_hunts_while_compiling(monkeypatch):
     """The cyclic collector is paused over the whole build (naming the kernels and the runner's
-    set-up included, not only the steps that pause it themselves): a 5,000-statement program's
-    live IR made every collection walk millions of objects. It is back on afterwards."""
+    set-up included, not only the steps that pause it themselves) and the first call: a
+    5,000-statement program's live IR made every collection walk millions of objects. It is back
+    on afterwards."""
     import gc
 
     import backends.driver as driver
 
     if "llvm_cpu.0" not in registry.devices():
         pytest.skip(f"no llvm_cpu.0: {registry.unavailable()}")
-    seen = []
-    real = driver.kernels
+    from backends.runner import CompiledProgram
+
+    seen, runs = [], []
+    real, real_run = driver.kernels, CompiledProgram._run
     monkeypatch.setattr(driver, "kernels", lambda program: seen.append(gc.isenabled()) or real(program))
+    monkeypatch.setattr(CompiledProgram, "_run", lambda *a: runs.append(gc.isenabled()) or real_run(*a))
     was = gc.isenabled()
     gc.enable()
     try:
-        tile.compile(chain(4), "llvm_cpu.0", {"cache": False})(inputs())
-        assert seen == [False] and gc.isenabled()
+        exe = tile.compile(chain(4), "llvm_cpu.0", {"cache": False})
+        exe(inputs())
+        exe(inputs())
+        # the first call (every buffer allocated, every kernel prepared) paused, later ones not
+        assert seen == [False] and runs == [False, True] and gc.isenabled()
     finally:
         if not was:
             gc.disable()
