@@ -147,3 +147,18 @@ def test_erf_is_within_two_ulps_with_the_shorter_float32_fits(target, dtype):
     want = np.array([math.erf(float(v)) for v in x])
     ulps = np.abs(y.astype(np.float64) - want) / np.spacing(np.abs(want).astype(dtype)).astype(np.float64)
     assert ulps.max() <= 2.0, x[np.argmax(ulps)]
+
+
+def test_float16_softmax_rounds_as_the_builtin_does():
+    """The exponentials rounded to float16, their sum in float32 rounded once, then the quotient
+    (the builtin row kernel's roundings, docs/semantics.md §5): the contraction form gives the same
+    bits as ``builtin_softmax`` on the interpreter."""
+    x = (np.random.default_rng(10).standard_normal((5, 37)) * 3).astype(np.float16)
+    node = helper.make_node("Softmax", ["x"], ["y"], axis=-1)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, x.shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    (y,) = tile.onnx.Backend.prepare(model, "interp").run([x])
+    rows = tile.compile("function (X[R, C]) -> (Y) { Y = builtin_softmax(X, 5, 37); }", "interp")
+    builtin = rows({"X": x})["Y"]
+    np.testing.assert_array_equal(y, builtin)

@@ -105,12 +105,15 @@ def _softmax(ctx: Context, x: Value, a: int, log: bool) -> Value:
     """(Log)softmax along axis ``a`` as the maximum and the sum of exponentials, each a contraction
     (``tile.ops.softmax`` sends the last axis to the ``builtin_softmax`` row kernel instead, which
     ``llvm_cpu.0`` runs 3-5 times slower than these kernels at any row length from 16 to 32768:
-    bench/RESULTS.md, "ONNX, third session")."""
+    bench/RESULTS.md, "ONNX, third session"). The roundings are the builtin's (docs/semantics.md
+    §5): the exponentials in x's type, their sum in float32 for float16 and bfloat16, rounded
+    once."""
     dims = [str(d) for d in x.shape]
     top = ctx.emit(contraction("$", ">", x.name, x.rank, [a], True, dims), "Top")
-    shift = ctx.let(f"{x} - {top}", "Shift")
-    e = ctx.let(f"exp({shift})", "Exp")
-    total = ctx.emit(contraction("$", "+", e.name, x.rank, [a], True, dims), "Total")
+    shift = ctx.cast(ctx.let(f"{x} - {top}", "Shift"), x.dtype)
+    e = ctx.cast(ctx.let(f"exp({shift})", "Exp"), x.dtype)
+    wide = ctx.cast(e, DType.FLOAT32) if x.dtype.is_narrow_float else e
+    total = ctx.cast(ctx.emit(contraction("$", "+", wide.name, x.rank, [a], True, dims), "Total"), x.dtype)
     y = ctx.let(f"{shift} - log({total})" if log else f"{e} / {total}", "Softmax")
     return ctx.cast(y, x.dtype)
 
