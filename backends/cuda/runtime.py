@@ -83,7 +83,10 @@ class Cuda:
         self.optin_bytes = self.attribute(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
         self.sms = self.attribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         self.max_threads = self.attribute(attr.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
-        self.clock_mhz = self.attribute(attr.CU_DEVICE_ATTRIBUTE_CLOCK_RATE) / 1000.0
+        try:  # (kHz; a driver may stop reporting it)
+            self.clock_mhz = self.attribute(attr.CU_DEVICE_ATTRIBUTE_CLOCK_RATE) / 1000.0
+        except CudaError:
+            self.clock_mhz = 0.0
         self.name = check(cu.cuDeviceGetName(256, self.device), "cuDeviceGetName")
         self.name = self.name.split(b"\0")[0].decode()
         self.total_bytes = int(check(cu.cuDeviceTotalMem(self.device), "cuDeviceTotalMem"))
@@ -149,11 +152,12 @@ class Cuda:
             if len(self.maps) == MAP_SLOTS:  # full: the launches reading them finish first
                 check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
                 self.maps.clear()
+            u64, u32 = cu.cuuint64_t, cu.cuuint32_t  # (the bindings take no plain ints in lists)
             tmap = check(cu.cuTensorMapEncodeTiled(
-                cu.CUtensorMapDataType(MAP_TYPES[dtype]), len(dims), pointer, list(dims), [stride],
-                list(box), [1] * len(box), cu.CUtensorMapInterleave(0),
-                cu.CUtensorMapSwizzle(MAP_SWIZZLE_128B),
-                cu.CUtensorMapL2promotion(MAP_L2_128B), cu.CUtensorMapFloatOOBfill(0),
+                cu.CUtensorMapDataType(MAP_TYPES[dtype]), len(dims), pointer, [u64(d) for d in dims],
+                [u64(stride)], [u32(b) for b in box], [u32(1)] * len(box), cu.CUtensorMapInterleave(0),
+                cu.CUtensorMapSwizzle(MAP_SWIZZLE_128B), cu.CUtensorMapL2promotion(MAP_L2_128B),
+                cu.CUtensorMapFloatOOBfill(0),
             ), "cuTensorMapEncodeTiled")
             at = self.maps_at + 128 * len(self.maps)
             check(cu.cuMemcpyHtoD(at, tmap.getPtr(), 128), "cuMemcpyHtoD (tensor map)")
