@@ -25,6 +25,7 @@ import re
 from backends.opencl.target import OpenCLTarget
 
 PRELUDE = r"""
+typedef __SIZE_TYPE__ size_t; /* (NVRTC includes no headers) */
 typedef unsigned char uchar;
 typedef unsigned short ushort;
 typedef unsigned int uint;
