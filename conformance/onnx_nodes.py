@@ -134,18 +134,34 @@ def dtype_of(case) -> str:
     return "none"
 
 
+def _tensor_elem(info) -> int | None:
+    """The element type of a graph input or output that is a tensor, or an optional tensor (which
+    ``tile.onnx`` takes as the tensor it holds); None for any other value."""
+    kind = info.type.WhichOneof("value")
+    if kind == "tensor_type":
+        return info.type.tensor_type.elem_type
+    if kind == "optional_type" and info.type.optional_type.elem_type.HasField("tensor_type"):
+        return info.type.optional_type.elem_type.tensor_type.elem_type
+    return None
+
+
 def lacking(case) -> str | None:
-    """Why a case's values are outside Tile's types (None: every input and output is a tensor of a
-    Tile dtype)."""
+    """Why a case's values are outside Tile's types (None: every input and output is a tensor, or a
+    given optional tensor, of a Tile dtype or one ``tile.onnx`` carries)."""
     from tile.dtypes import DType
     from tile.onnx.carried import BY_NAME
 
     known = {d.value for d in DType} | set(BY_NAME)  # Tile's dtypes, and those tile.onnx carries in them
-    for info in [*case.model.graph.input, *case.model.graph.output]:
+    inputs, expected = case.data_sets[0] if case.data_sets else ([], [])
+    data = list(inputs) + [None] * (len(case.model.graph.input) - len(inputs)) + list(expected)
+    for info, value in zip([*case.model.graph.input, *case.model.graph.output], data):
         kind = info.type.WhichOneof("value")
-        if kind != "tensor_type":
+        elem = _tensor_elem(info)
+        if elem is None:
             return f"'{info.name}' is an ONNX {kind.removesuffix('_type')} value: Tile has tensors only"
-        name = elem_name(info.type.tensor_type.elem_type)
+        if kind == "optional_type" and value is None:
+            return f"'{info.name}' is an empty ONNX optional: the backend takes arrays"
+        name = elem_name(elem)
         if name not in known:
             return f"'{info.name}' is {name}, a type Tile has no dtype for"
     return None
@@ -159,7 +175,7 @@ def target_lacks(case, device) -> str | None:
     from tile.onnx.carried import BY_NAME
 
     for info in [*case.model.graph.input, *case.model.graph.output]:
-        name = elem_name(info.type.tensor_type.elem_type)
+        name = elem_name(_tensor_elem(info))
         dt = BY_NAME[name].carrier if name in BY_NAME else DType(name)
         if not device.capabilities.supports(dt):
             return f"{dt.value} unsupported by the target"

@@ -151,6 +151,16 @@ def test_cases_are_filed_by_operator_and_dtype(onnx_cases):
     assert "Tile has tensors only" in onnx_nodes.lacking(onnx_cases["test_identity_sequence"])
 
 
+def test_given_optional_tensors_and_carried_types_are_expressible(onnx_cases):
+    assert onnx_nodes.lacking(onnx_cases["test_optional_has_element_optional_input"]) is None
+    empty = onnx_cases["test_optional_has_element_empty_optional_input"]
+    assert "empty ONNX optional" in onnx_nodes.lacking(empty)
+    assert onnx_nodes.lacking(onnx_cases["test_cast_FLOAT_to_FLOAT8E4M3FN"]) is None  # tile.onnx.carried
+    assert "string" in onnx_nodes.lacking(onnx_cases["test_string_concat"])
+    record = onnx_nodes.run("test_cast_FLOAT_to_FLOAT8E4M3FN", "interp")
+    assert (record.status, record.dtype) == ("passed", "float32")
+
+
 def test_a_case_runs_on_the_interpreter(onnx_cases):
     record = onnx_nodes.run("test_relu", "interp")
     assert (record.status, record.operator, record.reason) == ("passed", "Relu", "")
