@@ -5,7 +5,10 @@ Programs (generated here, small 8x8 float32 tensors with integer values so resul
 
 * ``chain N``: N statements alternating an elementwise add and an 8x8 matrix product, each reading
   the previous one's result;
-* ``matmuls N``: N independent 8x8 matrix products of the same two inputs, each its own output.
+* ``matmuls N``: N independent 8x8 matrix products of the same two inputs, each its own output;
+* ``distinct N`` (not run unless ``--only`` names it): N 8x8 products each scaled by its own
+  constant, so N distinct kernels (the others have a handful, built once: ``backends.llvm.dedup``),
+  where LLVM and the IR generation are most of the compile.
 
 Each program runs in a process of its own (so its peak resident set is its own): after a warm-up on a
 2-statement program (imports), the interpreter's time for one call, the device's compile + first call
@@ -65,7 +68,14 @@ def matmuls(n: int) -> str:
     return "function (A[N, N], B[N, N]) -> (" + outs + ") {\n" + "\n".join(lines) + "\n}"
 
 
-PROGRAMS = {"chain": chain, "matmuls": matmuls}
+def distinct(n: int) -> str:
+    """``n`` 8x8 matrix products of ``A`` and ``B``, each scaled by its own constant (``k + 2``)."""
+    outs = ", ".join(f"D{k}" for k in range(n))
+    lines = [f"  C{k}[i, j: 8, 8] = +(A[i, l] * B[l, j]);\n  D{k} = C{k} * {k + 2};" for k in range(n)]
+    return "function (A[N, N], B[N, N]) -> (" + outs + ") {\n" + "\n".join(lines) + "\n}"
+
+
+PROGRAMS = {"chain": chain, "matmuls": matmuls, "distinct": distinct}
 
 
 def inputs() -> dict[str, np.ndarray]:
@@ -231,7 +241,7 @@ def torch_case(name: str, n: int) -> list[tuple[float, float, float, float]]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.compile_time", description=__doc__.split("\n")[0])
     p.add_argument("--device", default="llvm_cpu.0")
-    p.add_argument("--only", default="chain,matmuls", help="programs: chain, matmuls")
+    p.add_argument("--only", default="chain,matmuls", help="programs: chain, matmuls, distinct")
     p.add_argument("--sizes", default="500,1000,5000", help="statement counts")
     p.add_argument("--cache", action="store_true", help="use the disk cache (default: off)")
     p.add_argument("--repeat", type=int, default=1, help="the least time of this many runs")
