@@ -39,7 +39,7 @@ def unavailable() -> str | None:
     try:
         err, = cu.cuInit(0)
     except Exception as e:  # noqa: BLE001 - no driver library: the bindings raise their own errors
-        return f"no CUDA driver ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+        return f"no NVIDIA driver (libcuda) here: {type(e).__name__}: {str(e).strip()}"
     if err != cu.CUresult.CUDA_SUCCESS:
         return f"cuInit failed ({_name(err)})"
     return None
