@@ -162,3 +162,16 @@ def test_float16_softmax_rounds_as_the_builtin_does():
     rows = tile.compile("function (X[R, C]) -> (Y) { Y = builtin_softmax(X, 5, 37); }", "interp")
     builtin = rows({"X": x})["Y"]
     np.testing.assert_array_equal(y, builtin)
+
+
+@pytest.mark.parametrize("indices", [False, True])
+def test_every_statement_of_an_import_is_read(indices):
+    """The channels-first copies nothing reads are left out of the program (so a ReLU fuses into
+    its convolution's kernel on a compiled target); each statement feeds an output."""
+    model, _ = cnn_model(indices)
+    program = tile.parse(tile.onnx.to_tile(model))
+    outputs = {o.name for o in program.outputs}
+    read = {r.name for s in program.stmts for r in getattr(s, "operands", ())}
+    read |= {e.name for s in program.stmts for e in tile.ast.expressions(s) if isinstance(e, tile.ast.Name)}
+    unread = [s.name for s in program.stmts if s.name not in read | outputs]
+    assert unread == []

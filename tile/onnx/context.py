@@ -98,7 +98,7 @@ class Builder:
     inputs (name -> array, fed by the caller) and a name allocator."""
 
     def __init__(self) -> None:
-        self.lines: list[str] = []
+        self.statements: list[tuple[str, str, frozenset[str]]] = []  # (defined name, text, names read)
         self.types: dict[str, TensorType] = {}
         self.consts: dict[str, np.ndarray] = {}
         self.pack = False  # lay constants out for speed (import_model's ``pack``)
@@ -147,15 +147,24 @@ class Builder:
         bound = bind(program, {n: self.types[n] for n in refs})
         for s in program.stmts:
             self.types[s.name] = bound.types[s.name]
-        self.lines.append(text)
+        for line in text.split("\n"):
+            name = _NAME.match(line.strip()).group(0)
+            self.statements.append((name, line, frozenset(_NAME.findall(line)) - {name}))
 
     def text(self, inputs: list[str], outputs: list[str]) -> str:
         """The function of the statements written so far. Each input declares its dims, named by
         their sizes (``X[N4, N8]``: equal sizes share a name, true of this static program), so
         that ``tile.grad`` of the program without ``shapes=`` knows every rank and which sizes agree
         (undeclared, a tensor broadcast with an input of unknown rank had unknown dims, and its
-        gradient's sizes named nothing)."""
-        body = "\n".join(self.lines)
+        gradient's sizes named nothing). Statements no output depends on are left out: a converter
+        may write a tensor that a later one makes unneeded (``layout``'s channels-first copies), and
+        a compiled target then fuses what reads the rest (a ReLU into its convolution's kernel)."""
+        live, kept = set(outputs), []
+        for name, line, reads in reversed(self.statements):
+            if name in live:
+                kept.append(line)
+                live |= reads
+        body = "\n".join(reversed(kept))
         prefix = "N"
         while any(re.fullmatch(rf"{prefix}\d+", u) for u in self._used):
             prefix += "_"
