@@ -23,6 +23,7 @@ whole, default 16384), ``soft_half`` (float16 conversions in integer code instea
 ``buffer_dtypes`` (buffer name -> dtype, for kernels whose refinements convert from their buffer's
 type; by default a buffer holds the type of the kernel's first refinement of it), ``panel_split``
 (False: a matmul's threads divide its rows, never its panels, ``match.panel_split``),
+``unroll`` (whether LLVM unrolls loops; default at ``opt`` 2 and above, ``opt_level``),
 ``cache_bytes`` (memory name -> bytes: the ``L1`` and ``L2`` the micro-kernel's cache blocks fit;
 the runner passes the optimizer config's, else the host's, ``host_caches``), ``cache_blocks``
 (False: every tile runs its whole reduction).
@@ -202,6 +203,7 @@ class _Plan:
     built: list[int]
     key: str
     opt: int  # the LLVM pipeline's speed level (``opt_level``)
+    unroll: bool  # whether its passes unroll loops (the ``unroll`` setting, else ``opt >= 2``)
 
     @property
     def only(self) -> set[int]:
@@ -244,6 +246,7 @@ class LlvmCompiler(Compiler):
             pto = llvm.create_pipeline_tuning_options(speed_level=opt)
             pto.loop_vectorization = opt >= 2
             pto.slp_vectorization = opt >= 2
+            pto.loop_unrolling = p.unroll
             pb = llvm.create_pass_builder(p.tm, pto)
             pb.getModulePassManager().run(mod, pb)
             engine = llvm.create_mcjit_compiler(mod, p.tm)
@@ -334,11 +337,13 @@ class LlvmCompiler(Compiler):
         triple, layout = llvm.get_process_triple(), str(tm.target_data)
         built, keys = shared_kernels(kernels, code, own)  # kernel -> the kernel whose function it calls
         opt = opt_level(kernels, settings)
+        unroll = bool(settings.get("unroll", opt >= 2))
         meta = {"threads": threads, "vector": repr(vector), "triple": triple, "layout": layout, "f16c": f16c,
-                "opt": opt}
+                "opt": opt, "unroll": unroll}
         key = plan_key(keys, built, meta, settings, cpu, features)
         return _Plan(
-            tm, triple, layout, f16c, dtypes, vector, schedules, code, blocks, epilogues, built, key, opt
+            tm, triple, layout, f16c, dtypes, vector, schedules, code, blocks, epilogues, built, key, opt,
+            unroll,
         )
 
 
@@ -350,7 +355,13 @@ def opt_level(kernels: Sequence[KernelInfo], settings: dict) -> int:
     does fewer than ``SMALL_FLOPS`` operations and moves fewer than ``SMALL_BYTES`` (microseconds
     a run, where ``-O3``'s passes take about twice ``-O1``'s time to build), else 3. ``-O1`` runs neither
     loop nor SLP vectorizer: a float sum may associate differently only where docs/semantics.md
-    §8.3 lets it (never under ``strict``, whose IR carries no reassociation flags)."""
+    §8.3 lets it (never under ``strict``, whose IR carries no reassociation flags). Below 2 loops
+    are not unrolled either (neither fully nor partly), unless the ``unroll`` setting says so: the
+    micro-kernel's register tiles are unrolled in the IR already, and unrolling a small program's
+    counted loops (constant trip counts, every extent baked in) and optimizing the copies was about
+    half of LLVM's passes and of its machine code generation for a relative-bias attention's
+    forward + backward at a new sequence length (``bench.new_shapes``); the arithmetic, and so every
+    result, is the same."""
     if "opt" in settings:
         return int(settings["opt"])
     small = all(k.flops < SMALL_FLOPS and k.bytes < SMALL_BYTES for k in kernels)
