@@ -175,3 +175,33 @@ def test_every_statement_of_an_import_is_read(indices):
     read |= {e.name for s in program.stmts for e in tile.ast.expressions(s) if isinstance(e, tile.ast.Name)}
     unread = [s.name for s in program.stmts if s.name not in read | outputs]
     assert unread == []
+
+
+def heads_model(b=2, t=6, h=3, d=4):
+    """An attention block's head split: q, k of [b, t, h*d] reshaped to [b, t, h, d], transposed to
+    [b, h, t, d] and [b, h, d, t], multiplied: [b, h, t, t]; then the same for v's [b, h, t, d]."""
+    f = TensorProto.FLOAT
+    shape = helper.make_tensor("split", TensorProto.INT64, [4], [b, t, h, d])
+    nodes = [helper.make_node("Reshape", ["q", "split"], ["q4"]),
+             helper.make_node("Reshape", ["k", "split"], ["k4"]),
+             helper.make_node("Transpose", ["q4"], ["qh"], perm=[0, 2, 1, 3]),
+             helper.make_node("Transpose", ["k4"], ["kh"], perm=[0, 2, 3, 1]),
+             helper.make_node("MatMul", ["qh", "kh"], ["s"]),
+             helper.make_node("MatMul", ["s", "qh"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, f, [b, t, h * d]) for n in "qk"],
+                              [helper.make_tensor_value_info("s", f, [b, h, t, t]),
+                               helper.make_tensor_value_info("y", f, [b, h, t, d])], [shape])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_products_read_split_heads_through_the_reshape_and_transpose(target):
+    model = heads_model()
+    program = tile.parse(tile.onnx.to_tile(model))
+    assert [s.name for s in program.stmts if not isinstance(s, tile.ast.Contraction)] == []  # no copies
+    q, k = ints((2, 6, 12), seed=11), ints((2, 6, 12), seed=12)
+    qh = q.reshape(2, 6, 3, 4).transpose(0, 2, 1, 3)
+    kh = k.reshape(2, 6, 3, 4).transpose(0, 2, 3, 1)
+    s, y = tile.onnx.Backend.prepare(model, target).run([q, k])
+    np.testing.assert_array_equal(s, qh @ kh)
+    np.testing.assert_array_equal(y, (qh @ kh) @ qh)

@@ -67,11 +67,22 @@ _BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/"}
 
 @converter(*_BINARY)
 def arithmetic(ctx: Context, node) -> list[Value]:
-    a, b = ctx.input(0), ctx.input(1)
+    """A 0-D constant operand (an exporter's scale, ``x / sqrt(d)``) is written as a literal of
+    its type: as a tensor it would be a kernel of its own on a compiled target, each call."""
+    a = ctx.raw(0)
     op = _BINARY[node.op_type]
     if a.dtype is DType.BOOL:
         raise ctx.unsupported("arithmetic on bool is not an ONNX operation")
-    return [ctx.cast(ctx.let(f"{a} {op} {b}"), a.dtype)]
+    return [ctx.cast(ctx.let(f"{_operand(ctx, 0)} {op} {_operand(ctx, 1)}"), a.dtype)]
+
+
+def _operand(ctx: Context, i: int) -> str:
+    """Input ``i`` as Tile text: a literal for a 0-D constant (of any type but bfloat16, whose
+    literal is a conversion), else the tensor's name."""
+    v = ctx.raw(i)
+    if v.const is not None and v.rank == 0 and v.dtype is not DType.BFLOAT16:
+        return ctx.lit(v.const.item(), v.dtype)
+    return ctx.input(i).name
 
 
 @converter("Pow")

@@ -11,6 +11,7 @@ import numpy as np
 from tile.onnx.context import Context, Value
 from tile.onnx.ops_shape import idx, reshape, target
 from tile.onnx.registry import converter
+from tile.onnx.views import read
 
 
 def _batch_index(x_batch, batch, names: list[str]) -> list[str]:
@@ -36,7 +37,9 @@ def matmul(ctx: Context, a: Value, b: Value) -> Value:
     shape = [*batch, m, n]
     if k == 0 or 0 in shape:
         return ctx.folded(np.zeros(shape, a.dtype.numpy), a.dtype)
-    y = ctx.emit(f"{target('$', [*bi, 'i', 'j'], shape)} = +({a2}[{', '.join(ai)}] * {b2}[{', '.join(bj)}])",
+    bounds: list[str] = []
+    product = f"{read(ctx, a2, ai, bounds)} * {read(ctx, b2, bj, bounds)}"
+    y = ctx.emit(f"{target('$', [*bi, 'i', 'j'], shape)} = +({product}){''.join(', ' + c for c in bounds)}",
                  "MatMul")
     final = [*batch, *([m] if a.rank >= 2 else []), *([n] if b.rank >= 2 else [])]
     return reshape(ctx, y, final) if list(final) != shape else y

@@ -15,6 +15,7 @@ import numpy as np
 import tile.ops
 from tile.onnx.context import Context, Value
 from tile.onnx.registry import converter
+from tile.onnx.views import record_permute, record_reshape
 
 
 def idx(rank: int, name: str = "i") -> list[str]:
@@ -50,7 +51,9 @@ def reshape(ctx: Context, x: Value, shape) -> Value:
     shape = tuple(int(d) for d in shape)
     if shape == x.shape:
         return ctx.let(f"ident({x})")
-    return ctx.let(f"reshape({x}{''.join(f', {d}' for d in shape)})", "Reshape")
+    out = ctx.let(f"reshape({x}{''.join(f', {d}' for d in shape)})", "Reshape")
+    record_reshape(ctx, out, x)
+    return out
 
 
 def permute(ctx: Context, x: Value, perm, hint: str = "Transpose") -> Value:
@@ -59,7 +62,9 @@ def permute(ctx: Context, x: Value, perm, hint: str = "Transpose") -> Value:
     if list(perm) == list(range(x.rank)):
         return ctx.let(f"ident({x})")
     out = [i[p] for p in perm]
-    return ctx.emit(f"{target('$', out, [x.shape[p] for p in perm])} = =({x}[{', '.join(i)}])", hint)
+    y = ctx.emit(f"{target('$', out, [x.shape[p] for p in perm])} = =({x}[{', '.join(i)}])", hint)
+    record_permute(ctx, y, x, list(perm))
+    return y
 
 
 def take(ctx: Context, x: Value, axis: int, positions) -> Value:
