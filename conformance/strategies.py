@@ -29,6 +29,8 @@ draws the families built on them.
 
 from __future__ import annotations
 
+import re
+
 import ml_dtypes
 import numpy as np
 from hypothesis import assume
@@ -61,8 +63,8 @@ __all__ = [
     "AGGS", "BINARY_EXACT", "CASTS", "CONTRACTION_DTYPES", "FAMILIES", "FLOAT_DTYPES", "INT_DTYPES",
     "INT_ONLY", "PRODUCT_DTYPES", "PRODUCT_SOURCES", "ROUND_TF32", "UNARY_EXACT", "UNARY_FLOAT", "Case",
     "chain", "contraction_sweep", "contractions", "conv_like", "defracted", "drawn_contractions",
-    "elementwise", "elementwise_sweep", "flat", "general", "gradients", "high_rank", "mixed", "optimized",
-    "products", "sized", "structural", "transposed",
+    "elementwise", "elementwise_sweep", "flat", "general", "gradient_exact", "gradients", "high_rank",
+    "mixed", "optimized", "products", "sized", "structural", "transposed",
 ]
 
 
@@ -170,7 +172,21 @@ def gradients(draw) -> Case:
         assume(False)
     for out, cot in g.cotangents.items():
         feed[cot] = small_ints(rng, fwd[out].shape, np.float64)
-    return Case("gradient", format_program(g.program), feed, exact=base.exact, ulps=64.0, length=base.length)
+    exact = gradient_exact(base)
+    return Case("gradient", format_program(g.program), feed, exact=exact, ulps=64.0, length=base.length)
+
+
+_PRODUCT_AGGREGATION = re.compile(r"=\s*\*\(")
+
+
+def gradient_exact(base: Case) -> bool:
+    """Whether the gradient of ``base`` (in float64) compares exactly: where ``base`` does, unless it
+    aggregates a product. A product's gradient is the product of the other factors (``tile.gradient``
+    divides the product of the nonzero ones by each), and in float64 a product of 43 integers near
+    255 (a contraction sweep's uint8 rows at the large extents) is not exact, so the order a target
+    multiplies in shows: 15 of ~100 gradient chunks of a 40,000-example campaign failed so on
+    llvm_cpu.0 (1 ulp in 2.4e101), the interpreter and the target both right."""
+    return base.exact and not _PRODUCT_AGGREGATION.search(base.source)
 
 
 def _staged(draw, stage: str) -> tuple[Case, str]:
