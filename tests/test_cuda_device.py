@@ -48,7 +48,7 @@ def test_kernel_qualifiers_vectors_and_group_sizes():
     out = translate("__kernel __attribute__((reqd_work_group_size(256, 1, 1)))\n"
                     "void k(__global float* restrict a)\n{ *p = (uint4)(x, y, z, w); }")
     assert out.startswith('extern "C" __global__ __launch_bounds__(256)')
-    assert "make_uint4(x, y, z, w)" in out
+    assert "tile_make_uint4(x, y, z, w)" in out
 
 
 class _Facts:
@@ -77,7 +77,9 @@ def _stand_in() -> CudaDevice:
 
 
 CORPUS = [
-    (MATMUL, {"A": (512, 512), "B": (512, 512)}, "float16", "mma"),  # tensor cores (warp-group on sm_90)
+    (MATMUL, {"A": (512, 512), "B": (512, 512)}, "float16", "mma"),
+    (MATMUL, {"A": (256, 259), "B": (259, 256)}, "float16", "mma"),
+    (MATMUL, {"A": (256, 259), "B": (259, 256)}, "bfloat16", "mma"),  # tensor cores (warp-group on sm_90)
     (MATMUL, {"A": (100, 37), "B": (37, 51)}, "float32", ""),  # tiled, edges
     (MATMUL, {"A": (64, 96), "B": (96, 80)}, "bfloat16", "mma"),
     ("function (A[N, M]) -> (B) { R[n, 0: N, 1] = >(A[n, m]); E = exp(A - R); S[n, 0: N, 1] = +(E[n, m]); "

@@ -11,7 +11,8 @@ arithmetic. What a prelude cannot say is rewritten on the program text (``transl
 * a ``__local`` array is ``__shared__``; a pointer to ``__local`` memory is a plain (generic)
   pointer, and a ``__local`` address taken as a 32-bit integer for inline PTX (OpenCL's
   ``(uint)(ulong)p``, the shared window's offset on NVIDIA) is ``__cvta_generic_to_shared``;
-* a vector literal ``(uint4)(x, y, z, w)`` is ``make_uint4(x, y, z, w)``.
+* OpenCL's vector types (components ``.s0`` ...) are the prelude's ``tile_uint4`` and the like, and a
+  vector literal ``(uint4)(x, y, z, w)`` is ``tile_make_uint4(x, y, z, w)``.
 
 Work-item functions read CUDA's indexes: ``get_global_id(0)`` is ``blockIdx.x * blockDim.x +
 threadIdx.x``; ``barrier`` is ``__syncthreads``. Float contraction is off (``--fmad=false``, as
@@ -25,12 +26,12 @@ import re
 from backends.opencl.target import OpenCLTarget
 
 PRELUDE = r"""
-typedef __SIZE_TYPE__ size_t; /* (NVRTC includes no headers) */
 typedef unsigned char uchar;
 typedef unsigned short ushort;
 typedef unsigned int uint;
 typedef unsigned long ulong;
-typedef unsigned short half; /* float16 in memory: its bits (values live in float registers) */
+typedef unsigned short tile_half; /* float16 in memory: its bits (values live in float registers) */
+#define half tile_half
 #define __global
 #define __private
 #define __constant const
@@ -64,7 +65,7 @@ __device__ __forceinline__ uint atomic_xchg(volatile uint* p, uint v) { return a
 __device__ __forceinline__ int atomic_inc(volatile int* p) { return atomicAdd((int*)p, 1); }
 __device__ __forceinline__ int atomic_xchg(volatile int* p, int v) { return atomicExch((int*)p, v); }
 __device__ __forceinline__ float vload_half(size_t i, const half* p)
-{ float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(p[i])); return f; }
+{ float f; ushort h = p[i]; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ void vstore_half_rte(float x, size_t i, half* p)
 { ushort h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x)); p[i] = h; }
 __device__ __forceinline__ void vstore_half_rte(double x, size_t i, half* p)
@@ -85,19 +86,30 @@ __device__ __forceinline__ float native_cos(float x) { return __cosf(x); }
 __device__ __forceinline__ float native_tan(float x) { return __tanf(x); }
 __device__ __forceinline__ float native_sqrt(float x) { return __fsqrt_rn(x); }
 __device__ __forceinline__ float native_recip(float x) { return __frcp_rn(x); }
-#define TILE_SPLAT(T, S) \
-__device__ __forceinline__ T##2 make_##T##2(S x) { return make_##T##2(x, x); } \
-__device__ __forceinline__ T##4 make_##T##4(S x) { return make_##T##4(x, x, x, x); }
-TILE_SPLAT(float, float)
-TILE_SPLAT(double, double)
-TILE_SPLAT(int, int)
-TILE_SPLAT(uint, uint)
-TILE_SPLAT(short, short)
-TILE_SPLAT(ushort, ushort)
-TILE_SPLAT(char, signed char)
-TILE_SPLAT(uchar, uchar)
-TILE_SPLAT(long, long)
-TILE_SPLAT(ulong, ulong)
+/* OpenCL's vector types: components .s0 .. .sN-1, aligned to their size (tile_<type><N>) */
+#define TILE_VEC(T, S) \
+struct alignas(2 * sizeof(S)) tile_##T##2 { union { struct { S s0, s1; }; struct { S x, y; }; }; }; \
+struct alignas(4 * sizeof(S)) tile_##T##4 \
+{ union { struct { S s0, s1, s2, s3; }; struct { S x, y, z, w; }; }; }; \
+struct alignas(8 * sizeof(S)) tile_##T##8 { S s0, s1, s2, s3, s4, s5, s6, s7; }; \
+__device__ __forceinline__ tile_##T##2 tile_make_##T##2(S a, S b) \
+{ tile_##T##2 v; v.s0 = a; v.s1 = b; return v; } \
+__device__ __forceinline__ tile_##T##2 tile_make_##T##2(S a) { return tile_make_##T##2(a, a); } \
+__device__ __forceinline__ tile_##T##4 tile_make_##T##4(S a, S b, S c, S d) \
+{ tile_##T##4 v; v.s0 = a; v.s1 = b; v.s2 = c; v.s3 = d; return v; } \
+__device__ __forceinline__ tile_##T##4 tile_make_##T##4(S a) { return tile_make_##T##4(a, a, a, a); } \
+__device__ __forceinline__ tile_##T##8 tile_make_##T##8(S a) \
+{ tile_##T##8 v; v.s0 = v.s1 = v.s2 = v.s3 = v.s4 = v.s5 = v.s6 = v.s7 = a; return v; }
+TILE_VEC(float, float)
+TILE_VEC(double, double)
+TILE_VEC(char, signed char)
+TILE_VEC(uchar, uchar)
+TILE_VEC(short, short)
+TILE_VEC(ushort, ushort)
+TILE_VEC(int, int)
+TILE_VEC(uint, uint)
+TILE_VEC(long, long)
+TILE_VEC(ulong, ulong)
 template <class T> __device__ __forceinline__ T select(T a, T b, bool c) { return c ? b : a; }
 template <class T> __device__ __forceinline__ T clamp(T x, T lo, T hi) { return min(max(x, lo), hi); }
 """
@@ -106,7 +118,8 @@ _LOCAL_POINTER = re.compile(r"__local\s+((?:const\s+)?\w+\s*\*)")
 _SHARED_WORD = re.compile(r"\(uint\)\(ulong\)(\w+)")
 _SHARED_EXPR = re.compile(r"\(uint\)\(ulong\)\(")
 _GROUP_SIZE = re.compile(r"__attribute__\(\(reqd_work_group_size\((\d+),\s*1,\s*1\)\)\)")
-_VECTOR = re.compile(r"\(((?:u?(?:char|short|int|long))|float|double)([234])\)\(")
+_VECTOR = re.compile(r"\(((?:u?(?:char|short|int|long))|float|double)([248])\)\(")
+_VECTOR_TYPE = re.compile(r"\b((?:u?(?:char|short|int|long))|float|double)([248])\b")
 _KERNEL = re.compile(r"\b__kernel\b")
 
 
@@ -117,7 +130,8 @@ def translate(text: str) -> str:
     text = _SHARED_EXPR.sub("(uint)__cvta_generic_to_shared(", text)
     text = text.replace("__local", "__shared__")
     text = _GROUP_SIZE.sub(r"__launch_bounds__(\1)", text)
-    text = _VECTOR.sub(r"make_\1\2(", text)
+    text = _VECTOR.sub(r"tile_make_\1\2(", text)
+    text = _VECTOR_TYPE.sub(r"tile_\1\2", text)
     return _KERNEL.sub('extern "C" __global__', text)
 
 

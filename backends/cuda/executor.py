@@ -265,11 +265,16 @@ class CudaExecutor(Executor):
         cuda = self.cuda
         cuda.current()
         stream = cuda.stream()
+        capturing = None
         for e in deps:
             if type(e) is CudaEvent:
                 if e.stream is not stream:
-                    check(cu.cuStreamWaitEvent(stream, e.marker(), 0), "cuStreamWaitEvent")
-            else:
+                    if capturing is None:
+                        capturing = _capturing(stream)
+                    if not capturing:  # (a graph being captured cannot wait for work outside it:
+                        # ordering it before the capture is the caller's, as torch's own kernels)
+                        check(cu.cuStreamWaitEvent(stream, e.marker(), 0), "cuStreamWaitEvent")
+            elif not (capturing if capturing is not None else _capturing(stream)):
                 e.wait()
         return stream
 
@@ -309,6 +314,12 @@ class CudaExecutor(Executor):
 
     def prepare(self, library: Library, index: int) -> CudaKernel:
         return CudaKernel(self, library, index)
+
+
+def _capturing(stream) -> bool:
+    """Whether ``stream`` is capturing a CUDA graph (``torch.cuda.graph``)."""
+    status = check(cu.cuStreamIsCapturing(stream), "cuStreamIsCapturing")
+    return status != cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
 def _free_async(cuda: Cuda, pointer: int) -> None:
