@@ -236,10 +236,14 @@ def test_strict_mode_splits_nothing(gpu_config):
 
 
 @requires_opencl
-def test_float16_keeps_its_split_combines(gpu_config):
-    """float16 partials are not kept in registers as stored (``lastgroup`` refuses them), so a
-    float16 sum keeps today's split: three kernels, none of them one-kernel."""
+def test_float16_sums_split_over_float32_partials(gpu_config):
+    """A float16 sum's partials are float32 (``split_reduction.partial_dtype``): its partial block
+    writes them self-initialised and one combine reads them, two kernels (three while they were
+    float16: a fill, the partials, a combine); not one kernel, as the output's float16 is still
+    not kept in registers (``one_kernel.NO_REGISTER``). Exact on these values."""
     x = _inputs("+", (1 << 20,), dtype=np.float16)
     cp = _program(SUM, x, gpu_config)
-    assert len(cp.infos) == 3 and not _one_kernels(cp)
+    assert len(cp.infos) == 2 and not _one_kernels(cp), [i.name for i in cp.infos]
+    parts = {b: d.value for i in cp.infos for b, d in zip(i.buffers, i.buffer_dtypes)}
+    assert parts["S_part"] == "float32" and parts["S"] == "float16", parts
     _exact(cp, SUM, x)

@@ -475,3 +475,25 @@ def test_the_llvm_cpu_config_splits_long_reductions_over_threads(agg, parts):
 )
 def test_bad_values_are_located_config_errors(key, value, message):
     assert_located_config_error("split_reduction", key, value, message)
+
+
+def test_float16_sums_keep_float32_partials():
+    """Each partial of a float16 (or bfloat16) sum is a long sum of its own: in float16 a lane of
+    3000 ones stalls at 2048 (11 bits), so two lanes gave 4096 for 6000. The partials are float32
+    now and the combine rounds once more: 6000 (a float16 value). A max keeps its own type."""
+    import numpy as np
+
+    from tests.pass_support import run_stripe
+
+    src = "function (A[N]) -> (O) { O[] = +(A[i]); }"
+    params = {"reqs": ["contraction"], "parallelism": 2, "min_reduction": 16, "min_chunk": 8}
+    for dtype, want in ((np.float16, 6000.0), (np.float32, 6000.0)):
+        program = lowered(src, {"A": (6000,)}, dtype)
+        out = run_pass("split_reduction", params, program)
+        part = out.ref("O_part").shape.dtype.value
+        assert part == "float32", part
+        got = run_stripe(out, {"A": np.ones(6000, dtype)})["O"]
+        assert float(np.asarray(got).reshape(-1)[0]) == want
+    program = lowered("function (A[N]) -> (O) { O[] = >(A[i]); }", {"A": (6000,)}, np.float16)
+    out = run_pass("split_reduction", params, program)
+    assert out.ref("O_part").shape.dtype.value == "float16"

@@ -117,6 +117,7 @@ from stripe.passes.self_init import (
 from stripe.passes.tiling import parent_sizes, views_of
 from stripe.specials import fill_name
 from tile.affine import Affine
+from tile.dtypes import DType
 
 
 @dataclass(frozen=True)
@@ -261,7 +262,7 @@ class _Splitter:
         if choice is None:
             return None
         view = parents[-1].ref(acc.source).shape
-        dtype = Context(parents).ref_chain(block, acc.into)[-1].shape.dtype
+        dtype = partial_dtype(acc.agg_op, Context(parents).ref_chain(block, acc.into)[-1].shape.dtype)
         pname = fresh(f"{acc.source}_part", self.taken)
         self.taken.add(pname)
         # A partial still short of lanes (one index's range capped them: a global sum of a matrix)
@@ -394,7 +395,8 @@ class _Splitter:
         out = replace(out, idxs=tuple(idxs), constraints=constraints, refs=kept_refs)
         out = _drop_stores(out, moved)
         out = rename_refs(out, {acc.into: pview.into})
-        pref = replace(pview, shape=replace(pview.shape, dtype=acc.shape.dtype), location=acc.location)
+        narrow = partial_dtype(acc.agg_op, acc.shape.dtype)
+        pref = replace(pview, shape=replace(pview.shape, dtype=narrow), location=acc.location)
         partial = replace(
             out,
             name=f"{block.name}_partial" if block.name else "",
@@ -419,7 +421,8 @@ class _Splitter:
         stmts = [m for m in moved if not isinstance(m, Refinement)]
         refs = (
             replace(pview, dir=RefDir.IN, agg_op="", location=acc.location),
-            replace(acc, shape=replace(acc.shape, dtype=pview.shape.dtype)),
+            acc if pview.shape.dtype is not partial_dtype(acc.agg_op, acc.shape.dtype)
+            else replace(acc, shape=replace(acc.shape, dtype=pview.shape.dtype)),
             *carried,
         )
         value = fresh("$partial", {s.into for s in stmts if isinstance(s, (Constant, Load))})
@@ -508,3 +511,13 @@ def _init(block: Block, agg: str, pname: str, pshape: TensorShape) -> Block:
         tags=frozenset(tags),
         location=block.location,
     )
+
+
+def partial_dtype(agg_op: str, dtype: DType) -> DType:
+    """The element type of the partials of an aggregation into ``dtype``: float32 for sums and
+    products of float16 and bfloat16 (each partial a long sum of its own: rounded to 11 or 8 bits
+    after every addition, the M = 16 GEMM's split sums erred 15x cuBLAS's), else ``dtype``. The
+    combine rounds once more, into the output."""
+    if agg_op in ("add", "mul") and dtype in (DType.FLOAT16, DType.BFLOAT16):
+        return DType.FLOAT32
+    return dtype
