@@ -423,6 +423,19 @@ def check_index_space(c: TContraction) -> None:
         _index_space(c, transform(c, "defracted"))
 
 
+def _refuse_integer_empty(c: TContraction) -> None:
+    """Raise the interpreter's error for an index space whose rational box is not empty but holds
+    no integer tuple (strides and offsets that step over every valid position: ``2*x + 3*k - 1``
+    in ``[0, 1)``; the compiled program would answer the aggregation's identity). Only where a
+    condition has a coefficient other than ±1 or a fraction, which is how such a space arises in
+    practice; the look stops at the first valid tuple (``tile.tuples.Space.any_valid``)."""
+    if not any(r.poly.denominator != 1 or any(abs(k) != 1 for _, k in r.poly.terms) for r in ranges(c)):
+        return
+    sp = space(c)
+    if sp.any_valid() is False:
+        sp.fail_empty()
+
+
 def _index_space(c: TContraction, d: TContraction) -> tuple[tuple[Index, ...], tuple[Affine, ...], dict]:
     """The indexes of ``d`` (``c`` defracted) over their exact box shifted to start at 0, the
     constraints the box does not imply, and the shift (each index's affine in the shifted ones)."""
@@ -433,6 +446,7 @@ def _index_space(c: TContraction, d: TContraction) -> tuple[tuple[Index, ...], t
         # the written one that empties the index space (it is empty too).
         space(c).fail_empty()
         raise
+    _refuse_integer_empty(c)
     names = list(d.index_names)
     shift = {v: Affine.var(v) + box[v][0] for v in names}
     # in the interpreter's order (first appearance, output first): its row-major enumeration

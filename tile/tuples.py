@@ -78,6 +78,24 @@ class Space:
     def points(self) -> int:
         return int(np.prod(self.extents, dtype=object))  # 1 for a contraction without indices
 
+    def any_valid(self, limit: int = CHECK_MAX_POINTS) -> bool | None:
+        """Whether some point of the box is a valid tuple, looking grid by grid and stopping at
+        the first one found; None when ``limit`` points were looked at without finding one (the
+        box is larger: not known)."""
+        seen = 0
+        for vals, grid in grids(self.box, self.extents):
+            ok = np.ones(grid, dtype=bool)
+            for cond in self.conds:
+                if cond.needed:
+                    v = cond.value(vals)
+                    ok &= (v % cond.den == 0) & (v // cond.den >= cond.lo) & (v // cond.den <= cond.hi)
+            if ok.any():
+                return True
+            seen += int(np.prod(grid, dtype=np.int64))
+            if seen >= limit:
+                return None
+        return False
+
     def fail_empty(self) -> None:
         """Raise the located error naming the first condition that rules out every point."""
         alive = np.zeros(len(self.conds), dtype=np.int64)
