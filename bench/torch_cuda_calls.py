@@ -1,5 +1,9 @@
-"""``python -m bench.torch_cuda_calls [--device cuda.0] [--json F]``: ``tile.torch`` ops on CUDA
-tensors against PyTorch's own, in one run (issue 39's table).
+"""``python -m bench.torch_cuda_calls [--device cuda.0] [--cpu-only] [--threads T] [--json F]``:
+``tile.torch`` ops against PyTorch's own, in one run (issue 39's table).
+
+CPU rows (always; ``--threads``, default 1, for both Tile and torch): a 1-element add per call
+without and with its backward, and ``llvm_cpu.0``'s resident 64x64 float32 matmul against
+``torch.mm``. CUDA rows (unless ``--cpu-only`` or without CUDA):
 
 Rows: fp16 matmul 64 and a 1-element add, per call (each call synchronized, the median of
 rounds); fp16 matmul 4096 and fp32 matmul 256 forward + backward, per call timed on the GPU with
@@ -54,17 +58,22 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default=None, help="Tile device (default: tile.torch's choice, cuda.0)")
     p.add_argument("--json", default=None, help="write the rows here")
+    p.add_argument("--cpu-only", action="store_true", help="only the CPU rows")
+    p.add_argument("--threads", type=int, default=1, help="threads for Tile and torch on the CPU")
     args = p.parse_args(argv)
     import torch
 
     import tile.torch as tt
+
+    rows = cpu_rows(torch, tt, args.threads)
+    if args.cpu_only or not torch.cuda.is_available():
+        return report(rows, args.json, "cpu")
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
     mm = tt.op(MATMUL, name="bench_mm", device=args.device)
     add = tt.op(ADD, name="bench_add", device=args.device)
-    rows = []
 
     def row(case, tile_s, torch_s, goal):
         r = {"case": case, "tile_us": tile_s * 1e6, "torch_us": torch_s * 1e6,
@@ -106,12 +115,71 @@ def main(argv=None) -> int:
     assert torch.equal(ga, a.grad) and torch.equal(gb, b.grad)
     row("fp32 matmul 256 forward + backward", per_call_device(tile_fb, torch),
         per_call_device(torch_fb, torch), ">= 0.7")
-    print(f"\n{'case':40} {'Tile us':>10} {'torch us':>10} {'ratio':>7}  goal")
+    return report(rows, args.json, torch.cuda.get_device_name())
+
+
+def per_call_host(fn, calls: int = 2000, rounds: int = 5) -> float:
+    """Median over rounds of the wall time per call on the host (s)."""
+    for _ in range(200):
+        fn()
+    got = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        got.append((time.perf_counter() - start) / calls)
+    return statistics.median(got)
+
+
+def cpu_rows(torch, tt, threads: int) -> list[dict]:
+    """The CPU rows (module docstring), each checked first."""
+    import numpy as np
+
+    import tile
+
+    torch.set_num_threads(threads)
+    settings = {"threads": threads}
+    add = tt.op(ADD, name="bench_cpu_add", device="llvm_cpu.0", settings=settings)
+    x, y = torch.ones(1), torch.full((1,), 2.0)
+    xg, yg = torch.ones(1, requires_grad=True), torch.full((1,), 2.0, requires_grad=True)
+    assert torch.equal(add(x, y), x + y)
+
+    def tile_fb():
+        add(xg, yg).sum().backward()
+
+    def torch_fb():
+        (xg + yg).sum().backward()
+
+    f = tile.compile(MATMUL, device="llvm_cpu.0", settings=settings)
+    a = np.random.default_rng(0).integers(-2, 3, (64, 64)).astype(np.float32)
+    ta, tb, out = tile.tensor(a), tile.tensor(a), tile.empty((64, 64), np.float32)
+    f(A=ta, B=tb, out={"C": out})["C"].wait()
+    assert np.array_equal(out.numpy(), a @ a)
+    at = torch.from_numpy(a)
+    rows = []
+    for case, tile_s, torch_s, goal in (
+        (f"cpu add, 1 element ({threads} thread)", per_call_host(lambda: add(x, y)),
+         per_call_host(lambda: x + y), "<= 2x torch's time"),
+        (f"cpu add, 1 element, + backward ({threads} thread)", per_call_host(tile_fb, 500),
+         per_call_host(torch_fb, 500), "<= 2x torch's time"),
+        (f"llvm_cpu.0 matmul 64, resident ({threads} thread)",
+         per_call_host(lambda: f(A=ta, B=tb, out={"C": out})["C"].wait()),
+         per_call_host(lambda: torch.mm(at, at)), "<= 2x torch's time"),
+    ):
+        r = {"case": case, "tile_us": tile_s * 1e6, "torch_us": torch_s * 1e6, "ratio": torch_s / tile_s,
+             "goal": goal}
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+    return rows
+
+
+def report(rows: list[dict], path: str | None, device: str) -> int:
+    print(f"\n{'case':48} {'Tile us':>10} {'torch us':>10} {'ratio':>7}  goal")
     for r in rows:
-        print(f"{r['case']:40} {r['tile_us']:10.1f} {r['torch_us']:10.1f} {r['ratio']:7.2f}  {r['goal']}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+        print(f"{r['case']:48} {r['tile_us']:10.1f} {r['torch_us']:10.1f} {r['ratio']:7.2f}  {r['goal']}")
+    if path:
+        with open(path, "w") as f:
+            json.dump({"device": device, "rows": rows}, f, indent=1)
     return 0
 
 
