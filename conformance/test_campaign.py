@@ -206,3 +206,16 @@ def test_merge_on_the_command_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         campaign.main(["--workers", "1"])
     assert "--examples is required" in capsys.readouterr().err
+
+
+def test_chunks_seek_distinguishing_examples_only_when_asked():
+    """Each chunk counts coverage in a fresh ``Stats``, so a search for K distinguishing examples
+    per operation would start anew in every chunk (a sixth of a worker's time): off by default."""
+    from conformance.campaign_worker import run_chunk
+
+    target = _device_or_skip("llvm_cpu.0")
+    plain, asked = (campaign.plan(4, ["contractions"], [target], 4, 3, k)[0] for k in (0, 2))
+    assert plain.distinguish == 0 and asked.distinguish == 2 and plain.seed == asked.seed
+    cov = [json.loads(run_chunk(c)["stats"])["coverage"] for c in (plain, asked)]
+    assert cov[0]["mutants"] == 0 and not cov[0]["distinguishing"] and cov[0]["examples"]
+    assert cov[1]["mutants"] > 0 and sum(n for *_, n in cov[1]["distinguishing"]) > 0
