@@ -289,6 +289,7 @@ class Stats:
     failing: set[tuple[str, str]] = field(default_factory=set)  # rows whose running test has failed
     tables: dict[str, list[dict]] = field(default_factory=dict)  # a family's own table (math_accuracy)
     declared_reasons: Counter = field(default_factory=Counter)  # (target, reason) -> examples
+    narrowed: Counter = field(default_factory=Counter)  # (target, what was left out) -> sweeps run without it
     coverage: Coverage = field(default_factory=Coverage)  # what the compared examples exercised
     onnx: list = field(default_factory=list)  # conformance.onnx_nodes.Record per ONNX node case run
 
@@ -414,6 +415,7 @@ class Stats:
                 "skipped": self.skipped,
                 "tables": self.tables,
                 "declared": [[*k, n] for k, n in self.declared_reasons.items()],
+                "narrowed": [[*k, n] for k, n in self.narrowed.items()],
                 "coverage": self.coverage.to_json(),
                 "onnx": [asdict(r) for r in self.onnx],
             }
@@ -435,6 +437,8 @@ class Stats:
             self.tables.setdefault(name, []).extend(rows)
         for target, reason, n in data.get("declared", []):
             self.declared_reasons[(target, reason)] += n
+        for target, what, n in data.get("narrowed", []):
+            self.narrowed[(target, what)] += n
         self.coverage.merge(data.get("coverage", {}))
         self.onnx.extend(onnx_nodes.Record(**r) for r in data.get("onnx", []))
 
@@ -468,6 +472,8 @@ class Stats:
             out.append(f"not run on {target}: {n} example(s), {reason}")
         for (target, reason), n in sorted(self.declared_reasons.items()):
             out.append(f"declared unsupported on {target}: {n} example(s), {reason}")
+        for (target, what), n in sorted(self.narrowed.items()):
+            out.append(f"narrowed on {target}: {n} sweep(s) run without their outputs using {what}")
         for (target, reason), n in sorted(self.expected_reasons.items()):
             out.append(f"expected difference on {target}: {n} example(s), {reason}")
         for folder, target in self.failures:
@@ -509,6 +515,7 @@ class Stats:
             "unsupported": _counted(self.unsupported),
             "tables": self.tables,
             "declared_unsupported": _counted(self.declared_reasons),
+            "narrowed": _counted(self.narrowed),
             "coverage": self.coverage.summary(),
             "expected": _counted(self.expected_reasons),
             "onnx": onnx_nodes.summary(self.onnx),

@@ -62,8 +62,9 @@ def check(case: Case, device, passes: bool = False) -> None:
                 assume(False)  # Hypothesis draws another, as for an invalid one
             if focused is not prog:
                 case, digest, prog, bound = rebuilt(case, focused)
-        narrowed = within(subject, prog, bound)
+        narrowed, left_out = within(subject, prog, bound), None
         if narrowed is not None:
+            narrowed, left_out = narrowed
             case, digest, prog, bound = rebuilt(case, narrowed)
     except tile.TileError:
         report.STATS.invalid(key, digest)
@@ -105,6 +106,8 @@ def check(case: Case, device, passes: bool = False) -> None:
     tol = capabilities.tolerance(declared, tol)
     if report.STATS.example(key, digest) and subject.device is not None:
         report.STATS.coverage.record(subject.name, prog, bound, case.inputs, want, mode, digest)
+        if left_out:
+            report.STATS.narrowed[(key[1], left_out)] += 1
     if passes:
 
         user = subject.config.source if subject.config is not None else None
@@ -146,8 +149,9 @@ def rebuilt(case: Case, program) -> tuple[Case, str, object, object]:
 
 def within(subject, prog, bound):
     """The program narrowed to what ``subject`` runs (``sweeps.within``: a sweep's outputs in the
-    types and operations it has and declares), or None where it runs all of it or it cannot be
-    narrowed (then the example is counted unsupported or declared unsupported, as drawn)."""
+    types and operations it has and declares) and what was left out (for the summary's "narrowed"
+    line), or None where it runs all of it or it cannot be narrowed (then the example is counted
+    unsupported or declared unsupported, as drawn)."""
     declared = subject.declared
 
     def runs_dtype(dt: DType) -> bool:
@@ -156,10 +160,15 @@ def within(subject, prog, bound):
     def runs_operation(op: str) -> bool:
         return declared is None or declared.allows_operation(op)
 
-    runs_all = all(runs_dtype(dt) for dt in dtypes_used(bound))
-    if runs_all and capabilities.outside(declared, prog, bound) is None:
+    dtypes = dtypes_used(bound)
+    if all(runs_dtype(dt) for dt in dtypes) and capabilities.outside(declared, prog, bound) is None:
         return None
-    return sweeps.within(prog, bound, runs_dtype, runs_operation)
+    narrowed = sweeps.within(prog, bound, runs_dtype, runs_operation)
+    if narrowed is None:
+        return None
+    ops = {s.op for s in coverage.sites(prog, bound.constants) if not runs_operation(s.op)}
+    left_out = sorted(str(dt) for dt in dtypes if not runs_dtype(dt)) + sorted(ops)
+    return narrowed, ", ".join(left_out) or "what it does not run"
 
 
 def fail(

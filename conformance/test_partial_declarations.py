@@ -95,6 +95,22 @@ def test_a_device_declaring_a_subset_is_checked_on_the_declared_types(tmp_path):
     assert not met.get("int64") and not met.get("uint64")
     # the sweeps brought every other integer type (the drawn programs use int32 and floats)
     assert all(met.get(t) for t in ("int8", "uint8", "int16", "uint16", "uint32")), met
+    narrowed = {d["reason"]: d["examples"] for d in data["narrowed"] if d["target"] == "llvm_cpu.0"}
+    assert narrowed and all("int64" in r or "uint64" in r for r in narrowed), narrowed
+    assert "narrowed on llvm_cpu.0: " in out and " sweep(s) run without their outputs using " in out
+
+
+def test_narrowed_sweeps_are_counted_across_workers():
+    from conformance.report import Stats
+
+    one = Stats()
+    one.narrowed[("d.0", "int64")] += 2
+    merged = Stats()
+    merged.merge(one.to_json())
+    merged.merge(one.to_json())
+    assert merged.narrowed[("d.0", "int64")] == 4
+    counted = merged.summary("ci", "0/1", 1.0)["narrowed"]
+    assert counted == [{"target": "d.0", "reason": "int64", "examples": 4}]
 
 
 @needs_llvm
