@@ -200,6 +200,19 @@ class Bound:
         return self.kernel.run(params, deps)
 
 
+def check_count(info: KernelInfo, params: Sequence[Buffer]) -> None:
+    """A ``ValueError`` unless ``params`` holds one buffer per ``info.buffers``."""
+    if len(params) != len(info.buffers):
+        raise ValueError(f"kernel '{info.name}' takes {len(info.buffers)} buffers, got {len(params)}")
+
+
+def check_copy(src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, length: int) -> None:
+    """A ``ValueError`` unless ``length`` bytes from ``src_offset`` of ``src`` fit at ``dst_offset``
+    of ``dst``."""
+    if src_offset < 0 or dst_offset < 0 or src_offset + length > src.size or dst_offset + length > dst.size:
+        raise ValueError(f"copy of {length} bytes at {src_offset} -> {dst_offset} is out of bounds")
+
+
 class Compiler(abc.ABC):
     @abc.abstractmethod
     def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library: ...

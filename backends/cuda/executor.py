@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from backends.cuda.runtime import Cuda, argument_array, check, cu
-from backends.hal import Bound, Buffer, Event, Executor, Kernel, Library
+from backends.hal import Bound, Buffer, Event, Executor, Kernel, Library, check_copy, check_count
 
 ARGV_SLOTS = 256  # argument arrays a kernel keeps, by buffer addresses
 
@@ -190,9 +190,7 @@ class CudaKernel(Kernel):
         return self._fn
 
     def check(self, params: Sequence[Buffer]) -> None:
-        if len(params) != len(self.info.buffers):
-            raise ValueError(
-                f"kernel '{self.info.name}' takes {len(self.info.buffers)} buffers, got {len(params)}")
+        check_count(self.info, params)
         for p in params:
             if not isinstance(p, CudaBuffer):
                 raise TypeError(f"kernel '{self.info.name}' runs on CudaBuffers, got {type(p).__name__}")
@@ -303,9 +301,7 @@ class CudaExecutor(Executor):
              deps: Sequence[Event] = ()) -> Event:
         if not isinstance(src, CudaBuffer) or not isinstance(dst, CudaBuffer):
             raise TypeError("CUDA copies are between CudaBuffers")
-        inside = src_offset + length <= src.size and dst_offset + length <= dst.size
-        if min(src_offset, dst_offset) < 0 or not inside:
-            raise ValueError(f"copy of {length} bytes at {src_offset} -> {dst_offset} is out of bounds")
+        check_copy(src, src_offset, dst, dst_offset, length)
         stream = self.after(deps)
         if length:
             check(cu.cuMemcpyDtoDAsync(dst.pointer + dst_offset, src.pointer + src_offset, length, stream),

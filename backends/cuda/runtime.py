@@ -122,20 +122,10 @@ class Cuda:
             got = self._streams[handle] = cu.CUstream(handle)
         return got
 
-    def synchronize(self, stream=None) -> None:
-        self.current()
-        check(cu.cuStreamSynchronize(stream if stream is not None else self.stream()), "cuStreamSynchronize")
-
     # ------------------------------------------------------------------ memory
     def allocate(self, nbytes: int) -> int:
         self.current()
         return int(check(cu.cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes} bytes)"))
-
-    def free(self, pointer: int) -> None:
-        try:
-            cu.cuMemFree(pointer)
-        except Exception:  # noqa: BLE001 - at interpreter exit the driver may be gone
-            pass
 
     # ------------------------------------------------------------------ tensor maps
     def tensor_map(self, pointer: int, dims, stride: int, box, dtype: str) -> int:

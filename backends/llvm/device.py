@@ -56,6 +56,7 @@ from backends.hal import (
     KernelInfo,
     Library,
     MemoryLimit,
+    check_count,
     kernel_symbol,
     wait_all,
 )
@@ -431,10 +432,7 @@ class LlvmKernel(Kernel):
 
     def addresses(self, params: Sequence[Buffer]) -> list[int]:
         """The data addresses of ``params``, checked: one HostBuffer per parameter, all distinct."""
-        if len(params) != len(self.info.buffers):
-            raise ValueError(
-                f"kernel '{self.info.name}' takes {len(self.info.buffers)} buffers, got {len(params)}"
-            )
+        check_count(self.info, params)
         for p in params:
             if not isinstance(p, HostBuffer):
                 raise TypeError(f"the LLVM CPU device runs on HostBuffers, not {type(p).__name__}")

@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager
 import numpy as np
 import pyopencl as cl
 
-from backends.hal import Bound, Buffer, Event, Executor, Kernel, Library
+from backends.hal import Bound, Buffer, Event, Executor, Kernel, Library, check_copy, check_count
 from backends.opencl.compiler import ProgramHandle
 from backends.opencl.driver import Driver
 
@@ -181,10 +181,7 @@ class OpenCLKernel(Kernel):
 
     def check(self, params: Sequence[Buffer]) -> None:
         """One CLBuffer of this device per parameter, all distinct."""
-        if len(params) != len(self.info.buffers):
-            raise ValueError(
-                f"kernel '{self.info.name}' takes {len(self.info.buffers)} buffers, got {len(params)}"
-            )
+        check_count(self.info, params)
         for p in params:
             if not isinstance(p, CLBuffer) or p.device is not self.device:
                 raise TypeError(f"kernel '{self.info.name}' runs on CLBuffers of {self.device.id}")
@@ -255,13 +252,7 @@ class OpenCLExecutor(Executor):
     ) -> Event:
         if not isinstance(src, CLBuffer) or not isinstance(dst, CLBuffer):
             raise TypeError("OpenCL copies are between CLBuffers")
-        if (
-            src_offset < 0
-            or dst_offset < 0
-            or src_offset + length > src.size
-            or dst_offset + length > dst.size
-        ):
-            raise ValueError(f"copy of {length} bytes at {src_offset} -> {dst_offset} is out of bounds")
+        check_copy(src, src_offset, dst, dst_offset, length)
         queue = self.device.queue
         waits = wait_list(queue, deps)
         if length == 0:
