@@ -395,8 +395,8 @@ class _Splitter:
         out = replace(out, idxs=tuple(idxs), constraints=constraints, refs=kept_refs)
         out = _drop_stores(out, moved)
         out = rename_refs(out, {acc.into: pview.into})
-        narrow = partial_dtype(acc.agg_op, acc.shape.dtype)
-        pref = replace(pview, shape=replace(pview.shape, dtype=narrow), location=acc.location)
+        wide = partial_dtype(acc.agg_op, acc.shape.dtype)
+        pref = replace(pview, shape=replace(pview.shape, dtype=wide), location=acc.location)
         partial = replace(
             out,
             name=f"{block.name}_partial" if block.name else "",
@@ -421,8 +421,7 @@ class _Splitter:
         stmts = [m for m in moved if not isinstance(m, Refinement)]
         refs = (
             replace(pview, dir=RefDir.IN, agg_op="", location=acc.location),
-            acc if pview.shape.dtype is not partial_dtype(acc.agg_op, acc.shape.dtype)
-            else replace(acc, shape=replace(acc.shape, dtype=pview.shape.dtype)),
+            replace(acc, shape=replace(acc.shape, dtype=pview.shape.dtype)),
             *carried,
         )
         value = fresh("$partial", {s.into for s in stmts if isinstance(s, (Constant, Load))})
