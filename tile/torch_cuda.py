@@ -112,11 +112,18 @@ def default_device(device: torch.device, fallback: str) -> str:
     """The Tile device for tensors on the torch CUDA device ``device``: ``cuda.<index>`` where
     that device exists, else ``fallback`` (the OpenCL GPU)."""
     want = f"cuda.{device.index if device.index is not None else torch.cuda.current_device()}"
-    try:
-        registry.get(want)
-    except TileError:
-        return fallback
-    return want
+    found = _HAVE.get(want)
+    if found is None:  # (once per id: every call asks, and a missing device raises each time)
+        try:
+            registry.get(want)
+            found = True
+        except TileError:
+            found = False
+        _HAVE[want] = found
+    return want if found else fallback
+
+
+_HAVE: dict[str, bool] = {}  # cuda.N -> whether the registry has it
 
 
 class Direct:
