@@ -10,7 +10,6 @@ add, as OpenCL's ``FP_CONTRACT OFF``), C++17. A program that does not compile ra
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -107,7 +106,7 @@ def _with_nvcc(source: str, opts: list[str]) -> bytes:
         src, out = Path(d) / "tile.cu", Path(d) / "tile.ptx"
         src.write_text(source)
         cmd = ["nvcc", "-ptx", f"-arch={arch}", *opts[1:], "-o", str(out), str(src)]
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ})
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if run.returncode != 0:
             raise NvrtcError(f"nvcc could not compile the generated CUDA source:\n{_tail(run.stderr)}")
         return out.read_bytes()
