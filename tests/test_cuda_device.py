@@ -273,3 +273,27 @@ def test_tile_torch_on_cuda0_under_torch_compile():
     a = torch.randint(-3, 4, (8, 4), device="cuda").float()
     b = torch.randint(-3, 4, (4, 3), device="cuda").float()
     assert torch.equal(f(a, b), (a @ b) * 2)
+
+
+def test_foreign_memory_is_refused_with_what_to_do_without_a_gpu():
+    """``backends.cuda.foreign`` reads the layout before it asks the driver anything: strides
+    that are not C-contiguous, a type Tile lacks, and DLPack data outside CUDA memory are refused
+    as TileInputErrors saying what to do."""
+    from backends.cuda import foreign
+
+    class Strided:
+        __cuda_array_interface__ = {"shape": (4, 6), "typestr": "<f4", "strides": (4, 16),
+                                    "data": (0, False), "version": 3}
+
+    class Complex:
+        __cuda_array_interface__ = {"shape": (3,), "typestr": "<c8", "strides": None,
+                                    "data": (0, False), "version": 3}
+
+    with pytest.raises(tile.TileError, match=r"not C-contiguous \(strides \(4, 16\)") as got:
+        foreign.from_interface(Strided(), "x")
+    assert "contiguous()" in got.value.hint
+    with pytest.raises(tile.TileError, match="element type <c8, which Tile does not have"):
+        foreign.from_interface(Complex(), "x")
+    with pytest.raises(tile.TileError, match=r"not in CUDA memory \(DLPack device type 1\)"):
+        foreign.from_dlpack(np.zeros(3, np.float32), 1, "x")
+    assert foreign.view(np.zeros(3, np.float32), 1) is None  # host data: not ours to wrap
