@@ -270,12 +270,19 @@ class MicroKernel:
         return full
 
     def over_rows(self, tile: Callable[[ir.Value, int], None]) -> None:
-        """``tile(r0, mr)`` over the row index's bounds: whole ``MR`` tiles, then single rows."""
+        """``tile(r0, mr)`` over the row index's bounds: whole ``MR`` tiles, then the rows left
+        (fewer than ``MR``) as at most one tile of each power of two below ``MR`` (``remainder``):
+        64 rows in tiles of 6 end with one tile of 4 rows, not 4 single rows, which reload every
+        vector of B for each row."""
         lo, hi = self.bounds[self.s.r]
-        end = lo
-        if self.mr > 1:
-            end = counted_loop(self.em.builder, lo, hi, lambda r0: tile(r0, self.mr), self.mr, whole=True)
-        for_range(self.em, end, hi, lambda r0: tile(r0, 1))
+        if self.mr == 1:
+            for_range(self.em, lo, hi, lambda r0: tile(r0, 1))
+            return
+        end = counted_loop(self.em.builder, lo, hi, lambda r0: tile(r0, self.mr), self.mr, whole=True)
+        if isinstance(lo, ir.Constant) and isinstance(hi, ir.Constant):
+            first, last = int(lo.constant), int(hi.constant)
+            end = i64(first + (last - first) // self.mr * self.mr)
+        remainder(self.b(), end, hi, self.mr, tile)
 
     def pack_slot(self, ref: str, count: int) -> ir.Value:
         slot = self.pack_slots.get(ref)
@@ -513,6 +520,29 @@ class MicroKernel:
             x = view.read(self.em, b.add(pos, at) if lane else pos)
             out = b.insert_element(out, x, ir.Constant(I32, lane))
         return out
+
+
+def remainder(
+    b: ir.IRBuilder, lo: ir.Value, hi: ir.Value, mr: int, tile: Callable[[ir.Value, int], None]
+) -> None:
+    """``tile(r0, p)`` over the fewer than ``mr`` rows ``[lo, hi)``: a tile of ``p`` rows for each
+    power of two ``p < mr`` whose bit the count has, largest first (only those needed when both
+    bounds are constants, else each behind a test of its bit)."""
+    sizes = [1 << j for j in range(mr.bit_length()) if 1 << j < mr][::-1]
+    if isinstance(lo, ir.Constant) and isinstance(hi, ir.Constant):
+        r0, left = int(lo.constant), int(hi.constant) - int(lo.constant)
+        for p in sizes:
+            if left & p:
+                tile(i64(r0), p)
+                r0 += p
+        return
+    left = b.sub(hi, lo)
+    r0 = lo
+    for p in sizes:
+        bit = b.and_(left, i64(p))
+        with b.if_then(b.icmp_signed("!=", bit, i64(0))):
+            tile(r0, p)
+        r0 = b.add(r0, bit)
 
 
 def _combine(op, x: list[list[ir.Value]], y: list[list[ir.Value]]) -> list[list[ir.Value]]:
