@@ -1,8 +1,8 @@
 """CUDA memory shared with OpenCL (``backends.cuda.share``) and ``tile.torch``'s CUDA tensors
 on it (``tile.torch_cuda``).
 
-Without a GPU: why sharing is refused (a device without the extensions, no OpenCL device, no
-``libcuda.so.1``, ``TILE_CUDA_SHARING=0``), CUDA errors named, the driver API's struct layouts.
+Without a GPU: why sharing is refused (a device without the extensions, no OpenCL device,
+``TILE_CUDA_SHARING=0``; the CUDA calls, through the bindings: tests/test_cuda_bindings_paths.py).
 With CUDA and NVIDIA's OpenCL (an H100): values equal torch's on integer data, the path said under
 ``TILE_DEBUG=1``, gradients in float64, non-contiguous and bfloat16 tensors, blocks reused, and
 ``torch.compile``. There, a driver that lists the extensions but cannot share fails the tests.
@@ -10,14 +10,13 @@ With CUDA and NVIDIA's OpenCL (an H100): values equal torch's on integer data, t
 
 from __future__ import annotations
 
-import ctypes
 import gc
 
 import pytest
 
 from backends import registry
 from backends.cuda import share as cuda_share
-from backends.cuda.share import CudaDriver, Sharing, SharingError
+from backends.cuda.share import Sharing
 
 try:
     import torch
@@ -26,15 +25,6 @@ except ImportError:  # the GPU tests skip below
 
 MATMUL = "function (A[M, L], B[L, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]); }"
 ADD = "function (A[N], B[N]) -> (C) { C = A + B; }"
-
-
-def test_struct_layouts_match_the_cuda_driver_api():
-    """cuda.h: CUmemAllocationProp is {type, requestedHandleTypes, CUmemLocation {type, id},
-    void* win32HandleMetaData, allocFlags (8 bytes)}; CUmemAccessDesc {CUmemLocation, flags}."""
-    prop = cuda_share.CUmemAllocationProp
-    assert ctypes.sizeof(prop) == 32
-    assert (prop.location.offset, prop.win32HandleMetaData.offset, prop.allocFlags.offset) == (8, 16, 24)
-    assert ctypes.sizeof(cuda_share.CUmemAccessDesc) == 12
 
 
 def test_sharing_needs_an_opencl_device(monkeypatch):
@@ -54,31 +44,6 @@ def test_sharing_refuses_a_device_without_the_extensions(monkeypatch):
 def test_sharing_is_off_with_tile_cuda_sharing_0(monkeypatch):
     monkeypatch.setenv("TILE_CUDA_SHARING", "0")
     assert Sharing.for_device(registry.get("llvm_cpu.0")) == (None, "TILE_CUDA_SHARING=0 turns it off")
-
-
-def test_sharing_says_when_libcuda_cannot_be_loaded():
-    driver, why = CudaDriver.load("libcuda-not-here.so.1")
-    assert driver is None and why.startswith("libcuda-not-here.so.1 cannot be loaded (")
-
-
-class _FailingCuda:
-    """A stand-in for libcuda.so.1's exports: every call fails with CUDA_ERROR_OUT_OF_MEMORY (2)."""
-
-    def __init__(self):
-        for name in cuda_share._CUDA_CALLS:
-            setattr(self, name, lambda *args: 2)
-
-        def error_name(rc, out):
-            out._obj.value = b"CUDA_ERROR_OUT_OF_MEMORY"
-            return 0
-
-        self.cuGetErrorName = error_name
-
-
-def test_cuda_errors_name_the_call_and_the_error():
-    driver = CudaDriver(_FailingCuda())
-    with pytest.raises(SharingError, match=r"^cuMemCreate failed: CUDA_ERROR_OUT_OF_MEMORY$"):
-        driver.cuMemCreate(None, 1 << 21, None, 0)
 
 
 # -- CUDA tensors on opencl_gpu.0 (an H100 with NVIDIA's OpenCL) ------------------------------------

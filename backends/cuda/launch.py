@@ -19,9 +19,11 @@ its own with the dynamic local memory the kernel's ``launch`` record asks for.
 * **Order.** A launch waits for all the device's OpenCL work first (its queue is finished; the
   in-order queue gives no event to wait on in CUDA), and the device remembers the launch
   (``Driver.cuda_pending``): any OpenCL command enqueued after it waits for it first.
-* **Tensor maps.** Encoded on the host for the buffers' CUDA addresses (``cuTensorMapEncodeTiled``,
+* **Tensor maps.** Encoded on the host for the buffers' CUDA addresses (``runtime.encode_tensor_map``,
   128-byte swizzle) and kept in device memory by key, so resident tensors, whose addresses
   repeat, cost one encode and copy each.
+* **Driver calls.** Through NVIDIA's bindings (``cuda.bindings.driver``) and ``runtime``'s status
+  checks: a failed call raises ``CudaError`` naming it.
 """
 
 from __future__ import annotations
@@ -32,56 +34,31 @@ import re
 import threading
 import weakref
 from collections.abc import Sequence
-from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_size_t, c_uint, c_ulonglong, c_void_p
 
 import pyopencl as cl
 
+from backends.cuda import runtime
+from backends.cuda.runtime import CudaError, check
 from backends.cuda.share import SharedCLBuffer, Sharing, SharingError, once_per_device
 from backends.hal import Bound, Buffer, Event, Library
 from backends.opencl.driver import Driver
 from backends.opencl.executor import CLBuffer, OpenCLExecutor, OpenCLKernel
+from tile.errors import TileDeviceError
 
 SHARED_MIN = 1 << 20  # buffers this large or larger are shared blocks where the device launches
-MAP_SLOTS = 1024  # tensor maps kept in device memory (128 bytes each)
-
-# cuda.h
-CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
-CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
-CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
-CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-CU_STREAM_NON_BLOCKING = 1
-CUDA_ERROR_NOT_READY = 600
-# CUtensorMapDataType; TFLOAT32 copies float32 rounded to TF32, to nearest, ties to even (seen:
-# 1 + 3·2^-12 -> 1 + 2^-10, 1 + 2^-11 -> 1, 1 + 2^-10 + 2^-11 -> 1 + 2^-9; FLOAT32's bits reach
-# the unit as they are, and it ignores the low 13: toward zero)
-MAP_TYPES = {"float16": 6, "float32": 7, "bfloat16": 9, "tfloat32": 11}
-MAP_SWIZZLE_128B, MAP_L2_128B = 3, 2
-
-_U64 = c_ulonglong
-_CALLS = {
-    "cuDeviceGetAttribute": (POINTER(c_int), c_int, c_int),
-    "cuModuleLoadData": (POINTER(c_void_p), c_char_p),
-    "cuModuleGetFunction": (POINTER(c_void_p), c_void_p, c_char_p),
-    "cuFuncSetAttribute": (c_void_p, c_int, c_int),
-    "cuLaunchKernel": (c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_void_p,
-                       POINTER(c_void_p), c_void_p),
-    "cuStreamCreate": (POINTER(c_void_p), c_uint),
-    "cuStreamSynchronize": (c_void_p,),
-    "cuEventCreate": (POINTER(c_void_p), c_uint),
-    "cuEventRecord": (c_void_p, c_void_p),
-    "cuEventSynchronize": (c_void_p,),
-    "cuEventQuery": (c_void_p,),
-    "cuEventElapsedTime": (POINTER(c_float), c_void_p, c_void_p),
-    "cuEventDestroy_v2": (c_void_p,),
-    "cuMemAlloc_v2": (POINTER(_U64), c_size_t),
-    "cuMemcpyHtoD_v2": (_U64, c_void_p, c_size_t),
-    "cuTensorMapEncodeTiled": (c_void_p, c_int, c_uint, c_void_p, POINTER(_U64), POINTER(_U64),
-                               POINTER(c_uint), POINTER(c_uint), c_int, c_int, c_int, c_int),
-}
+MAP_SLOTS = runtime.MAP_SLOTS  # tensor maps kept in device memory (128 bytes each)
+# CUtensorMapDataType by Tile's name; TFLOAT32 copies float32 rounded to TF32, to nearest, ties to
+# even (seen: 1 + 3·2^-12 -> 1 + 2^-10, 1 + 2^-11 -> 1, 1 + 2^-10 + 2^-11 -> 1 + 2^-9; FLOAT32's
+# bits reach the unit as they are, and it ignores the low 13: toward zero)
+MAP_TYPES = runtime.MAP_TYPES
 # OpenCL's launch parameters (global and work-group offsets) that its PTX reads: 0 for a CUDA launch
 # (a launched kernel reads only %envreg0, its work-group offset; the program's other kernels,
 # which read more, are never launched from this module)
 _OFFSET = re.compile(rb"%envreg[0-9]+")
+
+
+class LaunchRefused(TileDeviceError, RuntimeError):
+    """A kernel that must launch through CUDA on a device that cannot (the message says why)."""
 
 
 class Launcher:
@@ -105,85 +82,72 @@ class Launcher:
         sharing, why = Sharing.for_device(device)
         if sharing is None:
             return None, f"no memory shared with CUDA ({why})"
-        lib = sharing.cuda_library
-        missing = [n for n in _CALLS if not hasattr(lib, n)]
-        if missing:
-            return None, f"the CUDA driver lacks {', '.join(missing)}"
-        for name, args in _CALLS.items():
-            fn = getattr(lib, name)
-            fn.argtypes, fn.restype = list(args), c_int
         try:
             return cls(device, sharing), ""
-        except (SharingError, ValueError) as e:
+        except (CudaError, ValueError) as e:
             return None, str(e)
 
     def __init__(self, device: Driver, sharing: Sharing):
+        cu = runtime.cu
         self.device, self.sharing = device, sharing
-        cuda = self.cuda = sharing.cuda
+        attr = cu.CUdevice_attribute
         with sharing.current():
-            major, minor, optin = c_int(), c_int(), c_int()
-            dev = sharing.cuda_device
-            cuda.cuDeviceGetAttribute(byref(major), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
-            cuda.cuDeviceGetAttribute(byref(minor), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
-            if (major.value, minor.value) != (9, 0):
-                cc = f"{major.value}.{minor.value}"
+            major, minor, optin = (
+                int(check(cu.cuDeviceGetAttribute(a, sharing.cuda_device), f"cuDeviceGetAttribute({a.name})"))
+                for a in (attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                          attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                          attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN))
+            if (major, minor) != (9, 0):
+                cc = f"{major}.{minor}"
                 raise ValueError(f"the CUDA device has compute capability {cc}, not 9.0 (sm_90a kernels)")
-            optin_attr = CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-            cuda.cuDeviceGetAttribute(byref(optin), optin_attr, dev)
-            self.stream = c_void_p()
-            cuda.cuStreamCreate(byref(self.stream), CU_STREAM_NON_BLOCKING)
-            self.maps_at = _U64()
-            cuda.cuMemAlloc_v2(byref(self.maps_at), 128 * MAP_SLOTS)
-        self.launch_bytes = int(optin.value)
+            self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+            self.maps_at = int(check(cu.cuMemAlloc(128 * MAP_SLOTS), f"cuMemAlloc({128 * MAP_SLOTS} bytes)"))
+        self.launch_bytes = optin
         self.maps: dict[tuple, int] = {}  # key -> device address of its encoded map
         self.argvs: dict[tuple, tuple] = {}  # (kernel, buffer addresses) -> its launch arguments
-        self.free: list[tuple[c_void_p, c_void_p]] = []  # events of launches no one holds
+        self.free: list[tuple] = []  # (start, end) CUevents of launches no one holds
         self.lock = threading.Lock()
 
     # ------------------------------------------------------------------ kernels
-    def function(self, kernel: CudaKernel) -> c_void_p:
-        """The kernel's CUDA function: its program's PTX loaded once per program (``_OFFSET``), the
+    def function(self, kernel: CudaKernel):
+        """The kernel's ``CUfunction``: its program's PTX loaded once per program (``_OFFSET``), the
         dynamic local memory allowed."""
+        cu = runtime.cu
         handle = kernel.handle
         with self.lock:
             module = getattr(handle, "cuda_module", None)
             if module is None:
                 binary = bytes(handle.program().get_info(cl.program_info.BINARIES)[0])
-                module = c_void_p()
                 with self.sharing.current():
-                    self.cuda.cuModuleLoadData(byref(module), _OFFSET.sub(b"0", binary) + b"\0")
+                    module = check(cu.cuModuleLoadData(_OFFSET.sub(b"0", binary) + b"\0"), "cuModuleLoadData")
                 handle.cuda_module = module
-            fn = c_void_p()
             with self.sharing.current():
-                self.cuda.cuModuleGetFunction(byref(fn), module, kernel.name.encode())
-                self.cuda.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                             kernel.launch["local_bytes"])
+                fn = check(cu.cuModuleGetFunction(module, kernel.name.encode()),
+                           f"cuModuleGetFunction({kernel.name})")
+                most = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                check(cu.cuFuncSetAttribute(fn, most, kernel.launch["local_bytes"]), "cuFuncSetAttribute")
             return fn
 
     def tensor_map(self, pointer: int, dims, stride: int, box, dtype: str) -> int:
-        """The device address of the tensor map over ``pointer`` (encoded and copied on first use)."""
+        """The device address of the tensor map over ``pointer`` (encoded and copied on first use;
+        inside the CUDA context)."""
         key = (pointer, tuple(dims), stride, tuple(box), dtype)
         at = self.maps.get(key)
         if at is not None:
             return at
         if len(self.maps) == MAP_SLOTS:  # full: the launches reading them finish first
-            self.cuda.cuStreamSynchronize(self.stream)
+            check(runtime.cu.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
             self.maps.clear()
             self.argvs.clear()  # (they hold the maps' addresses)
-        raw = ctypes.create_string_buffer(128 + 64)
-        host = (ctypes.addressof(raw) + 63) // 64 * 64  # a CUtensorMap is 64-byte aligned
-        self.cuda.cuTensorMapEncodeTiled(
-            c_void_p(host), MAP_TYPES[dtype], len(dims), c_void_p(pointer), (_U64 * len(dims))(*dims),
-            (_U64 * (len(dims) - 1))(stride), (c_uint * len(box))(*box), (c_uint * len(box))(*[1] * len(box)),
-            0, MAP_SWIZZLE_128B, MAP_L2_128B, 0,
-        )
-        at = self.maps_at.value + 128 * len(self.maps)
-        self.cuda.cuMemcpyHtoD_v2(at, c_void_p(host), 128)
+        tmap = runtime.encode_tensor_map(pointer, dims, stride, box, dtype)
+        at = self.maps_at + 128 * len(self.maps)
+        check(runtime.cu.cuMemcpyHtoD(at, tmap.getPtr(), 128), "cuMemcpyHtoD (tensor map)")
         self.maps[key] = at
         return at
 
     def run(self, kernel: CudaKernel, params: Sequence[Buffer], deps: Sequence[Event]) -> Event:
         """Launch ``kernel`` on ``params`` after ``deps`` and the device's OpenCL work."""
+        cu = runtime.cu
         fn = kernel.function()
         queue = self.device._queue or self.device.plain  # (not ``queue``: it waits for CUDA's work)
         for e in deps:
@@ -204,12 +168,13 @@ class Launcher:
             argv = self.arguments(kernel, pointers)
             start, end = self.events()
             if self.device.profiled:  # (a profile reads the launch's time: its start too)
-                self.cuda.cuEventRecord(start, self.stream)
+                check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
             groups = -(-kernel.work_items // kernel.local)  # (OpenCL's kernels guard the rest)
             if groups:
-                self.cuda.cuLaunchKernel(fn, groups, 1, 1, kernel.local, 1, 1, launch["local_bytes"],
-                                         self.stream, argv, None)
-            self.cuda.cuEventRecord(end, self.stream)
+                check(cu.cuLaunchKernel(fn, groups, 1, 1, kernel.local, 1, 1, launch["local_bytes"],
+                                        self.stream, ctypes.addressof(argv), 0),
+                      f"cuLaunchKernel({kernel.name})")
+            check(cu.cuEventRecord(end, self.stream), "cuEventRecord")
         event = CudaEvent(self, start, end, self.device.profiled)
         if staged:
             event.wait()
@@ -231,44 +196,45 @@ class Launcher:
         if got is not None:
             return got[2]
         maps = [self.tensor_map(pointers[i], *rest) for i, *rest in kernel.launch["maps"]]
-        args = [_U64(v) for v in pointers + maps]
-        argv = (c_void_p * len(args))(*[ctypes.cast(byref(a), c_void_p) for a in args])
+        argv, values = runtime.argument_array(pointers + maps)
         if len(self.argvs) >= MAP_SLOTS:
             self.argvs.clear()
-        self.argvs[key] = (kernel, args, argv)  # (the kernel and values kept alive with it)
+        self.argvs[key] = (kernel, values, argv)  # (the kernel and values kept alive with it)
         return argv
 
-    def events(self) -> tuple[c_void_p, c_void_p]:
+    def events(self) -> tuple:
         """Two CUDA events (a launch's start and end): ones a finished launch gave back, else new.
         (Inside the CUDA context.)"""
         if self.free:
             return self.free.pop()
-        start, end = c_void_p(), c_void_p()
-        self.cuda.cuEventCreate(byref(start), 0)
-        self.cuda.cuEventCreate(byref(end), 0)
-        return start, end
+        cu = runtime.cu
+        flags = cu.CUevent_flags.CU_EVENT_DEFAULT
+        start = check(cu.cuEventCreate(flags), "cuEventCreate")
+        return start, check(cu.cuEventCreate(flags), "cuEventCreate")
 
 
 class CudaEvent(Event):
     """A launch on the launcher's stream: ``wait`` waits for it, ``duration`` is its time there."""
 
-    def __init__(self, launcher: Launcher, start: c_void_p, end: c_void_p, timed: bool):
+    def __init__(self, launcher: Launcher, start, end, timed: bool):
         super().__init__()
         self.launcher, self.start, self.end, self.timed = launcher, start, end, timed
         weakref.finalize(self, launcher.free.append, (start, end)).atexit = False
 
     def wait(self) -> CudaEvent:
         with self.launcher.sharing.current():
-            self.launcher.cuda.cuEventSynchronize(self.end)
+            check(runtime.cu.cuEventSynchronize(self.end), "cuEventSynchronize")
         return self
 
     @property
     def complete(self) -> bool:
+        cu = runtime.cu
         with self.launcher.sharing.current():
-            rc = self.launcher.sharing.cuda_library.cuEventQuery(self.end)
-        if rc not in (0, CUDA_ERROR_NOT_READY):
-            raise SharingError(f"cuEventQuery failed: {self.launcher.cuda.error_name(rc)}")
-        return rc == 0
+            result = cu.cuEventQuery(self.end)
+        if result[0] == cu.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        check(result, "cuEventQuery")
+        return True
 
     @property
     def duration(self) -> float:
@@ -276,10 +242,9 @@ class CudaEvent(Event):
         if not self.timed:
             raise SharingError("this CUDA launch was not profiled: launch it inside executor.profiled()")
         self.wait()
-        ms = c_float()
         with self.launcher.sharing.current():
-            self.launcher.cuda.cuEventElapsedTime(byref(ms), self.start, self.end)
-        return ms.value * 1e-3
+            ms = check(runtime.cu.cuEventElapsedTime(self.start, self.end), "cuEventElapsedTime")
+        return float(ms) * 1e-3
 
 
 PLAIN = {"local_bytes": 0, "maps": []}  # the launch record of a kernel that needs nothing more
@@ -299,9 +264,9 @@ class CudaKernel(OpenCLKernel):
         self.local = (library.extra.get("local_sizes") or [0] * (index + 1))[index]
         if not self.local:
             self.kernel()  # (sets ``local``: OpenCL's work-group size for it)
-        self._function: c_void_p | None = None
+        self._function = None  # its CUfunction, loaded at the first launch
 
-    def function(self) -> c_void_p:
+    def function(self):
         if self._function is None:
             self._function = self.launcher.function(self)
         return self._function
@@ -375,8 +340,8 @@ class LaunchingExecutor(OpenCLExecutor):
             launcher = self.launcher()
             if launcher is None:
                 why = Launcher.for_device(self.device)[1]
-                raise RuntimeError(f"{self.device.id} cannot launch kernel {library.extra['names'][index]} "
-                                   f"through CUDA: {why}")
+                raise LaunchRefused(f"{self.device.id} cannot launch kernel {library.extra['names'][index]} "
+                                    f"through CUDA: {why}")
             return CudaKernel(self.device, library, index, launcher)
         return super().prepare(library, index)
 

@@ -67,13 +67,59 @@ def device_count() -> int:
     return int(check(cu.cuDeviceGetCount(), "cuDeviceGetCount"))
 
 
+def primary_context(ordinal: int) -> tuple:
+    """Device ``ordinal``'s ``CUdevice`` and its primary context (retained: the one PyTorch uses)."""
+    device = check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
+    return device, check(cu.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
+
+
+class pushed:  # noqa: N801 - used as ``with pushed(ctx):``
+    """``with pushed(context):`` makes ``context`` current for the calls inside, then restores the
+    thread's previous one (for callers that share the thread with other CUDA users: OpenCL's)."""
+
+    __slots__ = ("context",)
+
+    def __init__(self, context):
+        self.context = context
+
+    def __enter__(self):
+        check(cu.cuCtxPushCurrent(self.context), "cuCtxPushCurrent")
+
+    def __exit__(self, *exc):
+        check(cu.cuCtxPopCurrent(), "cuCtxPopCurrent")
+
+
+def uuids(ordinal: int) -> set[bytes]:
+    """Device ``ordinal``'s UUID as the driver's calls give it (bindings for CUDA 12 have
+    ``cuDeviceGetUuid_v2``, a MIG instance's own; CUDA 13's ``cuDeviceGetUuid`` is that call)."""
+    device = check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
+    found = set()
+    for name in ("cuDeviceGetUuid_v2", "cuDeviceGetUuid"):
+        call = getattr(cu, name, None)
+        if call is not None:
+            found.add(bytes(check(call(device), name).bytes))
+    return found
+
+
+def encode_tensor_map(pointer: int, dims, stride: int, box, dtype: str):
+    """The ``CUtensorMap`` (encoded on the host, 128-byte swizzle) over the 2-D tensor at device
+    address ``pointer``: ``dims`` elements of ``dtype``, rows ``stride`` bytes apart, copied in
+    ``box`` tiles. (Its 128 bytes are at ``getPtr()``.)"""
+    u64, u32 = cu.cuuint64_t, cu.cuuint32_t  # (the bindings take no plain ints in lists)
+    return check(cu.cuTensorMapEncodeTiled(
+        cu.CUtensorMapDataType(MAP_TYPES[dtype]), len(dims), pointer, [u64(d) for d in dims],
+        [u64(stride)], [u32(b) for b in box], [u32(1)] * len(box), cu.CUtensorMapInterleave(0),
+        cu.CUtensorMapSwizzle(MAP_SWIZZLE_128B), cu.CUtensorMapL2promotion(MAP_L2_128B),
+        cu.CUtensorMapFloatOOBfill(0),
+    ), "cuTensorMapEncodeTiled")
+
+
 class Cuda:
     """One CUDA device's primary context, its facts, and the helpers every launch needs."""
 
     def __init__(self, ordinal: int):
         self.ordinal = ordinal
-        self.device = check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
-        self.context = check(cu.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
+        self.device, self.context = primary_context(ordinal)
         self._local = threading.local()
         self.current()
         attr = cu.CUdevice_attribute
@@ -142,13 +188,7 @@ class Cuda:
             if len(self.maps) == MAP_SLOTS:  # full: the launches reading them finish first
                 check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
                 self.maps.clear()
-            u64, u32 = cu.cuuint64_t, cu.cuuint32_t  # (the bindings take no plain ints in lists)
-            tmap = check(cu.cuTensorMapEncodeTiled(
-                cu.CUtensorMapDataType(MAP_TYPES[dtype]), len(dims), pointer, [u64(d) for d in dims],
-                [u64(stride)], [u32(b) for b in box], [u32(1)] * len(box), cu.CUtensorMapInterleave(0),
-                cu.CUtensorMapSwizzle(MAP_SWIZZLE_128B), cu.CUtensorMapL2promotion(MAP_L2_128B),
-                cu.CUtensorMapFloatOOBfill(0),
-            ), "cuTensorMapEncodeTiled")
+            tmap = encode_tensor_map(pointer, dims, stride, box, dtype)
             at = self.maps_at + 128 * len(self.maps)
             check(cu.cuMemcpyHtoD(at, tmap.getPtr(), 128), "cuMemcpyHtoD (tensor map)")
             self.maps[key] = at
@@ -163,4 +203,5 @@ def argument_array(values: list[int]) -> tuple[ctypes.Array, list]:
     return argv, storage
 
 
-__all__ = ["Cuda", "CudaError", "argument_array", "check", "cu", "device_count", "unavailable"]
+__all__ = ["Cuda", "CudaError", "argument_array", "check", "cu", "device_count", "encode_tensor_map",
+           "primary_context", "pushed", "unavailable", "uuids"]

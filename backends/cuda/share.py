@@ -4,12 +4,16 @@ A block is memory made with CUDA's virtual memory calls, exported as a POSIX fil
 imported into OpenCL (``clCreateBufferWithProperties`` with ``CL_EXTERNAL_MEMORY_HANDLE_OPAQUE_FD_KHR``),
 so one allocation has a CUDA address (which a framework's CUDA tensor can view) and an OpenCL
 buffer (which Tile's kernels take): nothing crosses the host. ``Sharing.for_device`` says whether
-an OpenCL device can do it, and why not: the driver lacks the extensions, ``libcuda.so.1`` is not
-there, no CUDA device has the OpenCL device's UUID (devices are matched by UUID, never by ordinal),
-or a CUDA call fails. ``TILE_CUDA_SHARING=0`` turns it off.
+an OpenCL device can do it, and why not: the driver lacks the extensions, the CUDA bindings or the
+NVIDIA driver are not there, no CUDA device has the OpenCL device's UUID (devices are matched by
+UUID, never by ordinal), or a CUDA call fails. ``TILE_CUDA_SHARING=0`` turns it off.
 
-Both APIs are reached through ctypes (no CUDA Python package): the CUDA driver API of
-``libcuda.so.1``, with the structs of its documented layout, and the OpenCL library pyopencl loaded.
+CUDA is reached through NVIDIA's bindings (``cuda.bindings.driver``, via ``runtime``: its status
+checks, which raise ``CudaError`` naming the call, and the device's primary context, the one
+PyTorch uses). OpenCL's side (``clCreateBufferWithProperties`` with an external-memory fd, the
+device UUID) has no maintained binding in pyopencl, so those two calls alone are ctypes
+declarations, made on the OpenCL library pyopencl loaded.
+
 Blocks are pooled by size (a multiple of CUDA's allocation granularity) and reused. A block's
 users keep the order themselves: OpenCL's work on it is waited for before CUDA work reads it, and
 CUDA's before OpenCL's starts (``tile.torch_cuda`` does both).
@@ -21,10 +25,12 @@ import ctypes
 import ctypes.util
 import os
 import threading
-from ctypes import POINTER, byref, c_char, c_char_p, c_int, c_size_t, c_uint, c_ulonglong, c_void_p
+from ctypes import POINTER, byref, c_char, c_int, c_size_t, c_uint, c_ulonglong, c_void_p
 
 import pyopencl as cl
 
+from backends.cuda import runtime
+from backends.cuda.runtime import CudaError, check
 from backends.hal import Buffer
 from backends.opencl.driver import Driver
 from backends.opencl.executor import CLBuffer
@@ -39,137 +45,26 @@ CL_MEM_DEVICE_HANDLE_LIST_KHR = 0x2051
 CL_MEM_DEVICE_HANDLE_LIST_END_KHR = 0
 CL_DEVICE_UUID_KHR = 0x106A
 
-# CUDA driver API enums (cuda.h)
-CU_MEM_ALLOCATION_TYPE_PINNED = 1
-CU_MEM_LOCATION_TYPE_DEVICE = 1
-CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
-CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0
-CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
-
 
 class SharingError(RuntimeError):
-    """A CUDA or OpenCL call of the sharing path failed (the message names it)."""
+    """An OpenCL call of the sharing path failed (the message names it; CUDA's raise ``CudaError``)."""
 
 
-class CUmemLocation(ctypes.Structure):
-    _fields_ = [("type", c_int), ("id", c_int)]
-
-
-class _AllocFlags(ctypes.Structure):
-    _fields_ = [
-        ("compressionType", ctypes.c_ubyte),
-        ("gpuDirectRDMACapable", ctypes.c_ubyte),
-        ("usage", ctypes.c_ushort),
-        ("reserved", ctypes.c_ubyte * 4),
-    ]
-
-
-class CUmemAllocationProp(ctypes.Structure):
-    _fields_ = [
-        ("type", c_int),
-        ("requestedHandleTypes", c_int),
-        ("location", CUmemLocation),
-        ("win32HandleMetaData", c_void_p),
-        ("allocFlags", _AllocFlags),
-    ]
-
-
-class CUmemAccessDesc(ctypes.Structure):
-    _fields_ = [("location", CUmemLocation), ("flags", c_int)]
-
-
-_U64 = c_ulonglong  # CUdeviceptr, CUmemGenericAllocationHandle, flags
-# the calls used, by their exported names (cuda.h maps cuCtxPushCurrent to the _v2 symbol), and
-# their argument types; every one returns a CUresult
-_CUDA_CALLS = {
-    "cuInit": (c_uint,),
-    "cuDeviceGetCount": (POINTER(c_int),),
-    "cuDeviceGet": (POINTER(c_int), c_int),
-    "cuDeviceGetUuid_v2": (POINTER(c_char * 16), c_int),
-    "cuDeviceGetUuid": (POINTER(c_char * 16), c_int),
-    "cuDevicePrimaryCtxRetain": (POINTER(c_void_p), c_int),
-    "cuCtxPushCurrent_v2": (c_void_p,),
-    "cuCtxPopCurrent_v2": (POINTER(c_void_p),),
-    "cuCtxSynchronize": (),
-    "cuMemGetAllocationGranularity": (POINTER(c_size_t), POINTER(CUmemAllocationProp), c_int),
-    "cuMemCreate": (POINTER(_U64), c_size_t, POINTER(CUmemAllocationProp), _U64),
-    "cuMemExportToShareableHandle": (c_void_p, _U64, c_int, _U64),
-    "cuMemAddressReserve": (POINTER(_U64), c_size_t, c_size_t, _U64, _U64),
-    "cuMemMap": (_U64, c_size_t, c_size_t, _U64, _U64),
-    "cuMemSetAccess": (_U64, c_size_t, POINTER(CUmemAccessDesc), c_size_t),
-    "cuMemUnmap": (_U64, c_size_t),
-    "cuMemAddressFree": (_U64, c_size_t),
-    "cuMemRelease": (_U64,),
-    "cuGetErrorName": (c_int, POINTER(c_char_p)),
-}
-
-
-class CudaDriver:
-    """The CUDA driver API calls sharing needs, from ``libcuda.so.1``: ``driver.cuMemCreate(...)``
-    calls it and raises ``SharingError`` naming the call and CUDA's error name when it fails."""
-
-    def __init__(self, lib: ctypes.CDLL):
-        self._lib = lib
-        for name, args in _CUDA_CALLS.items():
-            fn = getattr(lib, name, None)
-            if fn is not None:
-                fn.argtypes, fn.restype = list(args), c_int
-
-    @classmethod
-    def load(cls, name: str = "libcuda.so.1") -> tuple[CudaDriver | None, str]:
-        """The driver, or None and why not."""
-        try:
-            lib = ctypes.CDLL(name)
-        except OSError as e:
-            return None, f"{name} cannot be loaded ({e})"
-        missing = [n for n in _CUDA_CALLS if n != "cuDeviceGetUuid_v2" and not hasattr(lib, n)]
-        if missing:
-            return None, f"{name} lacks {', '.join(missing)}"
-        return cls(lib), ""
-
-    def __getattr__(self, name: str):
-        """The driver call ``name``, raising ``SharingError`` when it fails (kept: a launch makes
-        several calls each time)."""
-        fn = getattr(self._lib, name)
-
-        def call(*args):
-            rc = fn(*args)
-            if rc != 0:
-                raise SharingError(f"{name} failed: {self.error_name(rc)}")
-
-        setattr(self, name, call)
-        return call
-
-    def error_name(self, rc: int) -> str:
-        text = c_char_p()
-        if self._lib.cuGetErrorName(rc, byref(text)) != 0 or not text.value:
-            return f"CUresult {rc}"
-        return text.value.decode()
-
-    def uuids(self, ordinal: int) -> set[bytes]:
-        """Device ``ordinal``'s UUID as both calls give it (``_v2`` names a MIG instance's own)."""
-        found = set()
-        dev = c_int()
-        self.cuDeviceGet(byref(dev), ordinal)
-        for name in ("cuDeviceGetUuid_v2", "cuDeviceGetUuid"):
-            if hasattr(self._lib, name):
-                raw = (c_char * 16)()
-                getattr(self, name)(byref(raw), dev)
-                found.add(bytes(raw))
-        return found
-
-
-class Context:
-    """``with Context(driver, ctx):`` makes the CUDA context current for the calls inside."""
-
-    def __init__(self, driver: CudaDriver, ctx: c_void_p):
-        self.driver, self.ctx = driver, ctx
-
-    def __enter__(self):
-        self.driver.cuCtxPushCurrent_v2(self.ctx)
-
-    def __exit__(self, *exc):
-        self.driver.cuCtxPopCurrent_v2(byref(c_void_p()))
+def allocation(device: int) -> tuple:
+    """What every block is made with on the ``CUdevice`` ``device``: the ``CUmemAllocationProp``
+    (pinned device memory that can be exported as a POSIX file descriptor) and the
+    ``CUmemAccessDesc`` (that device reads and writes it)."""
+    cu = runtime.cu
+    prop = cu.CUmemAllocationProp()
+    prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    prop.requestedHandleTypes = cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+    prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    prop.location.id = device
+    access = cu.CUmemAccessDesc()
+    access.location.type = prop.location.type
+    access.location.id = device
+    access.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+    return prop, access
 
 
 def _opencl_library() -> ctypes.CDLL:
@@ -273,62 +168,42 @@ class Sharing:
         missing = [e for e in EXTENSIONS if e not in device.extensions]
         if missing:
             return None, f"{device.id}'s OpenCL driver lacks {', '.join(missing)}"
-        cuda, why = CudaDriver.load()
-        if cuda is None:
+        why = runtime.unavailable()  # (no bindings: it says to install the [cuda] extra)
+        if why is not None:
             return None, why
         try:
             cl_lib = _opencl_library()
             if not hasattr(cl_lib, "clCreateBufferWithProperties"):
                 return None, "the OpenCL library has no clCreateBufferWithProperties (OpenCL 3.0)"
             uuid = _cl_uuid(cl_lib, device.cl_device)
-            cuda.cuInit(0)
-            count = c_int()
-            cuda.cuDeviceGetCount(byref(count))
-            ordinal = next((i for i in range(count.value) if uuid in cuda.uuids(i)), None)
+            count = runtime.device_count()
+            ordinal = next((i for i in range(count) if uuid in runtime.uuids(i)), None)
             if ordinal is None:
                 return None, f"no CUDA device has {device.id}'s UUID {uuid.hex()}"
-            return cls(device, cuda, cl_lib, ordinal), ""
-        except (SharingError, OSError) as e:
+            return cls(device, cl_lib, ordinal), ""
+        except (SharingError, CudaError, OSError) as e:
             return None, str(e)
 
-    def __init__(self, device: Driver, cuda: CudaDriver, cl_lib: ctypes.CDLL, ordinal: int):
+    def __init__(self, device: Driver, cl_lib: ctypes.CDLL, ordinal: int):
+        cu = runtime.cu
         self.device = device
         self.ordinal = ordinal
-        self._cuda = cuda
         self._cl = cl_lib
-        dev = c_int()
-        cuda.cuDeviceGet(byref(dev), ordinal)
-        self.cuda_device = dev.value  # the CUdevice
-        self._ctx = c_void_p()
-        cuda.cuDevicePrimaryCtxRetain(byref(self._ctx), dev)  # the context torch's runtime uses
-        self._prop = CUmemAllocationProp()
-        self._prop.type = CU_MEM_ALLOCATION_TYPE_PINNED
-        self._prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-        self._prop.location = CUmemLocation(CU_MEM_LOCATION_TYPE_DEVICE, dev.value)
-        self._access = CUmemAccessDesc(self._prop.location, CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-        gran = c_size_t()
-        with Context(cuda, self._ctx):
-            minimum = CU_MEM_ALLOC_GRANULARITY_MINIMUM
-            cuda.cuMemGetAllocationGranularity(byref(gran), byref(self._prop), minimum)
-        self.granularity = int(gran.value) or 1
+        self.cuda_device, self._ctx = runtime.primary_context(ordinal)  # (the context torch uses)
+        self._prop, self._access = allocation(int(self.cuda_device))
+        with self.current():
+            minimum = cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM
+            gran = check(cu.cuMemGetAllocationGranularity(self._prop, minimum),
+                         "cuMemGetAllocationGranularity")
+        self.granularity = int(gran) or 1
         self._free: dict[int, list[Block]] = {}  # idle blocks by size
         self._idle = 0  # their bytes
         self.blocks = 0  # blocks made and not freed (in use or idle)
         self._lock = threading.Lock()
 
-    @property
-    def cuda(self) -> CudaDriver:
-        """The CUDA driver calls (each raising ``SharingError`` when it fails)."""
-        return self._cuda
-
-    @property
-    def cuda_library(self) -> ctypes.CDLL:
-        """``libcuda.so.1`` itself (for a call whose result is not only success or failure)."""
-        return self._cuda._lib
-
-    def current(self) -> Context:
+    def current(self) -> runtime.pushed:
         """``with sharing.current():`` makes the CUDA context current for the calls inside."""
-        return Context(self._cuda, self._ctx)
+        return runtime.pushed(self._ctx)
 
     def allocate(self, nbytes: int) -> Block:
         """A block of at least ``nbytes`` (at least one granule): an idle one of that size, else new."""
@@ -351,8 +226,8 @@ class Sharing:
             self._free.clear()
             self._idle = 0
         if idle:
-            with Context(self._cuda, self._ctx):
-                self._cuda.cuCtxSynchronize()
+            with self.current():
+                check(runtime.cu.cuCtxSynchronize(), "cuCtxSynchronize")
             for b in idle:
                 self._release(b)
 
@@ -362,47 +237,48 @@ class Sharing:
             self._idle += block.size
 
     def _create(self, size: int) -> Block:
-        cuda = self._cuda
-        undo = []  # what a failure part-way must take back, in reverse
+        """A new block of ``size`` bytes: CUDA memory made (``cuMemCreate``), given addresses
+        (``cuMemAddressReserve``, ``cuMemMap``, ``cuMemSetAccess``), exported as a file descriptor
+        and imported into OpenCL; a failure part-way takes back what was done, in reverse."""
+        cu = runtime.cu
+        undo = []
         try:
-            with Context(cuda, self._ctx):
-                handle = c_ulonglong()
-                cuda.cuMemCreate(byref(handle), size, byref(self._prop), 0)
-                undo.append(lambda: cuda.cuMemRelease(handle))
-                ptr = c_ulonglong()
-                cuda.cuMemAddressReserve(byref(ptr), size, 0, 0, 0)
-                undo.append(lambda: cuda.cuMemAddressFree(ptr, size))
-                cuda.cuMemMap(ptr, size, 0, handle, 0)
-                undo.append(lambda: cuda.cuMemUnmap(ptr, size))
-                cuda.cuMemSetAccess(ptr, size, byref(self._access), 1)
-                fd = c_int(-1)
-                fd_type = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-                cuda.cuMemExportToShareableHandle(byref(fd), handle, fd_type, 0)
+            with self.current():
+                handle = check(cu.cuMemCreate(size, self._prop, 0), "cuMemCreate")
+                undo.append(lambda: cu.cuMemRelease(handle))
+                ptr = check(cu.cuMemAddressReserve(size, 0, 0, 0), "cuMemAddressReserve")
+                undo.append(lambda: cu.cuMemAddressFree(ptr, size))
+                check(cu.cuMemMap(ptr, size, 0, handle, 0), "cuMemMap")
+                undo.append(lambda: cu.cuMemUnmap(ptr, size))
+                check(cu.cuMemSetAccess(ptr, size, [self._access], 1), "cuMemSetAccess")
+                fd_type = cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+                fd = int(check(cu.cuMemExportToShareableHandle(handle, fd_type, 0),
+                               "cuMemExportToShareableHandle"))
                 try:
-                    buf = _import_fd(self._cl, self.device, fd.value, size)
+                    buf = _import_fd(self._cl, self.device, fd, size)
                 finally:
-                    os.close(fd.value)
+                    os.close(fd)
         except Exception:
-            with Context(cuda, self._ctx):
+            with self.current():
                 for step in reversed(undo):
                     try:
-                        step()
+                        step()  # (a binding call returns its status: a failure here raises nothing)
                     except Exception:  # noqa: BLE001 - the first failure is the one to report
                         pass
             raise
         with self._lock:
             self.blocks += 1
-        at = int(ptr.value)
-        return Block(self, size, at, int(handle.value), SharedCLBuffer(self.device, buf, size, at))
+        at = int(ptr)
+        return Block(self, size, at, int(handle), SharedCLBuffer(self.device, buf, size, at))
 
     def _release(self, block: Block) -> None:
         """Free a block nothing uses: the OpenCL buffer first, then CUDA's mapping, its addresses
         and its memory."""
         block.buffer.buf.release()
-        cuda = self._cuda
-        with Context(cuda, self._ctx):
-            cuda.cuMemUnmap(block.cuda_pointer, block.size)
-            cuda.cuMemAddressFree(block.cuda_pointer, block.size)
-            cuda.cuMemRelease(block.handle)
+        cu = runtime.cu
+        with self.current():
+            check(cu.cuMemUnmap(block.cuda_pointer, block.size), "cuMemUnmap")
+            check(cu.cuMemAddressFree(block.cuda_pointer, block.size), "cuMemAddressFree")
+            check(cu.cuMemRelease(block.handle), "cuMemRelease")
         with self._lock:
             self.blocks -= 1
