@@ -31,6 +31,19 @@ drops it.
   (its first statement; the combine's own statements follow) and adds the refinement it names, a
   one-element int32 buffer the kernel leaves at zero: the last work-group's counter
   (``backends.clike.lastgroup``).
+* ``AttentionPlan`` (``attention``): a softmax attention chain (``stripe.passes.attention``), a
+  block over no indexes whose statements are the chain's kernels (the interpreter runs them) and
+  whose temporaries are local allocations; a code generator that knows it runs one fused kernel
+  (``backends.clike.attention``). Roles: the batch indexes ``b0 b1 ..`` (with their extents), the
+  rows ``i`` (``rows`` of them), the keys ``j`` (``keys``), the depth ``d`` of ``Q·K`` (``depth``)
+  and the width ``e`` of ``V`` and ``O`` (``width``); ``_0`` a dim of size 1 read at 0. ``q``, ``k``,
+  ``v``, ``out``: the block's refinements of the operands and of the result, and ``q_dims`` ..
+  ``out_dims`` the role of each of their dims; ``s``: the scores' local allocation, ``s_dims`` its
+  dims' roles; ``scores``: the names of the elementwise kernels (children) that make the score P
+  from S point by point (a bias, a scale, a ``cond`` mask), in order; ``mask``: the constraints
+  every sum over the keys carries, each its ``role:coefficient`` terms then ``c:constant``
+  (``>= 0``); ``scale_num / scale_den``: the exact ``c`` of ``exp(c * (P - Mx))``; ``block_rows``,
+  ``block_keys``: the query rows per work-group and the keys per staged step.
 * ``TransposePlan`` (``transpose``): a permuting copy whose input and output are contiguous along
   different indexes (``stripe.passes.transpose``), run as square tiles of ``tile`` x ``tile``
   points through ``__local`` memory (``backends.clike.transpose``). ``cols``: the index along which
@@ -51,6 +64,7 @@ from tile.dtypes import DType
 
 Named = tuple[tuple[str, int], ...]  # (index name, tile or extent), in order
 ROW_TAG = "row_program"
+ATTENTION_TAG = "attention"
 AGGS = ("add", "mul", "max", "min")
 
 
@@ -112,9 +126,52 @@ class TransposePlan:
     tile: int
 
 
-Plan = GemmPlan | RowPlan | CombinePlan | TransposePlan
+@dataclass(frozen=True, slots=True)
+class AttentionPlan:
+    q: str
+    k: str
+    v: str
+    out: str
+    scores: tuple[str, ...]
+    s: str
+    batch: Named
+    rows: int
+    keys: int
+    depth: int
+    width: int
+    q_dims: tuple[str, ...]
+    k_dims: tuple[str, ...]
+    v_dims: tuple[str, ...]
+    out_dims: tuple[str, ...]
+    s_dims: tuple[str, ...]
+    mask: Named
+    scale_num: int
+    scale_den: int
+    block_rows: int
+    block_keys: int
+
+    @property
+    def extents(self) -> dict[str, int]:
+        """Role -> extent (``_0`` is 1)."""
+        return dict(self.batch) | {"i": self.rows, "j": self.keys, "d": self.depth, "e": self.width, "_0": 1}
+
+    @property
+    def constraints(self) -> list[tuple[tuple[tuple[str, int], ...], int]]:
+        """The mask as ``(terms, constant)`` pairs, each ``Σ coeff * role + constant >= 0``."""
+        out, terms = [], []
+        for name, n in self.mask:
+            if name == "c":
+                out.append((tuple(terms), n))
+                terms = []
+            else:
+                terms.append((name, n))
+        return out
+
+
+Plan = GemmPlan | RowPlan | CombinePlan | TransposePlan | AttentionPlan
 KINDS: dict[str, type] = {
     "gemm": GemmPlan, "row": RowPlan, "combine": CombinePlan, "transpose": TransposePlan,
+    "attention": AttentionPlan,
 }
 _KIND_OF = {cls: kind for kind, cls in KINDS.items()}
 
@@ -173,6 +230,8 @@ def problems(plan: Plan, block: Block) -> list[str]:
         return _row_problems(plan, block)
     if isinstance(plan, TransposePlan):
         return _transpose_problems(plan, block)
+    if isinstance(plan, AttentionPlan):
+        return _attention_problems(plan, block)
     return _combine_problems(plan, block)
 
 
@@ -236,6 +295,30 @@ def _transpose_problems(p: TransposePlan, b: Block) -> list[str]:
     return out
 
 
+def _attention_problems(p: AttentionPlan, b: Block) -> list[str]:
+    refs = {r.into: r for r in b.refs}
+    out = [] if ATTENTION_TAG in b.tags else [f"needs the tag #{ATTENTION_TAG}"]
+    out += _missing((p.q, p.k, p.v, p.out, p.s), refs, "refinement")
+    out += _missing(p.scores, {s.name for s in b.stmts if isinstance(s, Block)}, "score kernel")
+    if b.idxs or b.constraints:
+        out.append("is on a block with indexes or constraints (the chain runs once)")
+    roles = p.extents
+    roles_of = (("q", p.q_dims), ("k", p.k_dims), ("v", p.v_dims), ("out", p.out_dims), ("s", p.s_dims))
+    for name, dims in roles_of:
+        r = refs.get(getattr(p, name))
+        if r is not None and len(dims) != len(r.shape.dims):
+            out.append(f"gives '{getattr(p, name)}' {len(dims)} dims' roles, not {len(r.shape.dims)}")
+        out += [f"names the role '{d}' of no extent" for d in dims if d not in roles]
+        if r is not None and len(dims) == len(r.shape.dims):
+            out += [f"gives '{r.into}' a dim of size {dd.size} for the role '{d}' of extent {roles[d]}"
+                    for d, dd in zip(dims, r.shape.dims, strict=True) if d in roles and dd.size != roles[d]]
+    if p.mask and p.mask[-1][0] != "c":
+        out.append("has a mask that does not end with its constant (c:N)")
+    if p.scale_den < 1 or p.block_rows < 1 or p.block_keys < 1:
+        out.append("has a scale denominator, block_rows or block_keys below 1")
+    return out
+
+
 def _combine_problems(p: CombinePlan, b: Block) -> list[str]:
     at = 2 if p.counter else 1  # a one-kernel combine's partial block comes first
     inner = b.stmts[at] if p.self_init and len(b.stmts) > at and isinstance(b.stmts[at], Block) else b
@@ -267,6 +350,7 @@ def _counter_problems(p: CombinePlan, b: Block) -> list[str]:
 
 
 __all__ = [
-    "KINDS", "ROW_TAG", "CombinePlan", "GemmPlan", "Plan", "RowPlan", "TransposePlan",
+    "ATTENTION_TAG", "KINDS", "ROW_TAG", "AttentionPlan", "CombinePlan", "GemmPlan", "Plan", "RowPlan",
+    "TransposePlan",
     "items", "kind", "make", "problems",
 ]
