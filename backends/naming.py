@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from stripe.gemm_nest import read
 from stripe.ir import Block, Intrinsic, Load, RefDir, Special, TensorShape
-from stripe.plans import RowPlan
+from stripe.plans import AttentionPlan, RowPlan
 
 _AGG_NAMES = {"add": "sum", "mul": "prod", "max": "max", "min": "min", "assign": "assign"}
 
@@ -51,6 +51,8 @@ def _kind(block: Block, leaf: Block) -> str:
     tags = block.tags
     if isinstance(block.plan, RowPlan):  # stripe.passes.row_fusion: per-row reductions and their readers
         return "rows"
+    if isinstance(block.plan, AttentionPlan):  # stripe.passes.attention: a softmax attention chain
+        return "attention"
     if "special" in tags or ("contraction" not in tags and any(isinstance(s, Special) for s in block.stmts)):
         names = [s.name for s in leaf.stmts if isinstance(s, Special)]
         return names[0] if names else "special"
