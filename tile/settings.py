@@ -33,6 +33,7 @@ KNOWN: dict[str, str] = {
     "threads": "how many threads a kernel uses (default: TILE_NUM_THREADS or every core)",
     "opt": "LLVM's optimisation level (0-3, default 3)",
     "unroll": "whether LLVM unrolls loops (default: at opt 2 and above)",
+    "generic": "True: kernels read their extents at run time, one build per bucket (backends.llvm.generic)",
     "reorder": "False keeps the plain loops' order of float sums (no reassociation)",
     "parallel": "False runs every kernel on one thread",
     "inline": "False calls each kernel's body instead of inlining it",

@@ -32,8 +32,8 @@ class View(Shaped):
         """The buffer position of the element at ``coords`` (i64 values, one per dimension)."""
         pos = self.base
         for c, d in zip(coords, self.dims):
-            if d.stride:
-                pos = em.builder.add(pos, em.builder.mul(c, i64(d.stride)))
+            if type(d.stride).__name__ == "Slot" or d.stride:  # a generic kernel's stride: run time
+                pos = em.builder.add(pos, em.builder.mul(c, em.num(d.stride)))
         return pos
 
     def read(self, em: Emitter, pos: ir.Value) -> ir.Value:
@@ -84,7 +84,7 @@ def for_box(em: Emitter, sizes: Sequence[int], body: Callable[[list[ir.Value]], 
         if k == len(sizes):
             body(coords)
             return
-        for_range(em, i64(0), i64(sizes[k]), lambda c: level(k + 1, [*coords, c]))
+        for_range(em, i64(0), em.num(sizes[k]), lambda c: level(k + 1, [*coords, c]))
 
     level(0, [])
 

@@ -100,6 +100,11 @@ class Emitter:
         self.stack_bytes = 0  # what ``alloca`` reserved (the code generator reads it per kernel)
         self.builder: ir.IRBuilder = None  # type: ignore[assignment]  # set per function
         self.alloca_block: ir.Block = None  # type: ignore[assignment]  # set per function
+        self.extents: list[ir.Value] = []  # a generic kernel's run-time integers (``symbolic.Slot``)
+
+    def num(self, n) -> ir.Value:
+        """An integer of the kernel as an i64: a constant, or a generic kernel's run-time extent."""
+        return self.extents[n.k] if type(n).__name__ == "Slot" else i64(int(n))
 
     # ------------------------------------------------------------------ declarations
     def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:

@@ -19,6 +19,7 @@ from llvmlite import ir
 from backends.llvm.intrinsics import binary, float_fn
 from backends.llvm.loops import View, for_box, for_range, unravel
 from backends.llvm.scalars import I64, Emitter, i64, reg_type
+from backends.llvm.symbolic import SlotUsed, is_slot
 from stripe.ir import Special
 from stripe.specials import BACKEND, Checked, check, identity
 from tile.dtypes import DType
@@ -30,8 +31,22 @@ def fill(em: Emitter, view: View, value: ir.Value) -> None:
 
 
 def emit_special(em: Emitter, stmt: Special, views: dict[str, View], where: str) -> None:
-    sp = check(stmt, views, where, BACKEND)
+    sp = check(stmt, views, where, BACKEND) if not em.extents else _generic(stmt, views)
     _EMIT[sp.kind](em, sp)
+
+
+def _generic(stmt: Special, views: dict[str, View]) -> Checked[View]:
+    """A generic kernel's fill or softmax (``generic``: its instances are the program's, which
+    ``check`` passed where the first was built); any other special reads its sizes as numbers."""
+    ins = tuple(views[n] for n in stmt.inputs)
+    outs = tuple(views[n] for n in stmt.outputs)
+    if stmt.name == "zero" or stmt.name.startswith("agg_init_"):
+        op = "add" if stmt.name == "zero" else stmt.name[len("agg_init_") :]
+        return Checked(stmt.name, "fill", ins, outs, op=op)
+    if stmt.name in ("builtin_softmax", "builtin_logsoftmax") and len(ins) == len(outs) == 1:
+        if len(ins[0].dims) == len(outs[0].dims) == 2 and outs[0].dtype.is_float:
+            return Checked(stmt.name, "softmax", ins, outs, log=stmt.name == "builtin_logsoftmax")
+    raise SlotUsed(f"special '{stmt.name}' in a generic kernel")
 
 
 def _fill(em: Emitter, sp: Checked[View]) -> None:
@@ -102,7 +117,8 @@ def _scatter(em: Emitter, sp: Checked[View]) -> None:
 def _softmax(em: Emitter, sp: Checked[View]) -> None:
     (x,), (o,), log = sp.ins, sp.outs, sp.log
     rows, cols = x.sizes
-    if rows == 0 or cols == 0:
+    generic = is_slot(rows) or is_slot(cols)
+    if not generic and (rows == 0 or cols == 0):
         return
     dt = o.dtype
     acc_dt = DType.FLOAT32 if dt.is_narrow_float else dt
@@ -122,14 +138,14 @@ def _softmax(em: Emitter, sp: Checked[View]) -> None:
         def to_max(col: ir.Value) -> None:
             b.store(binary(em, "max", b.load(m_slot, typ=reg_type(dt)), elem(row, col), dt), m_slot)
 
-        for_range(em, i64(1), i64(cols), to_max)
+        for_range(em, i64(1), em.num(cols), to_max)
         b.store(em.zero(acc_dt), s_slot)
 
         def to_sum(col: ir.Value) -> None:
             e = em.convert(float_fn(em, "exp", [shifted(row, col)], dt), dt, acc_dt)
             b.store(b.fadd(b.load(s_slot, typ=reg_type(acc_dt)), e), s_slot)
 
-        for_range(em, i64(0), i64(cols), to_sum)
+        for_range(em, i64(0), em.num(cols), to_sum)
         total = em.convert(b.load(s_slot, typ=reg_type(acc_dt)), acc_dt, dt)
 
         def out(col: ir.Value) -> None:
@@ -140,9 +156,13 @@ def _softmax(em: Emitter, sp: Checked[View]) -> None:
                 v = binary(em, "div", float_fn(em, "exp", [sh], dt), total, dt)
             o.write(em, o.at(em, [row, col]), v)
 
-        for_range(em, i64(0), i64(cols), out)
+        for_range(em, i64(0), em.num(cols), out)
 
-    for_range(em, i64(0), i64(rows), per_row)
+    if generic:  # a row of no columns has no first element to start the maximum from
+        with b.if_then(b.icmp_signed(">", em.num(cols), i64(0))):
+            for_range(em, i64(0), em.num(rows), per_row)
+    else:
+        for_range(em, i64(0), i64(rows), per_row)
 
 
 def _prng(em: Emitter, sp: Checked[View]) -> None:

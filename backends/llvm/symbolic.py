@@ -1,0 +1,208 @@
+"""Integers a shape-generic kernel reads at run time: ``Slot``s in a Stripe template.
+
+Two Stripe kernels that differ only in some integers (an extent, a stride, a bound: the same
+program at two sequence lengths) *unify* into a template: the kernel with each differing integer
+replaced by a ``Slot(k)``. The code generator emits a slot as the k-th i64 of the kernel's extents
+array (``codegen.KernelCodegen.num``); ``bind`` checks that another kernel is the template with
+integers in the slots and reads those integers off it, which is all binding a new shape in a known
+bucket costs. A slot refuses every use as a number (comparison, arithmetic, ``int``, truth,
+hashing): a code generator decision that would read one raises ``SlotUsed`` instead of silently
+baking one shape's value into code meant for all of them; the caller then builds the kernel
+specialized. Block names and comments (which carry shapes) are not compared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from enum import Enum
+from fractions import Fraction
+
+_IGNORED = {"name", "comments"}  # a Block's: labels only, they carry the shapes
+
+
+class SlotUsed(TypeError):
+    """A code generator decision read a run-time integer as if it were known."""
+
+
+class Slot:
+    """The k-th run-time integer of a generic kernel."""
+
+    __slots__ = ("k",)
+
+    def __init__(self, k: int):
+        self.k = k
+
+    def __repr__(self) -> str:
+        return f"$n{self.k}"
+
+    def _refuse(self, *_args):
+        raise SlotUsed(f"run-time integer {self!r} used as a known number")
+
+    __int__ = __index__ = __float__ = __bool__ = __hash__ = _refuse
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __floordiv__ = __rfloordiv__ = __truediv__ = __rtruediv__ = __mod__ = __rmod__ = _refuse
+    __neg__ = __abs__ = __pos__ = _refuse
+
+    @property
+    def denominator(self):  # Fraction-like use (Affine.is_integral) is a decision too
+        return self._refuse()
+
+    @property
+    def numerator(self):
+        return self._refuse()
+
+
+def _integer(x) -> bool:
+    if isinstance(x, bool):
+        return False
+    return isinstance(x, int) or (isinstance(x, Fraction) and x.denominator == 1)
+
+
+def _fields(x):
+    return [f.name for f in dataclasses.fields(x) if not (f.name in _IGNORED and type(x).__name__ == "Block")]
+
+
+def _rebuilt(x, values: dict):
+    out = type(x).__new__(type(x))
+    for f in dataclasses.fields(x):
+        object.__setattr__(out, f.name, values.get(f.name, getattr(x, f.name)))
+    return out
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def unify(a, b, counter: list[int] | None = None):
+    """The template of ``a`` and ``b`` (``a`` may be a template already: its slots stay), or None
+    when they differ in anything but integers."""
+    counter = counter if counter is not None else [_max_slot(a) + 1]
+    try:
+        return _unify(a, b, counter)
+    except _Mismatch:
+        return None
+
+
+def _unify(a, b, counter):
+    if type(a) is Slot:
+        if not _integer(b):
+            raise _Mismatch
+        return a
+    if _integer(a) and _integer(b):
+        if a == b and type(a) is type(b):
+            return a
+        counter[0] += 1
+        return Slot(counter[0] - 1)
+    if type(a) is not type(b):
+        raise _Mismatch
+    if isinstance(a, tuple):
+        if len(a) != len(b):
+            raise _Mismatch
+        return tuple(_unify(x, y, counter) for x, y in zip(a, b))
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):
+        new = {}
+        for name in _fields(a):
+            x, y = getattr(a, name), getattr(b, name)
+            z = _unify(x, y, counter)
+            if z is not x:
+                new[name] = z
+        return _rebuilt(a, new) if new else a
+    if isinstance(a, (str, float, bool, Enum, frozenset, type(None))) or type(a).__module__ == "tile.dtypes":
+        if a != b:
+            raise _Mismatch
+        return a
+    if a is b:
+        return a
+    raise _Mismatch  # an object we cannot compare structurally (a plan): no template
+
+
+def bind(template, concrete) -> list[int] | None:
+    """The integers ``concrete`` holds in ``template``'s slots (slot k at index k), or None when
+    ``concrete`` is not an instance of ``template``."""
+    values: dict[int, int] = {}
+    try:
+        _bind(template, concrete, values)
+    except _Mismatch:
+        return None
+    if sorted(values) != list(range(len(values))):
+        return None
+    return [values[k] for k in range(len(values))]
+
+
+def _bind(t, c, values: dict[int, int]) -> None:
+    if type(t) is Slot:
+        if not _integer(c):
+            raise _Mismatch
+        values[t.k] = int(c)
+        return
+    if _integer(t):
+        if not (_integer(c) and t == c and type(t) is type(c)):
+            raise _Mismatch
+        return
+    if type(t) is not type(c):
+        raise _Mismatch
+    if isinstance(t, tuple):
+        if len(t) != len(c):
+            raise _Mismatch
+        for x, y in zip(t, c):
+            _bind(x, y, values)
+        return
+    if dataclasses.is_dataclass(t) and not isinstance(t, type):
+        for name in _fields(t):
+            _bind(getattr(t, name), getattr(c, name), values)
+        return
+    if t is c:
+        return
+    if isinstance(t, (str, float, bool, Enum, frozenset, type(None))) or type(t).__module__ == "tile.dtypes":
+        if t != c:
+            raise _Mismatch
+        return
+    raise _Mismatch
+
+
+def erased(x) -> str:
+    """``x`` with every integer written ``#``: equal for all instances of one template (a key)."""
+    out: list[str] = []
+    _erase(x, out)
+    return "".join(out)
+
+
+def _erase(x, out: list[str]) -> None:
+    if type(x) is Slot or _integer(x):
+        out.append("#")
+    elif isinstance(x, tuple):
+        out.append("(")
+        for y in x:
+            _erase(y, out)
+            out.append(",")
+        out.append(")")
+    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+        out.append(type(x).__name__ + "(")
+        for name in _fields(x):
+            _erase(getattr(x, name), out)
+            out.append(";")
+        out.append(")")
+    elif isinstance(x, frozenset):
+        out.append(repr(sorted(map(repr, x))))
+    else:
+        out.append(repr(x))
+
+
+def slots(x) -> int:
+    """How many slots the template ``x`` has."""
+    return _max_slot(x) + 1
+
+
+def _max_slot(x) -> int:
+    if type(x) is Slot:
+        return x.k
+    if isinstance(x, tuple):
+        return max((_max_slot(y) for y in x), default=-1)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return max((_max_slot(getattr(x, f.name)) for f in dataclasses.fields(x)), default=-1)
+    return -1
+
+
+def is_slot(x) -> bool:
+    return type(x) is Slot

@@ -1,0 +1,135 @@
+"""Shape-generic kernels on ``llvm_cpu.0`` (issue 40, the ``generic`` setting, ``backends.llvm.generic``):
+a kernel seen at a second length is built once with its differing integers read at run time; every
+later length of its bucket binds with no code generated. Results are checked against the
+interpreter at many lengths (1, bucket edges, primes): exactly on integer-valued inputs, and in
+strict mode bit for bit against the specialized build on random floats."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tile
+from backends.llvm import generic, symbolic
+from stripe.ir import Block, Index
+
+pytestmark = pytest.mark.usefixtures("private_cache")
+
+# an elementwise chain and a row reduction along the varying dimension N
+CHAIN = "function (A[N, D], B[N, D]) -> (C, S) { C = exp(A) * B + A; S[i: N] = +(C[i, d]); }"
+INTS = "function (A[N, D], B[N, D]) -> (C, S) { C = A * B + A; S[i: N] = +(C[i, d]); T[d: D] = +(C[i, d]); }"
+SOFTMAX = "function (X[N, M]) -> (P) { P = builtin_softmax(X, N, M); }"
+LENGTHS = [5, 8, 1, 2, 3, 7, 9, 13, 16, 17, 31, 63, 64, 65, 97, 128, 257, 1000]
+
+
+@pytest.fixture(autouse=True)
+def fresh_registry():
+    generic.REGISTRY.clear()
+    yield
+    generic.REGISTRY.clear()
+
+
+def _ints(shape, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(-3, 4, size=shape).astype(np.float32)
+
+
+def _generic_info(exe, *args) -> dict:
+    return exe.prepare(*args).library.extra["generic"]
+
+
+def test_slots_unify_bind_and_refuse_use():
+    a = Block("k_5", idxs=(Index("i", 5), Index("d", 8)))
+    b = Block("k_9", idxs=(Index("i", 9), Index("d", 8)))
+    t = symbolic.unify(a, b)
+    assert t is not None and symbolic.slots(t) == 1  # the names differ but are labels only
+    assert symbolic.is_slot(t.idxs[0].range) and t.idxs[1].range == 8
+    assert symbolic.bind(t, Block("x", idxs=(Index("i", 123), Index("d", 8)))) == [123]
+    assert symbolic.bind(t, Block("x", idxs=(Index("i", 123), Index("d", 7)))) is None  # fixed: 8
+    assert symbolic.bind(t, Block("x", idxs=(Index("j", 123), Index("d", 8)))) is None  # structure
+    assert symbolic.erased(a) == symbolic.erased(b) == symbolic.erased(t)
+    with pytest.raises(symbolic.SlotUsed):
+        _ = t.idxs[0].range == 5
+    with pytest.raises(symbolic.SlotUsed):
+        range(t.idxs[0].range)
+
+
+def test_integer_inputs_match_the_interpreter_at_every_length_with_two_builds():
+    exe = tile.compile(INTS, "llvm_cpu.0", {"generic": True})
+    ref = tile.compile(INTS, "interp")
+    generated = []
+    for n in LENGTHS:
+        a, b = _ints((n, 8), n), _ints((n, 8), n + 1)
+        got, want = exe(a, b), ref(a, b)
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k], err_msg=f"{k} at N={n}")
+        generated.append(generic.REGISTRY.generated)
+    # the first length is specialized, the second builds the templates; lengths 1 and 2 are
+    # optimized into other kernels (size-1 dimensions): at most a few more builds, then none
+    assert generated[0] == 0 and generated[1] > 0
+    assert generated[-1] == generated[len(LENGTHS) // 2], "later lengths generated code"
+    info = _generic_info(exe, _ints((77, 8), 0), _ints((77, 8), 1))
+    assert info["kernels"] >= 2 and info["built"] == 0
+
+
+@pytest.mark.parametrize("program", [CHAIN, SOFTMAX])
+def test_strict_generic_is_bit_identical_to_specialized(program):
+    gen = tile.compile(program, "llvm_cpu.0", {"generic": True, "strict": True})
+    spec = tile.compile(program, "llvm_cpu.0", {"strict": True})
+    rng = np.random.default_rng(3)
+    for n in (6, 10, 1, 37, 128, 129):
+        args = [rng.standard_normal((n, 8)).astype(np.float32)]
+        if program == CHAIN:
+            args.append(rng.standard_normal((n, 8)).astype(np.float32))
+        got, want = gen(*args), spec(*args)
+        for k in want:
+            np.testing.assert_array_equal(got[k].view(np.uint32), want[k].view(np.uint32), err_msg=f"N={n}")
+    assert _generic_info(gen, *args)["kernels"] >= 1
+
+
+def test_softmax_rows_generic_within_tolerance():
+    exe = tile.compile(SOFTMAX, "llvm_cpu.0", {"generic": True})
+    ref = tile.compile(SOFTMAX, "interp")
+    rng = np.random.default_rng(5)
+    for n, m in ((4, 9), (6, 9), (11, 9), (1, 9), (3, 9), (300, 9)):
+        x = rng.standard_normal((n, m)).astype(np.float32)
+        got, want = exe(x)["P"], ref(x)["P"]
+        tol = 4 * (m + 2) * np.finfo(np.float32).eps  # exp within 1 ulp, a sum of m terms, a division
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    assert _generic_info(exe, x)["kernels"] == 1
+
+
+def test_a_length_gives_the_same_bits_whichever_lengths_built_the_template():
+    x = {n: np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32) for n in (4, 6, 50, 51, 200)}
+    runs = []
+    for order in ((4, 6, 200), (50, 51, 200)):
+        generic.REGISTRY.clear()
+        exe = tile.compile(CHAIN, "llvm_cpu.0", {"generic": True, "cache": False})
+        for n in order:
+            out = exe(x[n], x[n])
+        assert _generic_info(exe, x[200], x[200])["kernels"] >= 1
+        runs.append(out)
+    for k in runs[0]:
+        np.testing.assert_array_equal(runs[0][k].view(np.uint32), runs[1][k].view(np.uint32))
+
+
+def test_gradient_at_many_lengths():
+    program = tile.grad(CHAIN)
+    exe = tile.compile(program, "llvm_cpu.0", {"generic": True})
+    ref = tile.compile(program, "interp")
+    parsed = tile.parse(program) if isinstance(program, str) else program
+    for n in (3, 4, 1, 17, 64, 101):
+        feed = {i.name: _ints(tuple(n if d == "N" else 8 for d in i.dims), 7 * n + k) / 4
+                for k, i in enumerate(parsed.inputs)}
+        got, want = exe(feed), ref(feed)
+        for k in want:  # exp of small integers: float32 rounding of a few terms per element
+            tol = 16 * 8 * np.finfo(np.float32).eps * max(1.0, float(np.abs(want[k]).max()))
+            np.testing.assert_allclose(got[k], want[k], rtol=0, atol=tol, err_msg=f"{k} at N={n}")
+    assert _generic_info(exe, {k: v for k, v in feed.items()})["kernels"] >= 1
+
+
+def test_setting_off_builds_as_before():
+    exe = tile.compile(CHAIN, "llvm_cpu.0")
+    a = _ints((9, 8), 1)
+    exe(a, a)
+    assert _generic_info(exe, a, a) == {"kernels": 0, "built": 0}
+    assert generic.REGISTRY.buckets == {}
