@@ -248,6 +248,38 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def prepare(self, library: Library, index: int) -> Kernel: ...
 
+    # -- raw calls (``backends.lane``): kernels on addresses a framework owns ---------------------
+    def raw_launcher(self, kernel: Kernel) -> Callable[[tuple[int, ...], object], None] | None:
+        """A function ``go(addresses, stream)`` running ``kernel`` on raw addresses (one per
+        ``kernel.info.buffers``) on ``stream`` (``raw_stream``'s), or None where this executor
+        cannot (the default)."""
+        return None
+
+    def raw_address(self, buffer: Buffer) -> int:
+        """The address of one of this executor's buffers, for ``raw_launcher``'s functions."""
+        raise NotImplementedError(f"{type(self).__name__} runs no kernels on raw addresses")
+
+    def raw_stream(self) -> object:
+        """Where the next raw launches go (CUDA: the caller's current stream); None on a host."""
+        return None
+
+    def raw_ready(self) -> bool:
+        """Whether raw launches may run now (a host device: no general work still queued)."""
+        return True
+
+    def raw_after(self, events: Sequence[Event], stream: object) -> None:
+        """Order what is launched next on ``stream`` after ``events`` (a general call's)."""
+        wait_all(events)
+
+    def raw_zero(self, address: int, nbytes: int, stream: object) -> None:
+        """Zero ``nbytes`` at ``address``, ordered on ``stream``."""
+        raise NotImplementedError(f"{type(self).__name__} runs no kernels on raw addresses")
+
+    def raw_point(self, stream: object) -> list[Event]:
+        """Events a general call waits for after raw launches on ``stream`` (none on a host: the
+        launches ran)."""
+        return []
+
 
 class Device(abc.ABC):
     id: str  # e.g. "llvm_cpu.0", "opencl_gpu.0"

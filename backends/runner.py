@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -152,7 +152,7 @@ class CompiledProgram:
         # temporaries, in ``buffers``'s order) and each kernel's parameters
         self._rest = [n for n in self.buffers if n not in named_in]
         self._params = [info.buffers for info in self.infos]
-        self._getters = [_getter(names) for names in self._params]  # bufs -> a kernel's params
+        self._getters = [picker(names) for names in self._params]  # bufs -> a kernel's params
         self._owned: dict[str, Buffer | None] = {}
         self._views: dict[str, HostBuffer] = {}  # small numpy inputs read in place, by name (_over)
         self._checked = False  # check_memory ran
@@ -459,9 +459,9 @@ def debug_on() -> bool:
     return os.environ.get("TILE_DEBUG", "0") >= "1"
 
 
-def _getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Buffer]], tuple[Buffer, ...]]:
-    """What picks a kernel's parameters (``names``) out of a call's buffers, as a tuple: an
-    ``itemgetter`` (a third of a list comprehension's time)."""
+def picker(names: tuple) -> Callable[[Mapping | Sequence], tuple]:
+    """What picks a kernel's parameters (``names``: keys, or positions) out of a call's buffers (or
+    addresses), as a tuple: an ``itemgetter`` (a third of a list comprehension's time)."""
     if len(names) >= 2:
         return operator.itemgetter(*names)
     if names:

@@ -345,6 +345,19 @@ class Op:
         _, g, feeds = self._grads[(key, tuple(wrt), device)]
         return self._run_tensors(program, self._gradient_feed(g, feeds, tensors, cotangents, key), names, out)
 
+    def lane_names(self, device: str, key: Key, wrt: Sequence[int] | None = None) -> tuple:
+        """``(CompiledProgram, input names, result names)`` of a program already run for ``key`` on
+        ``device`` (``forward``, or ``backward`` for ``wrt``), for a ``backends.lane.Lane`` over
+        it: the input names in the caller's order, the op's inputs then (a gradient) each output's
+        cotangent, None where the program reads nothing from that place."""
+        program, names = self.device_program(device, key, wrt)
+        if wrt is None:
+            return program, list(self.inputs), names
+        _, g, feeds = self._grads[(key, tuple(wrt), device)]
+        cots = [g.cotangents.get(o) for o in self.outputs]
+        ins = [n if n in feeds else None for n in [*self.inputs, *cots]]
+        return program, ins, names
+
     @staticmethod
     def _run_tensors(program, inputs: Mapping, names: Sequence[str], out: Sequence) -> list:
         result = program.run(inputs, out=dict(zip(names, out)))  # (the runner zeroes what it must)
@@ -494,3 +507,26 @@ def _evaluate(expr, back: Mapping, minmax: tuple):
             result = pick(result, v)
         return result
     raise ValueError(f"cannot evaluate {expr}")
+
+
+def dynamic_settings(program: ast.Program, dynamic, settings: Mapping | None, what: str) -> dict:
+    """``settings`` for an op whose input sizes vary (``dynamic``: True, or the names of the
+    dimensions that vary): the ``generic`` setting on, so that a compiler builds one kernel per
+    bucket of shapes (``backends.llvm.generic``) instead of one per shape. Named dimensions must be
+    dimensions of the inputs (which integers vary is found from the shapes seen; the names say
+    what the caller expects and are checked)."""
+    out = dict(settings or {})
+    if not dynamic:
+        return out
+    if dynamic is not True:
+        names = [dynamic] if isinstance(dynamic, str) else list(dynamic)
+        dims = {d for i in program.inputs for d in (i.dims or ())}
+        unknown = [n for n in names if n not in dims]
+        if unknown or not names:
+            raise TileInputError(
+                f"{what}: dynamic names {unknown or 'no dimension'}, not a dimension of its inputs",
+                None,
+                hint=f"name dimensions of the inputs ({', '.join(sorted(dims)) or 'none'}), or pass True",
+            )
+    out["generic"] = True
+    return out

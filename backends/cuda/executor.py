@@ -189,6 +189,21 @@ class CudaKernel(Kernel):
             self._fn = fn
         return self._fn
 
+    def arguments(self, pointers: tuple[int, ...]) -> int:
+        """The address of ``cuLaunchKernel``'s argument array for buffers at ``pointers`` (and the
+        tensor maps over them). torch's caching allocator hands a steady loop the same addresses
+        each call: each array is made once per kernel and addresses (``ARGV_SLOTS`` kept)."""
+        got = self.argvs.get(pointers)
+        if got is None:
+            maps = []
+            if self.launch:
+                maps = [self.cuda.tensor_map(pointers[i], *rest) for i, *rest in self.launch["maps"]]
+            argv, storage = argument_array([*pointers, *maps])
+            if len(self.argvs) >= ARGV_SLOTS:
+                self.argvs.clear()
+            got = self.argvs[pointers] = (argv, storage, ctypes.addressof(argv))
+        return got[2]
+
     def check(self, params: Sequence[Buffer]) -> None:
         check_count(self.info, params)
         for p in params:
@@ -206,23 +221,11 @@ class CudaKernel(Kernel):
 class CudaBound(Bound):
     """A kernel and its argument array for one list of buffers (pointers and tensor maps)."""
 
-    __slots__ = ("argv", "address")
+    __slots__ = ("address",)
 
     def __init__(self, kernel: CudaKernel, params: Sequence[Buffer]):
         super().__init__(kernel, params)
-        pointers = tuple(p.pointer for p in params)
-        # torch's caching allocator hands a steady loop the same addresses each call: the
-        # arguments (and tensor maps) are made once per kernel and addresses
-        got = kernel.argvs.get(pointers)
-        if got is None:
-            maps = []
-            if kernel.launch:
-                maps = [kernel.cuda.tensor_map(pointers[i], *rest) for i, *rest in kernel.launch["maps"]]
-            argv, storage = argument_array([*pointers, *maps])
-            if len(kernel.argvs) >= ARGV_SLOTS:
-                kernel.argvs.clear()
-            got = kernel.argvs[pointers] = (argv, storage, ctypes.addressof(argv))
-        self.argv, _, self.address = got
+        self.address = kernel.arguments(tuple(p.pointer for p in params))
 
     def launch(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
         kernel: CudaKernel = self.kernel  # type: ignore[assignment]
@@ -310,6 +313,38 @@ class CudaExecutor(Executor):
 
     def prepare(self, library: Library, index: int) -> CudaKernel:
         return CudaKernel(self, library, index)
+
+    # ------------------------------------------------------------------ raw calls (backends.lane)
+    def raw_launcher(self, kernel: CudaKernel):
+        fn = kernel.function()  # (may lower its block size: first)
+        groups, local, shared = -(-kernel.work_items // kernel.local), kernel.local, kernel.shared
+        arguments, launch, ok = kernel.arguments, cu.cuLaunchKernel, cu.CUresult.CUDA_SUCCESS
+
+        def go(addresses, stream) -> None:
+            if groups:
+                got = launch(fn, groups, 1, 1, local, 1, 1, shared, stream, arguments(addresses), 0)
+                if got[0] != ok:
+                    check(got, f"cuLaunchKernel({kernel.name})")
+        return go
+
+    def raw_address(self, buffer) -> int:
+        return buffer.pointer
+
+    def raw_stream(self):
+        self.cuda.current()
+        return self.cuda.stream()
+
+    def raw_after(self, events, stream) -> None:
+        for e in events:  # (a lane's last point on this stream: nothing to do)
+            if type(e) is not CudaEvent or e.stream is not stream:
+                self.after(events)
+                return
+
+    def raw_zero(self, address: int, nbytes: int, stream) -> None:
+        check(cu.cuMemsetD8Async(address, 0, nbytes, stream), "cuMemsetD8Async")
+
+    def raw_point(self, stream) -> list:
+        return [CudaEvent(self.cuda, stream)]
 
 
 def _capturing(stream) -> bool:

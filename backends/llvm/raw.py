@@ -1,0 +1,45 @@
+"""Raw calls on ``llvm_cpu.0`` (``backends.lane``): a kernel function on an address table of the
+caller's memory, on the calling thread, as an inline run of the general path does."""
+
+from __future__ import annotations
+
+import ctypes
+
+
+class RawCalls:
+    """``LlvmExecutor``'s part of ``backends.hal.Executor``'s raw-call methods."""
+
+    _queued: int
+
+    def raw_launcher(self, kernel):
+        if not kernel.inline:  # (its stack needs the dispatcher thread's)
+            return None
+        if kernel._chunks is None:
+            kernel._chunks = kernel.ranges()
+        chunks, fn, n = kernel._chunks, kernel.fn, len(kernel.info.buffers)
+        table = (ctypes.c_void_p * max(1, n))()  # (a lane's calls hold its program's lock)
+        if len(chunks) == 1:
+            (lo, hi), = chunks
+
+            def go(addresses, _stream) -> None:
+                table[:n] = addresses
+                fn(table, lo, hi)
+        else:
+            pool, address = kernel.pool, kernel.address
+
+            def go(addresses, _stream) -> None:
+                table[:n] = addresses
+                pool.run_kernel(fn, address, table, chunks)
+        return go
+
+    def raw_address(self, buffer) -> int:
+        return buffer.address
+
+    def raw_ready(self) -> bool:
+        return self._queued == 0
+
+    def raw_zero(self, address: int, nbytes: int, stream) -> None:
+        ctypes.memset(address, 0, nbytes)
+
+
+__all__ = ["RawCalls"]

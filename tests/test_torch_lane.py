@@ -1,0 +1,137 @@
+"""tile.torch's fast lane (tile/torch_lane.py, backends/lane.py): a call at a signature the op has
+run at goes straight to the kernels on the tensors' memory, with the general path's results."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="tile.torch needs PyTorch")
+tt = pytest.importorskip("tile.torch", reason="tile.torch needs PyTorch")
+
+from backends.runner import CompiledProgram  # noqa: E402
+from tile.torch_lane import TorchLane, signature  # noqa: E402
+
+MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]); }"
+
+
+def ints(*shape, seed=0, dtype=torch.float32):
+    return torch.from_numpy(np.random.default_rng(seed).integers(-3, 4, shape)).to(dtype)
+
+
+@pytest.fixture
+def no_general_path(monkeypatch):
+    """Make the general path fail: a call that passes took the lane."""
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("the general path ran")
+
+    def on():
+        monkeypatch.setattr(CompiledProgram, "run", refuse)
+
+    return on
+
+
+def test_second_call_takes_the_lane_with_the_general_paths_results(no_general_path):
+    mm = tt.op(MATMUL, name="lane_mm")
+    a, b = ints(5, 7), ints(7, 3, seed=1)
+    first = mm(a, b)
+    lane = mm._lanes[signature((a, b))]
+    assert isinstance(lane, TorchLane)
+    no_general_path()
+    for seed in range(3):  # new values at the same signature: the lane, exact
+        a, b = ints(5, 7, seed=seed + 2), ints(7, 3, seed=seed + 9)
+        assert torch.equal(mm(a, b), a @ b)
+    assert first.data_ptr() != mm(a, b).data_ptr()  # each call its own output
+
+
+def test_outputs_the_program_leaves_unwritten_are_zeros():
+    """Only the even places of O are summed into: zero where nothing is (the program's own fill,
+    or the lane's ``torch.zeros`` where the program needs it zeroed; torch.empty's memory must
+    never show through)."""
+    spread = tt.op("function (A[N]) -> (O) { O[2 * i: 2 * N] = +(A[i]); }", name="lane_spread")
+    a = torch.arange(1.0, 6.0)
+    want = torch.zeros(10)
+    want[::2] = a
+    assert torch.equal(spread(a), want)
+    assert isinstance(spread._lanes[signature((a,))], TorchLane)
+    garbage = torch.full((10,), 7.0)  # (the allocator may hand this memory out next)
+    del garbage
+    for k in range(3):
+        got = spread(a * (k + 2))
+        want[::2] = a * (k + 2)
+        assert torch.equal(got, want)
+
+
+def test_shared_and_strided_inputs_take_the_general_path_correctly():
+    add = tt.op("function (A[N, M], B[N, M]) -> (C) { C = A + 2 * B; }", name="lane_add2")
+    x, y = ints(4, 4), ints(4, 4, seed=1)
+    assert torch.equal(add(x, y), x + 2 * y)
+    assert isinstance(add._lanes[signature((x, y))], TorchLane)
+    assert torch.equal(add(x, x), 3 * x)  # one tensor twice
+    t = ints(4, 4, seed=2).t()  # not contiguous, same signature
+    assert not t.is_contiguous() and signature((t, y)) == signature((x, y))
+    assert torch.equal(add(t, y), t + 2 * y)
+
+
+def test_several_outputs_and_integer_outputs():
+    two = tt.op("function (A[N], B[N]) -> (S, P) { S = A + B; P = A * B; }", name="lane_two")
+    for seed in range(3):
+        a, b = ints(6, seed=seed, dtype=torch.int32), ints(6, seed=seed + 5, dtype=torch.int32)
+        s, p = two(a, b)
+        assert s.dtype == torch.int32 and torch.equal(s, a + b) and torch.equal(p, a * b)
+
+
+def test_the_backward_takes_a_lane_too(no_general_path):
+    mm = tt.op(MATMUL, name="lane_mm_grad")
+    a, b = ints(4, 6).requires_grad_(), ints(6, 5, seed=1).requires_grad_()
+    g = ints(4, 5, seed=2)
+    mm(a, b).backward(g)  # the general path, both directions
+    assert any(isinstance(v, TorchLane) for v in mm._grad_lanes.values())
+    no_general_path()
+    for seed in range(3):
+        a = ints(4, 6, seed=seed + 3).requires_grad_()
+        b = ints(6, 5, seed=seed + 7).requires_grad_()
+        mm(a, b).backward(g)
+        assert torch.equal(a.grad, g @ b.detach().t()) and torch.equal(b.grad, a.detach().t() @ g)
+
+
+def test_a_missing_cotangent_and_a_broadcast_gradient():
+    """One output unused (its cotangent is None: zeros, on the general path) and a gradient the
+    program keeps smaller than its input (a scalar's)."""
+    src = "function (A[N], S[]) -> (O, T) { O = A * S; T[] = +(A[i]); }"
+    f = tt.op(src, name="lane_scalar")
+    for k in range(3):
+        a = (torch.arange(4.0) + k).requires_grad_()
+        s = torch.tensor(3.0 + k, requires_grad=True)
+        o, t = f(a, s)
+        o.sum().backward()  # T unused
+        assert torch.equal(a.grad, torch.full((4,), 3.0 + k)) and float(s.grad) == float(a.detach().sum())
+        a.grad = s.grad = None
+        o, t = f(a, s)
+        (o.sum() + t).backward()
+        assert torch.equal(a.grad, torch.full((4,), 4.0 + k)) and s.grad.shape == ()
+
+
+def test_temporaries_the_program_zeroes_each_call():
+    """A two-statement program whose temporary T is a sum: the lane zeroes it before each call
+    (else the second call's sums would start from the first's)."""
+    src = """function (A[N, M]) -> (O) {
+        T[i: N] = +(A[i, j]);
+        O[i: N] = +(T[i] * A[i, j]);
+    }"""
+    f = tt.op(src, name="lane_temp")
+    for seed in range(4):
+        a = ints(3, 5, seed=seed)
+        want = a.sum(1) * a.sum(1)
+        assert torch.equal(f(a), want)
+
+
+def test_lanes_are_bounded_and_debug_takes_the_general_path(monkeypatch, capfd):
+    add = tt.op("function (A[N]) -> (C) { C = A + 1; }", name="lane_bound")
+    for n in range(1, tt.LANES_KEPT + 6):
+        assert torch.equal(add(torch.ones(n)), torch.full((n,), 2.0))
+    assert len(add._lanes) == tt.LANES_KEPT
+    x = torch.ones(3)
+    add(x)
+    monkeypatch.setenv("TILE_DEBUG", "1")
+    assert torch.equal(add(x), torch.full((3,), 2.0))
+    assert "tile.torch: lane_bound" in capfd.readouterr().err

@@ -1,0 +1,82 @@
+"""The fast lane of ``tile.torch`` calls: an op called again at a signature it has run at.
+
+After a call's general path (``TorchOp._forward`` / ``_backward_impl``) has compiled and run the
+program for a signature (each input's dtype, shape and device), the op keeps a ``TorchLane`` for
+it: later calls at that signature pass their tensors' ``data_ptr()``s straight to the kernels
+(``backends.lane.Lane``) and get outputs from ``torch.empty`` (``torch.zeros`` where the program
+needs them zeroed), on torch's own allocator and, for CUDA, torch's current stream. No numpy view,
+no ``tile.Tensor``, no events: what is left of a call is a dictionary lookup, a pointer per tensor
+and a launch per kernel.
+
+Only the devices whose executors launch on raw addresses have lanes (``llvm_cpu.N`` for CPU
+tensors, ``cuda.N`` for CUDA tensors). A call takes the general path instead where a tensor is not
+contiguous, two inputs share memory, a cotangent is missing, or the device has general work queued;
+``TILE_DEBUG`` turns lanes off (it reports the general path's work).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from backends.lane import Lane
+
+
+def signature(tensors) -> tuple:
+    """What a lane is kept by: each tensor's dtype, shape and device (None for a missing one)."""
+    return tuple([None if t is None else (t.dtype, t.shape, t.device) for t in tensors])
+
+
+class TorchLane:
+    """A ``Lane`` for one signature, with the outputs' torch types (``to_torch``: numpy dtype ->
+    torch dtype) on ``device``; ``__call__`` gives the outputs, or None for the general path."""
+
+    __slots__ = ("lane", "outputs", "reads")
+
+    def __init__(self, lane: Lane, device: torch.device, to_torch, reads: tuple[bool, ...]):
+        self.lane = lane
+        self.outputs = [
+            (torch.zeros if zero else torch.empty, shape, to_torch[dtype.numpy], device)
+            for (shape, dtype), zero in zip(lane.output_types, lane.zeroed_outputs)
+        ]
+        self.reads = reads  # per input place: whether the program reads it
+
+    @classmethod
+    def of(cls, program, inputs, outputs, device: torch.device, to_torch) -> TorchLane | None:
+        lane = Lane.of(program, inputs, outputs)
+        if lane is None or any(dtype.numpy not in to_torch for _, dtype in lane.output_types):
+            return None
+        return cls(lane, device, to_torch, tuple(n is not None for n in inputs))
+
+    def __call__(self, tensors) -> list[torch.Tensor] | None:
+        pointers = []
+        for t, read in zip(tensors, self.reads):
+            if t is None:
+                if read:
+                    return None  # a missing cotangent the program reads: zeros, on the general path
+                pointers.append(0)
+            elif not t.is_contiguous():
+                return None
+            else:
+                pointers.append(t.data_ptr())
+        if len(pointers) > 1 and len(set(pointers)) != len(pointers) and _shared(tensors):
+            return None
+        outs = [make(shape, dtype=dtype, device=device) for make, shape, dtype, device in self.outputs]
+        if not self.lane(pointers, [o.data_ptr() for o in outs]):
+            return None
+        return outs
+
+
+def _shared(tensors) -> bool:
+    """Whether two of ``tensors`` (present ones) start at the same address."""
+    seen: set[int] = set()
+    for t in tensors:
+        if t is None:
+            continue
+        p = t.data_ptr()
+        if p in seen:
+            return True
+        seen.add(p)
+    return False
+
+
+__all__ = ["TorchLane", "signature"]
