@@ -39,10 +39,11 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import llvmlite.binding as llvm
 
+from backends import diskcache
 from backends.hal import (
     Bound,
     Buffer,
@@ -60,7 +61,7 @@ from backends.hal import (
     kernel_symbol,
     wait_all,
 )
-from backends.llvm import threads
+from backends.llvm import generic, threads
 from backends.llvm.cache import FORMAT, ObjectCache, code_identity, pack_entry, plan_key, unpack_entry
 from backends.llvm.codegen import buffer_dtypes, generate
 from backends.llvm.dedup import alike_code, shared_kernels, unit_key
@@ -185,6 +186,8 @@ class _Jit:
     schedules: list[Schedule]
     settings: dict
     stack: list[int]  # each kernel's stack allocations, bytes
+    extents: list = field(default_factory=list)  # per kernel: a generic kernel's extents array, or None
+    generic: list = field(default_factory=list)  # the engines of the generic functions it calls
 
 
 @dataclass
@@ -230,16 +233,24 @@ class LlvmCompiler(Compiler):
         start = time.perf_counter()
         settings = dict(settings or {})
         p = self._plan(kernels, settings)
+        threads = int(settings.get("threads", self.threads))
+        uses = generic.assign(kernels, p, settings, *host_target(), threads) if settings.get("generic") \
+            else {}
+        only = p.only - set(uses)
+        if uses:  # the module holds the other kernels only
+            p = replace(p, key=diskcache.digest({"generic": sorted(uses)}, p.key))
         cache = ObjectCache(p.key, bool(settings.get("cache", True)))
-        entry = cache.load()
+        entry = cache.load() if only or not uses else None
         parts = unpack_entry(entry) if entry is not None else None
-        if parts is not None:  # a plan built before: no IR generated, parsed or optimized
+        if uses and not only:  # every kernel generic: no module of this program's own
+            stack, text, engine, mod = [0] * len(kernels), "", None, None
+        elif parts is not None:  # a plan built before: no IR generated, parsed or optimized
             stack, text, obj = parts
             engine, mod = _loaded(p.tm, p.triple, p.layout, obj)
         else:
             cache.hit = False
             stack = []
-            args = (p.f16c, p.triple, p.layout, p.dtypes, p.vector, stack, p.blocks, p.epilogues, p.only)
+            args = (p.f16c, p.triple, p.layout, p.dtypes, p.vector, stack, p.blocks, p.epilogues, only)
             text = generate(p.code, p.schedules, *args)
             stack = [stack[p.built[k]] for k in range(len(kernels))]
             mod = llvm.parse_assembly(text)
@@ -256,14 +267,20 @@ class LlvmCompiler(Compiler):
             engine.set_object_cache(store, lambda _m: None)
         fused = [j for j, e in enumerate(p.epilogues) if e is not None]
         status = "off" if not cache.enabled else "hit" if cache.hit else "miss"
-        jit = _Jit(engine, mod, [], p.schedules, settings, stack)
-        return _library(kernels, text, jit, p.built, fused, status, cache, start, p.opt)
+        schedules = list(p.schedules)
+        for k in range(len(kernels)):
+            if p.built[k] in uses:
+                stack[k], schedules[k] = uses[p.built[k]].stack, uses[p.built[k]].schedule
+        jit = _Jit(engine, mod, [], schedules, settings, stack)
+        return _library(kernels, text, jit, p.built, fused, status, cache, start, p.opt, uses)
 
     def snapshot(self, library: Library) -> dict:
         """What ``restore`` needs to make ``library`` again from the object cache without planning:
         its object's key, the kernels' schedules and sharing, the fused kernels."""
         jit: _Jit = library.handle  # type: ignore[assignment]
         x = library.extra
+        if x.get("generic", {}).get("kernels"):  # generic kernels live in this process: rebuilt
+            return {"generic": True}
         return {"key": x["cache_key"], "schedules": jit.schedules, "built": x["built_as"],
                 "fused": x["fused_epilogues"], "stack": jit.stack, "opt": x["opt"]}
 
@@ -380,12 +397,19 @@ def _loaded(tm, triple: str, layout: str, obj: bytes) -> tuple[llvm.ExecutionEng
 
 
 def _library(kernels, text: str, jit: _Jit, built: list[int], fused: list[int], status: str,
-             cache: ObjectCache, start: float, opt: int) -> Library:
-    """The library over ``jit``'s engine (finalized here), its kernel functions looked up."""
-    jit.engine.finalize_object()
+             cache: ObjectCache, start: float, opt: int, uses: dict | None = None) -> Library:
+    """The library over ``jit``'s engine (finalized here), its kernel functions looked up;
+    ``uses``: the kernels that run generic functions (``generic.assign``)."""
+    uses = uses or {}
     only = {j for j in built if built[j] == j}
-    addresses = {j: jit.engine.get_function_address(kernel_symbol(j, kernels[j])) for j in only}
+    if jit.engine is not None:
+        jit.engine.finalize_object()
+    find = jit.engine.get_function_address if jit.engine is not None else None
+    addresses = {j: uses[j].address if j in uses else find(kernel_symbol(j, kernels[j])) for j in only}
     jit.functions = [_KERNEL_FN(addresses[built[k]]) for k in range(len(kernels))]
+    ext = {j: generic.extents_array(uses[j].extents) for j in uses}
+    jit.extents = [ext.get(built[k]) for k in range(len(kernels))]
+    jit.generic = [u.keep for u in uses.values()]  # the generic functions' engines stay alive
     return Library(
         list(kernels),
         source=text,
@@ -400,6 +424,7 @@ def _library(kernels, text: str, jit: _Jit, built: list[int], fused: list[int], 
             "built_as": built,  # kernel k runs the function generated for kernel built[k]
             "distinct_kernels": len(only),
             "opt": opt,
+            "generic": {"kernels": len(uses), "built": sum(u.built for u in uses.values())},
         },
     )
 
@@ -410,6 +435,7 @@ class LlvmKernel(Kernel):
         self.library = library  # keeps the engine alive
         self.info = library.kernels[index]
         self.fn = jit.functions[index]
+        self.extents = jit.extents[index] if jit.extents else None  # a generic kernel's integers
         self.address = ctypes.cast(self.fn, ctypes.c_void_p).value
         self.schedule: Schedule = jit.schedules[index]
         self.pool = pool
@@ -459,6 +485,8 @@ class LlvmBound(Bound):
     def __init__(self, kernel: LlvmKernel, params: Sequence[Buffer]):
         super().__init__(kernel, params)
         addresses = kernel.addresses(params)
+        if kernel.extents is not None:  # a generic kernel reads its extents after the buffers
+            addresses.append(ctypes.addressof(kernel.extents))
         self.table = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
         if kernel._chunks is None:
             kernel._chunks = kernel.ranges()  # fixed by the schedule and the settings
