@@ -133,3 +133,35 @@ def test_setting_off_builds_as_before():
     exe(a, a)
     assert _generic_info(exe, a, a) == {"kernels": 0, "built": 0}
     assert generic.REGISTRY.buckets == {}
+
+
+def test_torch_dynamic_op_builds_once_per_bucket_forward_and_backward():
+    torch = pytest.importorskip("torch", reason="tile.torch needs PyTorch")
+    import tile.torch as tt
+
+    program = "function (X[N, M], B[N, M]) -> (Y) { Z = X * B + X; Y = builtin_softmax(Z, N, M); }"
+    op = tt.op(program, name="generic_shapes_softmax", dynamic=("N",), settings={"cache": False})
+    assert op.core.settings["generic"] is True
+    counts = []
+    for n in (3, 5, 9, 1, 2, 17, 31, 64, 65, 129, 100):  # 1-3: other schedules (fewer rows than 2 threads)
+        x = torch.randint(-2, 3, (n, 16), dtype=torch.float32, requires_grad=True)
+        b = torch.randint(-2, 3, (n, 16), dtype=torch.float32, requires_grad=True)
+        y = op(x, b)
+        (y * y).sum().backward()
+        x2, b2 = x.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+        y2 = torch.softmax(x2 * b2 + x2, dim=1)
+        (y2 * y2).sum().backward()
+        tol = 8 * 16 * torch.finfo(torch.float32).eps  # exp within an ulp, rows of 16 terms
+        for got, want in ((y, y2), (x.grad, x2.grad), (b.grad, b2.grad)):
+            torch.testing.assert_close(got.detach(), want, rtol=tol, atol=tol)
+        counts.append(generic.REGISTRY.generated)
+    assert counts[-1] == counts[5], "lengths after the first few generated code"
+
+
+def test_torch_dynamic_refuses_an_unknown_dimension():
+    pytest.importorskip("torch", reason="tile.torch needs PyTorch")
+    import tile.torch as tt
+    from tile.errors import TileInputError
+
+    with pytest.raises(TileInputError, match="not a dimension of its inputs"):
+        tt.op("function (X[N]) -> (Y) { Y = X + 1; }", name="generic_shapes_bad", dynamic=("S",))
