@@ -1,0 +1,183 @@
+"""Attention-shaped programs (issue 41) and the tolerance a fused attention kernel is checked with.
+
+``source(spec)`` writes the plain softmax attention any user writes (``S = Q·K``, the row max,
+``exp``, the row sum, ``E·V``, the division), in the variants ``stripe.passes.attention`` fuses:
+batch and head dims, any scale (multiplied, divided, or folded into a score kernel), a causal
+mask written as constraints or as a ``cond`` on ``index``, a bias added to S, keys as many as or
+other than the rows, V as wide as Q or not. ``cases()`` draws them with random normal inputs;
+``tolerance`` is docs/semantics.md §8.7's bound on how far a fused kernel (an online softmax, in
+float32) may be from the interpreter's chain; ``reference`` is the float64 result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import strategies as st
+
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+
+
+@dataclass(frozen=True)
+class Spec:
+    batch: tuple[int, ...] = (2,)  # batch and head extents (0 to 2 of them)
+    rows: int = 8
+    keys: int = 8
+    depth: int = 4
+    width: int = 4
+    scale: float = 0.125
+    scale_form: str = "mul"  # mul: exp((S - Mx) * c); div: exp((S - Mx) / (1/c)); score: Sc = S * c
+    mask: str = "none"  # none, constraint (causal, on the sums), cond (causal, -inf in the score)
+    bias: bool = False  # P = S + Bias[rows, keys]
+    dtype: str = "float32"
+
+    @property
+    def c(self) -> float:
+        """The exponent's scale as the program computes it."""
+        return 1 / (1 / self.scale) if self.scale_form == "div" else self.scale
+
+
+def source(spec: Spec) -> str:
+    """The Tile program of ``spec`` (module docstring)."""
+    bn = [f"B{n}" for n in range(len(spec.batch))]
+    bi = [f"b{n}" for n in range(len(spec.batch))]
+
+    def dims(*rest: str) -> str:
+        return ", ".join([*bn, *rest])
+
+    def at(*rest: str) -> str:
+        return ", ".join([*bi, *rest])
+
+    ins = [f"Q[{dims('N', 'D')}]", f"K[{dims('M', 'D')}]", f"V[{dims('M', 'W')}]"]
+    if spec.bias:
+        ins.append("Bias[N, M]")
+    cons = ", i - j < N" if spec.mask == "constraint" else ""
+    lines = [f"S[{at('i', 'j')}: {dims('N', 'M')}] = +(Q[{at('i', 'd')}] * K[{at('j', 'd')}]);"]
+    p = "S"
+    if spec.scale_form == "score":
+        lines.append(f"Sc = S * {spec.scale!r};")
+        p = "Sc"
+    if spec.bias:
+        lines.append(f"Sb = {p} + Bias;")
+        p = "Sb"
+    if spec.mask == "cond":
+        n = len(spec.batch)
+        lines.append(f"Sm = cond(index(S, {n + 1}) <= index(S, {n}), {p}, -1.0 / 0.0);")
+        p = "Sm"
+    lines.append(f"Mx[{at('i', '0')}: {dims('N', '1')}] = >({p}[{at('i', 'j')}]){cons};")
+    if spec.scale_form == "mul":
+        lines.append(f"E = exp(({p} - Mx) * {spec.scale!r});")
+    elif spec.scale_form == "div":
+        lines.append(f"E = exp(({p} - Mx) / {1 / spec.scale!r});")
+    else:
+        lines.append(f"E = exp({p} - Mx);")
+    lines.append(f"Z[{at('i', '0')}: {dims('N', '1')}] = +(E[{at('i', 'j')}]){cons};")
+    lines.append(f"O1[{at('i', 'e')}: {dims('N', 'W')}] = +(E[{at('i', 'j')}] * V[{at('j', 'e')}]){cons};")
+    lines.append("O = O1 / Z;")
+    body = "\n".join(f"  {ln}" for ln in lines)
+    return f"function ({', '.join(ins)}) -> (O) {{\n{body}\n}}\n"
+
+
+def inputs(spec: Spec, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random normal Q, K, V (and a bias), in the spec's dtype."""
+    rng = np.random.default_rng(seed)
+    dt = _numpy_dtype(spec.dtype)
+    b = spec.batch
+    out = {
+        "Q": rng.standard_normal((*b, spec.rows, spec.depth)),
+        "K": rng.standard_normal((*b, spec.keys, spec.depth)),
+        "V": rng.standard_normal((*b, spec.keys, spec.width)),
+    }
+    if spec.bias:
+        out["Bias"] = rng.standard_normal((spec.rows, spec.keys))
+    return {k: v.astype(dt) for k, v in out.items()}
+
+
+def _numpy_dtype(name: str):
+    if name == "bfloat16":
+        import ml_dtypes  # only where bfloat16 is asked for
+
+        return ml_dtypes.bfloat16
+    return np.dtype(name)
+
+
+def _scores(spec: Spec, ins: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Float64 ``(x, keep, A)``: the exponent ``c * P`` of each (row, key), whether the key counts
+    (the mask), and ``Σ_d |q_d k_d|``."""
+    q, k = (ins[n].astype(np.float64) for n in ("Q", "K"))
+    s = np.einsum("...id,...jd->...ij", q, k)
+    a = np.einsum("...id,...jd->...ij", np.abs(q), np.abs(k))
+    p = s * spec.scale if spec.scale_form == "score" else s
+    if spec.bias:
+        p = p + ins["Bias"].astype(np.float64)
+    c = 1.0 if spec.scale_form == "score" else spec.c
+    i = np.arange(spec.rows)[:, None]
+    j = np.arange(spec.keys)[None, :]
+    keep = np.broadcast_to(j <= i if spec.mask != "none" else np.ones_like(j <= i), p.shape)
+    return c * p, keep, a
+
+
+def reference(spec: Spec, ins: dict[str, np.ndarray]) -> np.ndarray:
+    """The attention in float64 (NaN for a row with no key left)."""
+    x, keep, _ = _scores(spec, ins)
+    x = np.where(keep, x, -np.inf)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        top = x.max(axis=-1, keepdims=True)
+        e = np.exp(x - top)
+        return (e @ ins["V"].astype(np.float64)) / e.sum(axis=-1, keepdims=True)
+
+
+def tolerance(spec: Spec, ins: dict[str, np.ndarray]) -> float:
+    """docs/semantics.md §8.7: the largest difference allowed between two computations of the
+    spec's attention that each round in its dtype (unit roundoff ``u``) at most as the chain does:
+    an exponent ``c * P`` is off by ``|c| (D u A + 4 u |P|)`` (the dot product of depth D, with A =
+    Σ|q_d k_d|, then the score's and the shift's roundings), its exponential relatively by that
+    plus ``4u``; a convex combination of V's rows with weights off by at most ``δ`` relatively is
+    off by ``2δ max|v|``; the sums over ``N`` keys add ``N u max|v|`` each, the division ``u |O|``.
+    Twice that (two computations), maximized over the keys that count (weight at least ``u``)."""
+    u = UNIT_ROUNDOFF[spec.dtype]
+    x, keep, a = _scores(spec, ins)
+    c = 1.0 if spec.scale_form == "score" else abs(spec.c)  # the exponent's scale: x = c * P
+    with np.errstate(invalid="ignore"):
+        top = np.where(keep, x, -np.inf).max(axis=-1, keepdims=True)
+        counts = keep & (np.exp(x - top) >= u)
+    if not counts.any():
+        return 0.0
+    p = np.abs(x[counts]).max() / c if c else 0.0  # |P|
+    delta = abs(spec.scale) * spec.depth * u * a[counts].max() + c * 4 * u * p + 4 * u
+    vmax = float(np.abs(ins["V"].astype(np.float64)).max()) if ins["V"].size else 0.0
+    return 2 * (vmax * (2 * delta + 2 * spec.keys * u) + 2 * u * vmax)
+
+
+@st.composite
+def cases(draw, dtypes=("float32", "float16"), most: int = 48) -> tuple[Spec, str, dict]:
+    """``(spec, source, inputs)``: a drawn attention variant with random normal inputs."""
+    nb = draw(st.integers(0, 2))
+    batch = tuple(draw(st.lists(st.integers(1, 3), min_size=nb, max_size=nb)))
+    rows = draw(st.integers(1, most))
+    cross = draw(st.booleans())
+    mask = draw(st.sampled_from(["none", "constraint", "cond"]))
+    spec = Spec(
+        batch=batch, rows=rows,
+        keys=draw(st.integers(1, most)) if cross and mask == "none" else rows,
+        depth=draw(st.integers(1, 24)), width=draw(st.integers(1, 12)),
+        scale=draw(st.sampled_from([1.0, 0.5, 0.125, 0.3, 2.0])),
+        scale_form=draw(st.sampled_from(["mul", "div", "score"])),
+        mask=mask, bias=draw(st.booleans()), dtype=draw(st.sampled_from(dtypes)),
+    )
+    return spec, source(spec), inputs(spec, draw(st.integers(0, 2**16)))
+
+
+def assert_close(spec: Spec, ins: dict, got: np.ndarray, want: np.ndarray) -> None:
+    """``got`` within ``tolerance`` of ``want`` (both NaN at the same places: rows with no key)."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    nan = np.isnan(want)
+    assert (np.isnan(got) == nan).all(), "NaN at other places (rows with no key left)"
+    tol = tolerance(spec, ins)
+    err = float(np.abs(got - want)[~nan].max()) if (~nan).any() else 0.0
+    assert err <= tol, f"max difference {err:.3g} over the tolerance {tol:.3g} ({spec})"
+
+
+__all__ = ["Spec", "assert_close", "cases", "inputs", "reference", "source", "tolerance"]

@@ -1,0 +1,37 @@
+"""The attention family (issue 41): drawn softmax attention programs (``conformance.attention``) on
+each target against the interpreter, within docs/semantics.md §8.7's tolerance (a target whose
+pipeline fuses the chain, ``stripe.passes.attention``, runs an online softmax in float32: not the
+interpreter's rounding, but within the bound)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+
+import ref_interp
+from backends.driver import compile_bound
+from conformance import attention, report, targets
+from conformance.test_conformance import compiled
+from tile import parse
+from tile.bind import bind
+from tile.dtypes import DType
+from tile.inputs import input_types
+
+
+@hypothesis_settings(max_examples=max(4, hypothesis_settings.default.max_examples // 4), deadline=None)
+@given(attention.cases())
+def test_attention(device, case):
+    compiled(device)
+    spec, src, ins = case
+    subject = targets.as_subject(device)
+    key = report.STATS.current or ("attention", subject.name)
+    digest = targets.example_digest(src, ins)
+    if not subject.supports(DType(spec.dtype)):
+        report.STATS.unsupported_example(key, f"no {spec.dtype}", digest)
+        return
+    report.STATS.example(key, digest)
+    prog = parse(src)
+    bound = bind(prog, input_types(prog, ins))
+    want = ref_interp.run(bound, ins)["O"]
+    got = compile_bound(bound, subject.device, subject.settings)(ins)["O"]
+    attention.assert_close(spec, ins, got, want)
