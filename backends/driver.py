@@ -30,6 +30,7 @@ import numpy as np
 from backends import progcache
 from backends.hal import Device, KernelInfo, ProgramDevice
 from backends.naming import label, work
+from backends.options import BuildFacts, build_library
 from backends.program import ProgramRun, stage_config
 from backends.runner import Build, CompiledProgram
 from stripe.config import TargetConfig, builtin_names, format_config, resolve_config, target_config
@@ -169,12 +170,6 @@ def _buffer_names(kernel: Block, buffers: Mapping) -> tuple[str, ...]:
     return tuple(names)
 
 
-def cache_bytes(hw) -> dict[str, int]:
-    """The sizes of the hardware model's ``L1`` and ``L2`` memories (one core's caches), where it
-    has them: what the LLVM CPU micro-kernel sizes its cache blocks from."""
-    return {n: hw.mem_bytes(n) for n in ("L1", "L2") if n in hw.mem_units}
-
-
 @paused_gc()  # as compile_bound (the autotuner builds here directly)
 def build(bound: BoundProgram, device: Device, settings: Mapping | None = None) -> Build:
     """Lower, optimize with ``config_for(device, settings)``, and generate code for ``device``;
@@ -196,13 +191,10 @@ def build(bound: BoundProgram, device: Device, settings: Mapping | None = None) 
     config = config_for(device, settings)
     program = optimized(lowered, config, settings)
     infos = kernels(program)
-    caches = cache_bytes(config.hardware) if config is not None else {}
-    if caches:  # the CPU code generator fits its cache blocks to the config's caches
-        settings.setdefault("cache_bytes", caches)
-    if config is not None and config.hardware.matrix_units:  # the operations tensorized kernels issue
-        settings.setdefault("matrix_units", config.hardware.matrix_units)
+    # what the config says that no user set (matrix units, caches) goes as facts, not settings
+    facts = BuildFacts.of(config)
     start = time.perf_counter()
-    library = device.compiler.build(infos, settings)
+    library = build_library(device.compiler, infos, settings, facts)
     if key is not None:
         progcache.store(key, program, infos, config, settings, device.compiler.snapshot(library))
     if progcache.takes_part(device):
@@ -219,7 +211,7 @@ def _restored(key: str, device: Device, start: float) -> Build | None:
     program, infos, config, settings = entry["program"], entry["infos"], entry["config"], entry["settings"]
     library = device.compiler.restore(infos, settings, entry["snapshot"])
     if library is None:  # the device's own entry is gone or bad: build the kernels again
-        library = device.compiler.build(infos, settings)
+        library = build_library(device.compiler, infos, settings, BuildFacts.of(config))
         progcache.store(key, program, infos, config, settings, device.compiler.snapshot(library))
     library.extra["program_cache"] = "hit"
     return Build(None, config, program, infos, library, time.perf_counter() - start)  # type: ignore[arg-type]

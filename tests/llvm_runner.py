@@ -15,6 +15,7 @@ import ref_interp
 import tile
 from backends.hal import KernelInfo, Library
 from backends.llvm import LlvmCpuDevice
+from backends.options import BuildFacts, build_library
 from ref_interp.stripe_exec import run_stripe
 from stripe.ir import Block, RefDir
 from stripe.lower import lower
@@ -44,8 +45,8 @@ def build(program: Block, settings: dict | None = None, device=DEVICE) -> tuple[
     main = program.stmts[0]
     roots = frozenset(r.into for r in program.refs)
     infos = [KernelInfo(k.name, k, buffer_names(k, roots)) for k in main.stmts]
-    settings = {"buffer_dtypes": {r.into: r.shape.dtype.value for r in program.refs}, **(settings or {})}
-    return device.compiler.build(infos, settings), infos
+    facts = BuildFacts(buffer_dtypes={r.into: r.shape.dtype.value for r in program.refs})
+    return build_library(device.compiler, infos, settings or {}, facts), infos
 
 
 def execute(program: Block, inputs: dict, settings: dict | None = None, device=DEVICE, library=None):

@@ -48,9 +48,8 @@ KNOWN: dict[str, str] = {
     "fast_math": "True builds with -cl-fast-relaxed-math",
     "local_size": "the work-group size of the general (untiled) kernels (default 64)",
     "async": "False builds OpenCL programs before compile returns",
-    # internal: the runner and tests pass these through
-    "buffer_dtypes": "storage types of buffers (internal)",
-    "matrix_units": "the hardware model's matrix units, for the code generator (internal: the driver)",
+    # (what the driver knows and no user sets, the matrix units and buffers' storage types, reaches
+    # compilers as backends.options.BuildFacts, not as settings)
 }
 
 

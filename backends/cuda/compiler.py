@@ -6,9 +6,10 @@ The kernels are the ones ``opencl_gpu.0`` runs (the portable ones and the tensor
 of the generated arithmetic. A program with ``sm_90a`` instructions (Hopper's warp-group products)
 is compiled for ``compute_90`` and its PTX retargeted (``ptx.for_sm90a``), as the OpenCL path does.
 
-Settings (all optional): ``cache`` (False: no disk cache of PTX), ``fast_math``, ``strict``,
-``local_size`` (threads a block for kernels without a required size, default 128), ``tiled``
-(False: GEMM nests as plain loops), ``matrix_units``, ``buffer_dtypes`` (as the OpenCL compiler's).
+Settings (all optional, parsed once into ``backends.options.CudaOptions``): ``cache`` (False: no
+disk cache of PTX), ``fast_math``, ``strict``, ``local_size`` (threads a block for kernels without a
+required size, default 128), ``tiled`` (False: GEMM nests as plain loops). The driver's
+``BuildFacts`` bring the matrix units and ``buffer_dtypes`` (as the OpenCL compiler's).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from backends.cuda.nvrtc import cached, compile_ptx, options
 from backends.cuda.ptx import declare_dynamic, for_sm90a, needs_sm90a
 from backends.cuda.tma import DYNAMIC
 from backends.hal import Compiler, KernelInfo, Library
+from backends.options import NO_FACTS, BuildFacts, CudaOptions
 
 
 class CudaCompiler(Compiler):
@@ -34,43 +36,43 @@ class CudaCompiler(Compiler):
     def __init__(self, facts):
         self.facts = facts
 
-    def target(self, settings: dict) -> CudaTarget:
+    def target(self, opts: CudaOptions, facts: BuildFacts = NO_FACTS) -> CudaTarget:
         f = self.facts
         t = CudaTarget(
             fp64=True,
             fp16=True,
             exact_div=True,
-            fast_math=bool(settings.get("fast_math", False)),
+            fast_math=opts.fast_math,
             half_extension=False,
-            contract=not settings.get("strict", False),
+            contract=not opts.strict,
         )
-        t.workgroups = bool(settings.get("tiled", True))
-        t.matrix_units = dict(settings.get("matrix_units") or {})
+        t.workgroups = opts.tiled
+        t.matrix_units = dict(facts.matrix_units)
         t.local_bytes = int(f.shared_bytes)
         t.launch_bytes = int(f.optin_bytes)
         t.compute_units = int(f.sms)
         return t
 
-    def source(self, kernels: Sequence[KernelInfo], settings: dict):
+    def source(self, kernels: Sequence[KernelInfo], opts: CudaOptions, facts: BuildFacts = NO_FACTS):
         """The program's CUDA source and its kernels' generated forms."""
-        t = self.target(settings)
-        sources = generate(t, list(kernels), settings.get("buffer_dtypes") or {})
+        t = self.target(opts, facts)
+        sources = generate(t, list(kernels), dict(facts.buffer_dtypes))
         body = "\n\n".join(helper_source(t) + [s.text for s in sources])
         text = "\n".join(t.header()) + "\n\n" + translate(body) + "\n"
         return text, sources
 
-    def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library:
+    def build(self, kernels: Sequence[KernelInfo], settings: dict, facts: BuildFacts = NO_FACTS) -> Library:
         start = time.perf_counter()
-        settings = dict(settings or {})
-        text, sources = self.source(kernels, settings)
-        ptx, status, key = compile_ptx(text, tuple(self.facts.capability), bool(settings.get("cache", True)))
+        opts = CudaOptions.parse(settings)
+        text, sources = self.source(kernels, opts, facts)
+        ptx, status, key = compile_ptx(text, tuple(self.facts.capability), opts.cache)
         sm90a = needs_sm90a(text)
         extra = {
             "cache": status,
             "ptx_key": key,
             "sm90a": sm90a,
             "work_items": [s.work_items for s in sources],
-            "local_size": int(settings.get("local_size", 128)),
+            "local_size": opts.local_size,
             "local_sizes": [s.local for s in sources],
             "names": [s.name for s in sources],
             "launch": [s.launch for s in sources],
@@ -92,7 +94,7 @@ class CudaCompiler(Compiler):
         """The library ``build`` made when ``snapshot`` gave ``snap``, its PTX from the disk cache;
         None when the entry is gone (then ``build``)."""
         start = time.perf_counter()
-        ptx = cached(snap.get("ptx_key", "")) if bool((settings or {}).get("cache", True)) else None
+        ptx = cached(snap.get("ptx_key", "")) if CudaOptions.parse(settings).cache else None
         if ptx is None or len(snap.get("names", ())) != len(kernels):
             return None
         extra = {**snap, "cache": "hit"}

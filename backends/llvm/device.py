@@ -20,13 +20,15 @@ only on the first index), ``threads`` (chunks per kernel, default the pool's siz
 ``microkernel`` (False: contractions as plain loops, not ``microkernel``'s register tiles;
 ``strict`` also turns off its fused multiply-add), ``min_parallel_points`` (smaller kernels run
 whole, default 16384), ``soft_half`` (float16 conversions in integer code instead of F16C),
-``buffer_dtypes`` (buffer name -> dtype, for kernels whose refinements convert from their buffer's
-type; by default a buffer holds the type of the kernel's first refinement of it), ``panel_split``
+``panel_split``
 (False: a matmul's threads divide its rows, never its panels, ``match.panel_split``),
 ``unroll`` (whether LLVM unrolls loops; default at ``opt`` 2 and above, ``opt_level``),
 ``cache_bytes`` (memory name -> bytes: the ``L1`` and ``L2`` the micro-kernel's cache blocks fit;
-the runner passes the optimizer config's, else the host's, ``host_caches``), ``cache_blocks``
-(False: every tile runs its whole reduction).
+default the optimizer config's, which the driver passes in ``BuildFacts``, else the host's,
+``host_caches``), ``cache_blocks`` (False: every tile runs its whole reduction); ``build`` parses them
+once into ``backends.options.LlvmOptions``. The driver's ``BuildFacts`` also bring ``buffer_dtypes``
+(buffer name -> dtype, for kernels whose refinements convert from their buffer's type; by default a
+buffer holds the type of the kernel's first refinement of it).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ from backends.llvm.match import VectorConfig, from_nest, host_vector_bytes, pane
 from backends.llvm.raw import RawCalls
 from backends.llvm.schedule import Schedule, plan
 from backends.llvm.threads import NativePool
+from backends.options import NO_FACTS, BuildFacts, LlvmOptions
 from stripe.ir import Block
 from tile.dtypes import DType
 from tile.errors import TileRuntimeError
@@ -229,10 +232,10 @@ class LlvmCompiler(Compiler):
                 "code": code_identity()}
 
     @paused_gc()  # code generation makes many objects: no cycle hunts over them meanwhile
-    def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library:
+    def build(self, kernels: Sequence[KernelInfo], settings: dict, facts: BuildFacts = NO_FACTS) -> Library:
         start = time.perf_counter()
         settings = dict(settings or {})
-        p = self._plan(kernels, settings)
+        p = self._plan(kernels, LlvmOptions.parse(settings), facts, settings)
         threads = int(settings.get("threads", self.threads))
         uses = generic.assign(kernels, p, settings, *host_target(), threads) if settings.get("generic") \
             else {}
@@ -306,22 +309,26 @@ class LlvmCompiler(Compiler):
         jit = _Jit(engine, mod, [], list(schedules), settings, stack)
         return _library(kernels, text, jit, list(built), list(fused), "hit", cache, start, opt)
 
-    def _plan(self, kernels: Sequence[KernelInfo], settings: dict) -> _Plan:
+    def _plan(self, kernels: Sequence[KernelInfo], opts: LlvmOptions, facts: BuildFacts,
+              settings: dict) -> _Plan:
+        """The build's plan from its typed options and the driver's facts (``settings``, the user's
+        own, only go into the object cache's key)."""
         cpu, features = host_target()
         tm = target_machine(cpu, features)
-        threads = int(settings.get("threads", self.threads))
-        f16c = "+f16c" in features.split(",") and not settings.get("soft_half", False)
-        dtypes = settings.get("buffer_dtypes") or {}
-        caches = {**host_caches(), **(settings.get("cache_bytes") or {})}
+        threads = self.threads if opts.threads is None else opts.threads
+        f16c = "+f16c" in features.split(",") and not opts.soft_half
+        dtypes = dict(facts.buffer_dtypes)
+        given = facts.cache_bytes if opts.cache_bytes is None else dict(opts.cache_bytes)  # the user's first
+        caches = {**host_caches(), **given}
         vector = VectorConfig(
-            host_vector_bytes(features) if settings.get("microkernel", True) else 0,
-            fma=not settings.get("strict", False),
-            reassoc=not settings.get("strict", False),
-            sum_block=int(settings.get("sum_block", 4096)),
-            l1_bytes=int(caches.get("L1", 0)) if settings.get("cache_blocks", True) else 0,
+            host_vector_bytes(features) if opts.microkernel else 0,
+            fma=not opts.strict,
+            reassoc=not opts.strict,
+            sum_block=opts.sum_block,
+            l1_bytes=int(caches.get("L1", 0)) if opts.cache_blocks else 0,
             l2_bytes=int(caches.get("L2", 0)),
         )
-        reorder = bool(settings.get("reorder", True))
+        reorder = opts.reorder
         schedules, code, blocks, epilogues = [], [], [], []
         own = [unit_key([info], [buffer_dtypes(info, dtypes)]) for info in kernels]
         planned: dict[str, int] = {}  # a kernel's key -> the first kernel planned with it
@@ -342,7 +349,7 @@ class LlvmCompiler(Compiler):
             if nest is not None:  # the optimizer's gemm_tile nest: a flat GEMM and its tiles
                 k = replace(k, block=nest[0])
             sched = plan(k.block, tuple(k.buffers), threads, reorder)
-            if reorder and settings.get("panel_split", True):
+            if reorder and opts.panel_split:
                 tiles = nest[1] if nest else None
                 sched = panel_split(k.block, sched, threads, vector, buffer_dtypes(k, dtypes), tiles)  # type: ignore[arg-type]
             fused = (k.block, nest[1], epi) if epi is not None else None
@@ -355,8 +362,8 @@ class LlvmCompiler(Compiler):
             epilogues.append(epi)
         triple, layout = llvm.get_process_triple(), str(tm.target_data)
         built, keys = shared_kernels(kernels, code, own)  # kernel -> the kernel whose function it calls
-        opt = opt_level(kernels, settings)
-        unroll = bool(settings.get("unroll", opt >= 2))
+        opt = opt_level(kernels, opts.opt)
+        unroll = opt >= 2 if opts.unroll is None else opts.unroll
         meta = {"threads": threads, "vector": repr(vector), "triple": triple, "layout": layout, "f16c": f16c,
                 "opt": opt, "unroll": unroll}
         key = plan_key(keys, built, meta, settings, cpu, features)
@@ -369,7 +376,7 @@ class LlvmCompiler(Compiler):
 SMALL_FLOPS, SMALL_BYTES = 1 << 16, 1 << 17  # a kernel under both runs in microseconds
 
 
-def opt_level(kernels: Sequence[KernelInfo], settings: dict) -> int:
+def opt_level(kernels: Sequence[KernelInfo], opt: int | None = None) -> int:
     """The LLVM pipeline's speed level: the ``opt`` setting where given; else 1 when every kernel
     does fewer than ``SMALL_FLOPS`` operations and moves fewer than ``SMALL_BYTES`` (microseconds
     a run, where ``-O3``'s passes take about twice ``-O1``'s time to build), else 3. ``-O1`` runs neither
@@ -382,8 +389,8 @@ def opt_level(kernels: Sequence[KernelInfo], settings: dict) -> int:
     forward + backward at a new sequence length (``bench.new_shapes``). Without vectorizers this
     copies no arithmetic differently: results were bit-identical to the unrolled build's in every
     case compared (``tests/test_new_shape_pipeline.py``; at 3 they were not always, so 3 unrolls)."""
-    if "opt" in settings:
-        return int(settings["opt"])
+    if opt is not None:
+        return opt
     small = all(k.flops < SMALL_FLOPS and k.bytes < SMALL_BYTES for k in kernels)
     return 1 if small and kernels else 3
 

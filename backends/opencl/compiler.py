@@ -13,10 +13,11 @@ Settings (all optional): ``cache`` (False: no disk cache), ``async`` (False: bui
 returning), ``fast_math`` (``mad`` for multiply-accumulate and ``native_*`` functions: faster, not
 exact), ``local_size`` (work-group size, default 64; a tiled contraction sets its own),
 ``tiled`` (False: the ``gemm_tile`` pass's nests run as nested loops, like any kernel; their tiles
-are the pass's, which the autotuner varies through its ``choices``),
-``buffer_dtypes`` (buffer name -> dtype, for
-``KernelInfo``s without ``buffer_dtypes``). Float ``/`` and ``sqrt`` are correctly rounded: with
-``-cl-fp32-correctly-rounded-divide-sqrt`` where the device supports it, else through double.
+are the pass's, which the autotuner varies through its ``choices``); parsed once into
+``backends.options.OpenclOptions``. The driver's ``BuildFacts`` bring the matrix units and
+``buffer_dtypes`` (buffer name -> dtype, for ``KernelInfo``s without them). Float ``/`` and
+``sqrt`` are correctly rounded: with ``-cl-fp32-correctly-rounded-divide-sqrt`` where the device
+supports it, else through double.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from backends.opencl.cache import BinaryCache, cache_key
 from backends.opencl.driver import Driver, quiet_build
 from backends.opencl.target import OpenCLTarget
 from backends.opencl.vendors import Vendor, rebuilding
+from backends.options import NO_FACTS, BuildFacts, OpenclOptions
 from tile.dtypes import DType
 from tile.errors import TileTypeError
 
@@ -123,35 +125,36 @@ class OpenCLCompiler(Compiler):
     def __init__(self, device: Driver):
         self.device = device
 
-    def target(self, settings: dict) -> OpenCLTarget:
+    def target(self, opts: OpenclOptions, facts: BuildFacts = NO_FACTS) -> OpenCLTarget:
         dev = self.device
         t = OpenCLTarget(
             fp64=dev.fp64,
             fp16=dev.fp16,
             exact_div=dev.exact_div,
-            fast_math=bool(settings.get("fast_math", False)),
+            fast_math=opts.fast_math,
             half_extension=dev.half_extension,
-            contract=not settings.get("strict", False),
+            contract=not opts.strict,
         )
-        t.workgroups = bool(settings.get("tiled", True))
-        t.matrix_units = dict(settings.get("matrix_units") or {})
+        t.workgroups = opts.tiled
+        t.matrix_units = dict(facts.matrix_units)
         t.local_bytes = int(dev.cl_device.local_mem_size)
         t.launch_bytes = dev.launch_bytes()
         t.compute_units = int(dev.cl_device.max_compute_units)
         return t
 
-    def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library:
+    def build(self, kernels: Sequence[KernelInfo], settings: dict, facts: BuildFacts = NO_FACTS) -> Library:
         start = time.perf_counter()
         settings = dict(settings or {})
+        opts = OpenclOptions.parse(settings)
         dev = self.device
-        t = self.target(settings)
-        sources = generate(t, list(kernels), settings.get("buffer_dtypes") or {})
+        t = self.target(opts, facts)
+        sources = generate(t, list(kernels), dict(facts.buffer_dtypes))
         self.check(t)
         helpers = helper_source(t)
         text = "\n\n".join(["\n".join(t.header())] + helpers + [s.text for s in sources]) + "\n"
         options = ["-cl-fp32-correctly-rounded-divide-sqrt"] if dev.exact_div else []
         cache = BinaryCache(
-            cache_key(text, " ".join(options), settings, dev.identity), settings.get("cache", True)
+            cache_key(text, " ".join(options), settings, dev.identity), opts.cache
         )
         extra = {
             "cache": "off" if not cache.enabled else "pending",
@@ -160,7 +163,7 @@ class OpenCLCompiler(Compiler):
             "work_items": [s.work_items for s in sources],
             "owned": [s.owned for s in sources],
             "options": options,
-            "local_size": int(settings.get("local_size", 64)),
+            "local_size": opts.local_size,
             "local_sizes": [s.local for s in sources],
             "names": [s.name for s in sources],  # as generated: a tiled kernel's carries its tiles
             "launch": [s.launch for s in sources],  # a kernel launched through CUDA: how (``cuda.launch``)
@@ -168,7 +171,7 @@ class OpenCLCompiler(Compiler):
         handle = ProgramHandle(dev, text, options, cache, extra)
         handle.names = extra["names"]
         handle.work_items = [s.work_items for s in sources]
-        handle.start(bool(settings.get("async", True)))
+        handle.start(opts.async_)
         return Library(
             list(kernels), source=text, handle=handle, build_seconds=time.perf_counter() - start, extra=extra
         )
