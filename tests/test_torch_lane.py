@@ -135,3 +135,17 @@ def test_lanes_are_bounded_and_debug_takes_the_general_path(monkeypatch, capfd):
     monkeypatch.setenv("TILE_DEBUG", "1")
     assert torch.equal(add(x), torch.full((3,), 2.0))
     assert "tile.torch: lane_bound" in capfd.readouterr().err
+
+
+def test_generic_kernels_take_their_extents_through_the_lane(no_general_path):
+    """With the ``generic`` setting a kernel built for a bucket reads its sizes from an extents
+    array after the buffers: the lane passes it too."""
+    f = tt.op("function (A[N], B[N]) -> (C) { C = A * B + A; }", name="lane_generic",
+              settings={"generic": True})
+    for n in (5, 7, 9):  # the second length makes the kernel generic
+        a, b = ints(n, seed=n), ints(n, seed=n + 1)
+        assert torch.equal(f(a, b), a * b + a)
+    no_general_path()
+    for seed in range(3):
+        a, b = ints(9, seed=seed + 20), ints(9, seed=seed + 30)
+        assert torch.equal(f(a, b), a * b + a)

@@ -17,7 +17,10 @@ class RawCalls:
         if kernel._chunks is None:
             kernel._chunks = kernel.ranges()
         chunks, fn, n = kernel._chunks, kernel.fn, len(kernel.info.buffers)
-        table = (ctypes.c_void_p * max(1, n))()  # (a lane's calls hold its program's lock)
+        extents = getattr(kernel, "extents", None)  # a generic kernel's, read after the buffers
+        table = (ctypes.c_void_p * max(1, n + (extents is not None)))()  # (calls hold a lock)
+        if extents is not None:
+            table[n] = ctypes.addressof(extents)
         if len(chunks) == 1:
             (lo, hi), = chunks
 
