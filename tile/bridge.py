@@ -345,6 +345,19 @@ class Op:
         _, g, feeds = self._grads[(key, tuple(wrt), device)]
         return self._run_tensors(program, self._gradient_feed(g, feeds, tensors, cotangents, key), names, out)
 
+    def lane_names(self, device: str, key: Key, wrt: Sequence[int] | None = None) -> tuple:
+        """``(CompiledProgram, input names, result names)`` of a program already run for ``key`` on
+        ``device`` (``forward``, or ``backward`` for ``wrt``), for a ``backends.lane.Lane`` over
+        it: the input names in the caller's order, the op's inputs then (a gradient) each output's
+        cotangent, None where the program reads nothing from that place."""
+        program, names = self.device_program(device, key, wrt)
+        if wrt is None:
+            return program, list(self.inputs), names
+        _, g, feeds = self._grads[(key, tuple(wrt), device)]
+        cots = [g.cotangents.get(o) for o in self.outputs]
+        ins = [n if n in feeds else None for n in [*self.inputs, *cots]]
+        return program, ins, names
+
     @staticmethod
     def _run_tensors(program, inputs: Mapping, names: Sequence[str], out: Sequence) -> list:
         result = program.run(inputs, out=dict(zip(names, out)))  # (the runner zeroes what it must)

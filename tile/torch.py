@@ -39,11 +39,13 @@ import numpy as np
 import torch
 import torch.autograd.forward_ad as fwAD
 
+from backends.runner import debug_on
 from tile.bridge import Op, dynamic_settings
 from tile.dtypes import DType
 from tile.errors import TileError, TileInputError
 from tile.parser import parse as tile_parse
-from tile.torch_autograd import TileFunction, register_autograd
+from tile.torch_autograd import TileEagerFunction, TileFunction, register_autograd
+from tile.torch_lane import TorchLane, signature
 
 __all__ = ["TorchOp", "load", "op", "save"]
 
@@ -75,15 +77,18 @@ _IN_PLACE = frozenset(_TO_NUMPY) - {torch.bfloat16}  # what Tensor.numpy() views
 
 
 PLAIN, AUTOGRAD, DISPATCH, TRANSFORM = 0, 1, 2, 3  # how an eager call runs (``_eager_kind``)
+_UNSEEN = object()  # a signature no call has run at yet (no lane, nor None for "none")
+LANES_KEPT = 64  # signatures an op keeps fast lanes for (each holds its program's buffers)
 
 
-def _eager_kind(tensors) -> int:
+def _eager_kind(tensors, cuda: bool = False) -> int:
     """How a call runs. ``DISPATCH`` through ``torch.ops.tile`` when anything would see the
     difference: ``torch.compile``, tracing, a torch function or dispatch mode (FakeTensor, FX and
     export tracing, functionalization), a functorch transform (vmap, grad), forward-mode AD, a
-    tensor subclass, or a tensor off the CPU. Otherwise the same work without the dispatcher, 10-40 us sooner:
-    ``PLAIN`` (no input needs a gradient, or grad mode is off) calls the kernel directly,
-    ``AUTOGRAD`` through ``TileFunction``, the same forward and backward as the registered ones.
+    tensor subclass, or a tensor off the CPU (``cuda``: off the CPU and CUDA). Otherwise the same
+    work without the dispatcher, 10-40 us sooner: ``PLAIN`` (no input needs a gradient, or grad
+    mode is off) calls the kernel directly, ``AUTOGRAD`` through ``TileEagerFunction``, the same
+    forward and backward as the registered ones.
     ``TRANSFORM``: under a ``torch.func`` transform, ``TileFunction`` applied here, above the
     transforms (``torch.func`` takes an ``autograd.Function`` only there, not from inside a
     dispatcher kernel)."""
@@ -101,7 +106,7 @@ def _eager_kind(tensors) -> int:
         return DISPATCH
     kind = PLAIN
     for t in tensors:
-        if type(t) is not torch.Tensor or not t.is_cpu:
+        if type(t) is not torch.Tensor or not (t.is_cpu or cuda and t.is_cuda):
             return DISPATCH
         if t.requires_grad:
             kind = AUTOGRAD
@@ -241,6 +246,10 @@ class TorchOp:
         # the Tile device CPU tensors are used in place on (None: copies, the general path)
         default = device or DEFAULT_DEVICES["cpu"]
         self._in_place = default if default.startswith("llvm_cpu") else None
+        # CUDA tensors skip the dispatcher where they run on cuda.N (or the default device)
+        self._cuda = device is None or device.startswith("cuda.")
+        self._lanes: dict[tuple, TorchLane | None] = {}  # signature -> the forward's fast lane
+        self._grad_lanes: dict[tuple, TorchLane | None] = {}  # (wrt, signature) -> the backward's
 
     def __call__(self, *tensors: torch.Tensor):
         if len(tensors) != len(self.core.inputs):
@@ -253,10 +262,12 @@ class TorchOp:
                     hint="pass a torch.Tensor for every input of the Tile function, in its order "
                     "(e.g. torch.tensor(x) for a number)",
                 )
-        kind = _eager_kind(tensors)
+        kind = _eager_kind(tensors, self._cuda)
         if kind == PLAIN:
             return self._forward(*tensors)  # what the dispatcher would call
-        if kind == AUTOGRAD or kind == TRANSFORM:
+        if kind == AUTOGRAD:
+            return TileEagerFunction.apply(self, *tensors)
+        if kind == TRANSFORM:
             return TileFunction.apply(self, *tensors)
         return self._call(*tensors)
 
@@ -271,9 +282,8 @@ class TorchOp:
         the dispatcher; what ``TileFunction.forward`` does."""
         return self._call(*tensors) if self._dispatching(tensors) else self._forward(*tensors)
 
-    @staticmethod
-    def _dispatching(tensors) -> bool:
-        return _eager_kind(tensors) >= DISPATCH
+    def _dispatching(self, tensors) -> bool:
+        return _eager_kind(tensors, self._cuda) >= DISPATCH
 
     def _derived(self, program, kind: str) -> TorchOp:
         """The op running a program derived from this one's (one per program text: its sizes are
@@ -298,6 +308,43 @@ class TorchOp:
     # -- kernels ------------------------------------------------------------------------------
 
     def _forward(self, *tensors: torch.Tensor):
+        sig = signature(tensors)
+        lane = self._lanes.get(sig, _UNSEEN)
+        if lane is not None and lane is not _UNSEEN and not debug_on():
+            outs = lane(tensors)
+            if outs is not None:
+                return outs[0] if len(outs) == 1 else tuple(outs)
+        result = self._forward_general(tensors)
+        if lane is _UNSEEN:
+            self._learn(self._lanes, sig, tensors, None)
+        return result
+
+    def _learn(self, lanes: dict, slot: tuple, tensors, wrt) -> None:
+        """Keep the fast lane (``tile.torch_lane``) for a signature whose general call just ran, or
+        None where it has none: tensors on a device without raw calls, or not contiguous."""
+        if len(lanes) >= LANES_KEPT:  # (kept none: the general path from now on)
+            return
+        lane = None
+        live = [t for t in tensors if t is not None]
+        if live and all(t.is_contiguous() for t in live):
+            device = live[0].device
+            cpu = device.type == "cpu" and self._in_place
+            tile_device = self._in_place if cpu else self._where(live)[0]
+            if device.type == "cpu" and tile_device.startswith("llvm_cpu") or (
+                device.type == "cuda" and tile_device.startswith("cuda.")
+            ):
+                n = len(self.core.inputs)
+                key = self.core.key([tuple(t.shape) for t in tensors[:n]],
+                                    [self._np_dtype(t, i) for i, t in enumerate(tensors[:n])])
+                if wrt is None or all(
+                    c is None or (tuple(c.shape), _TO_NUMPY.get(c.dtype)) == typ
+                    for c, typ in zip(tensors[n:], self.core.out_types(key))
+                ):
+                    program, ins, names = self.core.lane_names(tile_device, key, wrt)
+                    lane = TorchLane.of(program, ins, names, device, _TO_TORCH)
+        lanes[slot] = lane
+
+    def _forward_general(self, tensors):
         if self._in_place:
             result = self._forward_in_place(tensors)
             if result is not None:
@@ -365,6 +412,19 @@ class TorchOp:
         tensors, cotangents, wrt = args[:n], args[n], list(args[n + 1])
         if not wrt:
             return []
+        both = (*tensors, *cotangents)
+        slot = (tuple(wrt), signature(both))
+        lane = self._grad_lanes.get(slot, _UNSEEN)
+        if lane is not None and lane is not _UNSEEN and not debug_on():
+            grads = lane(both)
+            if grads is not None:
+                return _as_inputs(grads, tensors, wrt)
+        result = self._backward_general(tensors, cotangents, wrt)
+        if lane is _UNSEEN:
+            self._learn(self._grad_lanes, slot, both, wrt)
+        return result
+
+    def _backward_general(self, tensors, cotangents, wrt):
         where = self._where(tensors)
         note: list[str] = []
         result = self._shared(where, tensors, note, cotangents, wrt)
@@ -493,12 +553,8 @@ class TorchOp:
             note.append(f"CUDA memory sharing failed, so not shared ({type(e).__name__}: {e})")
             return None
         result = [t for _, t in outs]
-        if wrt is not None:  # a gradient as its input: broadcast where the program kept it smaller
-            result = [
-                g if g.shape == tensors[i].shape and g.dtype == tensors[i].dtype
-                else g.expand(tensors[i].shape).to(tensors[i].dtype).contiguous()
-                for g, i in zip(result, wrt)
-            ]
+        if wrt is not None:
+            result = _as_inputs(result, tensors, wrt)
         self._say(tile_device, f"{call.PATH}: {call.copied} bytes copied device-to-device into "
                   "inputs, outputs written in place", [])
         return result
@@ -533,6 +589,15 @@ class TorchOp:
                 note = [*note, f"{copied} bytes copied back to {device}"]
             self._say(tile_device, path, note)
         return result
+
+
+def _as_inputs(grads, tensors, wrt) -> list[torch.Tensor]:
+    """Each gradient as its input: broadcast where the program kept it smaller, in its dtype."""
+    return [
+        g if g.shape == tensors[i].shape and g.dtype == tensors[i].dtype
+        else g.expand(tensors[i].shape).to(tensors[i].dtype).contiguous()
+        for g, i in zip(grads, wrt)
+    ]
 
 
 def _held_equal(a, b) -> bool:
