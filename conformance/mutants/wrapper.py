@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from backends.hal import Compiler, Device, KernelInfo, Library
+from backends.options import NO_FACTS, BuildFacts, build_library
 from conformance.mutants.base import Mutant
 
 # the module whose global ``generate`` each text level's compiler calls, and how its result holds text
@@ -33,7 +34,7 @@ class MutantCompiler(Compiler):
         self.builds = 0
         self.applied = 0  # builds the rewrite changed
 
-    def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library:
+    def build(self, kernels: Sequence[KernelInfo], settings: dict, facts: BuildFacts = NO_FACTS) -> Library:
         changed = [False]
         if self.mutant.level == "stripe":
             out = []
@@ -41,9 +42,9 @@ class MutantCompiler(Compiler):
                 block = self.mutant.rewrite(k.block)
                 changed[0] |= block != k.block
                 out.append(replace(k, block=block))
-            library = self.real.build(out, settings)
+            library = build_library(self.real, out, settings, facts)
         else:
-            library = self._build_text(kernels, settings, changed)
+            library = self._build_text(kernels, settings, changed, facts)
         self.builds += 1
         self.applied += changed[0]
         log = os.environ.get("TILE_MUTANT_LOG")
@@ -52,7 +53,7 @@ class MutantCompiler(Compiler):
                 f.write(f"{self.mutant.name} {'applied' if changed[0] else 'unchanged'}\n")
         return library
 
-    def _build_text(self, kernels, settings, changed) -> Library:
+    def _build_text(self, kernels, settings, changed, facts=NO_FACTS) -> Library:
         # no object cache: the LLVM device looks its plan up before generating any IR, so a plan
         # the real device built (or this one did, in another process) would bypass the rewrite
         settings = {**settings, "cache": False}
@@ -74,7 +75,7 @@ class MutantCompiler(Compiler):
         with _LOCK:
             module.generate = generate
             try:
-                return self.real.build(kernels, settings)
+                return build_library(self.real, kernels, settings, facts)
             finally:
                 module.generate = real_generate
 
