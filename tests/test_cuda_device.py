@@ -241,6 +241,43 @@ def test_a_call_is_captured_in_a_cuda_graph_and_replayed():
     assert torch.equal(out, torch.arange(1000, device="cuda", dtype=torch.float32) + 1)
 
 
+def test_repeat_calls_on_cuda0_take_the_lane_on_the_current_stream(monkeypatch):
+    """After a signature's first call, calls pass the tensors' pointers straight to cuLaunchKernel
+    (``tile.torch_lane``): the general path made to fail, forward and backward stay exact, on a
+    side stream whose own work wrote the inputs just before."""
+    _gpu()
+    torch = _torch()
+    import tile.torch as tt
+    from backends.runner import CompiledProgram
+    from tile.torch_lane import TorchLane, signature
+
+    mm = tt.op(MATMUL, name="cuda_device_lane_mm")
+
+    def ints(*shape):
+        return torch.randint(-3, 4, shape, device="cuda").float()
+
+    a, b, g = ints(33, 17).requires_grad_(), ints(17, 9).requires_grad_(), ints(33, 9)
+    mm(a, b).backward(g)  # the general path, both ways
+    assert isinstance(mm._lanes[signature((a, b))], TorchLane)
+    assert any(isinstance(v, TorchLane) for v in mm._grad_lanes.values())
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("the general path ran")
+
+    monkeypatch.setattr(CompiledProgram, "run", refuse)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            a, b = ints(33, 17).requires_grad_(), ints(17, 9).requires_grad_()
+            c = mm(a, b)
+            c.backward(g)
+            want = a.detach() @ b.detach()
+            ga, gb = g @ b.detach().t(), a.detach().t() @ g
+            s.synchronize()
+            assert torch.equal(c, want) and torch.equal(a.grad, ga) and torch.equal(b.grad, gb)
+
+
 def test_tile_torch_on_cuda0_gradients_non_contiguous_and_bfloat16():
     _gpu()
     torch = _torch()
