@@ -11,6 +11,11 @@ each new shape (issue 40's two bridge goals), on ``llvm_cpu.0``.
   (``bench.compile_time.torch_case``: the second of two processes), forward + backward. Goal <= 50 ms.
 * ``--profile``: the cold forward + backward over the first ``--profile-lengths`` lengths under
   cProfile, the cumulative seconds of each stage (``STAGES``) and the top functions.
+* ``--generic``: the cold runs again with the op made ``dynamic=True`` (shape-generic kernels,
+  ``backends.llvm.generic``); ``--only generations``: code generations per kernel of the attention
+  over ``--gen-lengths`` (one process, each length checked against the interpreter), specialized
+  and generic; ``--only speed``: generic kernels' run time against the specialized ones' (best of
+  ``--repeat`` calls, interleaved) for an elementwise chain, a row reduction and a softmax.
 
 The machine may be shared: the load average is printed, and the process's CPU time besides wall
 time. bench/RESULTS.md ("Compile time: new shapes") has figures.
@@ -34,7 +39,7 @@ import torch
 import tile.torch as tt
 from bench.compile_time import ATTENTION, torch_args, torch_reference
 lengths, backward, profile = json.loads(sys.argv[1]), sys.argv[2] == "bwd", sys.argv[3] == "profile"
-op = tt.op(ATTENTION)
+op = tt.op(ATTENTION, dynamic=sys.argv[5] == "generic")
 
 def call(n):
     args = torch_args("attention", n)
@@ -89,6 +94,22 @@ STAGES = [
 ]
 
 
+def gen_lengths(spec: str) -> list[int]:
+    """Comma-separated parts: ``a:b:s`` (a step) or ``a:b:*f`` (a geometric walk by factor f)."""
+    out: list[int] = []
+    for part in spec.split(","):
+        a, b, s = part.split(":")
+        if s.startswith("*"):
+            x = float(a)
+            while x <= int(b):
+                out.append(int(x))
+                x *= float(s[1:])
+            out.append(int(b))
+        else:
+            out.extend(range(int(a), int(b) + 1, int(s)))
+    return sorted(set(out))
+
+
 def lengths_of(spec: str) -> list[int]:
     """``a:b:s`` (``range(a, b + 1, s)``) or a comma list."""
     if ":" in spec:
@@ -97,14 +118,14 @@ def lengths_of(spec: str) -> list[int]:
     return [int(x) for x in spec.split(",")]
 
 
-def cold(lengths: list[int], backward: bool, profile: str | None = None) -> dict:
+def cold(lengths: list[int], backward: bool, profile: str | None = None, generic: bool = False) -> dict:
     """The cold run in a new process with an empty disk cache: wall and CPU seconds over all
     ``lengths``, and each length's wall seconds."""
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "TILE_CACHE_DIR": cache, "PYTHONPATH": str(root)}
         args = [json.dumps(lengths), "bwd" if backward else "fwd", "profile" if profile else "-",
-                profile or "-"]
+                profile or "-", "generic" if generic else "-"]
         r = subprocess.run([sys.executable, "-c", COLD, *args], env=env, cwd=root, capture_output=True,
                            text=True)
     if r.returncode:
@@ -134,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="cold,warm", help="cold, warm")
     p.add_argument("--profile", action="store_true", help="profile a cold forward + backward instead")
     p.add_argument("--profile-lengths", type=int, default=8, help="how many of --lengths to profile")
+    p.add_argument("--generic", action="store_true", help="cold runs with dynamic=True as well")
+    p.add_argument("--gen-lengths", default="1:64:1,96:4096:*1.25", help="generations: lengths")
+    p.add_argument("--repeat", type=int, default=200, help="speed: calls timed per kernel and mode")
     args = p.parse_args(argv)
     lengths = lengths_of(args.lengths)
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
@@ -150,13 +174,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cold: {len(lengths)} lengths {lengths[0]}..{lengths[-1]}, one process, empty cache")
         print(f"{'mode':<16}{'total s':>9}{'cpu s':>8}{'ms/length':>11}{'median ms':>11}{'max ms':>9}"
               "  goal 5 s")
-        for backward in (False, True):
-            r = cold(lengths, backward)
+        modes = [(b, g) for g in ((False, True) if args.generic else (False,)) for b in (False, True)]
+        for backward, gen in modes:
+            r = cold(lengths, backward, generic=gen)
             per = sorted(r["per"])
-            mode = "fwd+bwd" if backward else "fwd"
+            mode = ("fwd+bwd" if backward else "fwd") + (" generic" if gen else "")
             print(f"{mode:<16}{r['wall']:>9.2f}{r['cpu']:>8.2f}{r['wall'] / len(per) * 1e3:>11.1f}"
                   f"{per[len(per) // 2] * 1e3:>11.1f}{per[-1] * 1e3:>9.1f}  "
                   f"{'met' if r['wall'] <= 5 else 'not met'}", flush=True)
+    if "generations" in args.only:
+        from bench.generic_shapes import generations
+
+        print(generations(gen_lengths(args.gen_lengths)), flush=True)
+    if "speed" in args.only:
+        from bench.generic_shapes import speed
+
+        print(speed(args.repeat), flush=True)
     if "warm" in args.only:
         print("warm: a new process, the disk cache filled by an earlier one; goal 50 ms fwd+bwd")
         print(f"{'length':<10}{'fwd ms':>9}{'bwd ms':>9}{'fwd+bwd ms':>12}{'cpu ms':>9}")

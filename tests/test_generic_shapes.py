@@ -131,7 +131,7 @@ def test_setting_off_builds_as_before():
     exe = tile.compile(CHAIN, "llvm_cpu.0")
     a = _ints((9, 8), 1)
     exe(a, a)
-    assert _generic_info(exe, a, a) == {"kernels": 0, "built": 0}
+    assert _generic_info(exe, a, a)["kernels"] == 0
     assert generic.REGISTRY.buckets == {}
 
 

@@ -39,6 +39,7 @@ from backends.llvm.rowreduce import plan as row_plan
 from backends.llvm.scalars import F64, I64, PTR, VOID, Emitter, Scalar, i64, mem_type
 from backends.llvm.schedule import Schedule
 from backends.llvm.specials import emit_special
+from backends.llvm.symbolic import is_slot
 from stripe.ir import (
     AGG_OPS,
     Block,
@@ -74,8 +75,11 @@ class KernelCodegen:
         fresh: int = 0,
         blocks: tuple[int, int] | None = None,
         epilogue=None,
+        slots: int = 0,
     ):
         self.em = em
+        self.slots = slots  # run-time integers (``symbolic``): a generic kernel's extents array
+        self.extents: list[ir.Value] = []
         self.blocks = blocks  # the cache tiles of the optimizer's nest this kernel came from
         self.epilogue = epilogue  # the nest's fused epilogue (``tile_epilogue.Epilogue``), if any
         self.fresh = fresh  # the kernel before only zero-fills this one's output: its elements
@@ -91,7 +95,8 @@ class KernelCodegen:
     # ---------------------------------------------------------------------- functions
     def build(self) -> ir.Function:
         n = len(self.info.buffers)
-        body_ty = ir.FunctionType(VOID, [PTR] * n + [I64, I64])
+        ext = 1 if self.slots else 0  # a generic kernel's extents array follows the buffers
+        body_ty = ir.FunctionType(VOID, [PTR] * (n + ext) + [I64, I64])
         body = ir.Function(self.em.module, body_ty, f"{self.symbol}.body")
         body.linkage = "internal"
         body.attributes.add("noinline")
@@ -102,11 +107,15 @@ class KernelCodegen:
         start = body.append_basic_block("entry")
         self.em.builder = ir.IRBuilder(start)
         self.ptrs = dict(zip(self.info.buffers, body.args[:n]))
+        b = self.em.builder
+        self.extents = self.em.extents = [
+            b.load(b.gep(body.args[n], [i64(k)], source_etype=I64), typ=I64) for k in range(self.slots)
+        ]
         self.buf_dtypes = dict(self.buffer_dtypes)
         for r in self.block.refs:
             if r.source in self.ptrs:
                 self.buf_dtypes.setdefault(r.source, r.shape.dtype)
-        self.kernel_block(body.args[n], body.args[n + 1])
+        self.kernel_block(body.args[n + ext], body.args[n + ext + 1])
         self.em.builder.ret_void()
         ir.IRBuilder(self.em.alloca_block).branch(start)
 
@@ -114,19 +123,24 @@ class KernelCodegen:
         fn.attributes.add("nounwind")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         bufs, lo, hi = fn.args
-        ptrs = [b.load(b.gep(bufs, [i64(k)], source_etype=PTR), typ=PTR) for k in range(n)]
+        ptrs = [b.load(b.gep(bufs, [i64(k)], source_etype=PTR), typ=PTR) for k in range(n + ext)]
         b.call(body, [*ptrs, lo, hi])
         b.ret_void()
         return fn
 
     # ------------------------------------------------------------------------- blocks
+    def num(self, n) -> ir.Value:
+        """An integer of the kernel as an i64: a constant, or a generic kernel's run-time extent."""
+        return self.em.num(n)
+
     def affine(self, aff: Affine, vals: dict[str, ir.Value], block: Block, what: str) -> ir.Value:
-        if not aff.is_integral:
+        known = [c for c in (aff.const, *(c for _, c in aff.terms)) if not is_slot(c)]
+        if any(c.denominator != 1 for c in known):  # a slot holds an integer
             raise block_error(
                 block, f"{what}: the affine '{aff}' has a non-integer coefficient", "defract first"
             )
         b = self.em.builder
-        out: ir.Value = i64(int(aff.const))
+        out: ir.Value = self.num(aff.const)
         for v, c in aff.terms:
             if v not in vals:
                 known = ", ".join(vals) or "none"
@@ -135,7 +149,7 @@ class KernelCodegen:
                     f"{what}: '{aff}' uses '{v}', not an index here (known: {known})",
                     "affines use the block's own indexes (an index's affine: its parent's)",
                 )
-            term = vals[v] if c == 1 else b.mul(vals[v], i64(int(c)))
+            term = vals[v] if not is_slot(c) and c == 1 else b.mul(vals[v], self.num(c))
             out = term if isinstance(out, ir.Constant) and out.constant == 0 else b.add(out, term)
         return out
 
@@ -147,7 +161,7 @@ class KernelCodegen:
                 raise block_error(
                     block, f"kernel index '{ix.name}' has the affine '{ix.affine}'", "kernels start at 0"
                 )
-            starts.append(i64(int(ix.affine.const)) if ix.affine is not None else i64(0))
+            starts.append(self.num(ix.affine.const) if ix.affine is not None else i64(0))
         sched = self.schedule
         split = (sched.split_index, lo, hi) if sched.order else None
         args = (self.vector, self.fresh, self.blocks, self.epilogue)
@@ -173,7 +187,7 @@ class KernelCodegen:
         idxs = block.idxs
         split = bounds is not None and self.schedule.split  # else [lo, hi) is the whole range
         sums = self.sum_plan(block, order, parent_views, bounded if split else -1)
-        rows = None if sums is not None else row_plan(  # ``rowreduce``
+        rows = None if sums is not None or self.slots else row_plan(  # ``rowreduce``
             block, order, self.ref_dtypes(block, parent_views), self.vector.vector_bytes,
             self.vector.reassoc, order[bounded] if bounds is not None and bounded < len(order) else None,
         )
@@ -199,7 +213,6 @@ class KernelCodegen:
             with b.if_then(ok):
                 then()
 
-
         def nest(depth: int, vals: dict[str, ir.Value], run: Running | None = None) -> None:
             if rows is not None and depth == len(order) - 1:  # the innermost loop as vectors
                 emit_rows(self, block, rows, vals, starts[order[depth]], parent_views)
@@ -224,7 +237,7 @@ class KernelCodegen:
                 return
             k = order[depth]
             ix = idxs[k]
-            lo, hi = bounds if (depth == bounded and bounds is not None) else (i64(0), i64(ix.range))
+            lo, hi = bounds if (depth == bounded and bounds is not None) else (i64(0), self.num(ix.range))
 
             def body(counter: ir.Value) -> None:
                 value = counter if _is_zero(starts[k]) else em.builder.add(starts[k], counter)
@@ -241,8 +254,8 @@ class KernelCodegen:
     def sum_plan(self, block: Block, order, parent_views, after: int) -> SumBlocks | None:
         """How a long float ``+`` reduction of ``block`` sums in blocks (``partials``), outside
         strict mode; None: as written."""
-        if not self.vector.reassoc:
-            return None
+        if not self.vector.reassoc or self.slots:  # a generic kernel sums as written (its blocks
+            return None  # would depend on the run-time extents)
         sums = plan_sums(block, order, self.vector.sum_block, after, self.ref_dtypes(block, parent_views))
         owned = dict(sums.owned) if sums else {}
         if any(ix.name in owned and ix.affine not in (None, Affine.constant(0)) for ix in block.idxs):
@@ -284,10 +297,11 @@ class KernelCodegen:
             raise missing_parent(block, r, hint)
         check_access_rank(block, r, len(pdims))
         for a, d in zip(r.access, pdims):
-            if a.is_constant and a.const == 0:
+            if a.is_constant and not is_slot(a.const) and a.const == 0:
                 continue
             off = self.affine(a, vals, block, f"the access of '{r.into}'")
-            base = b.add(base, b.mul(off, i64(d.stride)) if d.stride != 1 else off)
+            unit = not is_slot(d.stride) and d.stride == 1
+            base = b.add(base, off if unit else b.mul(off, self.num(d.stride)))
         return View(r.into, ptr, buf_dt, base, r.shape.dims, r.shape.dtype, r.agg_op)
 
     def local(self, r: Refinement) -> View:

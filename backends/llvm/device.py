@@ -431,7 +431,8 @@ def _library(kernels, text: str, jit: _Jit, built: list[int], fused: list[int], 
             "built_as": built,  # kernel k runs the function generated for kernel built[k]
             "distinct_kernels": len(only),
             "opt": opt,
-            "generic": {"kernels": len(uses), "built": sum(u.built for u in uses.values())},
+            "generic": {"kernels": len(uses), "built": sum(u.built for u in uses.values()),
+                        "which": {j: u.built for j, u in uses.items()}},  # kernel -> generated now
         },
     )
 

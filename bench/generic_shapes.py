@@ -1,0 +1,99 @@
+"""Shape-generic kernels (issue 40, ``backends.llvm.generic``): code generations per kernel over many
+sequence lengths, and the generic kernels' speed against the specialized ones'. Called by
+``python -m bench.new_shapes --only generations,speed``; figures in bench/RESULTS.md ("Compile
+time: shape-generic kernels")."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+import numpy as np
+
+import tile
+from backends.llvm import generic
+from bench.compile_time import ATTENTION
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _attention_inputs(n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(n)
+    return [rng.integers(-2, 3, size=s).astype(np.float32) for s in [(n, 8), (n, 8), (n, n), (n, 8)]]
+
+
+def _attention_reference(q, k, r, v) -> np.ndarray:
+    m = q.astype(np.float64) @ k.T.astype(np.float64) + r
+    p = np.exp(m - m.max(axis=1, keepdims=True))
+    return (p / p.sum(axis=1, keepdims=True)) @ v
+
+
+def generations(lengths: list[int]) -> str:
+    """The attention forward at every length, specialized (``{}``) then generic: per kernel kind,
+    how many lengths generated code for it; every result checked against float64 numpy."""
+    lines = [f"generations: attention forward at {len(lengths)} lengths {lengths[0]}..{lengths[-1]}, "
+             f"one process each mode, object cache off; load average {_load()}"]
+    for mode, settings in (("specialized", {}), ("generic", {"generic": True})):
+        generic.REGISTRY.clear()
+        exe = tile.compile(ATTENTION, "llvm_cpu.0", {**settings, "cache": False})
+        gens: dict[str, int] = {}
+        seen: dict[str, int] = {}
+        start, cpu = time.perf_counter(), time.process_time()
+        for n in lengths:
+            args = _attention_inputs(n)
+            out = exe(*args)["O"]
+            want = _attention_reference(*args)
+            tol = 8 * (n + 8) * np.finfo(np.float32).eps * max(1.0, float(np.abs(want).max()))
+            np.testing.assert_allclose(out, want, rtol=0, atol=tol, err_msg=f"{mode} at {n}")
+            lib = exe._last.library
+            uses = lib.extra.get("generic", {}).get("which", {})
+            for j, info in enumerate(lib.kernels):
+                if lib.extra["built_as"][j] != j:
+                    continue
+                kind = re.sub(r"_[0-9x_t]+$", "", info.name)
+                seen[kind] = seen.get(kind, 0) + 1
+                made = uses[j] if j in uses else True  # specialized: generated (no object cache)
+                gens[kind] = gens.get(kind, 0) + int(made)
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        row = ", ".join(f"{k} {gens[k]}/{seen[k]}" for k in sorted(gens))
+        lines.append(f"  {mode:<12} {wall:7.1f} s ({cpu:.1f} s CPU): code generations/lengths per kernel: "
+                     + row)
+    return "\n".join(lines)
+
+
+CHAIN = "function (A[N, D], B[N, D]) -> (C) { C = exp(A) * B + A * A; }"
+ROWS = "function (A[N, D]) -> (S) { S[i: N] = +(A[i, d] * A[i, d]); }"
+SOFTMAX = "function (X[N, D]) -> (P) { P = builtin_softmax(X, N, D); }"
+
+
+def speed(repeat: int, shapes=((100, 64), (1000, 64), (4096, 256))) -> str:
+    """Best-of-``repeat`` call time of each program, generic (its bucket built at two other
+    lengths first) against specialized, interleaved call by call; outputs compared first."""
+    lines = [f"speed: best of {repeat} calls, interleaved; load average {_load()}",
+             f"{'program':<10}{'shape':>12}{'specialized us':>16}{'generic us':>12}{'ratio':>8}"]
+    for name, src in (("chain", CHAIN), ("row sum", ROWS), ("softmax", SOFTMAX)):
+        for n, d in shapes:
+            generic.REGISTRY.clear()
+            rng = np.random.default_rng(n)
+            ins = [rng.standard_normal((n, d)).astype(np.float32) for _ in range(src.count("[N, D]"))]
+            spec = tile.compile(src, "llvm_cpu.0", {"cache": False})
+            gen = tile.compile(src, "llvm_cpu.0", {"generic": True, "cache": False})
+            for m in (n + 3, n + 5):  # the bucket's first kernel, then its template
+                gen(*[rng.standard_normal((m, d)).astype(np.float32) for _ in ins])
+            a, b = spec(*ins), gen(*ins)
+            assert gen._last.library.extra["generic"]["kernels"] >= 1, f"{name}: not generic"
+            for k in a:
+                tol = 8 * d * np.finfo(np.float32).eps * max(1.0, float(np.abs(a[k]).max()))
+                np.testing.assert_allclose(b[k], a[k], rtol=0, atol=tol)
+            best = {"s": float("inf"), "g": float("inf")}
+            for _ in range(repeat):
+                for key, exe in (("s", spec), ("g", gen)):
+                    t = time.perf_counter()
+                    exe(*ins)
+                    best[key] = min(best[key], time.perf_counter() - t)
+            lines.append(f"{name:<10}{f'{n}x{d}':>12}{best['s'] * 1e6:>16.1f}{best['g'] * 1e6:>12.1f}"
+                         f"{best['s'] / best['g']:>8.2f}")
+    return "\n".join(lines)
