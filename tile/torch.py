@@ -45,9 +45,9 @@ from tile.dtypes import DType
 from tile.errors import TileError, TileInputError
 from tile.parser import parse as tile_parse
 from tile.torch_autograd import TileEagerFunction, TileFunction, register_autograd
-from tile.torch_lane import TorchLane, signature
+from tile.torch_lane import LANES_KEPT, UNSEEN, TorchLane, learn, signature
 
-__all__ = ["TorchOp", "load", "op", "save"]
+__all__ = ["LANES_KEPT", "TorchOp", "load", "op", "save"]
 
 _OPS: dict[str, TorchOp] = {}
 DEFAULT_DEVICES = {"cpu": "llvm_cpu.0", "cuda": "opencl_gpu.0"}
@@ -77,8 +77,6 @@ _IN_PLACE = frozenset(_TO_NUMPY) - {torch.bfloat16}  # what Tensor.numpy() views
 
 
 PLAIN, AUTOGRAD, DISPATCH, TRANSFORM = 0, 1, 2, 3  # how an eager call runs (``_eager_kind``)
-_UNSEEN = object()  # a signature no call has run at yet (no lane, nor None for "none")
-LANES_KEPT = 64  # signatures an op keeps fast lanes for (each holds its program's buffers)
 
 
 def _eager_kind(tensors, cuda: bool = False) -> int:
@@ -309,40 +307,15 @@ class TorchOp:
 
     def _forward(self, *tensors: torch.Tensor):
         sig = signature(tensors)
-        lane = self._lanes.get(sig, _UNSEEN)
-        if lane is not None and lane is not _UNSEEN and not debug_on():
+        lane = self._lanes.get(sig, UNSEEN)
+        if lane is not None and lane is not UNSEEN and not debug_on():
             outs = lane(tensors)
             if outs is not None:
                 return outs[0] if len(outs) == 1 else tuple(outs)
         result = self._forward_general(tensors)
-        if lane is _UNSEEN:
-            self._learn(self._lanes, sig, tensors, None)
+        if lane is UNSEEN:
+            learn(self, self._lanes, sig, tensors, None, _TO_NUMPY, _TO_TORCH)
         return result
-
-    def _learn(self, lanes: dict, slot: tuple, tensors, wrt) -> None:
-        """Keep the fast lane (``tile.torch_lane``) for a signature whose general call just ran, or
-        None where it has none: tensors on a device without raw calls, or not contiguous."""
-        if len(lanes) >= LANES_KEPT:  # (kept none: the general path from now on)
-            return
-        lane = None
-        live = [t for t in tensors if t is not None]
-        if live and all(t.is_contiguous() for t in live):
-            device = live[0].device
-            cpu = device.type == "cpu" and self._in_place
-            tile_device = self._in_place if cpu else self._where(live)[0]
-            if device.type == "cpu" and tile_device.startswith("llvm_cpu") or (
-                device.type == "cuda" and tile_device.startswith("cuda.")
-            ):
-                n = len(self.core.inputs)
-                key = self.core.key([tuple(t.shape) for t in tensors[:n]],
-                                    [self._np_dtype(t, i) for i, t in enumerate(tensors[:n])])
-                if wrt is None or all(
-                    c is None or (tuple(c.shape), _TO_NUMPY.get(c.dtype)) == typ
-                    for c, typ in zip(tensors[n:], self.core.out_types(key))
-                ):
-                    program, ins, names = self.core.lane_names(tile_device, key, wrt)
-                    lane = TorchLane.of(program, ins, names, device, _TO_TORCH)
-        lanes[slot] = lane
 
     def _forward_general(self, tensors):
         if self._in_place:
@@ -414,14 +387,14 @@ class TorchOp:
             return []
         both = (*tensors, *cotangents)
         slot = (tuple(wrt), signature(both))
-        lane = self._grad_lanes.get(slot, _UNSEEN)
-        if lane is not None and lane is not _UNSEEN and not debug_on():
+        lane = self._grad_lanes.get(slot, UNSEEN)
+        if lane is not None and lane is not UNSEEN and not debug_on():
             grads = lane(both)
             if grads is not None:
                 return _as_inputs(grads, tensors, wrt)
         result = self._backward_general(tensors, cotangents, wrt)
-        if lane is _UNSEEN:
-            self._learn(self._grad_lanes, slot, both, wrt)
+        if lane is UNSEEN:
+            learn(self, self._grad_lanes, slot, both, wrt, _TO_NUMPY, _TO_TORCH)
         return result
 
     def _backward_general(self, tensors, cotangents, wrt):

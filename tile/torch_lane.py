@@ -20,6 +20,9 @@ import torch
 
 from backends.lane import Lane
 
+UNSEEN = object()  # a signature no call has run at yet (no lane, nor None for "none")
+LANES_KEPT = 64  # signatures an op keeps fast lanes for (each holds its program's buffers)
+
 
 def signature(tensors) -> tuple:
     """What a lane is kept by: each tensor's dtype, shape and device (None for a missing one)."""
@@ -66,6 +69,35 @@ class TorchLane:
         return outs
 
 
+def learn(op, lanes: dict, slot: tuple, tensors, wrt, to_numpy, to_torch) -> None:
+    """Keep in ``lanes[slot]`` the lane of ``op`` (a ``tile.torch.TorchOp``) for a signature whose
+    general call just ran (``wrt``: its backward's, ``tensors`` the inputs then the cotangents), or
+    None where it has none: a device without raw calls, a tensor not contiguous, a cotangent of
+    another type than its output (the general path converts it). ``to_numpy``/``to_torch`` map
+    dtypes."""
+    if len(lanes) >= LANES_KEPT:  # (kept none: the general path from now on)
+        return
+    lane = None
+    live = [t for t in tensors if t is not None]
+    if live and all(t.is_contiguous() for t in live):
+        device = live[0].device
+        cpu = device.type == "cpu" and op._in_place
+        tile_device = op._in_place if cpu else op._where(live)[0]
+        if device.type == "cpu" and tile_device.startswith("llvm_cpu") or (
+            device.type == "cuda" and tile_device.startswith("cuda.")
+        ):
+            n = len(op.core.inputs)
+            key = op.core.key([tuple(t.shape) for t in tensors[:n]],
+                              [op._np_dtype(t, i) for i, t in enumerate(tensors[:n])])
+            if wrt is None or all(
+                c is None or (tuple(c.shape), to_numpy.get(c.dtype)) == typ
+                for c, typ in zip(tensors[n:], op.core.out_types(key))
+            ):
+                program, ins, names = op.core.lane_names(tile_device, key, wrt)
+                lane = TorchLane.of(program, ins, names, device, to_torch)
+    lanes[slot] = lane
+
+
 def _shared(tensors) -> bool:
     """Whether two of ``tensors`` (present ones) start at the same address."""
     seen: set[int] = set()
@@ -79,4 +111,4 @@ def _shared(tensors) -> bool:
     return False
 
 
-__all__ = ["TorchLane", "signature"]
+__all__ = ["LANES_KEPT", "UNSEEN", "TorchLane", "learn", "signature"]
