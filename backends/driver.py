@@ -30,7 +30,7 @@ import numpy as np
 from backends import progcache
 from backends.hal import Device, KernelInfo, ProgramDevice
 from backends.naming import label, work
-from backends.options import BuildFacts, build_library
+from backends.options import BuildFacts, CommonOptions, build_library
 from backends.program import ProgramRun, stage_config
 from backends.runner import Build, CompiledProgram
 from stripe.config import TargetConfig, builtin_names, format_config, resolve_config, target_config
@@ -84,9 +84,9 @@ def config_for(device: Device, settings: Mapping | None = None) -> TargetConfig 
     kernels then run one work-item per output element). Kept per process for a config given by
     name (a file's by its path, size and modification time): parsing one takes milliseconds, and
     every ``tile.compile`` and first call of a shape asks."""
-    settings = settings or {}
-    given = settings.get("config")
-    memo = _config_memo_key(device, given, settings)
+    opts = CommonOptions.parse(settings)
+    given = opts.config
+    memo = _config_memo_key(device, opts)
     kept = _kept_configs(device) if memo is not None else None
     if kept is not None and memo in kept:
         return kept[memo]
@@ -95,10 +95,10 @@ def config_for(device: Device, settings: Mapping | None = None) -> TargetConfig 
         if not device.optimizer:
             return None  # a backend with no optimizer config compiles the lowered program as it is
         config = resolve_config(device.optimizer)
-    if settings.get("tiled", True) is False:
+    if not opts.tiled:
         config = replace(config, passes=tuple(s for s in config.passes if not PASSES[s.pass_].kernel_tiling))
-    if settings.get("precision") in FLOAT32_ON_UNITS:  # what float32 contractions may run on a matrix unit
-        mode = settings["precision"]
+    if opts.precision in FLOAT32_ON_UNITS:  # what float32 contractions may run on a matrix unit
+        mode = opts.precision
         config = replace(config, passes=tuple(
             replace(s, params=replace(s.params, float32=mode)) if hasattr(s.params, "float32") else s
             for s in config.passes
@@ -120,10 +120,11 @@ def _kept_configs(device: Device) -> dict | None:
         return None
 
 
-def _config_memo_key(device: Device, given, settings: Mapping) -> tuple | None:
+def _config_memo_key(device: Device, opts: CommonOptions) -> tuple | None:
     """What ``config_for``'s result depends on besides the device, for configs named by strings
     (a file's with its modification time and size); None (not kept) for a loaded ``TargetConfig``
     or a file that cannot be read."""
+    given = opts.config
     if given is not None and not isinstance(given, str):
         return None
     stamps = []
@@ -134,8 +135,7 @@ def _config_memo_key(device: Device, given, settings: Mapping) -> tuple | None:
             except OSError:
                 return None  # the error is resolve_config's to give
             stamps.append((st.st_mtime_ns, st.st_size))
-    return (given, device.optimizer, tuple(stamps), settings.get("tiled", True) is False,
-            settings.get("precision"))
+    return (given, device.optimizer, tuple(stamps), not opts.tiled, opts.precision)
 
 
 def optimized(
@@ -143,10 +143,10 @@ def optimized(
 ) -> Block:
     """``lowered`` after ``config``'s passes (up to the step ``after``); ``settings``: ``strict``
     skips the passes that reorder aggregation, ``optimize=False`` skips them all."""
-    settings = settings or {}
-    if config is None or not settings.get("optimize", True):
+    opts = CommonOptions.parse(settings)
+    if config is None or not opts.optimize:
         return lowered
-    return optimize(lowered, config, after=after, strict=bool(settings.get("strict", False)))
+    return optimize(lowered, config, after=after, strict=opts.strict)
 
 
 def kernels(program: Block) -> list[KernelInfo]:
@@ -177,17 +177,18 @@ def build(bound: BoundProgram, device: Device, settings: Mapping | None = None) 
     settings, the device's library restored from it with nothing lowered or optimized (the
     ``Build`` then has no ``lowered`` program)."""
     settings = dict(settings or {})
+    opts = CommonOptions.parse(settings)
     key = None
     # TILE_DEBUG=2 prints every pass as it runs (stripe.passes.pipeline): the user is watching the
     # optimizer, so the program cache is neither read nor written (a cached build shows nothing)
     watching = os.environ.get("TILE_DEBUG", "0") >= "2"
-    if settings.get("cache", True) and progcache.takes_part(device) and not watching:
+    if opts.cache and progcache.takes_part(device) and not watching:
         start = time.perf_counter()
         key = progcache.program_key(bound, device, settings)
         found = _restored(key, device, start)
         if found is not None:
             return found
-    lowered = lower(bound, strict=bool(settings.get("strict", False)))
+    lowered = lower(bound, strict=opts.strict)
     config = config_for(device, settings)
     program = optimized(lowered, config, settings)
     infos = kernels(program)

@@ -55,6 +55,7 @@ def _sizes(value: Any) -> tuple[tuple[str, int], ...] | None:
 
 
 KINDS = {  # kind -> (convert or None, what the user must write)
+    "any": (lambda value: value, ""),  # checked where it is used (``config``, ``precision``)
     "flag": (_flag, "True or False"),
     "count": (_count, "an integer"),
     "sizes": (_sizes, "a dict of memory names to byte counts, such as {'L1': 32768, 'L2': 1048576}"),
@@ -77,6 +78,7 @@ class Options:
     """Base of the option classes: ``parse`` builds one from a settings mapping."""
 
     backend: ClassVar[str] = "every"
+    who: ClassVar[str] = "every target"  # as messages name it
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -97,8 +99,7 @@ class Options:
             f = fields.get(name)
             if f is None:
                 if name not in KNOWN:
-                    raise TileSettingsError(f"unknown setting {name!r} for the {cls.backend} backend", None,
-                                            cls._valid())
+                    raise TileSettingsError(f"unknown setting {name!r} for {cls.who}", None, cls._valid())
                 continue  # another backend's, or the driver's
             if value is None:
                 continue
@@ -106,7 +107,7 @@ class Options:
             got = convert(value)
             if got is None:
                 raise TileSettingsError(
-                    f"setting {name!r} of the {cls.backend} backend must be {want}, "
+                    f"setting {name!r} of {cls.who} must be {want}, "
                     f"not {type(value).__name__} {value!r}"[:300],
                     None, cls._valid(),
                 )
@@ -115,7 +116,7 @@ class Options:
 
     @classmethod
     def _valid(cls) -> str:
-        return f"the {cls.backend} backend reads: " + ", ".join(sorted(cls.names()))
+        return f"{cls.who} reads: " + ", ".join(sorted(cls.names()))
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,8 @@ class CommonOptions(Options):
 
     backend: ClassVar[str] = "every"
     cache: bool = setting(True, "flag")
+    config: Any = setting(None, "any")  # a built-in config's name, a file or a loaded TargetConfig
+    precision: str | None = setting(None, "any")
     strict: bool = setting(False, "flag")
     optimize: bool = setting(True, "flag")
     tiled: bool = setting(True, "flag")
@@ -141,6 +144,7 @@ class LlvmOptions(Options):
     """The LLVM CPU backend's (``backends.llvm.device``; each setting's meaning: ``tile.settings``)."""
 
     backend: ClassVar[str] = "llvm"
+    who: ClassVar[str] = "the llvm backend"
     cache: bool = setting(True, "flag")
     strict: bool = setting(False, "flag")
     threads: int | None = setting(None, "count")  # None: the pool's size
@@ -164,6 +168,7 @@ class OpenclOptions(Options):
     """The OpenCL backend's (``backends.opencl.compiler``)."""
 
     backend: ClassVar[str] = "opencl"
+    who: ClassVar[str] = "the opencl backend"
     cache: bool = setting(True, "flag")
     strict: bool = setting(False, "flag")
     tiled: bool = setting(True, "flag")
@@ -177,6 +182,7 @@ class CudaOptions(Options):
     """The CUDA backend's (``backends.cuda.compiler``)."""
 
     backend: ClassVar[str] = "cuda"
+    who: ClassVar[str] = "the cuda backend"
     cache: bool = setting(True, "flag")
     strict: bool = setting(False, "flag")
     tiled: bool = setting(True, "flag")

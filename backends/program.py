@@ -28,6 +28,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from backends.hal import STAGES, ProgramDevice
+from backends.options import CommonOptions
 from tile.dtypes import DType
 from tile.errors import TileBackendError, TileInputError
 from tile.tensor import Tensor
@@ -63,7 +64,7 @@ def stage_config(device: ProgramDevice, settings: Mapping | None):
         return None
     from stripe.config import resolve_config
 
-    config = resolve_config((settings or {}).get("config") or device.config)
+    config = resolve_config(CommonOptions.parse(settings).config or device.config)
     if config is None:
         raise TileInputError(
             f"{device.id} takes programs optimized by a config, and names none",

@@ -26,6 +26,7 @@ from backends.hal import (
     kernel_symbol,
     wait_all,
 )
+from backends.options import CommonOptions
 from backends.zeroing import needs_zero, zeroed_once
 from stripe.config import TargetConfig
 from stripe.ir import Block, RefDir, walk
@@ -68,17 +69,17 @@ def _span_of(bound: BoundProgram, name: str) -> Span | None:
     return None
 
 
-def check_memory(bound: BoundProgram, buffers: Mapping, device: Device, settings: Mapping) -> None:
+def check_memory(bound: BoundProgram, buffers: Mapping, device: Device, opts: CommonOptions) -> None:
     """Refuse, before allocating anything, buffers the device cannot hold: each buffer against
-    ``settings["max_buffer_bytes"]`` and the device's per-buffer and total limits, all of them
-    together against ``settings["max_total_bytes"]`` and the device's total (``memory_bytes``)."""
+    the ``max_buffer_bytes`` setting and the device's per-buffer and total limits, all of them
+    together against ``max_total_bytes`` and the device's total (``memory_bytes``)."""
     mem: MemoryLimit = device.memory_bytes()
     per: list[tuple[int, str]] = [(n, mem.what) for n in (mem.per_buffer, mem.total) if n is not None]
     total: list[tuple[int, str]] = [(mem.total, mem.what)] if mem.total is not None else []
-    if "max_buffer_bytes" in settings:
-        per.append((int(settings["max_buffer_bytes"]), "the max_buffer_bytes setting"))
-    if "max_total_bytes" in settings:
-        total.append((int(settings["max_total_bytes"]), "the max_total_bytes setting"))
+    if opts.max_buffer_bytes is not None:
+        per.append((opts.max_buffer_bytes, "the max_buffer_bytes setting"))
+    if opts.max_total_bytes is not None:
+        total.append((opts.max_total_bytes, "the max_total_bytes setting"))
     hint = (
         "use smaller inputs or output sizes, or a device with more memory; settings "
         "max_buffer_bytes / max_total_bytes set lower limits, never higher ones"
@@ -135,6 +136,7 @@ class CompiledProgram:
         self.bound = bound
         self.device = device
         self.settings = dict(settings or {})
+        self.options = CommonOptions.parse(self.settings)
         self.lowered = build.lowered
         self.config = build.config
         self.program = build.program
@@ -220,7 +222,7 @@ class CompiledProgram:
     def _run(self, inputs: Mapping, out: Mapping, resident: bool, debug: bool) -> dict:
         check_tensors(self, inputs, out)
         if not self._checked:  # before the first allocation (later calls reuse the buffers)
-            check_memory(self.bound, self.buffers, self.device, self.settings)
+            check_memory(self.bound, self.buffers, self.device, self.options)
             self._checked = True
         ex = self.device.executor
         prior = self._last  # the last call's work: reused buffers are rewritten after it

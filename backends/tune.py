@@ -35,6 +35,7 @@ import numpy as np
 from backends.diskcache import cache_dir, digest, read_entry, write_entry
 from backends.driver import compile_bound
 from backends.hal import Device
+from backends.options import CommonOptions
 from stripe.config import TargetConfig
 from stripe.ir import Block
 from stripe.lower import lower
@@ -78,15 +79,16 @@ def with_choices(config: TargetConfig, choices: Mapping[str, Mapping[str, int]])
 
 
 def tune_key(lowered: Block, device: Device, config: TargetConfig, settings: Mapping) -> str:
+    opts = CommonOptions.parse(settings)
     meta = {
         "format": FORMAT,
         "kind": "tune",
         "device": device.id,
         "description": device.description,
         "config": repr(config),
-        "strict": bool(settings.get("strict", False)),
+        "strict": opts.strict,
         "settings": {k: settings[k] for k in _CODE_SETTINGS if settings.get(k) is not None},
-        "candidates": int(settings.get("tune_candidates", 4)),
+        "candidates": opts.tune_candidates,
     }
     return digest(meta, format_block(lowered))
 
@@ -100,17 +102,18 @@ def tune(
 ) -> Tuning:
     """The fastest choices for ``bound`` on ``device`` (from the cache, else timed and stored);
     each trial is a full build by ``backends.driver``."""
-    strict = bool(settings.get("strict", False))
+    opts = CommonOptions.parse(settings)
+    strict = opts.strict
     lowered = lower(bound, strict=strict)
     key = tune_key(lowered, device, config, settings)
     path = cache_dir("tune") / f"{key}.json"
-    use_cache = bool(settings.get("cache", True))
-    if use_cache and not settings.get("tune_refresh"):
+    use_cache = opts.cache
+    if use_cache and not opts.tune_refresh:
         raw = read_entry(path, key)
         if raw is not None:
             got = json.loads(raw.decode())
             return Tuning(got["choices"], settings=got["settings"], cached=True, path=str(path))
-    n = max(1, int(settings.get("tune_candidates", 4)))
+    n = max(1, opts.tune_candidates)
     found = _sites(lowered, config, strict)
     choices: dict[str, dict[str, int]] = {step: {} for step in found}
     trials: list[Trial] = []
@@ -171,7 +174,7 @@ def _space(bound, device, cfg: TargetConfig, settings: Mapping) -> list[dict]:
         cp = compile_bound(bound, device, {**settings, "config": cfg})
     except Exception:  # noqa: BLE001 - the trials report it
         return []
-    return list(device.tuning_space(cp.library))[: 2 * max(1, int(settings.get("tune_candidates", 4)))]
+    return list(device.tuning_space(cp.library))[: 2 * max(1, CommonOptions.parse(settings).tune_candidates)]
 
 
 def _sites(lowered, config: TargetConfig, strict: bool) -> dict[str, dict[str, list]]:

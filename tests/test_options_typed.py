@@ -56,14 +56,14 @@ def test_values_are_converted_and_the_options_are_frozen_and_hashable():
     (LlvmOptions, {"cache_bytes": {"L1": "32k"}}, ["'cache_bytes'", "memory names to byte counts"]),
     (OpenclOptions, {"local_size": 6.5}, ["'local_size'", "opencl backend", "an integer", "float 6.5"]),
     (CudaOptions, {"fast_math": 2}, ["'fast_math'", "cuda backend", "True or False"]),
-    (CommonOptions, {"tune_candidates": "4"}, ["'tune_candidates'", "every backend"]),
+    (CommonOptions, {"tune_candidates": "4"}, ["'tune_candidates'", "every target"]),
 ])
 def test_a_mistyped_setting_names_itself_the_backend_and_its_settings(cls, settings, words):
     with pytest.raises(TileSettingsError) as err:
         cls.parse(settings)
     text = str(err.value)
     assert all(w in text for w in words), text
-    assert f"the {cls.backend} backend reads: " + ", ".join(sorted(cls.names())) in text
+    assert f"{cls.who} reads: " + ", ".join(sorted(cls.names())) in text
 
 
 def test_an_unknown_setting_names_the_backend_and_its_settings():
@@ -170,3 +170,21 @@ def test_llvm_results_are_the_interpreters_bit_for_bit(settings):
     b = rng.integers(-4, 5, (70, 19)).astype(np.float32)
     got = tile.compile(MM, "llvm_cpu.0", {"cache": False, **settings})(A=a, B=b)["C"]
     np.testing.assert_array_equal(got, tile.compile(MM, "interp")(A=a, B=b)["C"])
+
+
+@pytest.mark.parametrize("settings, name", [
+    ({"max_buffer_bytes": "1k"}, "max_buffer_bytes"), ({"tiled": "no"}, "tiled"),
+    ({"optimize": None, "strict": 2}, "strict"),
+])
+def test_a_mistyped_common_setting_is_refused_before_building(settings, name):
+    """The driver and runner read ``CommonOptions``: a value no code could use is refused by name
+    (``max_buffer_bytes="1k"`` was a ValueError from ``int``)."""
+    with pytest.raises(TileSettingsError, match=f"setting '{name}' of every target must be"):
+        tile.compile(MM, "llvm_cpu.0", {"cache": False, **settings})
+
+
+def test_the_memory_limit_setting_is_read_typed():
+    a = np.ones((8, 8), np.float32)
+    exe = tile.compile(MM, "llvm_cpu.0", {"cache": False, "max_buffer_bytes": np.int64(64)})
+    with pytest.raises(tile.TileResourceError, match="the max_buffer_bytes setting"):
+        exe(A=a, B=a)

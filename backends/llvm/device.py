@@ -235,14 +235,14 @@ class LlvmCompiler(Compiler):
     def build(self, kernels: Sequence[KernelInfo], settings: dict, facts: BuildFacts = NO_FACTS) -> Library:
         start = time.perf_counter()
         settings = dict(settings or {})
-        p = self._plan(kernels, LlvmOptions.parse(settings), facts, settings)
-        threads = int(settings.get("threads", self.threads))
-        uses = generic.assign(kernels, p, settings, *host_target(), threads) if settings.get("generic") \
-            else {}
+        opts = LlvmOptions.parse(settings)
+        p = self._plan(kernels, opts, facts, settings)
+        threads = self.threads if opts.threads is None else opts.threads
+        uses = generic.assign(kernels, p, settings, *host_target(), threads) if opts.generic else {}
         only = p.only - set(uses)
         if uses:  # the module holds the other kernels only
             p = replace(p, key=diskcache.digest({"generic": sorted(uses)}, p.key))
-        cache = ObjectCache(p.key, bool(settings.get("cache", True)))
+        cache = ObjectCache(p.key, opts.cache)
         entry = cache.load() if only or not uses else None
         parts = unpack_entry(entry) if entry is not None else None
         if uses and not only:  # every kernel generic: no module of this program's own
@@ -298,7 +298,7 @@ class LlvmCompiler(Compiler):
                                                                    "opt"))
         except (KeyError, TypeError):  # a snapshot of another shape: build instead
             return None
-        cache = ObjectCache(key, bool(settings.get("cache", True)))
+        cache = ObjectCache(key, LlvmOptions.parse(settings).cache)
         entry = cache.load()
         parts = unpack_entry(entry) if entry is not None else None
         if parts is None or parts[0] != snap.get("stack") or not len(built) == len(schedules) == len(kernels):
