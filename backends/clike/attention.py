@@ -5,7 +5,7 @@ One work-group per (batch point, block of ``block_rows`` query rows), one work-i
 work-item keeps its row of Q and its partial output (``width`` floats) in registers, and a running
 max ``m`` and sum ``l`` of the exponentials. The keys come in steps of ``block_keys``: the
 work-group stages that step's rows of K and V in ``__local`` memory (zeros past the end), then each
-work-item computes its scores ``s = q · k_j`` in float32, runs the plan's score kernels on them
+work-item computes its scores ``s = q · k_j`` in float32 (kept so), runs the plan's score kernels on them
 point by point (the chain's own statements, through ``KernelEmitter.point``: a bias, a ``cond``
 mask, a scale, whatever elementwise they are), takes ``x = c * P`` for the step's keys that pass
 the mask's constraints, and updates ``m' = max(m, max x)``, ``acc = acc * exp(m - m') +
@@ -172,10 +172,12 @@ def _skip_masked(em: KernelEmitter, p: AttentionPlan, role: dict[str, str], i0: 
 
 
 def _score(em: KernelEmitter, p: AttentionPlan, s: str, at: dict[str, str]) -> str:
-    """The score ``P`` (a float expression) from the float32 product ``s``: S's value in its type,
-    through the plan's score kernels, run point by point on registers."""
+    """The score ``P`` (a float expression) from the float32 product ``s``: ``s`` itself, or S's
+    value in its type through the plan's score kernels, run point by point on registers (their
+    statements round as the chain's do)."""
     b, t = em.block, em.t
-    s_ref = b.ref(p.s)
+    if not p.scores:  # S itself: kept in float32 (rounding it to a half type would only add error)
+        return s
     regs: dict[str, View] = {}
 
     def register(name: str, value: str | None) -> View:
@@ -207,7 +209,7 @@ def _score(em: KernelEmitter, p: AttentionPlan, s: str, at: dict[str, str]) -> s
             em.point(c, vals, views)
         last = out.source
     v = regs[last]
-    return t.convert(f"{v.ptr}[0]", v.dtype, _F32) if s_ref is not None else s
+    return t.convert(f"{v.ptr}[0]", v.dtype, _F32)
 
 
 __all__ = ["emit", "takes"]

@@ -1,0 +1,153 @@
+"""Fused attention (issue 41) on a GPU against PyTorch's ``scaled_dot_product_attention``, one run.
+
+``python -m bench.attention [DEVICE] [--seqs 1024,4096,16384] [--dims 64,128]
+[--dtypes float16,bfloat16] [--json F]`` times the forward of the plain attention program
+(``conformance.attention.source``: ``S = Q·K``, row max, ``exp((S - Mx) * c)``, row sum, ``E·V``,
+division; causal as constraints on the max and the sums) with ``c = 1/sqrt(D)``, which the GPU
+pipeline fuses into one kernel (``stripe.passes.attention``), against PyTorch's flash backend
+(``torch.nn.attention.sdpa_kernel``), for fp16 and bf16, head dims 64 and 128, sequence lengths
+1k-16k, causal and not. Each case has ``32768 / N`` heads (8 x 4096, 2 x 16384). Tile: best of
+``--repeat`` resident calls (wall clock around the call and its ``wait()``); PyTorch: best of as
+many around the op and ``torch.cuda.synchronize()``. Both results are compared with a float64
+reference computed on the GPU head by head (max absolute error; Tile's float32 result, as the
+program gives it, first rounded to the inputs' type as PyTorch's is). Compile time is apart.
+
+It prints a Markdown table: TFLOP/s of each (``4 N² D`` per head, halved when causal), the ratio
+PyTorch time / Tile time (issue 41's goal: at least 0.8) and the error ratio Tile / PyTorch (the
+goal: at most 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+
+import numpy as np
+
+import tile
+from conformance.attention import Spec, source
+
+
+def _best(fn, k: int) -> float:
+    fn()
+    ts = []
+    for _ in range(k):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return min(ts)
+
+
+def _reference(q, k, v, causal: bool):
+    """Float64 attention on the GPU, one head at a time (S of one head at a time in memory)."""
+    import torch
+
+    out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=torch.float64, device=q.device)
+    scale = 1 / math.sqrt(q.shape[-1])
+    for h in range(q.shape[0]):
+        s = (q[h].double() @ k[h].double().T) * scale
+        if causal:
+            n = s.shape[0]
+            s.masked_fill_(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), -math.inf)
+        out[h] = torch.softmax(s, dim=-1) @ v[h].double()
+    return out
+
+
+def case(device: str, n: int, d: int, dtype: str, causal: bool, repeat: int) -> dict:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    heads = max(1, 32768 // n)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a smoke test of the bench itself
+    spec = Spec(batch=(heads,), rows=n, keys=n, depth=d, width=d, scale=1 / math.sqrt(d),
+                mask="constraint" if causal else "none", dtype=dtype)
+    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    gen = torch.Generator(device=dev).manual_seed(0)
+    q, k, v = (torch.randn(heads, n, d, device=dev, dtype=tdt, generator=gen) for _ in range(3))
+    t0 = time.perf_counter()
+    f = tile.compile(source(spec), device=device)
+    arrays = {name: x.float().cpu().numpy() for name, x in (("Q", q), ("K", k), ("V", v))}
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        arrays = {name: a.astype(ml_dtypes.bfloat16) for name, a in arrays.items()}
+    else:
+        arrays = {name: a.astype(np.float16) for name, a in arrays.items()}
+    ins = {name: tile.tensor(a, device=device) for name, a in arrays.items()}
+    got = f(**ins, resident=True)["O"]
+    got.wait()
+    compile_s = time.perf_counter() - t0
+
+    def run_tile():
+        f(**ins, resident=True)["O"].wait()
+
+    tile_s = _best(run_tile, repeat)
+    backends = [SDPBackend.FLASH_ATTENTION] if dev == "cuda" else [SDPBackend.MATH]
+    with sdpa_kernel(backends):
+        def run_torch():
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            if dev == "cuda":
+                torch.cuda.synchronize()
+
+        torch_s = _best(run_torch, repeat)
+        theirs = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    want = _reference(q, k, v, causal)
+    # the program's O is float32 (its float literal promotes, docs/semantics.md §4.1): rounded to
+    # the inputs' type, as PyTorch's result is, before it is compared
+    ours = torch.from_numpy(np.asarray(got.numpy(), np.float32)).to(dev).to(tdt).double()
+    flops = 4 * n * n * d * heads / (2 if causal else 1)
+    return {
+        "dtype": dtype, "n": n, "d": d, "heads": heads, "causal": causal,
+        "tile_ms": tile_s * 1e3, "torch_ms": torch_s * 1e3,
+        "tile_tflops": flops / tile_s / 1e12, "torch_tflops": flops / torch_s / 1e12,
+        "ratio": torch_s / tile_s, "compile_s": compile_s,
+        "tile_err": float((ours - want).abs().max()),
+        "torch_err": float((theirs.double() - want).abs().max()),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("device", nargs="?", default="cuda.0")
+    ap.add_argument("--seqs", default="1024,4096,16384")
+    ap.add_argument("--dims", default="64,128")
+    ap.add_argument("--dtypes", default="float16,bfloat16")
+    ap.add_argument("--causal", default="0,1", help="0: full, 1: causal (comma-separated)")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--budget", type=float, default=float("inf"),
+                    help="start no case after this many seconds")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    start = time.perf_counter()
+    rows = []
+    print("| dtype | N | D | heads | causal | Tile ms | TFLOP/s | PyTorch ms | TFLOP/s | ratio | "
+          "Tile err | PyTorch err | err ratio | compile s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for dtype in args.dtypes.split(","):
+        for d in map(int, args.dims.split(",")):
+            for n in map(int, args.seqs.split(",")):
+                for causal in (c == "1" for c in args.causal.split(",")):
+                    if time.perf_counter() - start > args.budget:
+                        print(f"(budget of {args.budget} s spent: the remaining cases were not run)")
+                        break
+                    try:
+                        r = case(args.device, n, d, dtype, causal, args.repeat)
+                    except Exception as e:  # a case that fails is reported, the others still run
+                        print(f"| {dtype} | {n} | {d} | | {causal} | failed: {type(e).__name__}: {e} |")
+                        continue
+                    rows.append(r)
+                    print(f"| {dtype} | {n} | {d} | {r['heads']} | {causal} | {r['tile_ms']:.3f} | "
+                          f"{r['tile_tflops']:.1f} | {r['torch_ms']:.3f} | {r['torch_tflops']:.1f} | "
+                          f"{r['ratio']:.3f} | {r['tile_err']:.2e} | {r['torch_err']:.2e} | "
+                          f"{r['tile_err'] / max(r['torch_err'], 1e-30):.2f} | {r['compile_s']:.1f} |",
+                          flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
