@@ -9,7 +9,7 @@ import pytest
 from llvmlite import ir
 
 from backends.llvm import LlvmCpuDevice
-from backends.llvm.microkernel import remainder
+from backends.llvm.loops import remainder
 from backends.llvm.scalars import i64
 from tests.llvm_runner import execute, lowered
 

@@ -49,6 +49,16 @@ def test_prepare_and_run_match_numpy(device):
     assert rep.run({"x": x})["y"].shape == (2, 3)
 
 
+def test_run_builds_the_outputs_class_once():
+    # onnx's namedtupledict makes a new class through eval on every call: 0.1 ms, a third of a
+    # small model's whole call on llvm_cpu.0
+    x = np.array([[1, 0, -1, 2], [3, 1, 0, -2]], dtype=np.float32)
+    rep = Backend.prepare(small_model(), "interp")
+    first, second = rep.run([x]), rep.run([2 * x])
+    assert type(first) is type(second) and first._fields == ("y",)
+    np.testing.assert_allclose(second.y, reference(2 * x), rtol=16 * np.finfo(np.float32).eps, atol=0)
+
+
 def test_run_node_runs_one_node():
     node = helper.make_node("Transpose", ["a"], ["b"], perm=[1, 0, 2])
     a = np.arange(24, dtype=np.int32).reshape(2, 3, 4)

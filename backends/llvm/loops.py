@@ -67,6 +67,29 @@ def counted_loop(
     return x
 
 
+def remainder(
+    b: ir.IRBuilder, lo: ir.Value, hi: ir.Value, mr: int, tile: Callable[[ir.Value, int], None]
+) -> None:
+    """``tile(r0, p)`` over the fewer than ``mr`` rows ``[lo, hi)``: a tile of ``p`` rows for each
+    power of two ``p < mr`` whose bit the count has, largest first (only those needed when both
+    bounds are constants, else each behind a test of its bit)."""
+    sizes = [1 << j for j in range(mr.bit_length()) if 1 << j < mr][::-1]
+    if isinstance(lo, ir.Constant) and isinstance(hi, ir.Constant):
+        r0, left = int(lo.constant), int(hi.constant) - int(lo.constant)
+        for p in sizes:
+            if left & p:
+                tile(i64(r0), p)
+                r0 += p
+        return
+    left = b.sub(hi, lo)
+    r0 = lo
+    for p in sizes:
+        bit = b.and_(left, i64(p))
+        with b.if_then(b.icmp_signed("!=", bit, i64(0))):
+            tile(r0, p)
+        r0 = b.add(r0, bit)
+
+
 def smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     """The smaller of two i64 values (signed)."""
     return b.select(b.icmp_signed("<", x, y), x, y)

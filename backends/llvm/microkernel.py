@@ -47,7 +47,7 @@ from dataclasses import replace
 from llvmlite import ir
 
 from backends.llvm.intrinsics import binary
-from backends.llvm.loops import View, counted_loop, for_range, smin
+from backends.llvm.loops import View, counted_loop, for_range, remainder, smin
 from backends.llvm.match import PACK_LIMIT, Shape, VectorConfig, analyse, cache_blocks, covers, panel
 from backends.llvm.partials import microkernel_sums
 from backends.llvm.scalars import F32, F64, I32, I64, PTR, i64
@@ -520,29 +520,6 @@ class MicroKernel:
             x = view.read(self.em, b.add(pos, at) if lane else pos)
             out = b.insert_element(out, x, ir.Constant(I32, lane))
         return out
-
-
-def remainder(
-    b: ir.IRBuilder, lo: ir.Value, hi: ir.Value, mr: int, tile: Callable[[ir.Value, int], None]
-) -> None:
-    """``tile(r0, p)`` over the fewer than ``mr`` rows ``[lo, hi)``: a tile of ``p`` rows for each
-    power of two ``p < mr`` whose bit the count has, largest first (only those needed when both
-    bounds are constants, else each behind a test of its bit)."""
-    sizes = [1 << j for j in range(mr.bit_length()) if 1 << j < mr][::-1]
-    if isinstance(lo, ir.Constant) and isinstance(hi, ir.Constant):
-        r0, left = int(lo.constant), int(hi.constant) - int(lo.constant)
-        for p in sizes:
-            if left & p:
-                tile(i64(r0), p)
-                r0 += p
-        return
-    left = b.sub(hi, lo)
-    r0 = lo
-    for p in sizes:
-        bit = b.and_(left, i64(p))
-        with b.if_then(b.icmp_signed("!=", bit, i64(0))):
-            tile(r0, p)
-        r0 = b.add(r0, bit)
 
 
 def _combine(op, x: list[list[ir.Value]], y: list[list[ir.Value]]) -> list[list[ir.Value]]:

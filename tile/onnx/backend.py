@@ -53,6 +53,7 @@ class BackendRep(_BackendRep):
                             if vi.name not in {i.name for i in self.model.graph.initializer}]
         self.fixed: set[str] = set()  # graph inputs whose values decide a shape
         self._cache: dict[tuple, tuple[Imported, tile.Executable]] = {}
+        self._outputs: dict[tuple[str, ...], type] = {}
 
     def _named(self, inputs) -> dict[str, np.ndarray]:
         if isinstance(inputs, Mapping):
@@ -95,7 +96,11 @@ class BackendRep(_BackendRep):
 
     def run(self, inputs, **kwargs) -> tuple:
         named = self.run_named(inputs)
-        return namedtupledict("Outputs", list(named))(*named.values())
+        names = tuple(named)
+        cls = self._outputs.get(names)
+        if cls is None:  # onnx's namedtupledict builds a class (through eval): once per output names
+            cls = self._outputs[names] = namedtupledict("Outputs", list(names))
+        return cls(*named.values())
 
 
 class Backend(_Backend):
