@@ -215,7 +215,11 @@ def check_copy(src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, lengt
 
 class Compiler(abc.ABC):
     @abc.abstractmethod
-    def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library: ...
+    def build(self, kernels: Sequence[KernelInfo], settings: dict) -> Library:
+        """The library of ``kernels`` built with the user's ``settings`` (a compiler parses the ones
+        it reads into its own options, ``backends.options``). One that also takes ``facts``
+        (``backends.options.BuildFacts``: the matrix units, caches and storage types the driver
+        knows) is given them by ``backends.options.build_library``."""
 
 
 class Executor(abc.ABC):
