@@ -78,9 +78,13 @@ def test_another_backends_setting_is_left_to_it():
     assert OpenclOptions.parse({"threads": 2, "sum_block": 0}) == OpenclOptions()
 
 
-def test_every_option_is_a_known_setting():
+def test_every_option_is_a_known_setting_and_every_setting_typed():
+    """A setting added to ``tile.settings.KNOWN`` without a typed field (or the reverse) fails here."""
+    typed = set()
     for cls in CLASSES:
         assert set(cls.names()) <= set(KNOWN), cls
+        typed |= set(cls.names())
+    assert typed == set(KNOWN)
 
 
 def test_the_internal_facts_are_not_settings():
