@@ -73,6 +73,7 @@ def _setting_name(f: dataclasses.Field) -> str:
 
 
 # ------------------------------------------------------------------------------ the option classes
+_FIELDS: dict[type, dict[str, dataclasses.Field]] = {}  # class -> its fields by setting name
 @dataclass(frozen=True)
 class Options:
     """Base of the option classes: ``parse`` builds one from a settings mapping."""
@@ -93,8 +94,12 @@ class Options:
         if not isinstance(settings, Mapping):
             raise TileSettingsError(f"settings must be a dict, not {type(settings).__name__}", None,
                                     cls._valid())
+        if not settings:
+            return cls()
         given = {}
-        fields = {_setting_name(f): f for f in dataclasses.fields(cls)}
+        fields = _FIELDS.get(cls)
+        if fields is None:
+            fields = _FIELDS[cls] = {_setting_name(f): f for f in dataclasses.fields(cls)}
         for name, value in settings.items():
             f = fields.get(name)
             if f is None:
