@@ -120,6 +120,12 @@ def pytest_addoption(parser):
         help="check only shard I (0-based) of N: the N shards together check what one run does",
     )
     group.addoption(
+        "--generic",
+        action="store_true",
+        help="compile with settings={'generic': True}: llvm_cpu.0 kernels seen before at other sizes run "
+        "as shape-generic kernels (backends.llvm.generic)",
+    )
+    group.addoption(
         "--precision",
         choices=modes.MODES,
         default="native",
@@ -315,6 +321,8 @@ def device(target, request):
     settings = {"config": target.config} if target.config and dev is not None else {}
     if modes.MODE != "native":
         settings["precision"] = modes.MODE
+    if request.config.getoption("--generic") and dev is not None:
+        settings["generic"] = True
     reporting.STATS.current = (family, target.name)
     reporting.STATS.test_expected.clear()
     yield subjects.Subject(target.name, dev, user, settings, target.every_config)

@@ -237,8 +237,7 @@ class LlvmCompiler(Compiler):
         settings = dict(settings or {})
         opts = LlvmOptions.parse(settings)
         p = self._plan(kernels, opts, facts, settings)
-        threads = self.threads if opts.threads is None else opts.threads
-        uses = generic.assign(kernels, p, settings, *host_target(), threads) if opts.generic else {}
+        uses = generic.assign(kernels, p, settings, *host_target()) if opts.generic else {}
         only = p.only - set(uses)
         if uses:  # the module holds the other kernels only
             p = replace(p, key=diskcache.digest({"generic": sorted(uses)}, p.key))

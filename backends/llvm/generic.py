@@ -40,7 +40,6 @@ from backends.llvm.codegen import KernelCodegen, buffer_dtypes, units
 from backends.llvm.microkernel import kernel_match
 from backends.llvm.scalars import Emitter
 from backends.llvm.schedule import Schedule
-from backends.llvm.schedule import plan as schedule_plan
 from stripe.ir import Block
 
 MAX_BUILDS = 4  # generic builds per bucket before it stays specialized
@@ -70,8 +69,12 @@ class Registry:
     buckets: dict[str, Bucket] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     generated: int = 0  # generic kernels generated (IR emitted) in this process
+    # every generic engine ever built, never freed: a widened template's old engine was freed
+    # while the conformance suite ran (a crash in MCJIT's teardown); a few per bucket at most
+    engines: list = field(default_factory=list)
 
     def clear(self) -> None:
+        """Forget the buckets (tests): their engines stay alive."""
         with self.lock:
             self.buckets.clear()
             self.generated = 0
@@ -92,16 +95,12 @@ class Use:
     keep: object  # the engine that owns the function (the library holds it)
 
 
-def eligible(info: KernelInfo, sched: Schedule, code: KernelInfo, blocks, epilogue, vector, dts,
-             products: bool = False) -> bool:
-    """Whether kernel ``info`` may be generic (see the module docstring; ``products``: the
-    contractions the micro-kernel would take too, as plain loops)."""
+def eligible(info: KernelInfo, sched: Schedule, code: KernelInfo, blocks, epilogue, vector, dts) -> bool:
+    """Whether kernel ``info`` may be generic (see the module docstring)."""
     block = info.block
-    if not isinstance(block, Block):
+    if not isinstance(block, Block) or code is not info or blocks is not None or epilogue is not None:
         return False
-    if not products and (code is not info or blocks is not None or epilogue is not None):
-        return False
-    if not vector.vector_bytes or products:
+    if not vector.vector_bytes:
         return True
     pos = sched.split_index if sched.order and sched.split else None
     return not _products(block, pos, vector, dts)
@@ -126,11 +125,9 @@ def bucket_key(info: KernelInfo, sched: Schedule, dts: dict, meta: str) -> str:
                       repr(plan), meta])
 
 
-def assign(kernels, plan, settings: dict, cpu: str, features: str, threads: int) -> dict[int, Use]:
+def assign(kernels, plan, settings: dict, cpu: str, features: str) -> dict[int, Use]:
     """The kernels of ``plan`` (``device._Plan``) that run generic functions, building the
-    templates this program completes (one module for all of them). ``generic="all"``: products
-    too, as the optimizer's plain loops (``plan`` had replaced them by the micro-kernel's GEMM)."""
-    products = settings.get("generic") == "all"
+    templates this program completes (one module for all of them)."""
     vector = replace(plan.vector, vector_bytes=0)  # plain loops: no micro-kernel reads an extent
     opt = int(settings.get("opt", 3))
     unroll = bool(settings.get("unroll", opt >= 2))
@@ -143,12 +140,8 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str, threads: int)
             info = kernels[j]
             dts = buffer_dtypes(info, plan.dtypes)
             sched = plan.schedules[j]
-            if not eligible(info, sched, plan.code[j], plan.blocks[j], plan.epilogues[j], plan.vector, dts,
-                            products):
+            if not eligible(info, sched, plan.code[j], plan.blocks[j], plan.epilogues[j], plan.vector, dts):
                 continue
-            if plan.code[j] is not info:  # planned as the micro-kernel's GEMM: the loops' own schedule
-                reorder = bool(settings.get("reorder", True))
-                sched = schedule_plan(info.block, tuple(info.buffers), threads, reorder)
             key = bucket_key(info, sched, dts, meta)
             bucket = REGISTRY.buckets.setdefault(key, Bucket())
             if bucket.refused:
@@ -231,6 +224,7 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
         engine.set_object_cache(lambda _m, data: cache.store(data), lambda _m: None)
     engine.finalize_object()
     keep = (engine, mod)
+    REGISTRY.engines.append(keep)
     uses = {}
     for j, key, template, n, symbol, stack, sched in made:
         address = engine.get_function_address(symbol)
