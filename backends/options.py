@@ -156,6 +156,7 @@ class LlvmOptions(Options):
     opt: int | None = setting(None, "count")  # None: ``opt_level``'s choice
     unroll: bool | None = setting(None, "flag")  # None: at opt 2 and above
     generic: bool = setting(False, "flag")
+    generic_products: bool = setting(False, "flag")  # backends.llvm.generic: products as plain loops
     reorder: bool = setting(True, "flag")
     parallel: bool = setting(True, "flag")
     inline: bool = setting(True, "flag")

@@ -165,3 +165,28 @@ def test_torch_dynamic_refuses_an_unknown_dimension():
 
     with pytest.raises(TileInputError, match="not a dimension of its inputs"):
         tt.op("function (X[N]) -> (Y) { Y = X + 1; }", name="generic_shapes_bad", dynamic=("S",))
+
+
+def test_attention_with_generic_products_builds_once():
+    from bench.compile_time import ATTENTION
+
+    settings = {"generic": True, "generic_products": True, "tiled": False}
+    exe = tile.compile(ATTENTION, "llvm_cpu.0", settings)
+    counts = []
+    for n in (64, 72, 80, 96, 101, 128, 200):  # one schedule (rows >= 2 x threads), one bucket
+        rng = np.random.default_rng(n)
+        shapes = [(n, 8), (n, 8), (n, n), (n, 8)]
+        q, k, r, v = (rng.integers(-2, 3, size=s).astype(np.float32) for s in shapes)
+        got = exe(q, k, r, v)["O"]
+        m = q.astype(np.float64) @ k.T + r
+        e = np.exp(m - m.max(axis=1, keepdims=True))
+        want = (e / e.sum(axis=1, keepdims=True)) @ v
+        tol = 8 * (n + 8) * np.finfo(np.float32).eps * float(np.abs(want).max())
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg=f"S={n}")
+        counts.append(generic.REGISTRY.generated)
+    info = exe._last.library.extra["generic"]
+    assert info["kernels"] == len(exe._last.library.kernels) and info["built"] == 0  # every kernel
+    assert counts[-1] == counts[1], "a length after the second generated code"
+    without = tile.compile(ATTENTION, "llvm_cpu.0", {"generic": True, "tiled": False})
+    without(q, k, r, v)
+    assert without._last.library.extra["generic"]["kernels"] < info["kernels"]  # products specialized

@@ -11,12 +11,15 @@ read off (``symbolic.bind``): no code is generated. An instance that differs in 
 template fixed widens the template (a new build); a bucket stops widening after ``MAX_BUILDS``.
 
 Which kernels: those the specialized build would emit as plain loops (no optimizer GEMM nest, no
-fused epilogue, no micro-kernel match, not a zero fill a micro-kernel may take over) and with no
-nested blocks: elementwise chains, reductions, softmax rows, the contractions the micro-kernel
-does not take. Products stay specialized. A generic kernel sums as written (no ``partials``
-blocks, which depend on the extents); LLVM may still vectorize a float sum (reassociation, as
-docs/semantics.md §8.3 allows, never under ``strict``). Any code generator decision that would
-read a slot as a number raises ``symbolic.SlotUsed``: that bucket is built specialized instead.
+fused epilogue, no micro-kernel match; a zero fill the next kernel's micro-kernel may take over is
+generic only with that kernel): elementwise chains, reductions, softmax rows, the contractions the
+micro-kernel does not take. Products stay specialized, unless ``generic_products`` (with
+``tiled=False``, so that the optimizer makes no GEMM nests): then they run as plain loops too,
+compiled once, slower than the micro-kernel at large sizes (bench/RESULTS.md). A generic kernel
+sums as written (no ``partials`` blocks, which depend on the extents); LLVM may still vectorize a
+float sum (reassociation, as docs/semantics.md §8.3 allows, never under ``strict``). Any code
+generator decision that would read a slot as a number raises ``symbolic.SlotUsed``: that bucket is
+built specialized instead.
 Results are those of the kernel the template is instantiated at, only the integers come at run
 time: a generic kernel is exact wherever the specialized one is.
 
@@ -95,12 +98,14 @@ class Use:
     keep: object  # the engine that owns the function (the library holds it)
 
 
-def eligible(info: KernelInfo, sched: Schedule, code: KernelInfo, blocks, epilogue, vector, dts) -> bool:
-    """Whether kernel ``info`` may be generic (see the module docstring)."""
+def eligible(info: KernelInfo, sched: Schedule, code: KernelInfo, blocks, epilogue, vector, dts,
+             products: bool = False) -> bool:
+    """Whether kernel ``info`` may be generic (see the module docstring; ``products``: the
+    ``generic_products`` setting, the contractions the micro-kernel would take too)."""
     block = info.block
     if not isinstance(block, Block) or code is not info or blocks is not None or epilogue is not None:
         return False
-    if not vector.vector_bytes:
+    if not vector.vector_bytes or products:
         return True
     pos = sched.split_index if sched.order and sched.split else None
     return not _products(block, pos, vector, dts)
@@ -140,7 +145,8 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> dict[int, 
             info = kernels[j]
             dts = buffer_dtypes(info, plan.dtypes)
             sched = plan.schedules[j]
-            if not eligible(info, sched, plan.code[j], plan.blocks[j], plan.epilogues[j], plan.vector, dts):
+            if not eligible(info, sched, plan.code[j], plan.blocks[j], plan.epilogues[j], plan.vector, dts,
+                            bool(settings.get("generic_products"))):
                 continue
             key = bucket_key(info, sched, dts, meta)
             bucket = REGISTRY.buckets.setdefault(key, Bucket())
