@@ -36,7 +36,8 @@ def generations(lengths: list[int]) -> str:
     how many lengths generated code for it; every result checked against float64 numpy."""
     lines = [f"generations: attention forward at {len(lengths)} lengths {lengths[0]}..{lengths[-1]}, "
              f"one process each mode, object cache off; load average {_load()}"]
-    for mode, settings in (("specialized", {}), ("generic", {"generic": True})):
+    products = {"generic": True, "generic_products": True, "tiled": False}
+    for mode, settings in (("specialized", {}), ("generic", {"generic": True}), ("+products", products)):
         generic.REGISTRY.clear()
         exe = tile.compile(ATTENTION, "llvm_cpu.0", {**settings, "cache": False})
         gens: dict[str, int] = {}
@@ -67,6 +68,34 @@ def generations(lengths: list[int]) -> str:
 CHAIN = "function (A[N, D], B[N, D]) -> (C) { C = exp(A) * B + A * A; }"
 ROWS = "function (A[N, D]) -> (S) { S[i: N] = +(A[i, d] * A[i, d]); }"
 SOFTMAX = "function (X[N, D]) -> (P) { P = builtin_softmax(X, N, D); }"
+
+
+def attention_speed(repeat: int, lengths=(64, 128, 256, 512)) -> str:
+    """The attention forward, every kernel generic (``generic_products``, ``tiled=False``, its
+    bucket built at two other lengths first) against the default specialized build."""
+    lines = [f"attention speed: best of {repeat} calls, interleaved; load average {_load()}",
+             f"{'S':>6}{'specialized us':>16}{'generic us':>12}{'ratio':>8}{'generic kernels':>17}"]
+    for n in lengths:
+        generic.REGISTRY.clear()
+        spec = tile.compile(ATTENTION, "llvm_cpu.0", {"cache": False})
+        gen = tile.compile(ATTENTION, "llvm_cpu.0", {"generic": True, "generic_products": True,
+                                                      "tiled": False, "cache": False})
+        for m in (n + 3, n + 5):
+            gen(*_attention_inputs(m))
+        ins = _attention_inputs(n)
+        a, b = spec(*ins)["O"], gen(*ins)["O"]
+        tol = 8 * (n + 8) * np.finfo(np.float32).eps * max(1.0, float(np.abs(a).max()))
+        np.testing.assert_allclose(b, a, rtol=0, atol=tol)
+        info = gen._last.library.extra["generic"]
+        best = {"s": float("inf"), "g": float("inf")}
+        for _ in range(repeat):
+            for key, exe in (("s", spec), ("g", gen)):
+                t = time.perf_counter()
+                exe(*ins)
+                best[key] = min(best[key], time.perf_counter() - t)
+        lines.append(f"{n:>6}{best['s'] * 1e6:>16.1f}{best['g'] * 1e6:>12.1f}{best['s'] / best['g']:>8.2f}"
+                     f"{info['kernels']:>12}/{len(gen._last.library.kernels)}")
+    return "\n".join(lines)
 
 
 def speed(repeat: int, shapes=((100, 64), (1000, 64), (4096, 256))) -> str:

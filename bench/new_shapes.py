@@ -12,10 +12,12 @@ each new shape (issue 40's two bridge goals), on ``llvm_cpu.0``.
 * ``--profile``: the cold forward + backward over the first ``--profile-lengths`` lengths under
   cProfile, the cumulative seconds of each stage (``STAGES``) and the top functions.
 * ``--generic``: the cold runs again with the op made ``dynamic=True`` (shape-generic kernels,
-  ``backends.llvm.generic``); ``--only generations``: code generations per kernel of the attention
-  over ``--gen-lengths`` (one process, each length checked against the interpreter), specialized
-  and generic; ``--only speed``: generic kernels' run time against the specialized ones' (best of
-  ``--repeat`` calls, interleaved) for an elementwise chain, a row reduction and a softmax.
+  ``backends.llvm.generic``), and with ``generic_products`` and ``tiled=False`` besides.
+* ``--only generations``: code generations per kernel of the attention over ``--gen-lengths`` (one
+  process, each length checked against float64 numpy), specialized and generic.
+* ``--only speed``: generic kernels' run time against the specialized ones' (best of ``--repeat``
+  calls, interleaved) for an elementwise chain, a row reduction and a softmax, and the attention
+  with every kernel generic (``generic_products``).
 
 The machine may be shared: the load average is printed, and the process's CPU time besides wall
 time. bench/RESULTS.md ("Compile time: new shapes") has figures.
@@ -39,7 +41,9 @@ import torch
 import tile.torch as tt
 from bench.compile_time import ATTENTION, torch_args, torch_reference
 lengths, backward, profile = json.loads(sys.argv[1]), sys.argv[2] == "bwd", sys.argv[3] == "profile"
-op = tt.op(ATTENTION, dynamic=sys.argv[5] == "generic")
+mode = sys.argv[5]  # -, generic, or products (generic_products with tiled=False)
+op = tt.op(ATTENTION, dynamic=mode != "-",
+           settings={"generic_products": True, "tiled": False} if mode == "products" else None)
 
 def call(n):
     args = torch_args("attention", n)
@@ -118,14 +122,14 @@ def lengths_of(spec: str) -> list[int]:
     return [int(x) for x in spec.split(",")]
 
 
-def cold(lengths: list[int], backward: bool, profile: str | None = None, generic: bool = False) -> dict:
+def cold(lengths: list[int], backward: bool, profile: str | None = None, generic: str = "-") -> dict:
     """The cold run in a new process with an empty disk cache: wall and CPU seconds over all
     ``lengths``, and each length's wall seconds."""
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "TILE_CACHE_DIR": cache, "PYTHONPATH": str(root)}
         args = [json.dumps(lengths), "bwd" if backward else "fwd", "profile" if profile else "-",
-                profile or "-", "generic" if generic else "-"]
+                profile or "-", generic]
         r = subprocess.run([sys.executable, "-c", COLD, *args], env=env, cwd=root, capture_output=True,
                            text=True)
     if r.returncode:
@@ -156,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true", help="profile a cold forward + backward instead")
     p.add_argument("--profile-lengths", type=int, default=8, help="how many of --lengths to profile")
     p.add_argument("--generic", action="store_true", help="cold runs with dynamic=True as well")
+    p.add_argument("--modes", default="fwd,fwd+bwd", help="cold: fwd, fwd+bwd or both")
     p.add_argument("--gen-lengths", default="1:64:1,96:4096:*1.25", help="generations: lengths")
     p.add_argument("--repeat", type=int, default=200, help="speed: calls timed per kernel and mode")
     args = p.parse_args(argv)
@@ -174,11 +179,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cold: {len(lengths)} lengths {lengths[0]}..{lengths[-1]}, one process, empty cache")
         print(f"{'mode':<16}{'total s':>9}{'cpu s':>8}{'ms/length':>11}{'median ms':>11}{'max ms':>9}"
               "  goal 5 s")
-        modes = [(b, g) for g in ((False, True) if args.generic else (False,)) for b in (False, True)]
-        for backward, gen in modes:
+        kinds = ("-", "generic", "products") if args.generic else ("-",)
+        directions = [b for b in (False, True) if ("fwd+bwd" if b else "fwd") in args.modes.split(",")]
+        for backward, gen in [(b, g) for g in kinds for b in directions]:
             r = cold(lengths, backward, generic=gen)
             per = sorted(r["per"])
-            mode = ("fwd+bwd" if backward else "fwd") + (" generic" if gen else "")
+            mode = ("fwd+bwd" if backward else "fwd") + ("" if gen == "-" else f" {gen}")
             print(f"{mode:<16}{r['wall']:>9.2f}{r['cpu']:>8.2f}{r['wall'] / len(per) * 1e3:>11.1f}"
                   f"{per[len(per) // 2] * 1e3:>11.1f}{per[-1] * 1e3:>9.1f}  "
                   f"{'met' if r['wall'] <= 5 else 'not met'}", flush=True)
@@ -187,9 +193,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(generations(gen_lengths(args.gen_lengths)), flush=True)
     if "speed" in args.only:
-        from bench.generic_shapes import speed
+        from bench.generic_shapes import attention_speed, speed
 
         print(speed(args.repeat), flush=True)
+        print(attention_speed(max(10, args.repeat // 4)), flush=True)
     if "warm" in args.only:
         print("warm: a new process, the disk cache filled by an earlier one; goal 50 ms fwd+bwd")
         print(f"{'length':<10}{'fwd ms':>9}{'bwd ms':>9}{'fwd+bwd ms':>12}{'cpu ms':>9}")
