@@ -4,7 +4,8 @@ kernel with an online softmax: S is never written to memory.
 One work-group per (batch point, block of ``block_rows`` query rows), one work-item per row. The
 work-item keeps its row of Q and its partial output (``width`` floats) in registers, and a running
 max ``m`` and sum ``l`` of the exponentials. The keys come in steps of ``block_keys``: the
-work-group stages that step's rows of K and V in ``__local`` memory (zeros past the end), then each
+work-group stages that step's rows of K and V in ``__local`` memory (zeros past the end; each
+work-item's exponents of the step live there too, in a column of their own), then each
 work-item computes its scores ``s = q · k_j`` in float32 (kept so), runs the plan's score kernels on them
 point by point (the chain's own statements, through ``KernelEmitter.point``: a bias, a ``cond``
 mask, a scale, whatever elementwise they are), takes ``x = c * P`` for the step's keys that pass
@@ -35,6 +36,9 @@ from stripe.plans import AttentionPlan
 from tile.dtypes import DType
 
 _F32 = DType.FLOAT32
+# the loops over a head's elements, unrolled so that the row of Q and the partial output stay in
+# registers (indexed by constants); compilers that do not know the pragma ignore it
+_UNROLL = "#pragma unroll"
 _FLOATS = (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16)
 
 
@@ -49,7 +53,7 @@ def takes(em: KernelEmitter) -> AttentionPlan | None:
     for name in (p.q, p.k, p.v, p.out):
         if b.ref(name).source not in em.ptrs or b.ref(name).shape.dtype not in _FLOATS:
             return None
-    local = 4 * p.block_keys * (p.depth + p.width)
+    local = 4 * p.block_keys * (p.depth + p.width + p.block_rows)
     return p if local <= t.local_bytes else None
 
 
@@ -60,9 +64,10 @@ def emit(em: KernelEmitter) -> tuple[int, int]:
     assert isinstance(p, AttentionPlan), "attention.emit runs planned attention blocks (takes)"
     br, bc, depth, width = p.block_rows, p.block_keys, p.depth, p.width
     row_blocks = -(-p.rows // br)
-    ks, vs = em.fresh("ks"), em.fresh("vs")
+    ks, vs, xs = em.fresh("ks"), em.fresh("vs"), em.fresh("xs")
     em.line(f"__local float {ks}[{bc * depth}];")
     em.line(f"__local float {vs}[{bc * width}];")
+    em.line(f"__local float {xs}[{bc * br}];  /* each work-item's exponents: column lid */")
     em.line("const long lid = (long)get_local_id(0);")
     em.line("const long grp = (long)get_group_id(0);")
     role: dict[str, str] = {"_0": "0"}
@@ -93,8 +98,10 @@ def emit(em: KernelEmitter) -> tuple[int, int]:
     em.line(f"float {acc}[{width}];")
     em.line(f"float {m} = {neg_inf};")
     em.line(f"float {l_} = 0.0f;")
+    em.line(_UNROLL)
     with em.scope(f"for (long d = 0; d < {depth}; d++)"):
         em.line(f"{q}[d] = {active} ? {load(p.q, p.q_dims, role | {'d': 'd'})} : 0.0f;")
+    em.line(_UNROLL)
     with em.scope(f"for (long e = 0; e < {width}; e++)"):
         em.line(f"{acc}[e] = 0.0f;")
     with em.scope(f"for (long j0 = 0; j0 < {p.keys}; j0 += {bc})"):
@@ -107,37 +114,41 @@ def emit(em: KernelEmitter) -> tuple[int, int]:
                 em.line(f"{stage}[u] = {j} < {p.keys} ? {load(buf, dims, role | {'j': j, what: at})} : 0.0f;")
         em.line("barrier(CLK_LOCAL_MEM_FENCE);")
         with em.scope(f"if ({active})"):
-            xs, top = em.fresh("xs"), em.fresh("top")
-            em.line(f"float {xs}[{bc}];")
+            top = em.fresh("top")
+            x = f"{xs}[jj * {br} + lid]"
             em.line(f"float {top} = {neg_inf};")
             with em.scope(f"for (long jj = 0; jj < {bc}; jj++)"):
                 j = em.declare(DType.INT64, "j0 + jj", "j")
-                em.line(f"{xs}[jj] = {neg_inf};")
+                em.line(f"{x} = {neg_inf};")
                 keep = [f"{j} < {p.keys}", *_mask_tests(p, role | {"j": j})]
                 with em.scope(f"if ({' && '.join(keep)})"):
                     s = em.fresh("s")
                     em.line(f"float {s} = 0.0f;")
+                    em.line(_UNROLL)
                     with em.scope(f"for (long d = 0; d < {depth}; d++)"):
                         em.line(f"{s} += {q}[d] * {ks}[jj * {depth} + d];")
                     score = _score(em, p, s, role | {"j": j})
                     scale = t.float_literal(p.scale_num / p.scale_den, _F32)
-                    em.line(f"{xs}[jj] = {scale} * {score};")
-                    em.line(f"{top} = {xs}[jj] > {top} ? {xs}[jj] : {top};")
+                    em.line(f"{x} = {scale} * {score};")
+                    em.line(f"{top} = {x} > {top} ? {x} : {top};")
             new = em.declare(_F32, f"{top} > {m} ? {top} : {m}", "m_new")
             with em.scope(f"if ({new} > {neg_inf})"):
                 alpha = em.declare(_F32, t.math("exp", _F32, [f"{m} - {new}"]), "alpha")
                 em.line(f"{l_} *= {alpha};")
+                em.line(_UNROLL)
                 with em.scope(f"for (long e = 0; e < {width}; e++)"):
                     em.line(f"{acc}[e] *= {alpha};")
                 with em.scope(f"for (long jj = 0; jj < {bc}; jj++)"):
-                    pj = em.declare(_F32, t.math("exp", _F32, [f"{xs}[jj] - {new}"]), "p")
+                    pj = em.declare(_F32, t.math("exp", _F32, [f"{x} - {new}"]), "p")
                     em.line(f"{l_} += {pj};")
+                    em.line(_UNROLL)
                     with em.scope(f"for (long e = 0; e < {width}; e++)"):
                         em.line(f"{acc}[e] += {pj} * {vs}[jj * {width} + e];")
                 em.line(f"{m} = {new};")
         em.line("barrier(CLK_LOCAL_MEM_FENCE);")
     with em.scope(f"if ({active})"):
         out = b.ref(p.out)
+        em.line(_UNROLL)
         with em.scope(f"for (long e = 0; e < {width}; e++)"):
             value = t.convert(t.fdiv(f"{acc}[e]", l_, _F32), _F32, out.shape.dtype)
             em.line(t.store(em.ptrs[out.source], offset(p.out, p.out_dims, role | {"e": "e"}), value,
