@@ -4,7 +4,8 @@
 ``exp``, the row sum, ``E·V``, the division), in the variants ``stripe.passes.attention`` fuses:
 batch and head dims, any scale (multiplied, divided, or folded into a score kernel), a causal
 mask written as constraints or as a ``cond`` on ``index``, a bias added to S, keys as many as or
-other than the rows, V as wide as Q or not. ``cases()`` draws them with random normal inputs;
+other than the rows, V as wide as Q or not, the division last or the weights normalized first
+(``A = E / Z; O = A·V``). ``cases()`` draws them with random normal inputs;
 ``tolerance`` is docs/semantics.md §8.7's bound on how far a fused kernel (an online softmax, in
 float32) may be from the interpreter's chain; ``reference`` is the float64 result.
 """
@@ -30,6 +31,7 @@ class Spec:
     scale_form: str = "mul"  # mul: exp((S - Mx) * c); div: exp((S - Mx) / (1/c)); score: Sc = S * c
     mask: str = "none"  # none, constraint (causal, on the sums), cond (causal, -inf in the score)
     bias: bool = False  # P = S + Bias[rows, keys]
+    normalized: bool = False  # the weights E / Z first, then O = (E / Z)·V (softmax, then product)
     dtype: str = "float32"
 
     @property
@@ -73,8 +75,11 @@ def source(spec: Spec) -> str:
     else:
         lines.append(f"E = exp({p} - Mx);")
     lines.append(f"Z[{at('i', '0')}: {dims('N', '1')}] = +(E[{at('i', 'j')}]){cons};")
-    lines.append(f"O1[{at('i', 'e')}: {dims('N', 'W')}] = +(E[{at('i', 'j')}] * V[{at('j', 'e')}]){cons};")
-    lines.append("O = O1 / Z;")
+    product = f"[{at('i', 'e')}: {dims('N', 'W')}] = +({{}}[{at('i', 'j')}] * V[{at('j', 'e')}]){cons};"
+    if spec.normalized:
+        lines += ["A = E / Z;", "O" + product.format("A")]
+    else:
+        lines += ["O1" + product.format("E"), "O = O1 / Z;"]
     body = "\n".join(f"  {ln}" for ln in lines)
     return f"function ({', '.join(ins)}) -> (O) {{\n{body}\n}}\n"
 
@@ -164,7 +169,8 @@ def cases(draw, dtypes=("float32", "float16"), most: int = 48) -> tuple[Spec, st
         depth=draw(st.integers(1, 24)), width=draw(st.integers(1, 12)),
         scale=draw(st.sampled_from([1.0, 0.5, 0.125, 0.3, 2.0])),
         scale_form=draw(st.sampled_from(["mul", "div", "score"])),
-        mask=mask, bias=draw(st.booleans()), dtype=draw(st.sampled_from(dtypes)),
+        mask=mask, bias=draw(st.booleans()), normalized=draw(st.booleans()),
+        dtype=draw(st.sampled_from(dtypes)),
     )
     return spec, source(spec), inputs(spec, draw(st.integers(0, 2**16)))
 

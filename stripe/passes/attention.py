@@ -18,10 +18,10 @@ Z = sum_j E; O1 = E·V; O = O1 / Z`` (issue 41), is a contiguous run of ``#main`
   and a ``cond`` kernel makes ``Mx`` of them, as lowering does for §6.5's unwritten elements;
 * ``E = exp(c * (P - Mx))`` (or ``(P - Mx) * c``, ``(P - Mx) / c``, ``P - Mx``): ``c`` a constant;
 * the **row sum** ``Z = +(E)`` over the keys and ``O1[batch.., i, e] = +(E[.., i, j] * V[.., j,
-  e])``, in either order;
-* ``O = O1 / Z`` point by point.
+  e])``, in either order, then ``O = O1 / Z`` point by point; or (softmax first) the row sum, the
+  weights ``A = E / Z`` point by point, and ``O = +(A[.., i, j] * V[.., j, e])``.
 
-The max, the sum and ``O1`` must carry the same constraints (a mask written as constraints, say
+The max, the sum and the product with V must carry the same constraints (a mask written as constraints, say
 causal ``i - j >= 0``), read as affines of the roles. Every temporary is a ``tmp`` buffer no kernel
 outside the run uses (a second reader of S, which needs it materialized, keeps the chain apart).
 
@@ -137,6 +137,7 @@ class _Chain:
     e: str = ""
     z: str = ""
     o1: str = ""
+    w: str = ""  # normalized weights E / Z, when O sums them against V
     ranges: dict[str, int] = field(default_factory=dict)  # the scores kernel's index ranges
     d: str = ""  # its reduced index
 
@@ -171,12 +172,13 @@ def _check_outside(ch: _Chain, others) -> None:
 
 
 def _check_inside(ch: _Chain, run) -> None:
-    """The run writes only its temporaries and ``O`` (by its last kernel), and reads ``O`` nowhere:
-    the fused kernel reads its other inputs while it writes ``O``."""
+    """The run writes only its temporaries and ``O`` (by its last kernel, after its fill), and
+    reads ``O`` nowhere: the fused kernel reads its other inputs while it writes ``O``."""
     for s in run:
+        writes_o = s is run[-1] or (len(s.refs) == 1 and not s.idxs and isinstance(s.stmts[0], Special))
         for r in s.refs:
             stray = r.dir is not RefDir.IN and r.source not in ch.temps | {ch.o}
-            if r.source == ch.o and s is not run[-1] or stray:
+            if r.source == ch.o and not writes_o or stray:
                 raise _Miss
     if any(r.source == ch.o and r.dir is not RefDir.OUT for r in run[-1].refs):
         raise _Miss
@@ -185,8 +187,8 @@ def _check_inside(ch: _Chain, run) -> None:
 def _step(ch: _Chain, b: Block, parent: Block, tmps: set[str]) -> None:
     """Takes kernel ``b`` as the chain's next member, or raises ``_Miss``."""
     fill = _fill_of(b, parent)
-    if fill is not None:
-        if fill not in tmps or fill in ch.filled or fill in ch.temps:
+    if fill is not None:  # of a temporary, or of the result that normalized weights sum into
+        if fill in ch.filled or fill in ch.temps:
             raise _Miss
         ch.filled.add(fill)
         return
@@ -344,8 +346,11 @@ def _identity(b: Block, r: Refinement, roles: dict[str, str], dims: tuple[str, .
 
 
 def _score_kernel(ch: _Chain, b: Block, tmps: set[str]) -> None:
-    """An elementwise kernel making the next score from the last one, point by point."""
+    """An elementwise kernel making the next score from the last one, point by point (of more than
+    one point: a one-point kernel would be inlined into the block, and the plan names it)."""
     ins, outs = _parts(b)
+    if b.index_space < 2:
+        raise _Miss
     if len(outs) != 1 or outs[0].agg_op not in ("", "assign") or b.constraints:
         raise _Miss
     out = outs[0]
@@ -543,11 +548,15 @@ def _scale(defs, x: str, by_ref: dict[str, str], ch: _Chain) -> Fraction:
 
 
 def _sum(ch: _Chain, b: Block, parent: Block, tmps: set[str]) -> None:
-    """The row sum ``Z``, ``O1 = E · V`` (either order), then ``O = O1 / Z``."""
+    """The row sum ``Z``, ``O1 = E · V`` (either order), then ``O = O1 / Z``; or the row sum, the
+    normalized weights ``W = E / Z`` and ``O = W · V``."""
     if ch.z and ch.o1:
         _div(ch, b, parent)
         return
     ins, outs = _parts(b)
+    if len(outs) == 1 and outs[0].agg_op in ("", "assign") and ch.z and not (ch.o1 or ch.w):
+        _normalize(ch, b, tmps)
+        return
     if len(outs) != 1 or outs[0].agg_op != "add":
         raise _Miss
     if len(ins) == 1 and not ch.z:
@@ -561,14 +570,15 @@ def _sum(ch: _Chain, b: Block, parent: Block, tmps: set[str]) -> None:
         ch.temps.add(ch.z)
         ch.dims[ch.z] = out_roles
         return
+    src = ch.w or ch.e
     if len(ins) != 2 or ch.o1:
         raise _Miss
-    e_ref = [r for r in ins if r.source == ch.e]
-    v_ref = [r for r in ins if r.source != ch.e]
+    e_ref = [r for r in ins if r.source == src]
+    v_ref = [r for r in ins if r.source != src]
     if len(e_ref) != 1 or len(v_ref) != 1 or v_ref[0].source in ch.temps:
         raise _Miss
     out = outs[0]
-    roles = _roles_of(b, ch, {ch.e: ch.dims[ch.e]})
+    roles = _roles_of(b, ch, {src: ch.dims[src]})
     ranges = {ix.name: ix.range for ix in b.idxs}
     defs = _defs(b)
     prod = defs.get(_stored(b, out.into))
@@ -576,7 +586,7 @@ def _sum(ch: _Chain, b: Block, parent: Block, tmps: set[str]) -> None:
         raise _Miss
     if sorted(map(str, (_loaded(defs, x) for x in prod.inputs))) != sorted((e_ref[0].into, v_ref[0].into)):
         raise _Miss
-    if not _identity(b, e_ref[0], roles, ch.dims[ch.e]):
+    if not _identity(b, e_ref[0], roles, ch.dims[src]):
         raise _Miss
     width = [v for v in ranges if v not in roles and ranges[v] > 1]
     if len(width) > 1 or _mask_of(b, roles) != ch.mask:
@@ -592,16 +602,57 @@ def _sum(ch: _Chain, b: Block, parent: Block, tmps: set[str]) -> None:
     if (width and ("e" not in o_roles or "e" not in v_roles)) or "d" in o_roles + v_roles:
         raise _Miss
     batch = {n for n, _ in ch.batch}
-    if {r for r in o_roles if r in batch} != batch or out.source not in tmps or out.source not in ch.filled:
+    if {r for r in o_roles if r in batch} != batch or out.source not in ch.filled:
         raise _Miss
     if out.source in ch.temps or v_ref[0].shape.dtype not in _FLOATS:
         raise _Miss
     _whole(parent, v_ref[0])
     ch.width = ranges[width[0]] if width else 1
     ch.v, ch.v_dims = v_ref[0].source, v_roles
+    if ch.w:  # normalized weights: this is the result
+        if out.shape.dtype not in _FLOATS:
+            raise _Miss
+        _whole(parent, out)
+        ch.o, ch.o_dims = out.source, o_roles
+        _finish(ch)
+        return
+    if out.source not in tmps:
+        raise _Miss
     ch.o1 = out.source
     ch.temps.add(ch.o1)
     ch.dims[ch.o1] = o_roles
+
+
+def _normalize(ch: _Chain, b: Block, tmps: set[str]) -> None:
+    """``W = E / Z`` point by point: the normalized weights."""
+    ins, outs = _parts(b)
+    if {r.source for r in ins} != {ch.e, ch.z}:
+        raise _Miss
+    out = outs[0]
+    roles = _roles_of(b, ch, {n: ch.dims[n] for n in (ch.e, ch.z)})
+    if any(not _identity(b, r, roles, ch.dims[r.source]) for r in ins):
+        raise _Miss
+    if out.source not in tmps or out.source in ch.temps | ch.filled:
+        raise _Miss
+    if not _identity(b, out, roles, ch.dims[ch.e]):
+        raise _Miss
+    defs = _defs(b)
+    by_ref = {r.into: r.source for r in ins}
+    d = defs.get(_stored(b, out.into))
+    if not (isinstance(d, Intrinsic) and d.name == "div"):
+        raise _Miss
+    if [by_ref.get(_loaded(defs, x) or "") for x in d.inputs] != [ch.e, ch.z]:
+        raise _Miss
+    ch.w = out.source
+    ch.temps.add(ch.w)
+    ch.dims[ch.w] = ch.dims[ch.e]
+
+
+def _finish(ch: _Chain) -> None:
+    """Every fill is of a temporary or of the result, and S, Z start filled."""
+    if ch.filled - ch.temps - {ch.o} or not {ch.s, ch.z} <= ch.filled:
+        raise _Miss
+    ch.stage = "done"
 
 
 def _div(ch: _Chain, b: Block, parent: Block) -> None:
@@ -625,9 +676,7 @@ def _div(ch: _Chain, b: Block, parent: Block) -> None:
         raise _Miss
     _whole(parent, out)
     ch.o, ch.o_dims = out.source, ch.dims[ch.o1]
-    if ch.filled != ch.temps & ch.filled or not {ch.s, ch.z, ch.o1} <= ch.filled:
-        raise _Miss
-    ch.stage = "done"
+    _finish(ch)
 
 
 # ------------------------------------------------------------------------------ the block
