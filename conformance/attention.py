@@ -5,7 +5,8 @@
 batch and head dims, any scale (multiplied, divided, or folded into a score kernel), a causal
 mask written as constraints or as a ``cond`` on ``index``, a bias added to S, keys as many as or
 other than the rows, V as wide as Q or not, the division last or the weights normalized first
-(``A = E / Z; O = A·V``). ``cases()`` draws them with random normal inputs;
+(``A = E / Z; O = A·V``), K and V shared by the heads or not. ``cases()`` draws them with random
+normal inputs;
 ``tolerance`` is docs/semantics.md §8.7's bound on how far a fused kernel (an online softmax, in
 float32) may be from the interpreter's chain; ``reference`` is the float64 result.
 """
@@ -32,6 +33,7 @@ class Spec:
     mask: str = "none"  # none, constraint (causal, on the sums), cond (causal, -inf in the score)
     bias: bool = False  # P = S + Bias[rows, keys]
     normalized: bool = False  # the weights E / Z first, then O = (E / Z)·V (softmax, then product)
+    shared_kv: bool = False  # K and V without the last batch dim: heads share them (multi-query)
     dtype: str = "float32"
 
     @property
@@ -51,11 +53,18 @@ def source(spec: Spec) -> str:
     def at(*rest: str) -> str:
         return ", ".join([*bi, *rest])
 
-    ins = [f"Q[{dims('N', 'D')}]", f"K[{dims('M', 'D')}]", f"V[{dims('M', 'W')}]"]
+    kv_bn, kv_bi = (bn[:-1], bi[:-1]) if spec.shared_kv and bn else (bn, bi)
+
+    def kv(*rest: str) -> str:
+        return ", ".join([*kv_bi, *rest])
+
+    kv_dims = ", ".join(kv_bn)
+    kv_dims += ", " if kv_dims else ""
+    ins = [f"Q[{dims('N', 'D')}]", f"K[{kv_dims}M, D]", f"V[{kv_dims}M, W]"]
     if spec.bias:
         ins.append("Bias[N, M]")
     cons = ", i - j < N" if spec.mask == "constraint" else ""
-    lines = [f"S[{at('i', 'j')}: {dims('N', 'M')}] = +(Q[{at('i', 'd')}] * K[{at('j', 'd')}]);"]
+    lines = [f"S[{at('i', 'j')}: {dims('N', 'M')}] = +(Q[{at('i', 'd')}] * K[{kv('j', 'd')}]);"]
     p = "S"
     if spec.scale_form == "score":
         lines.append(f"Sc = S * {spec.scale!r};")
@@ -75,7 +84,7 @@ def source(spec: Spec) -> str:
     else:
         lines.append(f"E = exp({p} - Mx);")
     lines.append(f"Z[{at('i', '0')}: {dims('N', '1')}] = +(E[{at('i', 'j')}]){cons};")
-    product = f"[{at('i', 'e')}: {dims('N', 'W')}] = +({{}}[{at('i', 'j')}] * V[{at('j', 'e')}]){cons};"
+    product = f"[{at('i', 'e')}: {dims('N', 'W')}] = +({{}}[{at('i', 'j')}] * V[{kv('j', 'e')}]){cons};"
     if spec.normalized:
         lines += ["A = E / Z;", "O" + product.format("A")]
     else:
@@ -89,10 +98,11 @@ def inputs(spec: Spec, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     dt = _numpy_dtype(spec.dtype)
     b = spec.batch
+    kb = b[:-1] if spec.shared_kv and b else b
     out = {
         "Q": rng.standard_normal((*b, spec.rows, spec.depth)),
-        "K": rng.standard_normal((*b, spec.keys, spec.depth)),
-        "V": rng.standard_normal((*b, spec.keys, spec.width)),
+        "K": rng.standard_normal((*kb, spec.keys, spec.depth)),
+        "V": rng.standard_normal((*kb, spec.keys, spec.width)),
     }
     if spec.bias:
         out["Bias"] = rng.standard_normal((spec.rows, spec.keys))
@@ -110,7 +120,7 @@ def _numpy_dtype(name: str):
 def _scores(spec: Spec, ins: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Float64 ``(x, keep, A)``: the exponent ``c * P`` of each (row, key), whether the key counts
     (the mask), and ``Σ_d |q_d k_d|``."""
-    q, k = (ins[n].astype(np.float64) for n in ("Q", "K"))
+    q, k = ins["Q"].astype(np.float64), _kv(spec, ins["K"])
     s = np.einsum("...id,...jd->...ij", q, k)
     a = np.einsum("...id,...jd->...ij", np.abs(q), np.abs(k))
     p = s * spec.scale if spec.scale_form == "score" else s
@@ -123,6 +133,12 @@ def _scores(spec: Spec, ins: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndar
     return c * p, keep, a
 
 
+def _kv(spec: Spec, a: np.ndarray) -> np.ndarray:
+    """K or V in float64 with the heads' axis they are shared over put back (size 1)."""
+    a = a.astype(np.float64)
+    return np.expand_dims(a, len(spec.batch) - 1) if spec.shared_kv and spec.batch else a
+
+
 def reference(spec: Spec, ins: dict[str, np.ndarray]) -> np.ndarray:
     """The attention in float64 (NaN for a row with no key left)."""
     x, keep, _ = _scores(spec, ins)
@@ -130,7 +146,7 @@ def reference(spec: Spec, ins: dict[str, np.ndarray]) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         top = x.max(axis=-1, keepdims=True)
         e = np.exp(x - top)
-        return (e @ ins["V"].astype(np.float64)) / e.sum(axis=-1, keepdims=True)
+        return (e @ _kv(spec, ins["V"])) / e.sum(axis=-1, keepdims=True)
 
 
 def tolerance(spec: Spec, ins: dict[str, np.ndarray]) -> float:
@@ -169,7 +185,7 @@ def cases(draw, dtypes=("float32", "float16"), most: int = 48) -> tuple[Spec, st
         depth=draw(st.integers(1, 24)), width=draw(st.integers(1, 12)),
         scale=draw(st.sampled_from([1.0, 0.5, 0.125, 0.3, 2.0])),
         scale_form=draw(st.sampled_from(["mul", "div", "score"])),
-        mask=mask, bias=draw(st.booleans()), normalized=draw(st.booleans()),
+        mask=mask, bias=draw(st.booleans()), normalized=draw(st.booleans()), shared_kv=draw(st.booleans()),
         dtype=draw(st.sampled_from(dtypes)),
     )
     return spec, source(spec), inputs(spec, draw(st.integers(0, 2**16)))

@@ -71,6 +71,7 @@ def test_the_issue_program_is_one_planned_block():
     (Spec(batch=(1, 2), scale=0.25, scale_form="div"), (1, 4), (), 0),
     (Spec(batch=(3,), dtype="float16"), (1, 8), (), 0),
     (Spec(batch=(2,), mask="constraint", normalized=True), (1, 8), (("i", 1), ("j", -1), ("c", 0)), 0),
+    (Spec(batch=(2, 3), shared_kv=True), (1, 8), (), 0),  # heads share K and V
 ])
 def test_variants_are_fused(spec, scale, mask, n_scores):
     before = spec_program(spec)
@@ -161,6 +162,7 @@ OPENCL_CASES = [
     Spec(batch=(2,), rows=50, keys=50, depth=32, width=32, mask="constraint", dtype="float16"),
     Spec(batch=(2,), rows=3, keys=3, depth=2, width=2),
     Spec(batch=(2,), rows=40, keys=90, depth=8, width=6, bias=True, normalized=True),  # softmax, then E·V
+    Spec(batch=(2, 3), rows=37, keys=37, depth=8, width=8, mask="constraint", shared_kv=True),  # multi-query
 ]
 
 

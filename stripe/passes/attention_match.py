@@ -131,7 +131,6 @@ def _scores(ch: Chain, b: Block, parent: Block, tmps: set[str]) -> None:
     ch.q_dims = tuple(v or ZERO for v in a_vars)
     ch.k_dims = tuple(v or ZERO for v in b_vars)
     ch.q, ch.k = ins[0].source, ins[1].source
-    ch.batch = [(v, ranges[v]) for v in s_vars if v is not None and v in a_vars and v in b_vars]
     ch.ranges, ch.d = ranges, reduced[0]
 
 
@@ -230,22 +229,24 @@ def _name_roles(ch: Chain, b: Block) -> None:
     if len(keys_at) != 1:
         raise Miss
     key_var = s_vars[keys_at[0]]
-    batch = [v for v, _ in ch.batch]
-    row_vars = [v for v in s_vars if v not in (ZERO, key_var) and v not in batch]
-    if len(row_vars) != 1 or key_var in batch:
-        raise Miss
-    row_var = row_vars[0]
-    if key_var in ch.q_dims and row_var in ch.k_dims:  # the keys come from the first operand
+    if key_var in ch.q_dims and key_var not in ch.k_dims:  # the keys come from the first operand
         ch.q, ch.k, ch.q_dims, ch.k_dims = ch.k, ch.q, ch.k_dims, ch.q_dims
-    if row_var not in ch.q_dims or key_var not in ch.k_dims or key_var in ch.q_dims or row_var in ch.k_dims:
+    if key_var not in ch.k_dims or key_var in ch.q_dims:
         raise Miss
+    # the rows: S's last dim that Q has and K has not; S's other dims are batch dims, K (and V)
+    # perhaps broadcast over some (heads sharing their keys and values)
+    row_vars = [v for v in s_vars if v not in (ZERO, key_var) and v in ch.q_dims and v not in ch.k_dims]
+    if not row_vars:
+        raise Miss
+    row_var = row_vars[-1]
+    batch = [v for v in s_vars if v not in (ZERO, key_var, row_var)]
     name = {v: f"b{n}" for n, v in enumerate(batch)} | {row_var: "i", key_var: "j", ch.d: "d", ZERO: ZERO}
     for t in ch.temps:  # S and the score kernels' outputs, all of S's dims
         ch.dims[t] = tuple(name[v] for v in s_vars)
     ch.q_dims = tuple(name[v] for v in ch.q_dims)
     ch.k_dims = tuple(name[v] for v in ch.k_dims)
     ch.rows, ch.keys = ch.ranges[row_var], ch.ranges[key_var]
-    ch.batch = [(name[v], n) for v, n in ch.batch]
+    ch.batch = [(name[v], ch.ranges[v]) for v in batch]
 
 
 def _flag(ch: Chain, b: Block, tmps: set[str]) -> None:
