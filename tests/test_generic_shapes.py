@@ -190,3 +190,25 @@ def test_attention_with_generic_products_builds_once():
     without = tile.compile(ATTENTION, "llvm_cpu.0", {"generic": True, "tiled": False})
     without(q, k, r, v)
     assert without._last.library.extra["generic"]["kernels"] < info["kernels"]  # products specialized
+
+
+def test_each_engine_owns_its_target_machine(monkeypatch):
+    """An MCJIT engine frees the target machine it is given: a generic module built with the
+    program's own machine freed it twice (a crash in the conformance suite's teardown of a
+    widened template's engine)."""
+    import llvmlite.binding as llvm
+
+    given: list = []
+    real = llvm.create_mcjit_compiler
+
+    def recording(module, tm, *args, **kwargs):
+        given.append(tm)
+        return real(module, tm, *args, **kwargs)
+
+    monkeypatch.setattr(llvm, "create_mcjit_compiler", recording)
+    src = "function (A[N, K], B[K, M]) -> (C) { T = exp(A) * A; C[n, m: N, M] = +(T[n, k] * B[k, m]); }"
+    exe = tile.compile(src, "llvm_cpu.0", {"generic": True, "cache": False})
+    for n in (5, 9, 13):  # the product specialized, the elementwise kernel generic: two engines
+        exe(np.ones((n, 16), np.float32), np.ones((16, 24), np.float32))
+    assert generic.REGISTRY.generated >= 1
+    assert len({id(tm) for tm in given}) == len(given), "a target machine given to two engines"

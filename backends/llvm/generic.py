@@ -40,6 +40,7 @@ from backends.hal import KernelInfo
 from backends.llvm import symbolic
 from backends.llvm.cache import ObjectCache, runtime_key
 from backends.llvm.codegen import KernelCodegen, buffer_dtypes, units
+from backends.llvm.host import target_machine
 from backends.llvm.microkernel import kernel_match
 from backends.llvm.scalars import Emitter
 from backends.llvm.schedule import Schedule
@@ -72,12 +73,9 @@ class Registry:
     buckets: dict[str, Bucket] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     generated: int = 0  # generic kernels generated (IR emitted) in this process
-    # every generic engine ever built, never freed: a widened template's old engine was freed
-    # while the conformance suite ran (a crash in MCJIT's teardown); a few per bucket at most
-    engines: list = field(default_factory=list)
 
     def clear(self) -> None:
-        """Forget the buckets (tests): their engines stay alive."""
+        """Forget the buckets (tests; libraries that use their functions keep their engines)."""
         with self.lock:
             self.buckets.clear()
             self.generated = 0
@@ -211,9 +209,10 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
     cache = ObjectCache(runtime_key(f"generic opt={opt} unroll={unroll}\n{text}", cpu, features),
                         bool(settings.get("cache", True)))
     entry = cache.load()
+    tm = target_machine(cpu, features)  # its own: an engine owns (and frees) its target machine
     if entry is not None:
         mod = llvm.parse_assembly(f'target triple = "{plan.triple}"\ntarget datalayout = "{plan.layout}"\n')
-        engine = llvm.create_mcjit_compiler(mod, plan.tm)
+        engine = llvm.create_mcjit_compiler(mod, tm)
         engine.add_object_file(llvm.ObjectFileRef.from_data(entry))
     else:
         mod = llvm.parse_assembly(texts[0])
@@ -224,13 +223,12 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
         pto.loop_vectorization = opt >= 2
         pto.slp_vectorization = opt >= 2
         pto.loop_unrolling = unroll
-        pb = llvm.create_pass_builder(plan.tm, pto)
+        pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(mod, pb)
-        engine = llvm.create_mcjit_compiler(mod, plan.tm)
+        engine = llvm.create_mcjit_compiler(mod, tm)
         engine.set_object_cache(lambda _m, data: cache.store(data), lambda _m: None)
     engine.finalize_object()
     keep = (engine, mod)
-    REGISTRY.engines.append(keep)
     uses = {}
     for j, key, template, n, symbol, stack, sched in made:
         address = engine.get_function_address(symbol)
