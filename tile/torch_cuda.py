@@ -13,22 +13,27 @@ other streams than the current one is the caller's to order, as with torch's own
 from __future__ import annotations
 
 import weakref
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from backends import registry
 from backends.cuda.executor import CudaBuffer
-from backends.cuda.share import Block, Sharing
 from tile.dtypes import DType
 from tile.errors import TileError
 from tile.tensor import Tensor
+
+if TYPE_CHECKING:
+    from backends.cuda.share import Block, Sharing
 
 PATH = "CUDA memory shared with OpenCL (cl_khr_external_memory_opaque_fd)"
 
 
 def sharing(tile_device: str, device: torch.device) -> tuple[Sharing | None, str]:
     """The sharing between ``tile_device`` and the CUDA device ``device``, or None and why not."""
+    from backends.cuda.share import Sharing  # (pyopencl: only the OpenCL path needs it, ~0.1 s)
+
     found, why = Sharing.for_device(registry.get(tile_device))
     if found is not None and found.ordinal != device.index:
         return None, f"the tensors are on {device}, but {tile_device} is cuda:{found.ordinal}"
