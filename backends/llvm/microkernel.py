@@ -46,6 +46,7 @@ from dataclasses import replace
 
 from llvmlite import ir
 
+from backends.llvm.inline_blocks import inline_blocks
 from backends.llvm.intrinsics import binary
 from backends.llvm.loops import View, counted_loop, for_range, remainder, smin
 from backends.llvm.match import PACK_LIMIT, Shape, VectorConfig, analyse, cache_blocks, covers, panel
@@ -62,7 +63,12 @@ ACC_BUDGET = {64: 24, 32: 12, 16: 12}  # accumulators that leave room for operan
 class MicroKernel:
     """Emits one matched block (``emit`` below builds it)."""
 
-    def __init__(self, cg, block: Block, shape: Shape, views: dict[str, View], cfg: VectorConfig, blocks):
+    def __init__(
+        self, cg, block: Block, shape: Shape, views: dict[str, View], cfg: VectorConfig, blocks,
+        k_blocks: bool = True,
+    ):
+        """``k_blocks``: whether the output may hold partial sums between K blocks (not under an
+        epilogue that stores another type: ``epilogue.partials``)."""
         self.cg, self.em, self.block, self.s, self.views = cg, getattr(cg, "em", None), block, shape, views
         self.scalar = F64 if shape.dtype is DType.FLOAT64 else F32
         self.width, nv_max = panel(block.idxs[shape.v].range, cfg, shape.dtype)
@@ -87,6 +93,9 @@ class MicroKernel:
         ]
         if not self.pack_refs:
             self.blocking = None
+        elif k_blocks:
+            nr = self.nv * self.width
+            self.blocking = inline_blocks(self.blocking, block, shape, nr, len(self.pack_refs))
         # True: the output's elements start at zero (its zero fill, the kernel before, is
         # skipped: ``emit_microkernel``'s ``fresh``); during a K block, whether it is the first
         self.fresh: bool | ir.Value = False
@@ -591,7 +600,7 @@ def kernel_match(cg, block: Block, dims, dts, pos, cfg: VectorConfig, blocks, ep
     shape = analyse(block, dims, dts, pos if pos is not None and block.idxs[pos].range > 1 else None)
     if shape is None:
         return None
-    mk = MicroKernel(cg, block, shape, {}, cfg, blocks)
+    mk = MicroKernel(cg, block, shape, {}, cfg, blocks, epilogue is None or epilogue.partials)
     strided = [n for n, c in shape.coefs.items() if n != shape.out and c[shape.v] not in (0, 1)]
     if any(n not in mk.pack_refs for n in strided):
         return None  # the plain loops do better

@@ -123,12 +123,15 @@ class Cascade:
     ``LEVELS`` stack slots: level ``j`` holds the sum of ``2**j`` consecutive partials while bit
     ``j`` of the count is set (a binary counter whose carries are the pairwise additions)."""
 
-    def __init__(self, em: Emitter, typ: ir.Type, width: int = 1):
-        """``typ``: a float, or a vector of floats (the micro-kernel's accumulators)."""
+    def __init__(self, em: Emitter, typ: ir.Type, width: int = 1, most: int = 0):
+        """``typ``: a float, or a vector of floats (the micro-kernel's accumulators); ``most``: at
+        most that many partials come (0: any count), so fewer levels are kept (a 512-point sum in
+        3 K blocks: 2 levels, not 64; the micro-kernel's stack stays small)."""
         self.em, self.typ, self.width = em, typ, width
         lanes = getattr(typ, "count", None)
         self.identity = ir.Constant(typ, -0.0 if lanes is None else [-0.0] * lanes)
-        self.levels = em.alloca(self.typ, LEVELS * width)
+        levels = max(1, most.bit_length()) if most > 0 else LEVELS
+        self.levels = em.alloca(self.typ, levels * width)
         self.count = em.alloca(I64)
 
     def reset(self) -> None:
@@ -289,7 +292,7 @@ def microkernel_sums(mk, base: dict) -> None:
         return
     saved = mk.slots
     width = sum(len(row) for row in saved)
-    cascade = Cascade(em, mk.vt, width)
+    cascade = Cascade(em, mk.vt, width, -(-mk.block.idxs[k0].range // step))  # (bounds within the range)
     cascade.reset()
     partials = em.alloca(mk.vt, width)  # one array: SROA keeps its constant-index elements in registers
     fresh, e = [], 0
