@@ -447,12 +447,12 @@ class LlvmKernel(Kernel):
         self.schedule: Schedule = jit.schedules[index]
         self.pool = pool
         self.executor = executor
-        s = jit.settings
+        o = LlvmOptions.parse(jit.settings)
         # may run on the caller's thread (whose stack may be small: a kernel with scratch never does)
-        self.inline = bool(s.get("inline", True)) and jit.stack[index] <= INLINE_STACK_BYTES
-        self.parallel = bool(s.get("parallel", True)) and self.schedule.split
-        self.chunks = max(1, int(s.get("threads", pool.size)))
-        self.min_points = int(s.get("min_parallel_points", 1 << 14))
+        self.inline = o.inline and jit.stack[index] <= INLINE_STACK_BYTES
+        self.parallel = o.parallel and self.schedule.split
+        self.chunks = max(1, o.threads if o.threads is not None else pool.size)
+        self.min_points = o.min_parallel_points
         self.last_threads: list[int] = []  # thread ids that ran the chunks of the last run
         self._chunks: list[tuple[int, int]] | None = None
 
