@@ -68,7 +68,7 @@ from stripe.config_types import ConfigError
 from stripe.gemm import Gemm, match
 from stripe.gemm_model import GemmModel, GemmTiles, index_tiles, k_tiles
 from stripe.hardware import Hardware, MatrixUnit
-from stripe.ir import Block, Dim, Index, Load, Location, RefDir, Refinement, Store, TensorShape
+from stripe.ir import Block, Dim, Index, Load, LoadIndex, Location, RefDir, Refinement, Store, TensorShape
 from stripe.ir import dense_strides as _dense_strides
 from stripe.passes.registry import register, search_sites
 from stripe.passes.rewrite import Context, fresh, rewrite
@@ -196,6 +196,8 @@ def analyze(block: Block, parent: Block | None, cfg: GemmTileConfig, halves: boo
         return None
     if g.epilogue is not None:
         kb, local = g.epilogue
+        if cfg.model == "cpu" and any(isinstance(s, LoadIndex) for s in kb.stmts):
+            return None  # (a mask's index: the CPU's plain loops read only the tiles' own indexes)
         used = _epilogue_refs(kb)
         names = views.by_name
         for r in kb.refs:
