@@ -14,7 +14,7 @@ import pytest
 
 from backends.llvm import LlvmCpuDevice
 from backends.llvm import threads as native
-from backends.llvm.device import _start_worker
+from backends.llvm.workers import _start_worker
 from tests.llvm_runner import build, execute, lowered
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="no sem_* / sched_yield in this libc")
@@ -103,7 +103,7 @@ def test_calls_from_two_threads_share_the_pool_safely():
 
 
 def test_the_watch_time_comes_from_the_environment(monkeypatch):
-    from backends.llvm.device import env_watch_ns
+    from backends.llvm.workers import env_watch_ns
     from tile.errors import TileRuntimeError
 
     assert env_watch_ns() == native.SPIN_NS
