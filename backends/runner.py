@@ -155,6 +155,11 @@ class CompiledProgram:
         self._rest = [n for n in self.buffers if n not in named_in]
         self._params = [info.buffers for info in self.infos]
         self._getters = [picker(names) for names in self._params]  # bufs -> a kernel's params
+        # the kernels a call launches, in order: all but those the backend built with nothing to
+        # do (``Library.extra["skipped"]``: a zero fill the next kernel took over)
+        skipped = set(self.library.extra.get("skipped", ()))
+        self._order = [k for k in range(len(self.kernels)) if k not in skipped]
+        self._launch = [(k, self._getters[k]) for k in self._order]
         self._owned: dict[str, Buffer | None] = {}
         self._views: dict[str, HostBuffer] = {}  # small numpy inputs read in place, by name (_over)
         self._checked = False  # check_memory ran
@@ -328,7 +333,7 @@ class CompiledProgram:
                 self._launched = self._replay()
                 self._timed = True
             launched = self._launched
-        return [(self.symbol(k), e.duration) for k, e in enumerate(launched)]
+        return [(self.symbol(k), e.duration) for k, e in zip(self._order, launched)]
 
     def _replay(self) -> list[Event]:
         """The last call's kernels run again under ``Executor.profiled()`` on fresh buffers of the
@@ -350,8 +355,8 @@ class CompiledProgram:
             ]
             for _ in range(2):  # the first run warms up (fresh memory, arguments set): not reported
                 launched = []
-                for kernel, names in zip(self.kernels, self._params):
-                    events = [kernel.run([scratch[b] for b in names], events)]
+                for k in self._order:
+                    events = [self.kernels[k].run([scratch[b] for b in self._params[k]], events)]
                     launched.append(events[0])
             wait_all(events)
         return launched
@@ -420,7 +425,7 @@ class CompiledProgram:
         self._timed = debug
         bound, spare = self._bound, self._spare
         event = None
-        for k, get in enumerate(self._getters):
+        for k, get in self._launch:
             params = get(bufs)
             b = bound[k]
             if b is None or not b.matches(params):
@@ -444,7 +449,7 @@ class CompiledProgram:
             return
         total = sum(e.duration for e in self._launched)
         call = " (first call: one-time start-up included, not a steady-state time)" if first else ""
-        n = len(self.infos)
+        n = len(self._order)
         print(f"tile: {n} kernel{'s' if n != 1 else ''}, {total * 1e3:.3f} ms{call}", file=sys.stderr)
 
 

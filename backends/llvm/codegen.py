@@ -416,6 +416,7 @@ def generate(
     blocks: Sequence[tuple[int, int] | None] = (),
     epilogues: Sequence = (),
     only: Collection[int] | None = None,
+    emptied: set[int] | None = None,
 ) -> str:
     """The LLVM IR text of the module holding every kernel (``dtypes``: buffer name -> dtype;
     ``vector``: the host's vector width and whether fused multiply-add is allowed, for the
@@ -423,7 +424,8 @@ def generate(
     kernel's stack allocations in bytes (packed panels, local buffers); ``blocks`` each kernel's
     cache tiles from an optimizer nest (``match.from_nest``), or None; ``epilogues`` each kernel's
     fused epilogue (``epilogue.read_fused``), or None; ``only``: the first kernels of the
-    ``units`` to build (the others get no function and no stack figure: 0), None: all."""
+    ``units`` to build (the others get no function and no stack figure: 0), None: all; ``emptied``
+    gets the zero fills built empty (a micro-kernel took them over: ``fills``)."""
     module = ir.Module(name="tile")
     module.triple = triple
     module.data_layout = layout
@@ -453,6 +455,8 @@ def generate(
             stacks[j] = em.stack_bytes
     if stack is not None:
         stack.extend(stacks.get(k, 0) for k in range(len(kernels)))
+    if emptied is not None:
+        emptied.update(skipped)
     return str(module)
 
 

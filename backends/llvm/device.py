@@ -66,6 +66,7 @@ from backends.llvm.cache import FORMAT, ObjectCache, code_identity, pack_entry, 
 from backends.llvm.codegen import buffer_dtypes, generate
 from backends.llvm.dedup import alike_code, shared_kernels, unit_key
 from backends.llvm.epilogue import read_fused, takes
+from backends.llvm.fills import taken_fills
 from backends.llvm.host import host_available_memory, host_caches, host_target, target_machine
 from backends.llvm.match import VectorConfig, from_nest, host_vector_bytes, panel_split
 from backends.llvm.raw import RawCalls
@@ -139,6 +140,7 @@ class LlvmCompiler(Compiler):
         p = self._plan(kernels, opts, facts, settings)
         uses = generic.assign(kernels, p, settings, *host_target()) if opts.generic else {}
         only = p.only - set(uses)
+        taken = taken_fills(p.code, p.schedules, p.dtypes, p.vector, p.blocks, p.epilogues, only)
         if uses:  # the module holds the other kernels only
             p = replace(p, key=diskcache.digest({"generic": sorted(uses)}, p.key))
         cache = ObjectCache(p.key, opts.cache)
@@ -151,9 +153,10 @@ class LlvmCompiler(Compiler):
             engine, mod = _loaded(p.tm, p.triple, p.layout, obj)
         else:
             cache.hit = False
-            stack = []
+            stack, emptied = [], set()
             args = (p.f16c, p.triple, p.layout, p.dtypes, p.vector, stack, p.blocks, p.epilogues, only)
-            text = generate(p.code, p.schedules, *args)
+            text = generate(p.code, p.schedules, *args, emptied)
+            assert emptied == taken, f"fills emptied {sorted(emptied)}, foreseen {sorted(taken)}"
             stack = [stack[p.built[k]] for k in range(len(kernels))]
             mod = llvm.parse_assembly(text)
             mod.verify()
@@ -174,7 +177,8 @@ class LlvmCompiler(Compiler):
             if p.built[k] in uses:
                 stack[k], schedules[k] = uses[p.built[k]].stack, uses[p.built[k]].schedule
         jit = _Jit(engine, mod, [], schedules, settings, stack)
-        return _library(kernels, text, jit, p.built, fused, status, cache, start, p.opt, uses)
+        skipped = [k for k in range(len(kernels)) if p.built[k] in taken]  # empty fills: not run
+        return _library(kernels, text, jit, p.built, fused, status, cache, start, p.opt, uses, skipped)
 
     def snapshot(self, library: Library) -> dict:
         """What ``restore`` needs to make ``library`` again from the object cache without planning:
@@ -184,7 +188,7 @@ class LlvmCompiler(Compiler):
         if x.get("generic", {}).get("kernels"):  # generic kernels live in this process: rebuilt
             return {"generic": True}
         return {"key": x["cache_key"], "schedules": jit.schedules, "built": x["built_as"],
-                "fused": x["fused_epilogues"], "stack": jit.stack, "opt": x["opt"]}
+                "fused": x["fused_epilogues"], "stack": jit.stack, "opt": x["opt"], "skipped": x["skipped"]}
 
     def restore(self, kernels: Sequence[KernelInfo], settings: dict, snap: dict) -> Library | None:
         """The library ``build(kernels, settings)`` made when ``snapshot`` gave ``snap`` (the same
@@ -193,8 +197,8 @@ class LlvmCompiler(Compiler):
         start = time.perf_counter()
         settings = dict(settings or {})
         try:
-            key, schedules, built, fused, opt = (snap[k] for k in ("key", "schedules", "built", "fused",
-                                                                   "opt"))
+            key, schedules, built, fused, opt, skipped = (
+                snap[k] for k in ("key", "schedules", "built", "fused", "opt", "skipped"))
         except (KeyError, TypeError):  # a snapshot of another shape: build instead
             return None
         cache = ObjectCache(key, LlvmOptions.parse(settings).cache)
@@ -206,7 +210,8 @@ class LlvmCompiler(Compiler):
         tm = target_machine(*host_target())
         engine, mod = _loaded(tm, llvm.get_process_triple(), str(tm.target_data), obj)
         jit = _Jit(engine, mod, [], list(schedules), settings, stack)
-        return _library(kernels, text, jit, list(built), list(fused), "hit", cache, start, opt)
+        return _library(kernels, text, jit, list(built), list(fused), "hit", cache, start, opt, None,
+                        list(skipped))
 
     def _plan(self, kernels: Sequence[KernelInfo], opts: LlvmOptions, facts: BuildFacts,
               settings: dict) -> _Plan:
@@ -303,9 +308,11 @@ def _loaded(tm, triple: str, layout: str, obj: bytes) -> tuple[llvm.ExecutionEng
 
 
 def _library(kernels, text: str, jit: _Jit, built: list[int], fused: list[int], status: str,
-             cache: ObjectCache, start: float, opt: int, uses: dict | None = None) -> Library:
+             cache: ObjectCache, start: float, opt: int, uses: dict | None = None,
+             skipped: Sequence[int] = ()) -> Library:
     """The library over ``jit``'s engine (finalized here), its kernel functions looked up;
-    ``uses``: the kernels that run generic functions (``generic.assign``)."""
+    ``uses``: the kernels that run generic functions (``generic.assign``); ``skipped``: the zero
+    fills built empty (``fills``), which the runner does not launch."""
     uses = uses or {}
     only = {j for j in built if built[j] == j}
     if jit.engine is not None:
@@ -330,6 +337,7 @@ def _library(kernels, text: str, jit: _Jit, built: list[int], fused: list[int], 
             "built_as": built,  # kernel k runs the function generated for kernel built[k]
             "distinct_kernels": len(only),
             "opt": opt,
+            "skipped": list(skipped),  # kernels with nothing to do (``runner``: not launched)
             "generic": {"kernels": len(uses), "built": sum(u.built for u in uses.values()),
                         "which": {j: u.built for j, u in uses.items()}},  # kernel -> generated now
         },
