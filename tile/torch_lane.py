@@ -35,20 +35,28 @@ class TorchLane:
 
     __slots__ = ("lane", "outputs", "reads")
 
-    def __init__(self, lane: Lane, device: torch.device, to_torch, reads: tuple[bool, ...]):
+    def __init__(self, lane: Lane, device: torch.device, to_torch, reads: tuple[bool, ...], tensors=()):
         self.lane = lane
-        self.outputs = [
-            (torch.zeros if zero else torch.empty, shape, to_torch[dtype.numpy], device)
-            for (shape, dtype), zero in zip(lane.output_types, lane.zeroed_outputs)
-        ]
+        self.outputs = []  # (make, shape, dtype, device, the input it is made like or None)
+        for (shape, dtype), zero in zip(lane.output_types, lane.zeroed_outputs):
+            dt = to_torch[dtype.numpy]
+            like = next((i for i, t in enumerate(tensors)
+                         if t is not None and t.dtype == dt and tuple(t.shape) == tuple(shape)), None)
+            if like is not None:  # (``empty_like`` of a contiguous input: half ``empty``'s cost)
+                self.outputs.append((torch.zeros_like if zero else torch.empty_like, None, None, None, like))
+            else:
+                self.outputs.append((torch.zeros if zero else torch.empty, shape, dt, device, None))
         self.reads = reads  # per input place: whether the program reads it
 
     @classmethod
-    def of(cls, program, inputs, outputs, device: torch.device, to_torch) -> TorchLane | None:
+    def of(cls, program, inputs, outputs, device: torch.device, to_torch, tensors=()) -> TorchLane | None:
+        """The lane of ``program`` (its input names in the caller's order, None where it reads
+        nothing) for tensors like ``tensors`` (whose outputs of the same shape and dtype are made
+        ``empty_like`` them), or None."""
         lane = Lane.of(program, inputs, outputs)
         if lane is None or any(dtype.numpy not in to_torch for _, dtype in lane.output_types):
             return None
-        return cls(lane, device, to_torch, tuple(n is not None for n in inputs))
+        return cls(lane, device, to_torch, tuple(n is not None for n in inputs), tensors)
 
     def __call__(self, tensors) -> list[torch.Tensor] | None:
         pointers = []
@@ -63,7 +71,8 @@ class TorchLane:
                 pointers.append(t.data_ptr())
         if len(pointers) > 1 and len(set(pointers)) != len(pointers) and _shared(tensors):
             return None
-        outs = [make(shape, dtype=dtype, device=device) for make, shape, dtype, device in self.outputs]
+        outs = [make(shape, dtype=dtype, device=device) if like is None else make(tensors[like])
+                for make, shape, dtype, device, like in self.outputs]
         if not self.lane(pointers, [o.data_ptr() for o in outs]):
             return None
         return outs
@@ -94,7 +103,7 @@ def learn(op, lanes: dict, slot: tuple, tensors, wrt, to_numpy, to_torch) -> Non
                 for c, typ in zip(tensors[n:], op.core.out_types(key))
             ):
                 program, ins, names = op.core.lane_names(tile_device, key, wrt)
-                lane = TorchLane.of(program, ins, names, device, to_torch)
+                lane = TorchLane.of(program, ins, names, device, to_torch, tensors)
     lanes[slot] = lane
 
 
