@@ -32,7 +32,7 @@ class Lane:
     None name is a place the program reads nothing from) and outputs (``outputs``)."""
 
     def __init__(self, program: CompiledProgram, inputs: Sequence[str | None], outputs: Sequence[str],
-                 launchers: list, temps: dict[str, int]):
+                 launchers: dict, temps: dict[str, int]):
         self.program = program
         self.executor = program.device.executor
         slot = {name: i for i, name in enumerate(inputs) if name is not None}
@@ -43,8 +43,8 @@ class Lane:
         self._fixed = tuple(temps.values())
         tail = base + len(outputs)
         slot.update({name: tail + i for i, name in enumerate(temps)})
-        self._plan = [(go, picker(tuple(slot[n] for n in names)))
-                      for go, names in zip(launchers, program._params)]
+        self._plan = [(launchers[k], picker(tuple(slot[n] for n in program._params[k])))
+                      for k in program._order]  # (the runner's order: no kernel built empty)
         zero_out = program.zeroed | program._zero_once
         self.zeroed_outputs = tuple(o in zero_out for o in outputs)
         self.output_types = [(tuple(program.buffers[o].sizes), program.buffers[o].dtype) for o in outputs]
@@ -75,8 +75,8 @@ class Lane:
             if buf is None:
                 return None
             temps[n] = ex.raw_address(buf)
-        launchers = [ex.raw_launcher(k) for k in program.kernels]
-        if any(go is None for go in launchers):
+        launchers = {k: ex.raw_launcher(program.kernels[k]) for k in program._order}
+        if any(go is None for go in launchers.values()):
             return None
         return cls(program, inputs, outputs, launchers, temps)
 
