@@ -75,6 +75,7 @@ from backends.llvm.workers import INLINE_STACK_BYTES, WorkerPool, env_threads, k
 from backends.options import NO_FACTS, BuildFacts, LlvmOptions
 from stripe.ir import Block
 from tile.dtypes import DType
+from tile.errors import TileRuntimeError
 from tile.gc_pause import paused_gc
 
 _KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
@@ -269,7 +270,10 @@ class LlvmCompiler(Compiler):
         opt = opt_level(kernels, opts.opt)
         unroll = opt >= 2 if opts.unroll is None else opts.unroll
         meta = {"threads": threads, "vector": repr(vector), "triple": triple, "layout": layout, "f16c": f16c,
-                "opt": opt, "unroll": unroll}
+                "opt": opt, "unroll": unroll,
+                # the object's symbols: the unit keys are the kernels' code up to names, and a
+                # module built under other kernel names has no function of these (address 0)
+                "symbols": [kernel_symbol(j, kernels[j]) for j in sorted(set(built))]}
         key = plan_key(keys, built, meta, settings, cpu, features)
         return _Plan(
             tm, triple, layout, f16c, dtypes, vector, schedules, code, blocks, epilogues, built, key, opt,
@@ -319,6 +323,11 @@ def _library(kernels, text: str, jit: _Jit, built: list[int], fused: list[int], 
         jit.engine.finalize_object()
     find = jit.engine.get_function_address if jit.engine is not None else None
     addresses = {j: uses[j].address if j in uses else find(kernel_symbol(j, kernels[j])) for j in only}
+    missing = [kernel_symbol(j, kernels[j]) for j, at in addresses.items() if not at]
+    if missing:  # (calling address 0 would crash the process)
+        raise TileRuntimeError(f"the LLVM module defines no function {', '.join(missing)}", None,
+                               hint="a stale or foreign disk-cache entry: rerun with cache=False, or "
+                               "clear the cache directory (python -m tile devices names it)")
     jit.functions = [_KERNEL_FN(addresses[built[k]]) for k in range(len(kernels))]
     ext = {j: generic.extents_array(uses[j].extents) for j in uses}
     jit.extents = [ext.get(built[k]) for k in range(len(kernels))]
