@@ -37,6 +37,8 @@ def host_target() -> tuple[str, str]:
 def target_machine(cpu: str, features: str) -> llvm.TargetMachine:
     """A fresh host target machine: the MCJIT engine takes ownership of the one it is given."""
     target = llvm.Target.from_triple(llvm.get_process_triple())
+    if "+avx512f" in features.split(","):  # loops vectorized 16 floats wide, not 8 (LLVM's
+        features += ",-prefer-256-bit"  # default tuning): GELU's erf + exp 0.18 -> 0.14 ms
     return target.create_target_machine(cpu=cpu, features=features, opt=3, codemodel="jitdefault")
 
 
