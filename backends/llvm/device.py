@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from time import perf_counter
 
 import llvmlite.binding as llvm
 
@@ -404,7 +405,7 @@ class LlvmBound(Bound):
     """An LLVM kernel bound to its buffers: their address table and the chunks are built once (a
     HostBuffer's memory never moves)."""
 
-    __slots__ = ("table", "chunks")
+    __slots__ = ("table", "chunks", "whole")
 
     def __init__(self, kernel: LlvmKernel, params: Sequence[Buffer]):
         super().__init__(kernel, params)
@@ -415,6 +416,7 @@ class LlvmBound(Bound):
         if kernel._chunks is None:
             kernel._chunks = kernel.ranges()  # fixed by the schedule and the settings
         self.chunks = kernel._chunks
+        self.whole = self.chunks[0] if len(self.chunks) == 1 else None  # one call on this thread
 
     def launch(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:
         k: LlvmKernel = self.kernel  # type: ignore[assignment]
@@ -422,12 +424,11 @@ class LlvmBound(Bound):
 
     def work(self) -> None:
         k: LlvmKernel = self.kernel  # type: ignore[assignment]
-        chunks = self.chunks
-        if len(chunks) == 1:
-            k.fn(self.table, *chunks[0])
+        if self.whole is not None:
+            k.fn(self.table, *self.whole)
             k.last_threads = [threading.get_ident()]
         else:
-            k.last_threads = k.pool.run_kernel(k.fn, k.address, self.table, chunks)
+            k.last_threads = k.pool.run_kernel(k.fn, k.address, self.table, self.chunks)
 
 
 def chunk_ranges(n: int, chunks: int, grain: int = 1) -> list[tuple[int, int]]:
@@ -483,16 +484,16 @@ class LlvmExecutor(RawCalls, Executor):
         ``inline`` and nothing is waiting for the dispatcher (its deps done, no earlier work
         queued), which saves two thread hand-offs per kernel and keeps the order of submission.
         ``keep`` (the buffers ``work`` uses) stays referenced until ``work`` is over."""
-        with self._lock:
-            now = inline and self._queued == 0 and all(e.complete for e in deps)
+        with self._lock:  # (no generator for no deps: a resident call's kernels usually have none)
+            now = inline and not self._queued and (not deps or all(e.complete for e in deps))
             if not now:
                 self._queued += 1
         if now:
             if deps:
                 wait_all(deps)  # done: raises a failed dependency's error here
-            start = time.perf_counter()
+            start = perf_counter()
             work()
-            return Event.done(time.perf_counter() - start)
+            return Event(None, perf_counter() - start)  # (as Event.done)
 
         def task(_keep: object = keep) -> float:  # the default holds ``keep`` until the work ran
             try:
