@@ -11,7 +11,8 @@ writes each element once per reduction point; a 2x2 max pool spent more time in 
 fill than in its 16-thread pool. With a short reduction (at most ``max_reduction`` points per
 element) the code generator unrolls the inner block, and the loop over the output's contiguous
 index vectorizes with the accumulators in registers. GEMM-shaped contractions (matmuls, convolutions,
-however short) keep their own kernels (the CPU micro-kernel folds the fill in already).
+however short) keep their own kernels (the CPU micro-kernel folds the fill in already: its tiles
+start from zero in the first K block, the fill is built empty and not launched, backends/llvm/fills.py).
 
 ``split_reduction`` builds its partial and combine blocks in the same form (``self_init``); the
 helpers here serve both.
