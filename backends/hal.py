@@ -284,6 +284,11 @@ class Executor(abc.ABC):
         launches ran)."""
         return []
 
+    def raw_unmarked(self, point: list[Event]) -> bool:
+        """Whether ``raw_point``'s ``point`` still stands for whatever is launched on its stream
+        later too (so a lane may hand it out again instead of a new one)."""
+        return True
+
 
 class Device(abc.ABC):
     id: str  # e.g. "llvm_cpu.0", "opencl_gpu.0"

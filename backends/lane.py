@@ -48,6 +48,10 @@ class Lane:
         zero_out = program.zeroed | program._zero_once
         self.zeroed_outputs = tuple(o in zero_out for o in outputs)
         self.output_types = [(tuple(program.buffers[o].sizes), program.buffers[o].dtype) for o in outputs]
+        # the events after this lane's last launches on ``_stream`` (``raw_point``), kept while no
+        # one has marked them (``raw_unmarked``): the next call on that stream needs no new ones
+        self._mark: list | None = None
+        self._stream = None
 
     @classmethod
     def of(cls, program: CompiledProgram, inputs: Sequence[str | None],
@@ -88,14 +92,18 @@ class Lane:
             if not ex.raw_ready():
                 return False
             stream = ex.raw_stream()
-            if program._last:
-                ex.raw_after(program._last, stream)
+            last, mark = program._last, self._mark
+            if last and not (last is mark and self._stream is stream and ex.raw_unmarked(mark)):
+                ex.raw_after(last, stream)  # (a general call's, or this lane's on another stream)
             for at, n in self._zero:
                 ex.raw_zero(at, n, stream)
             addresses = (*inputs, *outputs, *self._fixed)
             for go, pick in self._plan:
                 go(pick(addresses), stream)
-            program._last = ex.raw_point(stream)
+            if mark is None or self._stream is not stream or not ex.raw_unmarked(mark):
+                mark = self._mark = ex.raw_point(stream)
+                self._stream = stream
+            program._last = mark
         return True
 
 

@@ -86,14 +86,15 @@ def case(device: str, n: int, d: int, dtype: str, causal: bool, repeat: int) -> 
 
     tile_s = _best(run_tile, repeat)
     backends = [SDPBackend.FLASH_ATTENTION] if dev == "cuda" else [SDPBackend.MATH]
+    q4, k4, v4 = (x.unsqueeze(0) for x in (q, k, v))  # (batch, heads, n, d): the flash kernel's layout
     with sdpa_kernel(backends):
         def run_torch():
-            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
             if dev == "cuda":
                 torch.cuda.synchronize()
 
         torch_s = _best(run_torch, repeat)
-        theirs = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        theirs = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal).squeeze(0)
     want = _reference(q, k, v, causal)
     # the program's O is float32 (its float literal promotes, docs/semantics.md §4.1): rounded to
     # the inputs' type, as PyTorch's result is, before it is compared

@@ -246,11 +246,18 @@ class TorchOp:
         self._in_place = default if default.startswith("llvm_cpu") else None
         # CUDA tensors skip the dispatcher where they run on cuda.N (or the default device)
         self._cuda = device is None or device.startswith("cuda.")
+        self._arity = len(core.inputs)
         self._lanes: dict[tuple, TorchLane | None] = {}  # signature -> the forward's fast lane
         self._grad_lanes: dict[tuple, TorchLane | None] = {}  # (wrt, signature) -> the backward's
 
     def __call__(self, *tensors: torch.Tensor):
-        if len(tensors) != len(self.core.inputs):
+        if len(tensors) == self._arity:  # (PLAIN and AUTOGRAD mean every input is a torch.Tensor)
+            kind = _eager_kind(tensors, self._cuda)
+            if kind == PLAIN:
+                return self._forward(*tensors)  # what the dispatcher would call
+            if kind == AUTOGRAD:
+                return TileEagerFunction.apply(self, *tensors)
+        else:
             self.core.tile_types(tuple(((), np.float32) for _ in tensors))  # the arity error
         for i, t in enumerate(tensors):
             if not isinstance(t, torch.Tensor):

@@ -346,6 +346,9 @@ class CudaExecutor(Executor):
     def raw_point(self, stream) -> list:
         return [CudaEvent(self.cuda, stream)]
 
+    def raw_unmarked(self, point) -> bool:
+        return point[0].end is None  # (a recorded marker is a fixed point: older than what follows)
+
 
 def _capturing(stream) -> bool:
     """Whether ``stream`` is capturing a CUDA graph (``torch.cuda.graph``)."""

@@ -138,6 +138,7 @@ class Cuda:
         self.total_bytes = int(check(cu.cuDeviceTotalMem(self.device), "cuDeviceTotalMem"))
         self.driver_version = int(check(cu.cuDriverGetVersion(), "cuDriverGetVersion"))
         self._streams: dict[int, object] = {}
+        self._raw = None  # torch's current-stream getter, once torch has initialized CUDA
         self.maps: dict[tuple, int] = {}  # key -> device address of its encoded tensor map
         self.maps_at = 0
         self.lock = threading.Lock()
@@ -156,13 +157,17 @@ class Cuda:
     def stream(self):
         """The caller's current stream (module docstring) as a ``CUstream``."""
         handle = 0
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized():
-            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # (no Stream object: ~1 us)
-            if raw is not None:
+        raw = self._raw
+        if raw is not None:
+            handle = raw(self.ordinal)
+        else:
+            torch = sys.modules.get("torch")
+            if torch is not None and torch.cuda.is_initialized():  # (it stays so: kept from now on)
+                raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # (no Stream object: ~1 us)
+                if raw is None:
+                    raw = lambda ordinal: torch.cuda.current_stream(ordinal).cuda_stream  # noqa: E731
+                self._raw = raw
                 handle = raw(self.ordinal)
-            else:
-                handle = torch.cuda.current_stream(self.ordinal).cuda_stream
         got = self._streams.get(handle)
         if got is None:
             got = self._streams[handle] = cu.CUstream(handle)
