@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from backends.runner import CompiledProgram, picker
+from backends.runner import CompiledProgram, nbytes, picker
 
 
 class Lane:
@@ -32,14 +32,13 @@ class Lane:
     None name is a place the program reads nothing from) and outputs (``outputs``)."""
 
     def __init__(self, program: CompiledProgram, inputs: Sequence[str | None], outputs: Sequence[str],
-                 launchers: dict, temps: dict[str, int]):
+                 launchers: dict, temps: dict[str, int]):  # temps: name -> address
         self.program = program
         self.executor = program.device.executor
         slot = {name: i for i, name in enumerate(inputs) if name is not None}
         base = len(inputs)
         slot.update({name: base + i for i, name in enumerate(outputs)})
-        self._temps = temps  # name -> address
-        self._zero = [(temps[n], _nbytes(program, n)) for n in temps if n in program.zeroed]
+        self._zero = [(at, nbytes(program.buffers[n])) for n, at in temps.items() if n in program.zeroed]
         self._fixed = tuple(temps.values())
         tail = base + len(outputs)
         slot.update({name: tail + i for i, name in enumerate(temps)})
@@ -105,11 +104,6 @@ class Lane:
                 self._stream = stream
             program._last = mark
         return True
-
-
-def _nbytes(program: CompiledProgram, name: str) -> int:
-    shape = program.buffers[name]
-    return shape.elements * shape.dtype.numpy.itemsize
 
 
 __all__ = ["Lane"]

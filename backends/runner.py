@@ -49,7 +49,7 @@ class Build:
     seconds: float  # code generation's
 
 
-def _nbytes(shape) -> int:
+def nbytes(shape) -> int:
     return shape.elements * shape.dtype.numpy.itemsize
 
 
@@ -84,7 +84,7 @@ def check_memory(bound: BoundProgram, buffers: Mapping, device: Device, opts: Co
         "use smaller inputs or output sizes, or a device with more memory; settings "
         "max_buffer_bytes / max_total_bytes set lower limits, never higher ones"
     )
-    sizes = {name: _nbytes(shape) for name, shape in buffers.items()}
+    sizes = {name: nbytes(shape) for name, shape in buffers.items()}
     if per:
         limit, what = min(per)
         for name, shape in buffers.items():
@@ -262,7 +262,7 @@ class CompiledProgram:
                     continue
             buf = bufs[name] = self._buffer(name)
             if isinstance(value, Tensor):  # bound already (out=, another input): buffers are distinct
-                deps.append(ex.copy(value._buffer, 0, buf, 0, _nbytes(shape), [*value._events, *prior]))
+                deps.append(ex.copy(value._buffer, 0, buf, 0, nbytes(shape), [*value._events, *prior]))
             else:
                 arr = np.ascontiguousarray(np.asarray(value).astype(shape.dtype.numpy, copy=False))
                 start = time.perf_counter()
@@ -345,7 +345,7 @@ class CompiledProgram:
         events."""
         ex = self.device.executor
         wait_all(self._last)
-        scratch = {name: ex.allocate(_nbytes(shape)) for name, shape in self.buffers.items()}
+        scratch = {name: ex.allocate(nbytes(shape)) for name, shape in self.buffers.items()}
         read: dict[str, Buffer] = {}  # each input's buffer in the last call, where it still exists
         for bound, names in zip(self._bound, self._params):
             for name, buf in zip(names, bound.buffers() if bound is not None else ()):
@@ -353,7 +353,7 @@ class CompiledProgram:
                     read.setdefault(name, buf)
         with ex.profiled():
             events = [
-                ex.copy(read[name], 0, buf, 0, _nbytes(self.buffers[name])) if name in read else buf.zero()
+                ex.copy(read[name], 0, buf, 0, nbytes(self.buffers[name])) if name in read else buf.zero()
                 for name, buf in scratch.items()
             ]
             for _ in range(2):  # the first run warms up (fresh memory, arguments set): not reported
@@ -390,7 +390,7 @@ class CompiledProgram:
                 kept.remove(buf)
                 break
         else:
-            buf = allocate(self.device.executor, _nbytes(self.buffers[name]))
+            buf = allocate(self.device.executor, nbytes(self.buffers[name]))
             assert resident or isinstance(buf, HostBuffer), "a host-memory executor allocates HostBuffers"
             del kept[:-1]
         kept.append(buf)
@@ -415,7 +415,7 @@ class CompiledProgram:
         """The program's own buffer for ``name``, allocated on first use and kept."""
         buf = self._owned.get(name)
         if buf is None:
-            buf = self._owned[name] = allocate(self.device.executor, _nbytes(self.buffers[name]))
+            buf = self._owned[name] = allocate(self.device.executor, nbytes(self.buffers[name]))
         return buf
 
     def _kernels(self, bufs: Mapping[str, Buffer], deps: list[Event], debug: bool) -> list[Event]:

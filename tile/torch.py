@@ -39,13 +39,12 @@ import numpy as np
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from backends.runner import debug_on
 from tile.bridge import Op, dynamic_settings
 from tile.dtypes import DType
 from tile.errors import TileError, TileInputError
 from tile.parser import parse as tile_parse
 from tile.torch_autograd import TileEagerFunction, TileFunction, register_autograd
-from tile.torch_lane import LANES_KEPT, UNSEEN, TorchLane, learn, signature
+from tile.torch_lane import LANES_KEPT, TorchLane, learn, signature, through_lane
 
 __all__ = ["LANES_KEPT", "TorchOp", "load", "op", "save"]
 
@@ -251,13 +250,13 @@ class TorchOp:
         self._grad_lanes: dict[tuple, TorchLane | None] = {}  # (wrt, signature) -> the backward's
 
     def __call__(self, *tensors: torch.Tensor):
-        if len(tensors) == self._arity:  # (PLAIN and AUTOGRAD mean every input is a torch.Tensor)
-            kind = _eager_kind(tensors, self._cuda)
-            if kind == PLAIN:
-                return self._forward(*tensors)  # what the dispatcher would call
-            if kind == AUTOGRAD:
-                return TileEagerFunction.apply(self, *tensors)
-        else:
+        # (PLAIN and AUTOGRAD mean every input is a torch.Tensor: no per-input checks on those paths)
+        kind = _eager_kind(tensors, self._cuda) if len(tensors) == self._arity else DISPATCH
+        if kind == PLAIN:
+            return self._forward(*tensors)  # what the dispatcher would call
+        if kind == AUTOGRAD:
+            return TileEagerFunction.apply(self, *tensors)
+        if len(tensors) != self._arity:
             self.core.tile_types(tuple(((), np.float32) for _ in tensors))  # the arity error
         for i, t in enumerate(tensors):
             if not isinstance(t, torch.Tensor):
@@ -267,11 +266,6 @@ class TorchOp:
                     hint="pass a torch.Tensor for every input of the Tile function, in its order "
                     "(e.g. torch.tensor(x) for a number)",
                 )
-        kind = _eager_kind(tensors, self._cuda)
-        if kind == PLAIN:
-            return self._forward(*tensors)  # what the dispatcher would call
-        if kind == AUTOGRAD:
-            return TileEagerFunction.apply(self, *tensors)
         if kind == TRANSFORM:
             return TileFunction.apply(self, *tensors)
         return self._call(*tensors)
@@ -314,13 +308,11 @@ class TorchOp:
 
     def _forward(self, *tensors: torch.Tensor):
         sig = signature(tensors)
-        lane = self._lanes.get(sig, UNSEEN)
-        if lane is not None and lane is not UNSEEN and not debug_on():
-            outs = lane(tensors)
-            if outs is not None:
-                return outs[0] if len(outs) == 1 else tuple(outs)
+        outs = through_lane(self._lanes, sig, tensors)
+        if outs is not None:
+            return outs[0] if len(outs) == 1 else tuple(outs)
         result = self._forward_general(tensors)
-        if lane is UNSEEN:
+        if sig not in self._lanes:
             learn(self, self._lanes, sig, tensors, None, _TO_NUMPY, _TO_TORCH)
         return result
 
@@ -394,13 +386,11 @@ class TorchOp:
             return []
         both = (*tensors, *cotangents)
         slot = (tuple(wrt), signature(both))
-        lane = self._grad_lanes.get(slot, UNSEEN)
-        if lane is not None and lane is not UNSEEN and not debug_on():
-            grads = lane(both)
-            if grads is not None:
-                return _as_inputs(grads, tensors, wrt)
+        grads = through_lane(self._grad_lanes, slot, both)
+        if grads is not None:
+            return _as_inputs(grads, tensors, wrt)
         result = self._backward_general(tensors, cotangents, wrt)
-        if lane is UNSEEN:
+        if slot not in self._grad_lanes:
             learn(self, self._grad_lanes, slot, both, wrt, _TO_NUMPY, _TO_TORCH)
         return result
 

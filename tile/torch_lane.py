@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 
 from backends.lane import Lane
+from backends.runner import debug_on
 
-UNSEEN = object()  # a signature no call has run at yet (no lane, nor None for "none")
 LANES_KEPT = 64  # signatures an op keeps fast lanes for (each holds its program's buffers)
 
 
@@ -59,7 +59,7 @@ class TorchLane:
         return cls(lane, device, to_torch, tuple(n is not None for n in inputs), tensors)
 
     def __call__(self, tensors) -> list[torch.Tensor] | None:
-        pointers = []
+        pointers, present = [], []
         for t, read in zip(tensors, self.reads):
             if t is None:
                 if read:
@@ -68,14 +68,25 @@ class TorchLane:
             elif not t.is_contiguous():
                 return None
             else:
-                pointers.append(t.data_ptr())
-        if len(pointers) > 1 and len(set(pointers)) != len(pointers) and _shared(tensors):
-            return None
+                p = t.data_ptr()
+                pointers.append(p)
+                present.append(p)
+        if len(present) > 1 and len(set(present)) != len(present):
+            return None  # two tensors at one address: the general path copies
         outs = [make(shape, dtype=dtype, device=device) if like is None else make(tensors[like])
                 for make, shape, dtype, device, like in self.outputs]
         if not self.lane(pointers, [o.data_ptr() for o in outs]):
             return None
         return outs
+
+
+def through_lane(lanes: dict, slot: tuple, tensors) -> list[torch.Tensor] | None:
+    """The outputs of ``tensors``' call through the lane kept in ``lanes[slot]``, or None (no lane,
+    ``TILE_DEBUG``, or one the lane cannot take): the general path's to run."""
+    lane = lanes.get(slot)
+    if lane is None or debug_on():
+        return None
+    return lane(tensors)
 
 
 def learn(op, lanes: dict, slot: tuple, tensors, wrt, to_numpy, to_torch) -> None:
@@ -107,17 +118,4 @@ def learn(op, lanes: dict, slot: tuple, tensors, wrt, to_numpy, to_torch) -> Non
     lanes[slot] = lane
 
 
-def _shared(tensors) -> bool:
-    """Whether two of ``tensors`` (present ones) start at the same address."""
-    seen: set[int] = set()
-    for t in tensors:
-        if t is None:
-            continue
-        p = t.data_ptr()
-        if p in seen:
-            return True
-        seen.add(p)
-    return False
-
-
-__all__ = ["LANES_KEPT", "UNSEEN", "TorchLane", "learn", "signature"]
+__all__ = ["LANES_KEPT", "TorchLane", "learn", "signature", "through_lane"]
