@@ -11,6 +11,7 @@ from stripe.ir import (
     Constant,
     Intrinsic,
     RefDir,
+    Refinement,
     Special,
 )
 from stripe.passes.attention_access import (
@@ -400,25 +401,32 @@ def _sum(ch: Chain, b: Block, parent: Block, tmps: set[str]) -> None:
     ch.dims[ch.o1] = o_roles
 
 
-def _normalize(ch: Chain, b: Block, tmps: set[str]) -> None:
-    """``W = E / Z`` point by point: the normalized weights."""
+def _quotient(ch: Chain, b: Block, num: str) -> Refinement:
+    """The output of a leaf kernel storing ``num / Z`` point by point (over ``num``'s dims), one
+    element each: the normalized weights (``num`` E) or the result (``num`` O1)."""
     ins, outs = leaf_parts(b)
-    if {r.source for r in ins} != {ch.e, ch.z}:
+    if len(outs) != 1 or outs[0].agg_op not in ("", "assign") or {r.source for r in ins} != {num, ch.z}:
         raise Miss
     out = outs[0]
-    roles = roles_of(b, ch, {n: ch.dims[n] for n in (ch.e, ch.z)})
+    roles = roles_of(b, ch, {n: ch.dims[n] for n in (num, ch.z)})
     if any(not at_point(b, r, roles, ch.dims[r.source]) for r in ins):
         raise Miss
-    if out.source not in tmps or out.source in ch.temps | ch.filled:
-        raise Miss
-    if not at_point(b, out, roles, ch.dims[ch.e]):
+    if not at_point(b, out, roles, ch.dims[num]):
         raise Miss
     defs = scalar_defs(b)
     by_ref = {r.into: r.source for r in ins}
     d = defs.get(stored_from(b, out.into))
     if not (isinstance(d, Intrinsic) and d.name == "div"):
         raise Miss
-    if [by_ref.get(load_of(defs, x) or "") for x in d.inputs] != [ch.e, ch.z]:
+    if [by_ref.get(load_of(defs, x) or "") for x in d.inputs] != [num, ch.z]:
+        raise Miss
+    return out
+
+
+def _normalize(ch: Chain, b: Block, tmps: set[str]) -> None:
+    """``W = E / Z`` point by point: the normalized weights."""
+    out = _quotient(ch, b, ch.e)
+    if out.source not in tmps or out.source in ch.temps | ch.filled:
         raise Miss
     ch.w = out.source
     ch.temps.add(ch.w)
@@ -433,23 +441,9 @@ def _finish(ch: Chain) -> None:
 
 
 def _div(ch: Chain, b: Block, parent: Block) -> None:
-    ins, outs = leaf_parts(b)
-    if len(outs) != 1 or outs[0].agg_op not in ("", "assign") or {r.source for r in ins} != {ch.o1, ch.z}:
-        raise Miss
-    out = outs[0]
-    roles = roles_of(b, ch, {n: ch.dims[n] for n in (ch.o1, ch.z)})
-    if any(not at_point(b, r, roles, ch.dims[r.source]) for r in ins):
-        raise Miss
-    if out.source in ch.temps or out.source in ch.filled or not at_point(b, out, roles, ch.dims[ch.o1]):
-        raise Miss
-    defs = scalar_defs(b)
-    by_ref = {r.into: r.source for r in ins}
-    d = defs.get(stored_from(b, out.into))
-    if not (isinstance(d, Intrinsic) and d.name == "div"):
-        raise Miss
-    if [by_ref.get(load_of(defs, x) or "") for x in d.inputs] != [ch.o1, ch.z]:
-        raise Miss
-    if out.shape.dtype not in FLOATS:
+    """``O = O1 / Z`` point by point: the result."""
+    out = _quotient(ch, b, ch.o1)
+    if out.source in ch.temps or out.source in ch.filled or out.shape.dtype not in FLOATS:
         raise Miss
     whole_ref(parent, out)
     ch.o, ch.o_dims = out.source, ch.dims[ch.o1]
