@@ -27,17 +27,8 @@ import time
 import numpy as np
 
 import tile
+from bench.tensor_cores import best
 from conformance.attention import Spec, source
-
-
-def _best(fn, k: int) -> float:
-    fn()
-    ts = []
-    for _ in range(k):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return min(ts)
 
 
 def _reference(q, k, v, causal: bool):
@@ -84,7 +75,7 @@ def case(device: str, n: int, d: int, dtype: str, causal: bool, repeat: int) -> 
     def run_tile():
         f(**ins, resident=True)["O"].wait()
 
-    tile_s = _best(run_tile, repeat)
+    tile_s = best(run_tile, repeat)
     backends = [SDPBackend.FLASH_ATTENTION] if dev == "cuda" else [SDPBackend.MATH]
     q4, k4, v4 = (x.unsqueeze(0) for x in (q, k, v))  # (batch, heads, n, d): the flash kernel's layout
     with sdpa_kernel(backends):
@@ -93,7 +84,7 @@ def case(device: str, n: int, d: int, dtype: str, causal: bool, repeat: int) -> 
             if dev == "cuda":
                 torch.cuda.synchronize()
 
-        torch_s = _best(run_torch, repeat)
+        torch_s = best(run_torch, repeat)
         theirs = F.scaled_dot_product_attention(q4, k4, v4, is_causal=causal).squeeze(0)
     want = _reference(q, k, v, causal)
     # the program's O is float32 (its float literal promotes, docs/semantics.md §4.1): rounded to
