@@ -5,6 +5,7 @@ this session exposed it in tests/test_pass_scalarize.py, by a hand-written Strip
 compiled one)."""
 
 import numpy as np
+import pytest
 
 import tile
 from stripe.parser import parse_stripe
@@ -37,3 +38,16 @@ def test_kernels_alike_up_to_names_do_not_share_an_object(tmp_path, monkeypatch)
     assert compiled({"X": x})["T0"][0, 0] == -2.0  # its module is cached under its kernel's name
     got, _ = execute(parse_stripe(NEG), {"X": x})  # the same code as kernel k0_T0
     assert got["T0"][0, 0] == -2.0
+
+
+def test_a_module_without_a_kernels_function_is_refused_not_called(monkeypatch):
+    """Were the object's functions ever named otherwise than the lookup expects, the build says so
+    (a TileRuntimeError naming the function and the way out) instead of calling address 0."""
+    import backends.llvm.device as llvm_device
+    from backends.hal import kernel_symbol
+
+    monkeypatch.setattr(llvm_device, "kernel_symbol", lambda k, info: kernel_symbol(k, info) + "_elsewhere")
+    with pytest.raises(tile.TileRuntimeError, match="defines no function tile_k0_.*_elsewhere") as e:
+        tile.compile("function (X[N]) -> (T) { T = -X; }", device="llvm_cpu.0",
+                     settings={"cache": False})({"X": np.ones(3, np.float32)})
+    assert "cache=False" in e.value.hint
