@@ -37,7 +37,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from backends.hal import KernelInfo
-from backends.llvm import symbolic
+from backends.llvm import generic_tiles, symbolic
 from backends.llvm.cache import ObjectCache, runtime_key
 from backends.llvm.codegen import KernelCodegen, buffer_dtypes, units
 from backends.llvm.host import target_machine
@@ -58,6 +58,8 @@ class Form:
     address: int
     stack: int
     engine: object
+    schedule: Schedule | None = None  # a product's: the bucket's thread split (``generic_tiles``)
+    signature: tuple | None = None  # a product's structure, which every instance shares
 
 
 @dataclass
@@ -135,6 +137,9 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> dict[int, 
     opt = int(settings.get("opt", 3))
     unroll = bool(settings.get("unroll", opt >= 2))
     meta = repr((plan.vector, plan.f16c, plan.triple, opt, unroll))
+    # products as micro-kernels with run-time extents (``generic_tiles``), unless ``generic_products``
+    # asks for plain loops
+    tiles = bool(plan.vector.vector_bytes) and not settings.get("generic_products")
     paired = [u for u in units(plan.code) if len(u) > 1]
     uses: dict[int, Use] = {}
     todo: list[tuple[int, str, Block, Schedule]] = []
@@ -143,6 +148,8 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> dict[int, 
             info = kernels[j]
             dts = buffer_dtypes(info, plan.dtypes)
             sched = plan.schedules[j]
+            if tiles and _product(j, kernels, plan, dts, meta, uses, todo):
+                continue
             if not eligible(info, sched, plan.code[j], plan.blocks[j], plan.epilogues[j], plan.vector, dts,
                             bool(settings.get("generic_products"))):
                 continue
@@ -166,7 +173,7 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> dict[int, 
             template = symbolic.unify(base, info.block)
             if template is None or symbolic.slots(template) == 0:
                 continue  # the same integers (or another structure): built specialized
-            todo.append((j, key, template, sched))
+            todo.append((j, key, template, sched, None))
         if todo:
             uses.update(_build(kernels, plan, todo, vector, opt, unroll, settings, cpu, features))
     for pair in paired:  # ``codegen.generate`` builds a zero fill with the next kernel: both or neither
@@ -176,12 +183,54 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> dict[int, 
     return uses
 
 
+def _product(j: int, kernels, plan, dts: dict, meta: str, uses: dict, todo: list) -> bool:
+    """Whether kernel ``j`` is a product the micro-kernel takes at kernel level (a flat GEMM, an
+    optimizer nest read back by ``match.from_nest``; no fused epilogue): then it binds to its
+    bucket's form, is remembered, or goes to ``todo`` (``generic_tiles``), and True. Its bucket
+    keeps one thread split, the schedule of the kernel that built the form: the split between
+    rows and panels (``match.panel_split``) changes with the panel count, not the code's shape."""
+    code, sched = plan.code[j], plan.schedules[j]
+    block = code.block
+    if plan.epilogues[j] is not None or not sched.order or not isinstance(block, Block):
+        return False
+    sig = generic_tiles.signature(block, dts, sched.split_index)
+    if sig is None:
+        return False
+    key = "\n".join(["tiles", symbolic.erased(block), repr(code.buffers), repr(sorted(dts.items())), meta])
+    bucket = REGISTRY.buckets.setdefault(key, Bucket())
+    form = bucket.form
+    if bucket.refused:
+        return True
+    if form is not None:
+        sched = replace(form.schedule, ranges=sched.ranges)  # the bucket's split, this kernel's extents
+        sig = generic_tiles.signature(block, dts, sched.split_index)
+        if sig is None or sig[1] != form.signature:
+            return True  # another structure at this length: specialized
+        values = symbolic.bind(form.template, block)
+        if values is not None:
+            uses[j] = Use(form.address, values, form.stack, False, sched, form.engine)
+            return True
+    if bucket.first is None:
+        bucket.first = block
+        return True
+    if bucket.builds >= MAX_BUILDS:
+        bucket.refused = f"{MAX_BUILDS} generic builds"
+        return True
+    base = form.template if form is not None else bucket.first
+    first = generic_tiles.signature(bucket.first, dts, sched.split_index) if form is None else None
+    template = symbolic.unify(base, block)
+    if template is None or symbolic.slots(template) == 0 or (first is not None and first[1] != sig[1]):
+        return True
+    todo.append((j, key, template, sched, sig))
+    return True
+
+
 def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, features) -> dict[int, Use]:
     """Generate each template in its own module (a refused one leaves nothing behind), link them
     into one, optimize and load it; record the forms."""
     texts, made = [], []
-    for j, key, template, sched in todo:
-        info = kernels[j]
+    for j, key, template, sched, sig in todo:
+        info = kernels[j] if sig is None else plan.code[j]
         module = ir.Module(name="tile_generic")
         module.triple, module.data_layout = plan.triple, plan.layout
         em = Emitter(module, plan.f16c)
@@ -191,18 +240,24 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
         n = symbolic.slots(template)
         symbol = f"tile_g{len(made)}"  # this module's: the text (the disk key) is the same in any process
         generic_info = replace(info, name=symbol, block=template)
-        cg = KernelCodegen(em, 0, generic_info, sched, buffer_dtypes(info, plan.dtypes),
-                           vector, slots=n)
-        cg.symbol = symbol
         bucket = REGISTRY.buckets[key]
         try:
+            if sig is None:
+                cg = KernelCodegen(em, 0, generic_info, sched, buffer_dtypes(info, plan.dtypes),
+                                   vector, slots=n)
+            else:  # a product: the micro-kernel with the bucket's tiles
+                tiles = generic_tiles.plan(template, sig[0], plan.vector)
+                cg = generic_tiles.GenericProductCodegen(
+                    em, 0, generic_info, sched, buffer_dtypes(info, plan.dtypes), plan.vector, slots=n,
+                    shape=sig[0], tiles=tiles)
+            cg.symbol = symbol
             cg.build()
         except symbolic.SlotUsed as e:
             bucket.refused = str(e)
             continue
         REGISTRY.generated += 1
         texts.append(str(module))
-        made.append((j, key, template, n, symbol, em.stack_bytes, sched))
+        made.append((j, key, template, n, symbol, em.stack_bytes, sched, sig))
     if not made:
         return {}
     text = "\n".join(texts)
@@ -230,12 +285,12 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
     engine.finalize_object()
     keep = (engine, mod)
     uses = {}
-    for j, key, template, n, symbol, stack, sched in made:
+    for j, key, template, n, symbol, stack, sched, sig in made:
         address = engine.get_function_address(symbol)
         bucket = REGISTRY.buckets[key]
-        bucket.form = Form(template, n, address, stack, keep)
+        bucket.form = Form(template, n, address, stack, keep, sched if sig else None, sig[1] if sig else None)
         bucket.builds += 1
-        values = symbolic.bind(template, kernels[j].block)
+        values = symbolic.bind(template, (kernels[j] if sig is None else plan.code[j]).block)
         assert values is not None and len(values) == n, "a template binds the kernel it was made from"
         uses[j] = Use(address, values, stack, True, sched, keep)
     return uses

@@ -164,7 +164,7 @@ class MicroKernel:
         for k, cnt in counters.items():
             coef = c.coeff(self.block.idxs[k].name)
             if coef:
-                value = b.add(value, b.mul(cnt, i64(int(coef))))
+                value = b.add(value, b.mul(cnt, self.em.num(coef)))
         return b.icmp_signed(">=", value, i64(0))
 
     # -------------------------------------------------------------------- the nests
@@ -172,9 +172,8 @@ class MicroKernel:
         s, block = self.s, self.block
         origin = self.origin
         self.c0 = [self.cg.affine(c, origin, block, "a constraint") for c in block.constraints]
-        self.bounds = {
-            k: bounds.get(k, (i64(0), i64(ix.range))) for k, ix in enumerate(block.idxs) if ix.range > 1
-        }
+        moving = (s.v, *([s.r] if s.r is not None else []), *s.outer, *s.red)  # every index of range > 1
+        self.bounds = {k: bounds.get(k, (i64(0), self.em.num(block.idxs[k].range))) for k in moving}
         free = set(self.bounds)
         rowset = {s.r} if s.r is not None else set()
         # each constraint's level: outer loop position, or reduction level (row ones apart)
@@ -474,7 +473,7 @@ class MicroKernel:
             c = counters[k]
             if j == 0 and self.kbase is not None:  # a K block's scratch starts at its first point
                 c = b.sub(c, self.kbase)
-            out = c if j == 0 else b.add(b.mul(out, i64(self.block.idxs[k].range)), c)
+            out = c if j == 0 else b.add(b.mul(out, self.em.num(self.block.idxs[k].range)), c)
         return out
 
     def packed_at(self, slot: ir.Value, line: ir.Value, n: int) -> ir.Value:

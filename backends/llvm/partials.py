@@ -38,6 +38,7 @@ from llvmlite import ir
 
 from backends.llvm.loops import View, counted_loop, for_range, smin
 from backends.llvm.scalars import I64, Emitter, i64, reg_type
+from backends.llvm.symbolic import is_slot
 from stripe.ir import Block, Constant, Intrinsic, Load, LoadIndex, RefDir, Store
 from tile.dtypes import DType
 
@@ -46,6 +47,7 @@ FLOATS = (DType.FLOAT32, DType.FLOAT64)
 ORDERED_SHORTER = 16  # blocks of an ``ordered`` sum are this much shorter (256 points by default)
 MICRO_SHORTER = 8  # the micro-kernel's chunks are this much shorter (512 reduction points)
 WHOLE = 4  # an innermost reduction loop of up to 4 blocks is one block
+RUNTIME_CHUNKS = 1 << 36  # a run-time K (generic kernels): chunks at most (a row of 2**36 points: 256 GiB)
 MAX_OWNED = 64  # output elements of the innermost loops whose partials are kept apart (unrolled)
 
 
@@ -280,19 +282,22 @@ def microkernel_sums(mk, base: dict) -> None:
     if not (cfg.reassoc and cfg.sum_block > 0 and s.agg == "add" and ranges):
         mk.red_level(0, base, None)
         return
-    inner = math.prod(ranges[1:])
+    inner = math.prod(ranges[1:])  # (a generic kernel's inner reductions are known: ``generic_tiles``)
     k0, em = s.red[0], mk.em
     lo, hi = mk.bounds[k0]
+    known = not is_slot(ranges[0])  # a generic kernel's K may come at run time: always in chunks
     if mk.blocking:  # a cache block of K (at most a few thousand points): one fresh chunk
         step = mk.blocking[0]
-    elif inner * ranges[0] > cfg.sum_block // MICRO_SHORTER:  # each lane sums one element in order
+    elif not known or inner * ranges[0] > cfg.sum_block // MICRO_SHORTER:  # each lane: one element in order
         step = max(1, cfg.sum_block // MICRO_SHORTER // inner)
     else:
         mk.red_level(0, base, None)
         return
+    # the chunks one tile pushes: within a K block (``kbase`` set) one; over a run-time K, any count
+    most = -(-ranges[0] // step) if known else 1 if mk.kbase is not None else RUNTIME_CHUNKS
     saved = mk.slots
     width = sum(len(row) for row in saved)
-    cascade = Cascade(em, mk.vt, width, -(-mk.block.idxs[k0].range // step))  # (bounds within the range)
+    cascade = Cascade(em, mk.vt, width, most)  # (bounds within the range)
     cascade.reset()
     partials = em.alloca(mk.vt, width)  # one array: SROA keeps its constant-index elements in registers
     fresh, e = [], 0
