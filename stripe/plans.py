@@ -44,6 +44,15 @@ drops it.
   every sum over the keys carries, each its ``role:coefficient`` terms then ``c:constant``
   (``>= 0``); ``scale_num / scale_den``: the exact ``c`` of ``exp(c * (P - Mx))``; ``block_rows``,
   ``block_keys``: the query rows per work-group and the keys per staged step.
+* ``AttentionBackwardPlan`` (``attention_backward``): one of the two blocks the gradient of a
+  softmax attention chain becomes (``stripe.passes.attention_backward``), each a block over no
+  indexes whose statements are the derived program's kernels it needs (the interpreter runs them).
+  ``part`` ``dq``: a work-group of ``group`` query rows recomputes the rows' softmax statistics,
+  writes them (``mx``, ``z``: the chain's row max and row sum; ``dz``: the cotangent of the sum)
+  and accumulates ``dq``; ``part`` ``dkv``: a work-group of ``group`` keys reads the statistics and
+  accumulates ``dk`` and ``dv``; each stages ``step`` keys (rows) per step. Roles, dims and the mask
+  as in ``AttentionPlan``; ``do`` is the result's cotangent (its dims ``do_dims``), ``stat_dims``
+  the statistics' dims; ``dq``, ``dk``, ``dv`` are empty in the part that does not write them.
 * ``TransposePlan`` (``transpose``): a permuting copy whose input and output are contiguous along
   different indexes (``stripe.passes.transpose``), run as square tiles of ``tile`` x ``tile``
   points through ``__local`` memory (``backends.clike.transpose``). ``cols``: the index along which
@@ -168,10 +177,50 @@ class AttentionPlan:
         return out
 
 
-Plan = GemmPlan | RowPlan | CombinePlan | TransposePlan | AttentionPlan
+@dataclass(frozen=True, slots=True)
+class AttentionBackwardPlan:
+    part: str
+    q: str
+    k: str
+    v: str
+    do: str
+    dq: str
+    dk: str
+    dv: str
+    mx: str
+    z: str
+    dz: str
+    batch: Named
+    rows: int
+    keys: int
+    depth: int
+    width: int
+    q_dims: tuple[str, ...]
+    k_dims: tuple[str, ...]
+    v_dims: tuple[str, ...]
+    do_dims: tuple[str, ...]
+    stat_dims: tuple[str, ...]
+    mask: Named
+    scale_num: int
+    scale_den: int
+    group: int
+    step: int
+
+    @property
+    def extents(self) -> dict[str, int]:
+        """Role -> extent (``_0`` is 1)."""
+        return dict(self.batch) | {"i": self.rows, "j": self.keys, "d": self.depth, "e": self.width, "_0": 1}
+
+    @property
+    def constraints(self) -> list[tuple[tuple[tuple[str, int], ...], int]]:
+        """The mask as ``(terms, constant)`` pairs, each ``Σ coeff * role + constant >= 0``."""
+        return AttentionPlan.constraints.fget(self)
+
+
+Plan = GemmPlan | RowPlan | CombinePlan | TransposePlan | AttentionPlan | AttentionBackwardPlan
 KINDS: dict[str, type] = {
     "gemm": GemmPlan, "row": RowPlan, "combine": CombinePlan, "transpose": TransposePlan,
-    "attention": AttentionPlan,
+    "attention": AttentionPlan, "attention_backward": AttentionBackwardPlan,
 }
 _KIND_OF = {cls: kind for kind, cls in KINDS.items()}
 
@@ -232,6 +281,8 @@ def problems(plan: Plan, block: Block) -> list[str]:
         return _transpose_problems(plan, block)
     if isinstance(plan, AttentionPlan):
         return _attention_problems(plan, block)
+    if isinstance(plan, AttentionBackwardPlan):
+        return _backward_problems(plan, block)
     return _combine_problems(plan, block)
 
 
@@ -319,6 +370,29 @@ def _attention_problems(p: AttentionPlan, b: Block) -> list[str]:
     return out
 
 
+def _backward_problems(p: AttentionBackwardPlan, b: Block) -> list[str]:
+    refs = {r.into: r for r in b.refs}
+    out = [] if ATTENTION_TAG in b.tags else [f"needs the tag #{ATTENTION_TAG}"]
+    writes = (p.dq,) if p.part == "dq" else (p.dk, p.dv)
+    if p.part not in ("dq", "dkv") or not all(writes):
+        out.append(f"has the part '{p.part}' (dq or dkv) without the outputs it writes")
+    out += _missing((p.q, p.k, p.v, p.do, p.mx, p.z, p.dz, *writes), refs, "refinement")
+    if b.idxs or b.constraints:
+        out.append("is on a block with indexes or constraints (the chain runs once)")
+    roles = p.extents
+    dims = ((p.q, p.q_dims), (p.k, p.k_dims), (p.v, p.v_dims), (p.do, p.do_dims), (p.mx, p.stat_dims))
+    for name, ds in dims:
+        r = refs.get(name)
+        out += [f"names the role '{d}' of no extent" for d in ds if d not in roles]
+        if r is not None and [roles.get(d) for d in ds] != [dd.size for dd in r.shape.dims]:
+            out.append(f"gives '{name}' the roles {list(ds)}, which its dims' sizes do not fit")
+    if p.mask and p.mask[-1][0] != "c":
+        out.append("has a mask that does not end with its constant (c:N)")
+    if p.scale_num < 1 or p.scale_den < 1 or p.group < 1 or p.step < 1:
+        out.append("has a scale that is not positive, or a group or step below 1")
+    return out
+
+
 def _combine_problems(p: CombinePlan, b: Block) -> list[str]:
     at = 2 if p.counter else 1  # a one-kernel combine's partial block comes first
     inner = b.stmts[at] if p.self_init and len(b.stmts) > at and isinstance(b.stmts[at], Block) else b
@@ -350,7 +424,7 @@ def _counter_problems(p: CombinePlan, b: Block) -> list[str]:
 
 
 __all__ = [
-    "ATTENTION_TAG", "KINDS", "ROW_TAG", "AttentionPlan", "CombinePlan", "GemmPlan", "Plan", "RowPlan",
-    "TransposePlan",
+    "ATTENTION_TAG", "KINDS", "ROW_TAG", "AttentionBackwardPlan", "AttentionPlan", "CombinePlan", "GemmPlan",
+    "Plan", "RowPlan", "TransposePlan",
     "items", "kind", "make", "problems",
 ]

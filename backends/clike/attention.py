@@ -82,15 +82,8 @@ def emit(em: KernelEmitter) -> tuple[int, int]:
     active = em.declare(DType.BOOL, f"{role['i']} < {p.rows}", "active")
     neg_inf = t.float_literal(float("-inf"), _F32)
 
-    def offset(name: str, dims: tuple[str, ...], at: dict[str, str]) -> str:
-        strides = [d.stride for d in b.ref(name).shape.dims]
-        terms = [f"{at[r]} * {s}" if s != 1 else at[r] for r, s in zip(dims, strides, strict=True)
-                 if r != "_0" and s != 0]
-        return " + ".join(terms) or "0"
-
     def load(name: str, dims, at) -> str:
-        dt = b.ref(name).shape.dtype
-        return t.convert(t.load(em.ptrs[b.ref(name).source], offset(name, dims, at), dt), dt, _F32)
+        return load_f32(em, name, dims, at)
 
     q, acc = em.fresh("q"), em.fresh("acc")
     m, l_ = em.fresh("m"), em.fresh("l")
@@ -105,7 +98,7 @@ def emit(em: KernelEmitter) -> tuple[int, int]:
     with em.scope(f"for (long e = 0; e < {width}; e++)"):
         em.line(f"{acc}[e] = 0.0f;")
     with em.scope(f"for (long j0 = 0; j0 < {p.keys}; j0 += {bc})"):
-        _skip_masked(em, p, role, i0, "j0")
+        skip_masked(em, p, role, i0, "j0", p.block_rows, p.block_keys)
         for buf, dims, n, stage, what in ((p.k, p.k_dims, depth, ks, "d"), (p.v, p.v_dims, width, vs, "e")):
             with em.scope(f"for (long u = lid; u < {bc * n}; u += {br})"):
                 jj = em.declare(DType.INT64, f"u / {n}", "jj")
@@ -120,7 +113,7 @@ def emit(em: KernelEmitter) -> tuple[int, int]:
             with em.scope(f"for (long jj = 0; jj < {bc}; jj++)"):
                 j = em.declare(DType.INT64, "j0 + jj", "j")
                 em.line(f"{x} = {neg_inf};")
-                keep = [f"{j} < {p.keys}", *_mask_tests(p, role | {"j": j})]
+                keep = [f"{j} < {p.keys}", *mask_tests(p, role | {"j": j})]
                 with em.scope(f"if ({' && '.join(keep)})"):
                     s = em.fresh("s")
                     em.line(f"float {s} = 0.0f;")
@@ -151,7 +144,7 @@ def emit(em: KernelEmitter) -> tuple[int, int]:
         em.line(_UNROLL)
         with em.scope(f"for (long e = 0; e < {width}; e++)"):
             value = t.convert(t.fdiv(f"{acc}[e]", l_, _F32), _F32, out.shape.dtype)
-            em.line(t.store(em.ptrs[out.source], offset(p.out, p.out_dims, role | {"e": "e"}), value,
+            em.line(t.store(em.ptrs[out.source], offset(b, p.out, p.out_dims, role | {"e": "e"}), value,
                             out.shape.dtype))
     groups = row_blocks
     for _, n in p.batch:
@@ -159,7 +152,23 @@ def emit(em: KernelEmitter) -> tuple[int, int]:
     return groups * br, br
 
 
-def _mask_tests(p: AttentionPlan, at: dict[str, str]) -> list[str]:
+def offset(b: Block, name: str, dims: tuple[str, ...], at: dict[str, str]) -> str:
+    """The C offset of the element of ``b``'s refinement ``name`` whose dims have the roles
+    ``dims``, each role at the C expression ``at[role]``."""
+    strides = [d.stride for d in b.ref(name).shape.dims]
+    terms = [f"{at[r]} * {s}" if s != 1 else at[r] for r, s in zip(dims, strides, strict=True)
+             if r != "_0" and s != 0]
+    return " + ".join(terms) or "0"
+
+
+def load_f32(em: KernelEmitter, name: str, dims: tuple[str, ...], at: dict[str, str]) -> str:
+    """That element of refinement ``name`` of the kernel's block, read and converted to float."""
+    b, t = em.block, em.t
+    dt = b.ref(name).shape.dtype
+    return t.convert(t.load(em.ptrs[b.ref(name).source], offset(b, name, dims, at), dt), dt, _F32)
+
+
+def mask_tests(p, at: dict[str, str]) -> list[str]:
     """The mask's constraints at the point ``at`` (role -> C expression), as C conditions."""
     out = []
     for terms, const in p.constraints:
@@ -168,11 +177,12 @@ def _mask_tests(p: AttentionPlan, at: dict[str, str]) -> list[str]:
     return out
 
 
-def _skip_masked(em: KernelEmitter, p: AttentionPlan, role: dict[str, str], i0: str, j0: str) -> None:
-    """``continue`` the key loop when a constraint fails at every (row, key) of the step: its
-    largest value over the step's box is below 0 (the same in every work-item)."""
-    i_hi = f"({i0} + {p.block_rows - 1})"
-    j_hi = f"({j0} + {p.block_keys - 1})"
+def skip_masked(em: KernelEmitter, p, role: dict[str, str], i0: str, j0: str, rows: int, keys: int) -> None:
+    """``continue`` the loop when a constraint fails at every (row, key) of the box of ``rows``
+    rows from ``i0`` and ``keys`` keys from ``j0``: its largest value over the box is below 0 (the
+    same in every work-item)."""
+    i_hi = f"({i0} + {rows - 1})"
+    j_hi = f"({j0} + {keys - 1})"
     box = {"i": (i0, i_hi), "j": (j0, j_hi)}
     for terms, const in p.constraints:
         parts = [str(const)]
@@ -223,4 +233,4 @@ def _score(em: KernelEmitter, p: AttentionPlan, s: str, at: dict[str, str]) -> s
     return t.convert(f"{v.ptr}[0]", v.dtype, _F32)
 
 
-__all__ = ["emit", "takes"]
+__all__ = ["emit", "load_f32", "mask_tests", "offset", "skip_masked", "takes"]

@@ -10,22 +10,23 @@ before the store; ``stripe.gemm_nest.read`` reads the nest through its plan; the
 work-group tree (``groupreduce``), or, with its partial block nested (``one_kernel``), as one
 kernel whose last work-group combines (``lastgroup``), a ``RowPlan`` (``row_fusion``'s row
 program) as a work-group per row (``rowkernel``), an ``AttentionPlan`` (``attention``'s chain) as
-one fused kernel with an online softmax (``attention``), a ``TransposePlan`` (``transpose``'s permuting
-copy) as tiles staged through ``__local`` memory (``transpose``). Each emitter may still refuse
-what the target cannot do (a type it cannot keep in a register); then, as for every kernel
-without a plan and every kernel of a target without work-groups: work-items over its owned indexes
-(``kernel.KernelEmitter.general``).
+one fused kernel with an online softmax (``attention``), an ``AttentionBackwardPlan`` (a part of
+its gradient) as one fused kernel recomputing the scores (``attention_backward``), a
+``TransposePlan`` (``transpose``'s permuting copy) as tiles staged through ``__local`` memory
+(``transpose``). Each emitter may still refuse what the target cannot do (a type it cannot keep
+in a register); then, as for every kernel without a plan and every kernel of a target without
+work-groups: work-items over its owned indexes (``kernel.KernelEmitter.general``).
 """
 
 from __future__ import annotations
 
-from backends.clike import attention, groupreduce, lastgroup, rowkernel, transpose
+from backends.clike import attention, attention_backward, groupreduce, lastgroup, rowkernel, transpose
 from backends.clike.kernel import KernelEmitter, KernelSource
 from backends.clike.target import CTarget
 from backends.clike.tiled import GemmEmitter, Tiles
 from backends.hal import KernelInfo
 from stripe.gemm_nest import read
-from stripe.plans import AttentionPlan, CombinePlan, GemmPlan, RowPlan, TransposePlan
+from stripe.plans import AttentionBackwardPlan, AttentionPlan, CombinePlan, GemmPlan, RowPlan, TransposePlan
 from tile.dtypes import DType
 
 
@@ -90,16 +91,18 @@ def _rows(em: KernelEmitter) -> KernelSource | None:
 
 
 def _attention(em: KernelEmitter) -> KernelSource | None:
-    """An ``attention`` chain on a target with work-groups: one fused kernel (``attention``)."""
-    if attention.takes(em) is None:
+    """An ``attention`` chain on a target with work-groups: one fused kernel (``attention``); a
+    part of its gradient (``attention_backward``): one fused kernel too."""
+    fused = attention_backward if isinstance(em.block.plan, AttentionBackwardPlan) else attention
+    if fused.takes(em) is None:
         return None
-    work, local = attention.emit(em)
+    work, local = fused.emit(em)
     em.depth = 0
     return KernelSource(em.symbol, em.t.group_kernel(em.symbol, em.params, local, em.lines), work, (), local)
 
 
 _FORMS = {GemmPlan: _tiled, CombinePlan: _grouped, RowPlan: _rows, TransposePlan: transpose.source,
-          AttentionPlan: _attention}
+          AttentionPlan: _attention, AttentionBackwardPlan: _attention}
 
 
 def generate(t: CTarget, kernels: list[KernelInfo], buffer_dtypes: dict) -> list[KernelSource]:

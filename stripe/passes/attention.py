@@ -94,23 +94,7 @@ def attention(program: Block, cfg: AttentionConfig, hw: Hardware) -> Block:
 
 def _container(ch: Chain, run, parent: Block, cfg: AttentionConfig, local_bytes: int) -> Block:
     """The run as one planned block over no indexes, its temporaries local allocations."""
-    reads: dict[str, bool] = {}
-    writes: dict[str, bool] = {}
-    for s in run:
-        for r in s.refs:
-            (writes if r.dir is not RefDir.IN else reads)[r.source] = True
-    refs = []
-    for name in dict.fromkeys([*reads, *writes]):
-        whole = parent.ref(name)
-        zeros = tuple(Affine.constant(0) for _ in whole.access)
-        if name in ch.temps:
-            sizes = whole.shape.sizes
-            dims = tuple(Dim(n, st) for n, st in zip(sizes, dense_strides(sizes), strict=True))
-            shape = TensorShape(whole.shape.dtype, dims)
-            refs.append(Refinement(RefDir.NONE, name, zeros, shape))
-            continue
-        d = RefDir.INOUT if name in reads and name in writes else RefDir.OUT if name in writes else RefDir.IN
-        refs.append(replace(whole, dir=d, access=zeros, from_=None))
+    refs = run_refs(run, parent, ch.temps)
     widest = max(ch.depth, ch.width)
     bc = cfg.block_keys
     while bc > 4 and 2 * bc * widest * 4 > local_bytes // 2:
@@ -122,7 +106,7 @@ def _container(ch: Chain, run, parent: Block, cfg: AttentionConfig, local_bytes:
         q=ch.q, k=ch.k, v=ch.v, out=ch.o, scores=tuple(ch.scores), s=ch.s,
         batch=tuple(ch.batch), rows=ch.rows, keys=ch.keys, depth=ch.depth, width=ch.width,
         q_dims=ch.q_dims, k_dims=ch.k_dims, v_dims=ch.v_dims, out_dims=ch.o_dims, s_dims=ch.dims[ch.s],
-        mask=_flat_mask(ch.mask), scale_num=ch.scale.numerator, scale_den=ch.scale.denominator,
+        mask=flat_mask(ch.mask), scale_num=ch.scale.numerator, scale_den=ch.scale.denominator,
         block_rows=br, block_keys=bc,
     )
     comments = tuple(c for s in run for c in s.comments)
@@ -136,7 +120,30 @@ def _container(ch: Chain, run, parent: Block, cfg: AttentionConfig, local_bytes:
     )
 
 
-def _flat_mask(mask) -> tuple[tuple[str, int], ...]:
+def run_refs(run, parent: Block, temps: set[str]) -> list[Refinement]:
+    """The refinements of a block holding the kernels ``run`` of ``parent``: each buffer they use,
+    whole, read or written as they do; the ``temps`` as the block's own (dense) allocations."""
+    reads: dict[str, bool] = {}
+    writes: dict[str, bool] = {}
+    for s in run:
+        for r in s.refs:
+            (writes if r.dir is not RefDir.IN else reads)[r.source] = True
+    refs = []
+    for name in dict.fromkeys([*reads, *writes]):
+        whole = parent.ref(name)
+        zeros = tuple(Affine.constant(0) for _ in whole.access)
+        if name in temps:
+            sizes = whole.shape.sizes
+            dims = tuple(Dim(n, st) for n, st in zip(sizes, dense_strides(sizes), strict=True))
+            shape = TensorShape(whole.shape.dtype, dims)
+            refs.append(Refinement(RefDir.NONE, name, zeros, shape))
+            continue
+        d = RefDir.INOUT if name in reads and name in writes else RefDir.OUT if name in writes else RefDir.IN
+        refs.append(replace(whole, dir=d, access=zeros, from_=None))
+    return refs
+
+
+def flat_mask(mask) -> tuple[tuple[str, int], ...]:
     """The constraints as one list: each its ``(role, coefficient)`` terms, then ``(c, constant)``."""
     out: list[tuple[str, int]] = []
     for terms, const in sorted(mask or ()):

@@ -57,6 +57,27 @@ def chain_at(stmts, start: int, parent: Block, tmps: set[str], max_depth: int):
     return None
 
 
+def forward_at(stmts, start: int, parent: Block, tmps: set[str]):
+    """``(chain, end)`` when the kernels from ``start`` are a chain's forward as far as its row sum
+    ``Z`` and ``O1 = E · V`` (either order), the division not yet met: the part of the chain that
+    its gradient recomputes (``stripe.passes.attention_backward``); else None."""
+    first = stmts[start]
+    if not (isinstance(first, Block) and first.has_tags("kernel")):
+        return None
+    ch = Chain()
+    try:
+        for k in range(start, len(stmts)):
+            s = stmts[k]
+            if not (isinstance(s, Block) and s.has_tags("kernel")):
+                return None
+            _step(ch, s, parent, tmps)
+            if ch.z and ch.o1:
+                return ch, k + 1
+    except Miss:
+        return None
+    return None
+
+
 def _check_outside(ch: Chain, others) -> None:
     for s in others:
         if isinstance(s, Block) and any(r.source in ch.temps for r in s.refs):

@@ -1,0 +1,302 @@
+"""The ``attention_backward`` pass's matcher: ``backward_at`` reads a run of ``#main``'s kernels as
+the gradient ``tile.autodiff`` derives for a softmax attention chain (``stripe.passes.attention``):
+the chain's forward as far as ``Z`` and ``O1`` (``attention_match.forward_at``), then the
+backward kernels below in any order, each matched by its structure (its output's agg, its
+constraints, the expression tree it stores, the roles of every access), never by names.
+
+With ``c`` the exponent's scale, ``P`` the score, the rows ``i``, keys ``j``, the width ``e`` of V and
+the depth ``d`` (batch roles everywhere), and ``DO`` the result's cotangent (an input)::
+
+    DZ_b[i, e] = -(DO * O1 / (Z * Z))            DZ_1[i] = +(DZ_b[i, e])
+    DO1[i, e]  = DO / Z                          DE_1[i, j] = +(DO1[i, e] * V[j, e]), mask
+    DV[j, e]   = +(DO1[i, e] * E[i, j]), mask    DE_2[i, j] = +(DZ_1[i]), mask
+    DE = DE_1 + DE_2                             DMx_b = -(DE * E * c)
+    DMx_1[i] = +(DMx_b[i, j])                    DS_1[i, j] = +(P == Mx ? DMx_1[i]), mask
+    DS = DE * E * c + DS_1                       DQ[i, d] = +(DS[i, j] * K[j, d])
+    DK[j, d] = +(DS[i, j] * Q[i, d])
+
+(``* c`` also ``/ (1/c)``, or nothing when ``c`` is 1; the operands of ``*`` and ``+`` in either
+order.) Taken: the score is S itself (no score kernels), the division last (``O = O1 / Z``), a
+positive scale, every batch dim in Q, K, V and the cotangent (no shared heads), all three
+gradients asked for. ``Miss`` ends a match.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from stripe.ir import Block, Constant, Intrinsic, Load, RefDir
+from stripe.passes.attention_access import (
+    ZERO,
+    Chain,
+    Miss,
+    fill_of,
+    leaf_parts,
+    mask_of,
+    scalar_defs,
+    stored_from,
+    vars_of,
+    whole_ref,
+)
+from stripe.passes.attention_match import forward_at
+
+GRADS = ("DQ", "DK", "DV")
+
+
+@dataclass(frozen=True)
+class L:
+    """A load of the buffer bound to ``buf`` at the roles ``dims`` (a key of ``_dims``)."""
+
+    buf: str
+    dims: str
+
+
+@dataclass(frozen=True)
+class Kern:
+    """An expected kernel: it writes the buffer bound to ``out`` (a fresh name) at ``dims``, with
+    ``agg`` (``assign``: point by point; ``add``: a sum), the chain's mask when ``masked``."""
+
+    out: str
+    dims: str
+    agg: str
+    expr: object
+    masked: bool = False
+
+
+def _scaled(x):
+    return ("scale", x)
+
+
+PATTERNS = (
+    Kern("DZ_b", "o", "assign",
+         ("neg", ("div", ("mul", L("DO", "o"), L("O1", "o")), ("mul", L("Z", "stat"), L("Z", "stat"))))),
+    Kern("DZ_1", "stat", "add", L("DZ_b", "o")),
+    Kern("DO1", "o", "assign", ("div", L("DO", "o"), L("Z", "stat"))),
+    Kern("DE_1", "s", "add", ("mul", L("DO1", "o"), L("V", "v")), True),
+    Kern("DV", "v", "add", ("mul", L("DO1", "o"), L("E", "s")), True),
+    Kern("DE_2", "s", "add", L("DZ_1", "stat"), True),
+    Kern("DE", "s", "assign", ("add", L("DE_1", "s"), L("DE_2", "s"))),
+    Kern("DMx_b", "s", "assign", ("neg", _scaled(("mul", L("DE", "s"), L("E", "s"))))),
+    Kern("DMx_1", "stat", "add", L("DMx_b", "s")),
+    Kern("DS_1", "s", "add",
+         ("cond", ("cmp_eq", L("S", "s"), L("Mx", "stat")), L("DMx_1", "stat"), 0.0), True),
+    Kern("DS", "s", "assign", ("add", _scaled(("mul", L("DE", "s"), L("E", "s"))), L("DS_1", "s"))),
+    Kern("DQ", "q", "add", ("mul", L("DS", "s"), L("K", "k"))),
+    Kern("DK", "k", "add", ("mul", L("DS", "s"), L("Q", "q"))),
+)
+
+
+@dataclass
+class Backward:
+    """A matched gradient: the forward chain, the buffers bound to the patterns' names, the run's
+    temporaries (the chain's and the backward's) and the kernel statements of each name."""
+
+    ch: Chain
+    bufs: dict[str, str] = field(default_factory=dict)
+    temps: set[str] = field(default_factory=set)
+    filled: set[str] = field(default_factory=set)
+
+    def dims(self, key: str) -> tuple[str, ...]:
+        ch = self.ch
+        return {"s": ch.dims[ch.s], "stat": ch.dims[ch.mx], "o": ch.dims[ch.o1], "q": ch.q_dims,
+                "k": ch.k_dims, "v": ch.v_dims}[key]
+
+
+def backward_at(stmts, start: int, parent: Block, tmps: set[str], max_depth: int):
+    """``(backward, end)`` when the kernels from ``start`` are an attention chain's gradient
+    (module docstring), else None."""
+    got = forward_at(stmts, start, parent, tmps)
+    if got is None:
+        return None
+    ch, k = got
+    if not _taken(ch) or max(ch.depth, ch.width) > max_depth:
+        return None
+    bw = Backward(ch, {"S": ch.s, "Mx": ch.mx, "E": ch.e, "Z": ch.z, "O1": ch.o1, "Q": ch.q, "K": ch.k,
+                       "V": ch.v}, set(ch.temps), set(ch.filled))
+    left = list(PATTERNS)
+    try:
+        while left:
+            if k >= len(stmts):
+                return None
+            s = stmts[k]
+            if not (isinstance(s, Block) and s.has_tags("kernel")):
+                return None
+            fill = fill_of(s, parent)
+            if fill is not None:
+                if fill in bw.filled or fill in bw.bufs.values():
+                    raise Miss
+                bw.filled.add(fill)
+            else:
+                for p in left:
+                    more = _kernel(bw, s, p, parent, tmps)
+                    if more is not None:
+                        left.remove(p)
+                        left += more
+                        break
+                else:
+                    raise Miss
+            k += 1
+        _check(bw, stmts[:start] + stmts[k:], stmts[start:k])
+    except Miss:
+        return None
+    return bw, k
+
+
+def _taken(ch: Chain) -> bool:
+    batch = {n for n, _ in ch.batch}
+    return (not ch.scores and not ch.w and ch.scale > 0 and ch.p == ch.s
+            and all(batch <= set(d) for d in (ch.q_dims, ch.k_dims, ch.v_dims, ch.dims[ch.o1])))
+
+
+def _check(bw: Backward, others, run) -> None:
+    """No temporary is read outside the run; the run writes only its temporaries and the three
+    gradients, and every fill is of one of those."""
+    grads = {bw.bufs[g] for g in GRADS}
+    for s in others:
+        if isinstance(s, Block) and any(r.source in bw.temps for r in s.refs):
+            raise Miss
+    for s in run:
+        if any(r.dir is not RefDir.IN and r.source not in bw.temps | grads for r in s.refs):
+            raise Miss
+    if bw.filled - bw.temps - grads:
+        raise Miss
+
+
+@dataclass
+class _Env:
+    bufs: dict[str, str]
+    roles: dict[str, str]  # the kernel's index -> role
+
+    def copy(self) -> _Env:
+        return _Env(dict(self.bufs), dict(self.roles))
+
+
+def _kernel(bw: Backward, b: Block, p: Kern, parent: Block, tmps: set[str]) -> tuple[Kern, ...] | None:
+    """The patterns left to match after ``b`` when kernel ``b`` is the pattern ``p`` (``p.out``, and
+    ``DO``, bound), else None. A gradient summed into a float32 temporary (``DQ_wide``, as lowering
+    sums half types) leaves its conversion to match: ``DQ = as_float(DQ_wide)``."""
+    try:
+        ins, outs = leaf_parts(b)
+    except Miss:
+        return None
+    if len(outs) != 1 or any(ix.affine is not None for ix in b.idxs):
+        return None
+    out = outs[0]
+    if (out.agg_op or "assign") != p.agg or out.source in bw.bufs.values():
+        return None
+    if (p.agg == "add") != (out.source in bw.filled):
+        return None
+    wide = p.out in GRADS and out.source in tmps and p.agg == "add"
+    if p.out in GRADS and not wide:
+        if out.source in tmps:
+            return None
+        try:
+            whole_ref(parent, out)
+        except Miss:
+            return None
+    elif out.source not in tmps:
+        return None
+    env = _Env(dict(bw.bufs), {})
+    ranges = {ix.name: ix.range for ix in b.idxs}
+    refs = {r.into: r for r in b.refs}
+    try:
+        if not _access(bw, env, out, p.dims, ranges):
+            return None
+        defs = scalar_defs(b)
+        if not _expr(bw, env, defs, refs, ranges, stored_from(b, out.into), p.expr):
+            return None
+        if any(v not in env.roles and n > 1 for v, n in ranges.items()):
+            return None
+        mask = mask_of(b, env.roles)
+    except Miss:
+        return None
+    if mask != ((bw.ch.mask or frozenset()) if p.masked else frozenset()):
+        return None
+    bw.bufs = env.bufs
+    name = f"{p.out}_wide" if wide else p.out
+    bw.bufs[name] = out.source
+    if p.out not in GRADS or wide:
+        bw.temps.add(out.source)
+    return (Kern(p.out, p.dims, "assign", ("as_float", L(name, p.dims))),) if wide else ()
+
+
+def _access(bw: Backward, env: _Env, r, key: str, ranges: dict[str, int]) -> bool:
+    """Whether refinement ``r`` is accessed at the roles ``key`` names, binding the kernel's
+    indexes to roles (one role per index, one index per role)."""
+    dims = bw.dims(key)
+    vs = vars_of(r.access, ranges)
+    if len(vs) != len(dims):
+        return False
+    extents = dict(bw.ch.batch) | {"i": bw.ch.rows, "j": bw.ch.keys, "d": bw.ch.depth, "e": bw.ch.width}
+    for v, role in zip(vs, dims, strict=True):
+        if v is None:
+            if role != ZERO:
+                return False
+            continue
+        if role == ZERO:
+            if ranges[v] != 1:
+                return False
+            continue
+        if env.roles.setdefault(v, role) != role or ranges[v] != extents[role]:
+            return False
+    return len(set(env.roles.values())) == len(env.roles)
+
+
+def _expr(bw: Backward, env: _Env, defs, refs, ranges, x: str, pat) -> bool:
+    """Whether the scalar ``x`` is computed as the pattern ``pat`` says (``env`` extended if so)."""
+    d = defs.get(x)
+    while isinstance(d, Intrinsic) and d.name == "assign" and len(d.inputs) == 1:
+        x, d = d.inputs[0], defs.get(d.inputs[0])
+    if isinstance(pat, L):
+        if not isinstance(d, Load):
+            return False
+        r = refs[d.from_]
+        bound = env.bufs.get(pat.buf)
+        if bound is None:
+            if pat.buf != "DO" or r.source in bw.temps:
+                return False
+            env.bufs[pat.buf] = r.source
+        elif bound != r.source:
+            return False
+        return r.dir is RefDir.IN and _access(bw, env, r, pat.dims, ranges)
+    if isinstance(pat, float):
+        return isinstance(d, Constant) and float(d.value) == pat
+    op, *args = pat
+    if op == "scale":
+        return _scale(bw, env, defs, refs, ranges, x, d, args[0])
+    if not (isinstance(d, Intrinsic) and d.name == op and len(d.inputs) == len(args)):
+        return False
+    orders = [d.inputs, d.inputs[::-1]] if op in ("mul", "add") else [d.inputs]
+    for ins in orders:
+        trial = env.copy()
+        if all(_expr(bw, trial, defs, refs, ranges, y, a) for y, a in zip(ins, args, strict=True)):
+            env.bufs, env.roles = trial.bufs, trial.roles
+            return True
+    return False
+
+
+def _scale(bw: Backward, env: _Env, defs, refs, ranges, x: str, d, pat) -> bool:
+    """``pat * c`` (either order), ``pat / (1/c)``, or ``pat`` itself when ``c`` is 1."""
+    c = bw.ch.scale
+
+    def const(y: str) -> Fraction | None:
+        k = defs.get(y)
+        if isinstance(k, Constant) and k.dtype.is_float and abs(float(k.value)) not in (0.0, float("inf")):
+            return Fraction(float(k.value)) if float(k.value) == float(k.value) else None
+        return None
+
+    if isinstance(d, Intrinsic) and d.name in ("mul", "div") and len(d.inputs) == 2:
+        a, b = d.inputs
+        tries = [(a, b), (b, a)] if d.name == "mul" else [(a, b)]
+        for y, k in tries:
+            v = const(k)
+            if v is not None and (v if d.name == "mul" else 1 / v) == c:
+                trial = env.copy()
+                if _expr(bw, trial, defs, refs, ranges, y, pat):
+                    env.bufs, env.roles = trial.bufs, trial.roles
+                    return True
+    return c == 1 and _expr(bw, env, defs, refs, ranges, x, pat)
+
+
+__all__ = ["GRADS", "PATTERNS", "Backward", "backward_at"]
