@@ -179,6 +179,7 @@ class LlvmCompiler(Compiler):
             if p.built[k] in uses:
                 stack[k], schedules[k] = uses[p.built[k]].stack, uses[p.built[k]].schedule
         jit = _Jit(engine, mod, [], schedules, settings, stack)
+        taken |= {j for j, u in uses.items() if u.skip}  # and the fills a generic product took over
         skipped = [k for k in range(len(kernels)) if p.built[k] in taken]  # empty fills: not run
         return _library(kernels, text, jit, p.built, fused, status, cache, start, p.opt, uses, skipped)
 

@@ -34,7 +34,7 @@ from llvmlite import ir
 from backends.llvm.codegen import KernelCodegen
 from backends.llvm.inline_blocks import INLINE_SCRATCH
 from backends.llvm.loops import counted_loop, smin
-from backends.llvm.match import PACK_LIMIT, Shape, VectorConfig, analyse, panel
+from backends.llvm.match import PACK_LIMIT, Shape, VectorConfig, analyse, covers, panel
 from backends.llvm.microkernel import ACC_BUDGET, MicroKernel
 from backends.llvm.scalars import F32, F64, I32, i64
 from backends.llvm.symbolic import SlotUsed, is_slot
@@ -42,16 +42,20 @@ from stripe.ir import Block
 from tile.dtypes import DType
 
 NV_GENERIC = 4  # vectors per tile row when N varies (``match.panel``'s most)
+K_ROUND = 64  # a run-time K's blocks are whole multiples of this many points
 
 
 def _pattern(c) -> int:
     return 0 if c == 0 else 1 if c == 1 else 2
 
 
-def signature(block: Block, dts: dict, pos: int | None) -> tuple[Shape, tuple] | None:
+def signature(block: Block, dts: dict, pos: int | None, fill: int = 0) -> tuple[Shape, tuple] | None:
     """The micro-kernel's view of the concrete kernel ``block`` (``dts``: buffer name -> dtype;
-    ``pos``: the thread-split index) and what of it a generic kernel fixes: its indexes' roles and
-    each operand's coefficient pattern (0, 1, other). None: the micro-kernel does not take it."""
+    ``pos``: the thread-split index; ``fill``: the element count of the zero fill before it, 0 for
+    none) and what of it a generic kernel fixes: its indexes' roles, each operand's coefficient
+    pattern (0, 1, other), and whether it writes every element of the fill's buffer
+    (``match.covers``: its tiles then start from zero and the fill is not run). None: the
+    micro-kernel does not take it."""
     dims = {r.into: r.shape.dims for r in block.refs}
     ref_dts = {r.into: dts.get(r.source, r.shape.dtype) for r in block.refs}
     bounded = pos if pos is not None and block.idxs[pos].range > 1 else None
@@ -59,7 +63,9 @@ def signature(block: Block, dts: dict, pos: int | None) -> tuple[Shape, tuple] |
     if shape is None:
         return None
     pattern = tuple((n, tuple(_pattern(c) for c in cs)) for n, cs in sorted(shape.coefs.items()))
-    key = (shape.dtype, shape.v, shape.r, shape.outer, shape.red, shape.out, shape.agg, pattern, bounded)
+    fresh = bool(fill) and covers(block, shape, fill)
+    key = (shape.dtype, shape.v, shape.r, shape.outer, shape.red, shape.out, shape.agg, pattern, bounded,
+           fresh)
     return shape, key
 
 
@@ -110,6 +116,8 @@ def plan(template: Block, shape: Shape, cfg: VectorConfig) -> Tiles:
             step = max(1, INLINE_SCRATCH // (nr * item * refs * inner))
             if k0 is not None:
                 step = -(-k0 // -(-k0 // step))  # even blocks (a known K: as ``inline_blocks``)
+            elif step > K_ROUND:  # a run-time K: whole multiples of K_ROUND points (the panel
+                step = step // K_ROUND * K_ROUND  # and a tile's rows of A stay in L1 together)
             blocking = (step, nr, step * inner)
     chunk = blocking[2] if blocking else (k0 * inner if k0 is not None else None)
     packable = (
@@ -129,7 +137,7 @@ class GenericMicroKernel(MicroKernel):
     """``MicroKernel`` over a template: the decisions of ``Tiles``, the coefficients computed at
     run time where the template has slots (``pos``, ``elem``, ``vector``)."""
 
-    def __init__(self, cg, template: Block, shape: Shape, tiles: Tiles, cfg: VectorConfig):
+    def __init__(self, cg, template: Block, shape: Shape, tiles: Tiles, cfg: VectorConfig, fresh: bool):
         self.cg, self.em, self.block, self.s, self.views = cg, cg.em, template, shape, {}
         self.scalar = F64 if shape.dtype is DType.FLOAT64 else F32
         self.width, self.nv, self.mr = tiles.width, tiles.nv, tiles.mr
@@ -140,7 +148,7 @@ class GenericMicroKernel(MicroKernel):
         for k in shape.red:  # a run-time K always runs in K blocks when packed (``plan``)
             r = template.idxs[k].range
             self.red_points = None if self.red_points is None or is_slot(r) else self.red_points * r
-        self.fresh, self.kbase, self.epilogue, self.last, self.tail = False, None, None, True, None
+        self.fresh, self.kbase, self.epilogue, self.last, self.tail = fresh, None, None, True, None
         self.pack_slots, self.packed = {}, {}
         self.rt: dict[str, list] = {}
 
@@ -222,9 +230,12 @@ class GenericMicroKernel(MicroKernel):
         lo, hi = self.bounds[k0]
 
         def block(q0: ir.Value) -> None:
+            fresh = self.fresh
             self.bounds[k0], self.kbase = (q0, smin(self.b(), self.b().add(q0, i64(step)), hi)), q0
+            if fresh is True:  # the first K block starts from zero (``MicroKernel.blocked``)
+                self.fresh = self.b().icmp_signed("==", q0, lo)
             super(GenericMicroKernel, self).rows(counters, v0, nv, lanes)
-            self.bounds[k0], self.kbase = (lo, hi), None
+            self.bounds[k0], self.kbase, self.fresh = (lo, hi), None, fresh
 
         counted_loop(self.b(), lo, hi, block, step)
 
@@ -232,9 +243,9 @@ class GenericMicroKernel(MicroKernel):
 class GenericProductCodegen(KernelCodegen):
     """A kernel function whose one block is a product run by ``GenericMicroKernel``."""
 
-    def __init__(self, *args, shape: Shape, tiles: Tiles, **kwargs):
+    def __init__(self, *args, shape: Shape, tiles: Tiles, fresh: bool, **kwargs):
         super().__init__(*args, **kwargs)
-        self.shape, self.tiles = shape, tiles
+        self.shape, self.tiles, self.fresh_tiles = shape, tiles, fresh
 
     def kernel_block(self, lo: ir.Value, hi: ir.Value) -> None:
         block, s = self.block, self.shape
@@ -243,7 +254,7 @@ class GenericProductCodegen(KernelCodegen):
             if ix.affine is not None and not ix.affine.is_constant:
                 raise SlotUsed(f"kernel index '{ix.name}' has an affine")
             origin[ix.name] = self.num(ix.affine.const) if ix.affine is not None else i64(0)
-        mk = GenericMicroKernel(self, block, s, self.tiles, self.vector)
+        mk = GenericMicroKernel(self, block, s, self.tiles, self.vector, self.fresh_tiles)
         mk.views = {r.into: self.view(block, r, origin, None) for r in block.refs}
         mk.origin = origin
         pos = self.schedule.split_index
