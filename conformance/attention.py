@@ -202,4 +202,128 @@ def assert_close(spec: Spec, ins: dict, got: np.ndarray, want: np.ndarray) -> No
     assert err <= tol, f"max difference {err:.3g} over the tolerance {tol:.3g} ({spec})"
 
 
-__all__ = ["Spec", "assert_close", "cases", "inputs", "reference", "source", "tolerance"]
+def gradient_source(spec: Spec) -> str:
+    """The gradient program ``tile.autodiff`` derives for ``spec``'s attention: inputs Q, K, V (a
+    bias) and ``DO`` (the result's cotangent), outputs ``DQ``, ``DK``, ``DV`` (``DBias``)."""
+    from tile.autodiff import gradient
+    from tile.parser import parse
+    from tile.printer import format_program
+
+    ins = inputs(spec)
+    g = gradient(parse(source(spec)), None, dtypes={k: _dtype_name(v) for k, v in ins.items()},
+                 shapes={k: v.shape for k, v in ins.items()})
+    assert g.cotangents == {"O": "DO"}, g.cotangents
+    return format_program(g.program)
+
+
+def _dtype_name(a: np.ndarray):
+    from tile.dtypes import DType
+
+    return DType.of(a.dtype)
+
+
+def gradient_inputs(spec: Spec, seed: int = 0) -> dict[str, np.ndarray]:
+    """``inputs(spec, seed)`` and a random normal cotangent ``DO`` of the result's shape."""
+    out = inputs(spec, seed)
+    rng = np.random.default_rng(seed + 7919)
+    out["DO"] = rng.standard_normal((*spec.batch, spec.rows, spec.width)).astype(out["Q"].dtype)
+    return out
+
+
+def _backward(spec: Spec, ins: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Float64 quantities of the backward, heads' axes kept (K, V broadcast): the weights ``w``,
+    ``g = dP - Δ`` (``dP = DO · V_j``, ``Δ = DO · O``), ``dS``, and the magnitudes the bound uses."""
+    x, keep, a = _scores(spec, ins)
+    v, k = _kv(spec, ins["V"]), _kv(spec, ins["K"])
+    q, do = ins["Q"].astype(np.float64), ins["DO"].astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        xm = np.where(keep, x, -np.inf)
+        top = xm.max(axis=-1, keepdims=True)
+        e = np.where(keep, np.exp(xm - top), 0.0)
+        w = e / e.sum(axis=-1, keepdims=True)
+    o = w @ v
+    dp = np.einsum("...ie,...je->...ij", do, v)
+    delta = (do * o).sum(axis=-1, keepdims=True)
+    g = np.where(keep, dp - delta, 0.0)
+    c = spec.scale if spec.scale_form == "score" else spec.c  # dS = c dX: x = c * S (+ c * bias)
+    return {"x": x, "keep": keep, "a": a, "w": w, "o": o, "dp": dp, "delta": delta, "g": g, "ds": c * w * g,
+            "c": c, "q": q, "k": k, "v": v, "do": do, "top": top}
+
+
+def _unbroadcast(spec: Spec, a: np.ndarray) -> np.ndarray:
+    """Sums K's or V's gradient over the heads axis they are shared across."""
+    return a.sum(axis=len(spec.batch) - 1) if spec.shared_kv and spec.batch else a
+
+
+def gradient_reference(spec: Spec, ins: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The float64 gradients ``DQ``, ``DK``, ``DV`` (and ``DBias``) of ``sum(DO * O)``."""
+    b = _backward(spec, ins)
+    out = {"DQ": b["ds"] @ b["k"],
+           "DK": _unbroadcast(spec, np.einsum("...ij,...id->...jd", b["ds"], b["q"])),
+           "DV": _unbroadcast(spec, np.einsum("...ij,...ie->...je", b["w"], b["do"]))}
+    if spec.bias:
+        dx = b["w"] * b["g"] * (1.0 if spec.scale_form == "score" else spec.c)
+        out["DBias"] = dx.reshape(-1, spec.rows, spec.keys).sum(axis=0)
+    return out
+
+
+def gradient_tolerance(spec: Spec, ins: dict[str, np.ndarray]) -> dict[str, float]:
+    """docs/semantics.md §8.7: the largest difference allowed between two computations of the
+    gradients ``DQ``, ``DK``, ``DV`` that each round at most as the derived chain does, recomputing
+    the weights ``w = exp(x - max x) / Z`` or not. The data type's unit roundoff ``u`` rounds the
+    scores (``δ``, the exponent's error, is the forward's) and the results; the rest is float32
+    (``v = 2^-24``: the derived program keeps the weights and the cotangents in float32 for half
+    types too, and the fused kernels sum in float32), but for ``dP = DO · V``, rounded to ``u``.
+    Per (row i, key j): the weight's relative error ``ω = expm1(δ) + ζ + v``, with ``ζ = Σ_j w
+    expm1(δ) + (N + 1) v`` the sum Z's; ``O_e`` off by ``Σ_j w (ω + (N + 2) v) |V_je|``; ``Δ = DO ·
+    O`` by ``Σ_e |DO_e| err(O_e) + (W + 2) v Σ_e |DO O|``; ``g = dP - Δ`` by ``(W + 2) u Σ_e |DO V|
+    + err(Δ) + v |g|``; ``dS = c w g`` by ``|c| w (ω |g| + err(g)) + 2 v |dS|``, plus, where a key's
+    exponent is within ``2δ`` of its row's max (the chain's ``S == Mx ? DMx_1`` may pick it),
+    ``T = Σ_j err(dS) + (N + 1) v Σ_j |dS|`` (``DMx_1``, a row sum of dS, is 0 in reals); each
+    gradient a sum over the keys (``DQ``) or rows (``DK``, ``DV``) of those with ``(N + 1) v`` its own
+    rounding, then ``u`` the result's. Twice that (two computations), the largest element."""
+    u, v = UNIT_ROUNDOFF[spec.dtype], UNIT_ROUNDOFF["float32"]
+    u_dp = u if spec.normalized else v
+    b = _backward(spec, ins)
+    w, g, ds, keep, c = b["w"], b["g"], b["ds"], b["keep"], abs(b["c"])
+    n, width = spec.keys, spec.width
+    with np.errstate(invalid="ignore"):
+        delta = np.where(keep, abs(spec.scale) * spec.depth * u * b["a"] + 4 * u * (np.abs(b["x"]) + 1), 0.0)
+        eps = np.expm1(delta)
+    omega = eps + (w * eps).sum(axis=-1, keepdims=True) + (n + 2) * v
+    absdo, absv = np.abs(b["do"]), np.abs(b["v"])
+    err_o = np.einsum("...ij,...je->...ie", w * (omega + (n + 2) * v), absv)
+    err_delta = ((absdo * err_o).sum(axis=-1, keepdims=True)
+                 + (width + 2) * v * (absdo * np.abs(b["o"])).sum(axis=-1, keepdims=True))
+    err_g = (width + 2) * u_dp * np.einsum("...ie,...je->...ij", absdo, absv) + err_delta + v * np.abs(g)
+    absds = np.abs(ds)
+    err_ds = c * w * (omega * np.abs(g) + err_g) + 2 * v * absds
+    ties = keep & (b["top"] - b["x"] <= 2 * delta)
+    t = err_ds.sum(axis=-1, keepdims=True) + (n + 1) * v * absds.sum(axis=-1, keepdims=True)
+    err_ds = err_ds + np.where(ties, t, 0.0)
+    kmax, qmax = np.abs(b["k"]).max(axis=-1), np.abs(b["q"]).max(axis=-1)  # per key, per row
+    domax = absdo.max(axis=-1)
+    rows = spec.rows * (spec.batch[-1] if spec.shared_kv and spec.batch else 1)
+    dq = ((err_ds + (n + 1) * v * absds) * kmax[..., None, :]).sum(axis=-1)
+    dk = _unbroadcast(spec, ((err_ds + (rows + 1) * v * absds) * qmax[..., :, None]).sum(axis=-2))
+    dv = _unbroadcast(spec, (w * (omega + (rows + 1) * v) * domax[..., :, None]).sum(axis=-2))
+    ref = gradient_reference(spec, ins)
+    out = {}
+    for name, err in (("DQ", dq), ("DK", dk), ("DV", dv)):
+        own = u * float(np.abs(ref[name]).max()) if ref[name].size else 0.0  # the result's rounding
+        out[name] = 2 * (float(err.max()) + own) if err.size else 0.0
+    return out
+
+
+def assert_gradients_close(spec: Spec, ins: dict, got: dict, want: dict) -> None:
+    """Each of ``DQ``, ``DK``, ``DV`` in ``got`` within ``gradient_tolerance`` of ``want``."""
+    tol = gradient_tolerance(spec, ins)
+    for name, bound in tol.items():
+        a, b = np.asarray(got[name], np.float64), np.asarray(want[name], np.float64)
+        assert a.shape == b.shape, (name, a.shape, b.shape)
+        err = float(np.abs(a - b).max()) if a.size else 0.0
+        assert err <= bound, f"{name}: max difference {err:.3g} over the tolerance {bound:.3g} ({spec})"
+
+
+__all__ = ["Spec", "assert_close", "assert_gradients_close", "cases", "gradient_inputs", "gradient_reference",
+           "gradient_source", "gradient_tolerance", "inputs", "reference", "source", "tolerance"]
