@@ -196,37 +196,39 @@ def _product(j: int, kernels, plan, dts: dict, meta: str, uses: dict, todo: list
     keeps one thread split, the schedule of the kernel that built the form: the split between
     rows and panels (``match.panel_split``) changes with the panel count, not the code's shape.
     ``fill``: the element count of the zero fill before it (``codegen.units``), or 0."""
-    code, sched = plan.code[j], plan.schedules[j]
+    code, sched, epi = plan.code[j], plan.schedules[j], plan.epilogues[j]
     block = code.block
-    if plan.epilogues[j] is not None or not sched.order or not isinstance(block, Block):
+    if not sched.order or not isinstance(block, Block):
         return False
-    sig = generic_tiles.signature(block, dts, sched.split_index, fill)
+    fill = 0 if epi is not None else fill
+    sig = generic_tiles.signature(block, dts, sched.split_index, fill, epi)
     if sig is None:
         return False
-    key = "\n".join(["tiles", symbolic.erased(block), repr(code.buffers), repr(sorted(dts.items())), meta])
+    whole = (block, epi)  # what the template covers: the flat GEMM and its fused epilogue
+    key = "\n".join(["tiles", symbolic.erased(whole), repr(code.buffers), repr(sorted(dts.items())), meta])
     bucket = REGISTRY.buckets.setdefault(key, Bucket())
     form = bucket.form
     if bucket.refused:
         return True
     if form is not None:
         sched = replace(form.schedule, ranges=sched.ranges)  # the bucket's split, this kernel's extents
-        sig = generic_tiles.signature(block, dts, sched.split_index, fill)
+        sig = generic_tiles.signature(block, dts, sched.split_index, fill, epi)
         if sig is None or sig[1] != form.signature:
             return True  # another structure at this length: specialized
-        values = symbolic.bind(form.template, block)
+        values = symbolic.bind(form.template, whole)
         if values is not None:
             uses[j] = Use(form.address, values, form.stack, False, sched, form.engine, sig[1][-1])
             return True
     if bucket.first is None:
-        bucket.first, bucket.fill = block, fill
+        bucket.first, bucket.fill = whole, fill
         return True
     if bucket.builds >= MAX_BUILDS:
         bucket.refused = f"{MAX_BUILDS} generic builds"
         return True
     base = form.template if form is not None else bucket.first
-    pos = sched.split_index
-    first = generic_tiles.signature(bucket.first, dts, pos, bucket.fill) if form is None else None
-    template = symbolic.unify(base, block)
+    pos, (fb, fe) = sched.split_index, bucket.first
+    first = generic_tiles.signature(fb, dts, pos, bucket.fill, fe) if form is None else None
+    template = symbolic.unify(base, whole)
     if template is None or symbolic.slots(template) == 0 or (first is not None and first[1] != sig[1]):
         return True
     todo.append((j, key, template, sched, sig))
@@ -247,17 +249,18 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
         em.stack_bytes = 0
         n = symbolic.slots(template)
         symbol = f"tile_g{len(made)}"  # this module's: the text (the disk key) is the same in any process
-        generic_info = replace(info, name=symbol, block=template)
+        generic_info = replace(info, name=symbol, block=template if sig is None else template[0])
         bucket = REGISTRY.buckets[key]
         try:
             if sig is None:
                 cg = KernelCodegen(em, 0, generic_info, sched, buffer_dtypes(info, plan.dtypes),
                                    vector, slots=n)
             else:  # a product: the micro-kernel with the bucket's tiles
-                tiles = generic_tiles.plan(template, sig[0], plan.vector)
+                block, epi = template
+                tiles = generic_tiles.plan(block, sig[0], plan.vector, epi is None or epi.partials)
                 cg = generic_tiles.GenericProductCodegen(
                     em, 0, generic_info, sched, buffer_dtypes(info, plan.dtypes), plan.vector, slots=n,
-                    shape=sig[0], tiles=tiles, fresh=sig[1][-1])
+                    epilogue=epi, shape=sig[0], tiles=tiles, fresh=sig[1][-1])
             cg.symbol = symbol
             cg.build()
         except symbolic.SlotUsed as e:
@@ -298,7 +301,8 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
         bucket = REGISTRY.buckets[key]
         bucket.form = Form(template, n, address, stack, keep, sched if sig else None, sig[1] if sig else None)
         bucket.builds += 1
-        values = symbolic.bind(template, (kernels[j] if sig is None else plan.code[j]).block)
+        whole = kernels[j].block if sig is None else (plan.code[j].block, plan.epilogues[j])
+        values = symbolic.bind(template, whole)
         assert values is not None and len(values) == n, "a template binds the kernel it was made from"
         uses[j] = Use(address, values, stack, True, sched, keep, bool(sig and sig[1][-1]))
     return uses

@@ -38,6 +38,7 @@ from backends.llvm.match import PACK_LIMIT, Shape, VectorConfig, analyse, covers
 from backends.llvm.microkernel import ACC_BUDGET, MicroKernel
 from backends.llvm.scalars import F32, F64, I32, i64
 from backends.llvm.symbolic import SlotUsed, is_slot
+from backends.llvm.tile_epilogue import TileEpilogue
 from stripe.ir import Block
 from tile.dtypes import DType
 
@@ -49,15 +50,19 @@ def _pattern(c) -> int:
     return 0 if c == 0 else 1 if c == 1 else 2
 
 
-def signature(block: Block, dts: dict, pos: int | None, fill: int = 0) -> tuple[Shape, tuple] | None:
+def signature(
+    block: Block, dts: dict, pos: int | None, fill: int = 0, epilogue=None
+) -> tuple[Shape, tuple] | None:
     """The micro-kernel's view of the concrete kernel ``block`` (``dts``: buffer name -> dtype;
     ``pos``: the thread-split index; ``fill``: the element count of the zero fill before it, 0 for
     none) and what of it a generic kernel fixes: its indexes' roles, each operand's coefficient
     pattern (0, 1, other), and whether it writes every element of the fill's buffer
     (``match.covers``: its tiles then start from zero and the fill is not run). None: the
-    micro-kernel does not take it."""
+    micro-kernel does not take it. ``epilogue``: the fused one (``epilogue.read_fused``), if any."""
     dims = {r.into: r.shape.dims for r in block.refs}
     ref_dts = {r.into: dts.get(r.source, r.shape.dtype) for r in block.refs}
+    if epilogue is not None:
+        ref_dts = epilogue.analysed(ref_dts, block)
     bounded = pos if pos is not None and block.idxs[pos].range > 1 else None
     shape = analyse(block, dims, ref_dts, bounded)
     if shape is None:
@@ -84,10 +89,12 @@ def _known(x) -> int | None:
     return None if is_slot(x) else int(x)
 
 
-def plan(template: Block, shape: Shape, cfg: VectorConfig) -> Tiles:
+def plan(template: Block, shape: Shape, cfg: VectorConfig, k_blocks: bool = True) -> Tiles:
     """The micro-kernel's decisions for ``template`` (``shape``: its kernels' ``signature``),
     reading only the integers the template fixes. Raises ``SlotUsed`` when a decision needs a
-    run-time one (a varying inner reduction, a varying K under a guard that keeps B unpacked)."""
+    run-time one (a varying inner reduction, a varying K under a guard that keeps B unpacked).
+    ``k_blocks``: whether the output may hold partial sums (not under an epilogue that stores
+    another type, ``tile_epilogue.Epilogue.partials``): else one pass over K."""
     ranges = [ix.range for ix in template.idxs]
     item = shape.dtype.numpy.itemsize
     v_range = _known(ranges[shape.v])
@@ -109,7 +116,7 @@ def plan(template: Block, shape: Shape, cfg: VectorConfig) -> Tiles:
         inner *= ranges[k]
     k0 = _known(ranges[shape.red[0]]) if shape.red else None
     blocking = None
-    if shape.red and candidates and shape.r is not None:
+    if shape.red and candidates and shape.r is not None and k_blocks:
         refs = len(candidates)
         whole = k0 * inner * nr * item * refs if k0 is not None else None
         if whole is None or whole > INLINE_SCRATCH:  # K blocks of at most INLINE_SCRATCH packed bytes
@@ -230,12 +237,13 @@ class GenericMicroKernel(MicroKernel):
         lo, hi = self.bounds[k0]
 
         def block(q0: ir.Value) -> None:
-            fresh = self.fresh
-            self.bounds[k0], self.kbase = (q0, smin(self.b(), self.b().add(q0, i64(step)), hi)), q0
+            fresh, b = self.fresh, self.b()
+            self.bounds[k0], self.kbase = (q0, smin(b, b.add(q0, i64(step)), hi)), q0
             if fresh is True:  # the first K block starts from zero (``MicroKernel.blocked``)
-                self.fresh = self.b().icmp_signed("==", q0, lo)
+                self.fresh = b.icmp_signed("==", q0, lo)
+            self.last = b.icmp_signed(">=", b.add(q0, i64(step)), hi)  # an epilogue's: the last block
             super(GenericMicroKernel, self).rows(counters, v0, nv, lanes)
-            self.bounds[k0], self.kbase, self.fresh = (lo, hi), None, fresh
+            self.bounds[k0], self.kbase, self.fresh, self.last = (lo, hi), None, fresh, True
 
         counted_loop(self.b(), lo, hi, block, step)
 
@@ -255,6 +263,8 @@ class GenericProductCodegen(KernelCodegen):
                 raise SlotUsed(f"kernel index '{ix.name}' has an affine")
             origin[ix.name] = self.num(ix.affine.const) if ix.affine is not None else i64(0)
         mk = GenericMicroKernel(self, block, s, self.tiles, self.vector, self.fresh_tiles)
+        if self.epilogue is not None:  # tiles from zero, each final one through the epilogue
+            mk.fresh, mk.epilogue = True, TileEpilogue(self.epilogue)
         mk.views = {r.into: self.view(block, r, origin, None) for r in block.refs}
         mk.origin = origin
         pos = self.schedule.split_index

@@ -1,0 +1,172 @@
+"""Shape-generic products on ``llvm_cpu.0`` (issue 40, ``backends.llvm.generic_tiles``): with the
+``generic`` setting a product the micro-kernel takes is built once per bucket, its register tile
+and K blocks fixed by the bucket, its row tiles, panels, edges and K blocks counted at run time.
+Checked against the interpreter exactly on integer-valued inputs at many shapes (1, primes, tile
+edges, a K past whole blocks, fewer rows than a tile), for the same bits at a length whichever
+lengths built the template, in strict mode bit for bit against the specialized build, and through
+``tile.torch`` forward and backward."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tile
+from backends.llvm import generic, generic_tiles
+from bench.compile_time import ATTENTION, MATMUL
+
+pytestmark = pytest.mark.usefixtures("private_cache")
+
+# 1, M < MR, primes, one past a panel (64 floats) and past a K block (128 points), two K blocks and
+# a partial third, the panels' and rows' edges
+SIZES = [100, 257, 1, 2, 3, 5, 7, 13, 31, 63, 64, 65, 97, 127, 128, 129, 161, 200, 255, 256, 321, 383]
+
+
+@pytest.fixture(autouse=True)
+def fresh_registry():
+    generic.REGISTRY.clear()
+    yield
+    generic.REGISTRY.clear()
+
+
+def _ints(shape, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(-3, 4, size=shape).astype(np.float32)
+
+
+def _info(exe, *args) -> dict:
+    return exe.prepare(*args).library.extra["generic"]
+
+
+def _products(exe, *args) -> int:
+    """How many of the program's contractions run generic functions."""
+    lib = exe.prepare(*args).library
+    which = lib.extra["generic"]["which"]
+    return sum(1 for j in which if "contraction" in getattr(lib.kernels[j].block, "tags", ()))
+
+
+@pytest.mark.parametrize("shape", ["square", "rows", "depth"])
+def test_integer_products_match_the_interpreter_with_one_build(shape):
+    """M = N = K varying; only M varying (K, N fixed); only K varying (M, N fixed)."""
+    exe = tile.compile(MATMUL, "llvm_cpu.0", {"generic": True, "cache": False})
+    ref = tile.compile(MATMUL, "interp")
+    generated = []
+    for n in SIZES:
+        m, k, nn = {"square": (n, n, n), "rows": (n, 72, 80), "depth": (45, n, 70)}[shape]
+        a, b = _ints((m, k), n), _ints((k, nn), n + 1)
+        np.testing.assert_array_equal(exe(a, b)["C"], ref(a, b)["C"], err_msg=f"{shape} at {n}")
+        generated.append(generic.REGISTRY.generated)
+    # the first length is specialized, the second builds the templates (the product and its zero
+    # fill); lengths of 1 (a dimension dropped) are other kernels, built specialized
+    assert generated[0] == 0 and generated[1] >= 1
+    assert generated[-1] == generated[1], f"lengths after the second generated code: {generated}"
+    a, b = _ints((77, 77), 0), _ints((77, 77), 1)
+    if shape == "square":
+        assert _products(exe, a, b) == 1 and _info(exe, a, b)["built"] == 0
+
+
+def test_a_product_gives_the_same_bits_whichever_lengths_built_it():
+    rng = np.random.default_rng(1)
+    x = {n: (rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32))
+         for n in (40, 50, 150, 151, 300, 333)}
+    runs = []
+    for order in ((40, 50, 300, 333), (150, 151, 300, 333)):
+        generic.REGISTRY.clear()
+        exe = tile.compile(MATMUL, "llvm_cpu.0", {"generic": True, "cache": False})
+        runs.append([exe(*x[n])["C"] for n in order][2:])
+        assert _products(exe, *x[333]) == 1
+    for got, want in zip(*runs):
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_float_products_within_the_reduction_bound():
+    exe = tile.compile(MATMUL, "llvm_cpu.0", {"generic": True, "cache": False})
+    rng = np.random.default_rng(2)
+    for n in (30, 40, 3, 129, 300, 517):
+        a, b = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
+        want = a.astype(np.float64) @ b
+        bound = 2 * n * np.finfo(np.float32).eps * (np.abs(a).astype(np.float64) @ np.abs(b))  # §8.3
+        assert np.all(np.abs(exe(a, b)["C"] - want) <= bound), f"n={n}"
+    assert _products(exe, a, b) == 1
+
+
+def test_strict_generic_products_are_bit_identical_to_specialized():
+    """Strict: no fused multiply-add, each element summed in order: the K blocks and tiles change
+    nothing."""
+    gen = tile.compile(MATMUL, "llvm_cpu.0", {"generic": True, "strict": True, "cache": False})
+    spec = tile.compile(MATMUL, "llvm_cpu.0", {"strict": True, "cache": False})
+    rng = np.random.default_rng(3)
+    for n in (20, 24, 2, 65, 130, 257):
+        a, b = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
+        np.testing.assert_array_equal(gen(a, b)["C"].view(np.uint32), spec(a, b)["C"].view(np.uint32))
+    assert _products(gen, a, b) == 1
+
+
+def test_transposed_operand_is_packed_from_run_time_strides():
+    """``A @ B.T``: B is read along the vector index at a run-time stride (gathered into packed
+    panels); float64 too."""
+    src = "function (A[M, K], B[N, K]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[n, k]); }"
+    ref = tile.compile(src, "interp")
+    for dt in (np.float32, np.float64):
+        generic.REGISTRY.clear()
+        exe = tile.compile(src, "llvm_cpu.0", {"generic": True, "cache": False})
+        for n in (40, 41, 3, 17, 66, 130, 200):
+            a, b = _ints((n, n + 3), n).astype(dt), _ints((n, n + 3), n + 1).astype(dt)
+            np.testing.assert_array_equal(exe(a, b)["C"], ref(a, b)["C"], err_msg=f"{dt} at {n}")
+        assert _products(exe, a, b) == 1 and _info(exe, a, b)["built"] == 0
+
+
+def test_attention_products_are_generic_and_exact():
+    """Q K^T (M = N = S, K the head size) and P V (M = K = S, N the head size), with the softmax
+    between them: every kernel generic after two lengths, on inputs whose products are exact."""
+    exe = tile.compile(ATTENTION, "llvm_cpu.0", {"generic": True, "cache": False})
+    counts = []
+    for n in (64, 72, 80, 96, 101, 128, 200, 257):
+        rng = np.random.default_rng(n)
+        q, k, v = (rng.integers(-2, 3, size=(n, 8)).astype(np.float32) for _ in range(3))
+        r = rng.integers(-2, 3, size=(n, n)).astype(np.float32)
+        got = exe(q, k, r, v)["O"]
+        m = q.astype(np.float64) @ k.T + r
+        e = np.exp(m - m.max(axis=1, keepdims=True))
+        want = (e / e.sum(axis=1, keepdims=True)) @ v
+        tol = 8 * (n + 8) * np.finfo(np.float32).eps * float(np.abs(want).max())
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg=f"S={n}")
+        counts.append(generic.REGISTRY.generated)
+    assert counts[-1] == counts[1], f"a length after the second generated code: {counts}"
+    assert _products(exe, q, k, r, v) == 2
+
+
+def test_signature_fixes_the_structure_not_the_sizes():
+    a = tile.compile(MATMUL, "llvm_cpu.0", {"cache": False})
+    blocks = {}
+    for n in (70, 90):
+        x = np.ones((n, n), np.float32)
+        lib = a.prepare(x, x).library
+        blocks[n] = next(k.block for k in lib.kernels if "contraction" in k.block.tags)
+    from backends.llvm.match import from_nest
+
+    flat = {n: (from_nest(b) or (b,))[0] for n, b in blocks.items()}
+    s70, s90 = (generic_tiles.signature(flat[n], {}, 0) for n in (70, 90))
+    assert s70 is not None and s70[1] == s90[1]
+    assert generic_tiles.signature(flat[70], {}, 0, fill=70 * 70)[1][-1] is True  # covers its output
+    assert generic_tiles.signature(flat[70], {}, 0, fill=71 * 70)[1][-1] is False
+
+
+def test_torch_dynamic_products_forward_and_backward():
+    torch = pytest.importorskip("torch", reason="tile.torch needs PyTorch")
+    import tile.torch as tt
+
+    op = tt.op(MATMUL, name="generic_products_matmul", dynamic=True, settings={"cache": False})
+    counts = []
+    for n in (40, 50, 3, 17, 64, 65, 129, 200, 131):
+        a = torch.randint(-3, 4, (n, n + 1), dtype=torch.float32, requires_grad=True)
+        b = torch.randint(-3, 4, (n + 1, n), dtype=torch.float32, requires_grad=True)
+        c = op(a, b)
+        g = torch.randint(-2, 3, c.shape, dtype=torch.float32)
+        (c * g).sum().backward()
+        a2, b2 = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+        c2 = a2 @ b2
+        (c2 * g).sum().backward()
+        for got, want in ((c, c2), (a.grad, a2.grad), (b.grad, b2.grad)):  # integers: exact
+            torch.testing.assert_close(got.detach(), want, rtol=0, atol=0)
+        counts.append(generic.REGISTRY.generated)
+    assert counts[-1] == counts[3], f"lengths after the first few generated code: {counts}"
