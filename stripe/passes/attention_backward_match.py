@@ -18,7 +18,8 @@ the depth ``d`` (batch roles everywhere), and ``DO`` the result's cotangent (an 
 (``* c`` also ``/ (1/c)``, or nothing when ``c`` is 1; the operands of ``*`` and ``+`` in either
 order.) Taken: the score is S itself (no score kernels), the division last (``O = O1 / Z``), a
 positive scale, every batch dim in Q, K, V and the cotangent (no shared heads), all three
-gradients asked for. ``Miss`` ends a match.
+gradients asked for, more than one key and V wider than one (over one element ``tile.autodiff``
+drops the row sums ``DZ_1`` and ``DMx_1``). ``Miss`` ends a match.
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ def backward_at(stmts, start: int, parent: Block, tmps: set[str], max_depth: int
 
 def _taken(ch: Chain) -> bool:
     batch = {n for n, _ in ch.batch}
-    return (not ch.scores and not ch.w and ch.scale > 0 and ch.p == ch.s
+    return (not ch.scores and not ch.w and ch.scale > 0 and ch.p == ch.s and ch.keys > 1 and ch.width > 1
             and all(batch <= set(d) for d in (ch.q_dims, ch.k_dims, ch.v_dims, ch.dims[ch.o1])))
 
 
