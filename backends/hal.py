@@ -253,6 +253,9 @@ class Executor(abc.ABC):
     def prepare(self, library: Library, index: int) -> Kernel: ...
 
     # -- raw calls (``backends.lane``): kernels on addresses a framework owns ---------------------
+    # whether raw launches run on the calling thread (no stream; ``raw_point`` is always empty)
+    raw_host = False
+
     def raw_launcher(self, kernel: Kernel) -> Callable[[tuple[int, ...], object], None] | None:
         """A function ``go(addresses, stream)`` running ``kernel`` on raw addresses (one per
         ``kernel.info.buffers``) on ``stream`` (``raw_stream``'s), or None where this executor

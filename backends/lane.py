@@ -25,6 +25,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from backends.runner import CompiledProgram, nbytes, picker
+from stripe.ir import RefDir
+from stripe.lower import writes_every_element
+from stripe.passes.transpose import copy_of
 
 
 class Lane:
@@ -32,7 +35,10 @@ class Lane:
     None name is a place the program reads nothing from) and outputs (``outputs``)."""
 
     def __init__(self, program: CompiledProgram, inputs: Sequence[str | None], outputs: Sequence[str],
-                 launchers: dict, temps: dict[str, int]):  # temps: name -> address
+                 launchers: dict, temps: dict[str, int], aliases: dict[int, tuple[int, int]] | None = None):
+        # temps: name -> address; aliases: output place -> (input place, the kernel copying it)
+        self.aliases = {o: i for o, (i, _) in (aliases or {}).items()}
+        skip = {k for _, k in (aliases or {}).values()}
         self.program = program
         self.executor = program.device.executor
         slot = {name: i for i, name in enumerate(inputs) if name is not None}
@@ -43,7 +49,7 @@ class Lane:
         tail = base + len(outputs)
         slot.update({name: tail + i for i, name in enumerate(temps)})
         self._plan = [(launchers[k], picker(tuple(slot[n] for n in program._params[k])))
-                      for k in program._order]  # (the runner's order: no kernel built empty)
+                      for k in program._order if k not in skip]  # (the runner's order: none built empty)
         zero_out = program.zeroed | program._zero_once
         self.zeroed_outputs = tuple(o in zero_out for o in outputs)
         self.output_types = [(tuple(program.buffers[o].sizes), program.buffers[o].dtype) for o in outputs]
@@ -51,14 +57,17 @@ class Lane:
         # one has marked them (``raw_unmarked``): the next call on that stream needs no new ones
         self._mark: list | None = None
         self._stream = None
+        self._host = self.executor.raw_host
 
     @classmethod
     def of(cls, program: CompiledProgram, inputs: Sequence[str | None],
-           outputs: Sequence[str]) -> Lane | None:
+           outputs: Sequence[str], alias: bool = False) -> Lane | None:
         """The lane of ``program`` for these input and output names, or None where the program
         cannot be run on raw addresses: a kernel its executor cannot launch so, an input some kernel
         writes, an output that is also an input or named twice, an empty buffer, or a temporary the
-        general path has not allocated yet."""
+        general path has not allocated yet. ``alias``: an output that is an input unchanged
+        (``copies``) is that input (its place in ``aliases``, its copy not run): the caller hands in
+        the input's address for it, and gives the input back as that output."""
         ex = program.device.executor
         names = {n for n in inputs if n is not None}
         if (
@@ -81,12 +90,26 @@ class Lane:
         launchers = {k: ex.raw_launcher(program.kernels[k]) for k in program._order}
         if any(go is None for go in launchers.values()):
             return None
-        return cls(program, inputs, outputs, launchers, temps)
+        aliases = copies(program, inputs, outputs) if alias else None
+        return cls(program, inputs, outputs, launchers, temps, aliases)
 
     def __call__(self, inputs: Sequence[int], outputs: Sequence[int]) -> bool:
         """Run on these addresses (every output at least its buffer's size, zeroed where
         ``zeroed_outputs`` says); False (nothing run) where the general path must take this call."""
         program, ex = self.program, self.executor
+        if self._host:  # (launches run on this thread: no stream, nothing to mark)
+            with program._lock:
+                if not ex.raw_ready():
+                    return False
+                if program._last:
+                    ex.raw_after(program._last, None)
+                    program._last = []
+                for at, n in self._zero:
+                    ex.raw_zero(at, n, None)
+                addresses = (*inputs, *outputs, *self._fixed)
+                for go, pick in self._plan:
+                    go(pick(addresses), None)
+            return True
         with program._lock:
             if not ex.raw_ready():
                 return False
@@ -106,4 +129,37 @@ class Lane:
         return True
 
 
-__all__ = ["Lane"]
+def copies(program: CompiledProgram, inputs: Sequence[str | None], outputs: Sequence[str]) -> dict:
+    """``{output place: (input place, kernel)}`` for each output that exactly one kernel writes, a
+    copy (``copy_of``: loads, identity casts, a store) of an input of the same shape, dtype and
+    layout, through the same access, onto every element (no constraint), kept zero by no one: its
+    values are that input's."""
+    places = {name: i for i, name in enumerate(inputs) if name is not None}
+    writers: dict[str, list[int]] = {}
+    for k in program._order:
+        for r in program.kernels[k].info.block.refs:
+            if r.dir != RefDir.IN:
+                writers.setdefault(r.from_ or r.into, []).append(k)
+    zeroed = program.zeroed | program._zero_once
+    found = {}
+    for o, name in enumerate(outputs):
+        ks = writers.get(name, [])
+        if len(ks) != 1 or name in zeroed:
+            continue
+        block = program.kernels[ks[0]].info.block
+        pair = copy_of(block)
+        if pair is None or block.constraints:
+            continue
+        refs = {r.into: r for r in block.refs}
+        src, out = refs[pair[0]], refs[pair[1]]
+        source = src.from_ or src.into
+        if (out.from_ or out.into) != name or source not in places:
+            continue
+        shape = program.buffers[name]
+        if (program.buffers[source] == shape and src.access == out.access and src.shape == out.shape
+                and writes_every_element(out.access, block.idxs, tuple(shape.sizes))):
+            found[o] = (places[source], ks[0])
+    return found
+
+
+__all__ = ["Lane", "copies"]

@@ -160,3 +160,48 @@ def test_the_lane_launches_what_the_runner_launches():
     lane = mm._lanes[signature((a, b))].lane
     assert len(lane._plan) == len(lane.program._order) < len(lane.program.kernels)  # (the fill: skipped)
     assert torch.equal(mm(a, b), a @ b)
+
+
+def _grad_lane(op):
+    (lane,) = [v for v in op._grad_lanes.values() if v is not None]
+    return lane
+
+
+def test_a_gradient_that_is_its_cotangent_is_the_cotangent(no_general_path):
+    """``Z = X + Y``'s gradients are ``DX = DZ; DY = DZ``: two copy kernels on the general path; on
+    the backward's lane they are the cotangent itself (as torch's own add backward gives), no
+    copy run, and each ``.grad`` still its own tensor with the right values."""
+    add = tt.op("function (X[N], Y[N]) -> (Z) { Z = X + Y; }", name="lane_alias_add")
+    x, y = torch.arange(3.0).requires_grad_(), torch.ones(3, requires_grad=True)
+    add(x, y).backward(torch.full((3,), 2.0))  # the general path
+    lane = _grad_lane(add)
+    assert lane.lane.aliases == {0: 2, 1: 2} and lane.lane._plan == []
+    no_general_path()
+    g = ints(3, seed=4)
+    dx, dy = torch.autograd.grad(add(x, y), (x, y), g)
+    assert torch.equal(dx, g) and torch.equal(dy, g)
+    x.grad = y.grad = None
+    add(x, y).backward(g)
+    add(x, y).backward(g)  # accumulated: x.grad and y.grad must not share memory
+    assert torch.equal(x.grad, 2 * g) and torch.equal(y.grad, 2 * g)
+    assert x.grad.data_ptr() != y.grad.data_ptr()
+
+
+def test_copies_that_move_or_convert_values_still_run(no_general_path):
+    """A transposed copy and a copy between dtypes are not their cotangents: their kernels run."""
+    tr = tt.op("function (X[N, M]) -> (Z) { Z[j, i: M, N] = =(X[i, j]); }", name="lane_alias_tr")
+    x = ints(2, 3).requires_grad_()
+    g = ints(3, 2, seed=5)
+    tr(x).backward(g)
+    assert _grad_lane(tr).lane.aliases == {}
+    cast = tt.op("function (X[N]) -> (Z) { Z = as_float(X, 32); }", name="lane_alias_cast")
+    xd = torch.arange(4.0, dtype=torch.float64).requires_grad_()
+    cast(xd).backward(torch.ones(4))
+    assert _grad_lane(cast).lane.aliases == {}
+    no_general_path()
+    x.grad = None
+    tr(x).backward(g)
+    assert torch.equal(x.grad, g.t())
+    xd.grad = None
+    cast(xd).backward(torch.full((4,), 3.0))
+    assert xd.grad.dtype == torch.float64 and torch.equal(xd.grad, torch.full((4,), 3.0, dtype=torch.float64))

@@ -43,7 +43,7 @@ from tile.bridge import Op, dynamic_settings
 from tile.dtypes import DType
 from tile.errors import TileError, TileInputError
 from tile.parser import parse as tile_parse
-from tile.torch_autograd import TileEagerFunction, TileFunction, register_autograd
+from tile.torch_autograd import TileFunction, eager_apply, register_autograd
 from tile.torch_lane import LANES_KEPT, TorchLane, learn, signature, through_lane
 
 __all__ = ["LANES_KEPT", "TorchOp", "load", "op", "save"]
@@ -255,7 +255,7 @@ class TorchOp:
         if kind == PLAIN:
             return self._forward(*tensors)  # what the dispatcher would call
         if kind == AUTOGRAD:
-            return TileEagerFunction.apply(self, *tensors)
+            return eager_apply(self, tensors)
         if len(tensors) != self._arity:
             self.core.tile_types(tuple(((), np.float32) for _ in tensors))  # the arity error
         for i, t in enumerate(tensors):
@@ -306,8 +306,13 @@ class TorchOp:
 
     # -- kernels ------------------------------------------------------------------------------
 
+    _signature = staticmethod(signature)  # (what a lane is kept by, for ``tile.torch_autograd``)
+
     def _forward(self, *tensors: torch.Tensor):
-        sig = signature(tensors)
+        return self._forward_at(signature(tensors), tensors)
+
+    def _forward_at(self, sig: tuple, tensors):
+        """``_forward`` of ``tensors`` whose ``signature`` is ``sig``."""
         outs = through_lane(self._lanes, sig, tensors)
         if outs is not None:
             return outs[0] if len(outs) == 1 else tuple(outs)
@@ -381,14 +386,17 @@ class TorchOp:
 
     def _backward_impl(self, *args):
         n = len(self.core.inputs)
-        tensors, cotangents, wrt = args[:n], args[n], list(args[n + 1])
+        return self._backward_at(signature(args[:n]), args[:n], args[n], list(args[n + 1]))
+
+    def _backward_at(self, sig: tuple, tensors, cotangents, wrt: list[int]):
+        """``_backward_impl`` of inputs ``tensors`` whose ``signature`` is ``sig``."""
         if not wrt:
             return []
         both = (*tensors, *cotangents)
-        slot = (tuple(wrt), signature(both))
+        slot = (tuple(wrt), sig, signature(cotangents))
         grads = through_lane(self._grad_lanes, slot, both)
-        if grads is not None:
-            return _as_inputs(grads, tensors, wrt)
+        if grads is not None:  # (a lane's gradients are its inputs' types where ``conform``)
+            return grads if self._grad_lanes[slot].conform else _as_inputs(grads, tensors, wrt)
         result = self._backward_general(tensors, cotangents, wrt)
         if slot not in self._grad_lanes:
             learn(self, self._grad_lanes, slot, both, wrt, _TO_NUMPY, _TO_TORCH)

@@ -27,7 +27,7 @@ import torch.autograd.forward_ad as fwAD
 
 from tile.errors import TileInputError
 
-__all__ = ["TileEagerFunction", "TileFunction", "autograd_kernel", "has_tangent"]
+__all__ = ["TileEagerFunction", "TileFunction", "autograd_kernel", "eager_apply", "has_tangent"]
 
 
 def has_tangent(tensors) -> bool:
@@ -81,13 +81,41 @@ class TileEagerFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, op, *tensors):
-        output = op._run(tensors)
+        # (``apply`` comes only from an eager call that found nothing to dispatch for: no second
+        # look, and the signature kept for the backward's lane)
+        ctx.sig = sig = op._signature(tensors)
+        output = op._forward_at(sig, tensors)
         _saved(ctx, op, tensors, output)
         return output
 
     @staticmethod
     def backward(ctx, *grads):
         return _backward(ctx, grads)
+
+
+def _c_apply():
+    """``TileEagerFunction.apply``'s C part (``torch._C._FunctionBase.apply`` bound to it), or
+    None where this torch has no such thing; with ``unwrap_if_dead``, what ``Function.apply`` calls
+    when no functorch transform is active, as ``eager_apply`` needs it."""
+    try:
+        base = torch._C._FunctionBase.__dict__["apply"].__get__(None, TileEagerFunction)
+        unwrap = torch._C._functorch.unwrap_if_dead
+    except (AttributeError, KeyError):
+        return None, None
+    return base, unwrap
+
+
+_EAGER_APPLY, _UNWRAP_IF_DEAD = _c_apply()
+
+
+def eager_apply(op, tensors):
+    """``TileEagerFunction.apply(op, *tensors)`` for ``tile.torch._eager_kind``'s ``AUTOGRAD``
+    (so no functorch transform is active): what ``Function.apply`` does then (a tensor left over
+    from an exited transform unwrapped, the C ``apply``) without its Python part (~2 us: the
+    setup-context test, a generator over the arguments)."""
+    if _EAGER_APPLY is None:
+        return TileEagerFunction.apply(op, *tensors)
+    return _EAGER_APPLY(op, *map(_UNWRAP_IF_DEAD, tensors))
 
 
 def _saved(ctx, op, tensors, output) -> None:
@@ -104,16 +132,20 @@ def _backward(ctx, grads):
     """Both functions' backward: Tile's gradient program for the inputs that need a gradient."""
     op = ctx.op
     inputs = ctx.saved_tensors
-    wrt = [i for i, t in enumerate(inputs) if ctx.needs_input_grad[i + 1] and t.dtype.is_floating_point]
+    needs = ctx.needs_input_grad
+    wrt = [i for i, t in enumerate(inputs) if needs[i + 1] and t.dtype.is_floating_point]
     result: list[torch.Tensor | None] = [None] * len(inputs)
     if wrt:
         op.core.refuse_backward()
+        # ``TileEagerFunction``'s inputs were plain tensors of the op's device at the forward (its
+        # signature kept): only the cotangents and the modes now may send this to the dispatcher
+        sig = getattr(ctx, "sig", None)
         if _differentiated():
             found = reverse(op, inputs, list(grads), wrt)
-        elif op._dispatching((*inputs, *grads)):
+        elif op._dispatching(grads if sig is not None else (*inputs, *grads)):
             found = op.backward_op(*inputs, list(grads), wrt)  # one node in a traced graph
         else:
-            found = op._backward_impl(*inputs, list(grads), wrt)
+            found = op._backward_at(op._signature(inputs) if sig is None else sig, inputs, list(grads), wrt)
         for i, g in zip(wrt, found):
             result[i] = g
     return (None, *result)

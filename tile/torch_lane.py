@@ -33,12 +33,17 @@ class TorchLane:
     """A ``Lane`` for one signature, with the outputs' torch types (``to_torch``: numpy dtype ->
     torch dtype) on ``device``; ``__call__`` gives the outputs, or None for the general path."""
 
-    __slots__ = ("lane", "outputs", "reads")
+    __slots__ = ("conform", "lane", "outputs", "reads", "_every", "_single")
 
     def __init__(self, lane: Lane, device: torch.device, to_torch, reads: tuple[bool, ...], tensors=()):
         self.lane = lane
-        self.outputs = []  # (make, shape, dtype, device, the input it is made like or None)
-        for (shape, dtype), zero in zip(lane.output_types, lane.zeroed_outputs):
+        # (make, shape, dtype, device, the input it is made like or None); (None, ..., input) for
+        # an output that is that input (``Lane.aliases``)
+        self.outputs = []
+        for o, ((shape, dtype), zero) in enumerate(zip(lane.output_types, lane.zeroed_outputs)):
+            if o in lane.aliases:
+                self.outputs.append((None, None, None, None, lane.aliases[o]))
+                continue
             dt = to_torch[dtype.numpy]
             like = next((i for i, t in enumerate(tensors)
                          if t is not None and t.dtype == dt and tuple(t.shape) == tuple(shape)), None)
@@ -47,18 +52,33 @@ class TorchLane:
             else:
                 self.outputs.append((torch.zeros if zero else torch.empty, shape, dt, device, None))
         self.reads = reads  # per input place: whether the program reads it
+        self._every = all(reads)  # (then a missing tensor is the general path's at once)
+        self._single = sum(reads) <= 1  # (then no two of them can share an address)
+        # whether each output is already its gradient's input's type (``learn`` says, for a backward)
+        self.conform = True
 
     @classmethod
-    def of(cls, program, inputs, outputs, device: torch.device, to_torch, tensors=()) -> TorchLane | None:
+    def of(cls, program, inputs, outputs, device: torch.device, to_torch, tensors=(),
+           alias: bool = False) -> TorchLane | None:
         """The lane of ``program`` (its input names in the caller's order, None where it reads
         nothing) for tensors like ``tensors`` (whose outputs of the same shape and dtype are made
-        ``empty_like`` them), or None."""
-        lane = Lane.of(program, inputs, outputs)
+        ``empty_like`` them), or None. ``alias`` (a backward's: gradients, as torch's own backward
+        formulas give them): an output that is an input unchanged is that input tensor."""
+        lane = Lane.of(program, inputs, outputs, alias)
         if lane is None or any(dtype.numpy not in to_torch for _, dtype in lane.output_types):
             return None
         return cls(lane, device, to_torch, tuple(n is not None for n in inputs), tensors)
 
     def __call__(self, tensors) -> list[torch.Tensor] | None:
+        if self._every:  # (the common case, lean: a 1-element call is mostly this)
+            pointers = []
+            for t in tensors:
+                if t is None or not t.is_contiguous():
+                    return None
+                pointers.append(t.data_ptr())
+            if not self._single and len(set(pointers)) != len(pointers):
+                return None
+            return self._run(tensors, pointers)
         pointers, present = [], []
         for t, read in zip(tensors, self.reads):
             if t is None:
@@ -73,7 +93,11 @@ class TorchLane:
                 present.append(p)
         if len(present) > 1 and len(set(present)) != len(present):
             return None  # two tensors at one address: the general path copies
-        outs = [make(shape, dtype=dtype, device=device) if like is None else make(tensors[like])
+        return self._run(tensors, pointers)
+
+    def _run(self, tensors, pointers: list[int]) -> list[torch.Tensor] | None:
+        outs = [make(shape, dtype=dtype, device=device) if like is None
+                else tensors[like] if make is None else make(tensors[like])
                 for make, shape, dtype, device, like in self.outputs]
         if not self.lane(pointers, [o.data_ptr() for o in outs]):
             return None
@@ -114,7 +138,12 @@ def learn(op, lanes: dict, slot: tuple, tensors, wrt, to_numpy, to_torch) -> Non
                 for c, typ in zip(tensors[n:], op.core.out_types(key))
             ):
                 program, ins, names = op.core.lane_names(tile_device, key, wrt)
-                lane = TorchLane.of(program, ins, names, device, to_torch, tensors)
+                lane = TorchLane.of(program, ins, names, device, to_torch, tensors, alias=wrt is not None)
+                if lane is not None and wrt is not None:
+                    lane.conform = all(
+                        tuple(shape) == tuple(tensors[i].shape) and to_torch[dtype.numpy] == tensors[i].dtype
+                        for (shape, dtype), i in zip(lane.lane.output_types, wrt)
+                    )
     lanes[slot] = lane
 
 

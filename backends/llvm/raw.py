@@ -10,6 +10,7 @@ class RawCalls:
     """``LlvmExecutor``'s part of ``backends.hal.Executor``'s raw-call methods."""
 
     _queued: int
+    raw_host = True
 
     def raw_launcher(self, kernel):
         if not kernel.inline:  # (its stack needs the dispatcher thread's)

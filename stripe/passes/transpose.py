@@ -66,7 +66,7 @@ def planned(block: Block, ctx: Context, cfg: TransposeConfig) -> TransposePlan |
     """The plan of ``block`` (in ``ctx``) when it is a permuting copy worth tiling, else None."""
     if block.plan is not None or block.constraints or any(ix.affine is not None for ix in block.idxs):
         return None
-    roles = _copy(block)
+    roles = copy_of(block)
     if roles is None:
         return None
     src, out = (block.ref(name) for name in roles)
@@ -91,7 +91,7 @@ def planned(block: Block, ctx: Context, cfg: TransposeConfig) -> TransposePlan |
     return TransposePlan(rows, cols, src.into, out.into, cfg.tile)
 
 
-def _copy(block: Block) -> tuple[str, str] | None:
+def copy_of(block: Block) -> tuple[str, str] | None:
     """``(src, out)`` when the block's statements load ``src``, convert the value only, and store
     it into ``out``, and the block has no other refinement."""
     stmts = block.stmts
@@ -128,4 +128,4 @@ def _unit(offset, ranges: dict[str, int]) -> str | None:
     return ones[0] if len(ones) == 1 else None
 
 
-__all__ = ["TransposeConfig", "planned", "transpose"]
+__all__ = ["TransposeConfig", "copy_of", "planned", "transpose"]
