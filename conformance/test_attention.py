@@ -1,7 +1,9 @@
 """The attention family (issue 41): drawn softmax attention programs (``conformance.attention``) on
 each target against the interpreter, within docs/semantics.md §8.7's tolerance (a target whose
 pipeline fuses the chain, ``stripe.passes.attention``, runs an online softmax in float32: not the
-interpreter's rounding, but within the bound)."""
+interpreter's rounding, but within the bound); and their gradients as ``tile.autodiff`` derives
+them (fused by ``stripe.passes.attention_backward`` where the pipeline has it), within the
+gradients' bound."""
 
 from __future__ import annotations
 
@@ -35,3 +37,23 @@ def test_attention(device, case):
     want = ref_interp.run(bound, ins)["O"]
     got = compile_bound(bound, subject.device, subject.settings)(ins)["O"]
     attention.assert_close(spec, ins, got, want)
+
+
+@hypothesis_settings(max_examples=max(3, hypothesis_settings.default.max_examples // 8), deadline=None)
+@given(attention.cases(most=16))
+def test_attention_gradient(device, case):
+    compiled(device)
+    spec, _, _ = case
+    subject = targets.as_subject(device)
+    src, ins = attention.gradient_source(spec), attention.gradient_inputs(spec, len(case[1]))
+    key = report.STATS.current or ("attention", subject.name)
+    digest = targets.example_digest(src, ins)
+    if not subject.supports(DType(spec.dtype)):
+        report.STATS.unsupported_example(key, f"no {spec.dtype}", digest)
+        return
+    report.STATS.example(key, digest)
+    prog = parse(src)
+    bound = bind(prog, input_types(prog, ins))
+    want = ref_interp.run(bound, ins)
+    got = compile_bound(bound, subject.device, subject.settings)(ins)
+    attention.assert_gradients_close(spec, ins, got, want)
