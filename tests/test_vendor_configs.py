@@ -28,7 +28,7 @@ def settings(cfg) -> dict:
     data = json.loads(format_config(cfg))
     for k in ("name", "description", "pass_modules"):
         data.pop(k, None)
-    data["passes"] = [s for s in data["passes"] if s["name"] != "attention"]  # issue 41's, after 39
+    data["passes"] = [s for s in data["passes"] if s["name"] not in ("attention", "attention_backward")]  # 41
     return data
 
 
