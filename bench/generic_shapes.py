@@ -13,7 +13,7 @@ import numpy as np
 
 import tile
 from backends.llvm import generic
-from bench.compile_time import ATTENTION
+from bench.compile_time import ATTENTION, MATMUL
 
 
 def _load() -> str:
@@ -36,8 +36,8 @@ def generations(lengths: list[int]) -> str:
     how many lengths generated code for it; every result checked against float64 numpy."""
     lines = [f"generations: attention forward at {len(lengths)} lengths {lengths[0]}..{lengths[-1]}, "
              f"one process each mode, object cache off; load average {_load()}"]
-    products = {"generic": True, "generic_products": True, "tiled": False}
-    for mode, settings in (("specialized", {}), ("generic", {"generic": True}), ("+products", products)):
+    loops = {"generic": True, "generic_products": True, "tiled": False}  # products as plain loops
+    for mode, settings in (("specialized", {}), ("generic", {"generic": True}), ("loops", loops)):
         generic.REGISTRY.clear()
         exe = tile.compile(ATTENTION, "llvm_cpu.0", {**settings, "cache": False})
         gens: dict[str, int] = {}
@@ -71,15 +71,15 @@ SOFTMAX = "function (X[N, D]) -> (P) { P = builtin_softmax(X, N, D); }"
 
 
 def attention_speed(repeat: int, lengths=(64, 128, 256, 512)) -> str:
-    """The attention forward, every kernel generic (``generic_products``, ``tiled=False``, its
-    bucket built at two other lengths first) against the default specialized build."""
+    """The attention forward, every kernel generic (the ``generic`` setting: its products as
+    generic micro-kernels, ``generic_tiles``; its buckets built at two other lengths first) against
+    the default specialized build."""
     lines = [f"attention speed: best of {repeat} calls, interleaved; load average {_load()}",
              f"{'S':>6}{'specialized us':>16}{'generic us':>12}{'ratio':>8}{'generic kernels':>17}"]
     for n in lengths:
         generic.REGISTRY.clear()
         spec = tile.compile(ATTENTION, "llvm_cpu.0", {"cache": False})
-        gen = tile.compile(ATTENTION, "llvm_cpu.0", {"generic": True, "generic_products": True,
-                                                      "tiled": False, "cache": False})
+        gen = tile.compile(ATTENTION, "llvm_cpu.0", {"generic": True, "cache": False})
         for m in (n + 3, n + 5):
             gen(*_attention_inputs(m))
         ins = _attention_inputs(n)
@@ -103,6 +103,30 @@ def _interleaved(spec, gen, ins, repeat: int) -> tuple[float, float]:
             exe(*ins)
             best[key] = min(best[key], time.perf_counter() - t)
     return best["s"], best["g"]
+
+
+def product_speed(repeat: int, sizes=(64, 100, 256, 257, 512)) -> str:
+    """``n x n x n`` float32 matmuls, generic (``generic_tiles``: its bucket built at two other
+    sizes first) against specialized, interleaved call by call; outputs compared first (within
+    the §8.3 bound of a sum of ``n`` products)."""
+    lines = [f"products: best of interleaved calls (at least {repeat // 4}); load average {_load()}",
+             f"{'n^3':>6}{'specialized us':>16}{'generic us':>12}{'ratio':>8}  generic kernels"]
+    for n in sizes:
+        generic.REGISTRY.clear()
+        rng = np.random.default_rng(n)
+        ins = [rng.standard_normal((n, n)).astype(np.float32) for _ in range(2)]
+        spec = tile.compile(MATMUL, "llvm_cpu.0", {"cache": False})
+        gen = tile.compile(MATMUL, "llvm_cpu.0", {"generic": True, "cache": False})
+        for m in (n + 3, n + 5):
+            gen(*[rng.standard_normal((m, m)).astype(np.float32) for _ in ins])
+        a, b = spec(*ins)["C"], gen(*ins)["C"]
+        bound = 2 * n * np.finfo(np.float32).eps * (np.abs(ins[0]) @ np.abs(ins[1]))
+        assert np.all(np.abs(a - b) <= bound), f"matmul {n}: generic and specialized differ past the bound"
+        info = gen._last.library.extra["generic"]
+        s, g = _interleaved(spec, gen, ins, max(repeat // 4, int(4e9 / n**3)))
+        lines.append(f"{n:>6}{s * 1e6:>16.1f}{g * 1e6:>12.1f}{s / g:>8.2f}  "
+                     f"{info['kernels']}/{len(gen._last.library.kernels)}")
+    return "\n".join(lines)
 
 
 def speed(repeat: int, shapes=((100, 64), (1000, 64), (4096, 256))) -> str:

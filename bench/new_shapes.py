@@ -12,12 +12,13 @@ each new shape (issue 40's two bridge goals), on ``llvm_cpu.0``.
 * ``--profile``: the cold forward + backward over the first ``--profile-lengths`` lengths under
   cProfile, the cumulative seconds of each stage (``STAGES``) and the top functions.
 * ``--generic``: the cold runs again with the op made ``dynamic=True`` (shape-generic kernels,
-  ``backends.llvm.generic``), and with ``generic_products`` and ``tiled=False`` besides.
+  ``backends.llvm.generic``, products as generic micro-kernels, ``generic_tiles``), and with
+  ``generic_products`` and ``tiled=False`` besides ("products": contractions as plain loops).
 * ``--only generations``: code generations per kernel of the attention over ``--gen-lengths`` (one
   process, each length checked against float64 numpy), specialized and generic.
 * ``--only speed``: generic kernels' run time against the specialized ones' (best of ``--repeat``
-  calls, interleaved) for an elementwise chain, a row reduction and a softmax, and the attention
-  with every kernel generic (``generic_products``).
+  calls, interleaved) for square matmuls, an elementwise chain, a row reduction and a softmax, and
+  the attention with every kernel generic (``dynamic=True``'s setting).
 
 The machine may be shared: the load average is printed, and the process's CPU time besides wall
 time. bench/RESULTS.md ("Compile time: new shapes") has figures.
@@ -193,8 +194,9 @@ def main(argv: list[str] | None = None) -> int:
 
         print(generations(gen_lengths(args.gen_lengths)), flush=True)
     if "speed" in args.only:
-        from bench.generic_shapes import attention_speed, speed
+        from bench.generic_shapes import attention_speed, product_speed, speed
 
+        print(product_speed(args.repeat), flush=True)
         print(speed(args.repeat), flush=True)
         print(attention_speed(max(10, args.repeat // 4)), flush=True)
     if "warm" in args.only:

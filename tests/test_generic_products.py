@@ -37,6 +37,11 @@ def _info(exe, *args) -> dict:
     return exe.prepare(*args).library.extra["generic"]
 
 
+def _product_forms() -> int:
+    """Generic product forms built in this process (``generic_tiles`` buckets)."""
+    return sum(1 for k, b in generic.REGISTRY.buckets.items() if k.startswith("tiles") and b.form)
+
+
 def _products(exe, *args) -> int:
     """How many of the program's contractions run generic functions."""
     lib = exe.prepare(*args).library
@@ -59,9 +64,7 @@ def test_integer_products_match_the_interpreter_with_one_build(shape):
     # fill); lengths of 1 (a dimension dropped) are other kernels, built specialized
     assert generated[0] == 0 and generated[1] >= 1
     assert generated[-1] == generated[1], f"lengths after the second generated code: {generated}"
-    a, b = _ints((77, 77), 0), _ints((77, 77), 1)
-    if shape == "square":
-        assert _products(exe, a, b) == 1 and _info(exe, a, b)["built"] == 0
+    assert _products(exe, a, b) == 1 and _info(exe, a, b)["built"] == 0
 
 
 def test_a_product_gives_the_same_bits_whichever_lengths_built_it():
@@ -170,3 +173,28 @@ def test_torch_dynamic_products_forward_and_backward():
             torch.testing.assert_close(got.detach(), want, rtol=0, atol=0)
         counts.append(generic.REGISTRY.generated)
     assert counts[-1] == counts[3], f"lengths after the first few generated code: {counts}"
+    assert _product_forms() >= 2, "the forward's product and the backward's two are generic"
+
+
+@pytest.mark.parametrize(
+    "src, shapes",
+    [
+        ("function (A[B, M, K], C[B, K, N]) -> (O) { O[b, m, n: B, M, N] = +(A[b, m, k] * C[b, k, n]); }",
+         lambda n: [(3, n, n), (3, n, n)]),
+        ("function (A[M, K], C[K, N]) -> (O) { O[m, n: M, N] = >(A[m, k] + C[k, n]); }",
+         lambda n: [(n, n), (n, n)]),
+        # a guard on the row index: B is not packed, a run-time K sums in chunks (a deep cascade)
+        ("function (A[M, K], C[K, N]) -> (O) { O[m, n: M, N] = +(A[m, k] * C[k, n]), m - k < M; }",
+         lambda n: [(n, n), (n, n)]),
+    ],
+    ids=["batched", "max-plus", "guarded"],
+)
+def test_other_products_generic_and_exact(src, shapes):
+    exe = tile.compile(src, "llvm_cpu.0", {"generic": True, "cache": False})
+    ref = tile.compile(src, "interp")
+    generated = []
+    for n in (40, 50, 3, 17, 64, 65, 130, 301):
+        args = [_ints(s, n + i) for i, s in enumerate(shapes(n))]
+        np.testing.assert_array_equal(exe(*args)["O"], ref(*args)["O"], err_msg=f"at {n}")
+        generated.append(generic.REGISTRY.generated)
+    assert generated[-1] == generated[1] and _products(exe, *args) == 1

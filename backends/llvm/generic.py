@@ -13,13 +13,15 @@ template fixed widens the template (a new build); a bucket stops widening after 
 Which kernels: those the specialized build would emit as plain loops (no optimizer GEMM nest, no
 fused epilogue, no micro-kernel match; a zero fill the next kernel's micro-kernel may take over is
 generic only with that kernel): elementwise chains, reductions, softmax rows, the contractions the
-micro-kernel does not take. Products stay specialized, unless ``generic_products`` (with
-``tiled=False``, so that the optimizer makes no GEMM nests): then they run as plain loops too,
-compiled once, slower than the micro-kernel at large sizes (bench/RESULTS.md). A generic kernel
-sums as written (no ``partials`` blocks, which depend on the extents); LLVM may still vectorize a
-float sum (reassociation, as docs/semantics.md §8.3 allows, never under ``strict``). Any code
-generator decision that would read a slot as a number raises ``symbolic.SlotUsed``: that bucket is
-built specialized instead.
+micro-kernel does not take; and the products the micro-kernel takes at kernel level (a flat GEMM,
+an optimizer nest read back flat, its fused epilogue too): those run ``generic_tiles``' micro-kernel
+with the bucket's register tile and K blocks, its counts and edges at run time, the bucket's
+thread split, and the zero fill before it taken over when it covers its output. ``generic_products``
+instead runs products as plain loops (with ``tiled=False``: the previous form, one build for all
+lengths but slow at large sizes). A plain-loop generic kernel sums as written (no ``partials``
+blocks, which depend on the extents); LLVM may still vectorize a float sum (reassociation, as
+docs/semantics.md §8.3 allows, never under ``strict``). Any code generator decision that would
+read a slot as a number raises ``symbolic.SlotUsed``: that bucket is built specialized instead.
 Results are those of the kernel the template is instantiated at, only the integers come at run
 time: a generic kernel is exact wherever the specialized one is.
 
@@ -103,8 +105,8 @@ class Use:
 
 def eligible(info: KernelInfo, sched: Schedule, code: KernelInfo, blocks, epilogue, vector, dts,
              products: bool = False) -> bool:
-    """Whether kernel ``info`` may be generic (see the module docstring; ``products``: the
-    ``generic_products`` setting, the contractions the micro-kernel would take too)."""
+    """Whether kernel ``info`` may be a generic plain loop (see the module docstring; ``products``:
+    the ``generic_products`` setting, the contractions the micro-kernel would take too)."""
     block = info.block
     if not isinstance(block, Block) or code is not info or blocks is not None or epilogue is not None:
         return False
