@@ -161,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true", help="profile a cold forward + backward instead")
     p.add_argument("--profile-lengths", type=int, default=8, help="how many of --lengths to profile")
     p.add_argument("--generic", action="store_true", help="cold runs with dynamic=True as well")
+    p.add_argument("--kinds", default="-,generic,products",
+                   help="with --generic: which cold modes (-: specialized, generic, products: plain loops)")
     p.add_argument("--modes", default="fwd,fwd+bwd", help="cold: fwd, fwd+bwd or both")
     p.add_argument("--gen-lengths", default="1:64:1,96:4096:*1.25", help="generations: lengths")
     p.add_argument("--repeat", type=int, default=200, help="speed: calls timed per kernel and mode")
@@ -180,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cold: {len(lengths)} lengths {lengths[0]}..{lengths[-1]}, one process, empty cache")
         print(f"{'mode':<16}{'total s':>9}{'cpu s':>8}{'ms/length':>11}{'median ms':>11}{'max ms':>9}"
               "  goal 5 s")
-        kinds = ("-", "generic", "products") if args.generic else ("-",)
+        kinds = tuple(args.kinds.split(",")) if args.generic else ("-",)
         directions = [b for b in (False, True) if ("fwd+bwd" if b else "fwd") in args.modes.split(",")]
         for backward, gen in [(b, g) for g in kinds for b in directions]:
             r = cold(lengths, backward, generic=gen)
