@@ -146,8 +146,7 @@ def binary(em: Emitter, op: str, x: ir.Value, y: ir.Value, dt: DType) -> ir.Valu
         return b.select(pick, x, y)
     if dt.is_float:
         fn = {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[op]
-        # outside strict (inline_math), ``a*b + c`` may round once (§8.3): LLVM then emits an fma
-        out = fn(x, y, flags=("contract",)) if em.inline_math and op != "div" else fn(x, y)
+        out = fn(x, y)
         return em.narrow(out, dt)
     if op != "div":
         return {"add": b.add, "sub": b.sub, "mul": b.mul}[op](x, y)
