@@ -431,9 +431,14 @@ class HostBuffer(Buffer):
         wait_all(deps)
         return self.data[: self.size]
 
+    _at: int | None = None  # ``address``, once read (``data`` is set once, by the constructors)
+
     @property
     def address(self) -> int:
-        return self.data.__array_interface__["data"][0]  # (``ctypes.data`` builds an object: 2 us)
+        at = self._at
+        if at is None:  # (``__array_interface__`` builds a dict: 1 us; ``ctypes.data`` an object: 2 us)
+            at = self._at = self.data.__array_interface__["data"][0]
+        return at
 
 
 def timed(pool: cf.Executor, deps: Sequence[Event], work: Callable[[], None]) -> Event:

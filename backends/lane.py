@@ -22,12 +22,13 @@ Calls are serialized with the program's general ones (its lock), and ordered aft
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from backends.runner import CompiledProgram, nbytes, picker
+from backends.runner import CompiledProgram, debug_on, nbytes, picker
 from stripe.ir import RefDir
 from stripe.lower import writes_every_element
 from stripe.passes.transpose import copy_of
+from tile.tensor import Tensor
 
 
 class Lane:
@@ -162,4 +163,42 @@ def copies(program: CompiledProgram, inputs: Sequence[str | None], outputs: Sequ
     return found
 
 
-__all__ = ["Lane", "copies"]
+def resident_call(program: CompiledProgram, inputs: Mapping, out: Mapping) -> dict | None:
+    """``program.run(inputs, out)`` when every input is a ``tile.Tensor`` of its host device and
+    ``out`` gives a tensor for every output (a resident loop: weights and results stay put), run
+    through a ``Lane`` on the tensors' addresses, without the general path's events and
+    bindings: the same kernels on the same memory. None where the general path must take the
+    call: before the program's first call, on a device without host raw calls, an output the
+    program needs zeroed, a tensor of another device or type, one buffer given twice, a name
+    too many, work still queued, or ``TILE_DEBUG``."""
+    lane = getattr(program, "_resident_lane", False)  # (False: not a ``CompiledProgram``)
+    if lane is None:
+        if not program._checked:
+            return None  # (the first call allocates the temporaries a lane runs on)
+        ex = program.device.executor
+        lane = Lane.of(program, program.inputs, program.outputs) if ex.raw_host else None
+        if lane is None or any(lane.zeroed_outputs):
+            lane = False
+        program._resident_lane = lane
+    if lane is False or len(inputs) != len(program.inputs) or len(out) != len(program.outputs):
+        return None
+    device, types = program.device, program._out_types
+    ins, outs = [], []
+    for name in program.inputs:
+        t = inputs.get(name)
+        if type(t) is not Tensor or t._device is not device:
+            return None
+        ins.append(t._buffer.address)
+    for name in program.outputs:
+        t = out.get(name)
+        if type(t) is not Tensor or t._device is not device or (t._shape, t._dtype) != types[name]:
+            return None
+        outs.append(t._buffer.address)
+    if len(set(ins) | set(outs)) != len(ins) + len(outs) or debug_on() or not lane(ins, outs):
+        return None
+    for t in out.values():
+        t._events = []  # (ran on this thread: done)
+    return {name: out[name] for name in program.outputs}
+
+
+__all__ = ["Lane", "copies", "resident_call"]

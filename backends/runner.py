@@ -185,6 +185,7 @@ class CompiledProgram:
         self._handed: dict[tuple[str, bool], list[Buffer]] = {}
         # inputs some kernel writes (none in programs the front end makes): never read in place
         self._written_inputs = frozenset(self.inputs) & _written(self.program)
+        self._resident_lane: object = None  # ``backends.lane.resident_call``'s (False: none)
         if os.environ.get("TILE_DEBUG", "0") >= "3":
             print(self.library.source)
 
