@@ -53,6 +53,9 @@ drops it.
   accumulates ``dk`` and ``dv``; each stages ``step`` keys (rows) per step. Roles, dims and the mask
   as in ``AttentionPlan``; ``do`` is the result's cotangent (its dims ``do_dims``), ``stat_dims``
   the statistics' dims; ``dq``, ``dk``, ``dv`` are empty in the part that does not write them.
+  With score kernels: ``s``, ``s_dims`` and ``scores`` as in ``AttentionPlan``, ``dp`` the
+  cotangent of the last score and ``grad_scores`` the elementwise kernels (children) that make
+  the cotangent of S from it point by point, in order.
 * ``TransposePlan`` (``transpose``): a permuting copy whose input and output are contiguous along
   different indexes (``stripe.passes.transpose``), run as square tiles of ``tile`` x ``tile``
   points through ``__local`` memory (``backends.clike.transpose``). ``cols``: the index along which
@@ -205,6 +208,11 @@ class AttentionBackwardPlan:
     scale_den: int
     group: int
     step: int
+    s: str = ""
+    s_dims: tuple[str, ...] = ()
+    scores: tuple[str, ...] = ()
+    dp: str = ""
+    grad_scores: tuple[str, ...] = ()
 
     @property
     def extents(self) -> dict[str, int]:
@@ -386,6 +394,10 @@ def _backward_problems(p: AttentionBackwardPlan, b: Block) -> list[str]:
         out += [f"names the role '{d}' of no extent" for d in ds if d not in roles]
         if r is not None and [roles.get(d) for d in ds] != [dd.size for dd in r.shape.dims]:
             out.append(f"gives '{name}' the roles {list(ds)}, which its dims' sizes do not fit")
+    children = {s.name for s in b.stmts if isinstance(s, Block)}
+    out += _missing(p.scores + p.grad_scores, children, "score kernel")
+    if p.scores and p.s not in refs or p.grad_scores and p.dp not in refs:
+        out.append("names score kernels without the refinement they start from (s, dp)")
     if p.mask and p.mask[-1][0] != "c":
         out.append("has a mask that does not end with its constant (c:N)")
     if p.scale_num < 1 or p.scale_den < 1 or p.group < 1 or p.step < 1:

@@ -50,9 +50,10 @@ def planned(program: Block) -> list[Block]:
 
 
 def supported(spec: Spec) -> bool:
-    """The variants whose gradient the pass fuses (stripe.passes.attention_backward_match)."""
-    return not (spec.bias or spec.mask == "cond" or spec.normalized or spec.scale_form == "score"
-                or spec.shared_kv and spec.batch or spec.keys == 1 or spec.width == 1)
+    """The variants whose gradient (with the bias's) the pass fuses
+    (stripe.passes.attention_backward_match)."""
+    return not (spec.bias or spec.normalized or spec.shared_kv and spec.batch or spec.keys == 1
+                or spec.width == 1)
 
 
 def test_the_issue_gradient_is_two_planned_blocks():
@@ -84,6 +85,8 @@ def test_the_issue_gradient_is_two_planned_blocks():
     (Spec(batch=(3,), dtype="float16", mask="constraint"), (1, 8), (("i", 1), ("j", -1), ("c", 0))),
     (Spec(batch=(2,), scale=1.0), (1, 1), ()),
     (Spec(batch=(1, 2), rows=9, keys=4, depth=5, width=3, scale=2.0), (2, 1), ()),
+    (Spec(batch=(2,), mask="cond"), (1, 8), ()),
+    (Spec(batch=(2,), scale_form="score", scale=0.5), (1, 1), ()),
 ])
 def test_variants_are_fused(spec, scale, mask):
     before = grad_program(spec)
@@ -95,19 +98,45 @@ def test_variants_are_fused(spec, scale, mask):
         assert ((p.scale_num, p.scale_den), p.mask) == (scale, mask)
         assert (p.rows, p.keys, p.depth, p.width) == (spec.rows, spec.keys, spec.depth, spec.width)
         assert tuple(n for _, n in p.batch) == spec.batch
+        # the score kernels and their derivatives are the block's children, run point by point
+        assert len(p.scores) == (spec.mask == "cond") + (spec.scale_form == "score")
+        assert len(p.grad_scores) == len(p.scores)
     assert parse_stripe(format_block(after)) == after
     assert_same_meaning(before, after)
 
 
+def bias_grad_source(spec: Spec, wrt) -> str:
+    from conformance.attention import inputs, source
+    from tile.autodiff import gradient
+    from tile.dtypes import DType
+    from tile.parser import parse
+    from tile.printer import format_program
+
+    ins = inputs(spec)
+    g = gradient(parse(source(spec)), wrt, dtypes={k: DType.of(v.dtype) for k, v in ins.items()},
+                 shapes={k: v.shape for k, v in ins.items()})
+    return format_program(g.program)
+
+
+def test_a_bias_is_fused_unless_its_gradient_is_asked_for():
+    """The bias's gradient sums S's cotangent over the batch: S-sized, so the chain runs; without
+    it the bias is one more score kernel."""
+    spec = Spec(batch=(2,), bias=True, mask="cond")
+    without = lowered_grad(bias_grad_source(spec, ["Q", "K", "V"]), spec)
+    after = run_pass("attention_backward", MAIN, without, "opencl_cpu")
+    assert len(planned(after)) == 2
+    assert_same_meaning(without, after)
+    with_bias = grad_program(spec)
+    assert run_pass("attention_backward", MAIN, with_bias, "opencl_cpu") == with_bias
+
+
 @pytest.mark.parametrize("spec", [
-    Spec(bias=True), Spec(mask="cond"), Spec(normalized=True), Spec(scale_form="score"),
-    Spec(batch=(2, 3), shared_kv=True), Spec(keys=1, mask="none"), Spec(width=1),
+    Spec(normalized=True), Spec(batch=(2, 3), shared_kv=True), Spec(keys=1, mask="none"), Spec(width=1),
 ], ids=str)
 def test_variants_not_yet_fused_are_left_alone(spec):
-    """The gradients of score kernels (a bias, a cond mask, a scale folded into the score), of the
-    weights normalized first, of heads sharing K and V, and over one key or one column of V
-    (``tile.autodiff`` drops the one-element row sums) are not matched (yet): the pass leaves the
-    program as it is, and the chain's kernels run."""
+    """The gradients of the weights normalized first, of heads sharing K and V, and over one key
+    or one column of V (``tile.autodiff`` drops the one-element row sums) are not matched (yet):
+    the pass leaves the program as it is, and the chain's kernels run."""
     before = grad_program(spec)
     assert run_pass("attention_backward", MAIN, before, "opencl_cpu") == before
 
@@ -177,6 +206,7 @@ OPENCL_CASES = [
     Spec(batch=(2,), rows=50, keys=50, depth=32, width=32, mask="constraint", dtype="float16"),
     Spec(batch=(2,), rows=3, keys=3, depth=2, width=2),
     Spec(batch=(1,), rows=130, keys=67, depth=4, width=3, scale=2.0),  # several row blocks, key steps
+    Spec(batch=(2,), rows=70, keys=70, depth=8, width=8, mask="cond", scale_form="score"),  # score kernels
 ]
 
 
@@ -185,11 +215,22 @@ OPENCL_CASES = [
 def test_fused_gradients_match_the_interpreter(spec):
     ins = gradient_inputs(spec, seed=1)
     src = gradient_source(spec)
+    assert len(kernels(optimize(grad_program(spec), target_config("opencl_cpu")))) == 2  # fused
     exe = tile.compile(src, DEVICE_ID, {"cache": False})
     got = exe(ins)
     want = ref_interp.run(src, ins)
     assert_gradients_close(spec, ins, got, want)
     assert_gradients_close(spec, ins, got, gradient_reference(spec, ins))  # the float64 ones too
+
+
+@requires_opencl
+def test_a_bias_without_its_gradient_matches_the_interpreter():
+    spec = Spec(batch=(2,), rows=40, keys=40, depth=8, width=4, bias=True, mask="cond")
+    ins = gradient_inputs(spec, seed=2)
+    src = bias_grad_source(spec, ["Q", "K", "V"])
+    got = tile.compile(src, DEVICE_ID, {"cache": False})(ins)
+    assert_gradients_close(spec, ins, got, ref_interp.run(src, ins))
+    assert_gradients_close(spec, ins, got, gradient_reference(spec, ins))
 
 
 @requires_opencl
@@ -206,13 +247,11 @@ def test_integer_inputs_with_ties():
 
 
 def taken(spec: Spec) -> Spec:
-    """The nearest variant the pass takes: no score kernels, division last, K and V per head, at
-    least two keys and two columns of V."""
+    """The nearest variant the pass takes: no bias (its gradient asked for), division last, K and
+    V per head, at least two keys and two columns of V."""
     keys = max(spec.keys, 2)
-    return replace(spec, bias=False, mask="constraint" if spec.mask == "cond" else spec.mask,
-                   normalized=False, scale_form="mul" if spec.scale_form == "score" else spec.scale_form,
-                   shared_kv=False, keys=keys, rows=keys if spec.mask != "none" else spec.rows,
-                   width=max(spec.width, 2))
+    return replace(spec, bias=False, normalized=False, shared_kv=False, keys=keys,
+                   rows=keys if spec.mask != "none" else spec.rows, width=max(spec.width, 2))
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -196,10 +196,19 @@ def _score(em: KernelEmitter, p: AttentionPlan, s: str, at: dict[str, str]) -> s
     """The score ``P`` (a float expression) from the float32 product ``s``: ``s`` itself, or S's
     value in its type through the plan's score kernels, run point by point on registers (their
     statements round as the chain's do)."""
-    b, t = em.block, em.t
     if not p.scores:  # S itself: kept in float32 (rounding it to a half type would only add error)
         return s
-    regs: dict[str, View] = {}
+    return run_points(em, p.scores, p.s, s, p.s_dims, at, {})
+
+
+def run_points(em: KernelEmitter, names, first: str, value: str, dims: tuple[str, ...], at: dict[str, str],
+               regs: dict[str, View]) -> str:
+    """Runs the block's child kernels ``names`` (elementwise over the points of the dims whose roles
+    are ``dims``) at the point ``at`` on registers, in order: ``first``'s register holds the float32
+    ``value`` in its type, each kernel's output gets one, and the kernels read registers for the
+    buffers in ``regs`` (which gains these) and memory for the others. The last output's value,
+    as a float expression (``value`` when ``names`` is empty)."""
+    b, t = em.block, em.t
 
     def register(name: str, value: str | None) -> View:
         r = b.ref(name)
@@ -211,10 +220,12 @@ def _score(em: KernelEmitter, p: AttentionPlan, s: str, at: dict[str, str]) -> s
         dims = tuple(Dim(d.size, 0) for d in r.shape.dims)
         return View(name, reg, dt, "0", dims, dt, "", True)
 
-    regs[p.s] = register(p.s, s)
-    last = p.s
+    if not names:
+        return value
+    regs[first] = register(first, value)
+    last = first
     children = {c.name: c for c in b.stmts if isinstance(c, Block)}
-    for name in p.scores:
+    for name in names:
         c = children[name]
         out = next(r for r in c.refs if r.dir is not RefDir.IN)
         regs[out.source] = register(out.source, None)
@@ -223,7 +234,7 @@ def _score(em: KernelEmitter, p: AttentionPlan, s: str, at: dict[str, str]) -> s
             if r.source not in views:
                 views[r.source] = em.view(b, b.ref(r.source), {}, None)
         vals = {ix.name: "0" for ix in c.idxs}
-        for a, dim_role in zip(out.access, p.s_dims, strict=True):
+        for a, dim_role in zip(out.access, dims, strict=True):
             if len(a.vars) == 1:
                 vals[a.vars[0]] = at[dim_role]
         with em.scope(""):
@@ -233,4 +244,4 @@ def _score(em: KernelEmitter, p: AttentionPlan, s: str, at: dict[str, str]) -> s
     return t.convert(f"{v.ptr}[0]", v.dtype, _F32)
 
 
-__all__ = ["emit", "load_f32", "mask_tests", "offset", "skip_masked", "takes"]
+__all__ = ["emit", "load_f32", "mask_tests", "offset", "run_points", "skip_masked", "takes"]

@@ -4,8 +4,12 @@ FlashAttention's backward does: S, the weights and their cotangents never reach 
 
 With ``c`` the scale, ``s = q_i · k_j`` (float32), the chain's statistics ``Mx`` (row max of S),
 ``Z`` (row sum of ``exp(c (s - Mx))``) and ``DZ_1 = -Σ_e DO_ie O1_ie / Z²``, each weight is
-``E_ij = exp(c (s_ij - Mx_i))`` and ``DS_ij = c E_ij (DO_i / Z_i · v_j + DZ_1_i)`` (the tie term
-``DS_1`` is taken as its real value, 0).
+``E_ij = exp(c (P_ij - Mx_i))`` and ``DP_ij = c E_ij (DO_i / Z_i · v_j + DZ_1_i)`` (the tie term
+``DP_1`` is taken as its real value, 0), where the score ``P`` is ``s`` itself or, with score
+kernels, ``s`` through them, and S's cotangent ``DS`` is ``DP`` itself or ``DP`` through the
+derivatives of the score kernels: both run point by point on registers
+(``backends.clike.attention.run_points``), their own statements rounding as the chain's do. A key
+whose score is ``-inf`` (a ``cond`` mask) has no weight.
 
 * part ``dq``: a work-group of ``group`` query rows, one work-item each, its row of Q and of DO
   in registers. A first pass over the keys (``step`` rows of K and V staged in ``__local``
@@ -31,8 +35,9 @@ general kernel runs the block's statements (the same results, slowly).
 
 from __future__ import annotations
 
-from backends.clike.attention import load_f32, mask_tests, offset, skip_masked
+from backends.clike.attention import load_f32, mask_tests, offset, run_points, skip_masked
 from backends.clike.kernel import KernelEmitter
+from stripe.ir import Block
 from stripe.plans import AttentionBackwardPlan
 from tile.dtypes import DType
 
@@ -45,6 +50,9 @@ def takes(em: KernelEmitter) -> AttentionBackwardPlan | None:
     """The block's plan when this target runs it fused (module docstring), else None."""
     b, t, p = em.block, em.t, em.block.plan
     if not t.workgroups or not isinstance(p, AttentionBackwardPlan):
+        return None
+    children = {s.name for s in b.stmts if isinstance(s, Block)}
+    if any(n not in children for n in p.scores + p.grad_scores):
         return None
     names = [p.q, p.k, p.v, p.do, p.mx, p.z, p.dz, *((p.dq,) if p.part == "dq" else (p.dk, p.dv))]
     for name in names:
@@ -152,10 +160,12 @@ def _dq(em: KernelEmitter, p: AttentionBackwardPlan) -> tuple[int, int]:
                     j = em.declare(DType.INT64, "j0 + jj", "j")
                     keep = [f"{j} < {p.keys}", *mask_tests(p, role | {"j": j})]
                     with em.scope(f"if ({' && '.join(keep)})"):
-                        body(_dot(em, depth, f"{q}[{{k}}]", f"{ks}[jj * {depth} + {{k}}]"))
+                        body(_dot(em, depth, f"{q}[{{k}}]", f"{ks}[jj * {depth} + {{k}}]"), role | {"j": j})
             em.line("barrier(CLK_LOCAL_MEM_FENCE);")
 
-    def online(s: str) -> None:
+    def online(s: str, at: dict[str, str]) -> None:
+        s = em.declare(_F32, run_points(em, p.scores, p.s, s, p.s_dims, at, {}), "score")
+        em.line(f"if (!({s} > {neg_inf})) continue;  /* a key the score masks: no weight */")
         with em.scope(f"if ({s} > {m})"):
             alpha = em.declare(_F32, t.math("exp", _F32, [f"{c} * ({m} - {s})"]), "alpha")
             em.line(f"{l_} *= {alpha};")
@@ -183,10 +193,13 @@ def _dq(em: KernelEmitter, p: AttentionBackwardPlan) -> tuple[int, int]:
     with em.scope(f"for (long e = 0; e < {width}; e++)"):
         em.line(f"{do}[e] = {do}[e] / {z};")
 
-    def grad(s: str) -> None:
+    def grad(s: str, at: dict[str, str]) -> None:
+        regs: dict = {}
+        s = run_points(em, p.scores, p.s, s, p.s_dims, at, regs)
         e = em.declare(_F32, t.math("exp", _F32, [f"{c} * ({s} - {mx})"]), "e")
         dp = _dot(em, width, f"{do}[{{k}}]", f"{vs}[jj * {width} + {{k}}]")
         ds = em.declare(_F32, f"{c} * {e} * ({dp} + {dz})", "ds")
+        ds = em.declare(_F32, run_points(em, p.grad_scores, p.dp, ds, p.s_dims, at, regs), "ds_s")
         em.line(_UNROLL)
         with em.scope(f"for (long d = 0; d < {depth}; d++)"):
             em.line(f"{dq}[d] += {ds} * {ks}[jj * {depth} + d];")
@@ -231,13 +244,17 @@ def _dkv(em: KernelEmitter, p: AttentionBackwardPlan) -> tuple[int, int]:
                 i = em.declare(DType.INT64, "i0 + ii", "i")
                 keep = [f"{i} < {p.rows}", *mask_tests(p, role | {"i": i})]
                 with em.scope(f"if ({' && '.join(keep)})"):
+                    regs: dict = {}
                     s = _dot(em, depth, f"{qs}[ii * {depth} + {{k}}]", f"{k}[{{k}}]")
+                    s = run_points(em, p.scores, p.s, s, p.s_dims, role | {"i": i}, regs)
                     e = em.declare(_F32, t.math("exp", _F32, [f"{c} * ({s} - {st}[2 * ii])"]), "e")
                     dp = _dot(em, width, f"{dos}[ii * {width} + {{k}}]", f"{v}[{{k}}]")
                     em.line(_UNROLL)
                     with em.scope(f"for (long x = 0; x < {width}; x++)"):
                         em.line(f"{dv}[x] += {e} * {dos}[ii * {width} + x];")
                     ds = em.declare(_F32, f"{c} * {e} * ({dp} + {st}[2 * ii + 1])", "ds")
+                    at = role | {"i": i}
+                    ds = em.declare(_F32, run_points(em, p.grad_scores, p.dp, ds, p.s_dims, at, regs), "ds_s")
                     em.line(_UNROLL)
                     with em.scope(f"for (long x = 0; x < {depth}; x++)"):
                         em.line(f"{dk}[x] += {ds} * {qs}[ii * {depth} + x];")

@@ -16,7 +16,7 @@ Two kernels, one over query blocks and one over key blocks, so that no gradient 
 two work-groups (no atomics). Each block's statements are the derived program's kernels unchanged
 (tags dropped), so the Stripe interpreter runs the plain semantics, both blocks recomputing the
 scores; the chain's temporaries other than the three statistics become each block's local
-allocations. The fused kernels take the tie term ``DS_1`` (``S == Mx ? DMx_1``: ``DMx_1`` is a
+allocations. The fused kernels take the tie term ``DP_1`` (``P == Mx ? DMx_1``: ``DMx_1`` is a
 row sum whose real value is 0, the softmax being invariant under a shift) as 0, and round
 differently from the chain (``docs/semantics.md`` §8.7 gives the tolerance), so the pass is
 registered as reordering and strict mode skips it.
@@ -117,6 +117,9 @@ def _blocks(bw: Backward, run, parent: Block, cfg: AttentionBackwardConfig, loca
             q_dims=ch.q_dims, k_dims=ch.k_dims, v_dims=ch.v_dims, do_dims=ch.dims[ch.o1],
             stat_dims=ch.dims[ch.mx], mask=flat_mask(ch.mask), scale_num=ch.scale.numerator,
             scale_den=ch.scale.denominator, group=group, step=step,
+            s=ch.s if ch.scores else "", s_dims=ch.dims[ch.s] if ch.scores or bw.grad_scores else (),
+            scores=tuple(ch.scores), dp=bw.bufs["DP"] if bw.grad_scores else "",
+            grad_scores=tuple(bw.grad_scores),
         )
         out.append(Block(
             name=f"attention_backward_{part}_{bw.bufs['DQ' if part == 'dq' else 'DK']}",

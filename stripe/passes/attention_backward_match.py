@@ -11,13 +11,17 @@ the depth ``d`` (batch roles everywhere), and ``DO`` the result's cotangent (an 
     DO1[i, e]  = DO / Z                          DE_1[i, j] = +(DO1[i, e] * V[j, e]), mask
     DV[j, e]   = +(DO1[i, e] * E[i, j]), mask    DE_2[i, j] = +(DZ_1[i]), mask
     DE = DE_1 + DE_2                             DMx_b = -(DE * E * c)
-    DMx_1[i] = +(DMx_b[i, j])                    DS_1[i, j] = +(P == Mx ? DMx_1[i]), mask
-    DS = DE * E * c + DS_1                       DQ[i, d] = +(DS[i, j] * K[j, d])
+    DMx_1[i] = +(DMx_b[i, j])                    DP_1[i, j] = +(P == Mx ? DMx_1[i]), mask
+    DP = DE * E * c + DP_1                       DQ[i, d] = +(DS[i, j] * K[j, d])
     DK[j, d] = +(DS[i, j] * Q[i, d])
 
 (``* c`` also ``/ (1/c)``, or nothing when ``c`` is 1; the operands of ``*`` and ``+`` in either
-order.) Taken: the score is S itself (no score kernels), the division last (``O = O1 / Z``), a
-positive scale, every batch dim in Q, K, V and the cotangent (no shared heads), all three
+order.) ``DS``, the cotangent of S, is ``DP`` when the score is S; after score kernels (a scale, a
+``cond`` mask, a bias), their derivatives are elementwise kernels from ``DP`` to ``DS``, each
+reading the last one at its point (and the scores, or any program buffer): the fused kernels run
+them point by point as the chain does, whatever they compute. A kernel that sums the cotangent
+otherwise (a bias's gradient, a sum over the batch) ends the match. Taken: the division last
+(``O = O1 / Z``), a positive scale, every batch dim in Q, K, V and the cotangent (no shared heads), all three
 gradients asked for, more than one key and V wider than one (over one element ``tile.autodiff``
 drops the row sums ``DZ_1`` and ``DMx_1``). ``Miss`` ends a match.
 """
@@ -29,6 +33,7 @@ from fractions import Fraction
 
 from stripe.ir import Block, Constant, Intrinsic, Load, RefDir
 from stripe.passes.attention_access import (
+    FLOATS,
     ZERO,
     Chain,
     Miss,
@@ -80,9 +85,9 @@ PATTERNS = (
     Kern("DE", "s", "assign", ("add", L("DE_1", "s"), L("DE_2", "s"))),
     Kern("DMx_b", "s", "assign", ("neg", _scaled(("mul", L("DE", "s"), L("E", "s"))))),
     Kern("DMx_1", "stat", "add", L("DMx_b", "s")),
-    Kern("DS_1", "s", "add",
-         ("cond", ("cmp_eq", L("S", "s"), L("Mx", "stat")), L("DMx_1", "stat"), 0.0), True),
-    Kern("DS", "s", "assign", ("add", _scaled(("mul", L("DE", "s"), L("E", "s"))), L("DS_1", "s"))),
+    Kern("DP_1", "s", "add",
+         ("cond", ("cmp_eq", L("P", "s"), L("Mx", "stat")), L("DMx_1", "stat"), 0.0), True),
+    Kern("DP", "s", "assign", ("add", _scaled(("mul", L("DE", "s"), L("E", "s"))), L("DP_1", "s"))),
     Kern("DQ", "q", "add", ("mul", L("DS", "s"), L("K", "k"))),
     Kern("DK", "k", "add", ("mul", L("DS", "s"), L("Q", "q"))),
 )
@@ -97,6 +102,7 @@ class Backward:
     bufs: dict[str, str] = field(default_factory=dict)
     temps: set[str] = field(default_factory=set)
     filled: set[str] = field(default_factory=set)
+    grad_scores: list[str] = field(default_factory=list)  # DP -> DS kernels' names
 
     def dims(self, key: str) -> tuple[str, ...]:
         ch = self.ch
@@ -113,8 +119,8 @@ def backward_at(stmts, start: int, parent: Block, tmps: set[str], max_depth: int
     ch, k = got
     if not _taken(ch) or max(ch.depth, ch.width) > max_depth:
         return None
-    bw = Backward(ch, {"S": ch.s, "Mx": ch.mx, "E": ch.e, "Z": ch.z, "O1": ch.o1, "Q": ch.q, "K": ch.k,
-                       "V": ch.v}, set(ch.temps), set(ch.filled))
+    bw = Backward(ch, {"S": ch.s, "P": ch.p, "Mx": ch.mx, "E": ch.e, "Z": ch.z, "O1": ch.o1, "Q": ch.q,
+                       "K": ch.k, "V": ch.v}, set(ch.temps), set(ch.filled))
     left = list(PATTERNS)
     try:
         while left:
@@ -136,7 +142,8 @@ def backward_at(stmts, start: int, parent: Block, tmps: set[str], max_depth: int
                         left += more
                         break
                 else:
-                    raise Miss
+                    if not _pointwise(bw, s, tmps):
+                        raise Miss
             k += 1
         _check(bw, stmts[:start] + stmts[k:], stmts[start:k])
     except Miss:
@@ -146,8 +153,45 @@ def backward_at(stmts, start: int, parent: Block, tmps: set[str], max_depth: int
 
 def _taken(ch: Chain) -> bool:
     batch = {n for n, _ in ch.batch}
-    return (not ch.scores and not ch.w and ch.scale > 0 and ch.p == ch.s and ch.keys > 1 and ch.width > 1
+    return (not ch.w and ch.scale > 0 and ch.keys > 1 and ch.width > 1
             and all(batch <= set(d) for d in (ch.q_dims, ch.k_dims, ch.v_dims, ch.dims[ch.o1])))
+
+
+def _pointwise(bw: Backward, b: Block, tmps: set[str]) -> bool:
+    """Whether kernel ``b`` takes S's cotangent a step back through a score kernel: elementwise at
+    the scores' points, reading the last cotangent ``DS`` there, other temporaries only if they are
+    scores (read at the point), and writing a fresh temporary, which becomes ``DS``."""
+    ch = bw.ch
+    if "DS" not in bw.bufs or b.constraints or any(ix.affine is not None for ix in b.idxs):
+        return False
+    try:
+        ins, outs = leaf_parts(b)
+    except Miss:
+        return False
+    if len(outs) != 1 or (outs[0].agg_op or "assign") != "assign":
+        return False
+    out = outs[0]
+    if out.source not in tmps or out.source in bw.temps | bw.filled or out.shape.dtype not in FLOATS:
+        return False
+    scores = {t for t in ch.temps if ch.dims.get(t) == ch.dims[ch.s] and t != ch.e}
+    env = _Env(dict(bw.bufs), {})
+    ranges = {ix.name: ix.range for ix in b.idxs}
+    if not _access(bw, env, out, "s", ranges):
+        return False
+    tail = False
+    for r in ins:
+        if r.source in bw.temps:
+            if (r.source != bw.bufs["DS"] and r.source not in scores) or not _access(bw, env, r, "s", ranges):
+                return False
+            tail = tail or r.source == bw.bufs["DS"]
+        elif r.source in {bw.bufs.get(g) for g in GRADS}:
+            return False
+    if not tail or any(v not in env.roles and n > 1 for v, n in ranges.items()):
+        return False
+    bw.temps.add(out.source)
+    bw.bufs["DS"] = out.source
+    bw.grad_scores.append(b.name)
+    return True
 
 
 def _check(bw: Backward, others, run) -> None:
@@ -217,6 +261,8 @@ def _kernel(bw: Backward, b: Block, p: Kern, parent: Block, tmps: set[str]) -> t
     bw.bufs = env.bufs
     name = f"{p.out}_wide" if wide else p.out
     bw.bufs[name] = out.source
+    if p.out == "DP":  # S's cotangent, until score kernels' derivatives follow (_pointwise)
+        bw.bufs["DS"] = out.source
     if p.out not in GRADS or wide:
         bw.temps.add(out.source)
     return (Kern(p.out, p.dims, "assign", ("as_float", L(name, p.dims))),) if wide else ()
