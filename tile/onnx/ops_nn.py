@@ -24,10 +24,11 @@ import tile.ops
 from tile.dtypes import DType
 from tile.onnx.context import Context, Value
 from tile.onnx.layout import from_last, last_of, to_last
+from tile.onnx.moments import moment_lines, scaled, squares_sum
 from tile.onnx.ops_shape import permute
 from tile.onnx.registry import converter
 from tile.ops._build import function
-from tile.ops.reduce import contraction, variance_lines
+from tile.ops.reduce import contraction
 
 # ---------------------------------------------------------------------------- windows and pads
 
@@ -405,7 +406,8 @@ def layer_norm(ctx: Context, node) -> list[Value | None]:
     a %= rank
     eps = ctx.lit(float(ctx.attr("epsilon", 1e-5)), x.dtype)
     names = [f"D{i}" for i in range(rank)]
-    body = variance_lines("X", rank, list(range(a, rank)), True, 0, dim_names=names)
+    body = moment_lines("X", rank, list(range(a, rank)), math.prod(x.shape[a:]), names,
+                        lambda v: ctx.lit(v, x.dtype))
     body += [f"Rstd = {ctx.lit(1, x.dtype)} / sqrt(Var + {eps})", "Norm = Dev * Rstd"]
     source = function([f"X[{', '.join(names)}]"], ["Norm", "Mean", "Rstd"], body)
     norm, mean, rstd = ctx.call(source, x)
@@ -450,8 +452,8 @@ def rms_norm(ctx: Context, node) -> list[Value]:
     names = [f"D{i}" for i in range(x.rank)]
     count = math.prod(x.shape[a] for a in red)
     eps = ctx.lit(float(ctx.attr("epsilon", 1e-5)), x.dtype)
-    body = ["Sq = X * X", contraction("SqSum", "+", "Sq", x.rank, red, True, names),
-            f"Rms = sqrt(SqSum / {ctx.lit(count, x.dtype)} + {eps})", "Y = X / Rms"]
+    body = [squares_sum("SqSum", "X", x.rank, red, names),
+            f"Rms = sqrt({scaled('SqSum', count, lambda v: ctx.lit(v, x.dtype))} + {eps})", "Y = X / Rms"]
     (y,) = ctx.call(function([f"X[{', '.join(names)}]"], ["Y"], body), x)
     return [ctx.cast(ctx.let(f"{y} * {scale}", "RMSNorm"), x0.dtype)]
 
@@ -464,7 +466,8 @@ def mean_variance_norm(ctx: Context, node) -> list[Value]:
     (x,) = _in_float32(ctx, x0)
     red = _stat_axes(ctx, x.rank, ctx.attr("axes", (0, 2, 3)))
     names = [f"D{i}" for i in range(x.rank)]
-    body = variance_lines("X", x.rank, red, True, 0, dim_names=names)
+    count = math.prod(x.shape[a] for a in red)
+    body = moment_lines("X", x.rank, red, count, names, lambda v: ctx.lit(v, x.dtype))
     body.append(f"Y = Dev / (sqrt(Var) + {ctx.lit(1e-9, x.dtype)})")
     (y,) = ctx.call(function([f"X[{', '.join(names)}]"], ["Y"], body), x)
     return [ctx.cast(y, x0.dtype)]
