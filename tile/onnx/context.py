@@ -104,6 +104,7 @@ class Builder:
         self.pack = False  # lay constants out for speed (import_model's ``pack``)
         self.channels_last: dict[str, Value] = {}  # channels-first name -> its channels-last copy (layout)
         self.views: dict[str, tuple] = {}  # name -> (source Value, index map) of a reshape/permute (views)
+        self.merges: dict[str, tuple] = {}  # name -> (source Value, merged sizes per axis) (views)
         self._used: set[str] = set()
         self._count = 0
 

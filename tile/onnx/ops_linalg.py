@@ -11,7 +11,7 @@ import numpy as np
 from tile.onnx.context import Context, Value
 from tile.onnx.ops_shape import idx, reshape, target
 from tile.onnx.registry import converter
-from tile.onnx.views import read
+from tile.onnx.views import read, read_merged
 
 
 def _batch_index(x_batch, batch, names: list[str]) -> list[str]:
@@ -38,7 +38,9 @@ def matmul(ctx: Context, a: Value, b: Value) -> Value:
     if k == 0 or 0 in shape:
         return ctx.folded(np.zeros(shape, a.dtype.numpy), a.dtype)
     bounds: list[str] = []
-    product = f"{read(ctx, a2, ai, bounds)} * {read(ctx, b2, bj, bounds)}"
+    a_read, subst = read_merged(ctx, a2, ai, bounds, {"k"}) if ctx.b.views.get(b2.name) is None else \
+        (read(ctx, a2, ai, bounds), {})
+    product = f"{a_read} * {read(ctx, b2, [subst.get(n, n) for n in bj], bounds)}"
     y = ctx.emit(f"{target('$', [*bi, 'i', 'j'], shape)} = +({product}){''.join(', ' + c for c in bounds)}",
                  "MatMul")
     final = [*batch, *([m] if a.rank >= 2 else []), *([n] if b.rank >= 2 else [])]

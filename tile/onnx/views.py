@@ -56,8 +56,12 @@ def record_permute(ctx: Context, out: Value, x: Value, perm: list[int]) -> None:
 
 def record_reshape(ctx: Context, out: Value, x: Value) -> None:
     """``out`` is ``x`` reshaped; recorded only where each axis of ``x`` splits into consecutive
-    axes of ``out`` (no size-1 axes), so every index of ``x`` is affine in ``out``'s."""
+    axes of ``out`` (no size-1 axes), so every index of ``x`` is affine in ``out``'s; or, where
+    consecutive axes of ``x`` merge into axes of ``out``, as a merge (``read_merged``)."""
     if 1 in x.shape or 1 in out.shape:
+        return
+    if out.rank < x.rank:
+        _record_merge(ctx, out, x)
         return
     groups, k = [], 0
     for n in x.shape:
@@ -83,3 +87,46 @@ def record_reshape(ctx: Context, out: Value, x: Value) -> None:
         return exprs
 
     ctx.b.views[out.name] = _through(ctx, x, index)
+
+
+def _record_merge(ctx: Context, out: Value, x: Value) -> None:
+    """Where each axis of ``out`` is consecutive axes of ``x`` merged (row-major), record per axis
+    of ``out`` the sizes of the axes of ``x`` it merges (``Builder.merges``)."""
+    groups, k = [], 0
+    for n in out.shape:
+        group = []
+        while k < x.rank and math.prod(group) < n:
+            group.append(x.shape[k])
+            k += 1
+        if math.prod(group) != n:
+            return
+        groups.append(tuple(group))
+    if k == x.rank:
+        ctx.b.merges[out.name] = (x, tuple(groups))
+
+
+def read_merged(ctx: Context, v: Value, names: list[str], bounds: list[str],
+                free: set[str]) -> tuple[str, dict[str, str]]:
+    """``read(ctx, v, names, bounds)``, or, where ``v`` merges axes of a tensor (a ``Reshape`` of a
+    ``Transpose``: attention's heads joined back) and every merged axis is read at an index of
+    ``free`` (summed, read nowhere else as a whole), the source read at one index per merged axis
+    (``k`` becomes ``k_0, k_1``): then the returned map gives each such ``k`` as its affine
+    expression (``32*k_0 + k_1``) for the other operands, and the merge's copy is not needed."""
+    found = ctx.b.merges.get(v.name)
+    if found is None:
+        return read(ctx, v, names, bounds), {}
+    source, groups = found
+    if any(len(g) > 1 and n not in free for n, g in zip(names, groups)):
+        return read(ctx, v, names, bounds), {}
+    src_names, subst = [], {}
+    for n, group in zip(names, groups):
+        if len(group) == 1:
+            src_names.append(n)
+            continue
+        parts = [f"{n}_{j}" for j in range(len(group))]
+        src_names += parts
+        terms = [p if math.prod(group[j + 1:]) == 1 else f"{math.prod(group[j + 1:])}*{p}"
+                 for j, p in enumerate(parts)]
+        subst[n] = " + ".join(terms)
+    return read(ctx, source, src_names, bounds), subst
+
