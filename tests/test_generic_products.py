@@ -198,3 +198,35 @@ def test_other_products_generic_and_exact(src, shapes):
         np.testing.assert_array_equal(exe(*args)["O"], ref(*args)["O"], err_msg=f"at {n}")
         generated.append(generic.REGISTRY.generated)
     assert generated[-1] == generated[1] and _products(exe, *args) == 1
+
+
+def _attention_inputs(n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(n)
+    return [rng.integers(-2, 3, size=s).astype(np.float32) for s in [(n, 8), (n, 8), (n, n), (n, 8)]]
+
+
+def test_a_generic_library_is_stored_and_restored_by_the_program_cache():
+    """``snapshot`` names each generic function's module (its object-cache key), symbol and
+    extents; a new process (here: the registry and loaded modules forgotten) restores the
+    library from the program cache with no code generated, and its results are the same bits."""
+    from backends import registry
+
+    device = registry.get("llvm_cpu.0")
+    exe = tile.compile(ATTENTION, "llvm_cpu.0", {"generic": True})
+    for n in (40, 50):
+        exe(*_attention_inputs(n))
+    ins = _attention_inputs(77)
+    want = exe(*ins)["O"]
+    cp = exe.prepare(*ins)
+    assert cp.library.extra["generic"]["kernels"] == len(cp.infos)  # every kernel generic
+    snap = device.compiler.snapshot(cp.library)
+    assert snap["own"] is False and len(snap["generic"]) == len(cp.infos)
+    generic.REGISTRY.clear()
+    generic.LOADED.clear()
+    assert device.compiler.restore(cp.infos, {"generic": True}, snap) is not None
+    assert device.compiler.restore(cp.infos, {"generic": True}, {"generic": True}) is None  # an old one
+    again = tile.compile(ATTENTION, "llvm_cpu.0", {"generic": True})
+    got = again(*ins)["O"]
+    assert again._last.library.extra["program_cache"] == "hit"
+    assert generic.REGISTRY.generated == 0 and generic.REGISTRY.buckets == {}
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

@@ -189,10 +189,14 @@ class LlvmCompiler(Compiler):
         its object's key, the kernels' schedules and sharing, the fused kernels."""
         jit: _Jit = library.handle  # type: ignore[assignment]
         x = library.extra
-        if x.get("generic", {}).get("kernels"):  # generic kernels live in this process: rebuilt
-            return {"generic": True}
-        return {"key": x["cache_key"], "schedules": jit.schedules, "built": x["built_as"],
+        snap = {"key": x["cache_key"], "schedules": jit.schedules, "built": x["built_as"],
                 "fused": x["fused_epilogues"], "stack": jit.stack, "opt": x["opt"], "skipped": x["skipped"]}
+        saved = x.get("generic", {}).get("saved")
+        if saved:  # generic functions: their modules' object-cache keys, symbols and extents
+            if any(not s[0] for s in saved.values()):
+                return {"generic": True}  # (a module not in the object cache: rebuilt)
+            snap.update(generic=saved, own=jit.engine is not None)
+        return snap
 
     def restore(self, kernels: Sequence[KernelInfo], settings: dict, snap: dict) -> Library | None:
         """The library ``build(kernels, settings)`` made when ``snapshot`` gave ``snap`` (the same
@@ -205,16 +209,29 @@ class LlvmCompiler(Compiler):
                 snap[k] for k in ("key", "schedules", "built", "fused", "opt", "skipped"))
         except (KeyError, TypeError):  # a snapshot of another shape: build instead
             return None
-        cache = ObjectCache(key, LlvmOptions.parse(settings).cache)
-        entry = cache.load()
-        parts = unpack_entry(entry) if entry is not None else None
-        if parts is None or parts[0] != snap.get("stack") or not len(built) == len(schedules) == len(kernels):
-            return None
-        stack, text, obj = parts
+        enabled = LlvmOptions.parse(settings).cache
+        cache = ObjectCache(key, enabled)
         tm = target_machine(*host_target())
-        engine, mod = _loaded(tm, llvm.get_process_triple(), str(tm.target_data), obj)
+        triple, layout = llvm.get_process_triple(), str(tm.target_data)
+        if not len(built) == len(schedules) == len(kernels):
+            return None
+        if snap.get("own", True):  # the program's own module (not every kernel generic)
+            entry = cache.load()
+            parts = unpack_entry(entry) if entry is not None else None
+            if parts is None or parts[0] != snap.get("stack"):
+                return None
+            stack, text, obj = parts
+            engine, mod = _loaded(tm, triple, layout, obj)
+        else:
+            stack, text, engine, mod = list(snap["stack"]), "", None, None
+        uses = {}
+        for j, saved in (snap.get("generic") or {}).items():
+            use = generic.restored(saved, triple, layout, *host_target(), enabled)
+            if use is None:
+                return None
+            uses[int(j)] = use
         jit = _Jit(engine, mod, [], list(schedules), settings, stack)
-        return _library(kernels, text, jit, list(built), list(fused), "hit", cache, start, opt, None,
+        return _library(kernels, text, jit, list(built), list(fused), "hit", cache, start, opt, uses,
                         list(skipped))
 
     def _plan(self, kernels: Sequence[KernelInfo], opts: LlvmOptions, facts: BuildFacts,
@@ -351,7 +368,8 @@ def _library(kernels, text: str, jit: _Jit, built: list[int], fused: list[int], 
             "opt": opt,
             "skipped": list(skipped),  # kernels with nothing to do (``runner``: not launched)
             "generic": {"kernels": len(uses), "built": sum(u.built for u in uses.values()),
-                        "which": {j: u.built for j, u in uses.items()}},  # kernel -> generated now
+                        "which": {j: u.built for j, u in uses.items()},  # kernel -> generated now
+                        "saved": {j: u.saved() for j, u in uses.items()}},  # ``snapshot``'s
         },
     )
 

@@ -60,6 +60,7 @@ class Form:
     address: int
     stack: int
     engine: object
+    where: tuple[str, str] = ("", "")  # its module's object-cache key and the function's symbol
     schedule: Schedule | None = None  # a product's: the bucket's thread split (``generic_tiles``)
     signature: tuple | None = None  # a product's structure, which every instance shares
 
@@ -101,6 +102,35 @@ class Use:
     keep: object  # the engine that owns the function (the library holds it)
     fresh: bool = False  # a product whose tiles start from zero: the zero fill before it is not run
     skip: bool = False  # a zero fill the product after it took over (not launched)
+    where: tuple[str, str] = ("", "")  # the function's module (object-cache key) and symbol
+
+    def saved(self) -> list:
+        """What ``restored`` needs in another process (``device.LlvmCompiler.snapshot``)."""
+        return [*self.where, list(self.extents), self.stack, self.schedule, self.fresh, self.skip]
+
+
+def restored(saved: list, triple: str, layout: str, cpu: str, features: str, enabled: bool) -> Use | None:
+    """A ``Use`` from ``Use.saved``, its function loaded from the object cache (once per module and
+    process: ``LOADED``); None when the entry is missing."""
+    (key, symbol), (extents, stack, schedule, fresh, skip) = saved[:2], saved[2:]
+    with REGISTRY.lock:
+        keep = LOADED.get(key)
+        if keep is None:
+            entry = ObjectCache(key, enabled).load()
+            if entry is None:
+                return None
+            mod = llvm.parse_assembly(f'target triple = "{triple}"\ntarget datalayout = "{layout}"\n')
+            engine = llvm.create_mcjit_compiler(mod, target_machine(cpu, features))
+            engine.add_object_file(llvm.ObjectFileRef.from_data(entry))
+            engine.finalize_object()
+            keep = LOADED[key] = (engine, mod)
+    address = keep[0].get_function_address(symbol)
+    if not address:
+        return None
+    return Use(address, list(extents), stack, False, schedule, keep, fresh, skip, (key, symbol))
+
+
+LOADED: dict[str, tuple] = {}  # generic modules loaded from the object cache by ``restored``, by key
 
 
 def eligible(info: KernelInfo, sched: Schedule, code: KernelInfo, blocks, epilogue, vector, dts,
@@ -167,7 +197,8 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> dict[int, 
                 values = symbolic.bind(bucket.form.template, info.block)
                 if values is not None:
                     form = bucket.form
-                    uses[j] = Use(form.address, values, form.stack, False, sched, form.engine)
+                    uses[j] = Use(form.address, values, form.stack, False, sched, form.engine,
+                                  where=form.where)
                     continue
             if bucket.first is None:
                 bucket.first = info.block
@@ -219,7 +250,8 @@ def _product(j: int, kernels, plan, dts: dict, meta: str, uses: dict, todo: list
             return True  # another structure at this length: specialized
         values = symbolic.bind(form.template, whole)
         if values is not None:
-            uses[j] = Use(form.address, values, form.stack, False, sched, form.engine, sig[1][-1])
+            uses[j] = Use(form.address, values, form.stack, False, sched, form.engine, sig[1][-1],
+                          where=form.where)
             return True
     if bucket.first is None:
         bucket.first, bucket.fill = whole, fill
@@ -301,12 +333,14 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
     for j, key, template, n, symbol, stack, sched, sig in made:
         address = engine.get_function_address(symbol)
         bucket = REGISTRY.buckets[key]
-        bucket.form = Form(template, n, address, stack, keep, sched if sig else None, sig[1] if sig else None)
+        bucket.form = Form(template, n, address, stack, keep, (cache.key, symbol), sched if sig else None,
+                           sig[1] if sig else None)
         bucket.builds += 1
         whole = kernels[j].block if sig is None else (plan.code[j].block, plan.epilogues[j])
         values = symbolic.bind(template, whole)
         assert values is not None and len(values) == n, "a template binds the kernel it was made from"
-        uses[j] = Use(address, values, stack, True, sched, keep, bool(sig and sig[1][-1]))
+        uses[j] = Use(address, values, stack, True, sched, keep, bool(sig and sig[1][-1]),
+                      where=(cache.key, symbol))
     return uses
 
 
