@@ -18,8 +18,9 @@ whose score is ``-inf`` (a ``cond`` mask) has no weight.
   and ``Z = l exp(c (m - Mx))`` in their types (the scale applies to the value Mx holds), and
   ``DZ_1``, are written, one element per row. A second pass over the keys recomputes ``E``,
   ``DS`` and sums ``DQ_i = Σ_j DS_ij k_j`` in registers.
-* part ``dkv``: a work-group of ``group`` keys, one work-item each, its rows of K and V in
-  registers; the query rows come in steps of ``step``: their rows of Q, of ``DO / Z`` and their
+* part ``dkv``: a work-group of ``group`` keys (at a point of K's batch dims), one work-item each,
+  its rows of K and V in registers; for each head sharing them (the batch dims K lacks, if any),
+  the query rows come in steps of ``step``: their rows of Q, of ``DO / Z`` and their
   ``Mx`` and ``DZ_1`` staged in ``__local`` memory; each work-item sums ``DV_j = Σ_i E_ij DO_i /
   Z_i`` and ``DK_j = Σ_i DS_ij q_i`` in registers.
 
@@ -69,22 +70,23 @@ def emit(em: KernelEmitter) -> tuple[int, int]:
     return _dq(em, p) if p.part == "dq" else _dkv(em, p)
 
 
-def _groups(em: KernelEmitter, p: AttentionBackwardPlan, own: str, span: int) -> tuple[dict, str, int]:
-    """The work-group's batch point and its first row (``own`` ``i``) or key (``j``): the roles'
-    C expressions, with the work-item's own ``own``; the first's name; the number of groups."""
+def _groups(em: KernelEmitter, p: AttentionBackwardPlan, own: str, span: int, batch) -> tuple[dict, str, int]:
+    """The work-group's point of the ``batch`` roles and its first row (``own`` ``i``) or key
+    (``j``): the roles' C expressions, with the work-item's own ``own``; the first's name; the
+    number of groups."""
     em.line("const long lid = (long)get_local_id(0);")
     em.line("const long grp = (long)get_group_id(0);")
     blocks = -(-span // p.group)
     role: dict[str, str] = {"_0": "0"}
     rb = em.declare(DType.INT64, f"grp % {blocks}", "blk")
     rest = f"(grp / {blocks})"
-    for name, n in reversed(p.batch):
+    for name, n in reversed(batch):
         role[name] = em.declare(DType.INT64, f"{rest} % {n}", name)
         rest = f"({rest} / {n})"
     first = em.declare(DType.INT64, f"{rb} * {p.group}", f"{own}0")
     role[own] = em.declare(DType.INT64, f"{first} + lid", own)
     groups = blocks
-    for _, n in p.batch:
+    for _, n in batch:
         groups *= n
     return role, first, groups
 
@@ -139,7 +141,7 @@ def _dq(em: KernelEmitter, p: AttentionBackwardPlan) -> tuple[int, int]:
     ks, vs = em.fresh("ks"), em.fresh("vs")
     em.line(f"__local float {ks}[{step * depth}];")
     em.line(f"__local float {vs}[{step * width}];")
-    role, i0, groups = _groups(em, p, "i", p.rows)
+    role, i0, groups = _groups(em, p, "i", p.rows, p.batch)
     active = em.declare(DType.BOOL, f"{role['i']} < {p.rows}", "active")
     q = _array(em, "q", depth, f"{active} ? {load_f32(em, p.q, p.q_dims, role | {'d': '{k}'})} : 0.0f")
     do = _array(em, "dov", width, f"{active} ? {load_f32(em, p.do, p.do_dims, role | {'e': '{k}'})} : 0.0f")
@@ -213,17 +215,47 @@ def _dq(em: KernelEmitter, p: AttentionBackwardPlan) -> tuple[int, int]:
 
 
 def _dkv(em: KernelEmitter, p: AttentionBackwardPlan) -> tuple[int, int]:
-    t, depth, width, step = em.t, p.depth, p.width, p.step
-    c = t.float_literal(p.scale_num / p.scale_den, _F32)
+    depth, width, step = p.depth, p.width, p.step
     qs, dos, st = em.fresh("qs"), em.fresh("dos"), em.fresh("st")
     em.line(f"__local float {qs}[{step * depth}];")
     em.line(f"__local float {dos}[{step * width}];  /* DO / Z */")
     em.line(f"__local float {st}[{2 * step}];  /* Mx, DZ_1 of each row */")
-    role, j0, groups = _groups(em, p, "j", p.keys)
+    # a work-group per point of K's batch dims; the heads that share its K and V (batch dims K
+    # lacks) are summed over in a loop around the rows'
+    shared = [(n, e) for n, e in p.batch if n not in p.k_dims]
+    role, j0, groups = _groups(em, p, "j", p.keys, [(n, e) for n, e in p.batch if n in p.k_dims])
     active = em.declare(DType.BOOL, f"{role['j']} < {p.keys}", "active")
     k = _array(em, "kr", depth, f"{active} ? {load_f32(em, p.k, p.k_dims, role | {'d': '{k}'})} : 0.0f")
     v = _array(em, "vr", width, f"{active} ? {load_f32(em, p.v, p.v_dims, role | {'e': '{k}'})} : 0.0f")
     dk, dv = _array(em, "dk", depth), _array(em, "dv", width)
+    heads = 1
+    for _, n in shared:
+        heads *= n
+    with em.scope(f"for (long h = 0; h < {heads}; h++)"):
+        at, rest = dict(role), "h"
+        for name, n in reversed(shared):
+            at[name] = em.declare(DType.INT64, f"{rest} % {n}", name)
+            rest = f"({rest} / {n})"
+        _rows(em, p, at, j0, active, (qs, dos, st), (k, v, dk, dv))
+    with em.scope(f"if ({active})"):
+        em.line(_UNROLL)
+        with em.scope(f"for (long d = 0; d < {depth}; d++)"):
+            _store(em, p.dk, p.k_dims, role | {"d": "d"}, f"{dk}[d]")
+        em.line(_UNROLL)
+        with em.scope(f"for (long e = 0; e < {width}; e++)"):
+            _store(em, p.dv, p.v_dims, role | {"e": "e"}, f"{dv}[e]")
+    return groups * p.group, p.group
+
+
+def _rows(em: KernelEmitter, p: AttentionBackwardPlan, role: dict[str, str], j0: str, active: str,
+          staged: tuple[str, str, str], regs_: tuple[str, str, str, str]) -> None:
+    """Part ``dkv``'s pass over the query rows at one batch point ``role``: each step's rows of Q,
+    of ``DO / Z`` and their ``Mx``, ``DZ_1`` staged (``staged``), then each work-item's key adds the
+    step's terms to its ``dk``, ``dv`` (``regs_``: its K and V rows, then those)."""
+    t, depth, width, step = em.t, p.depth, p.width, p.step
+    c = t.float_literal(p.scale_num / p.scale_den, _F32)
+    qs, dos, st = staged
+    k, v, dk, dv = regs_
     with em.scope(f"for (long i0 = 0; i0 < {p.rows}; i0 += {step})"):
         skip_masked(em, p, role, "i0", j0, step, p.group)
         _stage(em, p, [(p.q, p.q_dims, depth, qs, "d")], "i", "i0", p.rows, role)
@@ -242,31 +274,22 @@ def _dkv(em: KernelEmitter, p: AttentionBackwardPlan) -> tuple[int, int]:
         with em.scope(f"if ({active})"):
             with em.scope(f"for (long ii = 0; ii < {step}; ii++)"):
                 i = em.declare(DType.INT64, "i0 + ii", "i")
-                keep = [f"{i} < {p.rows}", *mask_tests(p, role | {"i": i})]
-                with em.scope(f"if ({' && '.join(keep)})"):
+                at = role | {"i": i}
+                with em.scope(f"if ({' && '.join([f'{i} < {p.rows}', *mask_tests(p, at)])})"):
                     regs: dict = {}
                     s = _dot(em, depth, f"{qs}[ii * {depth} + {{k}}]", f"{k}[{{k}}]")
-                    s = run_points(em, p.scores, p.s, s, p.s_dims, role | {"i": i}, regs)
+                    s = run_points(em, p.scores, p.s, s, p.s_dims, at, regs)
                     e = em.declare(_F32, t.math("exp", _F32, [f"{c} * ({s} - {st}[2 * ii])"]), "e")
                     dp = _dot(em, width, f"{dos}[ii * {width} + {{k}}]", f"{v}[{{k}}]")
                     em.line(_UNROLL)
                     with em.scope(f"for (long x = 0; x < {width}; x++)"):
                         em.line(f"{dv}[x] += {e} * {dos}[ii * {width} + x];")
                     ds = em.declare(_F32, f"{c} * {e} * ({dp} + {st}[2 * ii + 1])", "ds")
-                    at = role | {"i": i}
                     ds = em.declare(_F32, run_points(em, p.grad_scores, p.dp, ds, p.s_dims, at, regs), "ds_s")
                     em.line(_UNROLL)
                     with em.scope(f"for (long x = 0; x < {depth}; x++)"):
                         em.line(f"{dk}[x] += {ds} * {qs}[ii * {depth} + x];")
         em.line("barrier(CLK_LOCAL_MEM_FENCE);")
-    with em.scope(f"if ({active})"):
-        em.line(_UNROLL)
-        with em.scope(f"for (long d = 0; d < {depth}; d++)"):
-            _store(em, p.dk, p.k_dims, role | {"d": "d"}, f"{dk}[d]")
-        em.line(_UNROLL)
-        with em.scope(f"for (long e = 0; e < {width}; e++)"):
-            _store(em, p.dv, p.v_dims, role | {"e": "e"}, f"{dv}[e]")
-    return groups * p.group, p.group
 
 
 __all__ = ["emit", "takes"]

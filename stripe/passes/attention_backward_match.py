@@ -21,9 +21,9 @@ order.) ``DS``, the cotangent of S, is ``DP`` when the score is S; after score k
 reading the last one at its point (and the scores, or any program buffer): the fused kernels run
 them point by point as the chain does, whatever they compute. A kernel that sums the cotangent
 otherwise (a bias's gradient, a sum over the batch) ends the match. Taken: the division last
-(``O = O1 / Z``), a positive scale, every batch dim in Q, K, V and the cotangent (no shared heads), all three
-gradients asked for, more than one key and V wider than one (over one element ``tile.autodiff``
-drops the row sums ``DZ_1`` and ``DMx_1``). ``Miss`` ends a match.
+(``O = O1 / Z``), a positive scale, every batch dim in Q and the cotangent (K and V may both lack
+some: heads sharing them), all three gradients asked for, more than one key and V wider than one
+(over one element ``tile.autodiff`` drops the row sums ``DZ_1`` and ``DMx_1``). ``Miss`` ends a match.
 """
 
 from __future__ import annotations
@@ -154,7 +154,8 @@ def backward_at(stmts, start: int, parent: Block, tmps: set[str], max_depth: int
 def _taken(ch: Chain) -> bool:
     batch = {n for n, _ in ch.batch}
     return (not ch.w and ch.scale > 0 and ch.keys > 1 and ch.width > 1
-            and all(batch <= set(d) for d in (ch.q_dims, ch.k_dims, ch.v_dims, ch.dims[ch.o1])))
+            and all(batch <= set(d) for d in (ch.q_dims, ch.dims[ch.o1]))
+            and batch & set(ch.k_dims) == batch & set(ch.v_dims))
 
 
 def _pointwise(bw: Backward, b: Block, tmps: set[str]) -> bool:
