@@ -113,6 +113,9 @@ def restored(saved: list, triple: str, layout: str, cpu: str, features: str, ena
     """A ``Use`` from ``Use.saved``, its function loaded from the object cache (once per module and
     process: ``LOADED``); None when the entry is missing."""
     (key, symbol), (extents, stack, schedule, fresh, skip) = saved[:2], saved[2:]
+    if key == NOOP:
+        address, keep = _noop(triple, layout, cpu, features)
+        return Use(address, list(extents), stack, False, schedule, keep, fresh, skip, (key, symbol))
     with REGISTRY.lock:
         keep = LOADED.get(key)
         if keep is None:
@@ -130,6 +133,23 @@ def restored(saved: list, triple: str, layout: str, cpu: str, features: str, ena
     return Use(address, list(extents), stack, False, schedule, keep, fresh, skip, (key, symbol))
 
 
+def _noop(triple: str, layout: str, cpu: str, features: str) -> tuple[int, tuple]:
+    """The address and engine of a kernel that is never launched (a zero fill a generic product
+    took over, which may be of a fixed size, so never generic itself): a function doing nothing,
+    built once per process."""
+    with REGISTRY.lock:
+        keep = LOADED.get(NOOP)
+        if keep is None:
+            text = (f'target triple = "{triple}"\ntarget datalayout = "{layout}"\n'
+                    f"define void @{NOOP}(ptr %0, i64 %1, i64 %2) {{\n  ret void\n}}\n")
+            mod = llvm.parse_assembly(text)
+            engine = llvm.create_mcjit_compiler(mod, target_machine(cpu, features))
+            engine.finalize_object()
+            keep = LOADED[NOOP] = (engine, mod)
+    return keep[0].get_function_address(NOOP), keep
+
+
+NOOP = "tile_noop"  # ``_noop``'s function (and its ``LOADED`` key)
 LOADED: dict[str, tuple] = {}  # generic modules loaded from the object cache by ``restored``, by key
 
 
@@ -214,6 +234,10 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> dict[int, 
         if todo:
             uses.update(_build(kernels, plan, todo, vector, opt, unroll, settings, cpu, features))
     for pair in paired:  # ``codegen.generate`` builds a zero fill with the next kernel: both or neither
+        fill, product = pair
+        if product in uses and uses[product].fresh:  # the fill is not run: a function that does nothing
+            address, keep = _noop(plan.triple, plan.layout, cpu, features)
+            uses[fill] = Use(address, [], 0, False, plan.schedules[fill], keep, skip=True, where=(NOOP, NOOP))
         if not all(k in uses for k in pair):
             for k in pair:
                 uses.pop(k, None)
