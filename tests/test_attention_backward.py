@@ -52,7 +52,7 @@ def planned(program: Block) -> list[Block]:
 def supported(spec: Spec) -> bool:
     """The variants whose gradient (with the bias's) the pass fuses
     (stripe.passes.attention_backward_match)."""
-    return not (spec.bias or spec.normalized or spec.keys == 1 or spec.width == 1)
+    return not (spec.bias or spec.keys == 1 or spec.width == 1)
 
 
 def test_the_issue_gradient_is_two_planned_blocks():
@@ -87,6 +87,7 @@ def test_the_issue_gradient_is_two_planned_blocks():
     (Spec(batch=(2,), mask="cond"), (1, 8), ()),
     (Spec(batch=(2,), scale_form="score", scale=0.5), (1, 1), ()),
     (Spec(batch=(2, 3), shared_kv=True), (1, 8), ()),  # heads sharing K and V
+    (Spec(batch=(2,), normalized=True, mask="constraint"), (1, 8), (("i", 1), ("j", -1), ("c", 0))),
 ])
 def test_variants_are_fused(spec, scale, mask):
     before = grad_program(spec)
@@ -131,12 +132,12 @@ def test_a_bias_is_fused_unless_its_gradient_is_asked_for():
 
 
 @pytest.mark.parametrize("spec", [
-    Spec(normalized=True), Spec(keys=1, mask="none"), Spec(width=1),
+    Spec(keys=1, mask="none"), Spec(width=1), Spec(keys=1, mask="none", normalized=True),
 ], ids=str)
 def test_variants_not_yet_fused_are_left_alone(spec):
-    """The gradients of the weights normalized first, and over one key or one column of V
-    (``tile.autodiff`` drops the one-element row sums) are not matched (yet): the pass leaves the
-    program as it is, and the chain's kernels run."""
+    """The gradients over one key or one column of V (``tile.autodiff`` drops the one-element row
+    sums) are not matched (yet): the pass leaves the program as it is, and the chain's kernels
+    run."""
     before = grad_program(spec)
     assert run_pass("attention_backward", MAIN, before, "opencl_cpu") == before
 
@@ -208,6 +209,8 @@ OPENCL_CASES = [
     Spec(batch=(1,), rows=130, keys=67, depth=4, width=3, scale=2.0),  # several row blocks, key steps
     Spec(batch=(2,), rows=70, keys=70, depth=8, width=8, mask="cond", scale_form="score"),  # score kernels
     Spec(batch=(2, 3), rows=37, keys=37, depth=8, width=8, mask="constraint", shared_kv=True),  # multi-query
+    Spec(batch=(2,), rows=40, keys=90, depth=8, width=6, normalized=True),  # softmax, then A·V
+    Spec(batch=(2,), rows=30, keys=30, depth=8, width=6, normalized=True, mask="cond", dtype="float16"),
 ]
 
 
@@ -248,10 +251,10 @@ def test_integer_inputs_with_ties():
 
 
 def taken(spec: Spec) -> Spec:
-    """The nearest variant the pass takes: no bias (its gradient asked for), division last, at
-    least two keys and two columns of V."""
+    """The nearest variant the pass takes: no bias (its gradient asked for), at least two keys and
+    two columns of V."""
     keys = max(spec.keys, 2)
-    return replace(spec, bias=False, normalized=False, keys=keys,
+    return replace(spec, bias=False, keys=keys,
                    rows=keys if spec.mask != "none" else spec.rows, width=max(spec.width, 2))
 
 

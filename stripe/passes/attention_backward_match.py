@@ -16,14 +16,19 @@ the depth ``d`` (batch roles everywhere), and ``DO`` the result's cotangent (an 
     DK[j, d] = +(DS[i, j] * Q[i, d])
 
 (``* c`` also ``/ (1/c)``, or nothing when ``c`` is 1; the operands of ``*`` and ``+`` in either
-order.) ``DS``, the cotangent of S, is ``DP`` when the score is S; after score kernels (a scale, a
-``cond`` mask, a bias), their derivatives are elementwise kernels from ``DP`` to ``DS``, each
-reading the last one at its point (and the scores, or any program buffer): the fused kernels run
-them point by point as the chain does, whatever they compute. A kernel that sums the cotangent
-otherwise (a bias's gradient, a sum over the batch) ends the match. Taken: the division last
-(``O = O1 / Z``), a positive scale, every batch dim in Q and the cotangent (K and V may both lack
-some: heads sharing them), all three gradients asked for, more than one key and V wider than one
-(over one element ``tile.autodiff`` drops the row sums ``DZ_1`` and ``DMx_1``). ``Miss`` ends a match.
+order.) With the weights normalized first (``A = E / Z``, ``O = A · V``) the first lines are
+``DA_1[i, j] = +(DO[i, e] * V[j, e])``, mask; ``DV[j, e] = +(DO[i, e] * A[i, j])``, mask; ``DZ_b =
+-(DA_1 * E / (Z * Z))``; ``DZ_1[i] = +(DZ_b[i, j])``; ``DE_1[i, j] = +(DZ_1[i])``, mask; ``DE = DA_1
+/ Z + DE_1`` (the same ``DZ_1``: ``-Σ_j dP w / Z = -DO · O / Z``).
+
+``DS``, the cotangent of S, is ``DP`` when the score is S; after score kernels (a scale, a ``cond``
+mask, a bias), their derivatives are elementwise kernels from ``DP`` to ``DS``, each reading the
+last one at its point (and the scores, or any program buffer): the fused kernels run them point by
+point as the chain does, whatever they compute. A kernel that sums the cotangent otherwise (a
+bias's gradient, a sum over the batch) ends the match. Taken: a positive scale, every batch dim in
+Q and the cotangent (K and V may both lack some: heads sharing them), all three gradients asked
+for, more than one key and V wider than one (over one element ``tile.autodiff`` drops the row sums
+``DZ_1`` and ``DMx_1``). ``Miss`` ends a match.
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ def _scaled(x):
     return ("scale", x)
 
 
-PATTERNS = (
+DIVISION_LAST = (
     Kern("DZ_b", "o", "assign",
          ("neg", ("div", ("mul", L("DO", "o"), L("O1", "o")), ("mul", L("Z", "stat"), L("Z", "stat"))))),
     Kern("DZ_1", "stat", "add", L("DZ_b", "o")),
@@ -83,6 +88,17 @@ PATTERNS = (
     Kern("DV", "v", "add", ("mul", L("DO1", "o"), L("E", "s")), True),
     Kern("DE_2", "s", "add", L("DZ_1", "stat"), True),
     Kern("DE", "s", "assign", ("add", L("DE_1", "s"), L("DE_2", "s"))),
+)
+SOFTMAX_FIRST = (  # the weights A = E / Z first, then O = A · V
+    Kern("DA_1", "s", "add", ("mul", L("DO", "o"), L("V", "v")), True),
+    Kern("DV", "v", "add", ("mul", L("DO", "o"), L("A", "s")), True),
+    Kern("DZ_b", "s", "assign",
+         ("neg", ("div", ("mul", L("DA_1", "s"), L("E", "s")), ("mul", L("Z", "stat"), L("Z", "stat"))))),
+    Kern("DZ_1", "stat", "add", L("DZ_b", "s")),
+    Kern("DE_1", "s", "add", L("DZ_1", "stat"), True),
+    Kern("DE", "s", "assign", ("add", ("div", L("DA_1", "s"), L("Z", "stat")), L("DE_1", "s"))),
+)
+PATTERNS = (
     Kern("DMx_b", "s", "assign", ("neg", _scaled(("mul", L("DE", "s"), L("E", "s"))))),
     Kern("DMx_1", "stat", "add", L("DMx_b", "s")),
     Kern("DP_1", "s", "add",
@@ -106,8 +122,11 @@ class Backward:
 
     def dims(self, key: str) -> tuple[str, ...]:
         ch = self.ch
-        return {"s": ch.dims[ch.s], "stat": ch.dims[ch.mx], "o": ch.dims[ch.o1], "q": ch.q_dims,
-                "k": ch.k_dims, "v": ch.v_dims}[key]
+        # the result's (and its cotangent's) dims: O1's; with the weights first, where no kernel of
+        # the gradient writes O: the row statistics' with the width in place of the summed keys
+        o = ch.dims[ch.o1] if ch.o1 else tuple("e" if d == ZERO else d for d in ch.dims[ch.mx])
+        return {"s": ch.dims[ch.s], "stat": ch.dims[ch.mx], "o": o, "q": ch.q_dims, "k": ch.k_dims,
+                "v": ch.v_dims}[key]
 
 
 def backward_at(stmts, start: int, parent: Block, tmps: set[str], max_depth: int):
@@ -117,11 +136,12 @@ def backward_at(stmts, start: int, parent: Block, tmps: set[str], max_depth: int
     if got is None:
         return None
     ch, k = got
-    if not _taken(ch) or max(ch.depth, ch.width) > max_depth:
+    if not _taken(ch):
         return None
-    bw = Backward(ch, {"S": ch.s, "P": ch.p, "Mx": ch.mx, "E": ch.e, "Z": ch.z, "O1": ch.o1, "Q": ch.q,
-                       "K": ch.k, "V": ch.v}, set(ch.temps), set(ch.filled))
-    left = list(PATTERNS)
+    known = {"S": ch.s, "P": ch.p, "Mx": ch.mx, "E": ch.e, "Z": ch.z, "Q": ch.q, "K": ch.k}
+    known |= {"A": ch.w} if ch.w else {"O1": ch.o1, "V": ch.v}
+    bw = Backward(ch, known, set(ch.temps), set(ch.filled))
+    left = [*(SOFTMAX_FIRST if ch.w else DIVISION_LAST), *PATTERNS]
     try:
         while left:
             if k >= len(stmts):
@@ -146,16 +166,22 @@ def backward_at(stmts, start: int, parent: Block, tmps: set[str], max_depth: int
                         raise Miss
             k += 1
         _check(bw, stmts[:start] + stmts[k:], stmts[start:k])
+        if not _shapes(ch) or max(ch.depth, ch.width) > max_depth:
+            raise Miss
     except Miss:
         return None
     return bw, k
 
 
 def _taken(ch: Chain) -> bool:
+    return ch.scale > 0 and ch.keys > 1 and {n for n, _ in ch.batch} <= set(ch.q_dims)
+
+
+def _shapes(ch: Chain) -> bool:
+    """V (known once the gradient's kernels read it, with the weights first) wider than one, with
+    the batch dims K has."""
     batch = {n for n, _ in ch.batch}
-    return (not ch.w and ch.scale > 0 and ch.keys > 1 and ch.width > 1
-            and all(batch <= set(d) for d in (ch.q_dims, ch.dims[ch.o1]))
-            and batch & set(ch.k_dims) == batch & set(ch.v_dims))
+    return ch.width > 1 and batch & set(ch.k_dims) == batch & set(ch.v_dims)
 
 
 def _pointwise(bw: Backward, b: Block, tmps: set[str]) -> bool:
@@ -213,9 +239,10 @@ def _check(bw: Backward, others, run) -> None:
 class _Env:
     bufs: dict[str, str]
     roles: dict[str, str]  # the kernel's index -> role
+    v_dims: tuple[str, ...] = ()  # V's dims' roles, when this kernel is the first to read V
 
     def copy(self) -> _Env:
-        return _Env(dict(self.bufs), dict(self.roles))
+        return _Env(dict(self.bufs), dict(self.roles), self.v_dims)
 
 
 def _kernel(bw: Backward, b: Block, p: Kern, parent: Block, tmps: set[str]) -> tuple[Kern, ...] | None:
@@ -260,6 +287,10 @@ def _kernel(bw: Backward, b: Block, p: Kern, parent: Block, tmps: set[str]) -> t
     if mask != ((bw.ch.mask or frozenset()) if p.masked else frozenset()):
         return None
     bw.bufs = env.bufs
+    if env.v_dims:  # V first met here (the weights first): its roles and width
+        ch = bw.ch
+        ch.v, ch.v_dims = env.bufs["V"], env.v_dims
+        ch.width = next(n for v, n in ranges.items() if env.roles.get(v) == "e")
     name = f"{p.out}_wide" if wide else p.out
     bw.bufs[name] = out.source
     if p.out == "DP":  # S's cotangent, until score kernels' derivatives follow (_pointwise)
@@ -271,9 +302,16 @@ def _kernel(bw: Backward, b: Block, p: Kern, parent: Block, tmps: set[str]) -> t
 
 def _access(bw: Backward, env: _Env, r, key: str, ranges: dict[str, int]) -> bool:
     """Whether refinement ``r`` is accessed at the roles ``key`` names, binding the kernel's
-    indexes to roles (one role per index, one index per role)."""
-    dims = bw.dims(key)
+    indexes to roles (one role per index, one index per role). V's roles, not known yet (the
+    weights first: the forward's kernels met so far do not read it), are its indexes' roles."""
+    dims = bw.dims(key) or env.v_dims
     vs = vars_of(r.access, ranges)
+    if key == "v" and not dims:
+        if any(v is not None and v not in env.roles for v in vs):
+            return False
+        dims = env.v_dims = tuple(ZERO if v is None else env.roles[v] for v in vs)
+        if "j" not in dims or "e" not in dims:
+            return False
     if len(vs) != len(dims):
         return False
     extents = dict(bw.ch.batch) | {"i": bw.ch.rows, "j": bw.ch.keys, "d": bw.ch.depth, "e": bw.ch.width}
@@ -286,8 +324,8 @@ def _access(bw: Backward, env: _Env, r, key: str, ranges: dict[str, int]) -> boo
             if ranges[v] != 1:
                 return False
             continue
-        if env.roles.setdefault(v, role) != role or ranges[v] != extents[role]:
-            return False
+        if env.roles.setdefault(v, role) != role or ranges[v] != (extents[role] or ranges[v]):
+            return False  # (the width unknown, 0, until V is met)
     return len(set(env.roles.values())) == len(env.roles)
 
 
@@ -301,8 +339,8 @@ def _expr(bw: Backward, env: _Env, defs, refs, ranges, x: str, pat) -> bool:
             return False
         r = refs[d.from_]
         bound = env.bufs.get(pat.buf)
-        if bound is None:
-            if pat.buf != "DO" or r.source in bw.temps:
+        if bound is None:  # the cotangent, and V with the weights first: inputs met here first
+            if pat.buf not in ("DO", "V") or r.source in bw.temps:
                 return False
             env.bufs[pat.buf] = r.source
         elif bound != r.source:
@@ -319,7 +357,7 @@ def _expr(bw: Backward, env: _Env, defs, refs, ranges, x: str, pat) -> bool:
     for ins in orders:
         trial = env.copy()
         if all(_expr(bw, trial, defs, refs, ranges, y, a) for y, a in zip(ins, args, strict=True)):
-            env.bufs, env.roles = trial.bufs, trial.roles
+            env.bufs, env.roles, env.v_dims = trial.bufs, trial.roles, trial.v_dims
             return True
     return False
 
@@ -342,9 +380,9 @@ def _scale(bw: Backward, env: _Env, defs, refs, ranges, x: str, d, pat) -> bool:
             if v is not None and (v if d.name == "mul" else 1 / v) == c:
                 trial = env.copy()
                 if _expr(bw, trial, defs, refs, ranges, y, pat):
-                    env.bufs, env.roles = trial.bufs, trial.roles
+                    env.bufs, env.roles, env.v_dims = trial.bufs, trial.roles, trial.v_dims
                     return True
     return c == 1 and _expr(bw, env, defs, refs, ranges, x, pat)
 
 
-__all__ = ["GRADS", "PATTERNS", "Backward", "backward_at"]
+__all__ = ["DIVISION_LAST", "GRADS", "PATTERNS", "SOFTMAX_FIRST", "Backward", "backward_at"]

@@ -59,8 +59,9 @@ def chain_at(stmts, start: int, parent: Block, tmps: set[str], max_depth: int):
 
 def forward_at(stmts, start: int, parent: Block, tmps: set[str]):
     """``(chain, end)`` when the kernels from ``start`` are a chain's forward as far as its row sum
-    ``Z`` and ``O1 = E · V`` (either order), the division not yet met: the part of the chain that
-    its gradient recomputes (``stripe.passes.attention_backward``); else None."""
+    ``Z`` and ``O1 = E · V`` (either order), the division not yet met, or (softmax first) ``Z`` and
+    the weights ``W = E / Z``: the part of the chain that its gradient recomputes
+    (``stripe.passes.attention_backward``); else None."""
     first = stmts[start]
     if not (isinstance(first, Block) and first.has_tags("kernel")):
         return None
@@ -71,7 +72,7 @@ def forward_at(stmts, start: int, parent: Block, tmps: set[str]):
             if not (isinstance(s, Block) and s.has_tags("kernel")):
                 return None
             _step(ch, s, parent, tmps)
-            if ch.z and ch.o1:
+            if ch.z and (ch.o1 or ch.w):
                 return ch, k + 1
     except Miss:
         return None
