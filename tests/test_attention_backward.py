@@ -238,6 +238,23 @@ def test_a_bias_without_its_gradient_matches_the_interpreter():
 
 
 @requires_opencl
+def test_without_work_groups_the_blocks_run_their_statements(monkeypatch):
+    """``tiled=False`` turns work-groups off: the generator does not take the plan, and the general
+    kernel runs each planned block's statements (the derived kernels) in order."""
+    import backends.clike.attention_backward as fused_kernels
+
+    def refuse(em):
+        raise AssertionError("the fused kernels were emitted without work-groups")
+
+    monkeypatch.setattr(fused_kernels, "emit", refuse)
+    spec = Spec(batch=(2,), rows=9, keys=9, depth=3, width=3, mask="cond")
+    ins = gradient_inputs(spec, seed=3)
+    src = gradient_source(spec)
+    got = tile.compile(src, DEVICE_ID, {"cache": False, "tiled": False})(ins)
+    assert_gradients_close(spec, ins, got, ref_interp.run(src, ins))
+
+
+@requires_opencl
 def test_integer_inputs_with_ties():
     """Small integers: exact scores, many ties with the row max (the chain adds its tie term
     there, a rounding residue); the fused gradients still agree within the bound."""
