@@ -62,3 +62,22 @@ def test_a_merged_axis_the_product_does_not_sum_keeps_the_copy():
     x = np.random.default_rng(4).integers(-4, 5, (2, 3, 5, 4)).astype(np.float32)
     (y,) = tile.onnx.Backend.prepare(m, "llvm_cpu.0").run([x])
     np.testing.assert_array_equal(y, _want(x, consts, True))
+
+
+def test_a_product_reads_a_split_piece_in_place():
+    """A Split's pieces (a fused QKV projection split into Q, K, V) read by products are offsets
+    into the one tensor (``record_offset``): no piece is copied."""
+    rng = np.random.default_rng(12)
+    w = numpy_helper.from_array(rng.integers(-3, 4, (4, 6)).astype(np.float32), "w")
+    nodes = [helper.make_node("Split", ["x"], ["p", "q"], axis=-1, num_outputs=2),
+             helper.make_node("MatMul", ["q", "w"], ["y"])]
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 8])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 6])
+    m = helper.make_model(helper.make_graph(nodes, "g", [x_info], [y_info], [w]),
+                          opset_imports=[helper.make_opsetid("", 18)])
+    source = tile.onnx.to_tile(m)
+    assert "Take" not in source and "k + 4]" in source
+    x = rng.integers(-4, 5, (2, 5, 8)).astype(np.float32)
+    for target in ("interp", "llvm_cpu.0"):
+        (y,) = tile.onnx.Backend.prepare(m, target).run([x])
+        np.testing.assert_array_equal(y, x[..., 4:] @ numpy_helper.to_array(w))

@@ -15,7 +15,7 @@ import numpy as np
 import tile.ops
 from tile.onnx.context import Context, Value
 from tile.onnx.registry import converter
-from tile.onnx.views import record_permute, record_reshape
+from tile.onnx.views import record_offset, record_permute, record_reshape
 
 
 def idx(rank: int, name: str = "i") -> list[str]:
@@ -76,7 +76,9 @@ def take(ctx: Context, x: Value, axis: int, positions) -> Value:
         src[axis] = f"{i[axis]} + {int(positions[0])}"
         shape = list(x.shape)
         shape[axis] = positions.size
-        return ctx.emit(f"{target('$', i, shape)} = =({x}[{', '.join(src)}])", "Take")
+        out = ctx.emit(f"{target('$', i, shape)} = =({x}[{', '.join(src)}])", "Take")
+        record_offset(ctx, out, x, axis, int(positions[0]))
+        return out
     p = ctx.constant(positions.astype(np.int32))
     return gather_axis(ctx, x, p, axis)
 

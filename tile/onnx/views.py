@@ -54,6 +54,18 @@ def record_permute(ctx: Context, out: Value, x: Value, perm: list[int]) -> None:
     ctx.b.views[out.name] = _through(ctx, x, index)
 
 
+def record_offset(ctx: Context, out: Value, x: Value, axis: int, start: int) -> None:
+    """``out`` is ``x`` from ``start`` on along ``axis`` (a Slice, a Split's piece)."""
+    if not start:
+        ctx.b.views[out.name] = _through(ctx, x, lambda names: list(names))
+        return
+
+    def index(names: list[str]) -> list[str]:
+        return [f"{n} + {start}" if a == axis else n for a, n in enumerate(names)]
+
+    ctx.b.views[out.name] = _through(ctx, x, index)
+
+
 def record_reshape(ctx: Context, out: Value, x: Value) -> None:
     """``out`` is ``x`` reshaped; recorded only where each axis of ``x`` splits into consecutive
     axes of ``out`` (no size-1 axes), so every index of ``x`` is affine in ``out``'s; or, where
