@@ -276,12 +276,13 @@ def gradient_tolerance(spec: Spec, ins: dict[str, np.ndarray]) -> dict[str, floa
     types too, and the fused kernels sum in float32), but for ``dP = DO · V``, rounded to ``u``.
     Per (row i, key j): the weight's relative error ``ω = expm1(δ) + ζ + v``, with ``ζ = Σ_j w
     expm1(δ) + (N + 1) v`` the sum Z's; ``O_e`` off by ``Σ_j w (ω + (N + 2) v) |V_je|``; ``Δ = DO ·
-    O`` by ``Σ_e |DO_e| err(O_e) + (W + 2) v Σ_e |DO O|``; ``g = dP - Δ`` by ``(W + 2) u Σ_e |DO V|
-    + err(Δ) + v |g|``; ``dS = c w g`` by ``|c| w (ω |g| + err(g)) + 2 v |dS|``, plus, where a key's
-    exponent is within ``2δ`` of its row's max (the chain's ``S == Mx ? DMx_1`` may pick it),
-    ``T = Σ_j err(dS) + (N + 1) v Σ_j |dS|`` (``DMx_1``, a row sum of dS, is 0 in reals); each
-    gradient a sum over the keys (``DQ``) or rows (``DK``, ``DV``) of those with ``(N + 1) v`` its own
-    rounding, then ``u`` the result's. Twice that (two computations), the largest element."""
+    O`` (or ``Σ_j w DO · V_j``) by ``Σ_e |DO_e| (err(O_e) + (W + 2) v Σ_j w |V_je|)``; ``g = dP -
+    Δ`` by ``(W + 2) u Σ_e |DO V| + err(Δ) + v |g|``; ``dS = c w g`` by ``|c| w (ω |g| + err(g)) +
+    2 v |dS|``, plus, where a key's exponent is within ``2δ`` of its row's max (the chain's ``S ==
+    Mx ? DMx_1`` may pick it), ``T = Σ_j err(dS) + (N + 1) v Σ_j |dS|`` (``DMx_1``, a row sum of
+    dS, is 0 in reals); each gradient a sum over the keys (``DQ``) or rows (``DK``, ``DV``) of those
+    with ``(N + 1) v`` its own rounding, then ``u`` the result's. Twice that (two computations),
+    the largest element."""
     u, v = UNIT_ROUNDOFF[spec.dtype], UNIT_ROUNDOFF["float32"]
     u_dp = u if spec.normalized else v
     b = _backward(spec, ins)
@@ -292,9 +293,9 @@ def gradient_tolerance(spec: Spec, ins: dict[str, np.ndarray]) -> dict[str, floa
         eps = np.expm1(delta)
     omega = eps + (w * eps).sum(axis=-1, keepdims=True) + (n + 2) * v
     absdo, absv = np.abs(b["do"]), np.abs(b["v"])
+    wv = np.einsum("...ij,...je->...ie", w, absv)  # Σ_j w |V_je|
     err_o = np.einsum("...ij,...je->...ie", w * (omega + (n + 2) * v), absv)
-    err_delta = ((absdo * err_o).sum(axis=-1, keepdims=True)
-                 + (width + 2) * v * (absdo * np.abs(b["o"])).sum(axis=-1, keepdims=True))
+    err_delta = (absdo * (err_o + (width + 2) * v * wv)).sum(axis=-1, keepdims=True)
     err_g = (width + 2) * u_dp * np.einsum("...ie,...je->...ij", absdo, absv) + err_delta + v * np.abs(g)
     absds = np.abs(ds)
     err_ds = c * w * (omega * np.abs(g) + err_g) + 2 * v * absds

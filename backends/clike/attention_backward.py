@@ -13,8 +13,9 @@ whose score is ``-inf`` (a ``cond`` mask) has no weight.
 
 * part ``dq``: a work-group of ``group`` query rows, one work-item each, its row of Q and of DO
   in registers. A first pass over the keys (``step`` rows of K and V staged in ``__local``
-  memory at a time) is the forward's online softmax: a running max ``m`` of s, the sum ``l`` of
-  ``exp(c (s - m))`` and the weighted sum of V's rows, rescaled when ``m`` grows. Then ``Mx = m``
+  memory at a time) is the forward's online softmax: a running max ``m`` of P, the sum ``l`` of
+  ``exp(c (P - m))`` and the same weighted sum of ``DO · v_j`` (``DO · O1``, without O1's row),
+  both rescaled when ``m`` grows. Then ``Mx = m``
   and ``Z = l exp(c (m - Mx))`` in their types (the scale applies to the value Mx holds), and
   ``DZ_1``, are written, one element per row. A second pass over the keys recomputes ``E``,
   ``DS`` and sums ``DQ_i = Σ_j DS_ij k_j`` in registers.
@@ -145,7 +146,9 @@ def _dq(em: KernelEmitter, p: AttentionBackwardPlan) -> tuple[int, int]:
     active = em.declare(DType.BOOL, f"{role['i']} < {p.rows}", "active")
     q = _array(em, "q", depth, f"{active} ? {load_f32(em, p.q, p.q_dims, role | {'d': '{k}'})} : 0.0f")
     do = _array(em, "dov", width, f"{active} ? {load_f32(em, p.do, p.do_dims, role | {'e': '{k}'})} : 0.0f")
-    acc, dq = _array(em, "acc", width), _array(em, "dq", depth)
+    dq = _array(em, "dq", depth)
+    od = em.fresh("od")  # Σ_j exp(c (P_j - m)) DO · v_j: DO · O1, relative to the running max
+    em.line(f"float {od} = 0.0f;")
     m, l_ = em.fresh("m"), em.fresh("l")
     em.line(f"float {m} = {neg_inf};")
     em.line(f"float {l_} = 0.0f;")
@@ -171,23 +174,18 @@ def _dq(em: KernelEmitter, p: AttentionBackwardPlan) -> tuple[int, int]:
         with em.scope(f"if ({s} > {m})"):
             alpha = em.declare(_F32, t.math("exp", _F32, [f"{c} * ({m} - {s})"]), "alpha")
             em.line(f"{l_} *= {alpha};")
-            em.line(_UNROLL)
-            with em.scope(f"for (long e = 0; e < {width}; e++)"):
-                em.line(f"{acc}[e] *= {alpha};")
+            em.line(f"{od} *= {alpha};")
             em.line(f"{m} = {s};")
         w = em.declare(_F32, t.math("exp", _F32, [f"{c} * ({s} - {m})"]), "w")
         em.line(f"{l_} += {w};")
-        em.line(_UNROLL)
-        with em.scope(f"for (long e = 0; e < {width}; e++)"):
-            em.line(f"{acc}[e] += {w} * {vs}[jj * {width} + e];")
+        em.line(f"{od} += {w} * {_dot(em, width, f'{do}[{{k}}]', f'{vs}[jj * {width} + {{k}}]')};")
 
     keys(online)
     # the statistics, in their types; DO / Z kept in place of DO
     mx = _rounded(em, p.mx, m)
     r = em.declare(_F32, t.math("exp", _F32, [f"{c} * ({m} - {mx})"]), "rescale")
     z = _rounded(em, p.z, f"{l_} * {r}")
-    dot = _dot(em, width, f"{do}[{{k}}]", f"{acc}[{{k}}]")
-    dz = _rounded(em, p.dz, f"-({dot} * {r}) / ({z} * {z})")
+    dz = _rounded(em, p.dz, f"-({od} * {r}) / ({z} * {z})")
     with em.scope(f"if ({active})"):
         for name, value in ((p.mx, mx), (p.z, z), (p.dz, dz)):
             _store(em, name, p.stat_dims, role, value)
