@@ -114,7 +114,7 @@ def _blocks(bw: Backward, run, parent: Block, cfg: AttentionBackwardConfig, loca
             dq=bw.bufs["DQ"] if part == "dq" else "", dk=bw.bufs["DK"] if part == "dkv" else "",
             dv=bw.bufs["DV"] if part == "dkv" else "", mx=ch.mx, z=ch.z, dz=bw.bufs["DZ_1"],
             batch=tuple(ch.batch), rows=ch.rows, keys=ch.keys, depth=ch.depth, width=ch.width,
-            q_dims=ch.q_dims, k_dims=ch.k_dims, v_dims=ch.v_dims, do_dims=ch.dims[ch.o1],
+            q_dims=ch.q_dims, k_dims=ch.k_dims, v_dims=ch.v_dims, do_dims=bw.dims("o"),
             stat_dims=ch.dims[ch.mx], mask=flat_mask(ch.mask), scale_num=ch.scale.numerator,
             scale_den=ch.scale.denominator, group=group, step=step,
             s=ch.s if ch.scores else "", s_dims=ch.dims[ch.s] if ch.scores or bw.grad_scores else (),
