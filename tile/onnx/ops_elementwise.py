@@ -310,7 +310,7 @@ def prelu(ctx, node):
 @converter("Erf")
 def erf(ctx, node):
     """float64 takes ``tile.ops.erf``; narrower types its ``narrow`` fits, the same float32 results
-    in 28 polynomial steps instead of 66 (the exact GELU of bench.onnx_models' transformer spent a
+    in 26 polynomial steps instead of 66 (the exact GELU of bench.onnx_models' transformer spent a
     fifth of its time here)."""
     x = ctx.input(0)
     _float_only(ctx, x)

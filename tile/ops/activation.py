@@ -89,11 +89,12 @@ def erf() -> str:
 # float64. Chebyshev fits, each within 1e-17 of erf (float64 evaluation gives 1 ulp).
 _PIECES = ((1.0, 3.0, 24), (3.0, 7.0, 28))
 _SMALL_TERMS = 14
-# ``narrow`` (float32 and narrower): fits within 3e-11 (small), 4e-9 and 2e-9, ±1 past 4 (erf(4) is
-# 1 in float32). Float32 evaluation of these gives the same results as of the float64-sized fits,
-# within 1.86 ulp of erf on 200,001 points of [-5, 5] (float32 rounding dominates), in 28 Horner
-# steps instead of 66.
-_PIECES_NARROW = ((1.0, 2.5, 11), (2.5, 4.0, 9))
+# ``narrow`` (float32 and narrower): fits within 3e-11 (small), 4e-8 and 8e-8, ±1 past 4 (erf(4) is
+# 1 in float32). Float32 evaluation of these is within 1.91 ulp of erf on 35.6 million float32
+# inputs in [-6, 6], as with fits a term longer each (float32 rounding dominates), in 26 Horner
+# steps instead of 66 (28 with those longer fits, a sixth slower: bench/RESULTS.md, "ONNX speed,
+# fifth session").
+_PIECES_NARROW = ((1.0, 2.5, 10), (2.5, 4.0, 8))
 _SMALL_TERMS_NARROW = 8
 _CHUNK = 8  # Horner steps per statement, well inside the nesting limit (§9)
 
