@@ -82,6 +82,7 @@ def test_the_issue_gradient_is_two_planned_blocks():
     (Spec(batch=(2, 3), mask="constraint"), (1, 8), (("i", 1), ("j", -1), ("c", 0))),
     (Spec(batch=(), rows=5, keys=7, depth=3, width=2, scale=0.25, scale_form="div"), (1, 4), ()),
     (Spec(batch=(3,), dtype="float16", mask="constraint"), (1, 8), (("i", 1), ("j", -1), ("c", 0))),
+    (Spec(batch=(3,), dtype="bfloat16"), (1, 8), ()),  # gradients summed in float32, then as_bfloat
     (Spec(batch=(2,), scale=1.0), (1, 1), ()),
     (Spec(batch=(1, 2), rows=9, keys=4, depth=5, width=3, scale=2.0), (2, 1), ()),
     (Spec(batch=(2,), mask="cond"), (1, 8), ()),
@@ -211,6 +212,7 @@ OPENCL_CASES = [
     Spec(batch=(2, 3), rows=37, keys=37, depth=8, width=8, mask="constraint", shared_kv=True),  # multi-query
     Spec(batch=(2,), rows=40, keys=90, depth=8, width=6, normalized=True),  # softmax, then A·V
     Spec(batch=(2,), rows=30, keys=30, depth=8, width=6, normalized=True, mask="cond", dtype="float16"),
+    Spec(batch=(2,), rows=50, keys=50, depth=16, width=16, mask="constraint", dtype="bfloat16"),
 ]
 
 

@@ -248,7 +248,7 @@ class _Env:
 def _kernel(bw: Backward, b: Block, p: Kern, parent: Block, tmps: set[str]) -> tuple[Kern, ...] | None:
     """The patterns left to match after ``b`` when kernel ``b`` is the pattern ``p`` (``p.out``, and
     ``DO``, bound), else None. A gradient summed into a float32 temporary (``DQ_wide``, as lowering
-    sums half types) leaves its conversion to match: ``DQ = as_float(DQ_wide)``."""
+    sums half types) leaves its conversion to match: ``DQ = as_float(DQ_wide)`` (``as_bfloat``)."""
     try:
         ins, outs = leaf_parts(b)
     except Miss:
@@ -297,7 +297,7 @@ def _kernel(bw: Backward, b: Block, p: Kern, parent: Block, tmps: set[str]) -> t
         bw.bufs["DS"] = out.source
     if p.out not in GRADS or wide:
         bw.temps.add(out.source)
-    return (Kern(p.out, p.dims, "assign", ("as_float", L(name, p.dims))),) if wide else ()
+    return (Kern(p.out, p.dims, "assign", ("convert", L(name, p.dims))),) if wide else ()
 
 
 def _access(bw: Backward, env: _Env, r, key: str, ranges: dict[str, int]) -> bool:
@@ -351,7 +351,8 @@ def _expr(bw: Backward, env: _Env, defs, refs, ranges, x: str, pat) -> bool:
     op, *args = pat
     if op == "scale":
         return _scale(bw, env, defs, refs, ranges, x, d, args[0])
-    if not (isinstance(d, Intrinsic) and d.name == op and len(d.inputs) == len(args)):
+    names = ("as_float", "as_bfloat") if op == "convert" else (op,)  # to a half type, or bfloat16
+    if not (isinstance(d, Intrinsic) and d.name in names and len(d.inputs) == len(args)):
         return False
     orders = [d.inputs, d.inputs[::-1]] if op in ("mul", "add") else [d.inputs]
     for ins in orders:
