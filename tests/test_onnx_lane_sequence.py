@@ -56,3 +56,26 @@ def test_a_kernel_split_over_threads_keeps_the_per_kernel_plan(monkeypatch):
     assert not any(isinstance(go, NativeSequence) for go, _ in plan)
     y, mx = rep.run([x])
     np.testing.assert_array_equal(y, expected(x, w, b)[0])
+
+
+def test_read_only_and_fresh_inputs_take_the_lane_with_exact_results(monkeypatch):
+    """The lane reads an input's address through the buffer protocol, or through
+    ``__array_interface__`` where the array is read-only; an input at a constant's address or
+    twice the same memory still goes the general way."""
+    monkeypatch.delenv("TILE_DEBUG", raising=False)
+    m, w, b = model()
+    rep = Backend.prepare(m, "llvm_cpu.0", settings={"threads": 1})
+    x = np.random.default_rng(8).integers(-4, 5, (8, 64)).astype(np.float32)
+    rep.run([x])
+    lane = _lane(rep)
+    frozen = x.copy()
+    frozen.setflags(write=False)
+    for arr in (x, frozen):
+        out = lane({"x": arr})
+        assert out is not None
+        (y, mx) = (out[n] for n in lane.names)
+        np.testing.assert_array_equal(y, expected(x, w, b)[0])
+        np.testing.assert_array_equal(mx, expected(x, w, b)[1])
+    constant = next(f for f in lane.feeds if isinstance(f, int))
+    assert constant in lane.fixed
+    assert lane({"x": x[:, ::2]}) is None  # (strided: the general path)

@@ -18,6 +18,7 @@ raw addresses have no lane.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Mapping
 
 import numpy as np
@@ -29,7 +30,7 @@ class OnnxLane:
     """A ``Lane`` over one compiled program of an imported model: per Tile input, the ONNX input
     it comes from (or the constant's fixed address); the outputs' numpy types."""
 
-    __slots__ = ("lane", "feeds", "outputs", "names", "keep")
+    __slots__ = ("lane", "feeds", "outputs", "names", "keep", "template", "given", "fixed")
 
     def __init__(self, lane: Lane, feeds: list, names: list[str], keep: list[np.ndarray]):
         self.lane = lane
@@ -38,6 +39,10 @@ class OnnxLane:
         self.outputs = [(np.zeros if zero else np.empty, shape, dtype.numpy)
                         for (shape, dtype), zero in zip(lane.output_types, lane.zeroed_outputs)]
         self.keep = keep  # the constants whose memory the lane reads
+        # a call fills in only the given inputs' addresses (``template``'s None places)
+        self.template = [f if isinstance(f, int) else None for f in feeds]
+        self.given = [(k, *f) for k, f in enumerate(feeds) if not isinstance(f, int)]
+        self.fixed = frozenset(f for f in feeds if isinstance(f, int))
 
     @classmethod
     def of(cls, program, imp) -> OnnxLane | None:
@@ -61,6 +66,8 @@ class OnnxLane:
                 return None
             keep.append(value)
             feeds.append(value.__array_interface__["data"][0])
+        if len({f for f in feeds if isinstance(f, int)}) != len(keep):
+            return None  # (one constant's memory behind two inputs: the kernels' buffers are noalias)
         names = list(program.outputs)
         lane = Lane.of(program, list(program.inputs), names)
         if lane is None:
@@ -70,25 +77,33 @@ class OnnxLane:
 
     def __call__(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
         """The outputs by Tile name, or None where this call must take the general path."""
-        pointers = []
-        for feed in self.feeds:
-            if isinstance(feed, int):
-                pointers.append(feed)
-                continue
-            onnx_name, dtype, shape = feed
+        pointers = self.template.copy()
+        seen = set()
+        for k, onnx_name, dtype, shape in self.given:
             arr = arrays.get(onnx_name)
             if (
                 type(arr) is not np.ndarray or arr.dtype != dtype or arr.shape != shape
                 or not arr.flags.c_contiguous or not arr.flags.aligned
             ):
                 return None
-            pointers.append(arr.__array_interface__["data"][0])
-        if len(set(pointers)) != len(pointers):
-            return None  # (the kernels' buffers are distinct: noalias)
+            at = pointers[k] = _address(arr)
+            if at in seen or at in self.fixed:
+                return None  # (the kernels' buffers are distinct: noalias)
+            seen.add(at)
         outs = [make(shape, dtype) for make, shape, dtype in self.outputs]
-        if not self.lane(pointers, [o.__array_interface__["data"][0] for o in outs]):
+        if not self.lane(pointers, [_address(o) for o in outs]):
             return None
         return dict(zip(self.names, outs))
+
+
+def _address(arr: np.ndarray) -> int:
+    """The data address of a C-contiguous array: through the buffer protocol (a third of
+    ``__array_interface__``'s 2 us, which builds a dict), or for a read-only or empty array
+    through the interface."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(arr))
+    except (TypeError, ValueError):
+        return arr.__array_interface__["data"][0]
 
 
 def _one_call(lane: Lane, program, outer: int) -> None:
