@@ -23,6 +23,7 @@ from conformance.attention import (
     gradient_inputs,
     gradient_reference,
     gradient_source,
+    source,
 )
 from stripe.config import target_config
 from stripe.ir import Block
@@ -108,7 +109,7 @@ def test_variants_are_fused(spec, scale, mask):
 
 
 def bias_grad_source(spec: Spec, wrt) -> str:
-    from conformance.attention import inputs, source
+    from conformance.attention import inputs
     from tile.autodiff import gradient
     from tile.dtypes import DType
     from tile.parser import parse
@@ -178,7 +179,7 @@ def test_one_gradient_alone_is_left_alone():
     from tile.printer import format_program
 
     spec = Spec(batch=(), rows=5, keys=5, depth=3, width=3)
-    from conformance.attention import inputs, source
+    from conformance.attention import inputs
 
     ins = inputs(spec)
     g = gradient(parse(source(spec)), ["Q"], dtypes={k: DType.of(v.dtype) for k, v in ins.items()},
@@ -287,3 +288,28 @@ def test_every_drawn_taken_variant_is_two_kernels(spec):
     got = kernels(out)
     assert len(got) == 2 and all(k.block.has_tags(ATTENTION_TAG) for k in got), spec
     assert all(problems(k.block.plan, k.block) == [] for k in got)
+
+
+@requires_opencl
+def test_through_tile_torch_the_backward_is_fused(monkeypatch):
+    """``tile.torch.op`` of the attention program: its backward (the gradient tile.autodiff
+    derives) runs as the two fused kernels, and the gradients are PyTorch's float64 ones within
+    the bound."""
+    torch = pytest.importorskip("torch", reason="tile.torch needs PyTorch")
+    import backends.clike.attention_backward as fused_kernels
+    import tile.torch as tile_torch
+
+    emitted = []
+    emit = fused_kernels.emit
+    monkeypatch.setattr(fused_kernels, "emit", lambda em: emitted.append(em.block.plan.part) or emit(em))
+    spec = Spec(batch=(2,), rows=40, keys=40, depth=8, width=8, mask="constraint")
+    op = tile_torch.op(source(spec), name="attention_backward_probe", device=DEVICE_ID,
+                       settings={"cache": False})
+    ins = gradient_inputs(spec, seed=4)
+    q, k, v = (torch.tensor(ins[n], requires_grad=True) for n in "QKV")
+    out = op(q, k, v)
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    out.backward(torch.tensor(ins["DO"]))
+    assert sorted(emitted) == ["dkv", "dq"]
+    got = {"DQ": q.grad.numpy(), "DK": k.grad.numpy(), "DV": v.grad.numpy()}
+    assert_gradients_close(spec, ins, got, gradient_reference(spec, ins))
