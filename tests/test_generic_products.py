@@ -230,3 +230,36 @@ def test_a_generic_library_is_stored_and_restored_by_the_program_cache():
     assert again._last.library.extra["program_cache"] == "hit"
     assert generic.REGISTRY.generated == 0 and generic.REGISTRY.buckets == {}
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def _has_run_time_local(block) -> bool:
+    from backends.llvm.symbolic import is_slot
+    from stripe.ir import Block, RefDir
+
+    if not isinstance(block, Block):
+        return False
+    local = any(r.dir is RefDir.NONE and r.from_ is None and any(is_slot(d.size) for d in r.shape.dims)
+                for r in block.refs)
+    return local or any(_has_run_time_local(s) for s in block.stmts)
+
+
+def test_short_attention_lengths_with_run_time_locals():
+    """Below 24 the optimizer leaves the attention's Q K^T + R un-nested: a fused kernel whose
+    accumulator local follows S. It is generic as plain loops with the local allocated at its
+    run-time size (``codegen.run_time_local``), checked exactly against float64 numpy."""
+    exe = tile.compile(ATTENTION, "llvm_cpu.0", {"generic": True, "cache": False})
+    lengths = list(range(4, 24))
+    made = []
+    for n in lengths:
+        q, k, r, v = _attention_inputs(n)
+        m = q.astype(np.float64) @ k.T + r
+        e = np.exp(m - m.max(axis=1, keepdims=True))
+        want = (e / e.sum(axis=1, keepdims=True)) @ v
+        tol = 8 * (n + 8) * np.finfo(np.float32).eps * float(np.abs(want).max())
+        np.testing.assert_allclose(exe(q, k, r, v)["O"], want, rtol=0, atol=tol, err_msg=f"S={n}")
+        lib = exe._last.library
+        fused = next(j for j, info in enumerate(lib.kernels) if "fused" in info.block.tags)
+        made.append(lib.extra["generic"]["which"].get(fused, True))
+    assert sum(made) <= 8, f"the fused kernel generated code at {sum(made)} of {len(lengths)} lengths"
+    forms = [b.form.template for b in generic.REGISTRY.buckets.values() if b.form is not None]
+    assert any(_has_run_time_local(t) for t in forms)

@@ -60,6 +60,8 @@ from tile.affine import Affine
 from tile.dtypes import DType
 from tile.errors import TileRuntimeError
 
+RUNTIME_LOCALS = 16 << 10  # bytes: a generic kernel's locals of run-time sizes, all together, at most
+
 
 class KernelCodegen:
     """Generates one kernel's functions into ``em.module``."""
@@ -107,7 +109,7 @@ class KernelCodegen:
         start = body.append_basic_block("entry")
         self.em.builder = ir.IRBuilder(start)
         self.ptrs = dict(zip(self.info.buffers, body.args[:n]))
-        b = self.em.builder
+        b = ir.IRBuilder(self.em.alloca_block)  # (first: a run-time local's size reads them there)
         self.extents = self.em.extents = [
             b.load(b.gep(body.args[n], [i64(k)], source_etype=I64), typ=I64) for k in range(self.slots)
         ]
@@ -308,6 +310,8 @@ class KernelCodegen:
         """A fresh zero-filled buffer for this point, on the stack."""
         em = self.em
         dims = r.shape.dims
+        if any(is_slot(x) for d in dims for x in (d.size, d.stride)):
+            return self.run_time_local(r)
         if any(d.stride < 0 for d in dims):
             raise TileRuntimeError(
                 f"local buffer '{r.into}' has a negative stride", None, hint="allocations use strides >= 0"
@@ -321,6 +325,24 @@ class KernelCodegen:
             memset, [slot, ir.Constant(ir.IntType(8), 0), i64(nbytes), ir.Constant(ir.IntType(1), 0)]
         )
         return View(r.into, slot, r.shape.dtype, i64(0), dims, r.shape.dtype, r.agg_op)
+
+    def run_time_local(self, r: Refinement) -> View:
+        """``local`` for a generic kernel whose local's sizes come at run time: allocated once in
+        the function's entry (``Emitter.alloca``'s block) at its run-time extent, counted on the
+        stack as ``RUNTIME_LOCALS`` (``generic`` binds only kernels whose locals fit that)."""
+        em = self.em
+        b = ir.IRBuilder(em.alloca_block)
+        extent: ir.Value = i64(1)
+        for d in r.shape.dims:
+            extent = b.add(extent, b.mul(b.sub(em.num(d.size), i64(1)), em.num(d.stride)))
+        typ = mem_type(r.shape.dtype)
+        slot = b.alloca(typ, size=extent)
+        slot.type = PTR
+        em.stack_bytes += RUNTIME_LOCALS
+        nbytes = em.builder.mul(extent, i64(r.shape.dtype.numpy.itemsize))
+        memset = em.declare("llvm.memset.p0.i64", VOID, [PTR, ir.IntType(8), I64, ir.IntType(1)])
+        em.builder.call(memset, [slot, ir.Constant(ir.IntType(8), 0), nbytes, ir.Constant(ir.IntType(1), 0)])
+        return View(r.into, slot, r.shape.dtype, i64(0), r.shape.dims, r.shape.dtype, r.agg_op)
 
     # ---------------------------------------------------------------------- statements
     def point(self, block: Block, vals: dict[str, ir.Value], parent_views: dict[str, View] | None,

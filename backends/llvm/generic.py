@@ -32,6 +32,7 @@ by their IR text.
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 from dataclasses import dataclass, field, replace
 
@@ -41,12 +42,12 @@ from llvmlite import ir
 from backends.hal import KernelInfo
 from backends.llvm import generic_tiles, symbolic
 from backends.llvm.cache import ObjectCache, runtime_key
-from backends.llvm.codegen import KernelCodegen, _zero_fill_of, buffer_dtypes, units
+from backends.llvm.codegen import RUNTIME_LOCALS, KernelCodegen, _zero_fill_of, buffer_dtypes, units
 from backends.llvm.host import target_machine
 from backends.llvm.microkernel import kernel_match
 from backends.llvm.scalars import Emitter
 from backends.llvm.schedule import Schedule
-from stripe.ir import Block
+from stripe.ir import Block, RefDir
 
 MAX_BUILDS = 4  # generic builds per bucket before it stays specialized
 
@@ -63,6 +64,7 @@ class Form:
     where: tuple[str, str] = ("", "")  # its module's object-cache key and the function's symbol
     schedule: Schedule | None = None  # a product's: the bucket's thread split (``generic_tiles``)
     signature: tuple | None = None  # a product's structure, which every instance shares
+    panel: int = 1  # a product's panel width (``NV * W``): the chunks of a split over N
 
 
 @dataclass
@@ -206,8 +208,9 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> dict[int, 
             fill = _zero_fill_of(plan.code[j - 1], plan.code[j]) if (j - 1, j) in paired else 0
             if tiles and _product(j, kernels, plan, dts, meta, uses, todo, fill):
                 continue
+            loops = bool(settings.get("generic_products")) or (tiles and _points(info.block) <= SMALL_LOOPS)
             if not eligible(info, sched, plan.code[j], plan.blocks[j], plan.epilogues[j], plan.vector, dts,
-                            bool(settings.get("generic_products"))):
+                            loops) or _local_bytes(info.block) > RUNTIME_LOCALS:
                 continue
             key = bucket_key(info, sched, dts, meta)
             bucket = REGISTRY.buckets.setdefault(key, Bucket())
@@ -248,27 +251,31 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> dict[int, 
 
 def _product(j: int, kernels, plan, dts: dict, meta: str, uses: dict, todo: list, fill: int) -> bool:
     """Whether kernel ``j`` is a product the micro-kernel takes at kernel level (a flat GEMM, an
-    optimizer nest read back by ``match.from_nest``; no fused epilogue): then it binds to its
-    bucket's form, is remembered, or goes to ``todo`` (``generic_tiles``), and True. Its bucket
-    keeps one thread split, the schedule of the kernel that built the form: the split between
-    rows and panels (``match.panel_split``) changes with the panel count, not the code's shape.
-    ``fill``: the element count of the zero fill before it (``codegen.units``), or 0."""
+    optimizer nest read back by ``match.from_nest``, with its fused epilogue): then it binds to
+    its bucket's form, is remembered, or goes to ``todo`` (``generic_tiles``), and True; False for
+    the others (and a refused bucket's: plain loops may be generic). Its bucket keeps one thread
+    split, the index of the kernel that built the form: the split between rows and panels
+    (``match.panel_split``) changes with the panel count, not the code's shape. ``fill``: the
+    element count of the zero fill before it (``codegen.units``), or 0."""
     code, sched, epi = plan.code[j], plan.schedules[j], plan.epilogues[j]
     block = code.block
     if not sched.order or not isinstance(block, Block):
         return False
     fill = 0 if epi is not None else fill
     sig = generic_tiles.signature(block, dts, sched.split_index, fill, epi)
-    if sig is None:
+    if sig is None or not _takes(block, sched, dts, plan.vector, plan.blocks[j], epi):
         return False
     whole = (block, epi)  # what the template covers: the flat GEMM and its fused epilogue
     key = "\n".join(["tiles", symbolic.erased(whole), repr(code.buffers), repr(sorted(dts.items())), meta])
     bucket = REGISTRY.buckets.setdefault(key, Bucket())
     form = bucket.form
     if bucket.refused:
-        return True
+        return False
+    if form is not None and sched.split_index != form.schedule.split_index:
+        # the bucket's split index, this kernel's extents; chunks of whole panels over N
+        grain = form.panel if form.schedule.split_index == form.signature[1] else 1
+        sched = replace(form.schedule, ranges=sched.ranges, grain=grain)
     if form is not None:
-        sched = replace(form.schedule, ranges=sched.ranges)  # the bucket's split, this kernel's extents
         sig = generic_tiles.signature(block, dts, sched.split_index, fill, epi)
         if sig is None or sig[1] != form.signature:
             return True  # another structure at this length: specialized
@@ -291,6 +298,39 @@ def _product(j: int, kernels, plan, dts: dict, meta: str, uses: dict, todo: list
         return True
     todo.append((j, key, template, sched, sig))
     return True
+
+
+SMALL_LOOPS = 1 << 15  # a kernel of at most this many points whose products are nested blocks (no
+# kernel-level micro-kernel: a fused kernel the optimizer did not tile, at short lengths) is generic
+# as plain loops; a larger instance of its bucket stays specialized
+
+
+def _points(block: Block) -> int:
+    """The points ``block`` runs, its nested blocks' included."""
+    inner = sum(_points(s) for s in block.stmts if isinstance(s, Block))
+    return math.prod(ix.range for ix in block.idxs) * max(1, inner)
+
+
+def _local_bytes(block: Block) -> int:
+    """The bytes of ``block``'s per-point locals, its nested blocks' included (a generic kernel
+    allocates those of run-time sizes for ``RUNTIME_LOCALS``: ``codegen.run_time_local``)."""
+    out = 0
+    for r in block.refs:
+        if r.dir is RefDir.NONE and r.from_ is None:
+            extent = 1 + sum((d.size - 1) * d.stride for d in r.shape.dims)
+            out += max(extent, 1) * r.shape.dtype.numpy.itemsize
+    return out + sum(_local_bytes(s) for s in block.stmts if isinstance(s, Block))
+
+
+def _takes(block: Block, sched: Schedule, dts: dict, vector, blocks, epi) -> bool:
+    """Whether the specialized build runs ``block`` as a micro-kernel (``microkernel.kernel_match``;
+    else its plain loops may be generic)."""
+    dims = {r.into: r.shape.dims for r in block.refs}
+    ref_dts = {r.into: dts.get(r.source, r.shape.dtype) for r in block.refs}
+    try:
+        return kernel_match(None, block, dims, ref_dts, sched.split_index, vector, blocks, epi) is not None
+    except Exception:  # noqa: BLE001 - the micro-kernel's analysis refused it: a plain loop then
+        return False
 
 
 def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, features) -> dict[int, Use]:
@@ -326,7 +366,8 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
             continue
         REGISTRY.generated += 1
         texts.append(str(module))
-        made.append((j, key, template, n, symbol, em.stack_bytes, sched, sig))
+        panel = tiles.nv * tiles.width if sig is not None else 1
+        made.append((j, key, template, n, symbol, em.stack_bytes, sched, sig, panel))
     if not made:
         return {}
     text = "\n".join(texts)
@@ -354,11 +395,11 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
     engine.finalize_object()
     keep = (engine, mod)
     uses = {}
-    for j, key, template, n, symbol, stack, sched, sig in made:
+    for j, key, template, n, symbol, stack, sched, sig, panel in made:
         address = engine.get_function_address(symbol)
         bucket = REGISTRY.buckets[key]
         bucket.form = Form(template, n, address, stack, keep, (cache.key, symbol), sched if sig else None,
-                           sig[1] if sig else None)
+                           sig[1] if sig else None, panel)
         bucket.builds += 1
         whole = kernels[j].block if sig is None else (plan.code[j].block, plan.epilogues[j])
         values = symbolic.bind(template, whole)
