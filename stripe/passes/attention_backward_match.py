@@ -200,7 +200,10 @@ def _pointwise(bw: Backward, b: Block, tmps: set[str]) -> bool:
     out = outs[0]
     if out.source not in tmps or out.source in bw.temps | bw.filled or out.shape.dtype not in FLOATS:
         return False
-    scores = {t for t in ch.temps if ch.dims.get(t) == ch.dims[ch.s] and t != ch.e}
+    # the scores the fused kernels hold in registers at the point (S and the score kernels' outputs,
+    # when there are score kernels: run_points registers them)
+    scores = {t for t in ch.temps if ch.dims.get(t) == ch.dims[ch.s] and t not in (ch.e, ch.w)}
+    scores = scores if ch.scores else set()
     env = _Env(dict(bw.bufs), {})
     ranges = {ix.name: ix.range for ix in b.idxs}
     if not _access(bw, env, out, "s", ranges):
