@@ -313,3 +313,15 @@ def test_through_tile_torch_the_backward_is_fused(monkeypatch):
     assert sorted(emitted) == ["dkv", "dq"]
     got = {"DQ": q.grad.numpy(), "DK": k.grad.numpy(), "DV": v.grad.numpy()}
     assert_gradients_close(spec, ins, got, gradient_reference(spec, ins))
+
+
+def test_a_score_derivative_reading_the_weights_is_left_alone():
+    """After score kernels, the kernels from DP back to S's cotangent run point by point in the
+    fused kernels, on the scores they hold in registers: one that reads the weights E (not held)
+    keeps the gradient unfused; the derived one is fused."""
+    spec = Spec(batch=(), rows=5, keys=5, depth=3, width=3, scale_form="score", scale=0.5)
+    src = gradient_source(spec)
+    assert "DS = DSc * 0.5;" in src, src
+    assert planned(run_pass("attention_backward", MAIN, lowered_grad(src, spec), "opencl_cpu"))
+    before = lowered_grad(src.replace("DS = DSc * 0.5;", "DS = DSc * E;"), spec)
+    assert run_pass("attention_backward", MAIN, before, "opencl_cpu") == before
