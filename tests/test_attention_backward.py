@@ -325,3 +325,8 @@ def test_a_score_derivative_reading_the_weights_is_left_alone():
     assert planned(run_pass("attention_backward", MAIN, lowered_grad(src, spec), "opencl_cpu"))
     before = lowered_grad(src.replace("DS = DSc * 0.5;", "DS = DSc * E;"), spec)
     assert run_pass("attention_backward", MAIN, before, "opencl_cpu") == before
+    normalized = replace(spec, normalized=True)  # nor the normalized weights A
+    src = gradient_source(normalized)
+    assert planned(run_pass("attention_backward", MAIN, lowered_grad(src, normalized), "opencl_cpu"))
+    before = lowered_grad(src.replace("DS = DSc * 0.5;", "DS = DSc * A;"), normalized)
+    assert run_pass("attention_backward", MAIN, before, "opencl_cpu") == before
