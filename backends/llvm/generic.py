@@ -65,6 +65,8 @@ class Form:
     schedule: Schedule | None = None  # a product's: the bucket's thread split (``generic_tiles``)
     signature: tuple | None = None  # a product's structure, which every instance shares
     panel: int = 1  # a product's panel width (``NV * W``): the chunks of a split over N
+    # a product's other thread split: its split index -> (address, stack, signature, symbol)
+    other: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -271,18 +273,21 @@ def _product(j: int, kernels, plan, dts: dict, meta: str, uses: dict, todo: list
     form = bucket.form
     if bucket.refused:
         return False
-    if form is not None and sched.split_index != form.schedule.split_index:
-        # the bucket's split index, this kernel's extents; chunks of whole panels over N
-        grain = form.panel if form.schedule.split_index == form.signature[1] else 1
-        sched = replace(form.schedule, ranges=sched.ranges, grain=grain)
     if form is not None:
-        sig = generic_tiles.signature(block, dts, sched.split_index, fill, epi)
-        if sig is None or sig[1] != form.signature:
+        address, stack, want, where = form.address, form.stack, form.signature, form.where
+        if sched.split_index in form.other:  # this kernel's own split: the form's other function
+            address, stack, want, symbol = form.other[sched.split_index]
+            where = (form.where[0], symbol)
+        elif sched.split_index != form.schedule.split_index:
+            # the bucket's split index, this kernel's extents; chunks of whole panels over N
+            grain = form.panel if form.schedule.split_index == form.signature[1] else 1
+            sched = replace(form.schedule, ranges=sched.ranges, grain=grain)
+            sig = generic_tiles.signature(block, dts, sched.split_index, fill, epi)
+        if sig is None or sig[1] != want:
             return True  # another structure at this length: specialized
         values = symbolic.bind(form.template, whole)
         if values is not None:
-            uses[j] = Use(form.address, values, form.stack, False, sched, form.engine, sig[1][-1],
-                          where=form.where)
+            uses[j] = Use(address, values, stack, False, sched, form.engine, sig[1][-1], where=where)
             return True
     if bucket.first is None:
         bucket.first, bucket.fill = whole, fill
@@ -322,6 +327,26 @@ def _local_bytes(block: Block) -> int:
     return out + sum(_local_bytes(s) for s in block.stmts if isinstance(s, Block))
 
 
+def _splits(block: Block, epi, sched: Schedule, sig, dts: dict, panel: int):
+    """A product's thread splits to build: ``sched``'s, then the other of rows and panels (the
+    optimizer's choice between them, ``match.panel_split``, follows the panel count), each with
+    the concrete kernel ``block``'s ``signature`` under it (``sig``'s under ``sched``)."""
+    shape = sig[0]
+    out = [(sched, sig)]
+    pos, rest = sched.split_index, [k for k in sched.order]
+    if shape.r is None or pos not in (shape.v, shape.r):
+        return out
+    if pos == shape.v:  # split over panels: the other splits rows
+        other = replace(sched, order=(shape.r, *(k for k in rest if k != shape.r)), split_at=0, grain=1)
+    else:
+        order = (*(k for k in rest if k != shape.v), shape.v)
+        other = replace(sched, order=order, split_at=len(order) - 1, grain=panel)
+    again = generic_tiles.signature(block, dts, other.split_index, 0, epi)
+    if again is None:
+        return out
+    return [*out, (other, (again[0], (*again[1][:-1], sig[1][-1])))]  # (the fill's flag: ``sig``'s)
+
+
 def _takes(block: Block, sched: Schedule, dts: dict, vector, blocks, epi) -> bool:
     """Whether the specialized build runs ``block`` as a micro-kernel (``microkernel.kernel_match``;
     else its plain loops may be generic)."""
@@ -353,21 +378,37 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
             if sig is None:
                 cg = KernelCodegen(em, 0, generic_info, sched, buffer_dtypes(info, plan.dtypes),
                                    vector, slots=n)
-            else:  # a product: the micro-kernel with the bucket's tiles
+            else:  # a product: the micro-kernel with the bucket's tiles, under each thread split
                 block, epi = template
                 tiles = generic_tiles.plan(block, sig[0], plan.vector, epi is None or epi.partials)
-                cg = generic_tiles.GenericProductCodegen(
-                    em, 0, generic_info, sched, buffer_dtypes(info, plan.dtypes), plan.vector, slots=n,
-                    epilogue=epi, shape=sig[0], tiles=tiles, fresh=sig[1][-1])
-            cg.symbol = symbol
-            cg.build()
+                panel = tiles.nv * tiles.width
+                other = {}
+                dts = buffer_dtypes(info, plan.dtypes)
+                splits = _splits(plan.code[j].block, plan.epilogues[j], sched, sig, dts, panel)
+                for at, (split, shape) in enumerate(splits):
+                    here = symbol if at == 0 else f"{symbol}_s{split.split_index}"
+                    cg = generic_tiles.GenericProductCodegen(
+                        em, 0, replace(generic_info, name=here), split, buffer_dtypes(info, plan.dtypes),
+                        plan.vector, slots=n, epilogue=epi, shape=shape[0],
+                        tiles=generic_tiles.plan(block, shape[0], plan.vector, epi is None or epi.partials),
+                        fresh=shape[1][-1])
+                    cg.symbol = here
+                    stack_before = em.stack_bytes
+                    cg.build()
+                    if at:
+                        other[split.split_index] = (here, em.stack_bytes - stack_before, shape[1])
+                        em.stack_bytes = stack_before
+            if sig is None:
+                cg.symbol = symbol
+                cg.build()
         except symbolic.SlotUsed as e:
             bucket.refused = str(e)
             continue
         REGISTRY.generated += 1
         texts.append(str(module))
-        panel = tiles.nv * tiles.width if sig is not None else 1
-        made.append((j, key, template, n, symbol, em.stack_bytes, sched, sig, panel))
+        if sig is None:
+            panel, other = 1, {}
+        made.append((j, key, template, n, symbol, em.stack_bytes, sched, sig, panel, other))
     if not made:
         return {}
     text = "\n".join(texts)
@@ -395,11 +436,13 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
     engine.finalize_object()
     keep = (engine, mod)
     uses = {}
-    for j, key, template, n, symbol, stack, sched, sig, panel in made:
+    for j, key, template, n, symbol, stack, sched, sig, panel, other in made:
         address = engine.get_function_address(symbol)
         bucket = REGISTRY.buckets[key]
         bucket.form = Form(template, n, address, stack, keep, (cache.key, symbol), sched if sig else None,
                            sig[1] if sig else None, panel)
+        for split, (name, size, want) in other.items():
+            bucket.form.other[split] = (engine.get_function_address(name), size, want, name)
         bucket.builds += 1
         whole = kernels[j].block if sig is None else (plan.code[j].block, plan.epilogues[j])
         values = symbolic.bind(template, whole)
