@@ -46,6 +46,7 @@ from dataclasses import replace
 
 from llvmlite import ir
 
+from backends.llvm.hoist import hoisted, over
 from backends.llvm.inline_blocks import inline_blocks
 from backends.llvm.intrinsics import binary
 from backends.llvm.loops import View, counted_loop, for_range, remainder, smin
@@ -174,6 +175,7 @@ class MicroKernel:
         self.c0 = [self.cg.affine(c, origin, block, "a constraint") for c in block.constraints]
         moving = (s.v, *([s.r] if s.r is not None else []), *s.outer, *s.red)  # every index of range > 1
         self.bounds = {k: bounds.get(k, (i64(0), self.em.num(block.idxs[k].range))) for k in moving}
+        self.hoisted = hoisted(self)  # outer loops run inside the packing (``hoist``)
         free = set(self.bounds)
         rowset = {s.r} if s.r is not None else set()
         # each constraint's level: outer loop position, or reduction level (row ones apart)
@@ -210,6 +212,8 @@ class MicroKernel:
                 self.columns(counters)
                 return
             k = self.s.outer[depth + 1]
+            if k in self.hoisted:
+                return self.outer_level(depth + 1, counters)
             lo, hi = self.bounds[k]
             for_range(self.em, lo, hi, lambda c: self.outer_level(depth + 1, {**counters, k: c}))
 
@@ -270,7 +274,7 @@ class MicroKernel:
                 counted_loop(self.b(), c0, c1, one, nr)
 
             counted_loop(self.b(), c0, c1, lambda v0: panels(v0, lambda v: self.pack(counters, v)), nr)
-            self.over_rows(row_tile)
+            over(self, counters, lambda: self.over_rows(row_tile))
             self.bounds[k0], self.fresh, self.last, self.kbase = saved, fresh, True, None
 
         counted_loop(b, lo, full, columns, nc)
@@ -305,7 +309,7 @@ class MicroKernel:
         if self.s.r is None:
             self.tile(counters, v0, nv, lanes, None, 1)
             return
-        self.over_rows(lambda r0, mr: self.tile(counters, v0, nv, lanes, r0, mr))
+        over(self, counters, lambda: self.over_rows(lambda r0, m: self.tile(counters, v0, nv, lanes, r0, m)))
 
     def tile(self, counters, v0, nv: int, lanes, r0, mr: int) -> None:
         s, b, em = self.s, self.b(), self.em
