@@ -297,6 +297,9 @@ def microkernel_sums(mk, base: dict) -> None:
     most = -(-ranges[0] // step) if known else 1 if mk.kbase is not None else RUNTIME_CHUNKS
     saved = mk.slots
     width = sum(len(row) for row in saved)
+    if most == 1 and not known:  # a generic kernel's K block: its one chunk added as it is (the
+        _one_chunk(mk, base, saved, width)  # cascade's total of one partial is that partial)
+        return
     cascade = Cascade(em, mk.vt, width, most)  # (bounds within the range)
     cascade.reset()
     partials = em.alloca(mk.vt, width)  # one array: SROA keeps its constant-index elements in registers
@@ -320,6 +323,27 @@ def microkernel_sums(mk, base: dict) -> None:
         total = cascade.total(e)
         b = em.builder
         b.store(b.fadd(b.load(acc, typ=mk.vt), total, flags=("reassoc",)), acc)
+
+
+def _one_chunk(mk, base: dict, saved, width: int) -> None:
+    """``mk``'s reduction (its bounds one K block) into fresh accumulators, then added to the
+    tile's: what a ``Cascade`` of one partial adds (``-0.0 + p`` is ``p``), without its loops."""
+    em = mk.em
+    zero = ir.Constant(mk.vt, [-0.0] * mk.width)
+    partials = em.alloca(mk.vt, width)  # one array: SROA keeps its constant-index elements in registers
+    fresh, e = [], 0
+    for row in saved:
+        fresh.append([em.builder.gep(partials, [i64(e + n)], inbounds=True, source_etype=mk.vt)
+                      for n in range(len(row))])
+        e += len(row)
+    for slot in (s for row in fresh for s in row):
+        em.builder.store(zero, slot)
+    mk.slots = fresh
+    mk.red_level(0, base, None)
+    mk.slots = saved
+    b = em.builder
+    for acc, part in zip((s for row in saved for s in row), (s for row in fresh for s in row)):
+        b.store(b.fadd(b.load(acc, typ=mk.vt), b.load(part, typ=mk.vt), flags=("reassoc",)), acc)
 
 
 __all__ = ["Cascade", "SumBlocks", "chunked", "microkernel_sums", "plan_sums", "sum_in_blocks"]
