@@ -16,6 +16,7 @@ from backends.llvm import generic, generic_tiles
 from bench.compile_time import ATTENTION, MATMUL
 
 pytestmark = pytest.mark.usefixtures("private_cache")
+OTHER_SPLIT = 1  # builds a product may take after its template: its other thread split
 
 # 1, M < MR, primes, one past a panel (64 floats) and past a K block (128 points), two K blocks and
 # a partial third, the panels' and rows' edges
@@ -61,9 +62,10 @@ def test_integer_products_match_the_interpreter_with_one_build(shape):
         np.testing.assert_array_equal(exe(a, b)["C"], ref(a, b)["C"], err_msg=f"{shape} at {n}")
         generated.append(generic.REGISTRY.generated)
     # the first length is specialized, the second builds the templates (the product and its zero
-    # fill); lengths of 1 (a dimension dropped) are other kernels, built specialized
+    # fill); lengths of 1 (a dimension dropped) are other kernels, built specialized; the product
+    # under its other thread split (rows or panels) is built when a length's schedule asks for it
     assert generated[0] == 0 and generated[1] >= 1
-    assert generated[-1] == generated[1], f"lengths after the second generated code: {generated}"
+    assert generated[-1] - generated[1] <= OTHER_SPLIT, f"later lengths generated code: {generated}"
     assert _products(exe, a, b) == 1 and _info(exe, a, b)["built"] == 0
 
 
@@ -134,7 +136,7 @@ def test_attention_products_are_generic_and_exact():
         tol = 8 * (n + 8) * np.finfo(np.float32).eps * float(np.abs(want).max())
         np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg=f"S={n}")
         counts.append(generic.REGISTRY.generated)
-    assert counts[-1] == counts[1], f"a length after the second generated code: {counts}"
+    assert counts[-1] - counts[1] <= 2 * OTHER_SPLIT, f"a length after the second generated code: {counts}"
     assert _products(exe, q, k, r, v) == 2
 
 
@@ -172,7 +174,7 @@ def test_torch_dynamic_products_forward_and_backward():
         for got, want in ((c, c2), (a.grad, a2.grad), (b.grad, b2.grad)):  # integers: exact
             torch.testing.assert_close(got.detach(), want, rtol=0, atol=0)
         counts.append(generic.REGISTRY.generated)
-    assert counts[-1] == counts[3], f"lengths after the first few generated code: {counts}"
+    assert counts[-1] - counts[3] <= 3 * OTHER_SPLIT, f"lengths after the first few generated code: {counts}"
     assert _product_forms() >= 2, "the forward's product and the backward's two are generic"
 
 
@@ -197,7 +199,7 @@ def test_other_products_generic_and_exact(src, shapes):
         args = [_ints(s, n + i) for i, s in enumerate(shapes(n))]
         np.testing.assert_array_equal(exe(*args)["O"], ref(*args)["O"], err_msg=f"at {n}")
         generated.append(generic.REGISTRY.generated)
-    assert generated[-1] == generated[1] and _products(exe, *args) == 1
+    assert generated[-1] - generated[1] <= OTHER_SPLIT and _products(exe, *args) == 1
 
 
 def _attention_inputs(n: int) -> list[np.ndarray]:

@@ -65,7 +65,8 @@ class Form:
     schedule: Schedule | None = None  # a product's: the bucket's thread split (``generic_tiles``)
     signature: tuple | None = None  # a product's structure, which every instance shares
     panel: int = 1  # a product's panel width (``NV * W``): the chunks of a split over N
-    # a product's other thread split: its split index -> (address, stack, signature, symbol)
+    # a product's function under another thread split (rows or panels, built when a kernel's own
+    # schedule first asks for it): split index -> (address, stack, signature, engine, where)
     other: dict = field(default_factory=dict)
 
 
@@ -235,7 +236,7 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> dict[int, 
             template = symbolic.unify(base, info.block)
             if template is None or symbolic.slots(template) == 0:
                 continue  # the same integers (or another structure): built specialized
-            todo.append((j, key, template, sched, None))
+            todo.append((j, key, template, sched, None, False))
         if todo:
             uses.update(_build(kernels, plan, todo, vector, opt, unroll, settings, cpu, features))
     for pair in paired:  # ``codegen.generate`` builds a zero fill with the next kernel: both or neither
@@ -267,7 +268,7 @@ def _product(j: int, kernels, plan, dts: dict, meta: str, uses: dict, todo: list
     sig = generic_tiles.signature(block, dts, sched.split_index, fill, epi)
     if sig is None or not _takes(block, sched, dts, plan.vector, plan.blocks[j], epi):
         return False
-    whole = (block, epi)  # what the template covers: the flat GEMM and its fused epilogue
+    whole = (block, _canonical(epi))  # what the template covers: the flat GEMM and its fused epilogue
     key = "\n".join(["tiles", symbolic.erased(whole), repr(code.buffers), repr(sorted(dts.items())), meta])
     bucket = REGISTRY.buckets.setdefault(key, Bucket())
     form = bucket.form
@@ -275,19 +276,22 @@ def _product(j: int, kernels, plan, dts: dict, meta: str, uses: dict, todo: list
         return False
     if form is not None:
         address, stack, want, where = form.address, form.stack, form.signature, form.where
+        keep = form.engine
+        values = symbolic.bind(form.template, whole)
         if sched.split_index in form.other:  # this kernel's own split: the form's other function
-            address, stack, want, symbol = form.other[sched.split_index]
-            where = (form.where[0], symbol)
+            address, stack, want, keep, where = form.other[sched.split_index]
         elif sched.split_index != form.schedule.split_index:
-            # the bucket's split index, this kernel's extents; chunks of whole panels over N
+            if values is not None and sig[1][:-2] == want[:-2]:
+                todo.append((j, key, form.template, sched, sig, True))  # the other split: built now
+                return True
+            # the form's split index, this kernel's extents (a widening below builds under it)
             grain = form.panel if form.schedule.split_index == form.signature[1] else 1
             sched = replace(form.schedule, ranges=sched.ranges, grain=grain)
             sig = generic_tiles.signature(block, dts, sched.split_index, fill, epi)
         if sig is None or sig[1] != want:
             return True  # another structure at this length: specialized
-        values = symbolic.bind(form.template, whole)
         if values is not None:
-            uses[j] = Use(address, values, stack, False, sched, form.engine, sig[1][-1], where=where)
+            uses[j] = Use(address, values, stack, False, sched, keep, sig[1][-1], where=where)
             return True
     if bucket.first is None:
         bucket.first, bucket.fill = whole, fill
@@ -301,7 +305,7 @@ def _product(j: int, kernels, plan, dts: dict, meta: str, uses: dict, todo: list
     template = symbolic.unify(base, whole)
     if template is None or symbolic.slots(template) == 0 or (first is not None and first[1] != sig[1]):
         return True
-    todo.append((j, key, template, sched, sig))
+    todo.append((j, key, template, sched, sig, False))
     return True
 
 
@@ -327,24 +331,16 @@ def _local_bytes(block: Block) -> int:
     return out + sum(_local_bytes(s) for s in block.stmts if isinstance(s, Block))
 
 
-def _splits(block: Block, epi, sched: Schedule, sig, dts: dict, panel: int):
-    """A product's thread splits to build: ``sched``'s, then the other of rows and panels (the
-    optimizer's choice between them, ``match.panel_split``, follows the panel count), each with
-    the concrete kernel ``block``'s ``signature`` under it (``sig``'s under ``sched``)."""
-    shape = sig[0]
-    out = [(sched, sig)]
-    pos, rest = sched.split_index, [k for k in sched.order]
-    if shape.r is None or pos not in (shape.v, shape.r):
-        return out
-    if pos == shape.v:  # split over panels: the other splits rows
-        other = replace(sched, order=(shape.r, *(k for k in rest if k != shape.r)), split_at=0, grain=1)
-    else:
-        order = (*(k for k in rest if k != shape.v), shape.v)
-        other = replace(sched, order=order, split_at=len(order) - 1, grain=panel)
-    again = generic_tiles.signature(block, dts, other.split_index, 0, epi)
-    if again is None:
-        return out
-    return [*out, (other, (again[0], (*again[1][:-1], sig[1][-1])))]  # (the fill's flag: ``sig``'s)
+def _canonical(epi):
+    """``epi`` (a ``tile_epilogue.Epilogue``) with its accumulator's sizes 1: they are the nest's
+    tile (32 at S = 25, 64 at 33), which the micro-kernel's epilogue never reads (it reads its own
+    scratch tile), and would widen a template for nothing."""
+    if epi is None:
+        return None
+    acc = epi.acc
+    one = replace(acc, shape=replace(acc.shape, dims=tuple(replace(d, size=1) for d in acc.shape.dims)))
+    refs = tuple(one if r.into == acc.into else r for r in epi.block.refs)
+    return replace(epi, block=replace(epi.block, refs=refs), acc=one)
 
 
 def _takes(block: Block, sched: Schedule, dts: dict, vector, blocks, epi) -> bool:
@@ -362,7 +358,7 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
     """Generate each template in its own module (a refused one leaves nothing behind), link them
     into one, optimize and load it; record the forms."""
     texts, made = [], []
-    for j, key, template, sched, sig in todo:
+    for j, key, template, sched, sig, variant in todo:
         info = kernels[j] if sig is None else plan.code[j]
         module = ir.Module(name="tile_generic")
         module.triple, module.data_layout = plan.triple, plan.layout
@@ -382,33 +378,19 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
                 block, epi = template
                 tiles = generic_tiles.plan(block, sig[0], plan.vector, epi is None or epi.partials)
                 panel = tiles.nv * tiles.width
-                other = {}
-                dts = buffer_dtypes(info, plan.dtypes)
-                splits = _splits(plan.code[j].block, plan.epilogues[j], sched, sig, dts, panel)
-                for at, (split, shape) in enumerate(splits):
-                    here = symbol if at == 0 else f"{symbol}_s{split.split_index}"
-                    cg = generic_tiles.GenericProductCodegen(
-                        em, 0, replace(generic_info, name=here), split, buffer_dtypes(info, plan.dtypes),
-                        plan.vector, slots=n, epilogue=epi, shape=shape[0],
-                        tiles=generic_tiles.plan(block, shape[0], plan.vector, epi is None or epi.partials),
-                        fresh=shape[1][-1])
-                    cg.symbol = here
-                    stack_before = em.stack_bytes
-                    cg.build()
-                    if at:
-                        other[split.split_index] = (here, em.stack_bytes - stack_before, shape[1])
-                        em.stack_bytes = stack_before
-            if sig is None:
-                cg.symbol = symbol
-                cg.build()
+                cg = generic_tiles.GenericProductCodegen(
+                    em, 0, generic_info, sched, buffer_dtypes(info, plan.dtypes), plan.vector, slots=n,
+                    epilogue=epi, shape=sig[0], tiles=tiles, fresh=sig[1][-1])
+            cg.symbol = symbol
+            cg.build()
         except symbolic.SlotUsed as e:
             bucket.refused = str(e)
             continue
         REGISTRY.generated += 1
         texts.append(str(module))
         if sig is None:
-            panel, other = 1, {}
-        made.append((j, key, template, n, symbol, em.stack_bytes, sched, sig, panel, other))
+            panel = 1
+        made.append((j, key, template, n, symbol, em.stack_bytes, sched, sig, panel, variant))
     if not made:
         return {}
     text = "\n".join(texts)
@@ -436,15 +418,20 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
     engine.finalize_object()
     keep = (engine, mod)
     uses = {}
-    for j, key, template, n, symbol, stack, sched, sig, panel, other in made:
+    for j, key, template, n, symbol, stack, sched, sig, panel, variant in made:
         address = engine.get_function_address(symbol)
         bucket = REGISTRY.buckets[key]
+        if variant:  # a product's form under another thread split (``_product``)
+            fresh = bool(sig[1][-1])
+            where = (cache.key, symbol)
+            bucket.form.other[sched.split_index] = (address, stack, sig[1], keep, where)
+            values = symbolic.bind(template, (plan.code[j].block, _canonical(plan.epilogues[j])))
+            uses[j] = Use(address, values, stack, True, sched, keep, fresh, where=where)
+            continue
         bucket.form = Form(template, n, address, stack, keep, (cache.key, symbol), sched if sig else None,
                            sig[1] if sig else None, panel)
-        for split, (name, size, want) in other.items():
-            bucket.form.other[split] = (engine.get_function_address(name), size, want, name)
         bucket.builds += 1
-        whole = kernels[j].block if sig is None else (plan.code[j].block, plan.epilogues[j])
+        whole = kernels[j].block if sig is None else (plan.code[j].block, _canonical(plan.epilogues[j]))
         values = symbolic.bind(template, whole)
         assert values is not None and len(values) == n, "a template binds the kernel it was made from"
         uses[j] = Use(address, values, stack, True, sched, keep, bool(sig and sig[1][-1]),
