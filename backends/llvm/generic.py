@@ -26,7 +26,8 @@ Results are those of the kernel the template is instantiated at, only the intege
 time: a generic kernel is exact wherever the specialized one is.
 
 Generic modules are kept per process (``REGISTRY``) and their object code in the disk cache, keyed
-by their IR text.
+by their IR text; a library's generic functions are named in its program-cache snapshot
+(``Use.saved``) and loaded again from the object cache by ``restored``.
 """
 
 from __future__ import annotations
