@@ -49,8 +49,11 @@ class Lane:
         self._fixed = tuple(temps.values())
         tail = base + len(outputs)
         slot.update({name: tail + i for i, name in enumerate(temps)})
-        self._plan = [(launchers[k], picker(tuple(slot[n] for n in program._params[k])))
-                      for k in program._order if k not in skip]  # (the runner's order: none built empty)
+        run = [k for k in program._order if k not in skip]  # (the runner's order: none built empty)
+        self._plan = [(launchers[k], picker(tuple(slot[n] for n in program._params[k]))) for k in run]
+        self.native = False  # the plan is one native call (``_one_call``)
+        if len(run) > 1:
+            self._one_call([program.kernels[k] for k in run], tail + len(temps))
         zero_out = program.zeroed | program._zero_once
         self.zeroed_outputs = tuple(o in zero_out for o in outputs)
         self.output_types = [(tuple(program.buffers[o].sizes), program.buffers[o].dtype) for o in outputs]
@@ -59,6 +62,21 @@ class Lane:
         self._mark: list | None = None
         self._stream = None
         self._host = self.executor.raw_host
+
+    def _one_call(self, kernels: list, count: int) -> None:
+        """Where the executor can run the kernels as one native call (``raw_sequence``: on
+        ``llvm_cpu``, every kernel one chunk on this thread), the plan becomes that call: one
+        foreign call a run instead of a table fill and a call per kernel (about 1 us each; an
+        exported transformer block runs 33). The kernels, their order and their buffers are the
+        plan's, so the results are its bits."""
+        make = getattr(self.executor, "raw_sequence", None)
+        if make is None:
+            return
+        positions = tuple(range(count))
+        one = make(kernels, [pick(positions) for _, pick in self._plan], count)
+        if one is not None:
+            self._plan = [(one, _whole)]
+            self.native = True
 
     @classmethod
     def of(cls, program: CompiledProgram, inputs: Sequence[str | None],
@@ -128,6 +146,10 @@ class Lane:
                 self._stream = stream
             program._last = mark
         return True
+
+
+def _whole(addresses):
+    return addresses
 
 
 def copies(program: CompiledProgram, inputs: Sequence[str | None], outputs: Sequence[str]) -> dict:

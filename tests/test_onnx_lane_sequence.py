@@ -9,7 +9,7 @@ import pytest
 
 onnx = pytest.importorskip("onnx", reason="tile.onnx needs the onnx package (pip install -e '.[onnx]')")
 
-import tile.onnx.lane as onnx_lane  # noqa: E402
+from backends.lane import Lane  # noqa: E402
 from backends.llvm.sequence import NativeSequence  # noqa: E402
 from tests.test_onnx_lane import expected, model  # noqa: E402
 from tile.onnx.backend import Backend  # noqa: E402
@@ -30,7 +30,7 @@ def test_the_lane_runs_its_kernels_as_one_native_call(monkeypatch):
     plan = _lane(rep).lane._plan
     assert len(plan) == 1 and isinstance(plan[0][0], NativeSequence)
     assert len(_lane(rep).lane.program._order) > 1  # (several kernels behind the one call)
-    monkeypatch.setattr(onnx_lane, "_one_call", lambda *a: None)  # the same model, kernel by kernel
+    monkeypatch.setattr(Lane, "_one_call", lambda *a: None)  # the same model, kernel by kernel
     per_kernel = Backend.prepare(m, "llvm_cpu.0", settings={"threads": 1})
     per_kernel.run([xs[0]])
     assert len(_lane(per_kernel).lane._plan) > 1

@@ -205,3 +205,21 @@ def test_copies_that_move_or_convert_values_still_run(no_general_path):
     xd.grad = None
     cast(xd).backward(torch.full((4,), 3.0))
     assert xd.grad.dtype == torch.float64 and torch.equal(xd.grad, torch.full((4,), 3.0, dtype=torch.float64))
+
+
+def test_a_lane_of_several_kernels_is_one_native_call(no_general_path):
+    """A matmul's backward (two products) on one thread: one native call (``Lane._one_call``) with
+    the kernel-by-kernel plan's results."""
+    mm = tt.op(MATMUL, name="lane_mm_native", settings={"threads": 1})
+    a, b = ints(6, 5).requires_grad_(), ints(5, 4, seed=1).requires_grad_()
+    g = ints(6, 4, seed=2)
+    mm(a, b).backward(g)
+    lane = _grad_lane(mm)
+    assert lane.lane.native and len(lane.lane._plan) == 1
+    assert len(lane.lane.program._order) > 1
+    no_general_path()
+    for seed in range(3):
+        a = ints(6, 5, seed=seed + 3).requires_grad_()
+        b = ints(5, 4, seed=seed + 7).requires_grad_()
+        mm(a, b).backward(g)
+        assert torch.equal(a.grad, g @ b.detach().t()) and torch.equal(b.grad, a.detach().t() @ g)

@@ -72,7 +72,6 @@ class OnnxLane:
         lane = Lane.of(program, list(program.inputs), names)
         if lane is None:
             return None
-        _one_call(lane, program, len(program.inputs) + len(names))
         return cls(lane, feeds, names, keep)
 
     def __call__(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
@@ -104,27 +103,6 @@ def _address(arr: np.ndarray) -> int:
         return ctypes.addressof(ctypes.c_char.from_buffer(arr))
     except (TypeError, ValueError):
         return arr.__array_interface__["data"][0]
-
-
-def _one_call(lane: Lane, program, outer: int) -> None:
-    """Where the executor can run a lane's kernels as one native call (``raw_sequence``: on
-    ``llvm_cpu``, every kernel one chunk on this thread), its plan becomes that call: one foreign
-    call a run instead of a table fill and a call per kernel (about 1 us each; the exported
-    transformer block runs 33). The kernels, their order and their buffers are the plan's."""
-    make = getattr(program.device.executor, "raw_sequence", None)
-    plan = lane._plan
-    if make is None or len(plan) != len(program._order):
-        return  # (a kernel the lane leaves out: keep its own plan)
-    count = outer + len(lane._fixed)
-    positions = tuple(range(count))
-    slots = [pick(positions) for _, pick in plan]  # each kernel's places among a call's addresses
-    one = make([program.kernels[k] for k in program._order], slots, count)
-    if one is not None:
-        lane._plan = [(one, _whole)]
-
-
-def _whole(addresses):
-    return addresses
 
 
 __all__ = ["OnnxLane"]
