@@ -30,6 +30,8 @@ from stripe.lower import writes_every_element
 from stripe.passes.transpose import copy_of
 from tile.tensor import Tensor
 
+NATIVE_AFTER = 8  # calls of a lane of several kernels before its native call is built
+
 
 class Lane:
     """``program``'s kernels on raw addresses of its inputs (``inputs``, in the caller's order; a
@@ -52,8 +54,10 @@ class Lane:
         run = [k for k in program._order if k not in skip]  # (the runner's order: none built empty)
         self._plan = [(launchers[k], picker(tuple(slot[n] for n in program._params[k]))) for k in run]
         self.native = False  # the plan is one native call (``_one_call``)
-        if len(run) > 1:
-            self._one_call([program.kernels[k] for k in run], tail + len(temps))
+        # (kernels, addresses) for ``_one_call`` once the lane has run ``NATIVE_AFTER`` times: a
+        # lane used once or twice (a new length in a loop over shapes) pays no 5 ms build
+        self._native_later = ([program.kernels[k] for k in run], tail + len(temps)) if len(run) > 1 else None
+        self._calls = 0
         zero_out = program.zeroed | program._zero_once
         self.zeroed_outputs = tuple(o in zero_out for o in outputs)
         self.output_types = [(tuple(program.buffers[o].sizes), program.buffers[o].dtype) for o in outputs]
@@ -120,6 +124,11 @@ class Lane:
             with program._lock:
                 if not ex.raw_ready():
                     return False
+                if self._native_later is not None:
+                    self._calls += 1
+                    if self._calls >= NATIVE_AFTER:
+                        self._one_call(*self._native_later)
+                        self._native_later = None
                 if program._last:
                     ex.raw_after(program._last, None)
                     program._last = []
@@ -223,4 +232,4 @@ def resident_call(program: CompiledProgram, inputs: Mapping, out: Mapping) -> di
     return {name: out[name] for name in program.outputs}
 
 
-__all__ = ["Lane", "copies", "resident_call"]
+__all__ = ["NATIVE_AFTER", "Lane", "copies", "resident_call"]

@@ -7,6 +7,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="tile.torch needs PyTorch")
 tt = pytest.importorskip("tile.torch", reason="tile.torch needs PyTorch")
 
+from backends.lane import NATIVE_AFTER  # noqa: E402
 from backends.runner import CompiledProgram  # noqa: E402
 from tile.torch_lane import TorchLane, signature  # noqa: E402
 
@@ -215,6 +216,9 @@ def test_a_lane_of_several_kernels_is_one_native_call(no_general_path):
     g = ints(6, 4, seed=2)
     mm(a, b).backward(g)
     lane = _grad_lane(mm)
+    assert not lane.lane.native  # (built only once the lane has run NATIVE_AFTER times)
+    for _ in range(NATIVE_AFTER):
+        mm(a, b).backward(g)
     assert lane.lane.native and len(lane.lane._plan) == 1
     assert len(lane.lane.program._order) > 1
     no_general_path()
@@ -223,3 +227,20 @@ def test_a_lane_of_several_kernels_is_one_native_call(no_general_path):
         b = ints(5, 4, seed=seed + 7).requires_grad_()
         mm(a, b).backward(g)
         assert torch.equal(a.grad, g @ b.detach().t()) and torch.equal(b.grad, a.detach().t() @ g)
+
+
+def test_a_loss_sums_broadcast_cotangent_takes_the_backward_lane(no_general_path):
+    """``op(x).sum().backward()`` hands the backward a cotangent of stride 0 (one value broadcast):
+    the lane copies it contiguous, as the general path does, instead of leaving every such
+    backward to the general path."""
+    mm = tt.op(MATMUL, name="lane_mm_sum")
+    a, b = ints(4, 6).requires_grad_(), ints(6, 5, seed=1).requires_grad_()
+    mm(a, b).sum().backward()  # the general path, both directions
+    assert isinstance(_grad_lane(mm), TorchLane)
+    no_general_path()
+    for seed in range(3):
+        a = ints(4, 6, seed=seed + 3).requires_grad_()
+        b = ints(6, 5, seed=seed + 7).requires_grad_()
+        (mm(a, b) * 1).sum().backward() if seed == 0 else mm(a, b).sum().backward()
+        ones = torch.ones(4, 5)
+        assert torch.equal(a.grad, ones @ b.detach().t()) and torch.equal(b.grad, a.detach().t() @ ones)

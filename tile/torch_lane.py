@@ -9,9 +9,10 @@ no ``tile.Tensor``, no events: what is left of a call is a dictionary lookup, a 
 and a launch per kernel.
 
 Only the devices whose executors launch on raw addresses have lanes (``llvm_cpu.N`` for CPU
-tensors, ``cuda.N`` for CUDA tensors). A call takes the general path instead where a tensor is not
-contiguous, two inputs share memory, a cotangent is missing, or the device has general work queued;
-``TILE_DEBUG`` turns lanes off (it reports the general path's work).
+tensors, ``cuda.N`` for CUDA tensors). A strided tensor is copied contiguous first, as the general
+path copies it. A call takes the general path instead where two inputs share memory, a cotangent
+is missing, or the device has general work queued; ``TILE_DEBUG`` turns lanes off (it reports the
+general path's work).
 """
 
 from __future__ import annotations
@@ -73,8 +74,10 @@ class TorchLane:
         if self._every:  # (the common case, lean: a 1-element call is mostly this)
             pointers = []
             for t in tensors:
-                if t is None or not t.is_contiguous():
+                if t is None:
                     return None
+                if not t.is_contiguous():
+                    return self._contiguous(tensors)
                 pointers.append(t.data_ptr())
             if not self._single and len(set(pointers)) != len(pointers):
                 return None
@@ -86,7 +89,7 @@ class TorchLane:
                     return None  # a missing cotangent the program reads: zeros, on the general path
                 pointers.append(0)
             elif not t.is_contiguous():
-                return None
+                return self._contiguous(tensors)
             else:
                 p = t.data_ptr()
                 pointers.append(p)
@@ -94,6 +97,12 @@ class TorchLane:
         if len(present) > 1 and len(set(present)) != len(present):
             return None  # two tensors at one address: the general path copies
         return self._run(tensors, pointers)
+
+    def _contiguous(self, tensors) -> list[torch.Tensor] | None:
+        """The call with each strided tensor copied contiguous first (``loss.sum().backward()``'s
+        cotangent is one value broadcast: stride 0), as the general path would copy it; the
+        copies live through the launches (CUDA: on the stream they were made on)."""
+        return self([t if t is None or t.is_contiguous() else t.contiguous() for t in tensors])
 
     def _run(self, tensors, pointers: list[int]) -> list[torch.Tensor] | None:
         outs = [make(shape, dtype=dtype, device=device) if like is None
@@ -116,14 +125,13 @@ def through_lane(lanes: dict, slot: tuple, tensors) -> list[torch.Tensor] | None
 def learn(op, lanes: dict, slot: tuple, tensors, wrt, to_numpy, to_torch) -> None:
     """Keep in ``lanes[slot]`` the lane of ``op`` (a ``tile.torch.TorchOp``) for a signature whose
     general call just ran (``wrt``: its backward's, ``tensors`` the inputs then the cotangents), or
-    None where it has none: a device without raw calls, a tensor not contiguous, a cotangent of
-    another type than its output (the general path converts it). ``to_numpy``/``to_torch`` map
-    dtypes."""
+    None where it has none: a device without raw calls, a cotangent of another type than its
+    output (the general path converts it). ``to_numpy``/``to_torch`` map dtypes."""
     if len(lanes) >= LANES_KEPT:  # (kept none: the general path from now on)
         return
     lane = None
     live = [t for t in tensors if t is not None]
-    if live and all(t.is_contiguous() for t in live):
+    if live:  # (a strided tensor: the lane copies it contiguous, as the general path does)
         device = live[0].device
         cpu = device.type == "cpu" and op._in_place
         tile_device = op._in_place if cpu else op._where(live)[0]
