@@ -49,6 +49,8 @@ _LIBM = {
     "atanh": "atanh",
 }
 _LLVM_UNARY = {"sqrt": "llvm.sqrt", "floor": "llvm.floor", "ceil": "llvm.ceil"}
+# the builtins computed by a function of tens of operations a value (libm's, ``vmath``'s, ``pow``)
+TRANSCENDENTAL = frozenset(_LIBM) | {"pow", "sigmoid"}
 SUPPORTED = frozenset(
     {*_CMP, *CASTS, *_LIBM, *_LLVM_UNARY, "round", "sigmoid", "pow", "cond", "bit_left", "bit_right"}
     | {"mod", "recip", "round_tf32"}
