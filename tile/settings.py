@@ -34,7 +34,7 @@ KNOWN: dict[str, str] = {
     "opt": "LLVM's optimisation level (0-3, default 3)",
     "unroll": "whether LLVM unrolls loops (default: at opt 2 and above)",
     "generic": "True: kernels read their extents at run time, one build per bucket (backends.llvm.generic)",
-    "generic_products": "True (with generic): contractions too, as plain loops (pair with tiled=False)",
+    "generic_products": "True (with generic): products as plain loops, not micro-kernels (with tiled=False)",
     "reorder": "False keeps the plain loops' order of float sums (no reassociation)",
     "parallel": "False runs every kernel on one thread",
     "inline": "False calls each kernel's body instead of inlining it",
