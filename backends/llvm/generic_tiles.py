@@ -225,6 +225,24 @@ class GenericMicroKernel(MicroKernel):
         return out
 
 
+    def columns(self, counters: dict[int, ir.Value]) -> None:
+        """``MicroKernel.columns`` with the columns past the whole panels as masked vectors only
+        (the last one partial): one tail path, not a path of whole single vectors and a masked
+        one (a generic kernel keeps every path; on AVX-512 a masked vector moves as fast)."""
+        lo, hi = self.bounds[self.s.v]
+        if self.blocking:
+            end = self.blocked(counters, lo, hi)
+        else:
+            body = lambda v0: self.rows(counters, v0, self.nv, None)  # noqa: E731
+            end = counted_loop(self.b(), lo, hi, body, self.nv * self.width, whole=True)
+
+        def vector(v0: ir.Value) -> None:
+            b = self.b()
+            self.tail = smin(b, b.sub(hi, v0), i64(self.width))
+            self.rows(counters, v0, 1, self.lane_mask(self.tail))
+
+        counted_loop(self.b(), end, hi, vector, self.width)
+
     def rows(self, counters, v0: ir.Value, nv: int, lanes: ir.Value | None) -> None:
         """The columns past the whole panels (``MicroKernel.columns``' single and masked vectors)
         in the K blocks of the panels too, so that every element gets its sum block by block (its
