@@ -5,11 +5,13 @@ micro-kernel (``microkernel``) takes has decisions that read its extents: the ve
 vectors per tile row (``NV``), the rows per tile (``MR``), whether a panel of B is packed, and the
 cache blocks of K and N. Here those are fixed per bucket by a rule that reads only the integers
 the bucket's template holds fixed (``Tiles``, from ``plan``): a varying N gets ``NV = 4``, a varying
-M ``MR = ACC_BUDGET // NV``, a varying K blocks of ``INLINE_SCRATCH`` packed bytes (``Kc`` points,
-the same at every length); a known one is decided as ``microkernel`` decides it. Everything else
-comes at run time: the count of whole row tiles and panels, the rows past the last whole tile
-(one tile per power of two of their count), the columns past the last whole panel and the masked
-last vector, the K blocks and the last partial one, the strides of every operand.
+M ``MR = ACC_BUDGET // NV``, a varying K blocks of at most ``INLINE_SCRATCH`` packed bytes, a
+whole multiple of ``K_ROUND`` points (the same at every length); a known one is decided as
+``microkernel`` decides it. Everything else comes at run time: the count of whole row tiles and
+panels, the rows past the last whole tile (one tile per power of two of their count), the columns
+past the last whole panel (masked vectors, the last one partial: ``GenericMicroKernel.columns``),
+the K blocks and the last partial one (the column tail runs in the same blocks), the strides of
+every operand. The thread split is the kernel's own (``generic``: a form per split index).
 
 **What is structural.** Which index is the vector, the row, the other owned ones and the
 reductions, and whether each operand's coefficient along an index is 0, 1 or another value
