@@ -265,3 +265,21 @@ def test_short_attention_lengths_with_run_time_locals():
     assert sum(made) <= 8, f"the fused kernel generated code at {sum(made)} of {len(lengths)} lengths"
     forms = [b.form.template for b in generic.REGISTRY.buckets.values() if b.form is not None]
     assert any(_has_run_time_local(t) for t in forms)
+
+
+def test_generic_products_on_the_lane():
+    """Repeated calls at one length run on ``tile.torch``'s lane (its native call after 8 runs),
+    which passes each generic kernel its extents after its buffers: still exact."""
+    torch = pytest.importorskip("torch", reason="tile.torch needs PyTorch")
+    import tile.torch as tt
+
+    op = tt.op(MATMUL, name="generic_products_lane", dynamic=True, settings={"cache": False})
+    for n in (40, 50, 77):
+        for _ in range(12):
+            a = torch.randint(-3, 4, (n, n + 1), dtype=torch.float32, requires_grad=True)
+            b = torch.randint(-3, 4, (n + 1, n), dtype=torch.float32, requires_grad=True)
+            c = op(a, b)
+            c.sum().backward()
+            torch.testing.assert_close(c.detach(), a.detach() @ b.detach(), rtol=0, atol=0)
+            torch.testing.assert_close(b.grad, a.detach().T @ torch.ones(n, n), rtol=0, atol=0)
+    assert _product_forms() >= 1
