@@ -66,27 +66,44 @@ class AttentionConfig:
 @register("attention", AttentionConfig, reorders=True)
 def attention(program: Block, cfg: AttentionConfig, hw: Hardware) -> Block:
     """Makes every attention chain of the module docstring one planned ``attention`` block."""
+    local_bytes = local_memory(hw)
+    return fuse_runs(
+        program, cfg.reqs, lambda stmts, k, block, tmps: chain_at(stmts, k, block, tmps, cfg.max_depth),
+        lambda ch, run, block: ([_container(ch, run, block, cfg, local_bytes)], ch.temps),
+    )
+
+
+def local_memory(hw: Hardware) -> int:
+    """The bytes of local memory a work-group may use (48 KiB where the hardware says none)."""
+    return hw.mem_bytes("LOCAL") if "LOCAL" in hw.mem_units else 48 * 1024
+
+
+def fuse_runs(program: Block, reqs, find, make) -> Block:
+    """``program`` with each run of kernels in ``reqs``' blocks that ``find(stmts, k, block, tmps)``
+    matches from ``k`` (``(match, end)``, or None; ``tmps``: the program's temporaries) replaced by
+    the blocks of ``make(match, run, block)`` (``(blocks, names)``), the temporaries ``names`` no
+    longer declared: the attention passes' walk."""
     tmps = {r.into for r in program.refs if "tmp" in r.tags and not {"input", "output"} & r.tags}
-    local_bytes = hw.mem_bytes("LOCAL") if "LOCAL" in hw.mem_units else 48 * 1024
     gone: set[str] = set()
 
     def visit(block: Block, ctx: Context) -> Block | None:
         stmts, out, k, changed = block.stmts, [], 0, False
         while k < len(stmts):
-            got = chain_at(stmts, k, block, tmps, cfg.max_depth)
+            got = find(stmts, k, block, tmps)
             if got is None:
                 out.append(stmts[k])
                 k += 1
                 continue
-            chain, end = got
-            out.append(_container(chain, stmts[k:end], block, cfg, local_bytes))
-            gone.update(chain.temps)
+            match, end = got
+            blocks, names = make(match, stmts[k:end], block)
+            out.extend(blocks)
+            gone.update(names)
             k, changed = end, True
         if not changed:
             return None
         return replace(block, stmts=tuple(out), refs=tuple(r for r in block.refs if r.into not in gone))
 
-    out = rewrite(program, visit, cfg.reqs)
+    out = rewrite(program, visit, reqs)
     if out is program:
         return program
     return replace(out, refs=tuple(r for r in out.refs if r.into not in gone))

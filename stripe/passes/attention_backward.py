@@ -28,10 +28,9 @@ from dataclasses import dataclass, replace
 
 from stripe.hardware import Hardware
 from stripe.ir import Block, RefDir
-from stripe.passes.attention import flat_mask, run_refs
+from stripe.passes.attention import flat_mask, fuse_runs, local_memory, run_refs
 from stripe.passes.attention_backward_match import Backward, backward_at
 from stripe.passes.registry import register
-from stripe.passes.rewrite import Context, rewrite
 from stripe.plans import ATTENTION_TAG, AttentionBackwardPlan
 
 
@@ -46,30 +45,11 @@ class AttentionBackwardConfig:
 @register("attention_backward", AttentionBackwardConfig, reorders=True)
 def attention_backward(program: Block, cfg: AttentionBackwardConfig, hw: Hardware) -> Block:
     """Makes every attention gradient of the module docstring two planned blocks."""
-    tmps = {r.into for r in program.refs if "tmp" in r.tags and not {"input", "output"} & r.tags}
-    local_bytes = hw.mem_bytes("LOCAL") if "LOCAL" in hw.mem_units else 48 * 1024
-    gone: set[str] = set()
-
-    def visit(block: Block, ctx: Context) -> Block | None:
-        stmts, out, k, changed = block.stmts, [], 0, False
-        while k < len(stmts):
-            got = backward_at(stmts, k, block, tmps, cfg.max_depth)
-            if got is None:
-                out.append(stmts[k])
-                k += 1
-                continue
-            bw, end = got
-            out.extend(_blocks(bw, stmts[k:end], block, cfg, local_bytes))
-            gone.update(bw.temps - _stats(bw))
-            k, changed = end, True
-        if not changed:
-            return None
-        return replace(block, stmts=tuple(out), refs=tuple(r for r in block.refs if r.into not in gone))
-
-    out = rewrite(program, visit, cfg.reqs)
-    if out is program:
-        return program
-    return replace(out, refs=tuple(r for r in out.refs if r.into not in gone))
+    local_bytes = local_memory(hw)
+    return fuse_runs(
+        program, cfg.reqs, lambda stmts, k, block, tmps: backward_at(stmts, k, block, tmps, cfg.max_depth),
+        lambda bw, run, block: (_blocks(bw, run, block, cfg, local_bytes), bw.temps - _stats(bw)),
+    )
 
 
 def _stats(bw: Backward) -> set[str]:

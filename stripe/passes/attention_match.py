@@ -36,25 +36,17 @@ from tile.dtypes import DType
 
 def chain_at(stmts, start: int, parent: Block, tmps: set[str], max_depth: int):
     """``(chain, end)`` when the kernels from ``start`` are an attention chain, else None."""
-    first = stmts[start]
-    if not (isinstance(first, Block) and first.has_tags("kernel")):
-        return None
-    ch = Chain()
-    try:
-        for k in range(start, len(stmts)):
-            s = stmts[k]
-            if not (isinstance(s, Block) and s.has_tags("kernel")):
-                return None
-            _step(ch, s, parent, tmps)
-            if ch.stage == "done":
-                _check_outside(ch, stmts[:start] + stmts[k + 1:])
-                _check_inside(ch, stmts[start:k + 1])
-                if max(ch.depth, ch.width) > max_depth:
-                    return None
-                return ch, k + 1
-    except Miss:
-        return None
-    return None
+
+    def done(ch: Chain, k: int) -> bool:
+        if ch.stage != "done":
+            return False
+        _check_outside(ch, stmts[:start] + stmts[k + 1:])
+        _check_inside(ch, stmts[start:k + 1])
+        if max(ch.depth, ch.width) > max_depth:
+            raise Miss("a head too wide for registers")
+        return True
+
+    return _walk(stmts, start, parent, tmps, done)
 
 
 def forward_at(stmts, start: int, parent: Block, tmps: set[str]):
@@ -62,9 +54,25 @@ def forward_at(stmts, start: int, parent: Block, tmps: set[str]):
     ``Z`` and ``O1 = E · V`` (either order), the division not yet met, or (softmax first) ``Z`` and
     the weights ``W = E / Z``: the part of the chain that its gradient recomputes
     (``stripe.passes.attention_backward``); else None."""
-    first = stmts[start]
-    if not (isinstance(first, Block) and first.has_tags("kernel")):
+    return _walk(stmts, start, parent, tmps, lambda ch, _k: bool(ch.z and (ch.o1 or ch.w)))
+
+
+def _walk(stmts, start: int, parent: Block, tmps: set[str], done):
+    """``(chain, end)``: the kernels from ``start`` read step by step into a chain until
+    ``done(chain, k)`` after kernel ``k``; None at a statement that is no kernel, a kernel that
+    does not fit (``Miss``), or the end."""
+    ch = Chain()
+    try:
+        for k in range(start, len(stmts)):
+            s = stmts[k]
+            if not (isinstance(s, Block) and s.has_tags("kernel")):
+                return None
+            _step(ch, s, parent, tmps)
+            if done(ch, k):
+                return ch, k + 1
+    except Miss:
         return None
+    return None
     ch = Chain()
     try:
         for k in range(start, len(stmts)):
