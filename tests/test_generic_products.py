@@ -14,6 +14,7 @@ import pytest
 import tile
 from backends.llvm import generic, generic_tiles
 from bench.compile_time import ATTENTION, MATMUL
+from tests.generic_support import fresh_registry, generic_info, ints  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 OTHER_SPLIT = 1  # builds a product may take after its template: its other thread split
@@ -21,21 +22,6 @@ OTHER_SPLIT = 1  # builds a product may take after its template: its other threa
 # 1, M < MR, primes, one past a panel (64 floats) and past a K block (128 points), two K blocks and
 # a partial third, the panels' and rows' edges
 SIZES = [100, 257, 1, 2, 3, 5, 7, 13, 31, 63, 64, 65, 97, 127, 128, 129, 161, 200, 255, 256, 321, 383]
-
-
-@pytest.fixture(autouse=True)
-def fresh_registry():
-    generic.REGISTRY.clear()
-    yield
-    generic.REGISTRY.clear()
-
-
-def _ints(shape, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(-3, 4, size=shape).astype(np.float32)
-
-
-def _info(exe, *args) -> dict:
-    return exe.prepare(*args).library.extra["generic"]
 
 
 def _product_forms() -> int:
@@ -58,7 +44,7 @@ def test_integer_products_match_the_interpreter_with_one_build(shape):
     generated = []
     for n in SIZES:
         m, k, nn = {"square": (n, n, n), "rows": (n, 72, 80), "depth": (45, n, 70)}[shape]
-        a, b = _ints((m, k), n), _ints((k, nn), n + 1)
+        a, b = ints((m, k), n), ints((k, nn), n + 1)
         np.testing.assert_array_equal(exe(a, b)["C"], ref(a, b)["C"], err_msg=f"{shape} at {n}")
         generated.append(generic.REGISTRY.generated)
     # the first length is specialized, the second builds the templates (the product and its zero
@@ -66,7 +52,7 @@ def test_integer_products_match_the_interpreter_with_one_build(shape):
     # under its other thread split (rows or panels) is built when a length's schedule asks for it
     assert generated[0] == 0 and generated[1] >= 1
     assert generated[-1] - generated[1] <= OTHER_SPLIT, f"later lengths generated code: {generated}"
-    assert _products(exe, a, b) == 1 and _info(exe, a, b)["built"] == 0
+    assert _products(exe, a, b) == 1 and generic_info(exe, a, b)["built"] == 0
 
 
 def test_a_product_gives_the_same_bits_whichever_lengths_built_it():
@@ -115,9 +101,9 @@ def test_transposed_operand_is_packed_from_run_time_strides():
         generic.REGISTRY.clear()
         exe = tile.compile(src, "llvm_cpu.0", {"generic": True, "cache": False})
         for n in (40, 41, 3, 17, 66, 130, 200):
-            a, b = _ints((n, n + 3), n).astype(dt), _ints((n, n + 3), n + 1).astype(dt)
+            a, b = ints((n, n + 3), n).astype(dt), ints((n, n + 3), n + 1).astype(dt)
             np.testing.assert_array_equal(exe(a, b)["C"], ref(a, b)["C"], err_msg=f"{dt} at {n}")
-        assert _products(exe, a, b) == 1 and _info(exe, a, b)["built"] == 0
+        assert _products(exe, a, b) == 1 and generic_info(exe, a, b)["built"] == 0
 
 
 def test_attention_products_are_generic_and_exact():
@@ -196,7 +182,7 @@ def test_other_products_generic_and_exact(src, shapes):
     ref = tile.compile(src, "interp")
     generated = []
     for n in (40, 50, 3, 17, 64, 65, 130, 301):
-        args = [_ints(s, n + i) for i, s in enumerate(shapes(n))]
+        args = [ints(s, n + i) for i, s in enumerate(shapes(n))]
         np.testing.assert_array_equal(exe(*args)["O"], ref(*args)["O"], err_msg=f"at {n}")
         generated.append(generic.REGISTRY.generated)
     assert generated[-1] - generated[1] <= OTHER_SPLIT and _products(exe, *args) == 1

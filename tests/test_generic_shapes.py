@@ -12,6 +12,7 @@ import pytest
 import tile
 from backends.llvm import generic, symbolic
 from stripe.ir import Block, Index
+from tests.generic_support import fresh_registry, generic_info, ints  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 
@@ -20,21 +21,6 @@ CHAIN = "function (A[N, D], B[N, D]) -> (C, S) { C = exp(A) * B + A; S[i: N] = +
 INTS = "function (A[N, D], B[N, D]) -> (C, S) { C = A * B + A; S[i: N] = +(C[i, d]); T[d: D] = +(C[i, d]); }"
 SOFTMAX = "function (X[N, M]) -> (P) { P = builtin_softmax(X, N, M); }"
 LENGTHS = [5, 8, 1, 2, 3, 7, 9, 13, 16, 17, 31, 63, 64, 65, 97, 128, 257, 1000]
-
-
-@pytest.fixture(autouse=True)
-def fresh_registry():
-    generic.REGISTRY.clear()
-    yield
-    generic.REGISTRY.clear()
-
-
-def _ints(shape, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(-3, 4, size=shape).astype(np.float32)
-
-
-def _generic_info(exe, *args) -> dict:
-    return exe.prepare(*args).library.extra["generic"]
 
 
 def test_slots_unify_bind_and_refuse_use():
@@ -58,7 +44,7 @@ def test_integer_inputs_match_the_interpreter_at_every_length_with_two_builds():
     ref = tile.compile(INTS, "interp")
     generated = []
     for n in LENGTHS:
-        a, b = _ints((n, 8), n), _ints((n, 8), n + 1)
+        a, b = ints((n, 8), n), ints((n, 8), n + 1)
         got, want = exe(a, b), ref(a, b)
         for k in want:
             np.testing.assert_array_equal(got[k], want[k], err_msg=f"{k} at N={n}")
@@ -67,7 +53,7 @@ def test_integer_inputs_match_the_interpreter_at_every_length_with_two_builds():
     # optimized into other kernels (size-1 dimensions): at most a few more builds, then none
     assert generated[0] == 0 and generated[1] > 0
     assert generated[-1] == generated[len(LENGTHS) // 2], "later lengths generated code"
-    info = _generic_info(exe, _ints((77, 8), 0), _ints((77, 8), 1))
+    info = generic_info(exe, ints((77, 8), 0), ints((77, 8), 1))
     assert info["kernels"] >= 2 and info["built"] == 0
 
 
@@ -83,7 +69,7 @@ def test_strict_generic_is_bit_identical_to_specialized(program):
         got, want = gen(*args), spec(*args)
         for k in want:
             np.testing.assert_array_equal(got[k].view(np.uint32), want[k].view(np.uint32), err_msg=f"N={n}")
-    assert _generic_info(gen, *args)["kernels"] >= 1
+    assert generic_info(gen, *args)["kernels"] >= 1
 
 
 def test_softmax_rows_generic_within_tolerance():
@@ -95,7 +81,7 @@ def test_softmax_rows_generic_within_tolerance():
         got, want = exe(x)["P"], ref(x)["P"]
         tol = 4 * (m + 2) * np.finfo(np.float32).eps  # exp within 1 ulp, a sum of m terms, a division
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
-    assert _generic_info(exe, x)["kernels"] == 1
+    assert generic_info(exe, x)["kernels"] == 1
 
 
 def test_a_length_gives_the_same_bits_whichever_lengths_built_the_template():
@@ -106,7 +92,7 @@ def test_a_length_gives_the_same_bits_whichever_lengths_built_the_template():
         exe = tile.compile(CHAIN, "llvm_cpu.0", {"generic": True, "cache": False})
         for n in order:
             out = exe(x[n], x[n])
-        assert _generic_info(exe, x[200], x[200])["kernels"] >= 1
+        assert generic_info(exe, x[200], x[200])["kernels"] >= 1
         runs.append(out)
     for k in runs[0]:
         np.testing.assert_array_equal(runs[0][k].view(np.uint32), runs[1][k].view(np.uint32))
@@ -118,20 +104,20 @@ def test_gradient_at_many_lengths():
     ref = tile.compile(program, "interp")
     parsed = tile.parse(program) if isinstance(program, str) else program
     for n in (3, 4, 1, 17, 64, 101):
-        feed = {i.name: _ints(tuple(n if d == "N" else 8 for d in i.dims), 7 * n + k) / 4
+        feed = {i.name: ints(tuple(n if d == "N" else 8 for d in i.dims), 7 * n + k) / 4
                 for k, i in enumerate(parsed.inputs)}
         got, want = exe(feed), ref(feed)
         for k in want:  # exp of small integers: float32 rounding of a few terms per element
             tol = 16 * 8 * np.finfo(np.float32).eps * max(1.0, float(np.abs(want[k]).max()))
             np.testing.assert_allclose(got[k], want[k], rtol=0, atol=tol, err_msg=f"{k} at N={n}")
-    assert _generic_info(exe, {k: v for k, v in feed.items()})["kernels"] >= 1
+    assert generic_info(exe, {k: v for k, v in feed.items()})["kernels"] >= 1
 
 
 def test_setting_off_builds_as_before():
     exe = tile.compile(CHAIN, "llvm_cpu.0")
-    a = _ints((9, 8), 1)
+    a = ints((9, 8), 1)
     exe(a, a)
-    assert _generic_info(exe, a, a)["kernels"] == 0
+    assert generic_info(exe, a, a)["kernels"] == 0
     assert generic.REGISTRY.buckets == {}
 
 
