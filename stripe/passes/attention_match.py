@@ -73,18 +73,6 @@ def _walk(stmts, start: int, parent: Block, tmps: set[str], done):
     except Miss:
         return None
     return None
-    ch = Chain()
-    try:
-        for k in range(start, len(stmts)):
-            s = stmts[k]
-            if not (isinstance(s, Block) and s.has_tags("kernel")):
-                return None
-            _step(ch, s, parent, tmps)
-            if ch.z and (ch.o1 or ch.w):
-                return ch, k + 1
-    except Miss:
-        return None
-    return None
 
 
 def _check_outside(ch: Chain, others) -> None:
