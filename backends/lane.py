@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from backends.runner import CompiledProgram, debug_on, nbytes, picker
-from stripe.ir import RefDir
+from stripe.ir import Block, RefDir
 from stripe.lower import writes_every_element
 from stripe.passes.transpose import copy_of
 from tile.tensor import Tensor
@@ -168,8 +168,11 @@ def copies(program: CompiledProgram, inputs: Sequence[str | None], outputs: Sequ
     values are that input's."""
     places = {name: i for i, name in enumerate(inputs) if name is not None}
     writers: dict[str, list[int]] = {}
+    blocks = {k: program.kernels[k].info.block for k in program._order}
+    if not all(isinstance(b, Block) for b in blocks.values()):
+        return {}  # (a kernel of no Stripe block: what it writes is not known here)
     for k in program._order:
-        for r in program.kernels[k].info.block.refs:
+        for r in blocks[k].refs:
             if r.dir != RefDir.IN:
                 writers.setdefault(r.from_ or r.into, []).append(k)
     zeroed = program.zeroed | program._zero_once
@@ -178,7 +181,7 @@ def copies(program: CompiledProgram, inputs: Sequence[str | None], outputs: Sequ
         ks = writers.get(name, [])
         if len(ks) != 1 or name in zeroed:
             continue
-        block = program.kernels[ks[0]].info.block
+        block = blocks[ks[0]]
         pair = copy_of(block)
         if pair is None or block.constraints:
             continue
