@@ -213,7 +213,10 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> dict[int, 
             if tiles and _product(j, kernels, plan, dts, meta, uses, todo, fill):
                 continue
             loops = bool(settings.get("generic_products")) or (tiles and _points(info.block) <= SMALL_LOOPS)
-            if not eligible(info, sched, plan.code[j], plan.blocks[j], plan.epilogues[j], plan.vector, dts,
+            code, blocks = plan.code[j], plan.blocks[j]
+            if loops and _refused_nest(info, code, blocks, plan.epilogues[j]):
+                info, code, blocks = code, code, None  # its flat GEMM, as plain loops (``_refused_nest``)
+            if not eligible(info, sched, code, blocks, plan.epilogues[j], plan.vector, dts,
                             loops) or _local_bytes(info.block) > RUNTIME_LOCALS:
                 continue
             key = bucket_key(info, sched, dts, meta)
@@ -282,7 +285,7 @@ def _product(j: int, kernels, plan, dts: dict, meta: str, uses: dict, todo: list
         if sched.split_index in form.other:  # this kernel's own split: the form's other function
             address, stack, want, keep, where = form.other[sched.split_index]
         elif sched.split_index != form.schedule.split_index:
-            if values is not None and sig[1][:-2] == want[:-2]:
+            if values is not None and sig[1][:-2] == want[:-2] and _points(block) > SMALL_SPLIT:
                 todo.append((j, key, form.template, sched, sig, True))  # the other split: built now
                 return True
             # the form's split index, this kernel's extents (a widening below builds under it)
@@ -310,6 +313,18 @@ def _product(j: int, kernels, plan, dts: dict, meta: str, uses: dict, todo: list
     return True
 
 
+def _refused_nest(info: KernelInfo, code: KernelInfo, blocks, epilogue) -> bool:
+    """Whether kernel ``info`` is an optimizer nest (``match.from_nest``: ``code`` its flat GEMM,
+    ``blocks`` its tiles) without a fused epilogue that the micro-kernel refused (``_product``
+    returned False: a gathered operand it would not pack, at short lengths). The specialized build
+    then runs the flat GEMM as plain loops (``codegen.generate``), so its generic form is those
+    plain loops, one build for every length the micro-kernel refuses (a backward's ``dO V^T`` at
+    S = 4..23: a specialized build each before)."""
+    return code is not info and blocks is not None and epilogue is None and isinstance(code.block, Block)
+
+
+SMALL_SPLIT = 1 << 15  # a product of at most this many points runs under its bucket's thread split
+# when its own differs (microseconds either way; its own split's function is built for a larger one)
 SMALL_LOOPS = 1 << 15  # a kernel of at most this many points whose products are nested blocks (no
 # kernel-level micro-kernel: a fused kernel the optimizer did not tile, at short lengths) is generic
 # as plain loops; a larger instance of its bucket stays specialized
@@ -360,7 +375,7 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
     into one, optimize and load it; record the forms."""
     texts, made = [], []
     for j, key, template, sched, sig, variant in todo:
-        info = kernels[j] if sig is None else plan.code[j]
+        info = plan.code[j]  # a plain loop's too: a refused nest's flat GEMM (``assign``)
         module = ir.Module(name="tile_generic")
         module.triple, module.data_layout = plan.triple, plan.layout
         em = Emitter(module, plan.f16c)
@@ -432,7 +447,7 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
         bucket.form = Form(template, n, address, stack, keep, (cache.key, symbol), sched if sig else None,
                            sig[1] if sig else None, panel)
         bucket.builds += 1
-        whole = kernels[j].block if sig is None else (plan.code[j].block, _canonical(plan.epilogues[j]))
+        whole = plan.code[j].block if sig is None else (plan.code[j].block, _canonical(plan.epilogues[j]))
         values = symbolic.bind(template, whole)
         assert values is not None and len(values) == n, "a template binds the kernel it was made from"
         uses[j] = Use(address, values, stack, True, sched, keep, bool(sig and sig[1][-1]),
