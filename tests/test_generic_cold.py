@@ -4,14 +4,18 @@ backward): which lengths generate code, and that the results stay right.
 The relative-bias attention (``bench.compile_time.ATTENTION``) at S = 1..12: its backward's
 ``dO V^T`` is an optimizer nest the micro-kernel refuses at these lengths (``generic._refused_nest``:
 generic plain loops, not a specialized build per length), and its short products run under their
-bucket's thread split (``generic.SMALL_SPLIT``: no second function for the other split)."""
+bucket's thread split (``generic.SMALL_SPLIT``: no second function for the other split). A short
+product built specialized (its bucket's first kernel) is built as plain loops
+(``generic.SMALL_FIRST``), not as the micro-kernel's thousands of IR lines."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+import tile
 from backends.llvm import device, generic
-from bench.compile_time import ATTENTION
+from bench.compile_time import ATTENTION, MATMUL
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 
@@ -80,3 +84,18 @@ def test_short_products_run_under_their_buckets_thread_split():
     forms = [b.form for k, b in generic.REGISTRY.buckets.items() if k.startswith("tiles") and b.form]
     assert forms, "the attention's products are generic"
     assert not [f.other for f in forms if f.other], "a short product built its other thread split"
+
+
+def test_a_short_first_product_is_built_as_plain_loops():
+    ref = tile.compile(MATMUL, "interp")
+    rng = np.random.default_rng(0)
+    sources = {}
+    for gen in (False, True):
+        exe = tile.compile(MATMUL, "llvm_cpu.0", {"generic": gen, "cache": False})
+        for n in (20, 21, 27):
+            a, b = (rng.integers(-3, 4, size=(n, n)).astype(np.float32) for _ in range(2))
+            np.testing.assert_array_equal(exe(a, b)["C"], ref(a, b)["C"], err_msg=f"generic={gen} at {n}")
+            sources[gen, n] = exe.prepare(a, b).library.source
+    first, specialized = sources[True, 20].count("\n"), sources[False, 20].count("\n")
+    assert first * 3 < specialized, f"the first 20^3 product: {first} IR lines, specialized {specialized}"
+    assert sources[True, 27] == "", "a later length binds the generic product (no module of its own)"

@@ -439,6 +439,7 @@ def generate(
     epilogues: Sequence = (),
     only: Collection[int] | None = None,
     emptied: set[int] | None = None,
+    plain: Collection[int] = (),
 ) -> str:
     """The LLVM IR text of the module holding every kernel (``dtypes``: buffer name -> dtype;
     ``vector``: the host's vector width and whether fused multiply-add is allowed, for the
@@ -447,7 +448,8 @@ def generate(
     cache tiles from an optimizer nest (``match.from_nest``), or None; ``epilogues`` each kernel's
     fused epilogue (``epilogue.read_fused``), or None; ``only``: the first kernels of the
     ``units`` to build (the others get no function and no stack figure: 0), None: all; ``emptied``
-    gets the zero fills built empty (a micro-kernel took them over: ``fills``)."""
+    gets the zero fills built empty (a micro-kernel took them over: ``fills``); ``plain``: kernels
+    built as plain loops whatever ``vector`` says (``generic.assign``'s short first products)."""
     module = ir.Module(name="tile")
     module.triple = triple
     module.data_layout = layout
@@ -468,7 +470,8 @@ def generate(
             given = blocks[j] if j < len(blocks) else None
             epi = epilogues[j] if j < len(epilogues) else None
             fresh = fill if j != k else 0
-            cg = KernelCodegen(em, j, kernels[j], schedules[j], dts, vector, fresh, given, epi)
+            vec = replace(vector, vector_bytes=0) if j in plain and vector is not None else vector
+            cg = KernelCodegen(em, j, kernels[j], schedules[j], dts, vec, fresh, given, epi)
             if j in skipped:
                 cg.block = replace(cg.block, stmts=())
             cg.build()

@@ -142,9 +142,12 @@ class LlvmCompiler(Compiler):
         settings = dict(settings or {})
         opts = LlvmOptions.parse(settings)
         p = self._plan(kernels, opts, facts, settings)
-        uses = generic.assign(kernels, p, settings, *host_target()) if opts.generic else {}
+        uses, plain = generic.assign(kernels, p, settings, *host_target()) if opts.generic else ({}, set())
+        if plain:  # short first products of their buckets: plain loops (``generic.assign``)
+            p = self._plain(p, kernels, plain, opts)
         only = p.only - set(uses)
         taken = taken_fills(p.code, p.schedules, p.dtypes, p.vector, p.blocks, p.epilogues, only)
+        taken -= {k for k in taken if k + 1 in plain}  # their fills run: no micro-kernel takes them
         if uses:  # the module holds the other kernels only
             p = replace(p, key=diskcache.digest({"generic": sorted(uses)}, p.key))
         cache = ObjectCache(p.key, opts.cache)
@@ -159,7 +162,7 @@ class LlvmCompiler(Compiler):
             cache.hit = False
             stack, emptied = [], set()
             args = (p.f16c, p.triple, p.layout, p.dtypes, p.vector, stack, p.blocks, p.epilogues, only)
-            text = generate(p.code, p.schedules, *args, emptied)
+            text = generate(p.code, p.schedules, *args, emptied, plain)
             assert emptied == taken, f"fills emptied {sorted(emptied)}, foreseen {sorted(taken)}"
             stack = [stack[p.built[k]] for k in range(len(kernels))]
             mod = llvm.parse_assembly(text)
@@ -184,6 +187,19 @@ class LlvmCompiler(Compiler):
         taken |= {j for j, u in uses.items() if u.skip}  # and the fills a generic product took over
         skipped = [k for k in range(len(kernels)) if p.built[k] in taken]  # empty fills: not run
         return _library(kernels, text, jit, p.built, fused, status, cache, start, p.opt, uses, skipped)
+
+    def _plain(self, p: _Plan, kernels: Sequence[KernelInfo], plain: set[int], opts: LlvmOptions) -> _Plan:
+        """``p`` with kernels ``plain`` built from their own blocks (an optimizer nest as it is, its
+        fused epilogue inside) as plain loops (``generate``'s ``plain``), scheduled as such."""
+        threads = self.threads if opts.threads is None else opts.threads
+        code, blocks, epilogues = list(p.code), list(p.blocks), list(p.epilogues)
+        schedules = list(p.schedules)
+        for j in plain:
+            info = kernels[j]
+            code[j], blocks[j], epilogues[j] = info, None, None
+            schedules[j] = plan(info.block, tuple(info.buffers), threads, opts.reorder)  # type: ignore[arg-type]
+        key = diskcache.digest({"plain": sorted(plain)}, p.key)
+        return replace(p, code=code, blocks=blocks, epilogues=epilogues, schedules=schedules, key=key)
 
     def snapshot(self, library: Library) -> dict:
         """What ``restore`` needs to make ``library`` again from the object cache without planning:

@@ -191,9 +191,12 @@ def bucket_key(info: KernelInfo, sched: Schedule, dts: dict, meta: str) -> str:
                       repr(plan), meta])
 
 
-def assign(kernels, plan, settings: dict, cpu: str, features: str) -> dict[int, Use]:
+def assign(kernels, plan, settings: dict, cpu: str, features: str) -> tuple[dict[int, Use], set[int]]:
     """The kernels of ``plan`` (``device._Plan``) that run generic functions, building the
-    templates this program completes (one module for all of them)."""
+    templates this program completes (one module for all of them); and the products built
+    specialized (their bucket's first kernel, one of another structure) of at most ``SMALL_FIRST``
+    points: those are built as plain loops (``device``), a few hundred IR lines where the
+    micro-kernel's tiles took thousands (the attention's fused Q K^T + R nest at S = 24: 5,342)."""
     vector = replace(plan.vector, vector_bytes=0)  # plain loops: no micro-kernel reads an extent
     opt = int(settings.get("opt", 3))
     unroll = bool(settings.get("unroll", opt >= 2))
@@ -204,6 +207,7 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> dict[int, 
     paired = [u for u in units(plan.code) if len(u) > 1]
     uses: dict[int, Use] = {}
     todo: list[tuple[int, str, Block, Schedule]] = []
+    plain: set[int] = set()
     with REGISTRY.lock:
         for j in sorted(plan.only):
             info = kernels[j]
@@ -211,6 +215,9 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> dict[int, 
             sched = plan.schedules[j]
             fill = _zero_fill_of(plan.code[j - 1], plan.code[j]) if (j - 1, j) in paired else 0
             if tiles and _product(j, kernels, plan, dts, meta, uses, todo, fill):
+                short = _points(plan.code[j].block) <= SMALL_FIRST  # the flat GEMM's points
+                if short and j not in uses and all(t[0] != j for t in todo):
+                    plain.add(j)
                 continue
             loops = bool(settings.get("generic_products")) or (tiles and _points(info.block) <= SMALL_LOOPS)
             code, blocks = plan.code[j], plan.blocks[j]
@@ -253,7 +260,7 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> dict[int, 
                 uses.pop(k, None)
         elif uses[pair[1]].fresh:
             uses[pair[0]] = replace(uses[pair[0]], skip=True)
-    return uses
+    return uses, plain
 
 
 def _product(j: int, kernels, plan, dts: dict, meta: str, uses: dict, todo: list, fill: int) -> bool:
@@ -323,6 +330,7 @@ def _refused_nest(info: KernelInfo, code: KernelInfo, blocks, epilogue) -> bool:
     return code is not info and blocks is not None and epilogue is None and isinstance(code.block, Block)
 
 
+SMALL_FIRST = 1 << 15  # a product of at most this many points built specialized runs plain loops
 SMALL_SPLIT = 1 << 15  # a product of at most this many points runs under its bucket's thread split
 # when its own differs (microseconds either way; its own split's function is built for a larger one)
 SMALL_LOOPS = 1 << 15  # a kernel of at most this many points whose products are nested blocks (no
