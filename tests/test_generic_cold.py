@@ -16,15 +16,10 @@ import pytest
 import tile
 from backends.llvm import device, generic
 from bench.compile_time import ATTENTION, MATMUL
+from tests.generic_support import fresh_registry  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 
-
-@pytest.fixture(autouse=True)
-def _fresh_registry():
-    generic.REGISTRY.clear()
-    yield
-    generic.REGISTRY.clear()
 
 QUIET = (7, 10, 11, 12)  # lengths where no kernel changes structure (the fused Q K^T + R is a
 # one-off nest at S = 5 and 8, and its un-nested form changes at S = 4, 6 and 9)
