@@ -51,6 +51,7 @@ from backends.llvm.inline_blocks import inline_blocks
 from backends.llvm.intrinsics import binary
 from backends.llvm.loops import View, counted_loop, for_range, remainder, smin
 from backends.llvm.match import PACK_LIMIT, Shape, VectorConfig, analyse, cache_blocks, covers, panel
+from backends.llvm.packing import Packing
 from backends.llvm.partials import microkernel_sums
 from backends.llvm.scalars import F32, F64, I32, I64, PTR, i64
 from backends.llvm.tile_epilogue import TileEpilogue
@@ -61,7 +62,7 @@ from tile.dtypes import DType
 ACC_BUDGET = {64: 24, 32: 12, 16: 12}  # accumulators that leave room for operands, by vector bytes
 
 
-class MicroKernel:
+class MicroKernel(Packing):
     """Emits one matched block (``emit`` below builds it)."""
 
     def __init__(
@@ -296,12 +297,6 @@ class MicroKernel:
             end = i64(first + (last - first) // self.mr * self.mr)
         remainder(self.b(), end, hi, self.mr, tile)
 
-    def pack_slot(self, ref: str, count: int) -> ir.Value:
-        slot = self.pack_slots.get(ref)
-        if slot is None:
-            slot = self.pack_slots[ref] = self.em.alloca(self.scalar, count)
-        return slot
-
     def rows(self, counters, v0: ir.Value, nv: int, lanes: ir.Value | None) -> None:
         self.packed = {}
         if nv == self.nv and lanes is None and self.pack_refs:
@@ -441,52 +436,6 @@ class MicroKernel:
                         if masks is not None:
                             new = b.select(masks[m], new, acc)
                         b.store(new, self.slots[m][n])
-
-    def pack(self, counters, v0: ir.Value) -> None:
-        """Copy the ``NV*W``-wide panel of every ``pack_refs`` operand at ``v0`` over all
-        reduction points into contiguous scratch (reduction points row-major, ``NR`` floats
-        each): the rows of the tiles then stream it without cache-set conflicts or TLB misses."""
-        s = self.s
-        for ref in self.pack_refs:
-            slot = self.packed.get(ref) or self.pack_slot(ref, self.red_points * self.nv * self.width)
-            base = {**counters, s.v: v0}
-
-            def copy(red: dict[int, ir.Value], ref=ref, slot=slot, base=base) -> None:
-                at = {**base, **red}
-                line = self.red_linear(red)
-                for n in range(self.nv):
-                    value = self.vector(ref, self.elem(ref, at, 0, n), None)
-                    self.store_packed(slot, line, n, value)
-
-            self.over_reductions(0, {}, copy)
-            self.packed[ref] = slot
-
-    def over_reductions(self, level: int, red: dict[int, ir.Value], body) -> None:
-        if level == len(self.s.red):
-            body(red)
-            return
-        k = self.s.red[level]
-        lo, hi = self.bounds[k]
-        for_range(self.em, lo, hi, lambda c: self.over_reductions(level + 1, {**red, k: c}, body))
-
-    def red_linear(self, counters: dict[int, ir.Value]) -> ir.Value:
-        """The row-major position of the reduction point ``counters`` among all of them."""
-        b = self.b()
-        out: ir.Value = i64(0)
-        for j, k in enumerate(self.s.red):
-            c = counters[k]
-            if j == 0 and self.kbase is not None:  # a K block's scratch starts at its first point
-                c = b.sub(c, self.kbase)
-            out = c if j == 0 else b.add(b.mul(out, self.em.num(self.block.idxs[k].range)), c)
-        return out
-
-    def packed_at(self, slot: ir.Value, line: ir.Value, n: int) -> ir.Value:
-        b = self.b()
-        pos = b.add(b.mul(line, i64(self.nv * self.width)), i64(n * self.width))
-        return b.gep(slot, [pos], inbounds=True, source_etype=self.scalar)
-
-    def store_packed(self, slot: ir.Value, line: ir.Value, n: int, value: ir.Value) -> None:
-        self.b().store(value, self.packed_at(slot, line, n), align=self.scalar is F64 and 8 or 4)
 
     def load_grid(self, ref: str, counters, mr: int, nv: int, lanes) -> list[list[ir.Value]]:
         s = self.s

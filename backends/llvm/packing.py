@@ -1,0 +1,74 @@
+"""Packed operand panels of the CPU micro-kernel (``microkernel.MicroKernel``'s part).
+
+An operand whose vector index is gathered (``A @ B.T``'s B), or whose panel the row tiles would read
+across cache sets and pages, is copied once per panel (and K block) into contiguous scratch: its
+reduction points row-major, ``NV * W`` elements each, which every row tile then streams. The copy
+and the reads address the scratch by the reduction point's row-major position (``red_linear``),
+counted from a K block's first point when the kernel runs in K blocks (``kbase``).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from backends.llvm.loops import for_range
+from backends.llvm.scalars import F64, i64
+
+
+class Packing:
+    """``MicroKernel``'s packing: scratch slots, the copy, and the scratch's addresses."""
+
+    def pack_slot(self, ref: str, count: int) -> ir.Value:
+        slot = self.pack_slots.get(ref)
+        if slot is None:
+            slot = self.pack_slots[ref] = self.em.alloca(self.scalar, count)
+        return slot
+
+    def pack(self, counters, v0: ir.Value) -> None:
+        """Copy the ``NV*W``-wide panel of every ``pack_refs`` operand at ``v0`` over all
+        reduction points into contiguous scratch (reduction points row-major, ``NR`` floats
+        each): the rows of the tiles then stream it without cache-set conflicts or TLB misses."""
+        s = self.s
+        for ref in self.pack_refs:
+            slot = self.packed.get(ref) or self.pack_slot(ref, self.red_points * self.nv * self.width)
+            base = {**counters, s.v: v0}
+
+            def copy(red: dict[int, ir.Value], ref=ref, slot=slot, base=base) -> None:
+                at = {**base, **red}
+                line = self.red_linear(red)
+                for n in range(self.nv):
+                    value = self.vector(ref, self.elem(ref, at, 0, n), None)
+                    self.store_packed(slot, line, n, value)
+
+            self.over_reductions(0, {}, copy)
+            self.packed[ref] = slot
+
+    def over_reductions(self, level: int, red: dict[int, ir.Value], body) -> None:
+        if level == len(self.s.red):
+            body(red)
+            return
+        k = self.s.red[level]
+        lo, hi = self.bounds[k]
+        for_range(self.em, lo, hi, lambda c: self.over_reductions(level + 1, {**red, k: c}, body))
+
+    def red_linear(self, counters: dict[int, ir.Value]) -> ir.Value:
+        """The row-major position of the reduction point ``counters`` among all of them."""
+        b = self.b()
+        out: ir.Value = i64(0)
+        for j, k in enumerate(self.s.red):
+            c = counters[k]
+            if j == 0 and self.kbase is not None:  # a K block's scratch starts at its first point
+                c = b.sub(c, self.kbase)
+            out = c if j == 0 else b.add(b.mul(out, self.em.num(self.block.idxs[k].range)), c)
+        return out
+
+    def packed_at(self, slot: ir.Value, line: ir.Value, n: int) -> ir.Value:
+        b = self.b()
+        pos = b.add(b.mul(line, i64(self.nv * self.width)), i64(n * self.width))
+        return b.gep(slot, [pos], inbounds=True, source_etype=self.scalar)
+
+    def store_packed(self, slot: ir.Value, line: ir.Value, n: int, value: ir.Value) -> None:
+        self.b().store(value, self.packed_at(slot, line, n), align=self.scalar is F64 and 8 or 4)
+
+
+__all__ = ["Packing"]
