@@ -1,4 +1,4 @@
-"""The LLVM device's cheaper pipeline for small programs (``backends.llvm.device.opt_level``): a
+"""The LLVM device's cheaper pipeline for small programs (``backends.llvm.opt_level.opt_level``): a
 program of kernels that run in microseconds is optimized at ``-O1``, any larger one at ``-O3``, an
 ``opt`` setting wins; the level is part of the object cache's key; the answers do not change where
 docs/semantics.md allows no reassociation (``strict``), and stay exact on integer-valued inputs."""

@@ -1,4 +1,4 @@
-"""``backends.llvm.device.opt_level`` counts a transcendental function for ``MATH_OPS`` operations:
+"""``backends.llvm.opt_level.opt_level`` counts a transcendental function for ``MATH_OPS`` operations:
 a program whose exp/tanh loops would run scalar at ``-O1`` for more than a few microseconds is
 built at ``-O3`` (vectorized), while small and plain programs stay ``-O1`` (cheap to build)."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tile
-from backends.llvm.device import MATH_OPS, SMALL_FLOPS, math_ops
+from backends.llvm.opt_level import MATH_OPS, SMALL_FLOPS, math_ops
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 

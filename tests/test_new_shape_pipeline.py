@@ -1,5 +1,5 @@
 """A new shape's cost on ``llvm_cpu.0`` (issue 40, ``bench.new_shapes``): a program of microsecond
-kernels (``backends.llvm.device.opt_level`` 1) is built without LLVM's loop unrolling, which was
+kernels (``backends.llvm.opt_level.opt_level`` 1) is built without LLVM's loop unrolling, which was
 about half of its passes' and machine code's time at a new sequence length; the arithmetic is the
 same, so every result is bit-identical to the unrolled build's, strict or not, on random floats.
 ``unroll`` (a setting) says otherwise either way and is part of the object key."""
