@@ -71,7 +71,7 @@ from backends.llvm.fills import taken_fills
 from backends.llvm.host import host_available_memory, host_caches, host_target, target_machine
 from backends.llvm.match import VectorConfig, from_nest, host_vector_bytes, panel_split
 from backends.llvm.opt_level import opt_level
-from backends.llvm.raw import RawCalls
+from backends.llvm.raw import RawCalls, kernel_chunks
 from backends.llvm.schedule import Schedule, plan
 from backends.llvm.sequence import raw_sequence
 from backends.llvm.workers import INLINE_STACK_BYTES, WorkerPool, env_threads, kernel_stacks
@@ -428,9 +428,7 @@ class LlvmBound(Bound):
         if kernel.extents is not None:  # a generic kernel reads its extents after the buffers
             addresses.append(ctypes.addressof(kernel.extents))
         self.table = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
-        if kernel._chunks is None:
-            kernel._chunks = kernel.ranges()  # fixed by the schedule and the settings
-        self.chunks = kernel._chunks
+        self.chunks = kernel_chunks(kernel)  # fixed by the schedule and the settings
         self.whole = self.chunks[0] if len(self.chunks) == 1 else None  # one call on this thread
 
     def launch(self, params: Sequence[Buffer], deps: Sequence[Event] = ()) -> Event:

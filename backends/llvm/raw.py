@@ -15,13 +15,8 @@ class RawCalls:
     def raw_launcher(self, kernel):
         if not kernel.inline:  # (its stack needs the dispatcher thread's)
             return None
-        if kernel._chunks is None:
-            kernel._chunks = kernel.ranges()
-        chunks, fn, n = kernel._chunks, kernel.fn, len(kernel.info.buffers)
-        extents = getattr(kernel, "extents", None)  # a generic kernel's, read after the buffers
-        table = (ctypes.c_void_p * max(1, n + (extents is not None)))()  # (calls hold a lock)
-        if extents is not None:
-            table[n] = ctypes.addressof(extents)
+        chunks, fn, n = kernel_chunks(kernel), kernel.fn, len(kernel.info.buffers)
+        table = address_table(kernel, n)  # (calls hold a lock)
         if len(chunks) == 1:
             (lo, hi), = chunks
 
@@ -46,4 +41,22 @@ class RawCalls:
         ctypes.memset(address, 0, nbytes)
 
 
-__all__ = ["RawCalls"]
+def kernel_chunks(kernel) -> list[tuple[int, int]]:
+    """``kernel``'s ``(lo, hi)`` chunks, worked out at its first raw launch (fixed by its schedule
+    and settings)."""
+    if kernel._chunks is None:
+        kernel._chunks = kernel.ranges()
+    return kernel._chunks
+
+
+def address_table(kernel, n: int):
+    """The table a call of ``kernel`` (``n`` buffers) passes: the buffers' addresses, filled per
+    call, then a generic kernel's extents array."""
+    extents = getattr(kernel, "extents", None)  # a generic kernel's integers, read after the buffers
+    table = (ctypes.c_void_p * max(1, n + (extents is not None)))()
+    if extents is not None:
+        table[n] = ctypes.addressof(extents)
+    return table
+
+
+__all__ = ["RawCalls", "address_table", "kernel_chunks"]

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import llvmlite.binding as llvm
 
 from backends.llvm.host import host_target, target_machine
+from backends.llvm.raw import address_table, kernel_chunks
 
 _SEQUENCE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 NAME = "tile_lane_sequence"
@@ -49,9 +50,7 @@ def raw_sequence(kernels: Sequence, slots: Sequence[tuple[int, ...]], count: int
     for kernel, where in zip(kernels, slots, strict=True):
         if not getattr(kernel, "inline", False) or not hasattr(kernel, "ranges"):
             return None
-        if kernel._chunks is None:
-            kernel._chunks = kernel.ranges()  # (as the raw launcher: fixed by schedule and settings)
-        if len(kernel._chunks) != 1 or len(where) != len(kernel.info.buffers):
+        if len(kernel_chunks(kernel)) != 1 or len(where) != len(kernel.info.buffers):
             return None
         if any(not 0 <= s < count for s in where):
             return None
@@ -62,17 +61,14 @@ def raw_sequence(kernels: Sequence, slots: Sequence[tuple[int, ...]], count: int
     lines = [f"define void @{NAME}(ptr noalias %a) {{", "entry:"]
     for j, (kernel, where) in enumerate(plan):
         n = len(where)
-        extents = kernel.extents  # a generic kernel's integers, read after its buffers
-        table = (ctypes.c_void_p * max(1, n + (extents is not None)))()
-        if extents is not None:
-            table[n] = ctypes.addressof(extents)
-        tables.append((table, extents, kernel))  # (the kernel keeps its module's code alive)
+        table = address_table(kernel, n)
+        tables.append((table, kernel.extents, kernel))  # (the kernel keeps its module's code alive)
         base = ctypes.addressof(table)
         for i, s in enumerate(where):
             lines += [f"  %p{j}_{i} = getelementptr inbounds i64, ptr %a, i64 {s}",
                       f"  %v{j}_{i} = load i64, ptr %p{j}_{i}",
                       f"  store i64 %v{j}_{i}, ptr inttoptr (i64 {base + 8 * i} to ptr)"]
-        (lo, hi), = kernel._chunks
+        (lo, hi), = kernel_chunks(kernel)
         lines.append(f"  call void inttoptr (i64 {kernel.address} to ptr)"
                      f"(ptr inttoptr (i64 {base} to ptr), i64 {lo}, i64 {hi})")
     lines += ["  ret void", "}"]
