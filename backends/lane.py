@@ -65,7 +65,6 @@ class Lane:
         # one has marked them (``raw_unmarked``): the next call on that stream needs no new ones
         self._mark: list | None = None
         self._stream = None
-        self._host = self.executor.raw_host
 
     def _one_call(self, kernels: list, count: int) -> None:
         """Where the executor can run the kernels as one native call (``raw_sequence``: on
@@ -120,27 +119,14 @@ class Lane:
         """Run on these addresses (every output at least its buffer's size, zeroed where
         ``zeroed_outputs`` says); False (nothing run) where the general path must take this call."""
         program, ex = self.program, self.executor
-        if self._host:  # (launches run on this thread: no stream, nothing to mark)
-            with program._lock:
-                if not ex.raw_ready():
-                    return False
-                if self._native_later is not None:
-                    self._calls += 1
-                    if self._calls >= NATIVE_AFTER:
-                        self._one_call(*self._native_later)
-                        self._native_later = None
-                if program._last:
-                    ex.raw_after(program._last, None)
-                    program._last = []
-                for at, n in self._zero:
-                    ex.raw_zero(at, n, None)
-                addresses = (*inputs, *outputs, *self._fixed)
-                for go, pick in self._plan:
-                    go(pick(addresses), None)
-            return True
         with program._lock:
             if not ex.raw_ready():
                 return False
+            if self._native_later is not None:
+                self._calls += 1
+                if self._calls >= NATIVE_AFTER:
+                    self._one_call(*self._native_later)
+                    self._native_later = None
             stream = ex.raw_stream()
             last, mark = program._last, self._mark
             if last and not (last is mark and self._stream is stream and ex.raw_unmarked(mark)):

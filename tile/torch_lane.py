@@ -36,7 +36,8 @@ class TorchLane:
 
     __slots__ = ("conform", "lane", "outputs", "reads", "_every", "_single")
 
-    def __init__(self, lane: Lane, device: torch.device, to_torch, reads: tuple[bool, ...], tensors=()):
+    def __init__(self, lane: Lane, device: torch.device, to_torch, reads: tuple[bool, ...], tensors=(),
+                 wrt: tuple[int, ...] | None = None):
         self.lane = lane
         # (make, shape, dtype, device, the input it is made like or None); (None, ..., input) for
         # an output that is that input (``Lane.aliases``)
@@ -55,20 +56,24 @@ class TorchLane:
         self.reads = reads  # per input place: whether the program reads it
         self._every = all(reads)  # (then a missing tensor is the general path's at once)
         self._single = sum(reads) <= 1  # (then no two of them can share an address)
-        # whether each output is already its gradient's input's type (``learn`` says, for a backward)
-        self.conform = True
+        # a backward's (``wrt``): whether each output is already its gradient's input's type
+        self.conform = wrt is None or all(
+            tuple(shape) == tuple(tensors[i].shape) and to_torch[dtype.numpy] == tensors[i].dtype
+            for (shape, dtype), i in zip(lane.output_types, wrt)
+        )
 
     @classmethod
     def of(cls, program, inputs, outputs, device: torch.device, to_torch, tensors=(),
-           alias: bool = False) -> TorchLane | None:
+           wrt: tuple[int, ...] | None = None) -> TorchLane | None:
         """The lane of ``program`` (its input names in the caller's order, None where it reads
         nothing) for tensors like ``tensors`` (whose outputs of the same shape and dtype are made
-        ``empty_like`` them), or None. ``alias`` (a backward's: gradients, as torch's own backward
-        formulas give them): an output that is an input unchanged is that input tensor."""
-        lane = Lane.of(program, inputs, outputs, alias)
+        ``empty_like`` them), or None. ``wrt``: a backward's, its outputs the gradients of these
+        inputs; one that is an input unchanged is that input tensor, as torch's own backward
+        formulas give them."""
+        lane = Lane.of(program, inputs, outputs, alias=wrt is not None)
         if lane is None or any(dtype.numpy not in to_torch for _, dtype in lane.output_types):
             return None
-        return cls(lane, device, to_torch, tuple(n is not None for n in inputs), tensors)
+        return cls(lane, device, to_torch, tuple(n is not None for n in inputs), tensors, wrt)
 
     def __call__(self, tensors) -> list[torch.Tensor] | None:
         if self._every:  # (the common case, lean: a 1-element call is mostly this)
@@ -146,12 +151,8 @@ def learn(op, lanes: dict, slot: tuple, tensors, wrt, to_numpy, to_torch) -> Non
                 for c, typ in zip(tensors[n:], op.core.out_types(key))
             ):
                 program, ins, names = op.core.lane_names(tile_device, key, wrt)
-                lane = TorchLane.of(program, ins, names, device, to_torch, tensors, alias=wrt is not None)
-                if lane is not None and wrt is not None:
-                    lane.conform = all(
-                        tuple(shape) == tuple(tensors[i].shape) and to_torch[dtype.numpy] == tensors[i].dtype
-                        for (shape, dtype), i in zip(lane.lane.output_types, wrt)
-                    )
+                lane = TorchLane.of(program, ins, names, device, to_torch, tensors,
+                                    None if wrt is None else tuple(wrt))
     lanes[slot] = lane
 
 
