@@ -14,7 +14,7 @@ import pytest
 import tile
 from backends.llvm import generic, generic_tiles
 from bench.compile_time import ATTENTION, MATMUL
-from tests.generic_support import fresh_registry, generic_info, ints  # noqa: F401
+from tests.generic_support import assert_attention_close, fresh_registry, generic_info, ints  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 OTHER_SPLIT = 1  # builds a product may take after its template: its other thread split
@@ -115,12 +115,7 @@ def test_attention_products_are_generic_and_exact():
         rng = np.random.default_rng(n)
         q, k, v = (rng.integers(-2, 3, size=(n, 8)).astype(np.float32) for _ in range(3))
         r = rng.integers(-2, 3, size=(n, n)).astype(np.float32)
-        got = exe(q, k, r, v)["O"]
-        m = q.astype(np.float64) @ k.T + r
-        e = np.exp(m - m.max(axis=1, keepdims=True))
-        want = (e / e.sum(axis=1, keepdims=True)) @ v
-        tol = 8 * (n + 8) * np.finfo(np.float32).eps * float(np.abs(want).max())
-        np.testing.assert_allclose(got, want, rtol=0, atol=tol, err_msg=f"S={n}")
+        assert_attention_close(exe(q, k, r, v)["O"], q, k, r, v)
         counts.append(generic.REGISTRY.generated)
     assert counts[-1] - counts[1] <= 2 * OTHER_SPLIT, f"a length after the second generated code: {counts}"
     assert _products(exe, q, k, r, v) == 2
@@ -240,11 +235,7 @@ def test_short_attention_lengths_with_run_time_locals():
     made = []
     for n in lengths:
         q, k, r, v = _attention_inputs(n)
-        m = q.astype(np.float64) @ k.T + r
-        e = np.exp(m - m.max(axis=1, keepdims=True))
-        want = (e / e.sum(axis=1, keepdims=True)) @ v
-        tol = 8 * (n + 8) * np.finfo(np.float32).eps * float(np.abs(want).max())
-        np.testing.assert_allclose(exe(q, k, r, v)["O"], want, rtol=0, atol=tol, err_msg=f"S={n}")
+        assert_attention_close(exe(q, k, r, v)["O"], q, k, r, v)
         lib = exe._last.library
         fused = next(j for j, info in enumerate(lib.kernels) if "fused" in info.block.tags)
         made.append(lib.extra["generic"]["which"].get(fused, True))
