@@ -88,10 +88,27 @@ def test_the_backward_takes_a_lane_too(no_general_path):
     mm(a, b).backward(g)  # the general path, both directions
     assert any(isinstance(v, TorchLane) for v in mm._grad_lanes.values())
     no_general_path()
+    _exact_matmul_grads(mm, (4, 6, 5), _backward_by(g))
+
+
+def _backward_by(g):
+    """A ``backward`` for ``_exact_matmul_grads``: the product's backward with cotangent ``g``."""
+
+    def run(out, _seed):
+        out.backward(g)
+        return g
+
+    return run
+
+
+def _exact_matmul_grads(mm, shape, backward) -> None:
+    """Three new (A, B) of ``shape`` (M, K, N) at one signature, each product's ``backward(out,
+    seed)`` run (it returns the cotangent it used): the gradients exact."""
+    m, k, n = shape
     for seed in range(3):
-        a = ints(4, 6, seed=seed + 3).requires_grad_()
-        b = ints(6, 5, seed=seed + 7).requires_grad_()
-        mm(a, b).backward(g)
+        a = ints(m, k, seed=seed + 3).requires_grad_()
+        b = ints(k, n, seed=seed + 7).requires_grad_()
+        g = backward(mm(a, b), seed)
         assert torch.equal(a.grad, g @ b.detach().t()) and torch.equal(b.grad, a.detach().t() @ g)
 
 
@@ -222,11 +239,7 @@ def test_a_lane_of_several_kernels_is_one_native_call(no_general_path):
     assert lane.lane.native and len(lane.lane._plan) == 1
     assert len(lane.lane.program._order) > 1
     no_general_path()
-    for seed in range(3):
-        a = ints(6, 5, seed=seed + 3).requires_grad_()
-        b = ints(5, 4, seed=seed + 7).requires_grad_()
-        mm(a, b).backward(g)
-        assert torch.equal(a.grad, g @ b.detach().t()) and torch.equal(b.grad, a.detach().t() @ g)
+    _exact_matmul_grads(mm, (6, 5, 4), _backward_by(g))
 
 
 def test_a_loss_sums_broadcast_cotangent_takes_the_backward_lane(no_general_path):
@@ -238,9 +251,9 @@ def test_a_loss_sums_broadcast_cotangent_takes_the_backward_lane(no_general_path
     mm(a, b).sum().backward()  # the general path, both directions
     assert isinstance(_grad_lane(mm), TorchLane)
     no_general_path()
-    for seed in range(3):
-        a = ints(4, 6, seed=seed + 3).requires_grad_()
-        b = ints(6, 5, seed=seed + 7).requires_grad_()
-        (mm(a, b) * 1).sum().backward() if seed == 0 else mm(a, b).sum().backward()
-        ones = torch.ones(4, 5)
-        assert torch.equal(a.grad, ones @ b.detach().t()) and torch.equal(b.grad, a.detach().t() @ ones)
+
+    def loss(out, seed):  # (the first through a product by 1: a contiguous cotangent)
+        (out * 1 if seed == 0 else out).sum().backward()
+        return torch.ones(4, 5)
+
+    _exact_matmul_grads(mm, (4, 6, 5), loss)
