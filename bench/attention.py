@@ -104,15 +104,8 @@ def case(device: str, n: int, d: int, dtype: str, causal: bool, repeat: int) -> 
     # the program's O is float32 (its float literal promotes, docs/semantics.md §4.1): rounded to
     # the inputs' type, as PyTorch's result is, before it is compared
     ours = torch.from_numpy(np.asarray(got.numpy(), np.float32)).to(dev).to(tdt).double()
-    flops = 4 * n * n * d * heads / (2 if causal else 1)
-    return {
-        "pass": "fwd", "dtype": dtype, "n": n, "d": d, "heads": heads, "causal": causal,
-        "tile_ms": tile_s * 1e3, "torch_ms": torch_s * 1e3,
-        "tile_tflops": flops / tile_s / 1e12, "torch_tflops": flops / torch_s / 1e12,
-        "ratio": torch_s / tile_s, "compile_s": compile_s,
-        "tile_err": float((ours - want).abs().max()),
-        "torch_err": float((theirs.double() - want).abs().max()),
-    }
+    return _row("fwd", dtype, n, d, heads, causal, 4, tile_s, torch_s, compile_s,
+                float((ours - want).abs().max()), float((theirs.double() - want).abs().max()))
 
 
 def _reference_grads(q, k, v, do, causal: bool):
@@ -179,14 +172,21 @@ def backward_case(device: str, n: int, d: int, dtype: str, causal: bool, repeat:
     want = _reference_grads(q, k, v, do, causal)
     ours = [torch.from_numpy(np.asarray(got[name].numpy(), np.float32)).to(dev).to(tdt).double()
             for name in ("DQ", "DK", "DV")]
-    flops = 10 * n * n * d * heads / (2 if causal else 1)
+    return _row("bwd", dtype, n, d, heads, causal, 10, tile_s, torch_s, compile_s,
+                max(float((a - b).abs().max()) for a, b in zip(ours, want, strict=True)),
+                max(float((a - b).abs().max()) for a, b in zip(theirs, want, strict=True)))
+
+
+def _row(kind: str, dtype: str, n: int, d: int, heads: int, causal: bool, per: int, tile_s: float,
+         torch_s: float, compile_s: float, tile_err: float, torch_err: float) -> dict:
+    """One case's record; ``per``: flops per (query, key, head dim) point (4 forward, 10 backward),
+    halved under a causal mask."""
+    flops = per * n * n * d * heads / (2 if causal else 1)
     return {
-        "pass": "bwd", "dtype": dtype, "n": n, "d": d, "heads": heads, "causal": causal,
+        "pass": kind, "dtype": dtype, "n": n, "d": d, "heads": heads, "causal": causal,
         "tile_ms": tile_s * 1e3, "torch_ms": torch_s * 1e3,
         "tile_tflops": flops / tile_s / 1e12, "torch_tflops": flops / torch_s / 1e12,
-        "ratio": torch_s / tile_s, "compile_s": compile_s,
-        "tile_err": max(float((a - b).abs().max()) for a, b in zip(ours, want, strict=True)),
-        "torch_err": max(float((a - b).abs().max()) for a, b in zip(theirs, want, strict=True)),
+        "ratio": torch_s / tile_s, "compile_s": compile_s, "tile_err": tile_err, "torch_err": torch_err,
     }
 
 
