@@ -93,6 +93,7 @@ class MicroKernel(Packing):
             n for n, c in shape.coefs.items()
             if packable and n != shape.out and c[shape.v] != 0 and (shape.r is None or c[shape.r] == 0)
         ]
+        self.in_place_refs = frozenset(n for n in self.pack_refs if self.in_place(n))  # (``packing``)
         if not self.pack_refs:
             self.blocking = None
         elif k_blocks:
@@ -263,6 +264,9 @@ class MicroKernel(Packing):
             def panels(v0: ir.Value, body) -> None:  # each panel at its packed scratch
                 self.packed = {}
                 for ref in self.pack_refs:
+                    if ref in self.in_place_refs:
+                        self.packed[ref] = self.panel_at(ref, counters, v0)
+                        continue
                     slot = self.pack_slot(ref, nc * chunk)
                     at = self.b().mul(self.b().sub(v0, c0), i64(chunk))
                     self.packed[ref] = self.b().gep(slot, [at], inbounds=True, source_etype=self.scalar)

@@ -5,6 +5,10 @@ across cache sets and pages, is copied once per panel (and K block) into contigu
 reduction points row-major, ``NV * W`` elements each, which every row tile then streams. The copy
 and the reads address the scratch by the reduction point's row-major position (``red_linear``),
 counted from a K block's first point when the kernel runs in K blocks (``kbase``).
+
+An operand already laid out as those panels (``in_place``: contiguous along the vector index,
+``NV * W`` elements a reduction point, the reduction points row-major; an importer's weights
+stored panel by panel, ``tile.onnx``'s ``Gemm``) is not copied: the tiles read it where it is.
 """
 
 from __future__ import annotations
@@ -18,18 +22,47 @@ from backends.llvm.scalars import F64, i64
 class Packing:
     """``MicroKernel``'s packing: scratch slots, the copy, and the scratch's addresses."""
 
+    in_place_refs: frozenset[str] = frozenset()  # the ``pack_refs`` read where they are (none here)
+
     def pack_slot(self, ref: str, count: int) -> ir.Value:
         slot = self.pack_slots.get(ref)
         if slot is None:
             slot = self.pack_slots[ref] = self.em.alloca(self.scalar, count)
         return slot
 
+    def in_place(self, ref: str) -> bool:
+        """Whether ``ref`` is already laid out as its packed panels: coefficient 1 along the
+        vector index, and along the reduction indexes those of their row-major position times
+        ``NV * W`` (``red_linear``; each reduction counts from 0, or from ``kbase``)."""
+        s, coefs = self.s, self.s.coefs[ref]
+        stride = self.nv * self.width
+        if coefs[s.v] != 1:
+            return False
+        for k in reversed(s.red):
+            if coefs[k] != stride:
+                return False
+            stride *= self.block.idxs[k].range
+        return True
+
+    def panel_at(self, ref: str, counters, v0: ir.Value) -> ir.Value:
+        """The address of an ``in_place`` operand's panel at ``v0`` (from the K block's first
+        point, ``kbase``): what the tiles read in place of packed scratch."""
+        at = {**counters, self.s.v: v0}
+        if self.kbase is not None:
+            at[self.s.red[0]] = self.kbase
+        view = self.views[ref]
+        return self.b().gep(view.ptr, [self.pos(ref, at)], inbounds=True, source_etype=self.scalar)
+
     def pack(self, counters, v0: ir.Value) -> None:
         """Copy the ``NV*W``-wide panel of every ``pack_refs`` operand at ``v0`` over all
         reduction points into contiguous scratch (reduction points row-major, ``NR`` floats
-        each): the rows of the tiles then stream it without cache-set conflicts or TLB misses."""
+        each): the rows of the tiles then stream it without cache-set conflicts or TLB misses.
+        An ``in_place`` operand is read where it is."""
         s = self.s
         for ref in self.pack_refs:
+            if ref in self.in_place_refs:
+                self.packed[ref] = self.panel_at(ref, counters, v0)
+                continue
             slot = self.packed.get(ref) or self.pack_slot(ref, self.red_points * self.nv * self.width)
             base = {**counters, s.v: v0}
 
