@@ -123,10 +123,7 @@ class Lane:
             if not ex.raw_ready():
                 return False
             if self._native_later is not None:
-                self._calls += 1
-                if self._calls >= NATIVE_AFTER:
-                    self._one_call(*self._native_later)
-                    self._native_later = None
+                self._count_call()
             stream = ex.raw_stream()
             last, mark = program._last, self._mark
             if last and not (last is mark and self._stream is stream and ex.raw_unmarked(mark)):
@@ -141,6 +138,33 @@ class Lane:
                 self._stream = stream
             program._last = mark
         return True
+
+    def run_host(self, addresses: tuple) -> bool:
+        """``__call__`` on a host executor (``raw_host``: no stream, and nothing to mark after the
+        launches, which have run when it returns), the inputs' then the outputs' addresses in one
+        tuple: the lean form a small ``tile.torch`` call takes (``TorchLane.plain_call``)."""
+        program, ex = self.program, self.executor
+        with program._lock:
+            if not ex.raw_ready():
+                return False
+            if self._native_later is not None:
+                self._count_call()
+            if program._last:
+                ex.raw_after(program._last, None)  # (a general call's events)
+                program._last = []
+            for at, n in self._zero:
+                ex.raw_zero(at, n, None)
+            addresses += self._fixed
+            for go, pick in self._plan:
+                go(pick(addresses), None)
+        return True
+
+    def _count_call(self) -> None:
+        """One more call of a lane of several kernels: at ``NATIVE_AFTER``, its native call."""
+        self._calls += 1
+        if self._calls >= NATIVE_AFTER:
+            self._one_call(*self._native_later)
+            self._native_later = None
 
 
 def _whole(addresses):

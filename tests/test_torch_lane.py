@@ -257,3 +257,55 @@ def test_a_loss_sums_broadcast_cotangent_takes_the_backward_lane(no_general_path
         return torch.ones(4, 5)
 
     _exact_matmul_grads(mm, (4, 6, 5), loss)
+
+
+def test_a_plain_call_again_is_one_function(monkeypatch):
+    """After a plain call (no gradient wanted) the op keeps its lane as one function
+    (``TorchLane.plain``) that checks and launches in one pass; it takes the next plain calls at
+    that signature (nothing else ran: the lane's ordinary call and the general path refused), and
+    gives every other call back to the usual path, with the usual results."""
+    two = tt.op("function (A[N], B[N]) -> (S, P) { S = A + B; P = A * B; }", name="lane_plain_two")
+    a, b = ints(6), ints(6, seed=1)
+    two(a, b)
+    hot = two._hot
+    assert hot is not None
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("not the one-function path")
+
+    with monkeypatch.context() as m:
+        m.setattr(CompiledProgram, "run", refuse)
+        m.setattr(TorchLane, "__call__", refuse)
+        for seed in range(3):
+            a, b = ints(6, seed=seed + 2), ints(6, seed=seed + 7)
+            s, p = two(a, b)
+            assert torch.equal(s, a + b) and torch.equal(p, a * b)
+        with torch.no_grad():  # a tensor that wants a gradient, but no grad mode: still plain
+            s, _ = two(a.requires_grad_(), b)
+            assert s.grad_fn is None and torch.equal(s, a + b)
+        a = a.detach()
+    # each of these is refused by the one function, and right through the usual path
+    assert hot((a, b, b)) is None  # (a wrong count: the usual path's arity error)
+    assert hot((a, a)) is None and torch.equal(two(a, a)[1], a * a)  # one tensor twice
+    strided = ints(12, seed=3)[::2]
+    assert hot((strided, b)) is None and torch.equal(two(strided, b)[0], strided + b)
+    assert hot((a.double(), b.double())) is None
+    assert hot((ints(7), ints(7))) is None
+    g = a.clone().requires_grad_()
+    assert hot((g, b)) is None
+    s, _ = two(g, b)
+    assert s.grad_fn is not None and two._hot is None  # (a gradient call: the one function dropped)
+    s.sum().backward()
+    assert torch.equal(g.grad, torch.ones(6))
+    two(a, b)
+    assert two._hot is not None  # (a plain call again: kept again)
+
+    class Seen(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Seen():  # a mode sees the call: through the dispatcher, not the one function
+        assert two._hot((a, b)) is None
+        assert torch.equal(two(a, b)[0], a + b)
+    monkeypatch.setenv("TILE_DEBUG", "1")
+    assert two._hot((a, b)) is None

@@ -37,14 +37,24 @@ import sys
 
 import numpy as np
 import torch
-import torch.autograd.forward_ad as fwAD
 
 from tile.bridge import Op, dynamic_settings
 from tile.dtypes import DType
 from tile.errors import TileError, TileInputError
 from tile.parser import parse as tile_parse
 from tile.torch_autograd import TileFunction, eager_apply, register_autograd
-from tile.torch_lane import LANES_KEPT, TorchLane, learn, signature, through_lane
+from tile.torch_lane import (
+    AUTOGRAD,
+    DISPATCH,
+    LANES_KEPT,
+    PLAIN,
+    TRANSFORM,
+    TorchLane,
+    learn,
+    signature,
+    through_lane,
+    watched,
+)
 
 __all__ = ["LANES_KEPT", "TorchOp", "load", "op", "save"]
 
@@ -75,9 +85,6 @@ _TO_TORCH = {v: k for k, v in _TO_NUMPY.items()}
 _IN_PLACE = frozenset(_TO_NUMPY) - {torch.bfloat16}  # what Tensor.numpy() views as it is
 
 
-PLAIN, AUTOGRAD, DISPATCH, TRANSFORM = 0, 1, 2, 3  # how an eager call runs (``_eager_kind``)
-
-
 def _eager_kind(tensors, cuda: bool = False) -> int:
     """How a call runs. ``DISPATCH`` through ``torch.ops.tile`` when anything would see the
     difference: ``torch.compile``, tracing, a torch function or dispatch mode (FakeTensor, FX and
@@ -89,25 +96,15 @@ def _eager_kind(tensors, cuda: bool = False) -> int:
     ``TRANSFORM``: under a ``torch.func`` transform, ``TileFunction`` applied here, above the
     transforms (``torch.func`` takes an ``autograd.Function`` only there, not from inside a
     dispatcher kernel)."""
-    if torch.compiler.is_compiling():  # first: Dynamo reads it as True and traces no further
-        return DISPATCH
-    C = torch._C
-    if C._are_functorch_transforms_active():
-        return TRANSFORM
-    if (
-        C._is_torch_function_mode_enabled()
-        or C._len_torch_dispatch_stack()
-        or C._get_tracing_state() is not None
-        or fwAD._current_level >= 0
-    ):
-        return DISPATCH
-    kind = PLAIN
+    kind = watched()
+    if kind:
+        return kind
     for t in tensors:
         if type(t) is not torch.Tensor or not (t.is_cpu or cuda and t.is_cuda):
             return DISPATCH
         if t.requires_grad:
             kind = AUTOGRAD
-    return AUTOGRAD if kind == AUTOGRAD and C.is_grad_enabled() else PLAIN
+    return AUTOGRAD if kind == AUTOGRAD and torch.is_grad_enabled() else PLAIN
 
 
 def op(
@@ -248,13 +245,24 @@ class TorchOp:
         self._arity = len(core.inputs)
         self._lanes: dict[tuple, TorchLane | None] = {}  # signature -> the forward's fast lane
         self._grad_lanes: dict[tuple, TorchLane | None] = {}  # (wrt, signature) -> the backward's
+        self._hot = None  # the last plain call's lane as one function (``TorchLane.plain``), or None
 
     def __call__(self, *tensors: torch.Tensor):
+        hot = self._hot  # (the last plain call's lane, whole: ``TorchLane.plain``)
+        if hot is not None:
+            outs = hot(tensors)
+            if outs is not None:
+                return outs
         # (PLAIN and AUTOGRAD mean every input is a torch.Tensor: no per-input checks on those paths)
         kind = _eager_kind(tensors, self._cuda) if len(tensors) == self._arity else DISPATCH
         if kind == PLAIN:
-            return self._forward(*tensors)  # what the dispatcher would call
+            sig = signature(tensors)
+            outs = self._forward_at(sig, tensors)  # what the dispatcher would call
+            lane = self._lanes.get(sig)
+            self._hot = lane and lane.plain
+            return outs
         if kind == AUTOGRAD:
+            self._hot = None  # (its checks would fail at the gradient: no use trying them first)
             return eager_apply(self, tensors)
         if len(tensors) != self._arity:
             self.core.tile_types(tuple(((), np.float32) for _ in tensors))  # the arity error
@@ -313,6 +321,11 @@ class TorchOp:
 
     def _forward_at(self, sig: tuple, tensors):
         """``_forward`` of ``tensors`` whose ``signature`` is ``sig``."""
+        lane = self._lanes.get(sig)
+        if lane is not None and lane.plain is not None:  # (``TileEagerFunction.forward``'s too:
+            outs = lane.plain(tensors)  # no grad mode inside it)
+            if outs is not None:
+                return outs
         outs = through_lane(self._lanes, sig, tensors)
         if outs is not None:
             return outs[0] if len(outs) == 1 else tuple(outs)
