@@ -43,6 +43,9 @@ from tile.dtypes import DType
 from tile.errors import TileError, TileInputError
 from tile.parser import parse as tile_parse
 from tile.torch_autograd import TileFunction, eager_apply, register_autograd
+from tile.torch_dtypes import IN_PLACE as _IN_PLACE
+from tile.torch_dtypes import TO_NUMPY as _TO_NUMPY
+from tile.torch_dtypes import TO_TORCH as _TO_TORCH
 from tile.torch_lane import (
     AUTOGRAD,
     DISPATCH,
@@ -61,28 +64,6 @@ __all__ = ["LANES_KEPT", "TorchOp", "load", "op", "save"]
 _OPS: dict[str, TorchOp] = {}
 DEFAULT_DEVICES = {"cpu": "llvm_cpu.0", "cuda": "opencl_gpu.0"}
 
-_TO_NUMPY: dict[torch.dtype, np.dtype] = {
-    torch.bool: np.dtype(np.bool_),
-    torch.uint8: np.dtype(np.uint8),
-    torch.int8: np.dtype(np.int8),
-    torch.int16: np.dtype(np.int16),
-    torch.int32: np.dtype(np.int32),
-    torch.int64: np.dtype(np.int64),
-    torch.uint16: np.dtype(np.uint16),
-    torch.uint32: np.dtype(np.uint32),
-    torch.uint64: np.dtype(np.uint64),
-    torch.float16: np.dtype(np.float16),
-    torch.float32: np.dtype(np.float32),
-    torch.float64: np.dtype(np.float64),
-}
-try:
-    import ml_dtypes
-
-    _TO_NUMPY[torch.bfloat16] = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - ml_dtypes is a dependency of Tile's dtypes
-    pass
-_TO_TORCH = {v: k for k, v in _TO_NUMPY.items()}
-_IN_PLACE = frozenset(_TO_NUMPY) - {torch.bfloat16}  # what Tensor.numpy() views as it is
 
 
 def _eager_kind(tensors, cuda: bool = False) -> int:
