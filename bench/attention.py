@@ -56,13 +56,22 @@ def _reference(q, k, v, causal: bool):
     return out
 
 
+def _dtypes(dtype: str) -> tuple:
+    """``dtype``'s torch and numpy types (float32 runs too: PyTorch's SDPA then takes a non-flash
+    backend)."""
+    import ml_dtypes
+    import torch
+
+    return {"float16": (torch.float16, np.float16), "bfloat16": (torch.bfloat16, ml_dtypes.bfloat16),
+            "float32": (torch.float32, np.float32)}[dtype]
+
+
+DTYPES = ("float16", "bfloat16", "float32")
+
+
 def _tile_inputs(named: dict, dtype: str, device: str) -> dict:
     """PyTorch tensors as Tile tensors on ``device``, in ``dtype``."""
-    npdt = np.float16
-    if dtype == "bfloat16":
-        import ml_dtypes
-
-        npdt = ml_dtypes.bfloat16
+    npdt = _dtypes(dtype)[1]
     return {name: tile.tensor(x.float().cpu().numpy().astype(npdt), device=device)
             for name, x in named.items()}
 
@@ -76,7 +85,7 @@ def case(device: str, n: int, d: int, dtype: str, causal: bool, repeat: int) -> 
     dev = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a smoke test of the bench itself
     spec = Spec(batch=(heads,), rows=n, keys=n, depth=d, width=d, scale=1 / math.sqrt(d),
                 mask="constraint" if causal else "none", dtype=dtype)
-    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    tdt = _dtypes(dtype)[0]
     gen = torch.Generator(device=dev).manual_seed(0)
     q, k, v = (torch.randn(heads, n, d, device=dev, dtype=tdt, generator=gen) for _ in range(3))
     t0 = time.perf_counter()
@@ -141,7 +150,7 @@ def backward_case(device: str, n: int, d: int, dtype: str, causal: bool, repeat:
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     spec = Spec(batch=(heads,), rows=n, keys=n, depth=d, width=d, scale=1 / math.sqrt(d),
                 mask="constraint" if causal else "none", dtype=dtype)
-    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    tdt = _dtypes(dtype)[0]
     gen = torch.Generator(device=dev).manual_seed(0)
     q, k, v, do = (torch.randn(heads, n, d, device=dev, dtype=tdt, generator=gen) for _ in range(4))
     t0 = time.perf_counter()
@@ -195,7 +204,7 @@ def main() -> None:
     ap.add_argument("device", nargs="?", default="cuda.0")
     ap.add_argument("--seqs", default="1024,4096,16384")
     ap.add_argument("--dims", default="64,128")
-    ap.add_argument("--dtypes", default="float16,bfloat16")
+    ap.add_argument("--dtypes", default="float16,bfloat16", help=f"comma-separated, of {', '.join(DTYPES)}")
     ap.add_argument("--causal", default="0,1", help="0: full, 1: causal (comma-separated)")
     ap.add_argument("--passes", default="fwd,bwd", help="fwd: the forward, bwd: the gradient")
     ap.add_argument("--repeat", type=int, default=5)
@@ -203,6 +212,9 @@ def main() -> None:
                     help="start no case after this many seconds")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
+    unknown = set(args.dtypes.split(",")) - set(DTYPES)
+    if unknown:
+        ap.error(f"--dtypes: {', '.join(sorted(unknown))} is not one of {', '.join(DTYPES)}")
     start = time.perf_counter()
     rows = []
     print("| pass | dtype | N | D | heads | causal | Tile ms | TFLOP/s | PyTorch ms | TFLOP/s | ratio | "
