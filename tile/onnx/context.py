@@ -103,6 +103,7 @@ class Builder:
         self.consts: dict[str, np.ndarray] = {}
         self.pack = False  # lay constants out for speed (import_model's ``pack``)
         self.channels_last: dict[str, Value] = {}  # channels-first name -> its channels-last copy (layout)
+        self.panels: dict[str, Value] = {}  # row-major name -> its panel-major copy (panels)
         self.views: dict[str, tuple] = {}  # name -> (source Value, index map) of a reshape/permute (views)
         self.merges: dict[str, tuple] = {}  # name -> (source Value, merged sizes per axis) (views)
         self._used: set[str] = set()

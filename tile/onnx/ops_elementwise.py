@@ -14,6 +14,7 @@ import tile.ops
 from tile.dtypes import DType
 from tile.onnx.context import Context, Value
 from tile.onnx.layout import from_last, last_of
+from tile.onnx.panels import from_panels, panel_of
 from tile.onnx.registry import converter
 from tile.ops._build import function
 from tile.ops.activation import erf_lines
@@ -39,6 +40,9 @@ def unary(ctx: Context, node) -> list[Value]:
     last = last_of(ctx, x)
     if last is not None:
         return [from_last(ctx, _unary(ctx, last, _UNARY[node.op_type]), node.op_type)]
+    panels = panel_of(ctx, x)  # a panel-major product's output: the activation on its panels
+    if panels is not None:
+        return [from_panels(ctx, _unary(ctx, panels, _UNARY[node.op_type]), node.op_type)]
     return [_unary(ctx, x, _UNARY[node.op_type])]
 
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from tile.onnx.context import Context, Value
 from tile.onnx.ops_shape import idx, reshape, target
+from tile.onnx.panels import a_panels, panel_gemm, panel_weight
 from tile.onnx.registry import converter
 from tile.onnx.views import read, read_merged
 
@@ -57,20 +58,26 @@ def matmul_node(ctx: Context, node) -> list[Value]:
 def gemm(ctx: Context, node) -> list[Value]:
     """With ``pack`` (the backend's import), a constant ``B`` given transposed (``transB``, as
     PyTorch exports Linear) is stored K-major: the 64 x 512 x 512 product of bench.onnx_models' MLP
-    takes a quarter less time on ``llvm_cpu.0`` reading ``B[k, j]`` than ``B[j, k]``."""
+    takes a quarter less time on ``llvm_cpu.0`` reading ``B[k, j]`` than ``B[j, k]``; where it
+    spans whole panels, panel by panel (``panels``), and ``A`` is read from its panels."""
     a = ctx.input(0)
     ta, tb = ctx.attr("transA", 0), ctx.attr("transB", 0)
+    alpha, beta = ctx.attr("alpha", 1.0), ctx.attr("beta", 1.0)
     raw = ctx.raw(1)
+    if ctx.b.pack and raw.const is not None and raw.rank == 2 and not ta and alpha == 1 and beta in (0, 1):
+        w = raw.const.T if tb else raw.const  # K-major
+        bias = ctx.raw(2) if ctx.has(2) and beta else None
+        if a.dtype is raw.dtype and panel_weight(ctx, w, raw.dtype, bias):
+            return [panel_gemm(ctx, a, w, bias, node.input[1])]
     if tb and ctx.b.pack and raw.const is not None and raw.rank == 2:
         b, tb = ctx.b.materialize(ctx.folded(raw.const.T.copy(), raw.dtype), f"{node.input[1]}_kmajor"), 0
     else:
         b = ctx.input(1)
-    alpha, beta = ctx.attr("alpha", 1.0), ctx.attr("beta", 1.0)
     m = a.shape[1] if ta else a.shape[0]
     n = b.shape[0] if tb else b.shape[1]
-    ai = "k, i" if ta else "i, k"
-    bj = "j, k" if tb else "k, j"
-    y = ctx.emit(f"$[i, j: {m}, {n}] = +({a}[{ai}] * {b}[{bj}])", "Gemm")
+    a_read, k_at = (f"{a}[k, i]", "k") if ta else a_panels(ctx, a)
+    bj = f"j, {k_at}" if tb else f"{k_at}, j"
+    y = ctx.emit(f"$[i, j: {m}, {n}] = +({a_read} * {b}[{bj}])", "Gemm")
     if alpha != 1:
         y = ctx.let(f"{ctx.lit(alpha, y.dtype)} * {y}", "Gemm")
     if ctx.has(2) and beta != 0:
