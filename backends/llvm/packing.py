@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from backends.llvm.loops import for_range
-from backends.llvm.scalars import F64, i64
+from backends.llvm.loops import counted_loop, for_range
+from backends.llvm.scalars import F64, I32, i64
 
 
 class Packing:
@@ -73,16 +73,50 @@ class Packing:
                     value = self.vector(ref, self.elem(ref, at, 0, n), None)
                     self.store_packed(slot, line, n, value)
 
-            self.over_reductions(0, {}, copy)
+            def group(red: dict[int, ir.Value], ref=ref, slot=slot, base=base) -> None:
+                self.pack_transposed(ref, slot, {**base, **red}, self.red_linear(red))
+
+            self.over_reductions(0, {}, copy, group if self.transposable(ref) else None)
             self.packed[ref] = slot
 
-    def over_reductions(self, level: int, red: dict[int, ir.Value], body) -> None:
+    def transposable(self, ref: str) -> bool:
+        """Whether ``ref`` is gathered along the vector index but contiguous along the innermost
+        reduction index (``A @ B.T``'s B): then ``W`` reduction points at a time are packed as
+        ``W`` contiguous vectors transposed in registers (``pack_transposed``), not ``W * W``
+        scalar loads."""
+        s, coefs = self.s, self.s.coefs[ref]
+        step = coefs[s.v]
+        return isinstance(step, int) and step not in (0, 1) and bool(s.red) and coefs[s.red[-1]] == 1
+
+    def pack_transposed(self, ref: str, slot: ir.Value, at: dict[int, ir.Value], line: ir.Value) -> None:
+        """The packed lines ``line .. line + W - 1`` (reduction points ``at`` on along the innermost
+        reduction index) of ``transposable`` ``ref``: per vector of the panel, the ``W`` elements
+        of each lane loaded as one vector along the reduction index, the ``W x W`` block
+        transposed (``transpose``), each row stored as a line."""
+        b, width = self.b(), self.width
+        step = self.s.coefs[ref][self.s.v]
+        view = self.views[ref]
+        for n in range(self.nv):
+            first = self.elem(ref, at, 0, n)
+            rows = [self.vload(view, b.add(first, i64(lane * step)) if lane else first, None)
+                    for lane in range(width)]
+            for t, row in enumerate(transpose(b, rows)):
+                self.store_packed(slot, b.add(line, i64(t)) if t else line, n, row)
+
+    def over_reductions(self, level: int, red: dict[int, ir.Value], body, group=None) -> None:
+        """``body(red)`` at every reduction point, or, with ``group``, ``group(red)`` at every
+        ``W``-th point of the innermost reduction index for the whole groups of ``W`` there (the
+        points left to ``body``)."""
         if level == len(self.s.red):
             body(red)
             return
         k = self.s.red[level]
         lo, hi = self.bounds[k]
-        for_range(self.em, lo, hi, lambda c: self.over_reductions(level + 1, {**red, k: c}, body))
+        if group is not None and level == len(self.s.red) - 1:
+            end = counted_loop(self.b(), lo, hi, lambda c: group({**red, k: c}), self.width, whole=True)
+            for_range(self.em, end, hi, lambda c: body({**red, k: c}))
+            return
+        for_range(self.em, lo, hi, lambda c: self.over_reductions(level + 1, {**red, k: c}, body, group))
 
     def red_linear(self, counters: dict[int, ir.Value]) -> ir.Value:
         """The row-major position of the reduction point ``counters`` among all of them."""
@@ -104,4 +138,22 @@ class Packing:
         self.b().store(value, self.packed_at(slot, line, n), align=self.scalar is F64 and 8 or 4)
 
 
-__all__ = ["Packing"]
+def transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """The ``W x W`` transpose of ``rows`` (``W`` vectors of ``W`` lanes, ``W`` a power of two):
+    for each bit ``h`` of a lane's position, rows ``r`` and ``r + h`` (``r & h == 0``) swap their
+    off-diagonal ``h``-wide blocks, one shuffle each (log2 W stages of W shuffles)."""
+    width = len(rows)
+    rows = list(rows)
+    h = width // 2
+    while h:
+        lo = ir.Constant(ir.VectorType(I32, width), [c if not c & h else width + c - h for c in range(width)])
+        hi = ir.Constant(ir.VectorType(I32, width), [c + h if not c & h else width + c for c in range(width)])
+        for r in range(width):
+            if not r & h:
+                rows[r], rows[r + h] = b.shuffle_vector(rows[r], rows[r + h], lo), \
+                    b.shuffle_vector(rows[r], rows[r + h], hi)
+        h //= 2
+    return rows
+
+
+__all__ = ["Packing", "transpose"]
