@@ -85,20 +85,19 @@ class Packing:
         ``W`` contiguous vectors transposed in registers (``pack_transposed``), not ``W * W``
         scalar loads."""
         s, coefs = self.s, self.s.coefs[ref]
-        step = coefs[s.v]
-        return isinstance(step, int) and step not in (0, 1) and bool(s.red) and coefs[s.red[-1]] == 1
+        step, inner = coefs[s.v], coefs[s.red[-1]] if s.red else 0
+        return not (isinstance(step, int) and step in (0, 1)) and isinstance(inner, int) and inner == 1
 
     def pack_transposed(self, ref: str, slot: ir.Value, at: dict[int, ir.Value], line: ir.Value) -> None:
         """The packed lines ``line .. line + W - 1`` (reduction points ``at`` on along the innermost
         reduction index) of ``transposable`` ``ref``: per vector of the panel, the ``W`` elements
         of each lane loaded as one vector along the reduction index, the ``W x W`` block
         transposed (``transpose``), each row stored as a line."""
-        b, width = self.b(), self.width
-        step = self.s.coefs[ref][self.s.v]
+        b, width, v = self.b(), self.width, self.s.v
         view = self.views[ref]
         for n in range(self.nv):
-            first = self.elem(ref, at, 0, n)
-            rows = [self.vload(view, b.add(first, i64(lane * step)) if lane else first, None)
+            # each lane's first element through ``pos`` (a generic kernel's strides are run-time)
+            rows = [self.vload(view, self.pos(ref, {**at, v: b.add(at[v], i64(n * width + lane))}), None)
                     for lane in range(width)]
             for t, row in enumerate(transpose(b, rows)):
                 self.store_packed(slot, b.add(line, i64(t)) if t else line, n, row)
