@@ -38,6 +38,7 @@ from stripe.cost import estimate
 from stripe.ir import Block
 from stripe.lower import check_index_space, lower
 from stripe.passes import PASSES, optimize
+from stripe.passes.gemm_tile import GENERIC_FLAT_POINTS
 from stripe.printer import format_block
 from tile import ast, tuples
 from tile.bind import bind
@@ -86,7 +87,9 @@ def config_for(device: Device, settings: Mapping | None = None) -> TargetConfig 
     every ``tile.compile`` and first call of a shape asks."""
     opts = CommonOptions.parse(settings)
     given = opts.config
+    generic = bool((settings or {}).get("generic"))  # the LLVM backend's shape-generic kernels
     memo = _config_memo_key(device, opts)
+    memo = None if memo is None else (*memo, generic)
     kept = _kept_configs(device) if memo is not None else None
     if kept is not None and memo in kept:
         return kept[memo]
@@ -101,6 +104,12 @@ def config_for(device: Device, settings: Mapping | None = None) -> TargetConfig 
         mode = opts.precision
         config = replace(config, passes=tuple(
             replace(s, params=replace(s.params, float32=mode)) if hasattr(s.params, "float32") else s
+            for s in config.passes
+        ))
+    if generic:  # shape-generic kernels: short GEMMs stay flat (``gemm_tile.GENERIC_FLAT_POINTS``)
+        config = replace(config, passes=tuple(
+            replace(s, params=replace(s.params, flat_points=GENERIC_FLAT_POINTS))
+            if getattr(s.params, "model", "") == "cpu" and getattr(s.params, "flat_points", None) == 0 else s
             for s in config.passes
         ))
     config = replace(config, hardware=device.hardware(config.hardware))

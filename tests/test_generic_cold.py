@@ -1,12 +1,13 @@
 """A ``tile.torch`` op with ``dynamic=True`` at many new short lengths (issue 40's cold forward +
 backward): which lengths generate code, and that the results stay right.
 
-The relative-bias attention (``bench.compile_time.ATTENTION``) at S = 1..12: its backward's
-``dO V^T`` is an optimizer nest the micro-kernel refuses at these lengths (``generic._refused_nest``:
-generic plain loops, not a specialized build per length), and its short products run under their
-bucket's thread split (``generic.SMALL_SPLIT``: no second function for the other split). A short
-product built specialized (its bucket's first kernel) is built as plain loops
-(``generic.SMALL_FIRST``), not as the micro-kernel's thousands of IR lines."""
+The relative-bias attention (``bench.compile_time.ATTENTION``) at S = 1..16: its GEMMs of at most
+``gemm_tile.GENERIC_FLAT_POINTS`` points stay flat (no optimizer nest, whose tiles follow S) and
+run as generic plain loops (``generic._short_flat``), so S = 6..16 generate no code
+(the fused Q K^T + R made a new template at S = 6, 9 and 16 before, its backward's ``dO V^T`` a
+specialized build at every length before ``generic._refused_nest``). A short product built
+specialized (its bucket's first kernel) is built as plain loops (``generic.SMALL_FIRST``), not as
+the micro-kernel's thousands of IR lines."""
 
 from __future__ import annotations
 
@@ -16,13 +17,13 @@ import pytest
 import tile
 from backends.llvm import device, generic
 from bench.compile_time import ATTENTION, MATMUL
-from tests.generic_support import fresh_registry  # noqa: F401
+from tests.generic_support import assert_attention_close, fresh_registry, ints  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 
 
-QUIET = (7, 10, 11, 12)  # lengths where no kernel changes structure (the fused Q K^T + R is a
-# one-off nest at S = 5 and 8, and its un-nested form changes at S = 4, 6 and 9)
+QUIET = range(6, 17)  # lengths that generate no code: every kernel binds a template of S <= 5 (two
+# kernels of the backward change structure at S = 17: a new bucket, its template at 18)
 
 
 def _attention(torch, n: int):
@@ -43,7 +44,9 @@ def _check(torch, args, y) -> None:
         torch.testing.assert_close(got, w, rtol=0, atol=tol)
 
 
-def test_short_lengths_generate_no_specialized_code_once_generic(monkeypatch):
+def test_short_lengths_generate_no_code_once_generic(monkeypatch):
+    """Neither a specialized module (``device.generate``) nor a generic template (``generic``'s
+    count) at any length of ``QUIET``."""
     torch = pytest.importorskip("torch", reason="tile.torch needs PyTorch")
     import tile.torch as tt
 
@@ -57,28 +60,29 @@ def test_short_lengths_generate_no_specialized_code_once_generic(monkeypatch):
 
     monkeypatch.setattr(device, "generate", counted)
     op = tt.op(ATTENTION, name="generic_cold_attention", dynamic=True, settings={"cache": False})
-    for n in range(1, 13):
+    for n in range(1, QUIET[-1] + 1):
         n_now[0] = n
+        before = generic.REGISTRY.generated
         args = _attention(torch, n)
         y = op(*args)
         y.sum().backward()
         _check(torch, args, y)
-    assert not [n for n in QUIET if made.get(n)], f"specialized modules generated per length: {made}"
+        made[n] = made.get(n, 0) + generic.REGISTRY.generated - before
+    assert not [n for n in QUIET if made.get(n)], f"code generated per length: {made}"
 
 
-def test_short_products_run_under_their_buckets_thread_split():
-    torch = pytest.importorskip("torch", reason="tile.torch needs PyTorch")
-    import tile.torch as tt
-
-    op = tt.op(ATTENTION, name="generic_cold_split", dynamic=True, settings={"cache": False})
+def test_short_products_are_generic_plain_loops():
+    """At S = 1..12 both contractions of the attention run generic functions, plain loops (no
+    micro-kernel product template is built for them), equal to float64 numpy within the bound."""
+    exe = tile.compile(ATTENTION, "llvm_cpu.0", {"generic": True, "cache": False})
     for n in range(1, 13):
-        args = _attention(torch, n)
-        y = op(*args)
-        y.sum().backward()
-        _check(torch, args, y)
-    forms = [b.form for k, b in generic.REGISTRY.buckets.items() if k.startswith("tiles") and b.form]
-    assert forms, "the attention's products are generic"
-    assert not [f.other for f in forms if f.other], "a short product built its other thread split"
+        q, k, v = (ints((n, 8), n + i) for i in range(3))
+        r = ints((n, n), n + 3)
+        assert_attention_close(exe(q, k, r, v)["O"], q, k, r, v)
+    lib = exe._last.library
+    products = [j for j, info in enumerate(lib.kernels) if "contraction" in info.block.tags]
+    assert len(products) == 2 and all(j in lib.extra["generic"]["which"] for j in products)
+    assert not [k for k in generic.REGISTRY.buckets if k.startswith("tiles")], "a micro-kernel template"
 
 
 def test_a_short_first_product_is_built_as_plain_loops():

@@ -16,7 +16,9 @@ generic only with that kernel): elementwise chains, reductions, softmax rows, th
 micro-kernel does not take; and the products the micro-kernel takes at kernel level (a flat GEMM,
 an optimizer nest read back flat, its fused epilogue too): those run ``generic_tiles``' micro-kernel
 with the bucket's register tile and K blocks, its counts and edges at run time, the bucket's
-thread split, and the zero fill before it taken over when it covers its output. ``generic_products``
+thread split, and the zero fill before it taken over when it covers its output; a flat kernel of at
+most ``gemm_tile.GENERIC_FLAT_POINTS`` points (a GEMM ``gemm_tile`` left flat under this setting)
+runs as plain loops, a product too (``_short_flat``). ``generic_products``
 instead runs products as plain loops (with ``tiled=False``: the previous form, one build for all
 lengths but slow at large sizes). A plain-loop generic kernel sums as written (no ``partials``
 blocks, which depend on the extents); LLVM may still vectorize a float sum (reassociation, as
@@ -49,6 +51,7 @@ from backends.llvm.microkernel import kernel_match
 from backends.llvm.scalars import Emitter
 from backends.llvm.schedule import Schedule
 from stripe.ir import Block, RefDir
+from stripe.passes.gemm_tile import GENERIC_FLAT_POINTS
 
 MAX_BUILDS = 4  # generic builds per bucket before it stays specialized
 
@@ -208,18 +211,23 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> tuple[dict
     uses: dict[int, Use] = {}
     todo: list[tuple[int, str, Block, Schedule]] = []
     plain: set[int] = set()
+    flats: list[int] = []  # short flat kernels: plain loops, their products' too (``_short_flat``)
     with REGISTRY.lock:
         for j in sorted(plan.only):
             info = kernels[j]
             dts = buffer_dtypes(info, plan.dtypes)
             sched = plan.schedules[j]
             fill = _zero_fill_of(plan.code[j - 1], plan.code[j]) if (j - 1, j) in paired else 0
-            if tiles and _product(j, kernels, plan, dts, meta, uses, todo, fill):
+            short = tiles and _short_flat(j, plan)
+            if short:
+                flats.append(j)
+            elif tiles and _product(j, kernels, plan, dts, meta, uses, todo, fill):
                 short = _points(plan.code[j].block) <= SMALL_FIRST  # the flat GEMM's points
                 if short and j not in uses and all(t[0] != j for t in todo):
                     plain.add(j)
                 continue
-            loops = bool(settings.get("generic_products")) or (tiles and _points(info.block) <= SMALL_LOOPS)
+            loops = bool(settings.get("generic_products")) or short or (
+                tiles and _points(info.block) <= SMALL_LOOPS)
             code, blocks = plan.code[j], plan.blocks[j]
             if loops and _refused_nest(info, code, blocks, plan.epilogues[j]):
                 info, code, blocks = code, code, None  # its flat GEMM, as plain loops (``_refused_nest``)
@@ -250,6 +258,10 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> tuple[dict
             todo.append((j, key, template, sched, None, False))
         if todo:
             uses.update(_build(kernels, plan, todo, vector, opt, unroll, settings, cpu, features))
+    for j in flats:  # built specialized (a bucket's first): a product as plain loops all the same
+        dts = buffer_dtypes(kernels[j], plan.dtypes)
+        if j not in uses and _takes(plan.code[j].block, plan.schedules[j], dts, plan.vector, None, None):
+            plain.add(j)
     for pair in paired:  # ``codegen.generate`` builds a zero fill with the next kernel: both or neither
         fill, product = pair
         if product in uses and uses[product].fresh:  # the fill is not run: a function that does nothing
@@ -320,6 +332,17 @@ def _product(j: int, kernels, plan, dts: dict, meta: str, uses: dict, todo: list
     return True
 
 
+def _short_flat(j: int, plan) -> bool:
+    """Whether kernel ``j`` is flat (no optimizer nest, no fused epilogue: ``gemm_tile`` leaves a GEMM
+    of at most ``GENERIC_FLAT_POINTS`` points flat under this setting) and that short: it runs
+    as plain loops with run-time extents, a product too (a few microseconds slower than the
+    micro-kernel at these sizes), so one template serves every short length; the micro-kernel's
+    generic products (``_product``) start above it."""
+    code = plan.code[j]
+    return (plan.blocks[j] is None and plan.epilogues[j] is None and isinstance(code.block, Block)
+            and _points(code.block) <= GENERIC_FLAT_POINTS)
+
+
 def _refused_nest(info: KernelInfo, code: KernelInfo, blocks, epilogue) -> bool:
     """Whether kernel ``info`` is an optimizer nest (``match.from_nest``: ``code`` its flat GEMM,
     ``blocks`` its tiles) without a fused epilogue that the micro-kernel refused (``_product``
@@ -330,7 +353,7 @@ def _refused_nest(info: KernelInfo, code: KernelInfo, blocks, epilogue) -> bool:
     return code is not info and blocks is not None and epilogue is None and isinstance(code.block, Block)
 
 
-SMALL_FIRST = 1 << 15  # a product of at most this many points built specialized runs plain loops
+SMALL_FIRST = 1 << 17  # a product of at most this many points built specialized runs plain loops
 SMALL_SPLIT = 1 << 15  # a product of at most this many points runs under its bucket's thread split
 # when its own differs (microseconds either way; its own split's function is built for a larger one)
 SMALL_LOOPS = 1 << 15  # a kernel of at most this many points whose products are nested blocks (no

@@ -98,6 +98,16 @@ class GemmTileConfig:
     matrix_unit: str = ""  # the hardware's matrix unit that kernels ``tensorize`` marked run on
     warps: tuple[int, int] = (2, 2)  # on the unit: warps along M and N of a work-group tile
     mma_tiles: tuple[tuple[int, int], ...] = ((128, 128), (128, 64), (64, 128), (64, 64))  # on the unit
+    # a GEMM of at most this many points (batch x M x N x K) stays flat (0, -1: none); shape-generic
+    # builds set it (``GENERIC_FLAT_POINTS``) where it is 0, since the nest's tiles follow the extents
+    flat_points: int = 0
+
+
+# ``flat_points`` under the ``generic`` setting (``backends.driver.config_for``): short GEMMs stay flat
+# kernels, whose integers are the extents alone, and ``backends.llvm.generic`` runs them as plain
+# loops with run-time extents (one template for every short length); the nest's tiles (M whole:
+# the next power of two) made a new template at each power of two
+GENERIC_FLAT_POINTS = 1 << 15
 
 
 QUAD_BITS = {False: 2, True: 3}  # the layout's q field: SIMT (float4 reads), matrix unit (8 rows)
@@ -170,7 +180,7 @@ def gemm_tile(program: Block, cfg: GemmTileConfig, hw: Hardware) -> Block:
 
     def fn(block: Block, ctx: Context) -> Block | None:
         got = analyze(block, ctx.parent, cfg)
-        if got is None:
+        if got is None or flat(got, cfg):
             return None
         ranked = ranking(block, got, hw, cfg)
         if not ranked:
@@ -206,6 +216,11 @@ def analyze(block: Block, parent: Block | None, cfg: GemmTileConfig, halves: boo
     return g
 
 
+def flat(g: Gemm, cfg: GemmTileConfig) -> bool:
+    """Whether the GEMM ``g`` stays flat: at most ``cfg.flat_points`` points."""
+    return g.batch.total * g.m.total * g.n.total * g.k.total <= cfg.flat_points
+
+
 @search_sites("gemm_tile")
 def sites(program: Block, cfg: GemmTileConfig, hw: Hardware) -> dict[str, list[GemmTiles]]:
     """Each kernel this step would tile, by name, with its ranking (for ``backends.tune``)."""
@@ -213,7 +228,7 @@ def sites(program: Block, cfg: GemmTileConfig, hw: Hardware) -> dict[str, list[G
 
     def fn(block: Block, ctx: Context) -> None:
         got = analyze(block, ctx.parent, cfg)
-        if got is not None:
+        if got is not None and not flat(got, cfg):
             ranked = ranking(block, got, hw, cfg)
             if ranked:
                 out[block.name] = ranked
