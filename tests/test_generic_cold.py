@@ -98,3 +98,19 @@ def test_a_short_first_product_is_built_as_plain_loops():
     first, specialized = sources[True, 20].count("\n"), sources[False, 20].count("\n")
     assert first * 3 < specialized, f"the first 20^3 product: {first} IR lines, specialized {specialized}"
     assert sources[True, 27] == "", "a later length binds the generic product (no module of its own)"
+
+
+def test_a_first_product_built_as_plain_loops_is_built_at_first_opt():
+    """Past the short lengths (40^3: 64k points, an optimizer nest) the bucket's first product is
+    still plain loops (``generic.SMALL_FIRST``), in a module at ``device.FIRST_OPT`` without
+    unrolling, where the specialized build of that length is at -O3."""
+    ref = tile.compile(MATMUL, "interp")
+    rng = np.random.default_rng(1)
+    opts = {}
+    for gen in (False, True):
+        exe = tile.compile(MATMUL, "llvm_cpu.0", {"generic": gen, "cache": False})
+        for n in (40, 41):
+            a, b = (rng.integers(-3, 4, size=(n, n)).astype(np.float32) for _ in range(2))
+            np.testing.assert_array_equal(exe(a, b)["C"], ref(a, b)["C"], err_msg=f"generic={gen} at {n}")
+            opts[gen, n] = exe.prepare(a, b).library.extra["opt"]
+    assert opts[True, 40] <= device.FIRST_OPT < opts[False, 40], f"LLVM levels (generic, n): {opts}"

@@ -82,6 +82,10 @@ from tile.errors import TileRuntimeError
 from tile.gc_pause import paused_gc
 
 _KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+# the LLVM level of a module holding only short products built specialized as plain loops (their
+# generic bucket's first kernels, ``generic.SMALL_FIRST``, and their zero fills): code run at one
+# length, whose full unrolling of the nest's constant trip counts took most of its build
+FIRST_OPT = 1
 
 
 @dataclass
@@ -150,6 +154,9 @@ class LlvmCompiler(Compiler):
         taken -= {k for k in taken if k + 1 in plain}  # their fills run: no micro-kernel takes them
         if uses:  # the module holds the other kernels only
             p = replace(p, key=diskcache.digest({"generic": sorted(uses)}, p.key))
+        if plain and opts.opt is None and only <= plain | {k - 1 for k in plain}:  # (and their fills)
+            p = replace(p, opt=min(p.opt, FIRST_OPT), unroll=bool(opts.unroll),
+                        key=diskcache.digest({"first": FIRST_OPT}, p.key))
         cache = ObjectCache(p.key, opts.cache)
         entry = cache.load() if only or not uses else None
         parts = unpack_entry(entry) if entry is not None else None
