@@ -73,6 +73,7 @@ NEIGHBOURS = {
     "builtin_logsoftmax": ("builtin_softmax",),
     "agg_sum": ("agg_prod", "agg_max"), "agg_prod": ("agg_sum",), "agg_max": ("agg_min", "agg_sum"),
     "agg_min": ("agg_max", "agg_sum"), "comb_mul": ("comb_add",), "comb_add": ("comb_mul",),
+    "comb_eq": ("comb_mul",), "as_bool": ("ident",),  # (a comparison computed as a product; a cast dropped)
 }  # fmt: skip
 WIDTHS = {"as_float": (16, 32, 64), "as_int": (8, 16, 32, 64), "as_uint": (8, 16, 32, 64)}
 # What --conformance-ops may steer an example between: replacing one by another keeps the

@@ -186,12 +186,15 @@ def elementwise_sweep(draw, large: bool = True, all_types: bool = True) -> Case:
     neighbours (``conformance.sweeps``), in a float and an integer type; or only those that
     compute in one type (a device with few types runs them); as often as not at the large extents
     (``large``); with ``all_types``, every integer type's ``sweeps.INT_CORE`` and every float
-    type's ``sweeps.CHAINS`` besides; now and then every float builtin on finite values."""
+    type's ``sweeps.CHAINS`` besides; now and then every float builtin on finite values, with the
+    row softmaxes and ``simple_reduce`` (``sweeps.ROW_FUNCTIONS``)."""
     seed = draw(st.integers(0, 2**32 - 1))
     if draw(st.integers(0, 3)) == 3:
         dtype = draw(st.sampled_from(FLOAT_DTYPES))
-        src, inputs = sweeps.transcendental_program(dtype, seed, UNARY_FLOAT)
-        return Case("elementwise", src, inputs, exact=False, ulps=8.0)
+        src, inputs = sweeps.transcendental_program(dtype, seed, UNARY_FLOAT + sweeps.ROW_FUNCTIONS)
+        # (the row functions sum a row: within its length; the math-accuracy family bounds each
+        # function's own ulps)
+        return Case("elementwise", src, inputs, exact=False, ulps=8.0, length=sweeps.COLS)
     dtype = draw(st.sampled_from(FLOAT_DTYPES + INT_DTYPES))
     closed = draw(st.integers(0, 3)) == 3  # a quarter (the first example: everything at once)
     large = large and draw(st.booleans())

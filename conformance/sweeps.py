@@ -342,6 +342,17 @@ def elementwise_program(
     return src, inputs
 
 
+# The structural builtins over Z's rows, with the float functions of ``transcendental_program``:
+# a structural chain draws them only now and then (a default run's coverage once listed the
+# softmaxes and simple_reduce unexercised). simple_reduce and scatter sum halves: exact; the
+# indices are Z's values as integers, some out of range (gather and scatter clamp them).
+ROW_FUNCTIONS = [
+    f"builtin_softmax({{0}}, 3, {COLS})", f"builtin_logsoftmax({{0}}, 3, {COLS})",
+    f"simple_reduce({{0}}, 1, {COLS})", "simple_reduce({0}, 3, 1)",
+    "gather({0}, as_int({0}, 32))", "scatter({0}, as_int({0}, 32), {0})",
+]
+
+
 def transcendental_program(dtype, seed: int, templates: list[str]) -> tuple[str, dict[str, np.ndarray]]:
     """Every float template on finite values: integers and halves in [-3, 3], zero and ties."""
     rng = np.random.default_rng(seed)

@@ -184,3 +184,11 @@ def test_distinguishing_examples_by_mutation():
     assert agg == {"agg_max": True}
     cast = verdicts("function (A[N]) -> (O) { O = as_int(A, 8); }", A=np.array([1, 2], np.int32))
     assert cast == {"as_int": False}  # no value wraps in 8 bits
+    # a cast dropped, a comparison computed as a product: told apart where the values show it
+    flag = verdicts("function (A[N]) -> (O) { O = as_bool(A); }", A=np.array([0, 2], np.int32))
+    assert flag == {"as_bool": True}
+    assert verdicts("function (A[N]) -> (O) { O = as_bool(A); }", A=np.array([0, 1], np.int32)) == {
+        "as_bool": False
+    }
+    eq = "function (A[N], B[M]) -> (O) { O[i: N] = +(A[i] == B[j]); }"
+    assert verdicts(eq, A=np.array([1, 2], np.int32), B=np.array([2, 3], np.int32))["comb_eq"]

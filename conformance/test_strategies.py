@@ -125,6 +125,21 @@ def test_every_elementwise_builtin_is_drawn():
     assert set(BUILTINS) - found == set()
 
 
+def test_the_float_sweep_reaches_the_row_functions():
+    """The float-function sweep holds the row softmaxes, simple_reduce, gather and scatter (a
+    default run's coverage once listed the softmaxes and simple_reduce unexercised: structural
+    chains draw them only now and then), and compares within a row's length."""
+    floats = [c for c in draw_many(strategies.elementwise_sweep(), 40) if "builtin_softmax(Z" in c.source]
+    assert floats
+    for c in floats:
+        for t in sweeps.ROW_FUNCTIONS:
+            assert t.format("Z") in c.source
+        assert not c.exact and c.length == sweeps.COLS
+        out = ref_interp.run(c.source, c.inputs)
+        name = re.search(r"(O\d+) = builtin_softmax\(Z", c.source).group(1)
+        assert np.allclose(out[name].astype(np.float64).sum(axis=1), 1.0, atol=0.01)  # its rows
+
+
 def test_sized_family_takes_its_sizes_as_inputs():
     """Both layouts, ranks 1 and 2, an empty output now and then, every contraction dtype; the sizes
     are 0-D int32 inputs named in the output sizes."""
