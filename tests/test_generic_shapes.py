@@ -23,6 +23,27 @@ SOFTMAX = "function (X[N, M]) -> (P) { P = builtin_softmax(X, N, M); }"
 LENGTHS = [5, 8, 1, 2, 3, 7, 9, 13, 16, 17, 31, 63, 64, 65, 97, 128, 257, 1000]
 
 
+def test_matches_binds_from_the_flat_integers_as_bind_does():
+    """``symbolic.matches`` on ``flat``'s lists gives what ``bind`` gives on the trees, for kernels
+    of the template's erased text: the slots' integers, None for a fixed integer that differs or
+    an integer of another type (a ``Fraction`` for an ``int``)."""
+    from fractions import Fraction
+
+    def block(n, d, e):
+        return Block("k", idxs=(Index("i", n), Index("d", d), Index("e", e)))
+
+    t = symbolic.unify(symbolic.unify(block(5, 8, 1), block(9, 8, 1)), block(9, 8, 2))
+    assert symbolic.slots(t) == 2
+    pattern = symbolic.flat(t)[1]
+    for b in (block(123, 8, 1), block(123, 7, 1), block(4, 8, Fraction(3)), block(4, Fraction(8), 3)):
+        text, ints = symbolic.flat(b)
+        assert text == symbolic.erased(t)
+        assert symbolic.matches(pattern, ints) == symbolic.bind(t, b)
+    assert symbolic.matches(pattern, symbolic.flat(block(123, 8, 5))[1]) == [123, 5]
+    assert symbolic.matches(pattern, symbolic.flat(block(123, 7, 5))[1]) is None  # fixed: 8
+    assert symbolic.matches(pattern, symbolic.flat(block(4, Fraction(8), 3))[1]) is None  # its type
+
+
 def test_slots_unify_bind_and_refuse_use():
     a = Block("k_5", idxs=(Index("i", 5), Index("d", 8)))
     b = Block("k_9", idxs=(Index("i", 9), Index("d", 8)))

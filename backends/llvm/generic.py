@@ -7,7 +7,8 @@ kernel of a bucket is built specialized, as without the setting, and remembered.
 the bucket that differs in some integers makes a *template* (``symbolic.unify``: those integers
 become slots), built once as a generic kernel whose slots are loads from an extents array passed
 after its buffers; every later kernel that is an instance of the template only has its integers
-read off (``symbolic.bind``): no code is generated. An instance that differs in an integer the
+read off (``symbolic.bind``; ``symbolic.matches`` on the integers the bucket key's walk collected):
+no code is generated. An instance that differs in an integer the
 template fixed widens the template (a new build); a bucket stops widening after ``MAX_BUILDS``.
 
 Which kernels: those the specialized build would emit as plain loops (no optimizer GEMM nest, no
@@ -72,6 +73,10 @@ class Form:
     # a product's function under another thread split (rows or panels, built when a kernel's own
     # schedule first asks for it): split index -> (address, stack, signature, engine, where)
     other: dict = field(default_factory=dict)
+    pattern: list = field(default_factory=list)  # ``symbolic.flat``'s integers and slots of the template
+
+    def __post_init__(self):
+        self.pattern = symbolic.flat(self.template)[1]
 
 
 @dataclass
@@ -188,10 +193,11 @@ def _products(block: Block, pos, vector, dts) -> bool:
     return any(_products(s, None, vector, dts) for s in block.stmts if isinstance(s, Block))
 
 
-def bucket_key(info: KernelInfo, sched: Schedule, dts: dict, meta: str) -> str:
+def bucket_key(info: KernelInfo, sched: Schedule, dts: dict, meta: str, text: str | None = None) -> str:
+    """The bucket of kernel ``info`` (``text``: ``symbolic.erased`` of its block where known)."""
     plan = (sched.order, sched.split, sched.split_at, sched.grain)
-    return "\n".join([symbolic.erased(info.block), repr(info.buffers), repr(sorted(dts.items())),
-                      repr(plan), meta])
+    text = symbolic.erased(info.block) if text is None else text
+    return "\n".join([text, repr(info.buffers), repr(sorted(dts.items())), repr(plan), meta])
 
 
 def assign(kernels, plan, settings: dict, cpu: str, features: str) -> tuple[dict[int, Use], set[int]]:
@@ -234,12 +240,13 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> tuple[dict
             if not eligible(info, sched, code, blocks, plan.epilogues[j], plan.vector, dts,
                             loops) or _local_bytes(info.block) > RUNTIME_LOCALS:
                 continue
-            key = bucket_key(info, sched, dts, meta)
+            text, ints = symbolic.flat(info.block)
+            key = bucket_key(info, sched, dts, meta, text)
             bucket = REGISTRY.buckets.setdefault(key, Bucket())
             if bucket.refused:
                 continue
             if bucket.form is not None:
-                values = symbolic.bind(bucket.form.template, info.block)
+                values = symbolic.matches(bucket.form.pattern, ints)
                 if values is not None:
                     form = bucket.form
                     uses[j] = Use(form.address, values, form.stack, False, sched, form.engine,
@@ -292,7 +299,8 @@ def _product(j: int, kernels, plan, dts: dict, meta: str, uses: dict, todo: list
     if sig is None or not _takes(block, sched, dts, plan.vector, plan.blocks[j], epi):
         return False
     whole = (block, _canonical(epi))  # what the template covers: the flat GEMM and its fused epilogue
-    key = "\n".join(["tiles", symbolic.erased(whole), repr(code.buffers), repr(sorted(dts.items())), meta])
+    text, ints = symbolic.flat(whole)
+    key = "\n".join(["tiles", text, repr(code.buffers), repr(sorted(dts.items())), meta])
     bucket = REGISTRY.buckets.setdefault(key, Bucket())
     form = bucket.form
     if bucket.refused:
@@ -300,7 +308,7 @@ def _product(j: int, kernels, plan, dts: dict, meta: str, uses: dict, todo: list
     if form is not None:
         address, stack, want, where = form.address, form.stack, form.signature, form.where
         keep = form.engine
-        values = symbolic.bind(form.template, whole)
+        values = symbolic.matches(form.pattern, ints)
         if sched.split_index in form.other:  # this kernel's own split: the form's other function
             address, stack, want, keep, where = form.other[sched.split_index]
         elif sched.split_index != form.schedule.split_index:

@@ -163,24 +163,52 @@ def _bind(t, c, values: dict[int, int]) -> None:
 
 def erased(x) -> str:
     """``x`` with every integer written ``#``: equal for all instances of one template (a key)."""
+    return flat(x)[0]
+
+
+def flat(x) -> tuple[str, list]:
+    """``erased(x)`` and what it wrote ``#`` for, in order (integers; a template's slots too): two
+    kernels of the same erased text differ only there, so ``matches`` binds one to the other's
+    template from these lists, without walking both trees again (``bind``)."""
     out: list[str] = []
-    _erase(x, out)
-    return "".join(out)
+    ints: list = []
+    _erase(x, out, ints)
+    return "".join(out), ints
 
 
-def _erase(x, out: list[str]) -> None:
+def matches(pattern: list, ints: list) -> list[int] | None:
+    """``bind`` from ``flat``'s lists of a template (``pattern``) and a kernel of the same erased
+    text (``ints``): the integers in the slots, or None where the kernel differs from an integer
+    the template fixed."""
+    if len(pattern) != len(ints):
+        return None
+    values: dict[int, int] = {}
+    for t, c in zip(pattern, ints):
+        if type(t) is Slot:
+            if type(c) is Slot:
+                return None
+            values[t.k] = int(c)
+        elif type(c) is Slot or not (t == c and type(t) is type(c)):
+            return None
+    if sorted(values) != list(range(len(values))):
+        return None
+    return [values[k] for k in range(len(values))]
+
+
+def _erase(x, out: list[str], ints: list) -> None:
     if type(x) is Slot or _integer(x):
         out.append("#")
+        ints.append(x)
     elif isinstance(x, tuple):
         out.append("(")
         for y in x:
-            _erase(y, out)
+            _erase(y, out, ints)
             out.append(",")
         out.append(")")
     elif dataclasses.is_dataclass(x) and not isinstance(x, type):
         out.append(type(x).__name__ + "(")
         for name in _fields(x):
-            _erase(getattr(x, name), out)
+            _erase(getattr(x, name), out, ints)
             out.append(";")
         out.append(")")
     elif isinstance(x, frozenset):
