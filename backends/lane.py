@@ -118,45 +118,39 @@ class Lane:
     def __call__(self, inputs: Sequence[int], outputs: Sequence[int]) -> bool:
         """Run on these addresses (every output at least its buffer's size, zeroed where
         ``zeroed_outputs`` says); False (nothing run) where the general path must take this call."""
+        return self.run((*inputs, *outputs))
+
+    def run(self, addresses: tuple) -> bool:
+        """``__call__`` with the inputs' then the outputs' addresses in one tuple (the form a
+        small ``tile.torch`` call takes: ``TorchLane.plain_call``). On a host executor
+        (``raw_host``) there is no stream, and nothing to mark after the launches, which have run
+        when it returns."""
         program, ex = self.program, self.executor
         with program._lock:
             if not ex.raw_ready():
                 return False
             if self._native_later is not None:
                 self._count_call()
-            stream = ex.raw_stream()
-            last, mark = program._last, self._mark
-            if last and not (last is mark and self._stream is stream and ex.raw_unmarked(mark)):
-                ex.raw_after(last, stream)  # (a general call's, or this lane's on another stream)
+            last, host = program._last, ex.raw_host
+            if host:
+                stream = mark = None
+                if last:
+                    ex.raw_after(last, None)  # (a general call's events)
+                    program._last = []
+            else:
+                stream, mark = ex.raw_stream(), self._mark
+                if last and not (last is mark and self._stream is stream and ex.raw_unmarked(mark)):
+                    ex.raw_after(last, stream)  # (a general call's, or this lane's on another stream)
             for at, n in self._zero:
                 ex.raw_zero(at, n, stream)
-            addresses = (*inputs, *outputs, *self._fixed)
-            for go, pick in self._plan:
-                go(pick(addresses), stream)
-            if mark is None or self._stream is not stream or not ex.raw_unmarked(mark):
-                mark = self._mark = ex.raw_point(stream)
-                self._stream = stream
-            program._last = mark
-        return True
-
-    def run_host(self, addresses: tuple) -> bool:
-        """``__call__`` on a host executor (``raw_host``: no stream, and nothing to mark after the
-        launches, which have run when it returns), the inputs' then the outputs' addresses in one
-        tuple: the lean form a small ``tile.torch`` call takes (``TorchLane.plain_call``)."""
-        program, ex = self.program, self.executor
-        with program._lock:
-            if not ex.raw_ready():
-                return False
-            if self._native_later is not None:
-                self._count_call()
-            if program._last:
-                ex.raw_after(program._last, None)  # (a general call's events)
-                program._last = []
-            for at, n in self._zero:
-                ex.raw_zero(at, n, None)
             addresses += self._fixed
             for go, pick in self._plan:
-                go(pick(addresses), None)
+                go(pick(addresses), stream)
+            if not host:
+                if mark is None or self._stream is not stream or not ex.raw_unmarked(mark):
+                    mark = self._mark = ex.raw_point(stream)
+                    self._stream = stream
+                program._last = mark
         return True
 
     def _count_call(self) -> None:

@@ -75,12 +75,10 @@ class TorchLane:
                 self.outputs.append((torch.zeros_like if zero else torch.empty_like, None, None, None, like))
             else:
                 self.outputs.append((torch.zeros if zero else torch.empty, shape, dt, device, None))
-        # the lane's call on the inputs' and outputs' addresses (a host's: its lean form; none
-        # where it has nothing to run, as a gradient that is its cotangent's has not)
-        self._launch = lane
-        if lane.executor.raw_host:
-            idle = not lane._plan and not lane._zero
-            self._launch = _nothing if idle else (lambda i, o: lane.run_host((*i, *o)))
+        # the lane's call on the inputs' and outputs' addresses: none on a host where it has
+        # nothing to run, as a gradient that is its cotangent's has not
+        idle = lane.executor.raw_host and not lane._plan and not lane._zero
+        self._launch = _nothing if idle else lane
         self.plain: object = None  # a forward's ``plain_call`` at its signature (``learn``)
         self.reads = reads  # per input place: whether the program reads it
         self._every = all(reads)  # (then a missing tensor is the general path's at once)
@@ -149,7 +147,7 @@ class TorchLane:
         lane = self.lane
         if not (self._every and lane.executor.raw_host and all(d.type == "cpu" for _, _, d in sig)):
             return None
-        types, single, run = [(dt, shape) for dt, shape, _ in sig], self._single, lane.run_host
+        types, single, run = [(dt, shape) for dt, shape, _ in sig], self._single, lane.run
         Tensor, C, n = torch.Tensor, torch._C, len(sig)
         (make, _, _, _, like), = self.outputs if len(self.outputs) == 1 else ((None,) * 5,)
         made = self._made
