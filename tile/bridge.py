@@ -431,23 +431,39 @@ class Op:
 
     def _derive(self, slot: tuple, derive, key: Key, wrt: tuple[int, ...]):
         """``derive(program, wrt names, float outputs, dtypes=, shapes=)`` for ``key``'s types, once
-        per ``slot``, its errors in the op's terms."""
+        per ``slot``, its errors in the op's terms. Under ``generic`` (an op whose sizes vary) a
+        derivation from the dtypes alone, sizes by the declared dimensions' names, serves every
+        shape of those dtypes when it had to assume nothing (no ``notes``, see
+        ``tile.autodiff.Gradient``): a new length then derives nothing (it was 2-3 ms a length)."""
         self.refuse_backward()
         found = self._derived.get(slot)
         if found is None:
             types = self.tile_types(key)
             floats = [o for o, (_, d) in zip(self.outputs, self.out_types(key)) if DType.of(d).is_float]
-            found = self._derived[slot] = self.rephrased(
-                lambda: derive(
-                    self.program,
-                    [self.inputs[i] for i in wrt],
-                    floats,
-                    dtypes={n: t.dtype for n, t in types.items()},
-                    shapes={n: t.shape for n, t in types.items()},
-                ),
-                key,
-            )
+            dtypes = {n: t.dtype for n, t in types.items()}
+
+            names = [self.inputs[i] for i in wrt]
+
+            def derived(shapes):
+                return derive(self.program, names, floats, dtypes=dtypes, shapes=shapes)
+
+            found = self._symbolic(slot, key, derived) if self.settings.get("generic") else None
+            if found is None:
+                found = self.rephrased(lambda: derived({n: t.shape for n, t in types.items()}), key)
+            self._derived[slot] = found
         return found
+
+    def _symbolic(self, slot: tuple, key: Key, derived):
+        """``derived(None)`` (no shapes), once per ``slot``'s dtypes and ``wrt``; None where that
+        derivation fails or assumed something (``notes``), or its result records no assumptions."""
+        general = ("symbolic", tuple(d for _, d in key), *(s for s in slot if s is not key))
+        if general not in self._derived:
+            try:
+                g = derived(None)
+            except TileError:
+                g = None
+            self._derived[general] = g if getattr(g, "notes", None) == () else None
+        return self._derived[general]
 
     def _gradient(self, device: str, arrays: Sequence[np.ndarray], wrt: tuple[int, ...], key: Key) -> tuple:
         g = self.gradient(key, wrt)
