@@ -60,3 +60,22 @@ def test_a_gradient_that_needs_shapes_is_derived_per_shape(monkeypatch):
         out = run({"A": a, "B": b, **{c: np.ones((3, 2), np.float32) for c in g.cotangents.values()}})
         assert out[g.gradients["B"]].tolist() == [[3.0 if rows == 1 else 1.0] * 2] * rows
     assert None in seen and len([s for s in seen if s is not None]) == 2
+
+
+def test_dynamic_op_checks_its_programs_once(monkeypatch):
+    """``tile.compile``'s checks (``lint.early_check``) run once for the forward program and once
+    for the gradient program, not at every new length (one ``Executable`` per program and device)."""
+    torch = pytest.importorskip("torch", reason="tile.torch needs PyTorch")
+    import tile.lint
+    import tile.torch as tt
+
+    op = tt.op(ATTENTION + "\n", dynamic=True)  # (another text: not test 1's shared op)
+    checked: list = []
+    real = tile.lint.early_check
+    monkeypatch.setattr(tile.lint, "early_check", lambda p: (checked.append(p), real(p))[1])
+    for n in (10, 11, 12):
+        args = _attention(torch, n)
+        y = op(*args)
+        y.sum().backward()
+        _check(torch, args, y)
+    assert len(checked) == 2 and len({id(p) for p in checked}) == 2

@@ -65,6 +65,7 @@ class Op:
         self._runs: dict[tuple, tuple] = {}  # (key, device) -> (Executable, CompiledProgram | None)
         self._grads: dict[tuple, tuple] = {}  # (key, wrt, device) -> (runner, Gradient, feeds)
         self._derived: dict[tuple, object] = {}  # (key, wrt) -> Gradient; ("jvp", key, wrt) -> Linearization
+        self._exes: dict[tuple, tuple] = {}  # (id(program), device) -> (program, Executable)
         self._lock = threading.Lock()
         self.has_gradient = differentiable
         # dtype combinations whose gradient was derived (None: the source alone settled it)
@@ -407,9 +408,19 @@ class Op:
         return [DType.of(d).is_float for _, d in key]
 
     def _prepared(self, program: ast.Program, device: str, arrays: Mapping | Sequence, key: Key) -> tuple:
-        exe = self._compile(program, device, self.settings)
+        exe = self._executable(program, device)
         feed = arrays if isinstance(arrays, Mapping) else dict(zip(self.inputs, arrays))
         return exe, self.rephrased(lambda: exe.prepare(feed), key)
+
+    def _executable(self, program: ast.Program, device: str):
+        """One ``Executable`` of ``program`` on ``device`` for every shape (it compiles each shape
+        once): ``tile.compile``'s checks run once, not at every new shape (a dynamic op's forward
+        program, and its gradient program derived once, ``_derive``)."""
+        slot = (id(program), device)
+        found = self._exes.get(slot)
+        if found is None or found[0] is not program:
+            found = self._exes[slot] = (program, self._compile(program, device, self.settings))
+        return found[1]
 
     def gradient(self, key: Key, wrt: tuple[int, ...]):
         """Tile's gradient program (a ``tile.autodiff.Gradient``) for inputs of ``key``'s types
