@@ -195,23 +195,50 @@ def matches(pattern: list, ints: list) -> list[int] | None:
     return [values[k] for k in range(len(values))]
 
 
+_INT, _FRACTION, _TUPLE, _FROZENSET, _OTHER = range(5)
+_KINDS: dict[type, int | tuple[str, ...]] = {}  # a type -> how ``_erase`` writes it (a dataclass: its fields)
+
+
+def _kind(t: type) -> int | tuple[str, ...]:
+    """How ``_erase`` writes a value of type ``t``, worked out once per type (``_integer``'s and
+    ``_fields``' questions, asked of every node, were most of ``flat``'s time)."""
+    if t is bool:
+        return _OTHER
+    if t is Slot or issubclass(t, int):
+        return _INT
+    if issubclass(t, Fraction):
+        return _FRACTION
+    if issubclass(t, tuple):
+        return _TUPLE
+    if dataclasses.is_dataclass(t):
+        block = t.__name__ == "Block"
+        return tuple(f.name for f in dataclasses.fields(t) if not (block and f.name in _IGNORED))
+    if issubclass(t, frozenset):
+        return _FROZENSET
+    return _OTHER
+
+
 def _erase(x, out: list[str], ints: list) -> None:
-    if type(x) is Slot or _integer(x):
+    t = type(x)
+    kind = _KINDS.get(t)
+    if kind is None:
+        kind = _KINDS[t] = _kind(t)
+    if kind == _INT or (kind == _FRACTION and x.denominator == 1):
         out.append("#")
         ints.append(x)
-    elif isinstance(x, tuple):
+    elif kind == _TUPLE:
         out.append("(")
         for y in x:
             _erase(y, out, ints)
             out.append(",")
         out.append(")")
-    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
-        out.append(type(x).__name__ + "(")
-        for name in _fields(x):
+    elif type(kind) is tuple:
+        out.append(t.__name__ + "(")
+        for name in kind:
             _erase(getattr(x, name), out, ints)
             out.append(";")
         out.append(")")
-    elif isinstance(x, frozenset):
+    elif kind == _FROZENSET:
         out.append(repr(sorted(map(repr, x))))
     else:
         out.append(repr(x))
