@@ -452,26 +452,27 @@ class Op:
             types = self.tile_types(key)
             floats = [o for o, (_, d) in zip(self.outputs, self.out_types(key)) if DType.of(d).is_float]
             dtypes = {n: t.dtype for n, t in types.items()}
-
             names = [self.inputs[i] for i in wrt]
 
             def derived(shapes):
                 return derive(self.program, names, floats, dtypes=dtypes, shapes=shapes)
 
-            found = self._symbolic(slot, key, derived) if self.settings.get("generic") else None
+            general = self.settings.get("generic") and slot[0] != "jvp"  # (a Linearization notes nothing)
+            found = self._symbolic(slot, key, derived) if general else None
             if found is None:
                 found = self.rephrased(lambda: derived({n: t.shape for n, t in types.items()}), key)
             self._derived[slot] = found
         return found
 
     def _symbolic(self, slot: tuple, key: Key, derived):
-        """``derived(None)`` (no shapes), once per ``slot``'s dtypes and ``wrt``; None where that
-        derivation fails or assumed something (``notes``), or its result records no assumptions."""
+        """``derived(None)`` (no shapes), once per ``key``'s dtypes and ``wrt``; None where that
+        derivation fails, assumed something (non-empty ``notes``) or is of a kind that records no
+        assumptions (no ``notes`` at all)."""
         general = ("symbolic", tuple(d for _, d in key), *(s for s in slot if s is not key))
         if general not in self._derived:
             try:
                 g = derived(None)
-            except TileError:
+            except Exception:  # noqa: BLE001 - not derivable without shapes: derived per shape, as before
                 g = None
             self._derived[general] = g if getattr(g, "notes", None) == () else None
         return self._derived[general]
