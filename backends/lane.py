@@ -66,6 +66,11 @@ class Lane:
         self._mark: list | None = None
         self._stream = None
 
+    @property
+    def runs_nothing(self) -> bool:
+        """Whether a call launches no kernel and zeroes nothing (every output an input's alias)."""
+        return not self._plan and not self._zero
+
     def _one_call(self, kernels: list, count: int) -> None:
         """Where the executor can run the kernels as one native call (``raw_sequence``: on
         ``llvm_cpu``, every kernel one chunk on this thread), the plan becomes that call: one

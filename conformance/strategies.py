@@ -79,6 +79,7 @@ _SQRT = "sqrt(abs({0}))"
 _SQRT_OFF_ZERO = "sqrt(abs({0}) + 1)"
 assert _SQRT in UNARY_FLOAT
 
+
 @st.composite
 def mixed(draw) -> Case:
     """Contractions and elementwise statements feeding each other — reductions along an axis,
@@ -201,7 +202,7 @@ def gradient_exact(base: Case) -> bool:
 
     Nor where it divides: an int32 program's ``/`` is exact integer division, but its gradient runs
     in float64, where ``T0 / B1`` and ``DT1 * T0 / (B1 * B1)`` round, and a sum of them rounds in
-    any order (6 of 20,000 gradient chunks of the 10^6-example campaign, 1 ulp each)."""
+    any order (5 gradient examples of the 10^6-example campaign, 1 ulp each)."""
     return base.exact and not _PRODUCT_AGGREGATION.search(base.source) and "/" not in base.source
 
 

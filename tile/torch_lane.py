@@ -17,6 +17,8 @@ general path's work).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.autograd.forward_ad as fwAD
 
@@ -77,9 +79,8 @@ class TorchLane:
                 self.outputs.append((torch.zeros if zero else torch.empty, shape, dt, device, None))
         # the lane's call on the inputs' and outputs' addresses: none on a host where it has
         # nothing to run, as a gradient that is its cotangent's has not
-        idle = lane.executor.raw_host and not lane._plan and not lane._zero
-        self._launch = _nothing if idle else lane
-        self.plain: object = None  # a forward's ``plain_call`` at its signature (``learn``)
+        self._launch = _nothing if lane.executor.raw_host and lane.runs_nothing else lane
+        self.plain: Callable | None = None  # a forward's ``plain_call`` at its signature (``learn``)
         self.reads = reads  # per input place: whether the program reads it
         self._every = all(reads)  # (then a missing tensor is the general path's at once)
         self._single = sum(reads) <= 1  # (then no two of them can share an address)
@@ -142,16 +143,17 @@ class TorchLane:
         the call is not one: something watches it (``watched``), a tensor needs a gradient, is
         not a contiguous CPU ``torch.Tensor`` of ``sig``'s dtype and shape, or shares memory with
         another, ``TILE_DEBUG``, or general work queued. The same checks and launches as
-        ``_eager_kind``, ``_forward_at`` and ``__call__``, in one pass (a 1-element add: 7 us
-        before, ~3 us so). None for a lane that reads inputs selectively, or not on a host."""
+        ``_eager_kind``, ``_forward_at`` and ``__call__``, in one pass. None for a lane that reads
+        inputs selectively, or not on a host."""
         lane = self.lane
         if not (self._every and lane.executor.raw_host and all(d.type == "cpu" for _, _, d in sig)):
             return None
         types, single, run = [(dt, shape) for dt, shape, _ in sig], self._single, lane.run
         Tensor, C, n = torch.Tensor, torch._C, len(sig)
-        (make, _, _, _, like), = self.outputs if len(self.outputs) == 1 else ((None,) * 5,)
         made = self._made
-        if make is not None and like is not None:  # (one output made like an input: the usual)
+        if len(self.outputs) == 1 and self.outputs[0][0] is not None and self.outputs[0][4] is not None:
+            make, _, _, _, like = self.outputs[0]  # (one output made like an input: the usual)
+
             def made(tensors):
                 return [make(tensors[like])]
 
