@@ -91,8 +91,13 @@ def _rows(em: KernelEmitter) -> KernelSource | None:
 
 
 def _attention(em: KernelEmitter) -> KernelSource | None:
-    """An ``attention`` chain on a target with work-groups: one fused kernel (``attention``); a
-    part of its gradient (``attention_backward``): one fused kernel too."""
+    """An ``attention`` chain on a target with work-groups: one fused kernel (the dialect's own,
+    ``CTarget.attention_kernel``, else ``attention``); a part of its gradient
+    (``attention_backward``): one fused kernel too."""
+    if isinstance(em.block.plan, AttentionPlan):
+        own = em.t.attention_kernel(em)
+        if own is not None:
+            return own
     fused = attention_backward if isinstance(em.block.plan, AttentionBackwardPlan) else attention
     if fused.takes(em) is None:
         return None

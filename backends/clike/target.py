@@ -124,6 +124,13 @@ class CTarget:
         whose devices have matrix units returns its vendor's kernel; plain C has none."""
         return None
 
+    def attention_kernel(self, em):
+        """A dialect's own kernel (``KernelSource``) of the ``attention`` block ``em`` emits
+        (``stripe.plans.AttentionPlan``), or None: the portable fused kernel
+        (``backends.clike.attention``). A dialect whose devices have matrix units may issue the
+        chain's two products on them."""
+        return None
+
     # ---------------------------------------------------------------------- types
     def note(self, dt: DType) -> None:
         if dt in (DType.FLOAT16, DType.FLOAT64):

@@ -148,6 +148,12 @@ class CudaTarget(OpenCLTarget):
 
         return unit_emitter(self, g, ptrs, tiles, unit, epilogue)
 
+    def attention_kernel(self, em):
+        """An ``attention`` block on the tensor cores (``render_attention``), or None."""
+        from backends.cuda.render_attention import source
+
+        return source(em)
+
     def header(self) -> list[str]:
         return PRELUDE.strip("\n").split("\n")
 

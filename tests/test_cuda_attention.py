@@ -1,0 +1,85 @@
+"""The attention forward on the tensor cores (``backends.cuda.render_attention``, issue 41).
+
+Without a GPU (where NVRTC or nvcc is installed): which attention blocks get the tensor-core kernel
+on a stand-in sm_90 device, and that its CUDA compiles. On a GPU (``cuda.0``): its results against
+float64 within ``conformance.attention``'s tolerance, on shapes that reach every path of the kernel
+(padded heads, element-by-element staging, partial blocks, masks, heads sharing K and V).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from backends import driver, registry
+from backends.cuda import nvrtc
+from conformance.attention import Spec, assert_close, inputs, reference, source
+from tests.test_cuda_device import _stand_in
+from tile.parser import parse
+
+pytestmark = pytest.mark.skipif(nvrtc.compiler() is None,
+                                reason="no CUDA compiler here (neither NVRTC nor nvcc)")
+
+
+def _build(spec: Spec, strict: bool = False):
+    npdt = ml_dtypes.bfloat16 if spec.dtype == "bfloat16" else np.dtype(spec.dtype)
+    ins = {k: v.astype(npdt) for k, v in inputs(spec).items()}
+    bound = driver.bind_inputs(parse(source(spec)), ins)
+    return driver.build(bound, _stand_in(), {"strict": strict, "cache": False}).library
+
+
+@pytest.mark.parametrize("spec", [
+    Spec(batch=(2, 3), rows=100, keys=100, depth=64, width=64, dtype="float16", mask="constraint"),
+    Spec(batch=(4,), rows=70, keys=33, depth=128, width=96, dtype="bfloat16"),
+    Spec(batch=(2,), rows=9, keys=9, depth=5, width=3, dtype="float16", shared_kv=True, mask="constraint"),
+])
+def test_half_attention_runs_on_the_tensor_cores(spec):
+    lib = _build(spec)
+    assert len(lib.extra["names"]) == 1, "the chain is one fused kernel"
+    assert "mma.sync.aligned.m16n8k16" in lib.source and "ldmatrix" in lib.source
+    assert b".entry" in lib.handle
+
+
+@pytest.mark.parametrize("spec, why", [
+    (Spec(batch=(2,), rows=64, keys=64, depth=64, width=64, dtype="float32"), "float32 operands"),
+    (Spec(batch=(2,), rows=64, keys=64, depth=64, width=64, dtype="float16", bias=True), "a score kernel"),
+    (Spec(batch=(2,), rows=64, keys=64, depth=64, width=64, dtype="float16", mask="cond"), "a cond mask"),
+    (Spec(batch=(2,), rows=64, keys=64, depth=200, width=64, dtype="float16"), "a head too wide"),
+])
+def test_other_attention_keeps_the_portable_kernel(spec, why):
+    lib = _build(spec)
+    assert len(lib.extra["names"]) == 1, f"still fused ({why})"
+    assert "mma.sync" not in lib.source, f"tensor cores taken despite {why}"
+
+
+def test_strict_mode_keeps_the_chain():
+    lib = _build(Spec(batch=(2,), rows=64, keys=64, depth=64, width=64, dtype="float16"), strict=True)
+    assert len(lib.extra["names"]) > 1 and "mma.sync" not in lib.source
+
+
+def _cuda0():
+    if "cuda.0" not in registry.devices():
+        pytest.skip("no cuda.0 here (needs an NVIDIA GPU, its driver, cuda-bindings and NVRTC)")
+
+
+GPU_SPECS = [
+    Spec(batch=(2, 3), rows=100, keys=100, depth=64, width=64, dtype="float16", mask="constraint"),
+    Spec(batch=(3,), rows=200, keys=200, depth=128, width=128, dtype="bfloat16", mask="constraint"),
+    Spec(batch=(4,), rows=70, keys=33, depth=128, width=96, dtype="bfloat16"),
+    Spec(batch=(2,), rows=9, keys=9, depth=5, width=3, dtype="float16", shared_kv=True, mask="constraint"),
+    Spec(batch=(2, 2), rows=130, keys=130, depth=40, width=24, dtype="float16", scale=2.0, shared_kv=True),
+    Spec(batch=(), rows=300, keys=300, depth=32, width=32, dtype="float16", scale_form="div",
+         normalized=True),
+]
+
+
+@pytest.mark.parametrize("spec", GPU_SPECS)
+def test_tensor_core_attention_matches_float64(spec):
+    import tile
+
+    _cuda0()
+    ins = inputs(spec, seed=3)
+    f = tile.compile(source(spec), device="cuda.0")
+    got = np.asarray(f(**ins)["O"], np.float64)
+    assert_close(spec, ins, got, reference(spec, ins))
