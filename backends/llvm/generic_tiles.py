@@ -158,6 +158,7 @@ class GenericMicroKernel(MicroKernel):
             r = template.idxs[k].range
             self.red_points = None if self.red_points is None or is_slot(r) else self.red_points * r
         self.fresh, self.kbase, self.epilogue, self.last, self.tail = fresh, None, None, True, None
+        self.prefetch = None  # no in-place operand here (``MicroKernel``'s next-panel prefetch)
         self.pack_slots, self.packed = {}, {}
         self.rt: dict[str, list] = {}
 
