@@ -298,7 +298,7 @@ class LlvmCompiler(Compiler):
             if nest is not None:  # the optimizer's gemm_tile nest: a flat GEMM and its tiles
                 k = replace(k, block=nest[0])
             sched = plan(k.block, tuple(k.buffers), threads, reorder)
-            if reorder and opts.panel_split:
+            if reorder and opts.panel_split and not (opts.generic and threads <= generic.ROWS_THREADS):
                 tiles = nest[1] if nest else None
                 sched = panel_split(k.block, sched, threads, vector, buffer_dtypes(k, dtypes), tiles)  # type: ignore[arg-type]
             fused = (k.block, nest[1], epi) if epi is not None else None

@@ -67,7 +67,7 @@ class Form:
     stack: int
     engine: object
     where: tuple[str, str] = ("", "")  # its module's object-cache key and the function's symbol
-    schedule: Schedule | None = None  # a product's: the bucket's thread split (``generic_tiles``)
+    schedule: Schedule | None = None  # what it was built under (a product's: the bucket's thread split)
     signature: tuple | None = None  # a product's structure, which every instance shares
     panel: int = 1  # a product's panel width (``NV * W``): the chunks of a split over N
     # a product's function under another thread split (rows or panels, built when a kernel's own
@@ -194,10 +194,24 @@ def _products(block: Block, pos, vector, dts) -> bool:
 
 
 def bucket_key(info: KernelInfo, sched: Schedule, dts: dict, meta: str, text: str | None = None) -> str:
-    """The bucket of kernel ``info`` (``text``: ``symbolic.erased`` of its block where known)."""
-    plan = (sched.order, sched.split, sched.split_at, sched.grain)
+    """The bucket of kernel ``info`` (``text``: ``symbolic.erased`` of its block where known). Its
+    schedule's loop order and split index are not in it: they follow the extents (``schedule.plan``
+    splits the owned index of largest stride whose range is at least twice the threads: P V's rows
+    from S = 4, its columns below), so a bucket runs every kernel in the order of the kernel its
+    form was built from (``_scheduled``); which indexes are owned (may be split) is."""
     text = symbolic.erased(info.block) if text is None else text
-    return "\n".join([text, repr(info.buffers), repr(sorted(dts.items())), repr(plan), meta])
+    return "\n".join([text, repr(info.buffers), repr(sorted(dts.items())), repr((sched.split, sched.owned)),
+                      meta])
+
+
+def _scheduled(form: Form, sched: Schedule) -> Schedule:
+    """The schedule a kernel of ``sched`` runs under on a plain-loop ``form``: the form's loop order
+    and split (built into its code) over this kernel's ranges. Equally safe: the two kernels own
+    the same indexes (``bucket_key``), and a schedule may order and split owned indexes any way."""
+    own = form.schedule
+    if own is None or (own.order, own.split_at, own.grain) == (sched.order, sched.split_at, sched.grain):
+        return sched
+    return replace(own, ranges=sched.ranges)
 
 
 def assign(kernels, plan, settings: dict, cpu: str, features: str) -> tuple[dict[int, Use], set[int]]:
@@ -249,8 +263,8 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> tuple[dict
                 values = symbolic.matches(bucket.form.pattern, ints)
                 if values is not None:
                     form = bucket.form
-                    uses[j] = Use(form.address, values, form.stack, False, sched, form.engine,
-                                  where=form.where)
+                    uses[j] = Use(form.address, values, form.stack, False, _scheduled(form, sched),
+                                  form.engine, where=form.where)
                     continue
             if bucket.first is None:
                 bucket.first = info.block
@@ -361,6 +375,12 @@ def _refused_nest(info: KernelInfo, code: KernelInfo, blocks, epilogue) -> bool:
     return code is not info and blocks is not None and epilogue is None and isinstance(code.block, Block)
 
 
+ROWS_THREADS = 4  # with at most this many threads a product under this setting splits its rows, never
+# its panels (``device._plan`` skips ``match.panel_split``): panels pay with many threads, each of
+# which would pack every panel of B (K x N) for its rows, but with a few threads that packing is a
+# small part of a thread's M x N x K / threads, and the split over panels flips with the panel
+# count (two panels on two threads: panels; three: rows), so a bucket needed a function of each
+# split (the attention at S = 80 and 136; 256^3 ran 0.98 of specialized on rows, 512^3 1.09)
 SMALL_FIRST = 1 << 17  # a product of at most this many points built specialized runs plain loops
 SMALL_SPLIT = 1 << 15  # a product of at most this many points runs under its bucket's thread split
 # when its own differs (microseconds either way; its own split's function is built for a larger one)
@@ -387,13 +407,17 @@ def _local_bytes(block: Block) -> int:
 
 
 def _canonical(epi):
-    """``epi`` (a ``tile_epilogue.Epilogue``) with its accumulator's sizes 1: they are the nest's
-    tile (32 at S = 25, 64 at 33), which the micro-kernel's epilogue never reads (it reads its own
-    scratch tile), and would widen a template for nothing."""
+    """``epi`` (a ``tile_epilogue.Epilogue``) with its accumulator's sizes 1, and its strides 1 where
+    its accesses are constant: they are the nest's tile (32 at S = 25, 64 at 33; its N tile the
+    row stride, 128 up to S = 128 and 256 past it), which the micro-kernel's epilogue never reads
+    (it reads its own scratch tile at the element's position, ``TileEpilogue``), and would widen a
+    template for nothing."""
     if epi is None:
         return None
     acc = epi.acc
-    one = replace(acc, shape=replace(acc.shape, dims=tuple(replace(d, size=1) for d in acc.shape.dims)))
+    fixed = all(a.is_constant for a in acc.access)
+    dims = tuple(replace(d, size=1, stride=1 if fixed else d.stride) for d in acc.shape.dims)
+    one = replace(acc, shape=replace(acc.shape, dims=dims))
     refs = tuple(one if r.into == acc.into else r for r in epi.block.refs)
     return replace(epi, block=replace(epi.block, refs=refs), acc=one)
 
@@ -483,8 +507,8 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
             values = symbolic.bind(template, (plan.code[j].block, _canonical(plan.epilogues[j])))
             uses[j] = Use(address, values, stack, True, sched, keep, fresh, where=where)
             continue
-        bucket.form = Form(template, n, address, stack, keep, (cache.key, symbol), sched if sig else None,
-                           sig[1] if sig else None, panel)
+        signature = sig[1] if sig else None
+        bucket.form = Form(template, n, address, stack, keep, (cache.key, symbol), sched, signature, panel)
         bucket.builds += 1
         whole = plan.code[j].block if sig is None else (plan.code[j].block, _canonical(plan.epilogues[j]))
         values = symbolic.bind(template, whole)

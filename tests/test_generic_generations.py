@@ -1,0 +1,67 @@
+"""Code generations per kernel over a sweep of sequence lengths (issue 40: at most 4 per kernel).
+
+The attention forward (``bench.compile_time.ATTENTION``) under the ``generic`` setting, on two
+threads (the thread split is part of a kernel's code, and the host's core count must not decide the
+count), the object cache off so that every build generates. A kernel is known by its kind (its name
+without sizes) and the buffers it writes: at S = 1 the program is another one (``L = Q K^T`` and
+``M = L + R`` apart, ``P V`` an elementwise product), whose kernels count apart.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+import tile
+from backends.llvm import generic
+from bench.compile_time import ATTENTION
+from stripe.ir import RefDir
+from tests.generic_support import assert_attention_close, fresh_registry  # noqa: F401
+
+SETTINGS = {"generic": True, "cache": False, "threads": 2}
+# the short lengths (flat plain loops), the order flip of P V at 2 x threads, the first products
+# past the flat lengths, the nest's M tile passing 128 (150), two and three panels of 64 floats
+LENGTHS = [1, 2, 3, 4, 5, 6, 9, 17, 33, 64, 72, 80, 96, 120, 136, 150, 187, 234, 292]
+
+
+def _inputs(n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(n)
+    return [rng.integers(-2, 3, size=s).astype(np.float32) for s in [(n, 8), (n, 8), (n, n), (n, 8)]]
+
+
+def _kernel(info) -> tuple[str, tuple[str, ...]]:
+    writes = tuple(sorted({r.source for r in info.block.refs if r.dir in (RefDir.OUT, RefDir.INOUT)}))
+    return re.sub(r"_[0-9x_t]+$", "", info.name), writes
+
+
+def generations(lengths) -> dict[tuple, list[int]]:
+    """Kernel -> the lengths at which code was generated for it (specialized or generic)."""
+    exe = tile.compile(ATTENTION, "llvm_cpu.0", SETTINGS)
+    out: dict[tuple, list[int]] = {}
+    for n in lengths:
+        args = _inputs(n)
+        assert_attention_close(exe(*args)["O"], *args)
+        lib = exe._last.library
+        which = lib.extra.get("generic", {}).get("which", {})
+        for j, info in enumerate(lib.kernels):
+            if lib.extra["built_as"][j] == j and which.get(j, True):
+                out.setdefault(_kernel(info), []).append(n)
+    return out
+
+
+def test_at_most_four_generations_per_kernel():
+    gens = generations(LENGTHS)
+    assert gens, "nothing generated"
+    worst = {k: v for k, v in gens.items() if len(v) > 4}
+    assert not worst, f"kernels generated more than 4 times: {worst}"
+
+
+def test_no_generation_past_the_first_product_template():
+    """Past the lengths that build the products' templates (72 and 80 here), no length generates
+    code: not at 136 (three panels of 64 floats: the split over panels gave way to rows) nor at 150
+    (the nest's M tile 256: the fused epilogue's accumulator strides)."""
+    gens = generations([8, 16, 72, 80, 136, 150, 187, 264, 300])
+    late = {k: [n for n in v if n > 80] for k, v in gens.items()}
+    assert not any(late.values()), f"generated past S = 80: {late}"
+    assert generic.REGISTRY.generated > 0
