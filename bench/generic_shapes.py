@@ -14,6 +14,7 @@ import numpy as np
 import tile
 from backends.llvm import generic
 from bench.compile_time import ATTENTION, MATMUL
+from stripe.ir import RefDir
 
 
 def _load() -> str:
@@ -31,16 +32,32 @@ def _attention_reference(q, k, r, v) -> np.ndarray:
     return (p / p.sum(axis=1, keepdims=True)) @ v
 
 
+def kernel_of(info) -> str:
+    """A kernel across lengths: its kind (its name without sizes) and the buffers it writes (at
+    S = 1 the attention is another program: ``L = Q K^T`` and ``M = L + R`` apart, ``P V`` an
+    elementwise product; those kernels count apart from ``matmul->M``, the fused ``Q K^T + R``)."""
+    writes = sorted({r.source for r in info.block.refs if r.dir in (RefDir.OUT, RefDir.INOUT)})
+    return re.sub(r"_[0-9x_t]+$", "", info.name) + "->" + ",".join(writes)
+
+
+def generated_kernels(lib) -> list:
+    """The kernels of library ``lib`` whose code its build generated (specialized or generic; with
+    the object cache off every specialized build generates)."""
+    which, built = lib.extra.get("generic", {}).get("which", {}), lib.extra["built_as"]
+    return [info for j, info in enumerate(lib.kernels) if built[j] == j and which.get(j, True)]
+
+
 def generations(lengths: list[int]) -> str:
-    """The attention forward at every length, specialized (``{}``) then generic: per kernel kind,
-    how many lengths generated code for it; every result checked against float64 numpy."""
+    """The attention forward at every length, specialized (``{}``) then generic: per kernel
+    (``kernel_of``), how many lengths generated code for it (and which, for the generic mode);
+    every result checked against float64 numpy."""
     lines = [f"generations: attention forward at {len(lengths)} lengths {lengths[0]}..{lengths[-1]}, "
              f"one process each mode, object cache off; load average {_load()}"]
     loops = {"generic": True, "generic_products": True, "tiled": False}  # products as plain loops
     for mode, settings in (("specialized", {}), ("generic", {"generic": True}), ("loops", loops)):
         generic.REGISTRY.clear()
         exe = tile.compile(ATTENTION, "llvm_cpu.0", {**settings, "cache": False})
-        gens: dict[str, int] = {}
+        gens: dict[str, list[int]] = {}
         seen: dict[str, int] = {}
         start, cpu = time.perf_counter(), time.process_time()
         for n in lengths:
@@ -50,18 +67,17 @@ def generations(lengths: list[int]) -> str:
             tol = 8 * (n + 8) * np.finfo(np.float32).eps * max(1.0, float(np.abs(want).max()))
             np.testing.assert_allclose(out, want, rtol=0, atol=tol, err_msg=f"{mode} at {n}")
             lib = exe._last.library
-            uses = lib.extra.get("generic", {}).get("which", {})
             for j, info in enumerate(lib.kernels):
-                if lib.extra["built_as"][j] != j:
-                    continue
-                kind = re.sub(r"_[0-9x_t]+$", "", info.name)
-                seen[kind] = seen.get(kind, 0) + 1
-                made = uses[j] if j in uses else True  # specialized: generated (no object cache)
-                gens[kind] = gens.get(kind, 0) + int(made)
+                if lib.extra["built_as"][j] == j:
+                    seen[kernel_of(info)] = seen.get(kernel_of(info), 0) + 1
+            for info in generated_kernels(lib):
+                gens.setdefault(kernel_of(info), []).append(n)
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-        row = ", ".join(f"{k} {gens[k]}/{seen[k]}" for k in sorted(gens))
+        row = ", ".join(f"{k} {len(gens[k])}/{seen[k]}" for k in sorted(gens))
         lines.append(f"  {mode:<12} {wall:7.1f} s ({cpu:.1f} s CPU): code generations/lengths per kernel: "
                      + row)
+        if mode == "generic":
+            lines.extend(f"    {k}: at {', '.join(map(str, v))}" for k, v in sorted(gens.items()))
     return "\n".join(lines)
 
 

@@ -2,21 +2,18 @@
 
 The attention forward (``bench.compile_time.ATTENTION``) under the ``generic`` setting, on two
 threads (the thread split is part of a kernel's code, and the host's core count must not decide the
-count), the object cache off so that every build generates. A kernel is known by its kind (its name
-without sizes) and the buffers it writes: at S = 1 the program is another one (``L = Q K^T`` and
-``M = L + R`` apart, ``P V`` an elementwise product), whose kernels count apart.
+count), the object cache off so that every build generates; a kernel known across lengths by
+``bench.generic_shapes.kernel_of`` (its kind and the buffers it writes).
 """
 
 from __future__ import annotations
-
-import re
 
 import numpy as np
 
 import tile
 from backends.llvm import generic
 from bench.compile_time import ATTENTION
-from stripe.ir import RefDir
+from bench.generic_shapes import generated_kernels, kernel_of
 from tests.generic_support import assert_attention_close, fresh_registry  # noqa: F401
 
 SETTINGS = {"generic": True, "cache": False, "threads": 2}
@@ -30,23 +27,15 @@ def _inputs(n: int) -> list[np.ndarray]:
     return [rng.integers(-2, 3, size=s).astype(np.float32) for s in [(n, 8), (n, 8), (n, n), (n, 8)]]
 
 
-def _kernel(info) -> tuple[str, tuple[str, ...]]:
-    writes = tuple(sorted({r.source for r in info.block.refs if r.dir in (RefDir.OUT, RefDir.INOUT)}))
-    return re.sub(r"_[0-9x_t]+$", "", info.name), writes
-
-
-def generations(lengths) -> dict[tuple, list[int]]:
+def generations(lengths) -> dict[str, list[int]]:
     """Kernel -> the lengths at which code was generated for it (specialized or generic)."""
     exe = tile.compile(ATTENTION, "llvm_cpu.0", SETTINGS)
-    out: dict[tuple, list[int]] = {}
+    out: dict[str, list[int]] = {}
     for n in lengths:
         args = _inputs(n)
         assert_attention_close(exe(*args)["O"], *args)
-        lib = exe._last.library
-        which = lib.extra.get("generic", {}).get("which", {})
-        for j, info in enumerate(lib.kernels):
-            if lib.extra["built_as"][j] == j and which.get(j, True):
-                out.setdefault(_kernel(info), []).append(n)
+        for info in generated_kernels(exe._last.library):
+            out.setdefault(kernel_of(info), []).append(n)
     return out
 
 
