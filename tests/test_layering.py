@@ -15,10 +15,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("tile", "ref_interp", "stripe", "backends")
 # the framework bridges (tile.torch with its CUDA memory tile.torch_cuda and its fast lane
-# tile.torch_lane, tile.jax, and tile.bridge, which they share) sit on tile.api
+# tile.torch_lane and hot path tile.torch_hot, tile.jax, and tile.bridge, which they share) sit on
+# tile.api
 USER_API = {
     "tile", "tile.api", "tile.cli", "tile.__main__", "tile.bridge", "tile.torch", "tile.torch_cuda",
-    "tile.torch_lane", "tile.jax",
+    "tile.torch_lane", "tile.torch_hot", "tile.jax",
 }
 ALLOWED = {  # a package's modules may import these packages (besides their own)
     "tile": {"tile"},
