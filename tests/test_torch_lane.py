@@ -261,9 +261,9 @@ def test_a_loss_sums_broadcast_cotangent_takes_the_backward_lane(no_general_path
 
 def test_a_plain_call_again_is_one_function(monkeypatch):
     """After a plain call (no gradient wanted) the op keeps its lane as one function
-    (``TorchLane.plain``) that checks and launches in one pass; it takes the next plain calls at
-    that signature (nothing else ran: the lane's ordinary call and the general path refused), and
-    gives every other call back to the usual path, with the usual results."""
+    (``tile.torch_hot.HotCall``) that checks and launches in one pass; it takes the next plain
+    calls at that signature (nothing else ran: the lane's ordinary call and the general path
+    refused), and gives every other call back to the usual path, with the usual results."""
     two = tt.op("function (A[N], B[N]) -> (S, P) { S = A + B; P = A * B; }", name="lane_plain_two")
     a, b = ints(6), ints(6, seed=1)
     two(a, b)
@@ -292,13 +292,10 @@ def test_a_plain_call_again_is_one_function(monkeypatch):
     assert hot((a.double(), b.double())) is None
     assert hot((ints(7), ints(7))) is None
     g = a.clone().requires_grad_()
-    assert hot((g, b)) is None
-    s, _ = two(g, b)
-    assert s.grad_fn is not None and two._hot is None  # (a gradient call: the one function dropped)
+    s, _ = hot((g, b))  # (a gradient call: the one function too, ``tests/test_torch_hot.py``)
+    assert s.grad_fn is not None and two._hot is hot
     s.sum().backward()
     assert torch.equal(g.grad, torch.ones(6))
-    two(a, b)
-    assert two._hot is not None  # (a plain call again: kept again)
 
     class Seen(torch.overrides.TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):

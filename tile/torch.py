@@ -39,13 +39,13 @@ import numpy as np
 import torch
 
 from tile.bridge import Op, dynamic_settings
-from tile.dtypes import DType
-from tile.errors import TileError, TileInputError
+from tile.errors import TileInputError
 from tile.parser import parse as tile_parse
-from tile.torch_autograd import TileFunction, eager_apply, register_autograd
+from tile.torch_autograd import TileFunction, as_inputs, eager_apply, register_autograd
 from tile.torch_dtypes import IN_PLACE as _IN_PLACE
 from tile.torch_dtypes import TO_NUMPY as _TO_NUMPY
 from tile.torch_dtypes import TO_TORCH as _TO_TORCH
+from tile.torch_hot import HotCall
 from tile.torch_lane import (
     AUTOGRAD,
     DISPATCH,
@@ -54,6 +54,8 @@ from tile.torch_lane import (
     TRANSFORM,
     TorchLane,
     learn,
+    materialized,
+    ordinary,
     signature,
     through_lane,
     watched,
@@ -226,10 +228,10 @@ class TorchOp:
         self._arity = len(core.inputs)
         self._lanes: dict[tuple, TorchLane | None] = {}  # signature -> the forward's fast lane
         self._grad_lanes: dict[tuple, TorchLane | None] = {}  # (wrt, signature) -> the backward's
-        self._hot = None  # the last plain call's lane as one function (``TorchLane.plain``), or None
+        self._hot = None  # the last eager call's hot path (``tile.torch_hot``), or None
 
     def __call__(self, *tensors: torch.Tensor):
-        hot = self._hot  # (the last plain call's lane, whole: ``TorchLane.plain``)
+        hot = self._hot  # (the last eager call's signature, whole: ``tile.torch_hot.HotCall.call``)
         if hot is not None:
             outs = hot(tensors)
             if outs is not None:
@@ -239,12 +241,26 @@ class TorchOp:
         if kind == PLAIN:
             sig = signature(tensors)
             outs = self._forward_at(sig, tensors)  # what the dispatcher would call
-            lane = self._lanes.get(sig)
-            self._hot = lane and lane.plain
-            return outs
-        if kind == AUTOGRAD:
-            self._hot = None  # (its checks would fail at the gradient: no use trying them first)
-            return eager_apply(self, tensors)
+        elif kind == AUTOGRAD:
+            sig = signature(tensors)
+            outs = eager_apply(self, tensors)
+        else:
+            return self._general(kind, tensors)
+        hot = self._hot_at(sig)
+        self._hot = hot and hot.call
+        return outs
+
+    def _hot_at(self, sig: tuple) -> HotCall | None:
+        """The hot path at ``sig`` (made once its forward's lane is kept), or None."""
+        lane = self._lanes.get(sig)
+        if lane is None:
+            return None
+        if lane.hot is None:
+            lane.hot = HotCall.of(self, sig, lane) or False
+        return lane.hot or None
+
+    def _general(self, kind: int, tensors):
+        """A call that something watches (``DISPATCH``, ``TRANSFORM``) or of a wrong count."""
         if len(tensors) != self._arity:
             self.core.tile_types(tuple(((), np.float32) for _ in tensors))  # the arity error
         for i, t in enumerate(tensors):
@@ -303,8 +319,8 @@ class TorchOp:
     def _forward_at(self, sig: tuple, tensors):
         """``_forward`` of ``tensors`` whose ``signature`` is ``sig``."""
         lane = self._lanes.get(sig)
-        if lane is not None and lane.plain is not None:  # (``TileEagerFunction.forward``'s too:
-            outs = lane.plain(tensors)  # no grad mode inside it)
+        if lane is not None and lane.hot:  # (``TileEagerFunction.forward``'s too: no grad mode
+            outs = lane.hot.plain(tensors)  # inside it)
             if outs is not None:
                 return outs
         outs = through_lane(self._lanes, sig, tensors)
@@ -335,7 +351,8 @@ class TorchOp:
         CPU tensors of numpy's dtypes on ``llvm_cpu.0``; None for anything else."""
         arrays = []
         for t in tensors:
-            if not t.is_cpu or not t.is_contiguous() or t.dtype not in _IN_PLACE:
+            if (not t.is_cpu or t.layout is not torch.strided or not ordinary(t) or t.dtype not in _IN_PLACE
+                    or not t.data_ptr()):
                 return None
             arrays.append(t.detach().numpy() if t.requires_grad else t.numpy())
         outs = self.core.forward(self._in_place, arrays, tuple([(a.shape, a.dtype) for a in arrays]))
@@ -390,7 +407,7 @@ class TorchOp:
         slot = (tuple(wrt), sig, signature(cotangents))
         grads = through_lane(self._grad_lanes, slot, both)
         if grads is not None:  # (a lane's gradients are its inputs' types where ``conform``)
-            return grads if self._grad_lanes[slot].conform else _as_inputs(grads, tensors, wrt)
+            return grads if self._grad_lanes[slot].conform else as_inputs(grads, tensors, wrt)
         result = self._backward_general(tensors, cotangents, wrt)
         if slot not in self._grad_lanes:
             learn(self, self._grad_lanes, slot, both, wrt, _TO_NUMPY, _TO_TORCH)
@@ -458,15 +475,29 @@ class TorchOp:
         copied = 0
         for i, t in enumerate(tensors):
             dt = self._np_dtype(t, i, what)
+            name = self.core.inputs[i] if what == "input" else i
+            if t.layout is not torch.strided:
+                raise TileInputError(
+                    f"{self.core.what}: {what} '{name}' is a {t.layout} tensor, which Tile does not read",
+                    None,
+                    hint="pass a dense tensor (e.g. t.to_dense())",
+                )
             if t.requires_grad:
                 t = t.detach()
+            if not ordinary(t):  # strided, a negative view, a ZeroTensor: its values, copied
+                why = "was not contiguous" if not t.is_contiguous() else "is a negative view or a ZeroTensor"
+                t = materialized(t)
+                note.append(f"{what} '{name}' {why}: copied")
+            if t.numel() and not t.data_ptr():
+                raise TileInputError(
+                    f"{self.core.what}: {what} '{name}' has no memory of its own (a wrapper tensor?)",
+                    None,
+                    hint="pass an ordinary tensor (e.g. torch._from_functional_tensor(t) for a "
+                    "functionalization wrapper)",
+                )
             if t.device.type != "cpu":
                 t = t.cpu()
                 copied += t.nbytes
-            elif not t.is_contiguous():
-                t = t.contiguous()
-                note.append(f"{what} '{self.core.inputs[i] if what == 'input' else i}' was not "
-                            "contiguous: copied")
             if t.dtype == torch.bfloat16:
                 arrays.append(t.view(torch.int16).numpy().view(dt))
             else:
@@ -478,58 +509,13 @@ class TorchOp:
 
     def _shared(self, where, tensors, note: list[str], cotangents=None, wrt=None) -> list | None:
         """The outputs (``wrt`` None) or the gradients for ``wrt`` of a call on CUDA tensors, run in
-        memory CUDA and the Tile device share (``tile.torch_cuda``); None where the call is not on
-        CUDA tensors, or sharing is unavailable or fails (why: added to ``note``)."""
-        tile_device, device, _ = where
-        if device.type != "cuda":
+        memory CUDA and the Tile device share (``tile.torch_cuda.shared``); None where the call is
+        not on CUDA tensors, or sharing is unavailable or fails (why: added to ``note``)."""
+        if where[1].type != "cuda":
             return None
         from tile import torch_cuda  # loads the OpenCL and CUDA drivers' bindings: on first use
 
-        if torch_cuda.direct(tile_device):  # a CUDA device: the tensors' own memory, torch's stream
-            def call_of(program):
-                return torch_cuda.Direct(program.device, device)
-        else:
-            sharing, why = torch_cuda.sharing(tile_device, device)
-            if sharing is None:
-                note.append(f"CUDA memory not shared with OpenCL: {why}")
-                return None
-
-            def call_of(program):
-                return torch_cuda.Call(sharing, program.device, device)
-        dtypes = [self._np_dtype(t, i) for i, t in enumerate(tensors)]
-        key = self.core.key([tuple(t.shape) for t in tensors], dtypes)
-        types = self.core.out_types(key)  # a shape or dtype mismatch: in the caller's terms
-        call = None
-        try:
-            program, names = self.core.device_program(tile_device, key, wrt)
-            call = call_of(program)
-            ins = [call.input(t, t.shape, DType.of(d), t.dtype) for t, d in zip(tensors, dtypes)]
-            outs = [call.output(program.buffers[n].sizes, program.buffers[n].dtype,
-                                _TO_TORCH[program.buffers[n].dtype.numpy]) for n in names]
-            if wrt is None:
-                call.ready()
-                done = self.core.forward_tensors(tile_device, ins, key, [o for o, _ in outs])
-            else:
-                cots = [
-                    call.input(c, shape, DType.of(d), _TO_TORCH[d]) if DType.of(d).is_float else None
-                    for c, (shape, d) in zip(cotangents, types)
-                ]
-                call.ready()
-                done = self.core.backward_tensors(tile_device, ins, cots, wrt, key, [o for o, _ in outs])
-            call.finish(done)
-        except TileError:
-            raise
-        except Exception as e:  # noqa: BLE001 - any failure of the shared path: the host path instead
-            if call is not None:
-                call.abandon()
-            note.append(f"CUDA memory sharing failed, so not shared ({type(e).__name__}: {e})")
-            return None
-        result = [t for _, t in outs]
-        if wrt is not None:
-            result = _as_inputs(result, tensors, wrt)
-        self._say(tile_device, f"{call.PATH}: {call.copied} bytes copied device-to-device into "
-                  "inputs, outputs written in place", [])
-        return result
+        return torch_cuda.shared(self, where, tensors, note, cotangents, wrt)
 
     def _say(self, tile_device: str, path: str, note: list[str]) -> None:
         """``TILE_DEBUG=1``'s line for a call: the path it took and what it copied."""
@@ -561,15 +547,6 @@ class TorchOp:
                 note = [*note, f"{copied} bytes copied back to {device}"]
             self._say(tile_device, path, note)
         return result
-
-
-def _as_inputs(grads, tensors, wrt) -> list[torch.Tensor]:
-    """Each gradient as its input: broadcast where the program kept it smaller, in its dtype."""
-    return [
-        g if g.shape == tensors[i].shape and g.dtype == tensors[i].dtype
-        else g.expand(tensors[i].shape).to(tensors[i].dtype).contiguous()
-        for g, i in zip(grads, wrt)
-    ]
 
 
 def _held_equal(a, b) -> bool:

@@ -27,7 +27,10 @@ import torch.autograd.forward_ad as fwAD
 
 from tile.errors import TileInputError
 
-__all__ = ["TileEagerFunction", "TileFunction", "autograd_kernel", "eager_apply", "has_tangent"]
+__all__ = [
+    "TileEagerFunction", "TileFunction", "as_inputs", "autograd_kernel", "backward_of", "c_apply",
+    "eager_apply", "has_tangent",
+]
 
 
 def has_tangent(tensors) -> bool:
@@ -61,7 +64,7 @@ class TileFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        return _backward(ctx, grads)
+        return backward_of(ctx, grads, ctx.op, None)
 
     @staticmethod
     def jvp(ctx, _op, *tangents):
@@ -90,22 +93,21 @@ class TileEagerFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        return _backward(ctx, grads)
+        return backward_of(ctx, grads, ctx.op, ctx.sig)
 
 
-def _c_apply():
-    """``TileEagerFunction.apply``'s C part (``torch._C._FunctionBase.apply`` bound to it), or
-    None where this torch has no such thing; with ``unwrap_if_dead``, what ``Function.apply`` calls
-    when no functorch transform is active, as ``eager_apply`` needs it."""
+def c_apply(function: type):
+    """``function.apply``'s C part (``torch._C._FunctionBase.apply`` bound to it: what
+    ``Function.apply`` calls when no functorch transform is active), or None where this torch has
+    no such thing."""
     try:
-        base = torch._C._FunctionBase.__dict__["apply"].__get__(None, TileEagerFunction)
-        unwrap = torch._C._functorch.unwrap_if_dead
+        return torch._C._FunctionBase.__dict__["apply"].__get__(None, function)
     except (AttributeError, KeyError):
-        return None, None
-    return base, unwrap
+        return None
 
 
-_EAGER_APPLY, _UNWRAP_IF_DEAD = _c_apply()
+_EAGER_APPLY = c_apply(TileEagerFunction)
+_UNWRAP_IF_DEAD = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None)
 
 
 def eager_apply(op, tensors):
@@ -113,7 +115,7 @@ def eager_apply(op, tensors):
     (so no functorch transform is active): what ``Function.apply`` does then (a tensor left over
     from an exited transform unwrapped, the C ``apply``) without its Python part (~2 us: the
     setup-context test, a generator over the arguments)."""
-    if _EAGER_APPLY is None:
+    if _EAGER_APPLY is None or _UNWRAP_IF_DEAD is None:
         return TileEagerFunction.apply(op, *tensors)
     return _EAGER_APPLY(op, *map(_UNWRAP_IF_DEAD, tensors))
 
@@ -128,18 +130,18 @@ def _saved(ctx, op, tensors, output) -> None:
         ctx.mark_non_differentiable(*ints)
 
 
-def _backward(ctx, grads):
-    """Both functions' backward: Tile's gradient program for the inputs that need a gradient."""
-    op = ctx.op
+def backward_of(ctx, grads, op, sig: tuple | None):
+    """Every function's backward: Tile's gradient program for the inputs that need a gradient
+    (``ctx``'s, whose forward applied ``op`` to its saved inputs; ``sig``: their signature where
+    they were plain tensors of ``op``'s device at the forward, else None)."""
     inputs = ctx.saved_tensors
     needs = ctx.needs_input_grad
     wrt = [i for i, t in enumerate(inputs) if needs[i + 1] and t.dtype.is_floating_point]
     result: list[torch.Tensor | None] = [None] * len(inputs)
     if wrt:
         op.core.refuse_backward()
-        # ``TileEagerFunction``'s inputs were plain tensors of the op's device at the forward (its
-        # signature kept): only the cotangents and the modes now may send this to the dispatcher
-        sig = getattr(ctx, "sig", None)
+        # inputs that were plain tensors of the op's device at the forward (their signature kept):
+        # only the cotangents and the modes now may send this to the dispatcher
         if _differentiated():
             found = reverse(op, inputs, list(grads), wrt)
         elif op._dispatching(grads if sig is not None else (*inputs, *grads)):
@@ -183,6 +185,15 @@ def register_autograd(op) -> None:
         # PyTorch 2.13 does by default and earlier releases (2.11) only when asked
         override = {"allow_override": True} if "allow_override" in inspect.signature(impl).parameters else {}
         impl(op.name, autograd_kernel(op), "Autograd", with_keyset=True, **override)
+
+
+def as_inputs(grads, tensors, wrt) -> list[torch.Tensor]:
+    """Each gradient as its input: broadcast where the program kept it smaller, in its dtype."""
+    return [
+        g if g.shape == tensors[i].shape and g.dtype == tensors[i].dtype
+        else g.expand(tensors[i].shape).to(tensors[i].dtype).contiguous()
+        for g, i in zip(grads, wrt)
+    ]
 
 
 def _zeros(op, shape, dtype, like: torch.Tensor) -> torch.Tensor:

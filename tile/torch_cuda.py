@@ -23,6 +23,8 @@ from backends.cuda.executor import CudaBuffer
 from tile.dtypes import DType
 from tile.errors import TileError
 from tile.tensor import Tensor
+from tile.torch_autograd import as_inputs
+from tile.torch_dtypes import TO_TORCH
 
 if TYPE_CHECKING:
     from backends.cuda.share import Block, Sharing
@@ -170,3 +172,55 @@ class Direct:
 
     def abandon(self) -> None:
         pass
+
+
+def shared(op, where, tensors, note: list[str], cotangents=None, wrt=None) -> list | None:
+    """The outputs (``wrt`` None) or the gradients for ``wrt`` of ``op``'s call (a
+    ``tile.torch.TorchOp``) on CUDA tensors, run in memory CUDA and the Tile device share; None
+    where sharing is unavailable or fails (why: added to ``note``)."""
+    tile_device, device, _ = where
+    if direct(tile_device):  # a CUDA device: the tensors' own memory, torch's stream
+        def call_of(program):
+            return Direct(program.device, device)
+    else:
+        shares, why = sharing(tile_device, device)
+        if shares is None:
+            note.append(f"CUDA memory not shared with OpenCL: {why}")
+            return None
+
+        def call_of(program):
+            return Call(shares, program.device, device)
+    dtypes = [op._np_dtype(t, i) for i, t in enumerate(tensors)]
+    key = op.core.key([tuple(t.shape) for t in tensors], dtypes)
+    types = op.core.out_types(key)  # a shape or dtype mismatch: in the caller's terms
+    call = None
+    try:
+        program, names = op.core.device_program(tile_device, key, wrt)
+        call = call_of(program)
+        ins = [call.input(t, t.shape, DType.of(d), t.dtype) for t, d in zip(tensors, dtypes)]
+        outs = [call.output(program.buffers[n].sizes, program.buffers[n].dtype,
+                            TO_TORCH[program.buffers[n].dtype.numpy]) for n in names]
+        if wrt is None:
+            call.ready()
+            done = op.core.forward_tensors(tile_device, ins, key, [o for o, _ in outs])
+        else:
+            cots = [
+                call.input(c, shape, DType.of(d), TO_TORCH[d]) if DType.of(d).is_float else None
+                for c, (shape, d) in zip(cotangents, types)
+            ]
+            call.ready()
+            done = op.core.backward_tensors(tile_device, ins, cots, wrt, key, [o for o, _ in outs])
+        call.finish(done)
+    except TileError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure of the shared path: the host path instead
+        if call is not None:
+            call.abandon()
+        note.append(f"CUDA memory sharing failed, so not shared ({type(e).__name__}: {e})")
+        return None
+    result = [t for _, t in outs]
+    if wrt is not None:
+        result = as_inputs(result, tensors, wrt)
+    op._say(tile_device, f"{call.PATH}: {call.copied} bytes copied device-to-device into "
+              "inputs, outputs written in place", [])
+    return result

@@ -9,10 +9,10 @@ no ``tile.Tensor``, no events: what is left of a call is a dictionary lookup, a 
 and a launch per kernel.
 
 Only the devices whose executors launch on raw addresses have lanes (``llvm_cpu.N`` for CPU
-tensors, ``cuda.N`` for CUDA tensors). A strided tensor is copied contiguous first, as the general
-path copies it. A call takes the general path instead where two inputs share memory, a cotangent
-is missing, or the device has general work queued; ``TILE_DEBUG`` turns lanes off (it reports the
-general path's work).
+tensors, ``cuda.N`` for CUDA tensors). A strided tensor (or a negative view, a ``ZeroTensor``) is
+copied contiguous first, as the general path copies it. A call takes the general path instead
+where two inputs share memory, a tensor is sparse, a cotangent is missing, or the device has
+general work queued; ``TILE_DEBUG`` turns lanes off (it reports the general path's work).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class TorchLane:
     """A ``Lane`` for one signature, with the outputs' torch types (``to_torch``: numpy dtype ->
     torch dtype) on ``device``; ``__call__`` gives the outputs, or None for the general path."""
 
-    __slots__ = ("conform", "lane", "outputs", "plain", "reads", "_every", "_launch", "_single")
+    __slots__ = ("conform", "every", "hot", "lane", "outputs", "reads", "single", "_launch")
 
     def __init__(self, lane: Lane, device: torch.device, to_torch, reads: tuple[bool, ...], tensors=(),
                  wrt: tuple[int, ...] | None = None):
@@ -80,10 +80,10 @@ class TorchLane:
         # the lane's call on the inputs' and outputs' addresses: none on a host where it has
         # nothing to run, as a gradient that is its cotangent's has not
         self._launch = _nothing if lane.executor.raw_host and lane.runs_nothing else lane
-        self.plain: Callable | None = None  # a forward's ``plain_call`` at its signature (``learn``)
+        self.hot = None  # a forward's ``tile.torch_hot.HotCall`` at its signature (``TorchOp``'s)
         self.reads = reads  # per input place: whether the program reads it
-        self._every = all(reads)  # (then a missing tensor is the general path's at once)
-        self._single = sum(reads) <= 1  # (then no two of them can share an address)
+        self.every = all(reads)  # (then a missing tensor is the general path's at once)
+        self.single = sum(reads) <= 1  # (then no two of them can share an address)
         # a backward's (``wrt``): whether each output is already its gradient's input's type
         self.conform = wrt is None or all(
             tuple(shape) == tuple(tensors[i].shape) and to_torch[dtype.numpy] == tensors[i].dtype
@@ -104,15 +104,18 @@ class TorchLane:
         return cls(lane, device, to_torch, tuple(n is not None for n in inputs), tensors, wrt)
 
     def __call__(self, tensors) -> list[torch.Tensor] | None:
-        if self._every:  # (the common case, lean: a 1-element call is mostly this)
+        if self.every:  # (the common case, lean: a 1-element call is mostly this)
             pointers = []
             for t in tensors:
-                if t is None:
-                    return None
-                if not t.is_contiguous():
-                    return self._contiguous(tensors)
-                pointers.append(t.data_ptr())
-            if not self._single and len(set(pointers)) != len(pointers):
+                if t is None or t.layout is not _STRIDED:
+                    return None  # (a sparse tensor: the general path refuses it)
+                if not ordinary(t):
+                    return self._ordinary(tensors)
+                p = t.data_ptr()
+                if not p:
+                    return None  # (no memory: a functionalization wrapper; the general path refuses it)
+                pointers.append(p)
+            if not self.single and len(set(pointers)) != len(pointers):
                 return None
             return self._run(tensors, pointers)
         pointers, present = [], []
@@ -121,59 +124,53 @@ class TorchLane:
                 if read:
                     return None  # a missing cotangent the program reads: zeros, on the general path
                 pointers.append(0)
-            elif not t.is_contiguous():
-                return self._contiguous(tensors)
+            elif t.layout is not _STRIDED:
+                return None
+            elif not ordinary(t):
+                return self._ordinary(tensors)
             else:
                 p = t.data_ptr()
+                if not p:
+                    return None
                 pointers.append(p)
                 present.append(p)
         if len(present) > 1 and len(set(present)) != len(present):
             return None  # two tensors at one address: the general path copies
         return self._run(tensors, pointers)
 
-    def _contiguous(self, tensors) -> list[torch.Tensor] | None:
-        """The call with each strided tensor copied contiguous first (``loss.sum().backward()``'s
-        cotangent is one value broadcast: stride 0), as the general path would copy it; the
-        copies live through the launches (CUDA: on the stream they were made on)."""
-        return self([t if t is None or t.is_contiguous() else t.contiguous() for t in tensors])
+    def _ordinary(self, tensors) -> list[torch.Tensor] | None:
+        """The call with each tensor that is not ``ordinary`` copied so first
+        (``loss.sum().backward()``'s cotangent is one value broadcast: stride 0), as the general
+        path would copy it; the copies live through the launches (CUDA: on the stream they were
+        made on)."""
+        return self([t if t is None or ordinary(t) else materialized(t) for t in tensors])
 
-    def plain_call(self, sig: tuple):
-        """The whole of a ``PLAIN`` call at ``sig`` (``signature``) through this lane as one
-        function of the call's tensors, giving its result (one tensor or a tuple), or None where
-        the call is not one: something watches it (``watched``), a tensor needs a gradient, is
-        not a contiguous CPU ``torch.Tensor`` of ``sig``'s dtype and shape, or shares memory with
-        another, ``TILE_DEBUG``, or general work queued. The same checks and launches as
-        ``_eager_kind``, ``_forward_at`` and ``__call__``, in one pass. None for a lane that reads
-        inputs selectively, or not on a host."""
-        lane = self.lane
-        if not (self._every and lane.executor.raw_host and all(d.type == "cpu" for _, _, d in sig)):
-            return None
-        types, single, run = [(dt, shape) for dt, shape, _ in sig], self._single, lane.run
-        Tensor, C, n = torch.Tensor, torch._C, len(sig)
-        made = self._made
+    def launcher(self) -> Callable:
+        """``go(tensors, pointers)``: the call's outputs made (or, for an alias, the input they
+        are) and the lane run on ``pointers`` (the inputs' addresses, checked by the caller: 0 for
+        a place not read) then the outputs'; None where the lane declines (general work queued).
+        What ``tile.torch_hot`` runs once it has checked a call."""
+        made, run = self._made, self._launch
         if len(self.outputs) == 1 and self.outputs[0][0] is not None and self.outputs[0][4] is not None:
             make, _, _, _, like = self.outputs[0]  # (one output made like an input: the usual)
 
             def made(tensors):
                 return [make(tensors[like])]
+        if run is _nothing:
+            def go(tensors, pointers):
+                return made(tensors)
+            return go
+        run = self.lane.run
+        if len(self.outputs) == 1:
+            def go(tensors, pointers):
+                outs = made(tensors)
+                return outs if run((*pointers, outs[0].data_ptr())) else None
+            return go
 
-        def call(tensors):
-            if len(tensors) != n or watched() or debug_on():
-                return None
-            grad = C.is_grad_enabled()
-            pointers = []
-            for t, (dt, shape) in zip(tensors, types):
-                if (type(t) is not Tensor or not t.is_cpu or t.dtype is not dt or t.shape != shape
-                        or not t.is_contiguous() or grad and t.requires_grad):
-                    return None
-                pointers.append(t.data_ptr())
-            if not single and len(set(pointers)) != n:
-                return None
+        def go(tensors, pointers):
             outs = made(tensors)
-            if not run((*pointers, *[o.data_ptr() for o in outs])):
-                return None
-            return outs[0] if len(outs) == 1 else tuple(outs)
-        return call
+            return outs if run((*pointers, *[o.data_ptr() for o in outs])) else None
+        return go
 
     def _made(self, tensors) -> list[torch.Tensor]:
         """The call's outputs, made (or, for an alias, the input they are)."""
@@ -186,6 +183,25 @@ class TorchLane:
         if not self._launch(pointers, [o.data_ptr() for o in outs]):
             return None
         return outs
+
+
+_STRIDED = torch.strided
+
+
+def ordinary(t: torch.Tensor) -> bool:
+    """Whether a strided tensor's memory holds its values, in order: contiguous, not a negative
+    view (``torch._neg_view``: the values negated), not a ``ZeroTensor`` (no memory)."""
+    return t.is_contiguous() and not t.is_neg() and not t._is_zerotensor()
+
+
+def materialized(t: torch.Tensor) -> torch.Tensor:
+    """A strided tensor's values in memory of their own, in order (``ordinary``): a copy unless
+    it is so already."""
+    if t.is_neg():
+        t = t.resolve_neg()
+    if t._is_zerotensor():
+        t = t.clone()
+    return t.contiguous()
 
 
 def _nothing(inputs, outputs) -> bool:
@@ -227,12 +243,10 @@ def learn(op, lanes: dict, slot: tuple, tensors, wrt, to_numpy, to_torch) -> Non
                 program, ins, names = op.core.lane_names(tile_device, key, wrt)
                 lane = TorchLane.of(program, ins, names, device, to_torch, tensors,
                                     None if wrt is None else tuple(wrt))
-                if lane is not None and wrt is None:
-                    lane.plain = lane.plain_call(slot)
     lanes[slot] = lane
 
 
 __all__ = [
-    "AUTOGRAD", "DISPATCH", "LANES_KEPT", "PLAIN", "TRANSFORM", "TorchLane", "learn", "signature",
-    "through_lane", "watched",
+    "AUTOGRAD", "DISPATCH", "LANES_KEPT", "PLAIN", "TRANSFORM", "TorchLane", "learn", "materialized",
+    "ordinary", "signature", "through_lane", "watched",
 ]

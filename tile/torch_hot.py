@@ -1,0 +1,198 @@
+"""A ``tile.torch`` op's whole eager call at one signature as one function: the hot path.
+
+After a call at a signature has run (and kept its fast lane, ``tile.torch_lane``), the op keeps
+``HotCall`` for it. Its ``call`` does, in one pass, what the usual path does in several (the
+dispatch checks of ``tile.torch._eager_kind``, the signature, the lane's lookup, its checks and
+its launch): a small call is mostly this overhead (a 1-element add: ~1 us of torch's own work).
+
+* No gradient wanted: the outputs made and the lane launched on the tensors' addresses.
+* A gradient wanted: ``TileHotFunction`` (a ``torch.autograd.Function``) applied through the C
+  part of ``Function.apply``. Its forward launches the lane; its backward runs the backward's lane
+  (``hot_backward``, once the general path has kept one for these inputs) with the cotangents
+  checked once, or else the general backward (``tile.torch_autograd.backward_of``).
+
+Every check of the usual path stays; each sends the call back to it (None), where it runs as
+before: something watches the call (``tile.torch_lane.watched``: compile, tracing, modes,
+functorch, forward-mode AD), ``TILE_DEBUG``, a wrong count, a tensor that is not a plain
+contiguous CPU ``torch.Tensor`` of the signature's dtype and shape, a negative view
+(``torch._neg_view``: its memory holds the values negated), one without memory (a
+``ZeroTensor``, a dead functorch wrapper, a sparse tensor: ``data_ptr``/``is_contiguous`` raise or
+give 0), two tensors at one address, general work queued on the device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from backends.runner import debug_on
+from tile.torch_autograd import backward_of, c_apply
+from tile.torch_dtypes import TO_TORCH
+from tile.torch_lane import TorchLane, watched
+
+__all__ = ["HotCall", "TileHotFunction", "addresses", "hot_backward"]
+
+_MISSING = object()
+
+
+def addresses(tensors, types, reads=None) -> list[int] | None:
+    """Each tensor's address (0 for a place not read: ``reads``, None for every place read), or
+    None where one read is missing or is not a plain contiguous CPU ``torch.Tensor`` of its
+    ``(dtype, shape)`` in ``types``, with memory of its own values (not a negative view)."""
+    Tensor = torch.Tensor
+    pointers = []
+    try:
+        for t, (dt, shape), read in zip(tensors, types, reads or [True] * len(types)):
+            if not read:
+                pointers.append(0)
+                continue
+            if (t is None or type(t) is not Tensor or not t.is_cpu or t.dtype is not dt or t.shape != shape
+                    or not t.is_contiguous() or t.is_neg()):
+                return None
+            p = t.data_ptr()
+            if not p:  # (a ZeroTensor: no memory)
+                return None
+            pointers.append(p)
+    except RuntimeError:  # (no storage: a dead functorch wrapper; a sparse tensor's is_contiguous)
+        return None
+    return pointers
+
+
+def _distinct(pointers: list[int]) -> bool:
+    """Whether no two read tensors share an address (0: a place not read)."""
+    present = [p for p in pointers if p]
+    return len(set(present)) == len(present)
+
+
+class HotCall:
+    """One signature's eager call (``sig``, ``tile.torch_lane.signature``) of ``op`` through its
+    forward's ``lane``: ``call`` (every eager call, a gradient too) and ``plain`` (no gradient:
+    ``TorchOp._forward_at``'s, which may run below autograd, where a gradient is not its to make).
+    ``of`` gives None for a lane that reads inputs selectively, or not on a host."""
+
+    __slots__ = ("op", "sig", "lane", "call", "plain", "ints", "_types", "_grads", "_launch")
+
+    def __init__(self, op, sig: tuple, lane: TorchLane):
+        self.op, self.sig, self.lane = op, sig, lane
+        self._types = tuple((dt, shape) for dt, shape, _ in sig)
+        self._launch = lane.launcher()
+        # the outputs no gradient flows through (integers: marked non-differentiable)
+        self.ints = tuple(i for i, (_, dtype) in enumerate(lane.lane.output_types) if not dtype.is_float)
+        self._grads: dict = {}  # ``ctx.needs_input_grad`` -> the backward's hot function, or None
+        self.plain = self._made(False)
+        self.call = self._made(True)
+
+    @classmethod
+    def of(cls, op, sig: tuple, lane: TorchLane | None) -> HotCall | None:
+        if lane is None or not (lane.every and lane.lane.executor.raw_host
+                                and all(d.type == "cpu" for _, _, d in sig)):
+            return None
+        return cls(op, sig, lane)
+
+    def _made(self, autograd: bool) -> Callable:
+        types, n, launch, single = self._types, len(self._types), self._launch, self.lane.single
+        C = torch._C
+        grad_on, any_grad = C.is_grad_enabled, C._any_requires_grad
+        apply = _HOT_APPLY
+
+        def call(tensors):
+            if len(tensors) != n or watched() or debug_on():
+                return None
+            pointers = addresses(tensors, types)
+            if pointers is None or not single and len(set(pointers)) != n:
+                return None
+            if grad_on() and any_grad(*tensors):
+                # (``autograd``: every input a plain tensor, nothing watching: ``Function.apply``'s
+                # C part, as ``tile.torch_autograd.eager_apply`` for such tensors)
+                return apply(self, *tensors) if autograd else None
+            outs = launch(tensors, pointers)
+            if outs is None:
+                return None
+            return outs[0] if len(outs) == 1 else tuple(outs)
+        return call
+
+    def forward(self, tensors) -> torch.Tensor | tuple:
+        """``TileHotFunction``'s forward: the lane (the tensors were checked by ``call``), or the
+        general path where the lane declines (general work queued)."""
+        outs = self._launch(tensors, [t.data_ptr() for t in tensors])
+        if outs is None:
+            return self.op._forward_at(self.sig, tensors)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def backward(self, ctx, grads) -> tuple | None:
+        """``TileHotFunction``'s backward through the backward's lane, or None (the general one)."""
+        needs = ctx.needs_input_grad
+        fast = self._grads.get(needs, _MISSING)
+        if fast is _MISSING:
+            fast = hot_backward(self, needs)
+            if fast is _MISSING:
+                return None  # (no lane kept yet: the general backward keeps one)
+            self._grads[needs] = fast
+        return None if fast is None else fast(ctx, grads)
+
+
+def hot_backward(hot: HotCall, needs: tuple):
+    """The backward's hot function for inputs needing a gradient as ``needs`` says
+    (``ctx.needs_input_grad``): ``fast(ctx, grads)`` giving ``backward``'s tuple, or None for the
+    general backward. None where none can be made (gradients not of their inputs' types, a lane
+    not on the host), ``_MISSING`` where the general path has kept no lane for it yet."""
+    op, sig = hot.op, hot.sig
+    wrt = tuple(i for i, (dt, _, _) in enumerate(sig) if needs[i + 1] and dt.is_floating_point)
+    if not wrt:
+        return None
+    cpu = torch.device("cpu")  # (the cotangents' signature, as ``TorchOp._backward_at`` keys it)
+    cot_sig = tuple((TO_TORCH[dtype.numpy], torch.Size(shape), cpu)
+                    for shape, dtype in hot.lane.lane.output_types)
+    lane = op._grad_lanes.get((wrt, sig, cot_sig), _MISSING)
+    if lane is _MISSING or lane is None:
+        return lane
+    if not (lane.conform and lane.lane.executor.raw_host):
+        return None
+    types = hot._types + tuple((dt, shape) for dt, shape, _ in cot_sig)
+    reads, n, m = lane.reads, len(sig), len(cot_sig)
+    launch, places = lane.launcher(), tuple(i + 1 for i in wrt)
+    grad_on = torch._C.is_grad_enabled
+
+    def fast(ctx, grads):
+        # (grad mode on: ``create_graph``, a backward differentiated further: the general one)
+        if len(grads) != m or grad_on() or watched() or debug_on():
+            return None
+        both = (*ctx.saved_tensors, *grads)  # (unpacked: an input changed in place is refused)
+        pointers = addresses(both, types, reads)
+        if pointers is None or not _distinct(pointers):
+            return None
+        outs = launch(both, pointers)
+        if outs is None:
+            return None
+        result = [None] * (n + 1)
+        for at, g in zip(places, outs):
+            result[at] = g
+        return tuple(result)
+    return fast
+
+
+class TileHotFunction(torch.autograd.Function):
+    """``TileEagerFunction`` for a call ``HotCall.call`` checked: the forward's lane, the
+    backward's where kept (``apply(hot, *tensors)``)."""
+
+    @staticmethod
+    def forward(ctx, hot, *tensors):
+        ctx.hot = hot
+        ctx.save_for_backward(*tensors)
+        output = hot.forward(tensors)
+        if hot.ints:
+            outs = output if isinstance(output, tuple) else (output,)
+            ctx.mark_non_differentiable(*[outs[i] for i in hot.ints])
+        return output
+
+    @staticmethod
+    def backward(ctx, *grads):
+        hot = ctx.hot
+        found = hot.backward(ctx, grads)
+        if found is not None:
+            return found
+        return backward_of(ctx, grads, hot.op, hot.sig)
+
+
+_HOT_APPLY = c_apply(TileHotFunction) or TileHotFunction.apply
