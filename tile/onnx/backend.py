@@ -28,7 +28,7 @@ import tile
 from tile.onnx import carried
 from tile.onnx.errors import TileOnnxValueDependent
 from tile.onnx.importer import Imported, import_model, load
-from tile.onnx.lane import OnnxLane
+from tile.onnx.lane import OnnxLane, PositionalCall, debug_on
 
 NAMED = {"CPU": "llvm_cpu.0", "CUDA": "opencl_gpu.0"}
 _PROBE = "function (A) -> (B) { B = A; }"
@@ -57,6 +57,7 @@ class BackendRep(_BackendRep):
         self._outputs: dict[tuple[str, ...], type] = {}
         self._lanes: dict[tuple, OnnxLane | None] = {}  # per key of ``_cache``: the fast lane
         self._key: tuple = ()  # the key of the last ``imported``
+        self._positional: PositionalCall | None = None  # ``run``'s shortcut for the last signature
 
     def _named(self, inputs) -> dict[str, np.ndarray]:
         if isinstance(inputs, Mapping):
@@ -95,7 +96,7 @@ class BackendRep(_BackendRep):
         """The outputs by ONNX name, in graph order."""
         arrays = self._named(inputs)
         imp, exe = self.imported(arrays)
-        key, debug = self._key, os.environ.get("TILE_DEBUG", "0") not in ("", "0")
+        key, debug = self._key, debug_on()
         lane = None if debug else self._lanes.get(key)
         results = lane(arrays) if lane is not None else None  # (``tile.onnx.lane``)
         if results is None:
@@ -105,11 +106,20 @@ class BackendRep(_BackendRep):
         return {o: _onnx_array(results[t], imp.carried.get(t), o) for o, t in imp.outputs}
 
     def run(self, inputs, **kwargs) -> tuple:
+        fast = self._positional
+        if fast is not None:  # the last signature's calls on the lane (``PositionalCall``)
+            out = fast(inputs)
+            if out is not None:
+                return out
         named = self.run_named(inputs)
         names = tuple(named)
         cls = self._outputs.get(names)
         if cls is None:  # onnx's namedtupledict builds a class (through eval): once per output names
             cls = self._outputs[names] = namedtupledict("Outputs", list(names))
+        if not self.fixed:  # (a key holding input values is checked on the general path)
+            imp = self._cache[self._key][0]
+            self._positional = PositionalCall.of(self._lanes.get(self._key), self.input_names, inputs,
+                                                 [t for _, t in imp.outputs], cls)
         return cls(*named.values())
 
 

@@ -19,11 +19,11 @@ raw addresses have no lane.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from backends.lane import Lane
+from backends.lane import Lane, debug_on
 
 
 class OnnxLane:
@@ -76,14 +76,19 @@ class OnnxLane:
 
     def __call__(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
         """The outputs by Tile name, or None where this call must take the general path."""
+        outs = self.launch([arrays.get(onnx_name) for _, onnx_name, _, _ in self.given])
+        return None if outs is None else dict(zip(self.names, outs))
+
+    def launch(self, given: Sequence) -> list[np.ndarray] | None:
+        """The outputs in the lane's order (``names``) for the arrays of ``given`` (one per entry of
+        ``self.given``, in its order), or None where this call must take the general path."""
         pointers = self.template.copy()
         seen = set()
-        for k, onnx_name, dtype, shape in self.given:
-            arr = arrays.get(onnx_name)
-            if (
-                type(arr) is not np.ndarray or arr.dtype != dtype or arr.shape != shape
-                or not arr.flags.c_contiguous or not arr.flags.aligned
-            ):
+        for (k, _, dtype, shape), arr in zip(self.given, given):
+            if type(arr) is not np.ndarray or arr.dtype != dtype or arr.shape != shape:
+                return None
+            flags = arr.flags
+            if not (flags.c_contiguous and flags.aligned):
                 return None
             at = pointers[k] = _address(arr)
             if at in seen or at in self.fixed:
@@ -92,7 +97,55 @@ class OnnxLane:
         outs = [make(shape, dtype) for make, shape, dtype in self.outputs]
         if not self.lane(pointers, [_address(o) for o in outs]):
             return None
-        return dict(zip(self.names, outs))
+        return outs
+
+
+class PositionalCall:
+    """``BackendRep.run``'s shortcut for the calls of one input signature given as a list: the
+    ONNX inputs by position, each of the recorded shape and dtype, run on the lane (``launch``)
+    with no key built, no dict of inputs, no dict of outputs; None (the general path) for any
+    other call (another signature, a mapping, a non-array, ``TILE_DEBUG``). The outputs are the
+    lane's arrays, in the model's output order."""
+
+    __slots__ = ("lane", "count", "signature", "picks", "order", "cls")
+
+    def __init__(self, lane: OnnxLane, names: Sequence[str], arrays: Sequence[np.ndarray],
+                 outputs: Sequence[str], cls):
+        self.lane = lane
+        self.count = len(arrays)
+        self.signature = [(a.shape, a.dtype) for a in arrays]
+        position = {n: j for j, n in enumerate(names[: len(arrays)])}
+        self.picks = [position[onnx_name] for _, onnx_name, _, _ in lane.given]
+        self.order = [lane.names.index(t) for t in outputs]
+        self.cls = cls
+
+    @classmethod
+    def of(cls, lane: OnnxLane | None, names: Sequence[str], inputs, tile_outputs: Sequence[str],
+           out_cls) -> PositionalCall | None:
+        """The shortcut for calls like ``inputs`` (a list or tuple of arrays, one per ONNX input
+        ``names`` in order), or None: no lane, inputs given otherwise, a lane input no position
+        gives."""
+        if lane is None or type(inputs) not in (list, tuple) or len(inputs) > len(names):
+            return None
+        if any(type(a) is not np.ndarray for a in inputs):
+            return None
+        given = set(names[: len(inputs)])
+        if any(onnx_name not in given for _, onnx_name, _, _ in lane.given):
+            return None
+        if any(t not in lane.names for t in tile_outputs):
+            return None
+        return cls(lane, names, inputs, tile_outputs, out_cls)
+
+    def __call__(self, inputs) -> tuple | None:
+        if type(inputs) not in (list, tuple) or len(inputs) != self.count or debug_on():
+            return None
+        for arr, (shape, dtype) in zip(inputs, self.signature):
+            if type(arr) is not np.ndarray or arr.shape != shape or arr.dtype != dtype:
+                return None
+        outs = self.lane.launch([inputs[j] for j in self.picks])
+        if outs is None:
+            return None
+        return self.cls(*[outs[j] for j in self.order])
 
 
 def _address(arr: np.ndarray) -> int:
@@ -105,4 +158,4 @@ def _address(arr: np.ndarray) -> int:
         return arr.__array_interface__["data"][0]
 
 
-__all__ = ["OnnxLane"]
+__all__ = ["OnnxLane", "PositionalCall"]

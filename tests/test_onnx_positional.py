@@ -1,0 +1,113 @@
+"""``BackendRep.run``'s shortcut (tile/onnx/lane.py, ``PositionalCall``): after a general call with
+a list of arrays, later calls of the same signature go straight to the lane (no key built, no dicts)
+with the general path's results, in the model's output order; any other call (another signature,
+a mapping, a non-array, another dtype, TILE_DEBUG) takes the general path, and a new signature
+becomes the shortcut's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="tile.onnx needs the onnx package (pip install -e '.[onnx]')")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from tile.onnx.backend import Backend, BackendRep  # noqa: E402
+from tile.onnx.lane import PositionalCall  # noqa: E402
+
+
+def model():
+    """``x [N, 16]``, ``z [N, 8]`` -> ``m = max(x @ w)`` (first) and ``y = relu(x @ w + z)``: two
+    inputs, two outputs, N symbolic."""
+    rng = np.random.default_rng(5)
+    w = rng.integers(-3, 4, (16, 8)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "z"], ["hz"]),
+             helper.make_node("Relu", ["hz"], ["y"]), helper.make_node("ReduceMax", ["h"], ["m"], keepdims=0)]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info("m", TensorProto.FLOAT, []),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+        [numpy_helper.from_array(w, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), w
+
+
+def inputs(n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-4, 5, (n, 16)).astype(np.float32), rng.integers(-4, 5, (n, 8)).astype(np.float32)]
+
+
+def check(out, x, z, w):
+    h = x @ w
+    np.testing.assert_array_equal(out.m, h.max())
+    np.testing.assert_array_equal(out.y, np.maximum(h + z, 0))
+    assert out._fields == ("m", "y")
+
+
+def counted(monkeypatch):
+    """How many calls took the general path (``BackendRep.imported``, which builds the key)."""
+    general = []
+    original = BackendRep.imported
+    monkeypatch.setattr(BackendRep, "imported", lambda self, a: general.append(1) or original(self, a))
+    return general
+
+
+def test_later_calls_of_one_signature_skip_the_general_path(monkeypatch):
+    monkeypatch.delenv("TILE_DEBUG", raising=False)
+    m, w = model()
+    rep = Backend.prepare(m, "llvm_cpu.0")
+    general = counted(monkeypatch)
+    first = inputs(4, 0)
+    check(rep.run(first), *first, w)  # the general path: the lane, then the shortcut, are made
+    assert isinstance(rep._positional, PositionalCall)
+    assert len(general) == 1
+    outs = []
+    for seed in range(1, 4):
+        xs = inputs(4, seed)
+        out = rep.run(tuple(xs) if seed == 2 else xs)
+        check(out, *xs, w)
+        outs.append((out, xs))
+    assert len(general) == 1  # every later call took the shortcut
+    for out, xs in outs:  # each call's outputs are its own arrays
+        check(out, *xs, w)
+
+
+def test_other_calls_take_the_general_path(monkeypatch):
+    monkeypatch.delenv("TILE_DEBUG", raising=False)
+    m, w = model()
+    rep = Backend.prepare(m, "llvm_cpu.0")
+    general = counted(monkeypatch)
+    xs = inputs(4, 0)
+    rep.run(xs)
+    x, z = xs
+    others = [
+        {"x": x, "z": z},  # a mapping
+        [x.tolist(), z],  # not an array
+        [x, z[:, ::-1]],  # not contiguous (the lane refuses it)
+        [x.astype(np.float64), z],  # another dtype (the general path converts it: the import's)
+        [x[:3], z[:3]],  # another signature
+    ]
+    for k, given in enumerate(others, start=2):
+        out = rep.run(given)
+        want = [np.asarray(v, np.float32) for v in (given.values() if isinstance(given, dict) else given)]
+        check(out, *want, w)
+        assert len(general) == k, given
+    # the last general call's signature (3 rows) is now the shortcut's; 4 rows go the general way
+    check(rep.run(inputs(3, 7)), *inputs(3, 7), w)
+    assert len(general) == len(others) + 1
+    check(rep.run(inputs(4, 8)), *inputs(4, 8), w)
+    assert len(general) == len(others) + 2
+    monkeypatch.setenv("TILE_DEBUG", "1")
+    check(rep.run(inputs(4, 9)), *inputs(4, 9), w)
+    assert len(general) == len(others) + 3
+
+
+def test_no_shortcut_without_a_lane(monkeypatch):
+    monkeypatch.delenv("TILE_DEBUG", raising=False)
+    m, w = model()
+    rep = Backend.prepare(m, "interp")
+    xs = inputs(2, 0)
+    check(rep.run(xs), *xs, w)
+    check(rep.run(xs), *xs, w)
+    assert rep._positional is None
