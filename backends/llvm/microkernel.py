@@ -53,6 +53,7 @@ from backends.llvm.loops import View, counted_loop, for_range, remainder, smin
 from backends.llvm.match import PACK_LIMIT, Shape, VectorConfig, analyse, cache_blocks, covers, panel
 from backends.llvm.packing import Packing
 from backends.llvm.partials import microkernel_sums
+from backends.llvm.prefetch import Prefetch
 from backends.llvm.scalars import F32, F64, I32, I64, PTR, i64
 from backends.llvm.tile_epilogue import TileEpilogue
 from stripe.ir import Block, Dim, Intrinsic, Load, Store
@@ -99,6 +100,7 @@ class MicroKernel(Packing):
         elif k_blocks:
             nr = self.nv * self.width
             self.blocking = inline_blocks(self.blocking, block, shape, nr, len(self.pack_refs))
+        self.prefetch = Prefetch.of(self)  # the next in-place panel, over the row tiles (``prefetch``)
         # True: the output's elements start at zero (its zero fill, the kernel before, is
         # skipped: ``emit_microkernel``'s ``fresh``); during a K block, whether it is the first
         self.fresh: bool | ir.Value = False
@@ -316,6 +318,8 @@ class MicroKernel(Packing):
         if s.r is not None:
             base[s.r] = r0
         self.cur = (v0, nv, lanes, r0, mr)
+        if self.prefetch is not None and r0 is not None:
+            self.prefetch.start_tile(r0)
         out = self.views[s.out]
         slots = [[em.alloca(self.vt) for _ in range(nv)] for _ in range(mr)]
         zero = ir.Constant(self.vt, None)
@@ -449,6 +453,8 @@ class MicroKernel(Packing):
             align = self.scalar is F64 and 8 or 4
             slot = self.packed[ref]
             row = [b.load(self.packed_at(slot, line, n), typ=self.vt, align=align) for n in range(nv)]
+            if ref in self.in_place_refs and self.prefetch is not None:
+                self.prefetch.point(slot, line)
             return [row] * mr
         coefs = s.coefs[ref]
         per_row = s.r is not None and coefs[s.r] != 0
