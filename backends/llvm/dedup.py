@@ -3,39 +3,72 @@
 
 A kernel's code depends on its Stripe block, on which of its buffers sit at which position of the
 buffer table it is called with, on their dtypes, and (``codegen._zero_fill_of``) on whether it is a
-zero fill the next kernel's micro-kernel may take over. ``unit_key`` prints a *unit* (one kernel,
-or a fill and the contraction after it, which ``codegen.generate`` builds together) as Stripe text
-with block names, comments and locations dropped, every refinement, index and scalar name
-replaced by a canonical one in order of first appearance (the kernels' buffers first, in table
-order), and the dtypes added. Only name positions are renamed: a token spelled like a name where an
-operation, aggregation, dtype, tag or memory stands (``_TOKEN``'s context) stays as it is, so an
-index called ``mul`` never makes a product look like a sum whose index is called ``add``. Names are
-only looked up in the code generator, so two units with the same key generate the same code up to
-names; the buffers reach the function through its table by position, so one function serves every
-such unit with its own buffers.
+zero fill the next kernel's micro-kernel may take over. ``unit_key`` writes a *unit* (one kernel,
+or a fill and the contraction after it, which ``codegen.generate`` builds together) as the text of
+every field of its IR nodes (``_write``: block names, comments and locations dropped), every
+refinement, index and scalar name replaced by a canonical one in order of first appearance (the
+kernels' buffers first, in table order), and the dtypes added. Only name fields are renamed: a
+string where an operation, aggregation, tag, memory or parameter stands (``_LITERAL``) is written
+as it is, so an index called ``mul`` never makes a product look like a sum whose index is called
+``add``. Names are only looked up in the code generator, so two units with the same key generate
+the same code up to names; the buffers reach the function through its table by position, so one
+function serves every such unit with its own buffers.
 """
 
 from __future__ import annotations
 
-import re
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import replace
 
 from backends.hal import KernelInfo
 from backends.llvm.codegen import units
 from stripe.ir import Block
-from stripe.printer import format_block
 
-_TOKEN = re.compile(r"(?<![\w$#:<])\$?[A-Za-z_][A-Za-z0-9_]*(?![\w(])")
-# what a name never is, though it may be spelled like one: an operation (``mul(``), an aggregation or
-# dtype (``]:add``, ``):fp32``), a tag (``#contraction``), a memory (``<L1>``), a truth value
-_LITERALS = frozenset({"true", "false", "inf", "nan"})
+# (node type, field): strings that are never names, though they may be spelled like one: an
+# operation, an aggregation, a tag, a memory, an attribute, a special's parameters
+_LITERAL = frozenset({("Intrinsic", "name"), ("Special", "name"), ("Special", "str_params"),
+                      ("Refinement", "agg_op"), ("Refinement", "tags"), ("Location", "name"),
+                      ("Block", "tags"), ("Block", "attrs")})
+_DROPPED = frozenset({("Block", "name"), ("Block", "comments"), ("Block", "location")})  # never in code
+_FIELDS: dict[type, tuple[tuple[str, bool], ...] | None] = {}  # a dataclass -> (field, literal) pairs
 
 
-def _plain(block: Block) -> Block:
-    """``block`` without what never reaches the code: its name, comments and location."""
-    stmts = tuple(_plain(s) if isinstance(s, Block) else s for s in block.stmts)
-    return replace(block, name="", comments=(), location=None, stmts=stmts)
+def _fields(t: type) -> tuple[tuple[str, bool], ...] | None:
+    """How ``_write`` walks a node of type ``t`` (None: not a dataclass), worked out once per type."""
+    if t not in _FIELDS:
+        out = None
+        if dataclasses.is_dataclass(t):
+            n = t.__name__
+            out = tuple((f.name, (n, f.name) in _LITERAL) for f in dataclasses.fields(t)
+                        if (n, f.name) not in _DROPPED)
+        _FIELDS[t] = out
+    return _FIELDS[t]
+
+
+def _write(x, out: list[str], name, literal: bool) -> None:
+    """Every field of ``x`` as text, a string through ``name`` unless ``literal`` (then quoted)."""
+    t = type(x)
+    if t is str:
+        out.append(repr(x) if literal else name(x))
+    elif t is tuple:
+        out.append("(")
+        for y in x:
+            _write(y, out, name, literal)
+            out.append(",")
+        out.append(")")
+    elif t is frozenset:
+        out.append(repr(sorted(map(repr, x))))
+    else:
+        fields = _fields(t)
+        if fields is None:
+            out.append(repr(x))  # int, Fraction, float, bool, None, an Enum, a dtype
+            return
+        out.append(t.__name__ + "(")
+        for f, lit in fields:
+            _write(getattr(x, f), out, name, lit or literal)
+            out.append(";")
+        out.append(")")
 
 
 def _names(block: Block, out: set[str]) -> set[str]:
@@ -62,17 +95,17 @@ def unit_key(unit: Sequence[KernelInfo], dtypes: Sequence[dict]) -> str:
     for info in unit:
         _names(info.block, names)  # type: ignore[arg-type]
 
-    def sub(m: re.Match) -> str:
-        tok = m.group(0)
+    def name(tok: str) -> str:
         if tok.startswith("$"):  # scalars: their own namespace
             return canon.setdefault(tok, f"$%{len(canon)}")
-        return canon.setdefault(tok, f"%{len(canon)}") if tok in names and tok not in _LITERALS else tok
+        return canon.setdefault(tok, f"%{len(canon)}") if tok in names else repr(tok)
 
     parts = []
     for info, dts in zip(unit, dtypes):
-        text = _TOKEN.sub(sub, format_block(_plain(info.block)))  # type: ignore[arg-type]
+        text: list[str] = []
+        _write(info.block, text, name, False)
         table = ",".join(f"{canon[b]}:{dts.get(b, '')}" for b in info.buffers)
-        parts.append(f"buffers {table}\n{text}")
+        parts.append(f"buffers {table}\n{''.join(text)}")
     return "\n".join(parts)
 
 
