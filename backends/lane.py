@@ -30,7 +30,8 @@ from stripe.lower import writes_every_element
 from stripe.passes.transpose import copy_of
 from tile.tensor import Tensor
 
-NATIVE_AFTER = 8  # calls of a lane of several kernels before its native call is built
+NATIVE_AFTER = 8  # calls of a lane before its native call is built
+ENTRY_ELEMENTS = 1 << 16  # a lane whose buffers hold at most this many elements gets a Python entry
 
 
 class Lane:
@@ -56,8 +57,12 @@ class Lane:
         self.native = False  # the plan is one native call (``_one_call``)
         # (kernels, addresses) for ``_one_call`` once the lane has run ``NATIVE_AFTER`` times: a
         # lane used once or twice (a new length in a loop over shapes) pays no 5 ms build
-        self._native_later = ([program.kernels[k] for k in run], tail + len(temps)) if len(run) > 1 else None
+        self._native_later = ([program.kernels[k] for k in run], tail + len(temps)) if run else None
         self._calls = 0
+        # the native call as a Python builtin (``raw_entry``), for a lane of little work that
+        # zeroes nothing before its kernels: ``entry(*addresses)``, one call, no ctypes
+        self._entry = None
+        self._small = not self._zero and sum(b.elements for b in program.buffers.values()) <= ENTRY_ELEMENTS
         zero_out = program.zeroed | program._zero_once
         self.zeroed_outputs = tuple(o in zero_out for o in outputs)
         self.output_types = [(tuple(program.buffers[o].sizes), program.buffers[o].dtype) for o in outputs]
@@ -76,15 +81,20 @@ class Lane:
         ``llvm_cpu``, every kernel one chunk on this thread), the plan becomes that call: one
         foreign call a run instead of a table fill and a call per kernel (about 1 us each; an
         exported transformer block runs 33). The kernels, their order and their buffers are the
-        plan's, so the results are its bits."""
+        plan's, so the results are its bits. A lane of little work also gets the call as a
+        Python builtin (``raw_entry``: ~0.06 us a call, not ~0.8); a lane of one kernel only
+        that (its plan is already one foreign call)."""
         make = getattr(self.executor, "raw_sequence", None)
-        if make is None:
+        entry = getattr(self.executor, "raw_entry", None) if self._small else None
+        if make is None or len(kernels) == 1 and entry is None:
             return
         positions = tuple(range(count))
         one = make(kernels, [pick(positions) for _, pick in self._plan], count)
         if one is not None:
             self._plan = [(one, _whole)]
             self.native = True
+            if entry is not None:
+                self._entry = entry(one, count - len(self._fixed), self._fixed)
 
     @classmethod
     def of(cls, program: CompiledProgram, inputs: Sequence[str | None],
@@ -134,6 +144,10 @@ class Lane:
         with program._lock:
             if not ex.raw_ready():
                 return False
+            entry = self._entry  # (a host's: no stream, nothing to mark)
+            if entry is not None and not program._last:
+                entry.fn(*addresses)
+                return True
             if self._native_later is not None:
                 self._count_call()
             last, host = program._last, ex.raw_host
@@ -142,6 +156,9 @@ class Lane:
                 if last:
                     ex.raw_after(last, None)  # (a general call's events)
                     program._last = []
+                if entry is not None:
+                    entry.fn(*addresses)
+                    return True
             else:
                 stream, mark = ex.raw_stream(), self._mark
                 if last and not (last is mark and self._stream is stream and ex.raw_unmarked(mark)):
@@ -159,7 +176,7 @@ class Lane:
         return True
 
     def _count_call(self) -> None:
-        """One more call of a lane of several kernels: at ``NATIVE_AFTER``, its native call."""
+        """One more call of the lane: at ``NATIVE_AFTER``, its native call."""
         self._calls += 1
         if self._calls >= NATIVE_AFTER:
             self._one_call(*self._native_later)
@@ -244,4 +261,4 @@ def resident_call(program: CompiledProgram, inputs: Mapping, out: Mapping) -> di
     return {name: out[name] for name in program.outputs}
 
 
-__all__ = ["NATIVE_AFTER", "Lane", "copies", "resident_call"]
+__all__ = ["ENTRY_ELEMENTS", "NATIVE_AFTER", "Lane", "copies", "resident_call"]

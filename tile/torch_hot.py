@@ -59,6 +59,32 @@ def addresses(tensors, types, reads=None) -> list[int] | None:
     return pointers
 
 
+def checker(types) -> Callable:
+    """``addresses`` for tensors of ``types`` (every place read) as one function of the call's
+    tensors, its loop unrolled (the checks of a 2-input call: ~1.1 us, not ~1.55)."""
+    names = [f"t{i}" for i in range(len(types))]
+    checks = " or ".join(
+        f"type({t}) is not Tensor or not {t}.is_cpu or {t}.dtype is not dt{i} or {t}.shape != shape{i} "
+        f"or not {t}.is_contiguous() or {t}.is_neg()" for i, t in enumerate(names))
+    pointers = ", ".join(f"{t}.data_ptr()" for t in names)
+    source = "\n".join([
+        "def check(tensors):",
+        "    try:",
+        f"        {', '.join(names)}, = tensors",
+        f"        if {checks or 'False'}:",
+        "            return None",
+        f"        pointers = [{pointers}]",
+        "    except RuntimeError:  # (no storage: a dead functorch wrapper; a sparse tensor)",
+        "        return None",
+        "    return None if 0 in pointers else pointers  # (0: a ZeroTensor, no memory)",
+    ])
+    scope = {"Tensor": torch.Tensor}
+    for i, (dt, shape) in enumerate(types):
+        scope[f"dt{i}"], scope[f"shape{i}"] = dt, shape
+    exec(compile(source, f"<tile.torch_hot check of {len(types)} tensors>", "exec"), scope)
+    return scope["check"]
+
+
 def _distinct(pointers: list[int]) -> bool:
     """Whether no two read tensors share an address (0: a place not read)."""
     present = [p for p in pointers if p]
@@ -91,7 +117,7 @@ class HotCall:
         return cls(op, sig, lane)
 
     def _made(self, autograd: bool) -> Callable:
-        types, n, launch, single = self._types, len(self._types), self._launch, self.lane.single
+        check, n, launch, single = checker(self._types), len(self._types), self._launch, self.lane.single
         C = torch._C
         grad_on, any_grad = C.is_grad_enabled, C._any_requires_grad
         apply = _HOT_APPLY
@@ -99,7 +125,7 @@ class HotCall:
         def call(tensors):
             if len(tensors) != n or watched() or debug_on():
                 return None
-            pointers = addresses(tensors, types)
+            pointers = check(tensors)  # (``addresses``, unrolled)
             if pointers is None or not single and len(set(pointers)) != n:
                 return None
             if grad_on() and any_grad(*tensors):

@@ -40,6 +40,13 @@ class RawCalls:
     def raw_zero(self, address: int, nbytes: int, stream) -> None:
         ctypes.memset(address, 0, nbytes)
 
+    @staticmethod
+    def raw_entry(sequence, given: int, fixed):
+        """A lane's native call (``sequence``) as a Python builtin (``pyentry.raw_entry``)."""
+        from backends.llvm.pyentry import raw_entry  # (llvmlite's binding: only a lane needs it)
+
+        return raw_entry(sequence, given, fixed)
+
 
 def kernel_chunks(kernel) -> list[tuple[int, int]]:
     """``kernel``'s ``(lo, hi)`` chunks, worked out at its first raw launch (fixed by its schedule
