@@ -310,11 +310,22 @@ def _product(j: int, kernels, plan, dts: dict, meta: str, uses: dict, todo: list
         return False
     fill = 0 if epi is not None else fill
     sig = generic_tiles.signature(block, dts, sched.split_index, fill, epi)
-    if sig is None or not _takes(block, sched, dts, plan.vector, plan.blocks[j], epi):
+    if sig is None:
         return False
     whole = (block, _canonical(epi))  # what the template covers: the flat GEMM and its fused epilogue
     text, ints = symbolic.flat(whole)
     key = "\n".join(["tiles", text, repr(code.buffers), repr(sorted(dts.items())), meta])
+    bucket = REGISTRY.buckets.get(key)
+    form = bucket.form if bucket is not None and not bucket.refused else None
+    if form is not None and sched.split_index == form.schedule.split_index and sig[1] == form.signature:
+        values = symbolic.matches(form.pattern, ints)
+        if values is not None:  # an instance of the form (its tiles take any extents): bound at once,
+            # without asking the micro-kernel whether it takes this one (``_takes``: 0.6 ms a length)
+            uses[j] = Use(form.address, values, form.stack, False, sched, form.engine, sig[1][-1],
+                          where=form.where)
+            return True
+    if not _takes(block, sched, dts, plan.vector, plan.blocks[j], epi):
+        return False
     bucket = REGISTRY.buckets.setdefault(key, Bucket())
     form = bucket.form
     if bucket.refused:
