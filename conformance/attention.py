@@ -273,7 +273,9 @@ def gradient_tolerance(spec: Spec, ins: dict[str, np.ndarray]) -> dict[str, floa
     the weights ``w = exp(x - max x) / Z`` or not. The data type's unit roundoff ``u`` rounds the
     scores (``δ``, the exponent's error, is the forward's) and the results; the rest is float32
     (``v = 2^-24``: the derived program keeps the weights and the cotangents in float32 for half
-    types too, and the fused kernels sum in float32), but for ``dP = DO · V``, rounded to ``u``.
+    types too, and the fused kernels sum in float32), but for ``dP = DO · V``, rounded to ``u``,
+    and, for half types, the weights and ``dS`` once more by ``u``: a fused kernel issuing its
+    products on a matrix unit rounds them to the operands' type first (``u_op``).
     Per (row i, key j): the weight's relative error ``ω = expm1(δ) + ζ + v``, with ``ζ = Σ_j w
     expm1(δ) + (N + 1) v`` the sum Z's; ``O_e`` off by ``Σ_j w (ω + (N + 2) v) |V_je|``; ``Δ = DO ·
     O`` (or ``Σ_j w DO · V_j``) by ``Σ_e |DO_e| (err(O_e) + (W + 2) v Σ_j w |V_je|)``; ``g = dP -
@@ -285,20 +287,21 @@ def gradient_tolerance(spec: Spec, ins: dict[str, np.ndarray]) -> dict[str, floa
     the largest element."""
     u, v = UNIT_ROUNDOFF[spec.dtype], UNIT_ROUNDOFF["float32"]
     u_dp = u if spec.normalized else v
+    u_op = 0.0 if spec.dtype == "float32" else u  # weights and dS rounded to be a product's operands
     b = _backward(spec, ins)
     w, g, ds, keep, c = b["w"], b["g"], b["ds"], b["keep"], abs(b["c"])
     n, width = spec.keys, spec.width
     with np.errstate(invalid="ignore"):
         delta = np.where(keep, abs(spec.scale) * spec.depth * u * b["a"] + 4 * u * (np.abs(b["x"]) + 1), 0.0)
         eps = np.expm1(delta)
-    omega = eps + (w * eps).sum(axis=-1, keepdims=True) + (n + 2) * v
+    omega = eps + (w * eps).sum(axis=-1, keepdims=True) + (n + 2) * v + u_op
     absdo, absv = np.abs(b["do"]), np.abs(b["v"])
     wv = np.einsum("...ij,...je->...ie", w, absv)  # Σ_j w |V_je|
     err_o = np.einsum("...ij,...je->...ie", w * (omega + (n + 2) * v), absv)
     err_delta = (absdo * (err_o + (width + 2) * v * wv)).sum(axis=-1, keepdims=True)
     err_g = (width + 2) * u_dp * np.einsum("...ie,...je->...ij", absdo, absv) + err_delta + v * np.abs(g)
     absds = np.abs(ds)
-    err_ds = c * w * (omega * np.abs(g) + err_g) + 2 * v * absds
+    err_ds = c * w * (omega * np.abs(g) + err_g) + (2 * v + u_op) * absds
     ties = keep & (b["top"] - b["x"] <= 2 * delta)
     t = err_ds.sum(axis=-1, keepdims=True) + (n + 1) * v * absds.sum(axis=-1, keepdims=True)
     err_ds = err_ds + np.where(ties, t, 0.0)

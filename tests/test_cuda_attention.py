@@ -14,7 +14,17 @@ import pytest
 
 from backends import driver, registry
 from backends.cuda import nvrtc
-from conformance.attention import Spec, assert_close, inputs, reference, source
+from conformance.attention import (
+    Spec,
+    assert_close,
+    assert_gradients_close,
+    gradient_inputs,
+    gradient_reference,
+    gradient_source,
+    inputs,
+    reference,
+    source,
+)
 from tests.test_cuda_device import _stand_in
 from tile.parser import parse
 
@@ -22,10 +32,11 @@ pytestmark = pytest.mark.skipif(nvrtc.compiler() is None,
                                 reason="no CUDA compiler here (neither NVRTC nor nvcc)")
 
 
-def _build(spec: Spec, strict: bool = False):
+def _build(spec: Spec, strict: bool = False, gradient: bool = False):
     npdt = ml_dtypes.bfloat16 if spec.dtype == "bfloat16" else np.dtype(spec.dtype)
-    ins = {k: v.astype(npdt) for k, v in inputs(spec).items()}
-    bound = driver.bind_inputs(parse(source(spec)), ins)
+    ins = gradient_inputs(spec) if gradient else inputs(spec)
+    ins = {k: v.astype(npdt) for k, v in ins.items()}
+    bound = driver.bind_inputs(parse(gradient_source(spec) if gradient else source(spec)), ins)
     return driver.build(bound, _stand_in(), {"strict": strict, "cache": False}).library
 
 
@@ -51,6 +62,17 @@ def test_other_attention_keeps_the_portable_kernel(spec, why):
     lib = _build(spec)
     assert len(lib.extra["names"]) == 1, f"still fused ({why})"
     assert "mma.sync" not in lib.source, f"tensor cores taken despite {why}"
+
+
+@pytest.mark.parametrize("spec", [
+    Spec(batch=(2, 3), rows=100, keys=100, depth=64, width=64, dtype="float16", mask="constraint"),
+    Spec(batch=(2, 2), rows=40, keys=40, depth=128, width=80, dtype="bfloat16", shared_kv=True),
+])
+def test_half_attention_gradient_runs_on_the_tensor_cores(spec):
+    lib = _build(spec, gradient=True)
+    assert len(lib.extra["names"]) == 2, "the gradient is two fused kernels"
+    kernels = lib.source.split('extern "C" __global__')[1:]
+    assert len(kernels) == 2 and all("mma.sync.aligned.m16n8k16" in k for k in kernels)
 
 
 def test_strict_mode_keeps_the_chain():
@@ -83,3 +105,14 @@ def test_tensor_core_attention_matches_float64(spec):
     f = tile.compile(source(spec), device="cuda.0")
     got = np.asarray(f(**ins)["O"], np.float64)
     assert_close(spec, ins, got, reference(spec, ins))
+
+
+@pytest.mark.parametrize("spec", GPU_SPECS[:4])
+def test_tensor_core_attention_gradient_matches_float64(spec):
+    import tile
+
+    _cuda0()
+    ins = gradient_inputs(spec, seed=5)
+    f = tile.compile(gradient_source(spec), device="cuda.0")
+    got = {k: np.asarray(v, np.float64) for k, v in f(**ins).items()}
+    assert_gradients_close(spec, ins, got, gradient_reference(spec, ins))

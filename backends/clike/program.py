@@ -91,13 +91,12 @@ def _rows(em: KernelEmitter) -> KernelSource | None:
 
 
 def _attention(em: KernelEmitter) -> KernelSource | None:
-    """An ``attention`` chain on a target with work-groups: one fused kernel (the dialect's own,
-    ``CTarget.attention_kernel``, else ``attention``); a part of its gradient
-    (``attention_backward``): one fused kernel too."""
-    if isinstance(em.block.plan, AttentionPlan):
-        own = em.t.attention_kernel(em)
-        if own is not None:
-            return own
+    """An ``attention`` chain on a target with work-groups: one fused kernel; a part of its
+    gradient: one fused kernel too. The dialect's own (``CTarget.attention_kernel``), else the
+    portable ``attention`` and ``attention_backward``."""
+    own = em.t.attention_kernel(em)
+    if own is not None:
+        return own
     fused = attention_backward if isinstance(em.block.plan, AttentionBackwardPlan) else attention
     if fused.takes(em) is None:
         return None

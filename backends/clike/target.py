@@ -125,10 +125,10 @@ class CTarget:
         return None
 
     def attention_kernel(self, em):
-        """A dialect's own kernel (``KernelSource``) of the ``attention`` block ``em`` emits
-        (``stripe.plans.AttentionPlan``), or None: the portable fused kernel
-        (``backends.clike.attention``). A dialect whose devices have matrix units may issue the
-        chain's two products on them."""
+        """A dialect's own kernel (``KernelSource``) of the ``attention`` block ``em`` emits (an
+        ``AttentionPlan`` or ``AttentionBackwardPlan``), or None: the portable fused kernel
+        (``backends.clike.attention``, ``attention_backward``). A dialect whose devices have matrix
+        units may issue the chain's products on them."""
         return None
 
     # ---------------------------------------------------------------------- types

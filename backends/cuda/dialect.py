@@ -149,10 +149,14 @@ class CudaTarget(OpenCLTarget):
         return unit_emitter(self, g, ptrs, tiles, unit, epilogue)
 
     def attention_kernel(self, em):
-        """An ``attention`` block on the tensor cores (``render_attention``), or None."""
-        from backends.cuda.render_attention import source
+        """An ``attention`` block or a part of its gradient on the tensor cores
+        (``render_attention``, ``render_attention_bwd``), or None."""
+        from backends.cuda import render_attention, render_attention_bwd
+        from stripe.plans import AttentionBackwardPlan
 
-        return source(em)
+        if isinstance(em.block.plan, AttentionBackwardPlan):
+            return render_attention_bwd.source(em)
+        return render_attention.source(em)
 
     def header(self) -> list[str]:
         return PRELUDE.strip("\n").split("\n")

@@ -1,0 +1,328 @@
+"""An attention chain's gradient (``stripe.passes.attention_backward``, planned with an
+``AttentionBackwardPlan``) on the tensor cores: the two fused kernels of
+``backends.clike.attention_backward``, with every product a warp-level ``mma.sync`` (float16 or
+bfloat16 operands, float32 sums; the pieces are ``attention_tiles``'s).
+
+Taken for a plan whose score is S itself (no score kernels: a scale, a mask written as constraints)
+over float16 or bfloat16 Q, K, V and DO, heads up to 128 wide. With ``c`` the scale:
+
+* part ``dq``: a work-group per (batch point, 64 query rows), a warp per 16 rows, the rows of Q and
+  DO held as A fragments. A first pass over the keys (blocks of K and V staged in ``__local``
+  memory) computes ``S = Q·Kᵀ`` and ``DO·Vᵀ`` and runs the online softmax of the raw scores: the
+  running max ``m``, the sum ``l`` of ``exp(c (s - m))`` and the same weighted sum of ``DO · v_j``.
+  The statistics ``Mx``, ``Z`` and ``DZ_1`` follow as in the portable kernel and are written; a
+  second pass recomputes both products and ``DS = c E (DO·v_j / Z + DZ_1)`` (``E = exp(c (s -
+  Mx))``), rounds DS to the operands' type and sums ``DQ = DS·K``.
+* part ``dkv``: a work-group per (point of K's batch dims, 64 keys), a warp per 16 keys, K's and V's
+  blocks staged once. For each head sharing them, the query rows come in steps: their Q and DO
+  staged, their ``Mx``, ``1 / Z`` and ``DZ_1`` in ``__local`` memory. ``Sᵀ = K·Qᵀ`` and ``V·DOᵀ``
+  give ``Eᵀ / Z`` and ``DSᵀ``, both rounded to the operands' type, and ``DV += (E / Z)ᵀ·DO``,
+  ``DK += DSᵀ·Q``.
+
+A key past the last, or failing a constraint, has no weight; a step some constraint drops whole is
+skipped. Against the portable kernels the weights and DS are rounded to the operands' type before
+their products (``conformance.attention.gradient_tolerance`` allows for it, ``docs/semantics.md``
+§8.7) and every sum is in the unit's order.
+"""
+
+from __future__ import annotations
+
+import math
+
+from backends.clike.kernel import KernelEmitter, KernelSource
+from backends.cuda.attention_tiles import Printer, padded
+from backends.cuda.mma import COMMIT
+from backends.cuda.schedule import operation
+from stripe.plans import AttentionBackwardPlan
+from tile.dtypes import DType
+
+WARPS = 4  # a work-group's warps: 64 query rows (part dq) or keys (part dkv)
+WIDEST = 128
+_F32 = DType.FLOAT32
+_MODES = {DType.FLOAT16: "f16", DType.BFLOAT16: "bf16"}
+_FLOATS = (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16)
+_WAIT_ALL = 'asm volatile("cp.async.wait_group 0;" ::: "memory");'
+
+
+def steps(p: AttentionBackwardPlan) -> int:
+    """Keys a step (part dq) or query rows a step (part dkv): fewer for wide heads (registers)."""
+    wide = max(padded(p.depth), padded(p.width)) > 64
+    if p.part == "dq":
+        return 32 if wide else 64
+    return 16 if wide else 32
+
+
+def local_bytes(p: AttentionBackwardPlan) -> int:
+    dp, wp, n = padded(p.depth), padded(p.width), steps(p)
+    return 2 * (16 * WARPS + n) * (dp + wp) + (12 * n if p.part == "dkv" else 0)
+
+
+def takes(em: KernelEmitter) -> tuple | None:
+    """``(plan, operation)`` when the part runs on the tensor cores (module docstring), else None."""
+    b, t, p = em.block, em.t, em.block.plan
+    if not (t.workgroups and t.contract and isinstance(p, AttentionBackwardPlan)):
+        return None
+    if p.scores or p.grad_scores:
+        return None
+    dts = {b.ref(n).shape.dtype for n in (p.q, p.k, p.v, p.do)}
+    if len(dts) != 1 or next(iter(dts)) not in _MODES:
+        return None
+    outs = [p.mx, p.z, p.dz, *((p.dq,) if p.part == "dq" else (p.dk, p.dv))]
+    if any(b.ref(n).shape.dtype not in _FLOATS for n in outs):
+        return None
+    if any(b.ref(n).source not in em.ptrs for n in (p.q, p.k, p.v, p.do, *outs)):
+        return None
+    if padded(p.depth) > WIDEST or padded(p.width) > WIDEST or local_bytes(p) > t.local_bytes:
+        return None
+    found = operation(t.matrix_units, f"tensor_core.{_MODES[next(iter(dts))]}")
+    return (p, found[1]) if found is not None else None
+
+
+def source(em: KernelEmitter) -> KernelSource | None:
+    """The part's kernel (module docstring), or None where ``takes`` declines it."""
+    got = takes(em)
+    if got is None:
+        return None
+    w = _Writer(em, *got)
+    text, work, local = w.dq() if got[0].part == "dq" else w.dkv()
+    return KernelSource(em.symbol, text, work, (), local)
+
+
+class _Writer(Printer):
+    def __init__(self, em: KernelEmitter, p: AttentionBackwardPlan, op):
+        super().__init__(em, p, op, WARPS)
+        self.n = steps(p)
+        self.c = p.scale_num / p.scale_den
+
+    def _layout(self, name: str, dims: tuple[str, ...], row: str, col: str, n: int) -> tuple:
+        """``(row stride, column stride, n, vector)`` of a tile of refinement ``name``."""
+        return (self.stride(name, dims, row), self.stride(name, dims, col), n,
+                self.vector(name, dims, row, col, n))
+
+    def _stage(self, dst: str, base: str, first: str, valid: int, rows: int, layout: tuple,
+               width: int) -> None:
+        rs, cs, n, vec = layout
+        self.stage(dst, base, first, valid, rows, rs, cs, n, width, vec)
+
+    def _scales(self) -> None:
+        t = self.t
+        self.line(f"const float cc = {t.float_literal(self.c, _F32)};")
+        self.line(f"const float c2 = {t.float_literal(self.c * math.log2(math.e), _F32)};  /* c * log2(e) */")
+
+    def _kernel(self, groups: int) -> tuple[str, int, int]:
+        text = self.t.group_kernel(self.em.symbol, self.em.params, self.threads, self.lines)
+        return text, groups * self.threads, self.threads
+
+    def _rounded(self, name: str, value: str) -> str:
+        dt = self.b.ref(name).shape.dtype
+        return self.t.convert(self.t.convert(value, _F32, dt), dt, _F32)
+
+    # ------------------------------------------------------------------ part dq
+    def dq(self) -> tuple[str, int, int]:
+        p, t, line = self.p, self.t, self.line
+        dp, wp, bc, br = self.dp, self.wp, self.n, 16 * WARPS
+        blocks, row_blocks = -(-p.keys // bc), -(-p.rows // br)
+        line(f"__local uint4 sm4[{(br + bc) * (dp + wp) // 8}];")
+        line("__local ushort* sq = (__local ushort*)sm4;")
+        line(f"__local ushort* sdo = sq + {br * dp};")
+        line(f"__local ushort* sk = sdo + {br * wp};")
+        line(f"__local ushort* sv = sk + {bc * dp};")
+        line("const int tid = (int)get_local_id(0), lane = tid & 31, warp = tid >> 5;")
+        line("long grp = (long)get_group_id(0);")
+        line(f"const long i0 = ({row_blocks - 1} - grp % {row_blocks}) * {br};")
+        line(f"grp /= {row_blocks};")
+        self.roles(p.batch)
+        for ptr, name, dims in (("qg", p.q, p.q_dims), ("kg", p.k, p.k_dims), ("vg", p.v, p.v_dims),
+                                ("dog", p.do, p.do_dims)):
+            self.base(ptr, name, dims)
+        q = self._layout(p.q, p.q_dims, "i", "d", p.depth)
+        do = self._layout(p.do, p.do_dims, "i", "e", p.width)
+        k = self._layout(p.k, p.k_dims, "j", "d", p.depth)
+        v = self._layout(p.v, p.v_dims, "j", "e", p.width)
+        self._stage("sq", "qg", "i0", p.rows, br, q, dp)
+        self._stage("sdo", "dog", "i0", p.rows, br, do, wp)
+        line(COMMIT)
+        line(_WAIT_ALL)
+        line("barrier(CLK_LOCAL_MEM_FENCE);")
+        self.a_fragments("qf", "sq", "warp * 16", dp)
+        self.a_fragments("dof", "sdo", "warp * 16", wp)
+        line("const long r0 = i0 + warp * 16 + (lane >> 2);")
+        self._scales()
+        sn = bc // 8
+
+        def keys(body) -> None:
+            """A pass over the key blocks some constraint does not drop whole: each staged, S and
+            DO·Vᵀ computed into ``s`` and ``dv_``, the masked scores -inf, then ``body``."""
+            line(f"for (long jb = 0; jb < {blocks}; jb++) {{")
+            line(f"const long j0 = jb * {bc};")
+            line(f"if ({self.box('i0', br, 'j0', bc, False)}) continue;")
+            self._stage("sk", "kg", "j0", p.keys, bc, k, dp)
+            self._stage("sv", "vg", "j0", p.keys, bc, v, wp)
+            line(COMMIT)
+            line(_WAIT_ALL)
+            line("barrier(CLK_LOCAL_MEM_FENCE);")
+            self.zeros("s", sn)
+            self.times_rows("s", "qf", "sk", bc, dp)
+            self.zeros("dv_", sn)
+            self.times_rows("dv_", "dof", "sv", bc, wp)
+            line(f"if (!({self.box('i0', br, 'j0', bc, True)} && j0 + {bc} <= {p.keys})) {{")
+            self.masked("s", sn, "r0", "j0", "-INFINITY")
+            line("}")
+            body()
+            line("barrier(CLK_LOCAL_MEM_FENCE);  /* every warp is done with the block */")
+            line("}")
+
+        def online() -> None:
+            line("float x0 = -INFINITY, x1 = -INFINITY;")
+            line("#pragma unroll")
+            line(f"for (int n = 0; n < {sn}; n++) {{ x0 = fmaxf(x0, fmaxf(s[n][0], s[n][1])); "
+                 "x1 = fmaxf(x1, fmaxf(s[n][2], s[n][3])); }")
+            for x in ("x0", "x1"):
+                line(f"{x} = fmaxf({x}, __shfl_xor_sync(0xffffffffu, {x}, 1));")
+                line(f"{x} = fmaxf({x}, __shfl_xor_sync(0xffffffffu, {x}, 2));")
+            line("x0 = fmaxf(m0, x0); x1 = fmaxf(m1, x1);")
+            line("const float a0 = m0 == -INFINITY ? 0.0f : exp2f(c2 * (m0 - x0));")
+            line("const float a1 = m1 == -INFINITY ? 0.0f : exp2f(c2 * (m1 - x1));")
+            line("l0 *= a0; l1 *= a1; od0 *= a0; od1 *= a1; m0 = x0; m1 = x1;")
+            line("#pragma unroll")
+            line(f"for (int n = 0; n < {sn}; n++) {{")
+            line("#pragma unroll")
+            line("for (int e = 0; e < 4; e++) {")
+            line("const float w = s[n][e] == -INFINITY ? 0.0f : exp2f(c2 * (s[n][e] - (e < 2 ? x0 : x1)));")
+            line("if (e < 2) { l0 += w; od0 += w * dv_[n][e]; } else { l1 += w; od1 += w * dv_[n][e]; }")
+            line("}")
+            line("}")
+
+        line("float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, od0 = 0.0f, od1 = 0.0f;")
+        keys(online)
+        for x in ("l0", "l1", "od0", "od1"):
+            line(f"{x} += __shfl_xor_sync(0xffffffffu, {x}, 1);")
+            line(f"{x} += __shfl_xor_sync(0xffffffffu, {x}, 2);")
+        for h in "01":
+            line(f"const float mx{h} = {self._rounded(p.mx, f'm{h}')};")
+            line(f"const float rs{h} = expf(cc * (m{h} - mx{h}));")
+            line(f"const float z{h} = {self._rounded(p.z, f'l{h} * rs{h}')};")
+            line(f"const float dz{h} = {self._rounded(p.dz, f'-(od{h} * rs{h}) / (z{h} * z{h})')};")
+            line(f"if ((lane & 3) == 0 && r0 + {8 * int(h)} < {p.rows}) {{")
+            at = self.role | {"i": f"(r0 + {8 * int(h)})"}
+            for name, value in ((p.mx, f"mx{h}"), (p.z, f"z{h}"), (p.dz, f"dz{h}")):
+                ref = self.b.ref(name)
+                line(t.store(self.em.ptrs[ref.source], self.offset(name, p.stat_dims, at),
+                             t.convert(value, _F32, ref.shape.dtype), ref.shape.dtype))
+            line("}")
+        self.zeros("dq", dp // 8)
+
+        def gradient() -> None:
+            line("#pragma unroll")
+            line(f"for (int n = 0; n < {sn}; n++) {{")
+            line("#pragma unroll")
+            line("for (int e = 0; e < 4; e++) {")
+            line("const float mx = e < 2 ? mx0 : mx1, z = e < 2 ? z0 : z1, dz = e < 2 ? dz0 : dz1;")
+            line("s[n][e] = s[n][e] == -INFINITY ? 0.0f : "
+                 "cc * exp2f(c2 * (s[n][e] - mx)) * (dv_[n][e] / z + dz);")
+            line("}")
+            line("}")
+            self.pack("ds", "s", sn)
+            self.times_tile("dq", "ds", "sk", bc, dp)
+
+        keys(gradient)
+        self.store("dq", p.dq, p.q_dims, "i0 + warp * 16", "i", "d", dp // 8, p.depth)
+        groups = row_blocks
+        for _, n in p.batch:
+            groups *= n
+        return self._kernel(groups)
+
+    # ------------------------------------------------------------------ part dkv
+    def dkv(self) -> tuple[str, int, int]:
+        p, t, line = self.p, self.t, self.line
+        dp, wp, bq, bk = self.dp, self.wp, self.n, 16 * WARPS
+        key_blocks = -(-p.keys // bk)
+        line(f"__local uint4 sm4[{(bk + bq) * (dp + wp) // 8}];")
+        line(f"__local float sst[{3 * bq}];  /* each step row's Mx, 1 / Z, DZ_1 */")
+        line("__local ushort* sk = (__local ushort*)sm4;")
+        line(f"__local ushort* sv = sk + {bk * dp};")
+        line(f"__local ushort* sq = sv + {bk * wp};")
+        line(f"__local ushort* sdo = sq + {bq * dp};")
+        line("const int tid = (int)get_local_id(0), lane = tid & 31, warp = tid >> 5;")
+        line("long grp = (long)get_group_id(0);")
+        line(f"const long j0 = (grp % {key_blocks}) * {bk};")
+        line(f"grp /= {key_blocks};")
+        own = [(n, e) for n, e in p.batch if n in p.k_dims]
+        shared = [(n, e) for n, e in p.batch if n not in p.k_dims]
+        self.roles(own)
+        self.base("kg", p.k, p.k_dims)
+        self.base("vg", p.v, p.v_dims)
+        q = self._layout(p.q, p.q_dims, "i", "d", p.depth)
+        do = self._layout(p.do, p.do_dims, "i", "e", p.width)
+        self._stage("sk", "kg", "j0", p.keys, bk, self._layout(p.k, p.k_dims, "j", "d", p.depth), dp)
+        self._stage("sv", "vg", "j0", p.keys, bk, self._layout(p.v, p.v_dims, "j", "e", p.width), wp)
+        line(COMMIT)
+        self._scales()
+        self.zeros("dk", dp // 8)
+        self.zeros("dv", wp // 8)
+        line("const long rj = j0 + warp * 16 + (lane >> 2);  /* the lane's keys: rj, rj + 8 */")
+        heads = 1
+        for _, n in shared:
+            heads *= n
+        line(f"for (long hh = 0; hh < {heads}; hh++) {{")
+        line("long grp = hh;")
+        self.roles(shared)
+        self.base("qg", p.q, p.q_dims)
+        self.base("dog", p.do, p.do_dims)
+        line(f"for (long i0 = 0; i0 < {p.rows}; i0 += {bq}) {{")
+        line(f"if ({self.box('i0', bq, 'j0', bk, False)}) continue;")
+        self._stage("sq", "qg", "i0", p.rows, bq, q, dp)
+        self._stage("sdo", "dog", "i0", p.rows, bq, do, wp)
+        line(COMMIT)
+        line(f"if (tid < {bq}) {{")
+        line("const long i = i0 + tid;")
+        line(f"const bool ok = i < {p.rows};")
+        stat = {}
+        for name in (p.mx, p.z, p.dz):
+            ref = self.b.ref(name)
+            at = self.offset(name, p.stat_dims, self.role | {"i": "i"})
+            dt = ref.shape.dtype
+            stat[name] = t.convert(t.load(self.em.ptrs[ref.source], at, dt), dt, _F32)
+        line(f"sst[tid] = ok ? {stat[p.mx]} : 0.0f;")
+        line(f"sst[{bq} + tid] = ok ? 1.0f / {stat[p.z]} : 0.0f;")
+        line(f"sst[{2 * bq} + tid] = ok ? {stat[p.dz]} : 0.0f;")
+        line("}")
+        line(_WAIT_ALL)
+        line("barrier(CLK_LOCAL_MEM_FENCE);")
+        sn = bq // 8
+        self.a_fragments("kf", "sk", "warp * 16", dp)
+        self.zeros("s", sn)
+        self.times_rows("s", "kf", "sq", bq, dp)
+        self.a_fragments("vf", "sv", "warp * 16", wp)
+        self.zeros("g", sn)
+        self.times_rows("g", "vf", "sdo", bq, wp)
+        line(f"const bool full = ({self.box('i0', bq, 'j0', bk, True)}) && i0 + {bq} <= {p.rows} && "
+             f"j0 + {bk} <= {p.keys};")
+        line("#pragma unroll")
+        line(f"for (int n = 0; n < {sn}; n++) {{")
+        line("#pragma unroll")
+        line("for (int e = 0; e < 4; e++) {")
+        line("const int il = n * 8 + (lane & 3) * 2 + (e & 1);")
+        line("const long i = i0 + il, j = rj + (e >> 1) * 8;")
+        line(f"const bool ok = full || ({self.keep('i', 'j')});")
+        line(f"const float w = ok ? exp2f(c2 * (s[n][e] - sst[il])) : 0.0f, iz = sst[{bq} + il];")
+        line(f"s[n][e] = cc * w * (g[n][e] * iz + sst[{2 * bq} + il]);")
+        line("g[n][e] = w * iz;")
+        line("}")
+        line("}")
+        self.pack("pw", "g", sn)
+        self.pack("pd", "s", sn)
+        self.times_tile("dv", "pw", "sdo", bq, wp)
+        self.times_tile("dk", "pd", "sq", bq, dp)
+        line("barrier(CLK_LOCAL_MEM_FENCE);  /* every warp is done with the step */")
+        line("}")
+        line("}")
+        self.store("dk", p.dk, p.k_dims, "j0 + warp * 16", "j", "d", dp // 8, p.depth)
+        self.store("dv", p.dv, p.v_dims, "j0 + warp * 16", "j", "e", wp // 8, p.width)
+        groups = key_blocks
+        for _, n in own:
+            groups *= n
+        return self._kernel(groups)
+
+
+__all__ = ["local_bytes", "source", "steps", "takes"]
