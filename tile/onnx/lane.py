@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from backends.lane import Lane, debug_on
+from tile.onnx.arena import arena
 
 
 class OnnxLane:
@@ -72,6 +73,13 @@ class OnnxLane:
         lane = Lane.of(program, list(program.inputs), names)
         if lane is None:
             return None
+        placed = arena(keep)  # the constants in huge pages (``arena``), which the imported model
+        if placed is not None:  # then holds instead of the originals (the same values)
+            for name, copy in zip([n for n in program.inputs if n not in by_tile], placed, strict=True):
+                imp.constants[name] = copy
+            copies = iter(placed)
+            feeds = [next(copies).__array_interface__["data"][0] if isinstance(f, int) else f for f in feeds]
+            keep = placed
         return cls(lane, feeds, names, keep)
 
     def __call__(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
