@@ -53,6 +53,10 @@ class Lane:
         tail = base + len(outputs)
         slot.update({name: tail + i for i, name in enumerate(temps)})
         run = [k for k in program._order if k not in skip]  # (the runner's order: none built empty)
+        # the input places a call needs: read by a kernel it runs, or given back as an output
+        self.used = frozenset(
+            {slot[n] for k in run for n in program._params[k] if n in slot and slot[n] < base}
+            | set(self.aliases.values()))
         self._plan = [(launchers[k], picker(tuple(slot[n] for n in program._params[k]))) for k in run]
         self.native = False  # the plan is one native call (``_one_call``)
         # (kernels, addresses) for ``_one_call`` once the lane has run ``NATIVE_AFTER`` times: a

@@ -188,3 +188,19 @@ def test_the_function_is_applied_only_where_nothing_watches(monkeypatch):
     with torch.no_grad():  # (below autograd's reach: the plain launch)
         assert hot((x, y)).grad_fn is None
     assert TileHotFunction is not None
+
+
+def test_the_hot_backward_checks_the_places_its_lane_uses():
+    """``Z = X + Y``'s backward lane uses only the cotangent (both gradients are it); ``Z = X * Y``'s
+    reads all three: the hot backward checks exactly those (``Lane.used``)."""
+    add, mul = tt.op(ADD, name="hot_used_add"), tt.op(MUL, name="hot_used_mul")
+    x, y = ints(3).requires_grad_(), ints(3, seed=1).requires_grad_()
+    for op, used in ((add, {2}), (mul, {0, 1, 2})):
+        _warm(op, x, y, torch.ones(3))
+        lane, = [v for v in op._grad_lanes.values() if v is not None]
+        assert lane.lane.used == used
+        g = ints(3, seed=2)
+        op(x, y).backward(g)
+        want = (g, g) if op is add else (g * y, g * x)
+        assert torch.equal(x.grad, want[0]) and torch.equal(y.grad, want[1])
+        x.grad = y.grad = None

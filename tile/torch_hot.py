@@ -31,53 +31,34 @@ from tile.torch_autograd import backward_of, c_apply
 from tile.torch_dtypes import TO_TORCH
 from tile.torch_lane import TorchLane, watched
 
-__all__ = ["HotCall", "TileHotFunction", "addresses", "hot_backward"]
+__all__ = ["HotCall", "TileHotFunction", "checker", "hot_backward"]
 
 _MISSING = object()
 
 
-def addresses(tensors, types, reads=None) -> list[int] | None:
-    """Each tensor's address (0 for a place not read: ``reads``, None for every place read), or
-    None where one read is missing or is not a plain contiguous CPU ``torch.Tensor`` of its
-    ``(dtype, shape)`` in ``types``, with memory of its own values (not a negative view)."""
-    Tensor = torch.Tensor
-    pointers = []
-    try:
-        for t, (dt, shape), read in zip(tensors, types, reads or [True] * len(types)):
-            if not read:
-                pointers.append(0)
-                continue
-            if (t is None or type(t) is not Tensor or not t.is_cpu or t.dtype is not dt or t.shape != shape
-                    or not t.is_contiguous() or t.is_neg()):
-                return None
-            p = t.data_ptr()
-            if not p:  # (a ZeroTensor: no memory)
-                return None
-            pointers.append(p)
-    except RuntimeError:  # (no storage: a dead functorch wrapper; a sparse tensor's is_contiguous)
-        return None
-    return pointers
-
-
-def checker(types) -> Callable:
-    """``addresses`` for tensors of ``types`` (every place read) as one function of the call's
-    tensors, its loop unrolled (the checks of a 2-input call: ~1.1 us, not ~1.55)."""
+def checker(types, reads=None) -> Callable:
+    """``check(tensors)``: each tensor's address (0 for a place not read: ``reads``, None for
+    every place read), or None where one read is not a plain contiguous CPU ``torch.Tensor`` of
+    its ``(dtype, shape)`` in ``types`` with memory of its own values (not a negative view, not a
+    ``ZeroTensor``, not storage-less). Made per signature with its loop unrolled (the checks of a
+    2-input call: ~1.1 us, not ~1.55 as a loop)."""
+    reads = reads or (True,) * len(types)
     names = [f"t{i}" for i in range(len(types))]
-    checks = " or ".join(
-        f"type({t}) is not Tensor or not {t}.is_cpu or {t}.dtype is not dt{i} or {t}.shape != shape{i} "
-        f"or not {t}.is_contiguous() or {t}.is_neg()" for i, t in enumerate(names))
-    pointers = ", ".join(f"{t}.data_ptr()" for t in names)
-    source = "\n".join([
-        "def check(tensors):",
-        "    try:",
-        f"        {', '.join(names)}, = tensors",
-        f"        if {checks or 'False'}:",
-        "            return None",
-        f"        pointers = [{pointers}]",
-        "    except RuntimeError:  # (no storage: a dead functorch wrapper; a sparse tensor)",
-        "        return None",
-        "    return None if 0 in pointers else pointers  # (0: a ZeroTensor, no memory)",
-    ])
+    read = [i for i in range(len(types)) if reads[i]]
+    lines = ["def check(tensors):", "    try:", f"        {', '.join(names)}, = tensors"]
+    if read:
+        checks = " or ".join(
+            f"type(t{i}) is not Tensor or not t{i}.is_cpu or t{i}.dtype is not dt{i} "
+            f"or t{i}.shape != shape{i} or not t{i}.is_contiguous() or t{i}.is_neg()" for i in read)
+        lines += [f"        if {checks}:", "            return None"]
+        lines += [f"        p{i} = t{i}.data_ptr()" for i in read]
+    lines += ["    except RuntimeError:  # (no storage: a dead functorch wrapper; a sparse tensor)",
+              "        return None"]
+    if read:
+        lines += [f"    if not ({' and '.join(f'p{i}' for i in read)}):  # (0: a ZeroTensor, no memory)",
+                  "        return None"]
+    lines.append(f"    return [{', '.join(f'p{i}' if reads[i] else '0' for i in range(len(types)))}]")
+    source = "\n".join(lines)
     scope = {"Tensor": torch.Tensor}
     for i, (dt, shape) in enumerate(types):
         scope[f"dt{i}"], scope[f"shape{i}"] = dt, shape
@@ -125,7 +106,7 @@ class HotCall:
         def call(tensors):
             if len(tensors) != n or watched() or debug_on():
                 return None
-            pointers = check(tensors)  # (``addresses``, unrolled)
+            pointers = check(tensors)
             if pointers is None or not single and len(set(pointers)) != n:
                 return None
             if grad_on() and any_grad(*tensors):
@@ -176,8 +157,11 @@ def hot_backward(hot: HotCall, needs: tuple):
     if not (lane.conform and lane.lane.executor.raw_host):
         return None
     types = hot._types + tuple((dt, shape) for dt, shape, _ in cot_sig)
-    reads, n, m = lane.reads, len(sig), len(cot_sig)
+    # (checked: the places the lane's kernels read or its gradients are; ``DX = DZ``: only DZ)
+    reads = tuple(i in lane.lane.used for i in range(len(types)))
+    n, m, check, single = len(sig), len(cot_sig), checker(types, reads), sum(reads) <= 1
     launch, places = lane.launcher(), tuple(i + 1 for i in wrt)
+    every = places == tuple(range(1, n + 1))  # (every input's gradient: the usual)
     grad_on = torch._C.is_grad_enabled
 
     def fast(ctx, grads):
@@ -185,12 +169,14 @@ def hot_backward(hot: HotCall, needs: tuple):
         if len(grads) != m or grad_on() or watched() or debug_on():
             return None
         both = (*ctx.saved_tensors, *grads)  # (unpacked: an input changed in place is refused)
-        pointers = addresses(both, types, reads)
-        if pointers is None or not _distinct(pointers):
+        pointers = check(both)
+        if pointers is None or not single and not _distinct(pointers):
             return None
         outs = launch(both, pointers)
         if outs is None:
             return None
+        if every:
+            return (None, *outs)
         result = [None] * (n + 1)
         for at, g in zip(places, outs):
             result[at] = g
