@@ -46,3 +46,33 @@ def test_blocks_are_even_and_whole_panels():
     assert nc == 64 and chunk == step and step * 64 * 4 <= INLINE_SCRATCH
     assert -(-512 // step) * step - 512 < -(-512 // step)  # even blocks: the last is at most one short
     assert inline_blocks(None, block, shape, 16, 1) is None  # 512 x 16 floats fit already
+
+
+def test_blocks_count_every_reduction_index():
+    """Two reduction indexes (``A[k0, i, k1]``, a panel-major operand's): a block of 2 points of
+    ``k0`` is 128 reduction points, worth a block (the check once compared 2 with 64: no blocks)."""
+    two = ("function (A[P2, M, Q2], W[P, K, Q]) -> (C) "
+           "{ C[p, i, q: P, M, Q] = +(A[k0, i, k1] * W[p, 64*k0 + k1, q]); }")
+    a, w = np.zeros((8, 64, 64), np.float32), np.zeros((4, 512, 64), np.float32)
+    block = lowered(two, {"A": a, "W": w}).stmts[0].stmts[-1]
+    dims = {r.into: r.shape.dims for r in block.refs}
+    shape = analyse(block, dims, {r.into: r.shape.dtype for r in block.refs}, None)
+    assert len(shape.red) == 2
+    step, nc, chunk = inline_blocks(None, block, shape, 64, 1)
+    assert (step, nc, chunk) == (2, 64, 128) and chunk * 64 * 4 <= INLINE_SCRATCH
+    # blocks of fewer than 64 reduction points are still not taken
+    assert inline_blocks(None, block, shape, 64, 8) is None
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_blocks_over_two_reduction_indexes_stay_exact(threads):
+    needs_vectors()
+    two = ("function (A[P2, M, Q2], W[P, K, Q]) -> (C) "
+           "{ C[p, i, q: P, M, Q] = +(A[k0, i, k1] * W[p, 64*k0 + k1, q]); }")
+    rng = np.random.default_rng(7)
+    a = rng.integers(-3, 4, (8, 70, 64)).astype(np.float32)
+    w = rng.integers(-3, 4, (3, 512, 64)).astype(np.float32)
+    device = LlvmCpuDevice(threads=threads)
+    got, _ = execute(lowered(two, {"A": a, "W": w}), {"A": a, "W": w}, {"threads": threads}, device)
+    want = np.einsum("aik,paqk->piq", a, w.reshape(3, 8, 64, 64).transpose(0, 1, 3, 2))
+    np.testing.assert_array_equal(got["C"], want)

@@ -29,8 +29,8 @@ def inline_blocks(blocking, block: Block, shape: Shape, nr: int, refs: int):
     nc, chunk = (blocking[1], blocking[2]) if blocking else (nr, k0 * inner)
     if nc * chunk * item * refs <= INLINE_SCRATCH:
         return blocking
-    step = INLINE_SCRATCH // (nr * item * refs * inner)
-    if step < 64:
+    step = INLINE_SCRATCH // (nr * item * refs * inner)  # points of the first reduction index
+    if step * inner < 64:  # (reduction points: ``A[k0, i, k1]``'s blocks count k0 x k1 of them)
         return blocking
     count = -(-k0 // step)
     step = -(-k0 // count)  # even blocks
