@@ -36,12 +36,13 @@ __all__ = ["HotCall", "TileHotFunction", "checker", "hot_backward"]
 _MISSING = object()
 
 
-def checker(types, reads=None) -> Callable:
+def checker(types, reads=None, distinct: bool = False) -> Callable:
     """``check(tensors)``: each tensor's address (0 for a place not read: ``reads``, None for
     every place read), or None where one read is not a plain contiguous CPU ``torch.Tensor`` of
     its ``(dtype, shape)`` in ``types`` with memory of its own values (not a negative view, not a
-    ``ZeroTensor``, not storage-less). Made per signature with its loop unrolled (the checks of a
-    2-input call: ~1.1 us, not ~1.55 as a loop)."""
+    ``ZeroTensor``, not storage-less), or (``distinct``) two read share an address. Made per
+    signature with its loop unrolled (the checks of a 2-input call: ~1.1 us, not ~1.55 as a
+    loop)."""
     reads = reads or (True,) * len(types)
     names = [f"t{i}" for i in range(len(types))]
     read = [i for i in range(len(types)) if reads[i]]
@@ -57,6 +58,11 @@ def checker(types, reads=None) -> Callable:
     if read:
         lines += [f"    if not ({' and '.join(f'p{i}' for i in read)}):  # (0: a ZeroTensor, no memory)",
                   "        return None"]
+    if distinct and len(read) > 1:
+        pairs = [f"p{i} == p{j}" for k, i in enumerate(read) for j in read[k + 1:]]
+        every = ", ".join(f"p{i}" for i in read)
+        same = " or ".join(pairs) if len(pairs) <= 6 else f"len({{{every}}}) != {len(read)}"
+        lines += [f"    if {same}:  # (one tensor twice: the general path copies)", "        return None"]
     lines.append(f"    return [{', '.join(f'p{i}' if reads[i] else '0' for i in range(len(types)))}]")
     source = "\n".join(lines)
     scope = {"Tensor": torch.Tensor}
@@ -64,12 +70,6 @@ def checker(types, reads=None) -> Callable:
         scope[f"dt{i}"], scope[f"shape{i}"] = dt, shape
     exec(compile(source, f"<tile.torch_hot check of {len(types)} tensors>", "exec"), scope)
     return scope["check"]
-
-
-def _distinct(pointers: list[int]) -> bool:
-    """Whether no two read tensors share an address (0: a place not read)."""
-    present = [p for p in pointers if p]
-    return len(set(present)) == len(present)
 
 
 class HotCall:
@@ -83,7 +83,7 @@ class HotCall:
     def __init__(self, op, sig: tuple, lane: TorchLane):
         self.op, self.sig, self.lane = op, sig, lane
         self._types = tuple((dt, shape) for dt, shape, _ in sig)
-        self._launch = lane.launcher()
+        self._launch = lane.launcher(form=True)
         # the outputs no gradient flows through (integers: marked non-differentiable)
         self.ints = tuple(i for i, (_, dtype) in enumerate(lane.lane.output_types) if not dtype.is_float)
         self._grads: dict = {}  # ``ctx.needs_input_grad`` -> the backward's hot function, or None
@@ -98,7 +98,7 @@ class HotCall:
         return cls(op, sig, lane)
 
     def _made(self, autograd: bool) -> Callable:
-        check, n, launch, single = checker(self._types), len(self._types), self._launch, self.lane.single
+        check, n, launch = checker(self._types, distinct=True), len(self._types), self._launch
         C = torch._C
         grad_on, any_grad = C.is_grad_enabled, C._any_requires_grad
         apply = _HOT_APPLY
@@ -107,25 +107,20 @@ class HotCall:
             if len(tensors) != n or watched() or debug_on():
                 return None
             pointers = check(tensors)
-            if pointers is None or not single and len(set(pointers)) != n:
+            if pointers is None:
                 return None
             if grad_on() and any_grad(*tensors):
                 # (``autograd``: every input a plain tensor, nothing watching: ``Function.apply``'s
                 # C part, as ``tile.torch_autograd.eager_apply`` for such tensors)
                 return apply(self, *tensors) if autograd else None
-            outs = launch(tensors, pointers)
-            if outs is None:
-                return None
-            return outs[0] if len(outs) == 1 else tuple(outs)
+            return launch(tensors, pointers)
         return call
 
     def forward(self, tensors) -> torch.Tensor | tuple:
         """``TileHotFunction``'s forward: the lane (the tensors were checked by ``call``), or the
         general path where the lane declines (general work queued)."""
         outs = self._launch(tensors, [t.data_ptr() for t in tensors])
-        if outs is None:
-            return self.op._forward_at(self.sig, tensors)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        return self.op._forward_at(self.sig, tensors) if outs is None else outs
 
     def backward(self, ctx, grads) -> tuple | None:
         """``TileHotFunction``'s backward through the backward's lane, or None (the general one)."""
@@ -159,7 +154,7 @@ def hot_backward(hot: HotCall, needs: tuple):
     types = hot._types + tuple((dt, shape) for dt, shape, _ in cot_sig)
     # (checked: the places the lane's kernels read or its gradients are; ``DX = DZ``: only DZ)
     reads = tuple(i in lane.lane.used for i in range(len(types)))
-    n, m, check, single = len(sig), len(cot_sig), checker(types, reads), sum(reads) <= 1
+    n, m, check = len(sig), len(cot_sig), checker(types, reads, distinct=True)
     launch, places = lane.launcher(), tuple(i + 1 for i in wrt)
     every = places == tuple(range(1, n + 1))  # (every input's gradient: the usual)
     grad_on = torch._C.is_grad_enabled
@@ -170,7 +165,7 @@ def hot_backward(hot: HotCall, needs: tuple):
             return None
         both = (*ctx.saved_tensors, *grads)  # (unpacked: an input changed in place is refused)
         pointers = check(both)
-        if pointers is None or not single and not _distinct(pointers):
+        if pointers is None:
             return None
         outs = launch(both, pointers)
         if outs is None:

@@ -145,31 +145,36 @@ class TorchLane:
         made on)."""
         return self([t if t is None or ordinary(t) else materialized(t) for t in tensors])
 
-    def launcher(self) -> Callable:
+    def launcher(self, form: bool = False) -> Callable:
         """``go(tensors, pointers)``: the call's outputs made (or, for an alias, the input they
         are) and the lane run on ``pointers`` (the inputs' addresses, checked by the caller: 0 for
         a place not read) then the outputs'; None where the lane declines (general work queued).
-        What ``tile.torch_hot`` runs once it has checked a call."""
+        The outputs as a list, or (``form``) as an op gives them: one tensor, or a tuple. What
+        ``tile.torch_hot`` runs once it has checked a call."""
         made, run = self._made, self._launch
-        if len(self.outputs) == 1 and self.outputs[0][0] is not None and self.outputs[0][4] is not None:
+        one = len(self.outputs) == 1
+        if one and self.outputs[0][0] is not None and self.outputs[0][4] is not None:
             make, _, _, _, like = self.outputs[0]  # (one output made like an input: the usual)
+            if run is not _nothing:
+                run = self.lane.run
+
+                def go(tensors, pointers):  # (the usual, whole: a 1-element call is mostly this)
+                    out = make(tensors[like])
+                    return None if not run((*pointers, out.data_ptr())) else out if form else [out]
+                return go
 
             def made(tensors):
                 return [make(tensors[like])]
+        shape = (lambda outs: outs[0] if one else tuple(outs)) if form else (lambda outs: outs)
         if run is _nothing:
             def go(tensors, pointers):
-                return made(tensors)
+                return shape(made(tensors))
             return go
         run = self.lane.run
-        if len(self.outputs) == 1:
-            def go(tensors, pointers):
-                outs = made(tensors)
-                return outs if run((*pointers, outs[0].data_ptr())) else None
-            return go
 
         def go(tensors, pointers):
             outs = made(tensors)
-            return outs if run((*pointers, *[o.data_ptr() for o in outs])) else None
+            return shape(outs) if run((*pointers, *[o.data_ptr() for o in outs])) else None
         return go
 
     def _made(self, tensors) -> list[torch.Tensor]:
