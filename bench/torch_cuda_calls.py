@@ -3,7 +3,8 @@
 
 CPU rows (always; ``--threads``, default 1, for both Tile and torch): a 1-element add per call
 without and with its backward, and ``llvm_cpu.0``'s resident 64x64 float32 matmul against
-``torch.mm``. CUDA rows (unless ``--cpu-only`` or without CUDA):
+``torch.mm``; wall time and the process's CPU time (``tile_cpu_us``, ``torch_cpu_us``), the
+second steadier on a loaded machine. CUDA rows (unless ``--cpu-only`` or without CUDA):
 
 Rows: fp16 matmul 64 and a 1-element add, per call (each call synchronized, the median of
 rounds); fp16 matmul 4096 and fp32 matmul 256 forward + backward, per call timed on the GPU with
@@ -118,20 +119,22 @@ def main(argv=None) -> int:
     return report(rows, args.json, torch.cuda.get_device_name())
 
 
-def per_call_host(tile_fn, torch_fn, calls: int = 2000, rounds: int = 9) -> tuple[float, float]:
-    """Median over rounds of the wall time per call on the host (s), of Tile's and torch's, their
-    rounds alternating (a load that comes and goes on a shared machine touches both alike)."""
+def per_call_host(tile_fn, torch_fn, calls: int = 2000, rounds: int = 9) -> tuple[float, ...]:
+    """Medians over rounds of the time per call on the host (s), of Tile's and torch's, their
+    rounds alternating (a load that comes and goes on a shared machine touches both alike): wall
+    time, then this process's CPU time (what a loaded machine's waits do not inflate)."""
     for _ in range(200):
         tile_fn()
         torch_fn()
-    got: tuple[list, list] = ([], [])
+    got: tuple[list, ...] = ([], [], [], [])
     for _ in range(rounds):
-        for fn, times in zip((tile_fn, torch_fn), got):
-            start = time.perf_counter()
+        for j, fn in enumerate((tile_fn, torch_fn)):
+            start, cpu = time.perf_counter(), time.process_time()
             for _ in range(calls):
                 fn()
-            times.append((time.perf_counter() - start) / calls)
-    return statistics.median(got[0]), statistics.median(got[1])
+            got[j].append((time.perf_counter() - start) / calls)
+            got[2 + j].append((time.process_time() - cpu) / calls)
+    return tuple(statistics.median(g) for g in got)
 
 
 def cpu_rows(torch, tt, threads: int) -> list[dict]:
@@ -160,7 +163,7 @@ def cpu_rows(torch, tt, threads: int) -> list[dict]:
     assert np.array_equal(out.numpy(), a @ a)
     at = torch.from_numpy(a)
     rows = []
-    for case, tile_s, torch_s, goal in (
+    for case, tile_s, torch_s, tile_cpu, torch_cpu, goal in (
         (f"cpu add, 1 element ({threads} thread)", *per_call_host(lambda: add(x, y), lambda: x + y),
          "<= 2x torch's time"),
         (f"cpu add, 1 element, + backward ({threads} thread)", *per_call_host(tile_fb, torch_fb, 500),
@@ -170,16 +173,20 @@ def cpu_rows(torch, tt, threads: int) -> list[dict]:
          "<= 2x torch's time"),
     ):
         r = {"case": case, "tile_us": tile_s * 1e6, "torch_us": torch_s * 1e6, "ratio": torch_s / tile_s,
-             "goal": goal}
+             "tile_cpu_us": tile_cpu * 1e6, "torch_cpu_us": torch_cpu * 1e6,
+             "cpu_ratio": torch_cpu / tile_cpu, "goal": goal}
         rows.append(r)
         print(json.dumps(r), flush=True)
     return rows
 
 
 def report(rows: list[dict], path: str | None, device: str) -> int:
-    print(f"\n{'case':48} {'Tile us':>10} {'torch us':>10} {'ratio':>7}  goal")
+    print(f"\n{'case':48} {'Tile us':>10} {'torch us':>10} {'ratio':>7}  {'CPU: Tile, torch, ratio':25} goal")
     for r in rows:
-        print(f"{r['case']:48} {r['tile_us']:10.1f} {r['torch_us']:10.1f} {r['ratio']:7.2f}  {r['goal']}")
+        cpu = (f"{r['tile_cpu_us']:.1f}, {r['torch_cpu_us']:.1f}, {r['cpu_ratio']:.2f}"
+               if "cpu_ratio" in r else "")
+        wall = f"{r['tile_us']:10.1f} {r['torch_us']:10.1f} {r['ratio']:7.2f}"
+        print(f"{r['case']:48} {wall}  {cpu:25} {r['goal']}")
     if path:
         with open(path, "w") as f:
             json.dump({"device": device, "rows": rows}, f, indent=1)
