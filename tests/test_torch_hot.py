@@ -204,3 +204,19 @@ def test_the_hot_backward_checks_the_places_its_lane_uses():
         want = (g, g) if op is add else (g * y, g * x)
         assert torch.equal(x.grad, want[0]) and torch.equal(y.grad, want[1])
         x.grad = y.grad = None
+
+
+def test_the_checker_of_a_signature():
+    """``checker``'s unrolled checks: addresses for right tensors, None for each wrong one."""
+    from tile.torch_hot import checker
+
+    x, y = ints(3), ints(3, seed=1)
+    types = ((torch.float32, x.shape), (torch.float32, x.shape))
+    check = checker(types, distinct=True)
+    assert check((x, y)) == [x.data_ptr(), y.data_ptr()]
+    for wrong in (x.double(), ints(4), ints(6)[::2], torch._neg_view(y), torch._efficientzerotensor(3),
+                  x.to_sparse(), x):  # (x: one tensor twice)
+        assert check((x, wrong)) is None
+    assert checker(types, distinct=False)((x, x)) == [x.data_ptr()] * 2
+    assert checker(types, (False, True))((None, y)) == [0, y.data_ptr()]
+    assert checker(())(()) == [] and checker(())((x,)) is None

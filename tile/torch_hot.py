@@ -46,14 +46,16 @@ def checker(types, reads=None, distinct: bool = False) -> Callable:
     reads = reads or (True,) * len(types)
     names = [f"t{i}" for i in range(len(types))]
     read = [i for i in range(len(types)) if reads[i]]
-    lines = ["def check(tensors):", "    try:", f"        {', '.join(names)}, = tensors"]
+    unpack = f"{', '.join(names)}, = tensors" if names else "() = tensors"
+    lines = ["def check(tensors):", "    try:", f"        {unpack}"]
     if read:
         checks = " or ".join(
             f"type(t{i}) is not Tensor or not t{i}.is_cpu or t{i}.dtype is not dt{i} "
             f"or t{i}.shape != shape{i} or not t{i}.is_contiguous() or t{i}.is_neg()" for i in read)
         lines += [f"        if {checks}:", "            return None"]
         lines += [f"        p{i} = t{i}.data_ptr()" for i in read]
-    lines += ["    except RuntimeError:  # (no storage: a dead functorch wrapper; a sparse tensor)",
+    lines += ["    except (RuntimeError, ValueError):  # (no storage: a dead functorch wrapper; a sparse "
+              "tensor; a wrong count)",
               "        return None"]
     if read:
         lines += [f"    if not ({' and '.join(f'p{i}' for i in read)}):  # (0: a ZeroTensor, no memory)",
