@@ -108,7 +108,7 @@ def config_for(device: Device, settings: Mapping | None = None) -> TargetConfig 
         ))
     if generic:  # shape-generic kernels: short GEMMs stay flat (``gemm_tile.GENERIC_FLAT_POINTS``)
         config = replace(config, passes=tuple(
-            replace(s, params=replace(s.params, flat_points=GENERIC_FLAT_POINTS))
+            replace(s, params=replace(s.params, flat_points=GENERIC_FLAT_POINTS, flat_unfused=True))
             if getattr(s.params, "model", "") == "cpu" and getattr(s.params, "flat_points", None) == 0 else s
             for s in config.passes
         ))

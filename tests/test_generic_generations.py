@@ -54,3 +54,13 @@ def test_no_generation_past_the_first_product_template():
     late = {k: [n for n in v if n > 80] for k, v in gens.items()}
     assert not any(late.values()), f"generated past S = 80: {late}"
     assert generic.REGISTRY.generated > 0
+
+
+def test_the_first_long_length_builds_the_products_template():
+    """Under ``generic`` a GEMM without a fused epilogue stays flat at every size (``gemm_tile``'s
+    ``flat_unfused``), so a short length's ``P V`` is its product bucket's first kernel and the
+    first longer length (72) builds the micro-kernel's template: no plain first kernel there, and
+    nothing at 80 (the fused ``Q K^T + R`` is a nest past the short lengths: first 72, template 80)."""
+    gens = generations([3, 8, 72, 80, 136])
+    assert gens["matmul->O"] == [3, 8, 72], gens
+    assert gens["matmul->M"] == [3, 8, 72, 80], gens

@@ -86,6 +86,7 @@ class Bucket:
     form: Form | None = None
     builds: int = 0  # generic builds so far
     refused: str = ""  # why this bucket stays specialized
+    short: bool = False  # a product's: its first kernel is a short length's (``_remember_short``)
 
 
 @dataclass
@@ -93,11 +94,13 @@ class Registry:
     buckets: dict[str, Bucket] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     generated: int = 0  # generic kernels generated (IR emitted) in this process
+    tried: set = field(default_factory=set)  # short kernels' product keys that are no products
 
     def clear(self) -> None:
         """Forget the buckets (tests; libraries that use their functions keep their engines)."""
         with self.lock:
             self.buckets.clear()
+            self.tried.clear()
             self.generated = 0
 
 
@@ -255,6 +258,8 @@ def assign(kernels, plan, settings: dict, cpu: str, features: str) -> tuple[dict
                             loops) or _local_bytes(info.block) > RUNTIME_LOCALS:
                 continue
             text, ints = symbolic.flat(info.block)
+            if short:
+                _remember_short(j, plan, dts, meta, text, fill)
             key = bucket_key(info, sched, dts, meta, text)
             bucket = REGISTRY.buckets.setdefault(key, Bucket())
             if bucket.refused:
@@ -360,9 +365,29 @@ def _product(j: int, kernels, plan, dts: dict, meta: str, uses: dict, todo: list
     first = generic_tiles.signature(fb, dts, pos, bucket.fill, fe) if form is None else None
     template = symbolic.unify(base, whole)
     if template is None or symbolic.slots(template) == 0 or (first is not None and first[1] != sig[1]):
+        if bucket.short and form is None:  # no template with a short length's kernel: this one is first
+            bucket.first, bucket.fill, bucket.short = whole, fill, False
         return True
     todo.append((j, key, template, sched, sig, False))
     return True
+
+
+def _remember_short(j: int, plan, dts: dict, meta: str, text: str, fill: int) -> None:
+    """Offer the short flat kernel ``j`` (``_short_flat``; ``text``: ``symbolic.flat``'s of its block)
+    to the product bucket its longer lengths fall in (``_product``: under this setting ``gemm_tile``
+    leaves a GEMM without a fused epilogue flat at every size, so the same block), once per
+    bucket: the first kernel of a bucket that has none, when the micro-kernel takes it. The first
+    length past the short ones then builds the template at once, not a plain first kernel (the
+    attention's P V and the backward's four products at S = 72: 0.1-0.2 s, and a generation each)."""
+    code, sched = plan.code[j], plan.schedules[j]
+    key = "\n".join(["tiles", f"({text},None,)", repr(code.buffers), repr(sorted(dts.items())), meta])
+    if key in REGISTRY.tried or key in REGISTRY.buckets:
+        return
+    block = code.block
+    if not sched.order or generic_tiles.signature(block, dts, sched.split_index, fill, None) is None:
+        REGISTRY.tried.add(key)  # no product
+    elif _takes(block, sched, dts, plan.vector, None, None):  # (else asked again at the next length:
+        REGISTRY.buckets[key] = Bucket(first=(block, None), fill=fill, short=True)  # S = 3's dO V^T)
 
 
 def _short_flat(j: int, plan) -> bool:

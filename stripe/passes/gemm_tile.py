@@ -144,7 +144,10 @@ def analyze(block: Block, parent: Block | None, cfg: GemmTileConfig, halves: boo
 
 
 def flat(g: Gemm, cfg: GemmTileConfig) -> bool:
-    """Whether the GEMM ``g`` stays flat: at most ``cfg.flat_points`` points."""
+    """Whether the GEMM ``g`` stays flat: at most ``cfg.flat_points`` points, or no fused epilogue
+    under ``cfg.flat_unfused``."""
+    if cfg.flat_unfused and g.epilogue is None:
+        return True
     return g.batch.total * g.m.total * g.n.total * g.k.total <= cfg.flat_points
 
 

@@ -40,6 +40,10 @@ class GemmTileConfig:
     # a GEMM of at most this many points (batch x M x N x K) stays flat (0, -1: none); shape-generic
     # builds set it (``GENERIC_FLAT_POINTS``) where it is 0, since the nest's tiles follow the extents
     flat_points: int = 0
+    # a GEMM without a fused epilogue stays flat whatever its size: shape-generic builds set it (the
+    # LLVM backend runs their products as its micro-kernel with run-time tiles, which read nothing
+    # of a nest, and builds the nest only to read its flat GEMM back)
+    flat_unfused: bool = False
 
 
 QUAD_BITS = {False: 2, True: 3}  # the layout's q field: SIMT (float4 reads), matrix unit (8 rows)
