@@ -22,6 +22,10 @@ Where a call runs (docs/frameworks.md):
 * ``device=`` names a Tile device for every call instead (e.g. ``"opencl_cpu.0"``); tensors that
   are not on the host cross through it.
 
+A call again at a signature the op has run at goes straight to the kernels on the tensors'
+memory (``tile.torch_lane``), an eager one checked and launched by one function
+(``tile.torch_hot``), its backward too.
+
 ``torch.func.vmap`` runs the op once per batch element (a registered vmap rule). Reverse and
 forward mode, ``torch.func`` transforms and derivatives of any order: ``tile.torch_autograd``.
 An op pickles as what defines it (source, name, device, settings), so a module holding one can
