@@ -175,8 +175,8 @@ class _Writer(Printer):
         def online() -> None:
             line("float x0 = -INFINITY, x1 = -INFINITY;")
             line("#pragma unroll")
-            line(f"for (int n = 0; n < {sn}; n++) {{ x0 = fmaxf(x0, fmaxf(s[n][0], s[n][1])); "
-                 "x1 = fmaxf(x1, fmaxf(s[n][2], s[n][3])); }")
+            line(f"for (int n = 0; n < {sn}; n++) {{ x0 = fmaxf(x0, fmaxf(s[0][n][0], s[0][n][1])); "
+                 "x1 = fmaxf(x1, fmaxf(s[0][n][2], s[0][n][3])); }")
             for x in ("x0", "x1"):
                 line(f"{x} = fmaxf({x}, __shfl_xor_sync(0xffffffffu, {x}, 1));")
                 line(f"{x} = fmaxf({x}, __shfl_xor_sync(0xffffffffu, {x}, 2));")
@@ -188,8 +188,10 @@ class _Writer(Printer):
             line(f"for (int n = 0; n < {sn}; n++) {{")
             line("#pragma unroll")
             line("for (int e = 0; e < 4; e++) {")
-            line("const float w = s[n][e] == -INFINITY ? 0.0f : exp2f(c2 * (s[n][e] - (e < 2 ? x0 : x1)));")
-            line("if (e < 2) { l0 += w; od0 += w * dv_[n][e]; } else { l1 += w; od1 += w * dv_[n][e]; }")
+            line("const float x = e < 2 ? x0 : x1;")
+            line("const float w = s[0][n][e] == -INFINITY ? 0.0f : exp2f(c2 * (s[0][n][e] - x));")
+            line("if (e < 2) { l0 += w; od0 += w * dv_[0][n][e]; } "
+                 "else { l1 += w; od1 += w * dv_[0][n][e]; }")
             line("}")
             line("}")
 
@@ -218,8 +220,8 @@ class _Writer(Printer):
             line("#pragma unroll")
             line("for (int e = 0; e < 4; e++) {")
             line("const float mx = e < 2 ? mx0 : mx1, z = e < 2 ? z0 : z1, dz = e < 2 ? dz0 : dz1;")
-            line("s[n][e] = s[n][e] == -INFINITY ? 0.0f : "
-                 "cc * exp2f(c2 * (s[n][e] - mx)) * (dv_[n][e] / z + dz);")
+            line("s[0][n][e] = s[0][n][e] == -INFINITY ? 0.0f : "
+                 "cc * exp2f(c2 * (s[0][n][e] - mx)) * (dv_[0][n][e] / z + dz);")
             line("}")
             line("}")
             self.pack("ds", "s", sn)
@@ -305,9 +307,9 @@ class _Writer(Printer):
         line("const int il = n * 8 + (lane & 3) * 2 + (e & 1);")
         line("const long i = i0 + il, j = rj + (e >> 1) * 8;")
         line(f"const bool ok = full || ({self.keep('i', 'j')});")
-        line(f"const float w = ok ? exp2f(c2 * (s[n][e] - sst[il])) : 0.0f, iz = sst[{bq} + il];")
-        line(f"s[n][e] = cc * w * (g[n][e] * iz + sst[{2 * bq} + il]);")
-        line("g[n][e] = w * iz;")
+        line(f"const float w = ok ? exp2f(c2 * (s[0][n][e] - sst[il])) : 0.0f, iz = sst[{bq} + il];")
+        line(f"s[0][n][e] = cc * w * (g[0][n][e] * iz + sst[{2 * bq} + il]);")
+        line("g[0][n][e] = w * iz;")
         line("}")
         line("}")
         self.pack("pw", "g", sn)
