@@ -77,3 +77,29 @@ def test_an_entry_passes_the_lanes_temporaries():
         assert torch.equal(f(a), a.sum(1) * a.sum(1))
     lane = _lane(f, a)
     assert lane._fixed and lane._entry is not None
+
+
+def test_threads_calling_one_lane_get_their_own_results():
+    """The entry's array is on its stack; the sequence's tables are shared, and the lane's lock
+    serializes calls: four threads calling one op at one signature each get their own sums."""
+    import threading
+
+    add = tt.op("function (A[N], B[N]) -> (C) { C = A + B; }", name="entry_threads")
+    a, b = ints(4), ints(4, seed=1)
+    for _ in range(NATIVE_AFTER + 1):
+        add(a, b)
+    assert _lane(add, a, b)._entry is not None
+    wrong = []
+
+    def work(seed):
+        for i in range(300):
+            x, y = ints(4, seed=seed), torch.full((4,), float(i))
+            if not torch.equal(add(x, y), x + y):
+                wrong.append((seed, i))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
