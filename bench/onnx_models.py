@@ -12,7 +12,8 @@ inputs small enough for the interpreter; ``size="bench"`` the sizes timed here.
 Each timing is a whole call with numpy arrays in and out (what ``BackendRep.run`` and
 ``InferenceSession.run`` both take and give): the median and the minimum of ``--rounds`` calls
 after warm-up calls, Tile's and the peer's calls alternating so that both meet the same load (the
-ratio is of the minima: on a shared machine other processes only add);
+ratio is of the minima: on a shared machine other processes only add; ``--block B`` alternates
+blocks of B calls a side instead, whose later calls find their own data in the caches);
 compilation (Tile) and session creation (onnxruntime) are timed apart. Every timed answer is
 checked against PyTorch's before it is reported. Figures: bench/RESULTS.md ("ONNX models").
 """
@@ -152,17 +153,22 @@ def seconds(fn, rounds: int, warmup: int = 3) -> tuple[float, float]:
     return statistics.median(times), min(times)
 
 
-def paired_seconds(fa, fb, rounds: int, warmup: int = 3) -> tuple[tuple[float, float], tuple[float, float]]:
+def paired_seconds(fa, fb, rounds: int, warmup: int = 3,
+                   block: int = 1) -> tuple[tuple[float, float], tuple[float, float]]:
     """``seconds`` of ``fa`` and of ``fb``, their calls alternating: on a shared machine both then
-    meet the same load (timed one after the other, a burst of other work can favour either)."""
+    meet the same load (timed one after the other, a burst of other work can favour either).
+    ``block``: calls a side takes in a row before the other's (1: one by one, each call after the
+    other side has evicted some of its data; more: the later calls of a block find their own data
+    in the caches), each timed; ``rounds`` calls a side in all."""
     for _ in range(warmup):
         fa(), fb()
     times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(rounds):
+    for _ in range(-(-rounds // block)):
         for fn, out in ((fa, times[0]), (fb, times[1])):
-            start = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - start)
+            for _ in range(block):
+                start = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - start)
     return tuple((statistics.median(t), min(t)) for t in times)  # type: ignore[return-value]
 
 
@@ -185,10 +191,10 @@ def torch_cuda_call(module, x: np.ndarray):
     return call
 
 
-def measure(name: str, threads: int, rounds: int, target: str = "llvm_cpu.0") -> dict:
+def measure(name: str, threads: int, rounds: int, target: str = "llvm_cpu.0", block: int = 1) -> dict:
     """One model at one thread count: compile/session seconds, call seconds (median, min), max
     errors; the peer is onnxruntime's CPU provider at ``threads`` for a CPU target, PyTorch CUDA
-    for a GPU one."""
+    for a GPU one; ``block``: calls a side in a row (``paired_seconds``)."""
     import tile.onnx
 
     module, x = build(name, "bench")
@@ -213,7 +219,7 @@ def measure(name: str, threads: int, rounds: int, target: str = "llvm_cpu.0") ->
         row["tile_ms"] = [1e3 * t for t in seconds(lambda: rep.run([x]), rounds)]
         return row
     row["peer_max_err"] = float(np.max(np.abs(call() - want)))
-    mine, peer = paired_seconds(lambda: rep.run([x]), call, rounds)
+    mine, peer = paired_seconds(lambda: rep.run([x]), call, rounds, block=block)
     row["tile_ms"], row["peer_ms"] = [1e3 * t for t in mine], [1e3 * t for t in peer]
     row["ratio"] = row["peer_ms"][1] / row["tile_ms"][1]  # of the minima; > 1: Tile is faster
     return row
@@ -225,14 +231,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--target", default="llvm_cpu.0")
+    ap.add_argument("--block", type=int, default=1,
+                    help="calls a side takes in a row before the other's (default 1: one by one)")
     args = ap.parse_args(argv)
-    print(f"target {args.target}")
+    print(f"target {args.target}" + (f", blocks of {args.block} calls a side" if args.block > 1 else ""))
     print("| model | input | threads | Tile compile s | Tile ms (median, min) | peer | peer ms (median, min) "
           "| peer / Tile (min) | max err Tile, peer |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
         for threads in (int(t) for t in args.threads.split(",")):
-            r = measure(name, threads, args.rounds, args.target)
+            r = measure(name, threads, args.rounds, args.target, args.block)
             peer = f"{r['peer']} | - | -"
             if "peer_ms" in r:
                 peer = f"{r['peer']} | {r['peer_ms'][0]:.3f}, {r['peer_ms'][1]:.3f} | {r['ratio']:.2f}"

@@ -103,3 +103,17 @@ def test_grad_of_an_imported_model_needs_no_shapes(exported, name):
     ref = xt.grad.numpy()
     tol = bound(name, x, ref, extra=int(np.prod(want.shape)))  # and the cotangents' sum over outputs
     assert got.shape == ref.shape and float(np.max(np.abs(got - ref))) <= tol
+
+
+@pytest.mark.parametrize("block", [1, 3])
+def test_paired_timing_alternates_calls_or_blocks(block):
+    """``bench.onnx_models.paired_seconds``: after the warm-up pairs, each side takes ``block``
+    calls in a row (rounds rounded up to whole blocks), and every timed call is counted."""
+    order = []
+    mine, peer = models.paired_seconds(lambda: order.append("a"), lambda: order.append("b"), rounds=7,
+                                       warmup=2, block=block)
+    timed = order[4:]
+    blocks = -(-7 // block)
+    assert order[:4] == ["a", "b", "a", "b"]
+    assert timed == (["a"] * block + ["b"] * block) * blocks
+    assert all(0 <= t[1] <= t[0] for t in (mine, peer))
