@@ -55,6 +55,7 @@ from tile.torch_lane import (
     DISPATCH,
     LANES_KEPT,
     PLAIN,
+    PLAIN_TYPES,
     TRANSFORM,
     TorchLane,
     learn,
@@ -76,8 +77,9 @@ def _eager_kind(tensors, cuda: bool = False) -> int:
     """How a call runs. ``DISPATCH`` through ``torch.ops.tile`` when anything would see the
     difference: ``torch.compile``, tracing, a torch function or dispatch mode (FakeTensor, FX and
     export tracing, functionalization), a functorch transform (vmap, grad), forward-mode AD, a
-    tensor subclass, or a tensor off the CPU (``cuda``: off the CPU and CUDA). Otherwise the same
-    work without the dispatcher, 10-40 us sooner: ``PLAIN`` (no input needs a gradient, or grad
+    tensor subclass (``nn.Parameter`` is none: ``PLAIN_TYPES``), or a tensor off the CPU
+    (``cuda``: off the CPU and CUDA). Otherwise the same work without the dispatcher, 10-40 us
+    sooner: ``PLAIN`` (no input needs a gradient, or grad
     mode is off) calls the kernel directly, ``AUTOGRAD`` through ``TileEagerFunction``, the same
     forward and backward as the registered ones.
     ``TRANSFORM``: under a ``torch.func`` transform, ``TileFunction`` applied here, above the
@@ -87,7 +89,7 @@ def _eager_kind(tensors, cuda: bool = False) -> int:
     if kind:
         return kind
     for t in tensors:
-        if type(t) is not torch.Tensor or not (t.is_cpu or cuda and t.is_cuda):
+        if type(t) not in PLAIN_TYPES or not (t.is_cpu or cuda and t.is_cuda):
             return DISPATCH
         if t.requires_grad:
             kind = AUTOGRAD

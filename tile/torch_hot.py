@@ -29,7 +29,7 @@ import torch
 from backends.runner import debug_on
 from tile.torch_autograd import backward_of, c_apply
 from tile.torch_dtypes import TO_TORCH
-from tile.torch_lane import TorchLane, watched
+from tile.torch_lane import PLAIN_TYPES, TorchLane, watched
 
 __all__ = ["HotCall", "TileHotFunction", "checker", "hot_backward"]
 
@@ -38,9 +38,9 @@ _MISSING = object()
 
 def checker(types, reads=None, distinct: bool = False) -> Callable:
     """``check(tensors)``: each tensor's address (0 for a place not read: ``reads``, None for
-    every place read), or None where one read is not a plain contiguous CPU ``torch.Tensor`` of
-    its ``(dtype, shape)`` in ``types`` with memory of its own values (not a negative view, not a
-    ``ZeroTensor``, not storage-less), or (``distinct``) two read share an address. Made per
+    every place read), or None where one read is not a contiguous CPU tensor of ``PLAIN_TYPES``
+    and of its ``(dtype, shape)`` in ``types`` with memory of its own values (not a negative view,
+    not a ``ZeroTensor``, not storage-less), or (``distinct``) two read share an address. Made per
     signature with its loop unrolled (the checks of a 2-input call: ~1.1 us, not ~1.55 as a
     loop)."""
     reads = reads or (True,) * len(types)
@@ -50,7 +50,8 @@ def checker(types, reads=None, distinct: bool = False) -> Callable:
     lines = ["def check(tensors):", "    try:", f"        {unpack}"]
     if read:
         checks = " or ".join(
-            f"type(t{i}) is not Tensor or not t{i}.is_cpu or t{i}.dtype is not dt{i} "
+            f"type(t{i}) is not Tensor and type(t{i}) not in PLAIN_TYPES or not t{i}.is_cpu "
+            f"or t{i}.dtype is not dt{i} "
             f"or t{i}.shape != shape{i} or not t{i}.is_contiguous() or t{i}.is_neg()" for i in read)
         lines += [f"        if {checks}:", "            return None"]
         lines += [f"        p{i} = t{i}.data_ptr()" for i in read]
@@ -67,7 +68,7 @@ def checker(types, reads=None, distinct: bool = False) -> Callable:
         lines += [f"    if {same}:  # (one tensor twice: the general path copies)", "        return None"]
     lines.append(f"    return [{', '.join(f'p{i}' if reads[i] else '0' for i in range(len(types)))}]")
     source = "\n".join(lines)
-    scope = {"Tensor": torch.Tensor}
+    scope = {"Tensor": torch.Tensor, "PLAIN_TYPES": PLAIN_TYPES}
     for i, (dt, shape) in enumerate(types):
         scope[f"dt{i}"], scope[f"shape{i}"] = dt, shape
     exec(compile(source, f"<tile.torch_hot check of {len(types)} tensors>", "exec"), scope)
@@ -164,6 +165,11 @@ def hot_backward(hot: HotCall, needs: tuple):
     def fast(ctx, grads):
         # (grad mode on: ``create_graph``, a backward differentiated further: the general one)
         if len(grads) != m or grad_on() or watched() or debug_on():
+            return None
+        try:  # (``loss.sum().backward()``'s cotangent is one value broadcast, stride 0: copied
+            # contiguous, as the general path would copy it)
+            grads = [c if c is None or c.is_contiguous() else c.contiguous() for c in grads]
+        except RuntimeError:  # (a sparse cotangent: the general path's)
             return None
         both = (*ctx.saved_tensors, *grads)  # (unpacked: an input changed in place is refused)
         pointers = check(both)

@@ -30,6 +30,18 @@ LANES_KEPT = 64  # signatures an op keeps fast lanes for (each holds its program
 PLAIN, AUTOGRAD, DISPATCH, TRANSFORM = 0, 1, 2, 3  # how an eager call runs (``tile.torch._eager_kind``)
 
 
+def _plain_types() -> tuple[type, ...]:
+    """The tensor types whose calls nothing else sees: ``torch.Tensor``, and ``nn.Parameter``
+    where it disables ``__torch_function__`` (as it does: torch treats it as a plain tensor)."""
+    parameter = torch.nn.Parameter
+    if parameter.__torch_function__ is torch._C._disabled_torch_function_impl:
+        return (torch.Tensor, parameter)
+    return (torch.Tensor,)
+
+
+PLAIN_TYPES = _plain_types()  # (a module's weights among them: its calls are eager ones too)
+
+
 def watched() -> int:
     """What watches an eager call now, whatever its tensors: ``DISPATCH`` (``torch.compile``,
     tracing, a torch function or dispatch mode, forward-mode AD), ``TRANSFORM`` (a functorch
@@ -252,6 +264,6 @@ def learn(op, lanes: dict, slot: tuple, tensors, wrt, to_numpy, to_torch) -> Non
 
 
 __all__ = [
-    "AUTOGRAD", "DISPATCH", "LANES_KEPT", "PLAIN", "TRANSFORM", "TorchLane", "learn", "materialized",
-    "ordinary", "signature", "through_lane", "watched",
+    "AUTOGRAD", "DISPATCH", "LANES_KEPT", "PLAIN", "PLAIN_TYPES", "TRANSFORM", "TorchLane", "learn",
+    "materialized", "ordinary", "signature", "through_lane", "watched",
 ]
