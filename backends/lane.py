@@ -141,9 +141,9 @@ class Lane:
 
     def run(self, addresses: tuple) -> bool:
         """``__call__`` with the inputs' then the outputs' addresses in one tuple (the form a
-        small ``tile.torch`` call takes: ``TorchLane.plain_call``). On a host executor
-        (``raw_host``) there is no stream, and nothing to mark after the launches, which have run
-        when it returns."""
+        small ``tile.torch`` call takes: ``tile.torch_hot``). On a host executor (``raw_host``)
+        there is no stream, and nothing to mark after the launches, which have run when it
+        returns; a lane with an entry (``_one_call``) runs as that one builtin call."""
         program, ex = self.program, self.executor
         with program._lock:
             if not ex.raw_ready():
