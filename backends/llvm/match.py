@@ -145,6 +145,34 @@ def panel(v_range: int, cfg: VectorConfig, dtype: DType) -> tuple[int, int]:
     return width, max(1, min(4, -(-v_range // width)))
 
 
+LATENCY_FMAS = 8  # independent accumulators that keep two FMA pipes of 4 cycles' latency busy
+ROWS_CAP = 12  # the register tile's rows at most (16 with one vector a row: its FMAs read A from memory)
+
+
+def row_tile(rows: int, nv: int, budget: int) -> int:
+    """The micro-kernel's rows a tile ``MR`` for ``rows`` rows of ``nv`` vectors and ``budget``
+    accumulators: of the heights that fit, the one whose tiles (whole ones, then the remainder's
+    one tile per power of two, ``MicroKernel.over_rows``) take the fewest FMA cycles a reduction
+    point, a tile of ``r`` rows taking ``max(r * nv, LATENCY_FMAS) / 2`` (fewer accumulators
+    than that wait on the FMA latency); the tallest height unless another takes fewer cycles.
+    64 rows of one vector: 16 rows a tile (4 tiles), not 12 (5, then 4 rows at half speed)."""
+    cap = ROWS_CAP + 4 if nv == 1 else ROWS_CAP
+    base = max(1, min(rows, budget // nv, ROWS_CAP))
+    if not isinstance(rows, int) or rows <= base:
+        return base
+
+    def cycles(m: int) -> int:
+        rest = rows % m
+        parts = [m] * (rows // m) + [1 << b for b in range(rest.bit_length()) if rest >> b & 1]
+        return sum(max(r * nv, LATENCY_FMAS) for r in parts)
+
+    tops = range(1, max(1, min(rows, budget // nv, cap)) + 1)
+    best = min(cycles(m) for m in tops)
+    if cycles(base) == best:
+        return base
+    return max(m for m in tops if cycles(m) == best)
+
+
 def from_nest(kernel: Block) -> tuple[Block, tuple[int, int]] | None:
     """A ``gemm_tile`` nest read back (``stripe.gemm_nest``) as the flat GEMM it computes and its
     cache tiles ``(KC, NC)`` (the flat K tile, the N tile), which the micro-kernel blocks by
@@ -257,4 +285,5 @@ __all__ = [
     "host_vector_bytes",
     "panel",
     "panel_split",
+    "row_tile",
 ]

@@ -50,7 +50,16 @@ from backends.llvm.hoist import hoisted, over
 from backends.llvm.inline_blocks import inline_blocks
 from backends.llvm.intrinsics import binary
 from backends.llvm.loops import View, counted_loop, for_range, remainder, smin
-from backends.llvm.match import PACK_LIMIT, Shape, VectorConfig, analyse, cache_blocks, covers, panel
+from backends.llvm.match import (
+    PACK_LIMIT,
+    Shape,
+    VectorConfig,
+    analyse,
+    cache_blocks,
+    covers,
+    panel,
+    row_tile,
+)
 from backends.llvm.packing import Packing
 from backends.llvm.partials import microkernel_sums
 from backends.llvm.prefetch import Prefetch
@@ -80,7 +89,7 @@ class MicroKernel(Packing):
         budget = ACC_BUDGET.get(cfg.vector_bytes, 12)
         self.nv = nv_max
         rr = block.idxs[shape.r].range if shape.r is not None else 1
-        self.mr = max(1, min(rr, budget // nv_max, 12))
+        self.mr = row_tile(rr, nv_max, budget)  # (``match.row_tile``)
         # operands worth packing: vectors shared by the rows, in a block without constraints
         # (a guard might protect their reads), whose panel fits the scratch limit
         self.red_points = 1
