@@ -21,6 +21,7 @@ def _address(a: np.ndarray) -> int:
 
 
 def test_copies_keep_values_in_one_aligned_block(monkeypatch):
+    monkeypatch.setattr("tile.onnx.arena.LEAST", 1)
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal((3, 5)).astype(np.float32), np.arange(7, dtype=np.int64),
               np.array([True, False, True]), rng.standard_normal((64, 33)), np.zeros((0, 4), np.float16)]
@@ -37,19 +38,21 @@ def test_copies_keep_values_in_one_aligned_block(monkeypatch):
     assert arena([]) is None
     monkeypatch.setattr("tile.onnx.arena.MOST", 4096)
     assert arena([np.zeros(512)]) is not None and arena([np.zeros(513)]) is None  # past MOST: left as is
+    monkeypatch.setattr("tile.onnx.arena.LEAST", 2048)
+    assert arena([np.zeros(248)]) is None and arena([np.zeros(256)]) is not None  # below LEAST: too
 
 
 def test_the_lane_reads_its_constants_from_the_arena(monkeypatch):
     monkeypatch.delenv("TILE_DEBUG", raising=False)
     rng = np.random.default_rng(1)
-    w = rng.integers(-3, 4, (32, 128)).astype(np.float32)
+    w = rng.integers(-3, 4, (512, 128)).astype(np.float32)  # 256 KiB: enough for the arena
     b = rng.integers(-3, 4, (128,)).astype(np.float32)
     nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["y"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 32])],
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 512])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 128])],
                               [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     rep = Backend.prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), "llvm_cpu.0")
-    xs = [rng.integers(-4, 5, (8, 32)).astype(np.float32) for _ in range(3)]
+    xs = [rng.integers(-4, 5, (8, 512)).astype(np.float32) for _ in range(3)]
     first = rep.run([xs[0]])  # the general path, which makes the lane
     (lane,) = rep._lanes.values()
     (imp, _), = rep._cache.values()

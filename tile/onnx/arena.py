@@ -22,6 +22,7 @@ HUGE = 2 << 20  # x86-64's (and most arm64 kernels') transparent huge page
 MADV_HUGEPAGE = 14  # Linux's advice number
 ALIGN = 64  # each constant starts a cache line
 MOST = 256 << 20  # larger sets of constants stay where they are (no second copy of them at once)
+LEAST = 256 << 10  # smaller ones too: a huge page each would cost a lane 2 MiB for a few sets of L2
 
 
 def _madvise_huge(address: int, size: int) -> bool:
@@ -36,11 +37,12 @@ def _madvise_huge(address: int, size: int) -> bool:
 
 def arena(arrays: list[np.ndarray]) -> list[np.ndarray] | None:
     """Copies of ``arrays`` (C-contiguous) in one 2 MiB-aligned buffer advised as huge pages, in
-    order, each the same dtype, shape and values as its original; None when there is nothing to
-    place or more than ``MOST`` bytes."""
+    order, each the same dtype, shape and values as its original; None when there are fewer than
+    ``LEAST`` bytes to place (a small model's lane would hold a 2 MiB page for them) or more than
+    ``MOST``."""
     sizes = [(a.nbytes + ALIGN - 1) // ALIGN * ALIGN for a in arrays]
     total = sum(sizes)
-    if not arrays or total == 0 or total > MOST:
+    if not arrays or total < LEAST or total > MOST:
         return None
     span = (total + HUGE - 1) // HUGE * HUGE
     raw = np.empty(span + HUGE, np.uint8)
