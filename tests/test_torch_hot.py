@@ -255,3 +255,19 @@ def test_a_modules_parameters_take_the_hot_path(monkeypatch):
     Logged.seen.clear()
     assert torch.equal(mul(x, v).as_subclass(torch.Tensor), x * v.as_subclass(torch.Tensor))
     assert Logged.seen  # (it saw the call: the dispatcher's path)
+
+
+def test_the_usual_calls_function_declines_what_it_must():
+    """The usual lane's call (one output made like an input: written out per signature,
+    ``HotCall._usual``) refuses each wrong call, which the usual path then gets right."""
+    add = tt.op(ADD, name="hot_usual")
+    x, y = ints(3), ints(3, seed=1)
+    for _ in range(3):
+        add(x, y)
+    hot = add._hot
+    assert hot((x, y)) is not None and torch.equal(hot((x, y)), x + y)
+    for wrong in ((x.double(), y.double()), (ints(4), ints(4)), (ints(6)[::2], y), (x, x), (x,),
+                  (x, torch._neg_view(y)), (x, torch._efficientzerotensor(3)), (x, 1.0)):
+        assert hot(wrong) is None, wrong
+    assert torch.equal(add(x, x), 2 * x) and torch.equal(add(ints(6)[::2], y), ints(6)[::2] + y)
+    assert torch.equal(add(x.double(), y.double()), (x + y).double())

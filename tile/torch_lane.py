@@ -157,6 +157,17 @@ class TorchLane:
         made on)."""
         return self([t if t is None or ordinary(t) else materialized(t) for t in tensors])
 
+    def usual(self) -> tuple[Callable, int, Callable] | None:
+        """``(make, like, run)`` for the usual lane: one output, made by ``make(tensors[like])``
+        (``empty_like``), a lane that runs (``Lane.run`` on the inputs' then the output's
+        addresses); None for any other."""
+        if len(self.outputs) != 1 or self._launch is _nothing:
+            return None
+        make, _, _, _, like = self.outputs[0]
+        if make is None or like is None:
+            return None
+        return make, like, self.lane.run
+
     def launcher(self, form: bool = False) -> Callable:
         """``go(tensors, pointers)``: the call's outputs made (or, for an alias, the input they
         are) and the lane run on ``pointers`` (the inputs' addresses, checked by the caller: 0 for
