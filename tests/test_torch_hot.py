@@ -271,3 +271,20 @@ def test_the_usual_calls_function_declines_what_it_must():
         assert hot(wrong) is None, wrong
     assert torch.equal(add(x, x), 2 * x) and torch.equal(add(ints(6)[::2], y), ints(6)[::2] + y)
     assert torch.equal(add(x.double(), y.double()), (x + y).double())
+
+
+def test_torch_compile_traces_past_a_kept_hot_path():
+    """Dynamo traces into the op's call, hot path first: ``watched`` sees the compile and the op
+    becomes one graph node (``fullgraph``: no break), forward and backward."""
+    add = tt.op(ADD, name="hot_compiled")
+    x, y = ints(3), ints(3, seed=1)
+    xg = x.clone().requires_grad_()
+    for _ in range(3):
+        add(x, y)
+        add(xg, y).sum().backward()
+    assert add._hot is not None
+    f = torch.compile(lambda a, b: add(a, b).sum() * 2, fullgraph=True, backend="aot_eager")
+    xg.grad = None
+    out = f(xg, y)
+    out.backward()
+    assert torch.equal(out, (x + y).sum() * 2) and torch.equal(xg.grad, torch.full((3,), 2.0))
