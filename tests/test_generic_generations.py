@@ -64,3 +64,28 @@ def test_the_first_long_length_builds_the_products_template():
     gens = generations([3, 8, 72, 80, 136])
     assert gens["matmul->O"] == [3, 8, 72], gens
     assert gens["matmul->M"] == [3, 8, 72, 80], gens
+
+
+PV = "function (P[S, S], V[S, D]) -> (O) { O[i, d: S, D] = +(P[i, j] * V[j, d]); }"
+DQ = "function (DM[S, S], K[S, D]) -> (DQ) { DQ[i, d: S, D] = +(DM[i, j] * K[j, d]); }"
+
+
+def _product_inputs(n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(n)
+    return [rng.integers(-3, 4, size=s).astype(np.float32) for s in [(n, n), (n, 8)]]
+
+
+def test_a_form_serves_another_programs_kernel_the_same_up_to_names():
+    """The attention backward's ``dM K`` is the forward's ``P V`` with other names: once the first
+    program built the product's template (at S = 72, its first kernel a short length's), the second
+    program binds to it at 72 and 200 and generates nothing there; both exact (integer inputs)."""
+    first = tile.compile(PV, "llvm_cpu.0", SETTINGS)
+    second = tile.compile(DQ, "llvm_cpu.0", SETTINGS)
+    for exe, out in ((first, "O"), (second, "DQ")):
+        for n in (3, 72, 200):
+            before = generic.REGISTRY.generated
+            a, b = _product_inputs(n)
+            np.testing.assert_array_equal(exe(a, b)[out], a @ b, err_msg=f"{out} at {n}")
+            if exe is second and n > 64:
+                assert generic.REGISTRY.generated == before, f"the second program generated code at {n}"
+    assert generic.REGISTRY.generated >= 1

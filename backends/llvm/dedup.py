@@ -8,9 +8,9 @@ or a fill and the contraction after it, which ``codegen.generate`` builds togeth
 every field of its IR nodes (``_write``: block names, comments and locations dropped), every
 refinement, index and scalar name replaced by a canonical one in order of first appearance (the
 kernels' buffers first, in table order), and the dtypes added. Only name fields are renamed: a
-string where an operation, aggregation, tag, memory or parameter stands (``_LITERAL``) is written
-as it is, so an index called ``mul`` never makes a product look like a sum whose index is called
-``add``. Names are only looked up in the code generator, so two units with the same key generate
+string where an operation, aggregation, tag, memory or parameter stands (``symbolic.LITERAL``) is
+written as it is, so an index called ``mul`` never makes a product look like a sum whose index is
+called ``add``. Names are only looked up in the code generator, so two units with the same key generate
 the same code up to names; the buffers reach the function through its table by position, so one
 function serves every such unit with its own buffers.
 """
@@ -23,13 +23,9 @@ from dataclasses import replace
 
 from backends.hal import KernelInfo
 from backends.llvm.codegen import units
+from backends.llvm.symbolic import LITERAL
 from stripe.ir import Block
 
-# (node type, field): strings that are never names, though they may be spelled like one: an
-# operation, an aggregation, a tag, a memory, an attribute, a special's parameters
-_LITERAL = frozenset({("Intrinsic", "name"), ("Special", "name"), ("Special", "str_params"),
-                      ("Refinement", "agg_op"), ("Refinement", "tags"), ("Location", "name"),
-                      ("Block", "tags"), ("Block", "attrs")})
 _DROPPED = frozenset({("Block", "name"), ("Block", "comments"), ("Block", "location")})  # never in code
 _FIELDS: dict[type, tuple[tuple[str, bool], ...] | None] = {}  # a dataclass -> (field, literal) pairs
 
@@ -40,7 +36,7 @@ def _fields(t: type) -> tuple[tuple[str, bool], ...] | None:
         out = None
         if dataclasses.is_dataclass(t):
             n = t.__name__
-            out = tuple((f.name, (n, f.name) in _LITERAL) for f in dataclasses.fields(t)
+            out = tuple((f.name, (n, f.name) in LITERAL) for f in dataclasses.fields(t)
                         if (n, f.name) not in _DROPPED)
         _FIELDS[t] = out
     return _FIELDS[t]

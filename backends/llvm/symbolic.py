@@ -244,6 +244,69 @@ def _erase(x, out: list[str], ints: list) -> None:
         out.append(repr(x))
 
 
+# (node type, field): strings that are never names, though they may be spelled like one: an
+# operation, an aggregation, a tag, a memory, an attribute, a special's parameters
+LITERAL = frozenset({("Intrinsic", "name"), ("Special", "name"), ("Special", "str_params"),
+                     ("Refinement", "agg_op"), ("Refinement", "tags"), ("Location", "name"),
+                     ("Block", "tags"), ("Block", "attrs")})
+_DECLARES = frozenset({("Index", "name"), ("Refinement", "into"), ("Refinement", "from_")})
+_PLAIN, _LIT, _DECL = range(3)
+_ROLES: dict[type, tuple[tuple[str, int], ...]] = {}  # a dataclass -> its fields' roles (``canonical``)
+
+
+def canonical(x, buffers, canon: dict | None = None) -> str:
+    """``erased(x)`` with its names canonical: the buffers ``buffers`` (a kernel's table) written
+    ``%0, %1, ..`` in table order, the other refinement and index names as they are declared and
+    scalars as they appear; a string that names nothing declared before it, or stands where no
+    name does (``LITERAL``), as it is. Equal for two kernels equal up to integers and names whose
+    buffers sit at the same table positions, and then ``flat`` gives their integers in the same
+    order: a template made from one binds the other (``generic``'s forms across programs).
+    ``canon``, if given, receives each name's canonical one."""
+    canon = {} if canon is None else canon
+    canon.update((b, f"%{k}") for k, b in enumerate(buffers))
+    out: list[str] = []
+    _canon(x, out, canon, _PLAIN)
+    return "".join(out)
+
+
+def _canon(x, out: list[str], canon: dict, role: int) -> None:
+    t = type(x)
+    if t is str:
+        if role == _LIT:
+            out.append(repr(x))
+        elif role == _DECL or x.startswith("$"):
+            out.append(canon.setdefault(x, f"%{len(canon)}"))
+        else:
+            out.append(canon.get(x) or repr(x))
+        return
+    kind = _KINDS.get(t)
+    if kind is None:
+        kind = _KINDS[t] = _kind(t)
+    if kind == _INT or (kind == _FRACTION and x.denominator == 1):
+        out.append("#")
+    elif kind == _TUPLE:
+        out.append("(")
+        for y in x:
+            _canon(y, out, canon, role)
+            out.append(",")
+        out.append(")")
+    elif type(kind) is tuple:
+        roles = _ROLES.get(t)
+        if roles is None:
+            n = t.__name__
+            roles = _ROLES[t] = tuple(
+                (f, _LIT if (n, f) in LITERAL else _DECL if (n, f) in _DECLARES else _PLAIN) for f in kind)
+        out.append(t.__name__ + "(")
+        for name, r in roles:
+            _canon(getattr(x, name), out, canon, r)
+            out.append(";")
+        out.append(")")
+    elif kind == _FROZENSET:
+        out.append(repr(sorted(map(repr, x))))
+    else:
+        out.append(repr(x))
+
+
 def slots(x) -> int:
     """How many slots the template ``x`` has."""
     return _max_slot(x) + 1
