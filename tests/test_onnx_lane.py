@@ -10,6 +10,7 @@ import pytest
 onnx = pytest.importorskip("onnx", reason="tile.onnx needs the onnx package (pip install -e '.[onnx]')")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+from backends.lane import Lane  # noqa: E402
 from tile.onnx.backend import Backend  # noqa: E402
 from tile.onnx.lane import OnnxLane  # noqa: E402
 
@@ -43,8 +44,8 @@ def test_later_calls_take_the_lane_with_the_general_paths_results(monkeypatch):
     (lane,) = rep._lanes.values()
     assert isinstance(lane, OnnxLane)
     taken = []
-    original = OnnxLane.launch  # (both ``OnnxLane.__call__`` and ``PositionalCall`` launch through it)
-    monkeypatch.setattr(OnnxLane, "launch", lambda self, a: taken.append(1) or original(self, a))
+    original = Lane.run  # (``OnnxLane.__call__`` and ``PositionalCall`` both run the lane so)
+    monkeypatch.setattr(Lane, "run", lambda self, a: taken.append(1) or original(self, a))
     for x in [xs[0], *xs[1:]]:
         y, mx = rep.run([x])
         want_y, want_m = expected(x, w, b)

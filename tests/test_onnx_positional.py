@@ -111,3 +111,22 @@ def test_no_shortcut_without_a_lane(monkeypatch):
     check(rep.run(xs), *xs, w)
     check(rep.run(xs), *xs, w)
     assert rep._positional is None
+
+
+def test_one_array_given_twice_takes_the_general_path(monkeypatch):
+    """The lane's kernels read distinct buffers (noalias): the same array at two positions goes
+    the general way, with the right answer."""
+    monkeypatch.delenv("TILE_DEBUG", raising=False)
+    nodes = [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Mul", ["s", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4, 8])
+                                           for n in ("a", "b")],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])])
+    rep = Backend.prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), "llvm_cpu.0")
+    rng = np.random.default_rng(2)
+    a, b = (rng.integers(-4, 5, (4, 8)).astype(np.float32) for _ in range(2))
+    np.testing.assert_array_equal(rep.run([a, b]).y, (a + b) * b)
+    general = counted(monkeypatch)
+    np.testing.assert_array_equal(rep.run([b, a]).y, (b + a) * a)
+    assert not general
+    np.testing.assert_array_equal(rep.run([a, a]).y, (a + a) * a)
+    assert len(general) == 1
