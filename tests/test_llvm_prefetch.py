@@ -1,6 +1,7 @@
 """The micro-kernel's next-panel prefetch (backends/llvm/prefetch.py): a product reading its weight's
-panels in place (``Packing.in_place``) prefetches, during row tiles 1..NV of each panel (or K block),
-the memory right after it; nothing else prefetches. A prefetch changes no value: the products stay
+panels in place (``Packing.in_place``) prefetches, during row tiles 1..RATE*NV of each panel (or K
+block), the memory right after it (every point, or every other one with rows for 2 NV + 1 tiles);
+nothing else prefetches. A prefetch changes no value: the products stay
 exact on integer data over panels, K blocks, row remainders and thread counts."""
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def test_only_in_place_panels_with_several_row_tiles_prefetch():
     mk = _mk(PANELS, {"A": _ints(rng, 64, 128), "W": _ints(rng, 4, 128, 64)})
     assert mk.in_place_refs and isinstance(mk.prefetch, Prefetch)
     assert not mk.blocking and mk.prefetch.span() == 128 * 64  # the next panel: right after this one
+    assert mk.mr == 6 and mk.prefetch.rate == 2  # 10 whole tiles: every other point, over 8 tiles
+    mk = _mk(PANELS, {"A": _ints(rng, 30, 128), "W": _ints(rng, 4, 128, 64)})
+    assert mk.prefetch.rate == 1  # 5 tiles: every point, over 4
     # a weight packed each call (its scratch is already near): no prefetch
     mk = _mk(KMAJOR, {"A": _ints(rng, 64, 256), "W": _ints(rng, 256, 256)})
     assert mk.pack_refs and not mk.in_place_refs and mk.prefetch is None
@@ -67,7 +71,7 @@ def test_the_panel_product_emits_prefetches_and_the_k_major_one_none():
 
 
 @pytest.mark.parametrize("threads", [1, 3])
-@pytest.mark.parametrize("shape", [(64, 256, 4), (70, 512, 3), (25, 64, 2), (12, 96, 5)])
+@pytest.mark.parametrize("shape", [(64, 256, 4), (70, 512, 3), (25, 64, 2), (12, 96, 5), (61, 129, 3)])
 def test_products_with_prefetches_stay_exact(shape, threads):
     m, k, p = shape
     rng = np.random.default_rng(m + k + p)
