@@ -130,3 +130,19 @@ def test_one_array_given_twice_takes_the_general_path(monkeypatch):
     assert not general
     np.testing.assert_array_equal(rep.run([a, a]).y, (a + a) * a)
     assert len(general) == 1
+
+
+def test_no_shortcut_where_an_input_value_decides_a_shape(monkeypatch):
+    """Reshape's shape given as an input: the key holds its value, so calls of one signature but
+    another value must take the general path (a new program), never the last one's lane."""
+    monkeypatch.delenv("TILE_DEBUG", raising=False)
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+                                           helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    rep = Backend.prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), "llvm_cpu.0")
+    x = np.arange(-6, 6, dtype=np.float32).reshape(2, 6)
+    for shape in ([3, 4], [4, 3], [3, 4], [12, 1]):
+        y = rep.run([x, np.array(shape, np.int64)]).y
+        np.testing.assert_array_equal(y, np.maximum(x.reshape(shape), 0))
+    assert rep.fixed == {"s"} and rep._positional is None

@@ -82,6 +82,7 @@ class BackendRep(_BackendRep):
                 if not new:
                     raise
                 self.fixed |= new
+                self._positional = None  # (keys hold these inputs' values from now on)
                 continue
             settings = dict(self.settings)
             if imp.narrow and self.target != "interp":
