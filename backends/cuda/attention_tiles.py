@@ -14,9 +14,34 @@ from __future__ import annotations
 from backends.clike.attention import offset
 from backends.clike.kernel import KernelEmitter
 from backends.cuda.mma import instruction
+from backends.cuda.schedule import operation
 from tile.dtypes import DType
 
 PACK = {DType.FLOAT16: "cvt.rn.f16x2.f32", DType.BFLOAT16: "cvt.rn.bf16x2.f32"}
+MODES = {DType.FLOAT16: "f16", DType.BFLOAT16: "bf16"}  # the unit's precision mode per operand type
+
+
+def operands(em: KernelEmitter, plan_type, ins: tuple[str, ...], outs: tuple[str, ...], out_types,
+             need: int, widest: int):
+    """``(plan, operation)`` where the block ``em`` emits has a plan of ``plan_type`` whose refinements
+    ``ins`` are all float16 or all bfloat16 and ``outs`` of ``out_types``, each passed to the
+    kernel, on a target with work-groups that reorders and has the tensor cores for that type,
+    with heads at most ``widest`` wide (padded) and ``need`` bytes of ``__local`` memory it has;
+    else None."""
+    b, t, p = em.block, em.t, em.block.plan
+    if not (t.workgroups and t.contract and isinstance(p, plan_type)):
+        return None
+    dts = {b.ref(n).shape.dtype for n in ins}
+    if len(dts) != 1 or next(iter(dts)) not in MODES:
+        return None
+    if any(b.ref(n).shape.dtype not in out_types for n in outs):
+        return None
+    if any(b.ref(n).source not in em.ptrs for n in (*ins, *outs)):
+        return None
+    if padded(p.depth) > widest or padded(p.width) > widest or need > t.local_bytes:
+        return None
+    found = operation(t.matrix_units, f"tensor_core.{MODES[next(iter(dts))]}")
+    return (p, found[1]) if found is not None else None
 
 
 def padded(n: int) -> int:
@@ -176,32 +201,42 @@ class Printer:
     def times_rows(self, acc: str, a: str, tile: str, n_rows: int, width: int) -> None:
         """``acc[n_rows / 8][4] += a · tileᵀ``: ``a`` the A fragments over the tile's ``width``
         columns, the tile's ``n_rows`` rows the product's columns (B from rows, ``ldmatrix``)."""
+        self._times(acc, a, tile, n_rows // 16, width // 16, "n * 16 + (lane & 7) + (lane >> 4) * 8",
+                    "2 * k + ((lane >> 3) & 1)", width, False)
+
+    def times_tile(self, acc: str, a: str, tile: str, n_rows: int, width: int) -> None:
+        """``acc[width / 8][4] += a · tile``: ``a`` the A fragments over the tile's ``n_rows`` rows
+        (``n_rows / 16`` of them), the tile's ``width`` columns the product's (``ldmatrix.trans``)."""
+        self._times(acc, a, tile, width // 16, n_rows // 16, "k * 16 + (lane & 7) + ((lane >> 3) & 1) * 8",
+                    "2 * n + (lane >> 4)", width, True)
+
+    def _times(self, acc: str, a: str, tile: str, pairs: int, steps: int, row: str, chunk: str, width: int,
+               trans: bool) -> None:
+        """``acc`` += ``a`` times a tile: per pair ``n`` of 8-column fragments and step ``k`` of 16,
+        one ``ldmatrix`` (each lane's row and chunk of the swizzled tile) and two products."""
         self.line("#pragma unroll")
-        self.line(f"for (int n = 0; n < {n_rows // 16}; n++) {{")
+        self.line(f"for (int n = 0; n < {pairs}; n++) {{")
         self.line("#pragma unroll")
-        self.line(f"for (int k = 0; k < {width // 16}; k++) {{")
+        self.line(f"for (int k = 0; k < {steps}; k++) {{")
         self.line("uint bb[4];")
-        self.ldmatrix([f"bb[{e}]" for e in range(4)], tile, "n * 16 + (lane & 7) + (lane >> 4) * 8",
-                      "2 * k + ((lane >> 3) & 1)", width, False)
+        self.ldmatrix([f"bb[{e}]" for e in range(4)], tile, row, chunk, width, trans)
         self.product(f"{acc}[2 * n]", f"{a}[k]", "bb[0]", "bb[1]")
         self.product(f"{acc}[2 * n + 1]", f"{a}[k]", "bb[2]", "bb[3]")
         self.line("}")
         self.line("}")
 
-    def times_tile(self, acc: str, a: str, tile: str, n_rows: int, width: int) -> None:
-        """``acc[width / 8][4] += a · tile``: ``a`` the A fragments over the tile's ``n_rows`` rows
-        (``n_rows / 16`` of them), the tile's ``width`` columns the product's (``ldmatrix.trans``)."""
+    def row_max(self, acc: str, n: int) -> None:
+        """Declares ``x0``, ``x1``: the running maxima ``m0``, ``m1`` of the lane's two rows with
+        the largest of their elements in the accumulator fragments ``acc[n][4]`` (over the four
+        lanes that hold a row)."""
+        self.line("float x0 = -INFINITY, x1 = -INFINITY;")
         self.line("#pragma unroll")
-        self.line(f"for (int n = 0; n < {width // 16}; n++) {{")
-        self.line("#pragma unroll")
-        self.line(f"for (int k = 0; k < {n_rows // 16}; k++) {{")
-        self.line("uint bb[4];")
-        self.ldmatrix([f"bb[{e}]" for e in range(4)], tile, "k * 16 + (lane & 7) + ((lane >> 3) & 1) * 8",
-                      "2 * n + (lane >> 4)", width, True)
-        self.product(f"{acc}[2 * n]", f"{a}[k]", "bb[0]", "bb[1]")
-        self.product(f"{acc}[2 * n + 1]", f"{a}[k]", "bb[2]", "bb[3]")
-        self.line("}")
-        self.line("}")
+        self.line(f"for (int n = 0; n < {n}; n++) {{ x0 = fmaxf(x0, fmaxf({acc}[n][0], {acc}[n][1])); "
+                  f"x1 = fmaxf(x1, fmaxf({acc}[n][2], {acc}[n][3])); }}")
+        for x in ("x0", "x1"):
+            self.line(f"{x} = fmaxf({x}, __shfl_xor_sync(0xffffffffu, {x}, 1));")
+            self.line(f"{x} = fmaxf({x}, __shfl_xor_sync(0xffffffffu, {x}, 2));")
+        self.line("x0 = fmaxf(m0, x0); x1 = fmaxf(m1, x1);")
 
     def zeros(self, acc: str, n: int) -> None:
         """Declares ``acc[n][4]`` zeroed (accumulator fragments)."""
@@ -244,4 +279,4 @@ class Printer:
         self.line("}")
 
 
-__all__ = ["PACK", "Printer", "padded"]
+__all__ = ["MODES", "PACK", "Printer", "operands", "padded"]

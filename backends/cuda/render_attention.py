@@ -36,15 +36,13 @@ from __future__ import annotations
 import math
 
 from backends.clike.kernel import KernelEmitter, KernelSource
-from backends.cuda.attention_tiles import Printer, padded
+from backends.cuda.attention_tiles import Printer, operands, padded
 from backends.cuda.mma import COMMIT
-from backends.cuda.schedule import operation
 from stripe.plans import AttentionPlan
 from tile.dtypes import DType
 
 BLOCK_KEYS = 64  # keys a step
 WIDEST = 128  # the widest head (Q·K depth or V width, padded to 16) whose fragments fit in registers
-_MODES = {DType.FLOAT16: "f16", DType.BFLOAT16: "bf16"}
 _OUTS = (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16)
 
 
@@ -61,18 +59,10 @@ def local_bytes(p: AttentionPlan) -> int:
 
 def takes(em: KernelEmitter) -> tuple | None:
     """``(plan, operation)`` when the block runs on the tensor cores (module docstring), else None."""
-    b, t, p = em.block, em.t, em.block.plan
-    if not (t.workgroups and t.contract and isinstance(p, AttentionPlan)) or p.scores:
+    p = em.block.plan
+    if not isinstance(p, AttentionPlan) or p.scores:
         return None
-    dts = {b.ref(n).shape.dtype for n in (p.q, p.k, p.v)}
-    if len(dts) != 1 or next(iter(dts)) not in _MODES or b.ref(p.out).shape.dtype not in _OUTS:
-        return None
-    if any(b.ref(n).source not in em.ptrs for n in (p.q, p.k, p.v, p.out)):
-        return None
-    if padded(p.depth) > WIDEST or padded(p.width) > WIDEST or local_bytes(p) > t.local_bytes:
-        return None
-    found = operation(t.matrix_units, f"tensor_core.{_MODES[next(iter(dts))]}")
-    return (p, found[1]) if found is not None else None
+    return operands(em, AttentionPlan, (p.q, p.k, p.v), (p.out,), _OUTS, local_bytes(p), WIDEST)
 
 
 def source(em: KernelEmitter) -> KernelSource | None:
@@ -160,14 +150,7 @@ class _Writer(Printer):
         line(f"if (!({self.box('i0', br, 'j0', bc, True)} && j0 + {bc} <= {p.keys})) {{")
         self.masked("s", sn, "r0", "j0", "-INFINITY")
         line("}")
-        line("float x0 = -INFINITY, x1 = -INFINITY;")
-        line("#pragma unroll")
-        line(f"for (int n = 0; n < {sn}; n++) {{ x0 = fmaxf(x0, fmaxf(s[n][0], s[n][1])); "
-             "x1 = fmaxf(x1, fmaxf(s[n][2], s[n][3])); }")
-        for x in ("x0", "x1"):
-            line(f"{x} = fmaxf({x}, __shfl_xor_sync(0xffffffffu, {x}, 1));")
-            line(f"{x} = fmaxf({x}, __shfl_xor_sync(0xffffffffu, {x}, 2));")
-        line("x0 = fmaxf(m0, x0); x1 = fmaxf(m1, x1);")
+        self.row_max("s", sn)
         line("const float u0 = x0 == -INFINITY ? 0.0f : x0, u1 = x1 == -INFINITY ? 0.0f : x1;")
         line("const float a0 = exp2f(m0 - u0), a1 = exp2f(m1 - u1);")
         line("m0 = x0; m1 = x1; l0 *= a0; l1 *= a1;")

@@ -30,16 +30,14 @@ from __future__ import annotations
 import math
 
 from backends.clike.kernel import KernelEmitter, KernelSource
-from backends.cuda.attention_tiles import Printer, padded
+from backends.cuda.attention_tiles import Printer, operands, padded
 from backends.cuda.mma import COMMIT
-from backends.cuda.schedule import operation
 from stripe.plans import AttentionBackwardPlan
 from tile.dtypes import DType
 
 WARPS = 4  # a work-group's warps: 64 query rows (part dq) or keys (part dkv)
 WIDEST = 128
 _F32 = DType.FLOAT32
-_MODES = {DType.FLOAT16: "f16", DType.BFLOAT16: "bf16"}
 _FLOATS = (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16)
 _WAIT_ALL = 'asm volatile("cp.async.wait_group 0;" ::: "memory");'
 
@@ -59,23 +57,11 @@ def local_bytes(p: AttentionBackwardPlan) -> int:
 
 def takes(em: KernelEmitter) -> tuple | None:
     """``(plan, operation)`` when the part runs on the tensor cores (module docstring), else None."""
-    b, t, p = em.block, em.t, em.block.plan
-    if not (t.workgroups and t.contract and isinstance(p, AttentionBackwardPlan)):
+    p = em.block.plan
+    if not isinstance(p, AttentionBackwardPlan) or p.scores or p.grad_scores:
         return None
-    if p.scores or p.grad_scores:
-        return None
-    dts = {b.ref(n).shape.dtype for n in (p.q, p.k, p.v, p.do)}
-    if len(dts) != 1 or next(iter(dts)) not in _MODES:
-        return None
-    outs = [p.mx, p.z, p.dz, *((p.dq,) if p.part == "dq" else (p.dk, p.dv))]
-    if any(b.ref(n).shape.dtype not in _FLOATS for n in outs):
-        return None
-    if any(b.ref(n).source not in em.ptrs for n in (p.q, p.k, p.v, p.do, *outs)):
-        return None
-    if padded(p.depth) > WIDEST or padded(p.width) > WIDEST or local_bytes(p) > t.local_bytes:
-        return None
-    found = operation(t.matrix_units, f"tensor_core.{_MODES[next(iter(dts))]}")
-    return (p, found[1]) if found is not None else None
+    outs = (p.mx, p.z, p.dz, *((p.dq,) if p.part == "dq" else (p.dk, p.dv)))
+    return operands(em, AttentionBackwardPlan, (p.q, p.k, p.v, p.do), outs, _FLOATS, local_bytes(p), WIDEST)
 
 
 def source(em: KernelEmitter) -> KernelSource | None:
@@ -173,14 +159,7 @@ class _Writer(Printer):
             line("}")
 
         def online() -> None:
-            line("float x0 = -INFINITY, x1 = -INFINITY;")
-            line("#pragma unroll")
-            line(f"for (int n = 0; n < {sn}; n++) {{ x0 = fmaxf(x0, fmaxf(s[n][0], s[n][1])); "
-                 "x1 = fmaxf(x1, fmaxf(s[n][2], s[n][3])); }")
-            for x in ("x0", "x1"):
-                line(f"{x} = fmaxf({x}, __shfl_xor_sync(0xffffffffu, {x}, 1));")
-                line(f"{x} = fmaxf({x}, __shfl_xor_sync(0xffffffffu, {x}, 2));")
-            line("x0 = fmaxf(m0, x0); x1 = fmaxf(m1, x1);")
+            self.row_max("s", sn)
             line("const float a0 = m0 == -INFINITY ? 0.0f : exp2f(c2 * (m0 - x0));")
             line("const float a1 = m1 == -INFINITY ? 0.0f : exp2f(c2 * (m1 - x1));")
             line("l0 *= a0; l1 *= a1; od0 *= a0; od1 *= a1; m0 = x0; m1 = x1;")
