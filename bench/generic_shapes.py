@@ -145,12 +145,16 @@ def product_speed(repeat: int, sizes=(64, 100, 256, 257, 512)) -> str:
     return "\n".join(lines)
 
 
-def speed(repeat: int, shapes=((100, 64), (1000, 64), (4096, 256))) -> str:
-    """Best-of-``repeat`` call time of each program, generic (its bucket built at two other
-    lengths first) against specialized, interleaved call by call; outputs compared first."""
+def speed(
+    repeat: int, shapes=((100, 64), (1000, 64), (4096, 256)), only=("chain", "row sum", "softmax")
+) -> str:
+    """Best-of-``repeat`` call time of each program (``only``: those named), generic (its bucket built
+    at two other lengths first) against specialized, interleaved call by call; outputs compared first."""
     lines = [f"speed: best of {repeat} calls, interleaved; load average {_load()}",
              f"{'program':<10}{'shape':>12}{'specialized us':>16}{'generic us':>12}{'ratio':>8}"]
     for name, src in (("chain", CHAIN), ("row sum", ROWS), ("softmax", SOFTMAX)):
+        if name not in only:
+            continue
         for n, d in shapes:
             generic.REGISTRY.clear()
             rng = np.random.default_rng(n)

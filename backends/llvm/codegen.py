@@ -66,6 +66,8 @@ RUNTIME_LOCALS = 16 << 10  # bytes: a generic kernel's locals of run-time sizes,
 class KernelCodegen:
     """Generates one kernel's functions into ``em.module``."""
 
+    row_bytes = 0  # a generic kernel's ``rowreduce`` vector bytes (``generic._build``; 0: plain loops)
+
     def __init__(
         self,
         em: Emitter,
@@ -189,8 +191,8 @@ class KernelCodegen:
         idxs = block.idxs
         split = bounds is not None and self.schedule.split  # else [lo, hi) is the whole range
         sums = self.sum_plan(block, order, parent_views, bounded if split else -1)
-        rows = None if sums is not None or self.slots else row_plan(  # ``rowreduce``
-            block, order, self.ref_dtypes(block, parent_views), self.vector.vector_bytes,
+        rows = None if sums is not None or self.slots and not self.row_bytes else row_plan(  # ``rowreduce``
+            block, order, self.ref_dtypes(block, parent_views), self.row_bytes or self.vector.vector_bytes,
             self.vector.reassoc, order[bounded] if bounds is not None and bounded < len(order) else None,
         )
         if rows is not None and order[-1] != rows.k:  # its reduction index moves innermost

@@ -22,8 +22,10 @@ most ``gemm_tile.GENERIC_FLAT_POINTS`` points (a GEMM ``gemm_tile`` left flat un
 runs as plain loops, a product too (``_short_flat``). ``generic_products``
 instead runs products as plain loops (with ``tiled=False``: the previous form, one build for all
 lengths but slow at large sizes). A plain-loop generic kernel sums as written (no ``partials``
-blocks, which depend on the extents); LLVM may still vectorize a float sum (reassociation, as
-docs/semantics.md §8.3 allows, never under ``strict``). Any code generator decision that would
+blocks, which depend on the extents), except a row reduction along a contiguous index, which runs
+``rowreduce``'s vector loop as the specialized kernel does, its row length fixed or at run time;
+LLVM may still vectorize a float sum (reassociation, as docs/semantics.md §8.3 allows, never under
+``strict``). Any code generator decision that would
 read a slot as a number raises ``symbolic.SlotUsed``: that bucket is built specialized instead.
 Results are those of the kernel the template is instantiated at, only the integers come at run
 time: a generic kernel is exact wherever the specialized one is.
@@ -424,6 +426,7 @@ def _build(kernels, plan, todo, vector, opt: int, unroll: bool, settings, cpu, f
             if sig is None:
                 cg = KernelCodegen(em, 0, generic_info, sched, buffer_dtypes(info, plan.dtypes),
                                    vector, slots=n)
+                cg.row_bytes = plan.vector.vector_bytes  # rows as vectors (``rowreduce``), as specialized
             else:  # a product: the micro-kernel with the bucket's tiles, under each thread split
                 block, epi = template
                 tiles = generic_tiles.plan(block, sig[0], plan.vector, epi is None or epi.partials)

@@ -15,6 +15,11 @@ This reorders the element's aggregation, which docs/semantics.md §8.3 allows fo
 (reassociated) and for max/min (any order; a tie of zeros may give either zero, NaN still wins):
 only when ``VectorConfig.reassoc`` (never under ``strict``). Sums long enough to go through
 ``partials`` (past ``sum_block`` points) are left to it.
+
+In a shape-generic kernel (``generic``) the plan reads no run-time integer (``symbolic.Slot``) as a
+number: a slot range counts as longer than one point, and any other slot it would read (a stride,
+say) leaves the block to the plain loops. A reduction index of run-time range ``n`` runs the same
+vector loop to ``n`` and its masked last vector only when ``n`` is not a multiple of ``W``.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from llvmlite import ir
 from backends.llvm.intrinsics import unordered_minmax
 from backends.llvm.loops import View, counted_loop
 from backends.llvm.scalars import F32, F64, I32, I64, PTR, i64
+from backends.llvm.symbolic import SlotUsed, is_slot
 from stripe.ir import Block, Intrinsic, Load, RefDir, Store
 from tile.dtypes import DType
 
@@ -37,7 +43,7 @@ IDENTITY = {"add": -0.0, "max": float("-inf"), "min": float("inf")}
 @dataclass(frozen=True)
 class RowPlan:
     """A matched block: the innermost loop's index position ``k``, its name, the output, the
-    element type, and each input's stride along ``k`` (0 or 1)."""
+    element type, each input's stride along ``k`` (0 or 1), and the lanes of a vector."""
 
     k: int
     name: str
@@ -45,6 +51,7 @@ class RowPlan:
     agg: str
     dtype: DType
     strides: tuple[tuple[str, int], ...]
+    width: int
 
 
 def plan(
@@ -56,6 +63,18 @@ def plan(
     the caller then moves innermost (unless it is ``fixed``, the thread-split index: refused)."""
     if not reassoc or not vector_bytes or not order:
         return None
+    try:
+        return _plan(block, order, dtypes, vector_bytes, fixed)
+    except SlotUsed:  # a generic kernel's run-time integer would decide it: plain loops
+        return None
+
+
+def _longer(n, than: int) -> bool:
+    """Whether a range ``n`` (a run-time slot counts as long) is above ``than``."""
+    return is_slot(n) or n > than
+
+
+def _plan(block: Block, order, dtypes: dict[str, DType], vector_bytes: int, fixed) -> RowPlan | None:
     stores = [s for s in block.stmts if isinstance(s, Store)]
     if len(stores) != 1 or any(not isinstance(s, (Load, Store, Intrinsic)) for s in block.stmts):
         return None
@@ -75,10 +94,12 @@ def plan(
     if any(len(r.access) != len(r.shape.dims) for r in block.refs):
         return None
 
-    def stride(r, name: str) -> int:
-        return sum((int(a.coeff(name)) * d.stride for a, d in zip(r.access, r.shape.dims)), start=0)
+    def stride(r, name: str) -> int:  # (a dimension the index does not move reads no stride)
+        moves = [(int(a.coeff(name)), d) for a, d in zip(r.access, r.shape.dims) if a.coeff(name) != 0]
+        return sum((c * d.stride for c, d in moves), start=0)
 
-    reductions = [k for k in order if block.idxs[k].range > 1 and stride(out, block.idxs[k].name) == 0]
+    ixs = block.idxs
+    reductions = [k for k in order if stride(out, ixs[k].name) == 0 and _longer(ixs[k].range, 1)]
     if reductions and reductions[-1] == order[-1]:
         k = order[-1]
     elif len(reductions) == 1:
@@ -88,7 +109,8 @@ def plan(
     if k == fixed:
         return None
     ix = block.idxs[k]
-    if ix.range < vector_bytes // dtype.numpy.itemsize or ix.affine is not None and not ix.affine.is_constant:
+    width = vector_bytes // dtype.numpy.itemsize
+    if not _longer(ix.range, width - 1) or ix.affine is not None and not ix.affine.is_constant:
         return None
     if any(ix.name in c.vars for c in block.constraints):
         return None
@@ -96,7 +118,7 @@ def plan(
     strides = tuple((r.into, stride(r, ix.name)) for r in block.refs if r.into in loads)
     if any(st not in (0, 1) for _, st in strides):
         return None
-    return RowPlan(k, ix.name, out.into, out.agg_op, dtype, strides)
+    return RowPlan(k, ix.name, out.into, out.agg_op, dtype, strides, width)
 
 
 class RowEmitter:
@@ -112,11 +134,16 @@ class RowEmitter:
     def suffix(self) -> str:
         return f"v{self.width}f{64 if self.scalar is F64 else 32}"
 
-    def splat(self, x: ir.Value) -> ir.Value:
+    def splat(self, x: ir.Value, vt: ir.VectorType | None = None) -> ir.Value:
         b = self.em.builder
-        undef = ir.Constant(self.vt, ir.Undefined)
+        undef = ir.Constant(vt or self.vt, ir.Undefined)
         one = b.insert_element(undef, x, ir.Constant(I32, 0))
         return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, self.width), [0] * self.width))
+
+    def splat_i64(self, x: ir.Value) -> ir.Value:
+        if isinstance(x, ir.Constant):
+            return ir.Constant(ir.VectorType(I64, self.width), [x.constant] * self.width)
+        return self.splat(x, ir.VectorType(I64, self.width))
 
     def load(self, view: View, pos: ir.Value, mask: ir.Value | None) -> ir.Value:
         b = self.em.builder
@@ -174,36 +201,48 @@ def emit(cg, block: Block, p: RowPlan, vals: dict[str, ir.Value], start: ir.Valu
     """The innermost loop of ``p`` at the point ``vals`` (every other index bound) as vector code;
     ``start``: the index's first value. ``cg`` is the ``KernelCodegen`` (views, the emitter)."""
     em = cg.em
-    b = em.builder
-    width = cg.vector.vector_bytes // p.dtype.numpy.itemsize
+    width = p.width
     r = RowEmitter(em, p, width)
     views = {ref.into: cg.view(block, ref, {**vals, p.name: start}, parent_views) for ref in block.refs}
     n = block.idxs[p.k].range
-    unroll = max(1, min(UNROLL, n // width))
+    known = not is_slot(n)
+    unroll = max(1, min(UNROLL, n // width)) if known else UNROLL
     accs = [em.alloca(r.vt) for _ in range(unroll)]
     for a in accs:
-        b.store(r.identity, a)
+        em.builder.store(r.identity, a)
 
     def step(j: ir.Value) -> None:
         for u, a in enumerate(accs):
             at = em.builder.add(j, i64(u * width)) if u else j
             em.builder.store(r.combine(em.builder.load(a, typ=r.vt), r.value(block, views, at, None)), a)
 
-    end = counted_loop(b, i64(0), i64(n), step, unroll * width, whole=True)
-    full = n // width * width
-    if unroll > 1 and full > n // (unroll * width) * unroll * width:
+    def single(j: ir.Value) -> None:
+        acc = em.builder.load(accs[0], typ=r.vt)
+        em.builder.store(r.combine(acc, r.value(block, views, j, None)), accs[0])
 
-        def single(j: ir.Value) -> None:
-            acc = em.builder.load(accs[0], typ=r.vt)
-            em.builder.store(r.combine(acc, r.value(block, views, j, None)), accs[0])
+    def tail(full: ir.Value, left: ir.Value) -> None:  # the masked last vector: ``left`` lanes
+        b = em.builder
+        lanes = ir.Constant(ir.VectorType(I64, width), list(range(width)))
+        mask = b.icmp_unsigned("<", lanes, r.splat_i64(left))
+        b.store(r.combine(b.load(accs[0], typ=r.vt), r.value(block, views, full, mask)), accs[0])
 
-        end = counted_loop(em.builder, end, i64(full), single, width)
+    if known:
+        end = counted_loop(em.builder, i64(0), i64(n), step, unroll * width, whole=True)
+        full = n // width * width
+        if unroll > 1 and full > n // (unroll * width) * unroll * width:
+            end = counted_loop(em.builder, end, i64(full), single, width)
+        if n > full:
+            tail(i64(full), i64(n - full))
+    else:  # a run-time range: the same loops to it, the masked vector only where lanes are left
+        length = cg.num(n)
+        end = counted_loop(em.builder, i64(0), length, step, unroll * width, whole=True)
+        full = em.builder.and_(length, i64(-width))  # (``width`` is a power of two)
+        counted_loop(em.builder, end, full, single, width)
+        left = em.builder.sub(length, full)
+        with em.builder.if_then(em.builder.icmp_signed("!=", left, i64(0)), likely=False):
+            tail(full, left)
     b = em.builder
     total = [b.load(a, typ=r.vt) for a in accs]
-    if n > full:
-        lanes = ir.Constant(ir.VectorType(I64, width), list(range(width)))
-        mask = b.icmp_unsigned("<", lanes, ir.Constant(ir.VectorType(I64, width), [n - full] * width))
-        total[0] = r.combine(total[0], r.value(block, views, i64(full), mask))
     while len(total) > 1:
         total = [r.combine(total[i], total[i + 1]) if i + 1 < len(total) else total[i]
                  for i in range(0, len(total), 2)]
