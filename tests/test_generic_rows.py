@@ -34,15 +34,17 @@ def vector_width() -> int:
     return host_vector_bytes(host_target()[1])
 
 
-def run_lengths(src: str, shapes, dtype=np.float32, settings: dict | None = None):
+def run_lengths(src: str, shapes, dtype=np.float32, settings: dict | None = None, every: bool = False):
     """Compile ``src`` generic, run it at ``shapes`` against the interpreter (exactly), and return
-    the generic kernel count of the last call."""
+    the generic kernel count of the last call (``every``: of each call, as a list)."""
     exe = tile.compile(src, "llvm_cpu.0", {"generic": True, "cache": False, **(settings or {})})
     ref = tile.compile(src, "interp")
+    counts = []
     for k, shape in enumerate(shapes):
         x = ints(shape, k).astype(dtype)
         np.testing.assert_array_equal(exe(x)["O"], ref(x)["O"], err_msg=f"{src} at {shape}")
-    return generic_info(exe, x)["kernels"]
+        counts.append(generic_info(exe, x)["kernels"])
+    return counts if every else counts[-1]
 
 
 @pytest.fixture
@@ -67,8 +69,8 @@ def test_fixed_row_length_generic_rows_are_vector_reductions(agg, generic_rows):
     the specialized kernel at 1000x64, bench/RESULTS.md)."""
     if not vector_width():
         pytest.skip("the host has no float vectors rowreduce uses")
-    kernels = run_lengths(row_program(agg), [(n, 64) for n in (5, 9, 13, 100, 1000, 3)])
-    assert kernels >= 1
+    counts = run_lengths(row_program(agg), [(n, 64) for n in (5, 9, 13, 100, 1000, 3)], every=True)
+    assert all(c >= 1 for c in counts[1:]), f"generic kernels per length: {counts}"
     assert generic_rows and all(a == {"+": "add", ">": "max", "<": "min"}[agg] for a, _ in generic_rows)
     assert all(n == 64 for _, n in generic_rows)  # the row length stays a constant
     if agg == "+":  # (LLVM vectorizes a plain loop's max or min too, never this sum)
@@ -78,15 +80,16 @@ def test_fixed_row_length_generic_rows_are_vector_reductions(agg, generic_rows):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("agg", list(AGGS))
 def test_run_time_row_length_every_tail_exact(agg, dtype, generic_rows):
-    """N = 7, D varies through every tail of a vector and short rows: one template, the row length
-    at run time, equal to the interpreter."""
+    """D varies through every tail of a vector and short rows (N = D + 4: with N fixed the zero fill
+    before the sum has no run-time integer, so neither runs generic): the row length at run time,
+    equal to the interpreter, every length past the template's two run generic."""
     from backends.llvm import symbolic
 
     if not vector_width():
         pytest.skip("the host has no float vectors rowreduce uses")
-    lengths = (20, 24, 16, 17, 31, 33, 64, 65, 100, 130, 5, 2, 3)
-    kernels = run_lengths(row_program(agg), [(7, d) for d in lengths], dtype)
-    assert kernels >= 1
+    lengths = (20, 24, 17, 31, 33, 64, 65, 100, 130, 16, 5, 2, 3)
+    counts = run_lengths(row_program(agg), [(d + 4, d) for d in lengths], dtype, every=True)
+    assert all(c >= 1 for c in counts[1:9]), f"generic kernels per length: {counts}"
     assert generic_rows and all(symbolic.is_slot(n) for _, n in generic_rows)
     assert any(f"llvm.vector.reduce.{AGGS[agg]}" in t and "llvm.masked.load" in t for t in generic_sources())
 
