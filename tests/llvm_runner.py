@@ -15,6 +15,7 @@ import ref_interp
 import tile
 from backends.hal import KernelInfo, Library
 from backends.llvm import LlvmCpuDevice
+from backends.llvm.microkernel import kernel_match
 from backends.options import BuildFacts, build_library
 from ref_interp.stripe_exec import run_stripe
 from stripe.ir import Block, RefDir
@@ -39,6 +40,22 @@ def buffer_names(kernel: Block, roots: frozenset[str] | None = None) -> tuple[st
 def lowered(src: str, inputs: dict) -> Block:
     p = tile.parse(src)
     return lower(bind(p, input_types(p, inputs)))
+
+
+def contraction_match(src: str, inputs: dict, cfg, blocks=None):
+    """``(kernel, match)``: the one ``contraction`` kernel of ``src`` lowered at ``inputs``, and the
+    micro-kernel's match of it under the ``VectorConfig`` ``cfg`` and K ``blocks`` (None where
+    ``kernel_match`` declines it)."""
+    program = lowered(src, inputs)
+    (kernel,) = [k for k in program.stmts[0].stmts if "contraction" in k.tags]
+    dims = {r.into: r.shape.dims for r in kernel.refs}
+    dts = {r.into: r.shape.dtype for r in kernel.refs}
+    return kernel, kernel_match(None, kernel, dims, dts, None, cfg, blocks, None)
+
+
+def small_ints(rng, *shape, dtype=np.float32):
+    """Random integers in [-4, 4] of ``shape`` as ``dtype``: their products and sums are exact."""
+    return rng.integers(-4, 5, shape).astype(dtype)
 
 
 def build(program: Block, settings: dict | None = None, device=DEVICE) -> tuple[Library, list[KernelInfo]]:

@@ -12,8 +12,7 @@ import tile
 from backends.llvm import LlvmCpuDevice
 from backends.llvm.hoist import hoisted
 from backends.llvm.match import VectorConfig
-from backends.llvm.microkernel import kernel_match
-from tests.llvm_runner import execute, lowered
+from tests.llvm_runner import contraction_match, execute, lowered, small_ints
 
 SHARED = "function (A[B, M, K], W[K, N]) -> (C) { C[b, i, j: B, M, N] = +(A[b, i, k] * W[k, j]); }"
 OWN = "function (A[B, M, K], W[B, K, N]) -> (C) { C[b, i, j: B, M, N] = +(A[b, i, k] * W[b, k, j]); }"
@@ -24,23 +23,15 @@ CFG = VectorConfig(vector_bytes=64, fma=True, reassoc=True, l1_bytes=48 << 10, l
 
 
 def _mk(src: str, inputs: dict):
-    program = lowered(src, inputs)
-    (kernel,) = [k for k in program.stmts[0].stmts if "contraction" in k.tags]
-    dims = {r.into: r.shape.dims for r in kernel.refs}
-    dts = {r.into: r.shape.dtype for r in kernel.refs}
-    return kernel, kernel_match(None, kernel, dims, dts, None, CFG, None, None)
-
-
-def _ints(rng, *shape):
-    return rng.integers(-4, 5, shape).astype(np.float32)
+    return contraction_match(src, inputs, CFG)
 
 
 def test_the_batch_index_runs_inside_the_packing_only_when_the_panels_are_shared():
     rng = np.random.default_rng(0)
-    kernel, mk = _mk(SHARED, {"A": _ints(rng, 4, 64, 128), "W": _ints(rng, 128, 128)})
+    kernel, mk = _mk(SHARED, {"A": small_ints(rng, 4, 64, 128), "W": small_ints(rng, 128, 128)})
     assert mk is not None and mk.pack_refs
     assert [kernel.idxs[k].name for k in hoisted(mk)] == [kernel.idxs[k].name for k in mk.s.outer] != []
-    kernel, mk = _mk(OWN, {"A": _ints(rng, 4, 64, 128), "W": _ints(rng, 4, 128, 128)})
+    kernel, mk = _mk(OWN, {"A": small_ints(rng, 4, 64, 128), "W": small_ints(rng, 4, 128, 128)})
     assert mk is not None and hoisted(mk) == ()
 
 
@@ -49,16 +40,16 @@ def test_the_batch_index_runs_inside_the_packing_only_when_the_panels_are_shared
 def test_shared_panels_give_exact_products(shape, threads):
     b, m, k, n = shape
     rng = np.random.default_rng(b * m + k)
-    a, w = _ints(rng, b, m, k), _ints(rng, k, n)
+    a, w = small_ints(rng, b, m, k), small_ints(rng, k, n)
     got, _ = execute(lowered(SHARED, {"A": a, "W": w}), {"A": a, "W": w}, {"threads": threads}, THREE)
     np.testing.assert_array_equal(got["C"], a @ w, err_msg=f"{shape}, threads={threads}")
 
 
 def test_a_fused_epilogue_and_batch_dependent_panels_stay_exact():
     rng = np.random.default_rng(3)
-    a, w, d = _ints(rng, 4, 30, 64), _ints(rng, 64, 80), _ints(rng, 80)
+    a, w, d = small_ints(rng, 4, 30, 64), small_ints(rng, 64, 80), small_ints(rng, 80)
     y = tile.compile(BIAS, "llvm_cpu.0", {"threads": 1})(A=a, W=w, D=d)["Y"]
     np.testing.assert_array_equal(y, np.maximum(a @ w + d, 0))
-    w3 = _ints(rng, 4, 64, 80)
+    w3 = small_ints(rng, 4, 64, 80)
     c = tile.compile(OWN, "llvm_cpu.0", {"threads": 1})(A=a, W=w3)["C"]
     np.testing.assert_array_equal(c, a @ w3)

@@ -12,8 +12,7 @@ import pytest
 import tile
 from backends.llvm import LlvmCpuDevice
 from backends.llvm.match import VectorConfig
-from backends.llvm.microkernel import kernel_match
-from tests.llvm_runner import execute, lowered
+from tests.llvm_runner import contraction_match, execute, lowered, small_ints
 
 # W panel by panel: W[p, k, q] is column 64*p + q of a K-major [K, 64*P] weight
 PANELS = "function (A[M, K], W[P, K, Q]) -> (C) { C[p, i, q: P, M, Q] = +(A[i, k] * W[p, k, q]); }"
@@ -27,16 +26,8 @@ THREE = LlvmCpuDevice(threads=3)
 CFG = VectorConfig(vector_bytes=64, fma=True, reassoc=True, l1_bytes=48 << 10, l2_bytes=2 << 20)
 
 
-def _ints(rng, *shape):
-    return rng.integers(-4, 5, shape).astype(np.float32)
-
-
 def _mk(src: str, inputs: dict):
-    program = lowered(src, inputs)
-    (kernel,) = [k for k in program.stmts[0].stmts if "contraction" in k.tags]
-    dims = {r.into: r.shape.dims for r in kernel.refs}
-    dts = {r.into: r.shape.dtype for r in kernel.refs}
-    mk = kernel_match(None, kernel, dims, dts, None, CFG, None, None)
+    kernel, mk = contraction_match(src, inputs, CFG)
     assert mk is not None
     return {r.into: r.source for r in kernel.refs}, mk
 
@@ -54,15 +45,15 @@ def _product(a: np.ndarray, wp: np.ndarray) -> np.ndarray:
 
 def test_panel_laid_out_operands_are_read_in_place_and_others_packed():
     rng = np.random.default_rng(0)
-    names, mk = _mk(PANELS, {"A": _ints(rng, 64, 256), "W": _ints(rng, 4, 256, 64)})
+    names, mk = _mk(PANELS, {"A": small_ints(rng, 64, 256), "W": small_ints(rng, 4, 256, 64)})
     assert mk.pack_refs and {names[r] for r in mk.in_place_refs} == {"W"}
-    names, mk = _mk(TWO, {"A": _ints(rng, 4, 64, 64), "W": _ints(rng, 4, 256, 64)})
+    names, mk = _mk(TWO, {"A": small_ints(rng, 4, 64, 64), "W": small_ints(rng, 4, 256, 64)})
     assert {names[r] for r in mk.in_place_refs} == {"W"}
     # a K-major weight wider than one panel, and 96 columns (a 64-wide panel, then a 32-wide
     # one): still packed
-    names, mk = _mk(KMAJOR, {"A": _ints(rng, 64, 256), "W": _ints(rng, 256, 256)})
+    names, mk = _mk(KMAJOR, {"A": small_ints(rng, 64, 256), "W": small_ints(rng, 256, 256)})
     assert mk.pack_refs and not mk.in_place_refs
-    names, mk = _mk(PANELS, {"A": _ints(rng, 64, 256), "W": _ints(rng, 4, 256, 96)})
+    names, mk = _mk(PANELS, {"A": small_ints(rng, 64, 256), "W": small_ints(rng, 4, 256, 96)})
     assert not mk.in_place_refs
 
 
@@ -71,15 +62,15 @@ def test_panel_laid_out_operands_are_read_in_place_and_others_packed():
 def test_in_place_panels_give_exact_products(shape, threads):
     m, k, p = shape
     rng = np.random.default_rng(m * k + p)
-    a, wp = _ints(rng, m, k), _ints(rng, p, k, 64)
+    a, wp = small_ints(rng, m, k), small_ints(rng, p, k, 64)
     got, _ = execute(lowered(PANELS, {"A": a, "W": wp}), {"A": a, "W": wp}, {"threads": threads}, THREE)
     np.testing.assert_array_equal(got["C"], _product(a, wp), err_msg=f"{shape}, threads={threads}")
 
 
 def test_two_reduction_indexes_and_the_optimized_program_stay_exact():
     rng = np.random.default_rng(5)
-    w = _ints(rng, 512, 256)
-    a3, wp = _ints(rng, 8, 64, 64), _panels(w)
+    w = small_ints(rng, 512, 256)
+    a3, wp = small_ints(rng, 8, 64, 64), _panels(w)
     want = _product(a3.transpose(1, 0, 2).reshape(64, 512), wp)
     got, _ = execute(lowered(TWO, {"A": a3, "W": wp}), {"A": a3, "W": wp}, {"threads": 1})
     np.testing.assert_array_equal(got["C"], want)
@@ -89,7 +80,7 @@ def test_two_reduction_indexes_and_the_optimized_program_stay_exact():
 
 def test_a_fused_epilogue_on_in_place_panels_is_exact():
     rng = np.random.default_rng(7)
-    a, w, d = _ints(rng, 64, 256), _ints(rng, 256, 512), _ints(rng, 512)
+    a, w, d = small_ints(rng, 64, 256), small_ints(rng, 256, 512), small_ints(rng, 512)
     wp, dp = _panels(w), d.reshape(8, 1, 64)
     y = tile.compile(BIAS, "llvm_cpu.0", {"threads": 1})(A=a, W=wp, D=dp)["Y"]
     want = np.maximum(a @ w + d, 0)  # in panel order: [P, M, 64]

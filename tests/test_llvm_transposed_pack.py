@@ -12,9 +12,8 @@ from llvmlite import ir
 
 from backends.llvm import LlvmCpuDevice
 from backends.llvm.match import VectorConfig
-from backends.llvm.microkernel import kernel_match
 from backends.llvm.packing import transpose
-from tests.llvm_runner import execute, lowered
+from tests.llvm_runner import contraction_match, execute, lowered, small_ints
 
 ABT = "function (A[M, K], B[N, K]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[j, k]); }"
 HEADS = ("function (Q[T, D], K[T, D]) -> (C) "
@@ -24,8 +23,6 @@ THREE = LlvmCpuDevice(threads=3)
 CFG = VectorConfig(vector_bytes=64, fma=True, reassoc=True, l1_bytes=48 << 10, l2_bytes=2 << 20)
 
 
-def _ints(rng, *shape, dtype=np.float32):
-    return rng.integers(-4, 5, shape).astype(dtype)
 
 
 @pytest.mark.parametrize("width", [4, 8, 16])
@@ -50,11 +47,7 @@ def test_the_shuffles_transpose(width):
 
 def test_a_b_transposed_operand_is_packed_by_transposes():
     rng = np.random.default_rng(0)
-    program = lowered(ABT, {"A": _ints(rng, 64, 64), "B": _ints(rng, 64, 64)})
-    (kernel,) = [k for k in program.stmts[0].stmts if "contraction" in k.tags]
-    dims = {r.into: r.shape.dims for r in kernel.refs}
-    dts = {r.into: r.shape.dtype for r in kernel.refs}
-    mk = kernel_match(None, kernel, dims, dts, None, CFG, None, None)
+    kernel, mk = contraction_match(ABT, {"A": small_ints(rng, 64, 64), "B": small_ints(rng, 64, 64)}, CFG)
     names = {r.into: r.source for r in kernel.refs}
     assert mk is not None and {names[r] for r in mk.pack_refs if mk.transposable(r)} == {"B"}
 
@@ -64,20 +57,20 @@ def test_a_b_transposed_operand_is_packed_by_transposes():
 def test_transposed_packs_give_exact_products(shape, threads):
     m, k, n = shape
     rng = np.random.default_rng(m + k + n)
-    a, b = _ints(rng, m, k), _ints(rng, n, k)
+    a, b = small_ints(rng, m, k), small_ints(rng, n, k)
     got, _ = execute(lowered(ABT, {"A": a, "B": b}), {"A": a, "B": b}, {"threads": threads}, THREE)
     np.testing.assert_array_equal(got["C"], a @ b.T, err_msg=f"{shape}, threads={threads}")
 
 
 def test_heads_two_reductions_and_float64_stay_exact():
     rng = np.random.default_rng(4)
-    q, kk = _ints(rng, 64, 128), _ints(rng, 64, 128)
+    q, kk = small_ints(rng, 64, 128), small_ints(rng, 64, 128)
     got, _ = execute(lowered(HEADS, {"Q": q, "K": kk}), {"Q": q, "K": kk}, {"threads": 1})
     want = np.einsum("ihk,jhk->hij", q.reshape(64, 4, 32), kk.reshape(64, 4, 32))
     np.testing.assert_array_equal(got["C"], want)
-    a, b = _ints(rng, 20, 6, 21), _ints(rng, 80, 6, 21)
+    a, b = small_ints(rng, 20, 6, 21), small_ints(rng, 80, 6, 21)
     got, _ = execute(lowered(TWO, {"A": a, "B": b}), {"A": a, "B": b}, {"threads": 1})
     np.testing.assert_array_equal(got["C"], np.einsum("ikl,jkl->ij", a, b))
-    a64, b64 = _ints(rng, 24, 45, dtype=np.float64), _ints(rng, 40, 45, dtype=np.float64)
+    a64, b64 = small_ints(rng, 24, 45, dtype=np.float64), small_ints(rng, 40, 45, dtype=np.float64)
     got, _ = execute(lowered(ABT, {"A": a64, "B": b64}), {"A": a64, "B": b64}, {"threads": 1})
     np.testing.assert_array_equal(got["C"], a64 @ b64.T)
