@@ -181,4 +181,4 @@ class _Writer(Printer):
         return text, groups * self.threads, self.threads
 
 
-__all__ = ["BLOCK_KEYS", "local_bytes", "padded", "source", "takes", "warps"]
+__all__ = ["BLOCK_KEYS", "local_bytes", "source", "takes", "warps"]
