@@ -38,7 +38,7 @@ def operands(em: KernelEmitter, plan_type, ins: tuple[str, ...], outs: tuple[str
         return None
     if any(b.ref(n).source not in em.ptrs for n in (*ins, *outs)):
         return None
-    if padded(p.depth) > widest or padded(p.width) > widest or need > t.local_bytes:
+    if padded(p.depth) > widest or padded(p.width) > widest or need > getattr(t, "launch_bytes", 0):
         return None
     found = operation(t.matrix_units, f"tensor_core.{MODES[next(iter(dts))]}")
     return (p, found[1]) if found is not None else None
@@ -53,12 +53,13 @@ def padded(n: int) -> int:
 class Printer:
     """The pieces both kernels print (module docstring); ``kernel`` of a subclass prints one."""
 
-    def __init__(self, em: KernelEmitter, p, op, warps: int):
+    def __init__(self, em: KernelEmitter, p, op, warps: int, mt: int = 1):
         self.em, self.p, self.b, self.t = em, p, em.block, em.t
         self.dt = self.b.ref(p.q).shape.dtype
         self.mma = instruction(op)
         self.dp, self.wp = padded(p.depth), padded(p.width)
         self.warps = warps
+        self.mt = mt  # 16-row m-tiles a warp owns (each B fragment serves them all)
         self.threads = 32 * warps
         self.role: dict[str, str] = {"_0": "0"}
         self.lines: list[str] = []
@@ -155,20 +156,6 @@ class Printer:
             tests.append(f"({' + '.join([*parts, str(const)])}) >= 0")
         return " && ".join(tests)
 
-    def masked(self, acc: str, n: int, first_row: str, first_col: str, value: str) -> None:
-        """Sets the elements of the accumulator fragments ``acc[n][4]`` (a warp's 16 rows from
-        ``first_row``, ``8n`` keys from ``first_col``) whose key does not count for their row to
-        ``value``."""
-        self.line("#pragma unroll")
-        self.line(f"for (int n = 0; n < {n}; n++) {{")
-        self.line("#pragma unroll")
-        self.line("for (int e = 0; e < 4; e++) {")
-        self.line(f"const long i = {first_row} + (e >> 1) * 8;")
-        self.line(f"const long j = {first_col} + n * 8 + (lane & 3) * 2 + (e & 1);")
-        self.line(f"if (!({self.keep('i', 'j')})) {acc}[n][e] = {value};")
-        self.line("}")
-        self.line("}")
-
     def offset(self, name: str, dims: tuple[str, ...], at: dict[str, str]) -> str:
         """The C offset of refinement ``name``'s element at the roles ``at``."""
         return offset(self.b, name, dims, at)
@@ -189,46 +176,67 @@ class Printer:
                   f" + ({where});")
 
     def a_fragments(self, regs: str, tile: str, first_row: str, width: int) -> None:
-        """``regs[width / 16][4]``: the A fragments (16 rows from ``first_row``, all of the
-        swizzled tile's ``width`` columns) of a product."""
-        self.line(f"uint {regs}[{width // 16}][4];")
+        """``regs[mt][width / 16][4]``: the A fragments (``16 mt`` rows from ``first_row``, all of
+        the swizzled tile's ``width`` columns) of a product."""
+        self.line(f"uint {regs}[{self.mt}][{width // 16}][4];")
+        self.line("#pragma unroll")
+        self.line(f"for (int m = 0; m < {self.mt}; m++) {{")
         self.line("#pragma unroll")
         self.line(f"for (int k = 0; k < {width // 16}; k++) {{")
-        row = f"{first_row} + (lane & 7) + ((lane >> 3) & 1) * 8"
-        self.ldmatrix([f"{regs}[k][{e}]" for e in range(4)], tile, row, "2 * k + (lane >> 4)", width, False)
+        row = f"{first_row} + m * 16 + (lane & 7) + ((lane >> 3) & 1) * 8"
+        outs = [f"{regs}[m][k][{e}]" for e in range(4)]
+        self.ldmatrix(outs, tile, row, "2 * k + (lane >> 4)", width, False)
+        self.line("}")
         self.line("}")
 
-    def times_rows(self, acc: str, a: str, tile: str, n_rows: int, width: int) -> None:
-        """``acc[n_rows / 8][4] += a · tileᵀ``: ``a`` the A fragments over the tile's ``width``
-        columns, the tile's ``n_rows`` rows the product's columns (B from rows, ``ldmatrix``)."""
-        self._times(acc, a, tile, n_rows // 16, width // 16, "n * 16 + (lane & 7) + (lane >> 4) * 8",
-                    "2 * k + ((lane >> 3) & 1)", width, False)
+    def times_rows(self, acc: str, a: str | tuple[str, str], tile: str, n_rows: int, width: int) -> None:
+        """``acc[mt][n_rows / 8][4] += a · tileᵀ``: ``a`` the A fragments over the tile's ``width``
+        columns (``regs``, or ``(tile, first row)``: read from that swizzled tile as they are
+        needed), the tile's ``n_rows`` rows the product's columns (B from rows, ``ldmatrix``)."""
+        mt = self.mt
+        self.line("#pragma unroll")
+        self.line(f"for (int k = 0; k < {width // 16}; k++) {{")
+        if isinstance(a, tuple):
+            src, first = a
+            self.line(f"uint af[{mt}][4];")
+            for m in range(mt):
+                row = f"{first} + {16 * m} + (lane & 7) + ((lane >> 3) & 1) * 8"
+                outs = [f"af[{m}][{e}]" for e in range(4)]
+                self.ldmatrix(outs, src, row, "2 * k + (lane >> 4)", width, False)
+            frag = "af[{m}]"
+        else:
+            frag = a + "[{m}][k]"
+        self.line("#pragma unroll")
+        self.line(f"for (int n = 0; n < {n_rows // 16}; n++) {{")
+        self.line("uint bb[4];")
+        self.ldmatrix([f"bb[{e}]" for e in range(4)], tile, "n * 16 + (lane & 7) + (lane >> 4) * 8",
+                      "2 * k + ((lane >> 3) & 1)", width, False)
+        for m in range(mt):
+            self.product(f"{acc}[{m}][2 * n]", frag.format(m=m), "bb[0]", "bb[1]")
+            self.product(f"{acc}[{m}][2 * n + 1]", frag.format(m=m), "bb[2]", "bb[3]")
+        self.line("}")
+        self.line("}")
 
     def times_tile(self, acc: str, a: str, tile: str, n_rows: int, width: int) -> None:
-        """``acc[width / 8][4] += a · tile``: ``a`` the A fragments over the tile's ``n_rows`` rows
-        (``n_rows / 16`` of them), the tile's ``width`` columns the product's (``ldmatrix.trans``)."""
-        self._times(acc, a, tile, width // 16, n_rows // 16, "k * 16 + (lane & 7) + ((lane >> 3) & 1) * 8",
-                    "2 * n + (lane >> 4)", width, True)
-
-    def _times(self, acc: str, a: str, tile: str, pairs: int, steps: int, row: str, chunk: str, width: int,
-               trans: bool) -> None:
-        """``acc`` += ``a`` times a tile: per pair ``n`` of 8-column fragments and step ``k`` of 16,
-        one ``ldmatrix`` (each lane's row and chunk of the swizzled tile) and two products."""
+        """``acc[mt][width / 8][4] += a · tile``: ``a[mt][n_rows / 16][4]`` the A fragments over the
+        tile's ``n_rows`` rows, the tile's ``width`` columns the product's (``ldmatrix.trans``)."""
         self.line("#pragma unroll")
-        self.line(f"for (int n = 0; n < {pairs}; n++) {{")
+        self.line(f"for (int n = 0; n < {width // 16}; n++) {{")
         self.line("#pragma unroll")
-        self.line(f"for (int k = 0; k < {steps}; k++) {{")
+        self.line(f"for (int k = 0; k < {n_rows // 16}; k++) {{")
         self.line("uint bb[4];")
-        self.ldmatrix([f"bb[{e}]" for e in range(4)], tile, row, chunk, width, trans)
-        self.product(f"{acc}[2 * n]", f"{a}[k]", "bb[0]", "bb[1]")
-        self.product(f"{acc}[2 * n + 1]", f"{a}[k]", "bb[2]", "bb[3]")
+        self.ldmatrix([f"bb[{e}]" for e in range(4)], tile, "k * 16 + (lane & 7) + ((lane >> 3) & 1) * 8",
+                      "2 * n + (lane >> 4)", width, True)
+        for m in range(self.mt):
+            self.product(f"{acc}[{m}][2 * n]", f"{a}[{m}][k]", "bb[0]", "bb[1]")
+            self.product(f"{acc}[{m}][2 * n + 1]", f"{a}[{m}][k]", "bb[2]", "bb[3]")
         self.line("}")
         self.line("}")
 
-    def row_max(self, acc: str, n: int) -> None:
-        """Declares ``x0``, ``x1``: the running maxima ``m0``, ``m1`` of the lane's two rows with
-        the largest of their elements in the accumulator fragments ``acc[n][4]`` (over the four
-        lanes that hold a row)."""
+    def row_max(self, acc: str, n: int, m0: str, m1: str) -> None:
+        """Declares ``x0``, ``x1``: the running maxima ``m0``, ``m1`` (expressions) of the lane's
+        two rows with the largest of their elements in the accumulator fragments ``acc[n][4]``
+        (over the four lanes that hold a row)."""
         self.line("float x0 = -INFINITY, x1 = -INFINITY;")
         self.line("#pragma unroll")
         self.line(f"for (int n = 0; n < {n}; n++) {{ x0 = fmaxf(x0, fmaxf({acc}[n][0], {acc}[n][1])); "
@@ -236,47 +244,67 @@ class Printer:
         for x in ("x0", "x1"):
             self.line(f"{x} = fmaxf({x}, __shfl_xor_sync(0xffffffffu, {x}, 1));")
             self.line(f"{x} = fmaxf({x}, __shfl_xor_sync(0xffffffffu, {x}, 2));")
-        self.line("x0 = fmaxf(m0, x0); x1 = fmaxf(m1, x1);")
+        self.line(f"x0 = fmaxf({m0}, x0); x1 = fmaxf({m1}, x1);")
+
+    def each(self, n: int) -> None:
+        """Opens loops over the elements ``[m][n][e]`` of accumulator fragments ``[mt][n][4]``
+        (closed by ``end``)."""
+        for var, top in (("m", self.mt), ("n", n), ("e", 4)):
+            self.line("#pragma unroll")
+            self.line(f"for (int {var} = 0; {var} < {top}; {var}++) {{")
+
+    def end(self) -> None:
+        self.line("}}}")
 
     def zeros(self, acc: str, n: int) -> None:
-        """Declares ``acc[n][4]`` zeroed (accumulator fragments)."""
-        self.line(f"float {acc}[{n}][4];")
-        self.line("#pragma unroll")
-        self.line(f"for (int n = 0; n < {n}; n++) {{ "
-                  f"{acc}[n][0] = {acc}[n][1] = {acc}[n][2] = {acc}[n][3] = 0.0f; }}")
+        """Declares ``acc[mt][n][4]`` zeroed (accumulator fragments)."""
+        self.line(f"float {acc}[{self.mt}][{n}][4];")
+        self.each(n)
+        self.line(f"{acc}[m][n][e] = 0.0f;")
+        self.end()
 
     def pack(self, regs: str, acc: str, n: int) -> None:
-        """``regs[n / 2][4]``: the accumulator fragments ``acc[n][4]`` (16 x 8n floats) rounded to the
-        operands' type as the A fragments of a product over those 8n columns."""
-        self.line(f"uint {regs}[{n // 2}][4];")
+        """``regs[mt][n / 2][4]``: the accumulator fragments ``acc[mt][n][4]`` (16 x 8n floats each)
+        rounded to the operands' type as the A fragments of a product over those 8n columns."""
+        self.line(f"uint {regs}[{self.mt}][{n // 2}][4];")
+        self.line("#pragma unroll")
+        self.line(f"for (int m = 0; m < {self.mt}; m++) {{")
         self.line("#pragma unroll")
         self.line(f"for (int n = 0; n < {n}; n++) {{")
         for e, (lo, hi) in enumerate(((0, 1), (2, 3))):
-            self.line(f'asm("{PACK[self.dt]} %0, %1, %2;" : "=r"({regs}[n >> 1][(n & 1) * 2 + {e}]) : '
-                      f'"f"({acc}[n][{hi}]), "f"({acc}[n][{lo}]));')
+            self.line(f'asm("{PACK[self.dt]} %0, %1, %2;" : "=r"({regs}[m][n >> 1][(n & 1) * 2 + {e}]) : '
+                      f'"f"({acc}[m][n][{hi}]), "f"({acc}[m][n][{lo}]));')
         self.line("}")
+        self.line("}")
+
+    def masked(self, acc: str, n: int, first_row: str, first_col: str, value: str) -> None:
+        """Sets the elements of the accumulator fragments ``acc[mt][n][4]`` (a warp's ``16 mt`` rows,
+        the lane's first ``first_row``; ``8n`` keys from ``first_col``) whose key does not count for
+        their row to ``value``."""
+        self.each(n)
+        self.line(f"const long i = {first_row} + m * 16 + (e >> 1) * 8;")
+        self.line(f"const long j = {first_col} + n * 8 + (lane & 3) * 2 + (e & 1);")
+        self.line(f"if (!({self.keep('i', 'j')})) {acc}[m][n][e] = {value};")
+        self.end()
 
     def store(self, acc: str, name: str, dims: tuple[str, ...], first: str, role: str, col_role: str,
               n: int, cols: int, then: str = "") -> None:
-        """Stores the accumulator fragments ``acc[n][4]`` (each element ``x`` as ``(x then)``, with
-        ``h`` 0 or 1 the element's row half) as refinement ``name``'s rows from ``first`` (role
-        ``role``) and its columns ``< cols`` (role ``col_role``)."""
+        """Stores the accumulator fragments ``acc[mt][n][4]`` (each element ``x`` as ``(x then)``,
+        with ``m`` its m-tile and ``h`` its row half, 0 or 1) as refinement ``name``'s rows from
+        ``first`` (the warp's first; role ``role``) and its columns ``< cols`` (role ``col_role``)."""
         b, t = self.b, self.t
         ref = b.ref(name)
         extent = self.p.rows if role == "i" else self.p.keys
-        self.line("#pragma unroll")
-        self.line(f"for (int n = 0; n < {n}; n++) {{")
-        self.line("#pragma unroll")
-        self.line("for (int e = 0; e < 4; e++) {")
+        self.each(n)
         self.line("const int h = e >> 1;")
-        self.line(f"const long x = {first} + (lane >> 2) + h * 8, c = n * 8 + (lane & 3) * 2 + (e & 1);")
+        self.line(f"const long x = {first} + m * 16 + (lane >> 2) + h * 8;")
+        self.line("const long c = n * 8 + (lane & 3) * 2 + (e & 1);")
         self.line(f"if (x < {extent} && c < {cols}) {{")
-        value = t.convert(f"({acc}[n][e] {then})", DType.FLOAT32, ref.shape.dtype)
+        value = t.convert(f"({acc}[m][n][e] {then})", DType.FLOAT32, ref.shape.dtype)
         at = offset(b, name, dims, self.role | {role: "x", col_role: "c"})
         self.line(t.store(self.em.ptrs[ref.source], at, value, ref.shape.dtype))
         self.line("}")
-        self.line("}")
-        self.line("}")
+        self.end()
 
 
 __all__ = ["MODES", "PACK", "Printer", "operands", "padded"]

@@ -5,9 +5,12 @@ warp-level ``mma.sync`` operations (float16 or bfloat16 operands, float32 sums).
 The kernel, for a plan whose score is S itself (no score kernels: a scale, a mask written as
 constraints) over float16 or bfloat16 Q, K and V of heads up to 128 wide:
 
-* **a work-group per (batch point, block of ``16 * warps`` query rows)**, a warp per 16 rows. Q's
-  block is copied once into ``__local`` memory and held in registers as the product's A fragments
-  (``ldmatrix``); the keys come in blocks of ``BLOCK_KEYS``.
+* **a work-group per (batch point, block of 128 query rows)**: four warps of 32 rows each (two
+  16-row tiles: each B fragment read serves both, halving the ``__local`` reads a product takes).
+  Q's block is copied once into ``__local`` memory; its A fragments stay in registers for heads up
+  to 64 wide and are read again each step for wider ones (registers); the keys come in blocks of
+  ``BLOCK_KEYS`` (half as many past 64). The kernel is launched with its ``__local`` memory as
+  dynamic memory (up to the device's opt-in limit; 48 KiB at head width 128).
 * **staging**: each block of K and of V is copied into ``__local`` memory with ``cp.async`` (16
   bytes a copy, zero-filled past the last row and the head's width) where rows are 16-byte runs,
   else element by element. V's copy is in flight while S = Q·Kᵀ is computed and the next K's while
@@ -41,20 +44,24 @@ from backends.cuda.mma import COMMIT
 from stripe.plans import AttentionPlan
 from tile.dtypes import DType
 
-BLOCK_KEYS = 64  # keys a step
+BLOCK_KEYS = 64  # keys a step (half as many for heads wider than 64: registers)
+WARPS = 4
+M_TILES = 2  # 16-row tiles a warp owns: 128 query rows a work-group
+REGISTER_Q = 64  # Q's fragments stay in registers up to this depth (padded), else are read per step
 WIDEST = 128  # the widest head (Q·K depth or V width, padded to 16) whose fragments fit in registers
 _OUTS = (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16)
 
 
-def warps(depth: int, width: int) -> int:
-    """Warps a work-group (16 query rows each): 4 for heads wider than 64, else 8."""
-    return 4 if max(depth, width) > 64 else 8
+def block_keys(p: AttentionPlan) -> int:
+    """The keys a step of ``p``'s kernel."""
+    return BLOCK_KEYS if max(padded(p.depth), padded(p.width)) <= 64 else BLOCK_KEYS // 2
 
 
 def local_bytes(p: AttentionPlan) -> int:
-    """The ``__local`` memory the kernel of ``p`` takes: Q's block, one K block and one V block."""
+    """The ``__local`` memory the kernel of ``p`` takes (dynamic: launched with it): Q's block, one
+    K block and one V block."""
     dp, wp = padded(p.depth), padded(p.width)
-    return 2 * (16 * warps(p.depth, p.width) * dp + BLOCK_KEYS * (dp + wp))
+    return 2 * (16 * WARPS * M_TILES * dp + block_keys(p) * (dp + wp))
 
 
 def takes(em: KernelEmitter) -> tuple | None:
@@ -71,25 +78,25 @@ def source(em: KernelEmitter) -> KernelSource | None:
     if got is None:
         return None
     text, work, local = _Writer(em, *got).kernel()
-    return KernelSource(em.symbol, text, work, (), local)
+    launch = {"local_bytes": local_bytes(got[0]), "maps": []}
+    return KernelSource(em.symbol, text, work, (), local, launch)
 
 
 class _Writer(Printer):
     """Prints one kernel; every choice is made from the plan in ``__init__``."""
 
     def __init__(self, em: KernelEmitter, p: AttentionPlan, op):
-        super().__init__(em, p, op, warps(p.depth, p.width))
-        self.rows = 16 * self.warps
+        super().__init__(em, p, op, WARPS, M_TILES)
+        self.rows = 16 * WARPS * M_TILES
 
-    # ------------------------------------------------------------------ kernel
     def kernel(self) -> tuple[str, int, int]:
-        p, t, em = self.p, self.t, self.em
-        dp, wp, br, bc = self.dp, self.wp, self.rows, BLOCK_KEYS
+        p, t, em, mt = self.p, self.t, self.em, self.mt
+        dp, wp, br, bc = self.dp, self.wp, self.rows, block_keys(p)
         blocks = -(-p.keys // bc)
         row_blocks = -(-p.rows // br)
         line = self.line
-        line(f"__local uint4 sm4[{(br * dp + bc * (dp + wp)) // 8}];")
-        line("__local ushort* sq = (__local ushort*)sm4;")
+        line("extern __local uint4 tile_attention_local[];  /* launched with local_bytes */")
+        line("__local ushort* sq = (__local ushort*)tile_attention_local;")
         line(f"__local ushort* sk = sq + {br * dp};")
         line(f"__local ushort* sv = sk + {bc * dp};")
         line("const int tid = (int)get_local_id(0), lane = tid & 31, warp = tid >> 5;")
@@ -123,10 +130,17 @@ class _Writer(Printer):
         line('asm volatile("cp.async.wait_group 1;" ::: "memory");')
         line("barrier(CLK_LOCAL_MEM_FENCE);")
         sn, wn = bc // 8, wp // 8
-        self.a_fragments("qf", "sq", "warp * 16", dp)
+        first = f"warp * {16 * mt}"
+        a = ("sq", first)
+        if dp <= REGISTER_Q:
+            self.a_fragments("qf", "sq", first, dp)
+            a = "qf"
         self.zeros("o", wn)
-        line("float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;")
-        line("const long r0 = i0 + warp * 16 + (lane >> 2), r1 = r0 + 8;")
+        line(f"float mr[{mt}][2], lr[{mt}][2];")
+        line("#pragma unroll")
+        line(f"for (int m = 0; m < {mt}; m++) {{ mr[m][0] = mr[m][1] = -INFINITY; "
+             "lr[m][0] = lr[m][1] = 0.0f; }")
+        line(f"const long r0 = i0 + {first} + (lane >> 2);  /* the lane's rows: r0 + 16 m + 8 h */")
         scale = p.scale_num / p.scale_den * math.log2(math.e)
         line(f"const float c2 = {t.float_literal(scale, DType.FLOAT32)};  /* c * log2(e) */")
         line(f"while (jb < {blocks}) {{")
@@ -136,7 +150,7 @@ class _Writer(Printer):
         line('asm volatile("cp.async.wait_group 1;" ::: "memory");')
         line("barrier(CLK_LOCAL_MEM_FENCE);")
         self.zeros("s", sn)
-        self.times_rows("s", "qf", "sk", bc, dp)
+        self.times_rows("s", a, "sk", bc, dp)
         line("barrier(CLK_LOCAL_MEM_FENCE);  /* every warp is done with K's block */")
         line("long jn = jb + 1;")
         line(f"while (jn < {blocks} && ({dropped(f'(jn * {bc})')})) jn++;")
@@ -144,24 +158,29 @@ class _Writer(Printer):
         stage_k(f"jn * {bc}")
         line("}")
         line(COMMIT)
-        line("#pragma unroll")
-        line(f"for (int n = 0; n < {sn}; n++) {{ s[n][0] *= c2; s[n][1] *= c2; s[n][2] *= c2; "
-             "s[n][3] *= c2; }")
+        self.each(sn)
+        line("s[m][n][e] *= c2;")
+        self.end()
         line(f"if (!({self.box('i0', br, 'j0', bc, True)} && j0 + {bc} <= {p.keys})) {{")
         self.masked("s", sn, "r0", "j0", "-INFINITY")
         line("}")
-        self.row_max("s", sn)
-        line("const float u0 = x0 == -INFINITY ? 0.0f : x0, u1 = x1 == -INFINITY ? 0.0f : x1;")
-        line("const float a0 = exp2f(m0 - u0), a1 = exp2f(m1 - u1);")
-        line("m0 = x0; m1 = x1; l0 *= a0; l1 *= a1;")
         line("#pragma unroll")
-        line(f"for (int n = 0; n < {wn}; n++) {{ o[n][0] *= a0; o[n][1] *= a0; o[n][2] *= a1; "
-             "o[n][3] *= a1; }")
+        line(f"for (int m = 0; m < {mt}; m++) {{")
+        self.row_max("s[m]", sn, "mr[m][0]", "mr[m][1]")
+        line("const float u0 = x0 == -INFINITY ? 0.0f : x0, u1 = x1 == -INFINITY ? 0.0f : x1;")
+        line("const float a0 = exp2f(mr[m][0] - u0), a1 = exp2f(mr[m][1] - u1);")
+        line("mr[m][0] = x0; mr[m][1] = x1;")
+        line("float l0 = 0.0f, l1 = 0.0f;")
         line("#pragma unroll")
         line(f"for (int n = 0; n < {sn}; n++) {{")
-        line("s[n][0] = exp2f(s[n][0] - u0); s[n][1] = exp2f(s[n][1] - u0);")
-        line("s[n][2] = exp2f(s[n][2] - u1); s[n][3] = exp2f(s[n][3] - u1);")
-        line("l0 += s[n][0] + s[n][1]; l1 += s[n][2] + s[n][3];")
+        line("s[m][n][0] = exp2f(s[m][n][0] - u0); s[m][n][1] = exp2f(s[m][n][1] - u0);")
+        line("s[m][n][2] = exp2f(s[m][n][2] - u1); s[m][n][3] = exp2f(s[m][n][3] - u1);")
+        line("l0 += s[m][n][0] + s[m][n][1]; l1 += s[m][n][2] + s[m][n][3];")
+        line("}")
+        line("lr[m][0] = fmaf(lr[m][0], a0, l0); lr[m][1] = fmaf(lr[m][1], a1, l1);")
+        line("#pragma unroll")
+        line(f"for (int n = 0; n < {wn}; n++) {{ o[m][n][0] *= a0; o[m][n][1] *= a0; o[m][n][2] *= a1; "
+             "o[m][n][3] *= a1; }")
         line("}")
         self.pack("pa", "s", sn)
         line('asm volatile("cp.async.wait_group 1;" ::: "memory");')
@@ -170,10 +189,15 @@ class _Writer(Printer):
         line("barrier(CLK_LOCAL_MEM_FENCE);  /* every warp is done with V's block */")
         line("jb = jn;")
         line("}")
-        for x in ("l0", "l1"):
-            line(f"{x} += __shfl_xor_sync(0xffffffffu, {x}, 1);")
-            line(f"{x} += __shfl_xor_sync(0xffffffffu, {x}, 2);")
-        self.store("o", p.out, p.out_dims, "i0 + warp * 16", "i", "e", wn, p.width, "/ (h ? l1 : l0)")
+        line("#pragma unroll")
+        line(f"for (int m = 0; m < {mt}; m++) {{")
+        line("#pragma unroll")
+        line("for (int h = 0; h < 2; h++) {")
+        line("lr[m][h] += __shfl_xor_sync(0xffffffffu, lr[m][h], 1);")
+        line("lr[m][h] += __shfl_xor_sync(0xffffffffu, lr[m][h], 2);")
+        line("}")
+        line("}")
+        self.store("o", p.out, p.out_dims, f"i0 + {first}", "i", "e", wn, p.width, "/ lr[m][h]")
         groups = row_blocks
         for _, n in p.batch:
             groups *= n
@@ -181,4 +205,4 @@ class _Writer(Printer):
         return text, groups * self.threads, self.threads
 
 
-__all__ = ["BLOCK_KEYS", "local_bytes", "source", "takes", "warps"]
+__all__ = ["BLOCK_KEYS", "local_bytes", "source", "takes"]

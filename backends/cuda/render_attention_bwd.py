@@ -51,8 +51,11 @@ def steps(p: AttentionBackwardPlan) -> int:
 
 
 def local_bytes(p: AttentionBackwardPlan) -> int:
+    """The ``__local`` memory of ``p``'s kernel (dynamic: launched with it): part dq, the rows' Q
+    and DO and two key blocks of K and V; part dkv, the keys' K and V and two steps' Q, DO and
+    statistics."""
     dp, wp, n = padded(p.depth), padded(p.width), steps(p)
-    return 2 * (16 * WARPS + n) * (dp + wp) + (12 * n if p.part == "dkv" else 0)
+    return 2 * (16 * WARPS + 2 * n) * (dp + wp) + (24 * n if p.part == "dkv" else 0)
 
 
 def takes(em: KernelEmitter) -> tuple | None:
@@ -71,7 +74,7 @@ def source(em: KernelEmitter) -> KernelSource | None:
         return None
     w = _Writer(em, *got)
     text, work, local = w.dq() if got[0].part == "dq" else w.dkv()
-    return KernelSource(em.symbol, text, work, (), local)
+    return KernelSource(em.symbol, text, work, (), local, {"local_bytes": local_bytes(got[0]), "maps": []})
 
 
 class _Writer(Printer):
@@ -108,11 +111,12 @@ class _Writer(Printer):
         p, t, line = self.p, self.t, self.line
         dp, wp, bc, br = self.dp, self.wp, self.n, 16 * WARPS
         blocks, row_blocks = -(-p.keys // bc), -(-p.rows // br)
-        line(f"__local uint4 sm4[{(br + bc) * (dp + wp) // 8}];")
-        line("__local ushort* sq = (__local ushort*)sm4;")
+        kb, vb = bc * dp, bc * wp  # a K block's and a V block's elements
+        line("extern __local uint4 tile_attention_local[];  /* launched with local_bytes */")
+        line("__local ushort* sq = (__local ushort*)tile_attention_local;")
         line(f"__local ushort* sdo = sq + {br * dp};")
-        line(f"__local ushort* sk = sdo + {br * wp};")
-        line(f"__local ushort* sv = sk + {bc * dp};")
+        line(f"__local ushort* sk = sdo + {br * wp};  /* two K blocks */")
+        line(f"__local ushort* sv = sk + {2 * kb};  /* two V blocks */")
         line("const int tid = (int)get_local_id(0), lane = tid & 31, warp = tid >> 5;")
         line("long grp = (long)get_group_id(0);")
         line(f"const long i0 = ({row_blocks - 1} - grp % {row_blocks}) * {br};")
@@ -136,30 +140,50 @@ class _Writer(Printer):
         self._scales()
         sn = bc // 8
 
-        def keys(body) -> None:
-            """A pass over the key blocks some constraint does not drop whole: each staged, S and
-            DO·Vᵀ computed into ``s`` and ``dv_``, the masked scores -inf, then ``body``."""
-            line(f"for (long jb = 0; jb < {blocks}; jb++) {{")
-            line(f"const long j0 = jb * {bc};")
-            line(f"if ({self.box('i0', br, 'j0', bc, False)}) continue;")
-            self._stage("sk", "kg", "j0", p.keys, bc, k, dp)
-            self._stage("sv", "vg", "j0", p.keys, bc, v, wp)
+        def dropped(j0: str) -> str:
+            return self.box("i0", br, j0, bc, False)
+
+        def stage(jb: str, buf: str) -> None:
+            line(f"if ({jb} < {blocks}) {{")
+            self._stage(f"(sk + ({buf}) * {kb})", "kg", f"{jb} * {bc}", p.keys, bc, k, dp)
+            self._stage(f"(sv + ({buf}) * {vb})", "vg", f"{jb} * {bc}", p.keys, bc, v, wp)
+            line("}")
             line(COMMIT)
-            line(_WAIT_ALL)
+
+        def keys(body) -> None:
+            """A pass over the key blocks some constraint does not drop whole, the next one's copies
+            in flight while one is multiplied: S and DO·Vᵀ computed into ``s`` and ``dv_``, the
+            masked scores -inf, then ``body``."""
+            line("{")
+            line("long jb = 0;")
+            line(f"while (jb < {blocks} && ({dropped(f'(jb * {bc})')})) jb++;")
+            stage("jb", "0")
+            line("int buf = 0;")
+            line(f"while (jb < {blocks}) {{")
+            line(f"const long j0 = jb * {bc};")
+            line("long jn = jb + 1;")
+            line(f"while (jn < {blocks} && ({dropped(f'(jn * {bc})')})) jn++;")
+            stage("jn", "buf ^ 1")
+            line('asm volatile("cp.async.wait_group 1;" ::: "memory");')
             line("barrier(CLK_LOCAL_MEM_FENCE);")
+            line(f"__local ushort* skb = sk + buf * {kb};")
+            line(f"__local ushort* svb = sv + buf * {vb};")
             self.zeros("s", sn)
-            self.times_rows("s", "qf", "sk", bc, dp)
+            self.times_rows("s", "qf", "skb", bc, dp)
             self.zeros("dv_", sn)
-            self.times_rows("dv_", "dof", "sv", bc, wp)
+            self.times_rows("dv_", "dof", "svb", bc, wp)
             line(f"if (!({self.box('i0', br, 'j0', bc, True)} && j0 + {bc} <= {p.keys})) {{")
             self.masked("s", sn, "r0", "j0", "-INFINITY")
             line("}")
             body()
             line("barrier(CLK_LOCAL_MEM_FENCE);  /* every warp is done with the block */")
+            line("buf ^= 1;")
+            line("jb = jn;")
+            line("}")
             line("}")
 
         def online() -> None:
-            self.row_max("s", sn)
+            self.row_max("s[0]", sn, "m0", "m1")
             line("const float a0 = m0 == -INFINITY ? 0.0f : exp2f(c2 * (m0 - x0));")
             line("const float a1 = m1 == -INFINITY ? 0.0f : exp2f(c2 * (m1 - x1));")
             line("l0 *= a0; l1 *= a1; od0 *= a0; od1 *= a1; m0 = x0; m1 = x1;")
@@ -167,8 +191,10 @@ class _Writer(Printer):
             line(f"for (int n = 0; n < {sn}; n++) {{")
             line("#pragma unroll")
             line("for (int e = 0; e < 4; e++) {")
-            line("const float w = s[n][e] == -INFINITY ? 0.0f : exp2f(c2 * (s[n][e] - (e < 2 ? x0 : x1)));")
-            line("if (e < 2) { l0 += w; od0 += w * dv_[n][e]; } else { l1 += w; od1 += w * dv_[n][e]; }")
+            line("const float x = e < 2 ? x0 : x1;")
+            line("const float w = s[0][n][e] == -INFINITY ? 0.0f : exp2f(c2 * (s[0][n][e] - x));")
+            line("if (e < 2) { l0 += w; od0 += w * dv_[0][n][e]; } "
+                 "else { l1 += w; od1 += w * dv_[0][n][e]; }")
             line("}")
             line("}")
 
@@ -197,12 +223,12 @@ class _Writer(Printer):
             line("#pragma unroll")
             line("for (int e = 0; e < 4; e++) {")
             line("const float mx = e < 2 ? mx0 : mx1, z = e < 2 ? z0 : z1, dz = e < 2 ? dz0 : dz1;")
-            line("s[n][e] = s[n][e] == -INFINITY ? 0.0f : "
-                 "cc * exp2f(c2 * (s[n][e] - mx)) * (dv_[n][e] / z + dz);")
+            line("s[0][n][e] = s[0][n][e] == -INFINITY ? 0.0f : "
+                 "cc * exp2f(c2 * (s[0][n][e] - mx)) * (dv_[0][n][e] / z + dz);")
             line("}")
             line("}")
             self.pack("ds", "s", sn)
-            self.times_tile("dq", "ds", "sk", bc, dp)
+            self.times_tile("dq", "ds", "skb", bc, dp)
 
         keys(gradient)
         self.store("dq", p.dq, p.q_dims, "i0 + warp * 16", "i", "d", dp // 8, p.depth)
@@ -216,12 +242,13 @@ class _Writer(Printer):
         p, t, line = self.p, self.t, self.line
         dp, wp, bq, bk = self.dp, self.wp, self.n, 16 * WARPS
         key_blocks = -(-p.keys // bk)
-        line(f"__local uint4 sm4[{(bk + bq) * (dp + wp) // 8}];")
-        line(f"__local float sst[{3 * bq}];  /* each step row's Mx, 1 / Z, DZ_1 */")
-        line("__local ushort* sk = (__local ushort*)sm4;")
+        qb, dob = bq * dp, bq * wp
+        line("extern __local uint4 tile_attention_local[];  /* launched with local_bytes */")
+        line("__local ushort* sk = (__local ushort*)tile_attention_local;")
         line(f"__local ushort* sv = sk + {bk * dp};")
-        line(f"__local ushort* sq = sv + {bk * wp};")
-        line(f"__local ushort* sdo = sq + {bq * dp};")
+        line(f"__local ushort* sq = sv + {bk * wp};  /* two steps' Q */")
+        line(f"__local ushort* sdo = sq + {2 * qb};  /* two steps' DO */")
+        line(f"__local float* sst = (__local float*)(sdo + {2 * dob});  /* two steps' Mx, 1 / Z, DZ_1 */")
         line("const int tid = (int)get_local_id(0), lane = tid & 31, warp = tid >> 5;")
         line("long grp = (long)get_group_id(0);")
         line(f"const long j0 = (grp % {key_blocks}) * {bk};")
@@ -243,38 +270,72 @@ class _Writer(Printer):
         heads = 1
         for _, n in shared:
             heads *= n
-        line(f"for (long hh = 0; hh < {heads}; hh++) {{")
-        line("long grp = hh;")
-        self.roles(shared)
-        self.base("qg", p.q, p.q_dims)
-        self.base("dog", p.do, p.do_dims)
-        line(f"for (long i0 = 0; i0 < {p.rows}; i0 += {bq}) {{")
-        line(f"if ({self.box('i0', bq, 'j0', bk, False)}) continue;")
-        self._stage("sq", "qg", "i0", p.rows, bq, q, dp)
-        self._stage("sdo", "dog", "i0", p.rows, bq, do, wp)
-        line(COMMIT)
-        line(f"if (tid < {bq}) {{")
-        line("const long i = i0 + tid;")
-        line(f"const bool ok = i < {p.rows};")
-        stat = {}
-        for name in (p.mx, p.z, p.dz):
+        rsteps = -(-p.rows // bq)
+        total = heads * rsteps
+
+        def stat(name: str) -> str:
             ref = self.b.ref(name)
-            at = self.offset(name, p.stat_dims, self.role | {"i": "i"})
             dt = ref.shape.dtype
-            stat[name] = t.convert(t.load(self.em.ptrs[ref.source], at, dt), dt, _F32)
-        line(f"sst[tid] = ok ? {stat[p.mx]} : 0.0f;")
-        line(f"sst[{bq} + tid] = ok ? 1.0f / {stat[p.z]} : 0.0f;")
-        line(f"sst[{2 * bq} + tid] = ok ? {stat[p.dz]} : 0.0f;")
-        line("}")
-        line(_WAIT_ALL)
+            at = self.offset(name, p.stat_dims, self.role | {"i": "i"})
+            return t.convert(t.load(self.em.ptrs[ref.source], at, dt), dt, _F32)
+
+        def at_step(tt: str) -> None:
+            """Declares the step's head (the batch roles K lacks) and first row ``i0``."""
+            line(f"const long i0 = ({tt} % {rsteps}) * {bq};")
+            line(f"long grp = {tt} / {rsteps};")
+            self.roles(shared)
+
+        def dropped(tt: str) -> str:
+            return self.box(f"(({tt} % {rsteps}) * {bq})", bq, "j0", bk, False)
+
+        def stage(tt: str, buf: str) -> None:
+            """The copies of step ``tt``'s Q and DO (a commit group) and its statistics into buffer
+            ``buf``."""
+            line(f"if ({tt} < {total}) {{")
+            at_step(tt)
+            self.base("qg", p.q, p.q_dims)
+            self.base("dog", p.do, p.do_dims)
+            self._stage(f"(sq + ({buf}) * {qb})", "qg", "i0", p.rows, bq, q, dp)
+            self._stage(f"(sdo + ({buf}) * {dob})", "dog", "i0", p.rows, bq, do, wp)
+            line(f"if (tid < {bq}) {{")
+            line("const long i = i0 + tid;")
+            line(f"const bool ok = i < {p.rows};")
+            line(f"__local float* st = sst + ({buf}) * {3 * bq};")
+            line(f"st[tid] = ok ? {stat(p.mx)} : 0.0f;")
+            line(f"st[{bq} + tid] = ok ? 1.0f / {stat(p.z)} : 0.0f;")
+            line(f"st[{2 * bq} + tid] = ok ? {stat(p.dz)} : 0.0f;")
+            line("}")
+            line("}")
+            line(COMMIT)
+
+        line("{")
+        line("long tt = 0;")
+        line(f"while (tt < {total} && ({dropped('tt')})) tt++;")
+        stage("tt", "0")
+        line('asm volatile("cp.async.wait_group 1;" ::: "memory");  /* K and V */')
         line("barrier(CLK_LOCAL_MEM_FENCE);")
+        kv_regs = max(dp, wp) <= 64
+        ka, va = ("sk", "warp * 16"), ("sv", "warp * 16")
+        if kv_regs:
+            self.a_fragments("kf", "sk", "warp * 16", dp)
+            self.a_fragments("vf", "sv", "warp * 16", wp)
+            ka, va = "kf", "vf"
+        line("int buf = 0;")
+        line(f"while (tt < {total}) {{")
+        line("long tn = tt + 1;")
+        line(f"while (tn < {total} && ({dropped('tn')})) tn++;")
+        stage("tn", "buf ^ 1")
+        line('asm volatile("cp.async.wait_group 1;" ::: "memory");')
+        line("barrier(CLK_LOCAL_MEM_FENCE);")
+        at_step("tt")
+        line(f"__local ushort* sqb = sq + buf * {qb};")
+        line(f"__local ushort* sdob = sdo + buf * {dob};")
+        line(f"__local float* st = sst + buf * {3 * bq};")
         sn = bq // 8
-        self.a_fragments("kf", "sk", "warp * 16", dp)
         self.zeros("s", sn)
-        self.times_rows("s", "kf", "sq", bq, dp)
-        self.a_fragments("vf", "sv", "warp * 16", wp)
+        self.times_rows("s", ka, "sqb", bq, dp)
         self.zeros("g", sn)
-        self.times_rows("g", "vf", "sdo", bq, wp)
+        self.times_rows("g", va, "sdob", bq, wp)
         line(f"const bool full = ({self.box('i0', bq, 'j0', bk, True)}) && i0 + {bq} <= {p.rows} && "
              f"j0 + {bk} <= {p.keys};")
         line("#pragma unroll")
@@ -284,16 +345,18 @@ class _Writer(Printer):
         line("const int il = n * 8 + (lane & 3) * 2 + (e & 1);")
         line("const long i = i0 + il, j = rj + (e >> 1) * 8;")
         line(f"const bool ok = full || ({self.keep('i', 'j')});")
-        line(f"const float w = ok ? exp2f(c2 * (s[n][e] - sst[il])) : 0.0f, iz = sst[{bq} + il];")
-        line(f"s[n][e] = cc * w * (g[n][e] * iz + sst[{2 * bq} + il]);")
-        line("g[n][e] = w * iz;")
+        line(f"const float w = ok ? exp2f(c2 * (s[0][n][e] - st[il])) : 0.0f, iz = st[{bq} + il];")
+        line(f"s[0][n][e] = cc * w * (g[0][n][e] * iz + st[{2 * bq} + il]);")
+        line("g[0][n][e] = w * iz;")
         line("}")
         line("}")
         self.pack("pw", "g", sn)
         self.pack("pd", "s", sn)
-        self.times_tile("dv", "pw", "sdo", bq, wp)
-        self.times_tile("dk", "pd", "sq", bq, dp)
+        self.times_tile("dv", "pw", "sdob", bq, wp)
+        self.times_tile("dk", "pd", "sqb", bq, dp)
         line("barrier(CLK_LOCAL_MEM_FENCE);  /* every warp is done with the step */")
+        line("buf ^= 1;")
+        line("tt = tn;")
         line("}")
         line("}")
         self.store("dk", p.dk, p.k_dims, "j0 + warp * 16", "j", "d", dp // 8, p.depth)
