@@ -11,7 +11,7 @@ A warp owns 16 rows of a product; each lane's accumulator elements are rows ``la
 
 from __future__ import annotations
 
-from backends.clike.attention import offset
+from backends.clike.attention import offset, run_points
 from backends.clike.kernel import KernelEmitter
 from backends.cuda.mma import instruction
 from backends.cuda.schedule import operation
@@ -276,6 +276,28 @@ class Printer:
                       f'"f"({acc}[m][n][{hi}]), "f"({acc}[m][n][{lo}]));')
         self.line("}")
         self.line("}")
+
+    def scored(self, acc: str, n: int, first_row: str, first_col: str, factor: str) -> None:
+        """Replaces each element ``S`` of the accumulator fragments ``acc[mt][n][4]`` (laid out as
+        ``masked`` says) by ``factor · P``: ``P`` the plan's score kernels run on it at its row and
+        key (``backends.clike.attention.run_points``; a row or key past the extents reads the last
+        one's memory, its value masked or never stored), or ``S`` itself where there are none."""
+        p = self.p
+        self.each(n)
+        if p.scores:
+            self.line(f"long i = {first_row} + m * 16 + (e >> 1) * 8;")
+            self.line(f"long j = {first_col} + n * 8 + (lane & 3) * 2 + (e & 1);")
+            self.line(f"i = i < {p.rows} ? i : {p.rows - 1}L; j = j < {p.keys} ? j : {p.keys - 1}L;")
+            em = self.em
+            mark = len(em.lines)
+            at = self.role | {"i": "i", "j": "j"}
+            value = run_points(em, p.scores, p.s, f"{acc}[m][n][e]", p.s_dims, at, {})
+            self.lines.extend(em.lines[mark:])
+            del em.lines[mark:]
+            self.line(f"{acc}[m][n][e] = {factor} * ({value});")
+        else:
+            self.line(f"{acc}[m][n][e] *= {factor};")
+        self.end()
 
     def masked(self, acc: str, n: int, first_row: str, first_col: str, value: str) -> None:
         """Sets the elements of the accumulator fragments ``acc[mt][n][4]`` (a warp's ``16 mt`` rows,

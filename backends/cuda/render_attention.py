@@ -2,8 +2,9 @@
 tensor cores: the online softmax of ``backends.clike.attention``, with both products issued as
 warp-level ``mma.sync`` operations (float16 or bfloat16 operands, float32 sums).
 
-The kernel, for a plan whose score is S itself (no score kernels: a scale, a mask written as
-constraints) over float16 or bfloat16 Q, K and V of heads up to 128 wide:
+The kernel, for a plan over float16 or bfloat16 Q, K and V of heads up to 128 wide, with a scale,
+a mask written as constraints, and score kernels (a bias added to S, a ``cond`` mask on indexes:
+run on each float32 score in registers at its row and key, ``Printer.scored``):
 
 * **a work-group per (batch point, block of 128 query rows)**: four warps of 32 rows each (two
   16-row tiles: each B fragment read serves both, halving the ``__local`` reads a product takes).
@@ -67,7 +68,7 @@ def local_bytes(p: AttentionPlan) -> int:
 def takes(em: KernelEmitter) -> tuple | None:
     """``(plan, operation)`` when the block runs on the tensor cores (module docstring), else None."""
     p = em.block.plan
-    if not isinstance(p, AttentionPlan) or p.scores:
+    if not isinstance(p, AttentionPlan):
         return None
     return operands(em, AttentionPlan, (p.q, p.k, p.v), (p.out,), _OUTS, local_bytes(p), WIDEST)
 
@@ -158,9 +159,7 @@ class _Writer(Printer):
         stage_k(f"jn * {bc}")
         line("}")
         line(COMMIT)
-        self.each(sn)
-        line("s[m][n][e] *= c2;")
-        self.end()
+        self.scored("s", sn, "r0", "j0", "c2")
         line(f"if (!({self.box('i0', br, 'j0', bc, True)} && j0 + {bc} <= {p.keys})) {{")
         self.masked("s", sn, "r0", "j0", "-INFINITY")
         line("}")
