@@ -181,6 +181,7 @@ class OpenclOptions(Options):
     fast_math: bool = setting(False, "flag")
     local_size: int = setting(64, "count")
     async_: bool = setting(True, "flag", "async")  # (a Python keyword)
+    generic: bool = setting(False, "flag")  # backends.clike.generic
 
 
 @dataclass(frozen=True)
@@ -194,6 +195,7 @@ class CudaOptions(Options):
     tiled: bool = setting(True, "flag")
     fast_math: bool = setting(False, "flag")
     local_size: int = setting(128, "count")
+    generic: bool = setting(False, "flag")  # backends.clike.generic
 
 
 # ------------------------------------------------------------------------------ the driver's facts

@@ -2,8 +2,9 @@
 
 Two Stripe kernels that differ only in some integers (an extent, a stride, a bound: the same
 program at two sequence lengths) *unify* into a template: the kernel with each differing integer
-replaced by a ``Slot(k)``. The code generator emits a slot as the k-th i64 of the kernel's extents
-array (``codegen.KernelCodegen.num``); ``bind`` checks that another kernel is the template with
+replaced by a ``Slot(k)``. The LLVM code generator emits a slot as the k-th i64 of the kernel's
+extents array (``backends.llvm.codegen.KernelCodegen.num``), the C-like one as the kernel's k-th
+``long`` argument (``backends.clike.generic``); ``bind`` checks that another kernel is the template with
 integers in the slots and reads those integers off it, which is all binding a new shape in a known
 bucket costs. A slot refuses every use as a number (comparison, arithmetic, ``int``, truth,
 hashing): a code generator decision that would read one raises ``SlotUsed`` instead of silently
@@ -132,9 +133,8 @@ def bind(template, concrete) -> list[int] | None:
 
 def _bind(t, c, values: dict[int, int]) -> None:
     if type(t) is Slot:
-        if not _integer(c):
-            raise _Mismatch
-        values[t.k] = int(c)
+        if not _integer(c) or values.setdefault(t.k, int(c)) != int(c):  # (a slot ``merged`` from
+            raise _Mismatch  # several places takes one integer in all of them)
         return
     if _integer(t):
         if not (_integer(c) and t == c and type(t) is type(c)):
@@ -185,9 +185,8 @@ def matches(pattern: list, ints: list) -> list[int] | None:
     values: dict[int, int] = {}
     for t, c in zip(pattern, ints):
         if type(t) is Slot:
-            if type(c) is Slot:
+            if type(c) is Slot or values.setdefault(t.k, int(c)) != int(c):
                 return None
-            values[t.k] = int(c)
         elif type(c) is Slot or not (t == c and type(t) is type(c)):
             return None
     if sorted(values) != list(range(len(values))):
@@ -320,6 +319,55 @@ def _max_slot(x) -> int:
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         return max((_max_slot(getattr(x, f.name)) for f in dataclasses.fields(x)), default=-1)
     return -1
+
+
+def merged(template, kernels: list):
+    """``template`` with its slots that hold the same integer in every one of ``kernels`` (instances
+    of it) made one slot, numbered from 0 in order of first appearance, the same ``Slot`` object
+    wherever it stands: a square kernel's ``N`` in its sizes, strides and a special's parameters,
+    which the C-like code generator then compares as equal (tuples compare an object equal to
+    itself without asking it) where ``unify`` left one slot per place, each refusing a comparison.
+    An instance binds a merged template only where it agrees at every place of a slot (``bind``,
+    ``matches``); a kernel where those integers part widens from the unmerged template."""
+    rows = [bind(template, k) for k in kernels]
+    assert all(r is not None for r in rows), "merged: the kernels are instances of the template"
+    n = slots(template)
+    new: dict[tuple, Slot] = {}
+    by_slot = {k: new.setdefault(tuple(r[k] for r in rows), Slot(len(new))) for k in range(n)}
+    out = _renamed(template, by_slot)
+    firsts: dict[int, Slot] = {}
+    _first_slots(out, firsts)
+    for k, s in enumerate(firsts.values()):
+        s.k = k
+    return out
+
+
+def _renamed(x, by_slot: dict):
+    if type(x) is Slot:
+        return by_slot[x.k]
+    if isinstance(x, tuple):
+        return tuple(_renamed(y, by_slot) for y in x)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        new = {}
+        for name in _fields(x):
+            y = getattr(x, name)
+            z = _renamed(y, by_slot)
+            if z is not y:
+                new[name] = z
+        return _rebuilt(x, new) if new else x
+    return x
+
+
+def _first_slots(x, out: dict) -> None:
+    """The distinct slots of ``x`` (by identity), in order of first appearance."""
+    if type(x) is Slot:
+        out.setdefault(id(x), x)
+    elif isinstance(x, tuple):
+        for y in x:
+            _first_slots(y, out)
+    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+        for name in _fields(x):
+            _first_slots(getattr(x, name), out)
 
 
 def is_slot(x) -> bool:

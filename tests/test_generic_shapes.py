@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import tile
-from backends.llvm import generic, symbolic
+from backends import symbolic
+from backends.llvm import generic
 from stripe.ir import Block, Index
 from tests.generic_support import assert_attention_close, fresh_registry, generic_info, ints  # noqa: F401
 

@@ -23,12 +23,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from backends.clike import numbers
 from backends.clike.ops import binary, intrinsic
 from backends.clike.specials import emit_special
 from backends.clike.target import CTarget, Value, wrap
 from backends.clike.views import View
 from backends.clike.writer import CodeWriter
 from backends.hal import KernelInfo, kernel_symbol
+from backends.symbolic import is_slot
 from stripe.ir import (
     AGG_OPS,
     Block,
@@ -58,6 +60,31 @@ class KernelSource:
     owned: tuple[str, ...]
     local: int = 0  # the work-group size the kernel needs (0: any)
     launch: dict | None = None  # a kernel its target launches its own way: the record of how
+    # (a shape-generic template's ``work_items`` may be ``numbers.times`` factors with slots, its
+    # ``local`` then decided per instance: ``wide_local``)
+
+
+def wide_local(workgroups: bool, work: int) -> int:
+    """The work-group size of a general kernel of ``work`` work-items: a wide kernel in groups of
+    256 (faster than the local_size default, 64, for 1M work-items and more: bench/RESULTS.md);
+    smaller ones keep more, smaller groups (0: the launch's default)."""
+    return 256 if workgroups and work >= 1 << 20 else 0
+
+
+def work_order(block: Block, owned) -> tuple[str, ...]:
+    """The owned indexes of ``block`` from the one of largest output stride to the smallest (which
+    varies fastest over ``gid``: neighbouring work-items write neighbouring elements)."""
+
+    def stride(name: str) -> int:
+        out = 0
+        for r in block.refs:
+            if r.dir in (RefDir.OUT, RefDir.INOUT) and len(r.access) == len(r.shape.dims):
+                s = sum(int(a.coeff(name)) * d.stride for a, d in zip(r.access, r.shape.dims))
+                out = max(out, abs(s))
+        return out
+
+    ixs = [ix.name for ix in block.idxs if ix.name in owned]
+    return tuple(sorted(ixs, key=lambda n: -stride(n)))
 
 
 class KernelEmitter(CodeWriter):
@@ -84,14 +111,19 @@ class KernelEmitter(CodeWriter):
             self.params.append((self.ptrs[b], self.buf_dtypes[b]))
         self.products: dict[str, tuple[str, str, DType]] = {}  # fast_math: $v = a * b
         self.accs: dict[str, tuple[View, str]] = {}  # hoisted outputs: refinement -> (view, register)
+        # a shape-generic template (``generic``): its run-time integers, and the owned indexes and
+        # their order as an instance's analysis gave them (both read sizes the template lacks)
+        self.values = 0
+        self.owned: tuple[str, ...] | None = None
+        self.order: tuple[str, ...] | None = None
 
     # ------------------------------------------------------------------ affines
     def affine(self, aff: Affine, vals: dict[str, str], block: Block, what: str) -> str:
-        if not aff.is_integral:
+        if not all(is_slot(c) or c.denominator == 1 for c in (aff.const, *(c for _, c in aff.terms))):
             raise block_error(
                 block, f"{what}: the affine '{aff}' has a non-integer coefficient", "defract first"
             )
-        parts = [str(int(aff.const))] if aff.const != 0 else []
+        parts = [numbers.text(aff.const)] if not numbers.zero(aff.const) else []
         for v, c in aff.terms:
             if v not in vals:
                 known = ", ".join(vals) or "none"
@@ -100,7 +132,7 @@ class KernelEmitter(CodeWriter):
                     f"{what}: '{aff}' uses '{v}', not an index here (known: {known})",
                     "affines use the block's own indexes (an index's affine: its parent's)",
                 )
-            parts.append(vals[v] if c == 1 else f"{int(c)} * {vals[v]}")
+            parts.append(vals[v] if numbers.one(c) else f"{numbers.text(c)} * {vals[v]}")
         if len(parts) == 1 and re.fullmatch(r"[A-Za-z_0-9]+", parts[0]):
             return parts[0]
         return "(" + " + ".join(parts) + ")" if parts else "0"
@@ -126,18 +158,18 @@ class KernelEmitter(CodeWriter):
             views = {r.into: self.view(block, r, {}, None) for r in block.refs}
             work = emit_special(self, block.stmts[0], views, where(block), parallel=True)
         else:
-            owned = owned_indexes(block, tuple(self.info.buffers))
+            owned = self.owned if self.owned is not None else owned_indexes(block, tuple(self.info.buffers))
             vals, work = self.work_items(owned)
             hoist = self.hoistable(owned)
             around = (lambda: self.open_accumulators(hoist, vals), self.close_accumulators)
             self.loops(block, vals, None, around=around if hoist else None)
         self.depth = 0
         body = [ln[4:] for ln in self.lines]
+        if self.values:  # a template: its integers are arguments, its size and groups per instance
+            text = self.t.kernel(self.symbol, self.params, body, numbers.expr(work), values=self.values)
+            return KernelSource(self.symbol, numbers.named(text), work, owned, 0)
         text = self.t.kernel(self.symbol, self.params, body, work)
-        # a wide kernel in groups of 256 (faster than the local_size default, 64, for 1M work-items
-        # and more: bench/RESULTS.md); smaller ones keep more, smaller groups
-        local = 256 if self.t.workgroups and work >= 1 << 20 else 0
-        return KernelSource(self.symbol, text, work, owned, local)
+        return KernelSource(self.symbol, text, work, owned, wide_local(self.t.workgroups, work))
 
     def epilogue(self, g):
         """For a fused kernel: emits its statements after the contraction for one output element,
@@ -198,28 +230,22 @@ class KernelEmitter(CodeWriter):
         block = self.block
         ixs = [ix for ix in block.idxs if ix.name in owned]
 
-        def stride(name: str) -> int:
-            out = 0
-            for r in block.refs:
-                if r.dir in (RefDir.OUT, RefDir.INOUT) and len(r.access) == len(r.shape.dims):
-                    s = sum(int(a.coeff(name)) * d.stride for a, d in zip(r.access, r.shape.dims))
-                    out = max(out, abs(s))
-            return out
-
-        ixs.sort(key=lambda ix: -stride(ix.name))
+        order = self.order if self.order is not None else work_order(block, owned)
+        ixs.sort(key=lambda ix: order.index(ix.name))  # (a template's: its instance's; any is as right)
         vals: dict[str, str] = {}
         inner, work = 1, 1
         for ix in ixs:
-            work *= ix.range
+            work = numbers.times(work, ix.range)
         for k, ix in enumerate(reversed(ixs)):
             var = self.fresh(ix.name)
-            at = "gid" if inner == 1 else f"gid / {inner}"
+            first = numbers.known(inner) and inner == 1
+            at = "gid" if first else f"gid / {numbers.expr(inner)}"
             if k != len(ixs) - 1:
-                at = f"({at}) % {ix.range}" if inner != 1 else f"gid % {ix.range}"
+                at = f"({at}) % {numbers.text(ix.range)}" if not first else f"gid % {numbers.text(ix.range)}"
             start = int(ix.affine.const) if ix.affine is not None else 0
             self.line(f"const {self.long} {var} = {at}{f' + {start}' if start else ''};")
             vals[ix.name] = var
-            inner *= ix.range
+            inner = numbers.times(inner, ix.range)
         return vals, work
 
     def hoistable(self, owned: tuple[str, ...]) -> list[Refinement]:
@@ -294,7 +320,7 @@ class KernelEmitter(CodeWriter):
             ix = free[depth]
             var = self.fresh(ix.name)
             lo = starts.get(ix.name, str(int(ix.affine.const)) if ix.affine is not None else "0")
-            hi = str(ix.range) if lo == "0" else f"{lo} + {ix.range}"
+            hi = numbers.text(ix.range) if lo == "0" else f"{lo} + {numbers.text(ix.range)}"
             inner = {**env, ix.name: var}
             with self.scope(f"for ({self.long} {var} = {lo}; {var} < {hi}; {var}++)"):
                 guarded(depth, inner, lambda: nest(depth + 1, inner))
@@ -335,10 +361,10 @@ class KernelEmitter(CodeWriter):
         check_access_rank(block, r, len(pdims))
         terms = [] if base == "0" else [base]
         for a, d in zip(r.access, pdims):
-            if (a.is_constant and a.const == 0) or d.stride == 0:
+            if (a.is_constant and numbers.zero(a.const)) or numbers.zero(d.stride):
                 continue
             off = self.affine(a, vals, block, f"the access of '{r.into}'")
-            terms.append(off if d.stride == 1 else f"{off} * {d.stride}")
+            terms.append(off if numbers.one(d.stride) else f"{off} * {numbers.text(d.stride)}")
         if terms and terms != [base]:
             base = self.declare(DType.INT64, " + ".join(terms), f"at_{r.into}")
         return View(r.into, ptr, buf_dt, base, r.shape.dims, r.shape.dtype, r.agg_op, local)

@@ -109,19 +109,20 @@ _FORMS = {GemmPlan: _tiled, CombinePlan: _grouped, RowPlan: _rows, TransposePlan
           AttentionPlan: _attention, AttentionBackwardPlan: _attention}
 
 
-def generate(t: CTarget, kernels: list[KernelInfo], buffer_dtypes: dict) -> list[KernelSource]:
+def generate(t: CTarget, kernels: list[KernelInfo], buffer_dtypes: dict, skip=()) -> list[KernelSource]:
     """Every kernel's source (``buffer_dtypes``: buffer name -> dtype, for kernels whose
-    ``KernelInfo.buffer_dtypes`` is empty)."""
-    out = []
-    for k, info in enumerate(kernels):
-        per = getattr(info, "buffer_dtypes", ())
-        dtypes = (
-            {b: DType(str(d)) for b, d in zip(info.buffers, per)}
-            if per
-            else {b: DType(str(buffer_dtypes[b])) for b in info.buffers if b in buffer_dtypes}
-        )
-        out.append(kernel_source(t, k, info, dtypes))
-    return out
+    ``KernelInfo.buffer_dtypes`` is empty); None for the indexes in ``skip`` (kernels that run
+    shape-generic functions built apart: ``generic``)."""
+    return [None if k in skip else kernel_source(t, k, info, kernel_dtypes(info, buffer_dtypes))
+            for k, info in enumerate(kernels)]
 
 
-__all__ = ["generate", "kernel_source"]
+def kernel_dtypes(info: KernelInfo, buffer_dtypes: dict) -> dict[str, DType]:
+    """The dtypes of kernel ``info``'s buffers: its own ``buffer_dtypes``, else the program's."""
+    per = getattr(info, "buffer_dtypes", ())
+    if per:
+        return {b: DType(str(d)) for b, d in zip(info.buffers, per)}
+    return {b: DType(str(buffer_dtypes[b])) for b in info.buffers if b in buffer_dtypes}
+
+
+__all__ = ["generate", "kernel_dtypes", "kernel_source"]

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from backends.clike import numbers
 from backends.clike.ops import binary, float_fn
 from backends.clike.views import View
 from backends.clike.writer import CodeWriter
+from backends.symbolic import is_slot
 from stripe.ir import Special
 from stripe.specials import BACKEND, Checked, check, identity
 from tile.dtypes import DType
@@ -47,7 +49,7 @@ class _Loops:
     def loop(self, lo: int, hi: int, body) -> None:
         em = self.em
         var = em.fresh("f")
-        with em.scope(f"for ({em.long} {var} = {lo}; {var} < {hi}; {var}++)"):
+        with em.scope(f"for ({em.long} {var} = {lo}; {var} < {numbers.expr(hi)}; {var}++)"):
             body(var)
 
     def box(self, sizes: tuple[int, ...], body, coords: tuple[str, ...] = ()) -> None:
@@ -62,9 +64,10 @@ class _Loops:
         coords, inner = [], 1
         for k in reversed(range(len(sizes))):
             s = sizes[k]
-            c = flat if inner == 1 else f"({flat} / {inner})"
-            coords.append(f"{c} % {s}" if k else c)
-            inner *= max(s, 1)
+            c = flat if numbers.known(inner) and inner == 1 else f"({flat} / {numbers.expr(inner)})"
+            coords.append(f"{c} % {numbers.text(s)}" if k else c)
+            # (a run-time size of 0 leaves no element: no work-item reaches this)
+            inner = numbers.times(inner, s if is_slot(s) else max(s, 1))
         return list(reversed(coords))
 
 
@@ -76,12 +79,20 @@ def emit_special(em: CodeWriter, stmt: Special, views: dict[str, View], where: s
     return lp.work
 
 
+def elements(v: View):
+    """``v``'s element count (``numbers.times`` factors where its sizes come at run time)."""
+    n = 1
+    for s in v.sizes:
+        n = numbers.times(n, s)
+    return n
+
+
 def _fill(em: CodeWriter, lp: _Loops, sp: Checked[View]) -> None:
     t = em.t
     for o in sp.outs:
         value = t.literal(identity(sp.op, o.dtype), o.dtype)
         lp.each(
-            o.elements,
+            elements(o),
             lambda f, o=o, value=value: em.line(o.write(t, o.at(lp.unravel(f, o.sizes)), value)),
         )
 
@@ -96,7 +107,7 @@ def _copy(em: CodeWriter, lp: _Loops, sp: Checked[View]) -> None:
         v = em.tmp(src.read(t, src.at(sc)), src.dtype)
         em.line(dst.write(t, dst.at(dc), t.convert(v, src.dtype, dst.dtype)))
 
-    lp.each(dst.elements, move)
+    lp.each(elements(dst), move)
 
 
 def _shape(em: CodeWriter, lp: _Loops, sp: Checked[View]) -> None:
@@ -161,7 +172,7 @@ def _scatter(em: CodeWriter, lp: _Loops, sp: Checked[View]) -> None:
 def _softmax(em: CodeWriter, lp: _Loops, sp: Checked[View]) -> None:
     (x,), (o,), log = sp.ins, sp.outs, sp.log
     rows, cols = x.sizes
-    if rows == 0 or cols == 0:
+    if numbers.zero(rows) or numbers.zero(cols):
         lp.work = 0 if lp.parallel else lp.work
         return
     t = em.t
@@ -169,6 +180,13 @@ def _softmax(em: CodeWriter, lp: _Loops, sp: Checked[View]) -> None:
     acc = DType.FLOAT32 if dt.is_narrow_float else dt
 
     def per_row(row: str) -> None:
+        if is_slot(cols):  # a generic kernel's row length, which may be 0 (then nothing to write)
+            with em.scope(f"if ({numbers.text(cols)} > 0)"):
+                row_body(row)
+        else:
+            row_body(row)
+
+    def row_body(row: str) -> None:
         def elem(col: str) -> str:
             return em.tmp(t.convert(x.read(t, x.at([row, col])), x.dtype, dt), dt)
 

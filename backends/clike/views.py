@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backends.clike import numbers
 from backends.clike.target import CTarget
 from stripe.ir import Dim, Shaped
 from tile.dtypes import DType
@@ -27,8 +28,8 @@ class View(Shaped):
         """The offset of the element at ``coords`` (C integer expressions, one per dimension)."""
         terms = [self.base] if self.base != "0" else []
         for c, d in zip(coords, self.dims):
-            if d.stride and c != "0":
-                terms.append(c if d.stride == 1 else f"{c} * {d.stride}")
+            if not numbers.zero(d.stride) and c != "0":
+                terms.append(c if numbers.one(d.stride) else f"{c} * {numbers.text(d.stride)}")
         return " + ".join(terms) or "0"
 
     def load_raw(self, t: CTarget, off: str) -> str:

@@ -13,7 +13,10 @@ Settings (all optional): ``cache`` (False: no disk cache), ``async`` (False: bui
 returning), ``fast_math`` (``mad`` for multiply-accumulate and ``native_*`` functions: faster, not
 exact), ``local_size`` (work-group size, default 64; a tiled contraction sets its own),
 ``tiled`` (False: the ``gemm_tile`` pass's nests run as nested loops, like any kernel; their tiles
-are the pass's, which the autotuner varies through its ``choices``); parsed once into
+are the pass's, which the autotuner varies through its ``choices``), ``generic`` (kernels equal up
+to integers to ones built before run one program per bucket, their integers as arguments:
+``backends.clike.generic``; the templates' program is built apart, cached on disk by its text like
+any other, and a program all of whose kernels are bound to built forms builds nothing); parsed once into
 ``backends.options.OpenclOptions``. The driver's ``BuildFacts`` bring the matrix units and
 ``buffer_dtypes`` (buffer name -> dtype, for ``KernelInfo``s without them). Float ``/`` and
 ``sqrt`` are correctly rounded: with ``-cl-fp32-correctly-rounded-divide-sqrt`` where the device
@@ -30,6 +33,7 @@ from concurrent.futures import Future
 import pyopencl as cl
 
 from backends.clike import generate
+from backends.clike import generic as generic_kernels
 from backends.clike.helpers import helper_source
 from backends.hal import Compiler, KernelInfo, Library
 from backends.opencl.cache import BinaryCache, cache_key
@@ -43,6 +47,9 @@ from tile.errors import TileTypeError
 
 class DeviceTypeError(TileTypeError):
     """A program needs an element type (float16, float64) that the device does not have."""
+
+
+COMPILED = [0]  # programs compiled from source in this process (not loaded from the disk cache)
 
 
 class ProgramHandle:
@@ -76,6 +83,7 @@ class ProgramHandle:
             except cl.Error:
                 program = None  # a stale or foreign binary: compile
         if program is None:
+            COMPILED[0] += 1
             try:
                 program = quiet_build(cl.Program(ctx, self.source), self.options)
             except cl.Error as e:
@@ -124,6 +132,7 @@ class ProgramHandle:
 class OpenCLCompiler(Compiler):
     def __init__(self, device: Driver):
         self.device = device
+        self.generic = generic_kernels.Registry()  # this device's shape-generic buckets
 
     def target(self, opts: OpenclOptions, facts: BuildFacts = NO_FACTS) -> OpenCLTarget:
         dev = self.device
@@ -148,11 +157,15 @@ class OpenCLCompiler(Compiler):
         opts = OpenclOptions.parse(settings)
         dev = self.device
         t = self.target(opts, facts)
-        sources = generate(t, list(kernels), dict(facts.buffer_dtypes))
+        dtypes = dict(facts.buffer_dtypes)
+        plan = self.generic_plan(list(kernels), dtypes, opts, settings, facts) if opts.generic else None
+        uses = plan.uses if plan is not None else {}
+        sources = generate(t, list(kernels), dtypes, skip=uses)
         self.check(t)
         helpers = helper_source(t)
-        text = "\n\n".join(["\n".join(t.header())] + helpers + [s.text for s in sources]) + "\n"
-        options = ["-cl-fp32-correctly-rounded-divide-sqrt"] if dev.exact_div else []
+        mine = [s for s in sources if s is not None]
+        text = "\n\n".join(["\n".join(t.header())] + helpers + [s.text for s in mine]) + "\n"
+        options = self.options()
         cache = BinaryCache(
             cache_key(text, " ".join(options), settings, dev.identity), opts.cache
         )
@@ -160,21 +173,53 @@ class OpenCLCompiler(Compiler):
             "cache": "off" if not cache.enabled else "pending",
             "cache_key": cache.key,
             "cache_path": str(cache.path),
-            "work_items": [s.work_items for s in sources],
-            "owned": [s.owned for s in sources],
+            "work_items": [uses[j].work if s is None else s.work_items for j, s in enumerate(sources)],
+            "owned": [() if s is None else s.owned for s in sources],
             "options": options,
             "local_size": opts.local_size,
-            "local_sizes": [s.local for s in sources],
-            "names": [s.name for s in sources],  # as generated: a tiled kernel's carries its tiles
-            "launch": [s.launch for s in sources],  # a kernel launched through CUDA: how (``cuda.launch``)
+            "local_sizes": [uses[j].local if s is None else s.local for j, s in enumerate(sources)],
+            # as generated: a tiled kernel's carries its tiles; a generic one's is its form's
+            "names": [uses[j].form.symbol if s is None else s.name for j, s in enumerate(sources)],
+            "launch": [None if s is None else s.launch for s in sources],  # a kernel launched through
+            # CUDA: how (``cuda.launch``)
         }
+        if plan is not None:
+            built = sum(u.built for u in uses.values())
+            extra["generic"] = {"uses": uses, "kernels": len(uses), "built": built}
         handle = ProgramHandle(dev, text, options, cache, extra)
         handle.names = extra["names"]
-        handle.work_items = [s.work_items for s in sources]
-        handle.start(opts.async_)
+        handle.work_items = extra["work_items"]
+        if mine:  # (every kernel generic: no program of its own)
+            handle.start(opts.async_)
+        else:
+            extra["cache"] = "none"
         return Library(
             list(kernels), source=text, handle=handle, build_seconds=time.perf_counter() - start, extra=extra
         )
+
+    def options(self) -> list[str]:
+        return ["-cl-fp32-correctly-rounded-divide-sqrt"] if self.device.exact_div else []
+
+    def generic_plan(self, kernels: list[KernelInfo], dtypes: dict, opts: OpenclOptions, settings: dict,
+                     facts: BuildFacts) -> generic_kernels.Plan:
+        """The kernels that run shape-generic functions (``backends.clike.generic``), the templates
+        this program completes built into one program of their own (its ``ProgramHandle``)."""
+        reg = self.generic
+        plan = generic_kernels.assign(self.target(opts, facts), kernels, dtypes, reg)
+        if not plan.todo:
+            return plan
+        t = self.target(opts, facts)  # its own: the templates' program has its own header and helpers
+        made = generic_kernels.emit(t, kernels, dtypes, plan, reg, "tile_g")
+        if not made:
+            return plan
+        self.check(t)
+        text = "\n\n".join(["\n".join(t.header()), *helper_source(t), *(s.text for _, s in made)]) + "\n"
+        options = self.options()
+        cache = BinaryCache(cache_key(text, " ".join(options), settings, self.device.identity), opts.cache)
+        handle = ProgramHandle(self.device, text, options, cache, {})
+        handle.start(opts.async_)
+        generic_kernels.record(made, handle, plan, reg)
+        return plan
 
     def check(self, t: OpenCLTarget) -> None:
         """Refuse a program whose types the device lacks, naming the first place that needs one."""

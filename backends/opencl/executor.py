@@ -13,7 +13,9 @@ of zeros becomes a fill on the device).
 
 A kernel launches ``ceil(work_items / local) * local`` work-items in groups of ``local``
 (``local_size`` setting, default 64, at most what the device allows); those past ``work_items``
-return at once. A kernel with no work-item enqueues a marker, so events stay ordered.
+return at once. A kernel with no work-item enqueues a marker, so events stay ordered. A
+shape-generic kernel (``backends.clike.generic``) is its form's function, from the form's program,
+with the library's integers set as arguments after the buffers.
 """
 
 from __future__ import annotations
@@ -152,6 +154,11 @@ class OpenCLKernel(Kernel):
         self.handle: ProgramHandle = library.handle
         self.name = self.handle.names[index]
         self.work_items = self.handle.work_items[index]
+        self.values: tuple = ()  # a shape-generic kernel's run-time integers (arguments after its buffers)
+        use = (library.extra.get("generic") or {}).get("uses", {}).get(index)
+        if use is not None:  # its form's program (``backends.clike.generic``)
+            self.handle = use.form.program
+            self.values = tuple(np.int64(v) for v in use.values)
         self.local = 1
         self._kernel: cl.Kernel | None = None
         self._queue: cl.CommandQueue | None = None
@@ -218,7 +225,7 @@ class CLBound(Bound):
             return CLEvent(cl.enqueue_marker(queue), device, queue)
         with kernel._lock:
             if kernel._args is not self:
-                k.set_args(*(p.buf for p in params))  # type: ignore[attr-defined]
+                k.set_args(*(p.buf for p in params), *kernel.values)  # type: ignore[attr-defined]
                 kernel._args = self  # (held: no other binding is made at this address meanwhile)
             if queue is kernel._queue:
                 ev = _enqueue_nd_range(*kernel._enqueue)

@@ -10,6 +10,7 @@ fma) and enables ``cl_khr_fp64`` when the program uses float64.
 
 from __future__ import annotations
 
+from backends.clike.numbers import arg
 from backends.clike.target import CTarget
 from tile.dtypes import DType
 
@@ -105,8 +106,13 @@ class OpenCLTarget(CTarget):
         head = [f"__kernel __attribute__((reqd_work_group_size({local}, 1, 1)))", f"void {name}({args})", "{"]
         return "\n".join([*head, *body, "}"])
 
-    def kernel(self, name: str, params: list[tuple[str, DType]], body: list[str], work_items: int) -> str:
-        args = ", ".join(f"__global {self.mem(dt)}* restrict {p}" for p, dt in params)
+    def kernel(self, name: str, params: list[tuple[str, DType]], body: list[str], work_items,
+               values: int = 0) -> str:
+        """A kernel of one work-item per ``gid`` below ``work_items`` (an int, or a C expression of a
+        shape-generic kernel's ``values`` run-time integers: ``long`` arguments after the buffers,
+        named by ``clike.numbers.arg``)."""
+        args = ", ".join([f"__global {self.mem(dt)}* restrict {p}" for p, dt in params]
+                         + [f"const long {arg(k)}" for k in range(values)])
         lines = [f"__kernel void {name}({args})", "{", "    const long gid = (long)get_global_id(0);"]
         lines.append(f"    if (gid >= {work_items}) return;")
         lines += [f"    {b}" if b else "" for b in body]
