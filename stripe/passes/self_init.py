@@ -209,11 +209,13 @@ def _whole_fill(prev: Statement, out: Refinement, fn: str, parent: Block) -> tup
 
 
 def without_fill(
-    last: Block, acc: Refinement, parent: Block, cfg: SelfInitConfig = SelfInitConfig(())
+    last: Block, acc: Refinement, parent: Block, cfg: SelfInitConfig = SelfInitConfig(()),
+    dtype: DType | None = None,
 ) -> Block:
     """``last`` (whose fill ``fills_for`` found, ``acc`` its accumulator) in the self-initialised
-    form, for a ``parent`` that drops the fill."""
-    dtype = views_of(parent)[acc.source].shape.dtype
+    form, for a ``parent`` that drops the fill; the local accumulator of ``dtype`` (default: the
+    buffer's)."""
+    dtype = dtype or views_of(parent)[acc.source].shape.dtype
     fill = acc.agg_op != "add" or not cfg.gemms
     return self_initialised(last, acc, dtype, parent_sizes(last, parent), fill)
 

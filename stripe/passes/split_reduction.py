@@ -221,11 +221,18 @@ class _Splitter:
                 if acc is not None:
                     # the output's own identity fill goes: its last combine starts from the identity
                     stmts.pop()
-                    new = [*new[:-1], without_fill(new[-1], acc, shown)]
-                one = whole and len(new) == 2  # a self-initialised partial and its whole combine
+                    # (float32 partials: their combine sums in float32 and rounds once, at the store)
+                    new = [*new[:-1], without_fill(new[-1], acc, shown, dtype=acc.shape.dtype)]
+                # The last combine into a float16 or bfloat16 output (``one_kernel.NO_REGISTER``)
+                # sums its float32 partials in float32: no plan, as a work-group tree or the last
+                # group would store the float32 register as the output's element.
+                narrow = _output_dtype(s, inner) in NO_REGISTER
+                one = whole and len(new) == 2 and not narrow  # a self-initialised partial, its combine
                 if one:  # fusion leaves the combine alone too: the two become one kernel
                     new[-1] = replace(new[-1], tags=new[-1].tags | frozenset(self.cfg.partial_set))
-                stmts.extend(planned(b, self.cfg.combine_set, one and b is new[-1]) for b in new)
+                marks = self.cfg.combine_set
+                stmts.extend(b if narrow and b is new[-1] else planned(b, marks, one and b is new[-1])
+                             for b in new)
                 changed = True
             declared.extend(bufs)
         if not declared:
@@ -397,6 +404,8 @@ class _Splitter:
         out = rename_refs(out, {acc.into: pview.into})
         wide = partial_dtype(acc.agg_op, acc.shape.dtype)
         pref = replace(pview, shape=replace(pview.shape, dtype=wide), location=acc.location)
+        if wide is not acc.shape.dtype and acc.agg_op == "add":
+            out = _exact_products(out, acc.shape.dtype, pview.into)
         partial = replace(
             out,
             name=f"{block.name}_partial" if block.name else "",
@@ -439,6 +448,12 @@ class _Splitter:
             (f"{acc.into} combines the {count} partials of {pview.into}",),
             block.location,
         )
+
+
+def _output_dtype(block: Block, parents: tuple[Block, ...]) -> DType | None:
+    """The element type of the buffer ``block`` aggregates into (None: no one accumulator)."""
+    acc = accumulator(block, parents[-1])
+    return None if acc is None else Context(parents).ref_chain(block, acc.into)[-1].shape.dtype
 
 
 def _global(block: Block, parent: Block) -> bool:
@@ -510,6 +525,23 @@ def _init(block: Block, agg: str, pname: str, pshape: TensorShape) -> Block:
         tags=frozenset(tags),
         location=block.location,
     )
+
+
+def _exact_products(block: Block, narrow: DType, into: str) -> Block:
+    """``block`` (a partial summing into float32 ``P``, ``into``) with each product of two
+    ``narrow`` (float16 or bfloat16) loads that it stores into ``P`` computed in float32: exact
+    there (11 x 11 or 8 x 8 significant bits fit 24), as docs/semantics.md 8.1.1 has a matrix
+    product of these types (rounded to ``narrow`` it erred up to 2^-11 a product: the M = 16
+    GEMM of issue 41)."""
+    loads = {s.into for s in block.stmts if isinstance(s, Load) and block.ref(s.from_).shape.dtype is narrow}
+    stored = {s.from_ for s in block.stmts if isinstance(s, Store) and s.into == into}
+    stmts = tuple(
+        replace(s, dtype=DType.FLOAT32)
+        if isinstance(s, Intrinsic) and s.name == "mul" and s.dtype is narrow and len(s.inputs) == 2
+        and set(s.inputs) <= loads and set(s.outputs) <= stored else s
+        for s in block.stmts
+    )
+    return replace(block, stmts=stmts)
 
 
 def partial_dtype(agg_op: str, dtype: DType) -> DType:
