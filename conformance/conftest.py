@@ -122,8 +122,9 @@ def pytest_addoption(parser):
     group.addoption(
         "--generic",
         action="store_true",
-        help="compile with settings={'generic': True}: llvm_cpu.0 kernels seen before at other sizes run "
-        "as shape-generic kernels (backends.llvm.generic)",
+        help="compile with settings={'generic': True} on every target: kernels seen before at other sizes "
+        "run as shape-generic kernels (backends.llvm.generic on llvm_cpu.0, backends.clike.generic on "
+        "OpenCL and CUDA); the summary says how many were generated and bound",
     )
     group.addoption(
         "--precision",
@@ -323,6 +324,7 @@ def device(target, request):
         settings["precision"] = modes.MODE
     if request.config.getoption("--generic") and dev is not None:
         settings["generic"] = True
+        _GENERIC_DEVICES[dev.id] = dev
     reporting.STATS.current = (family, target.name)
     reporting.STATS.test_expected.clear()
     yield subjects.Subject(target.name, dev, user, settings, target.every_config)
@@ -380,9 +382,37 @@ def pytest_runtest_logreport(report):
 
 
 _NOTHING: list[str] = []  # why the run compared no example, for the terminal summary
+_GENERIC_DEVICES: dict = {}  # --generic: the devices compiled for, by id
+_GENERIC: dict[str, list[int]] = {}  # --generic: device id -> [templates generated, kernels bound to one]
+
+
+def generic_counts(dev) -> tuple[int, int | None]:
+    """How many shape-generic templates ``dev`` generated in this process, and how many kernels it
+    bound to one built before (None where the backend does not count them: llvm's)."""
+    reg = getattr(getattr(dev, "compiler", None), "generic", None)  # the C-like targets'
+    if reg is not None:
+        return reg.generated, reg.bound
+    if dev.id.startswith("llvm"):
+        from backends.llvm.generic_forms import REGISTRY
+
+        return REGISTRY.generated, None
+    return 0, None
+
+
+def _merge_generic(counts: dict) -> None:
+    for dev_id, (made, bound) in counts.items():
+        got = _GENERIC.setdefault(dev_id, [0, 0])
+        got[0] += made
+        got[1] += bound or 0
 
 
 def pytest_sessionfinish(session):
+    if session.config.getoption("--generic", False):
+        mine = {d: generic_counts(dev) for d, dev in _GENERIC_DEVICES.items()}
+        if hasattr(session.config, "workeroutput"):
+            session.config.workeroutput["generic"] = mine
+        else:
+            _merge_generic(mine)
     if hasattr(session.config, "workeroutput"):  # an xdist worker: hand the counts to the controller
         session.config.workeroutput["conformance"] = reporting.STATS.to_json()
         return
@@ -397,6 +427,7 @@ def pytest_testnodedown(node, error):
     data = getattr(node, "workeroutput", {}).get("conformance")
     if data:
         reporting.STATS.merge(data)
+    _merge_generic(getattr(node, "workeroutput", {}).get("generic") or {})
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -406,6 +437,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_sep("=", "conformance: examples per family and target")
         for line in lines:
             terminalreporter.write_line(line)
+    if _GENERIC:
+        terminalreporter.write_sep("=", "conformance --generic: shape-generic kernels")
+        for dev_id, (made, bound) in sorted(_GENERIC.items()):
+            terminalreporter.write_line(f"{dev_id}: {made} templates generated, {bound} kernels bound to one "
+                                        "built before (llvm_cpu.0 counts no bindings)")
     for why in _NOTHING:
         terminalreporter.write_sep("=", "conformance: FAILED", red=True, bold=True)
         terminalreporter.write_line(why, red=True)

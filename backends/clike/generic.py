@@ -15,8 +15,8 @@ instance that differs in an integer the template fixed widens it (a new build), 
 
 Why arguments and not an extents buffer: the integers are uniform over a launch, so they belong in
 the kernel's argument block (constant memory on a GPU, a register on PoCL), cost no allocation, no
-copy and no load per work-item, and each kernel object keeps its own (OpenCL sets them with the
-buffers, CUDA puts them in ``cuLaunchKernel``'s argument array); a template has at most
+copy and no load per work-item, and each kernel object keeps its own (set with the buffers, or
+put in the launch's argument array after them); a template has at most
 ``MAX_VALUES`` of them (an OpenCL device takes at least 1 KiB of arguments).
 
 Which kernels: those without a plan (``stripe.plans``), which the general emitter writes as plain
@@ -90,12 +90,13 @@ class Registry:
     buckets: dict[str, Bucket] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     generated: int = 0  # templates generated (source written) in this process
+    bound: int = 0  # kernels bound to a form built before (no source, no program)
 
     def clear(self) -> None:
         """Forget the buckets (tests, benchmarks; libraries keep the forms they use)."""
         with self.lock:
             self.buckets.clear()
-            self.generated = 0
+            self.generated = self.bound = 0
 
 
 @dataclass
@@ -148,6 +149,7 @@ def assign(t: CTarget, kernels: list[KernelInfo], buffer_dtypes: dict, registry:
                 if values is not None:
                     work = numbers.value(form.work, values)
                     plan.uses[j] = Use(form, values, work, wide_local(plan.workgroups, work), False)
+                    registry.bound += 1
                     continue
             if not bucket.seen:
                 bucket.seen.append(block)  # the first: built specialized

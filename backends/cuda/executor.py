@@ -153,6 +153,17 @@ class CudaProgram:
             return check(cu.cuModuleGetFunction(self.module, name.encode()), f"cuModuleGetFunction({name})")
 
 
+_MODULES = threading.Lock()
+
+
+def _module(generic) -> CudaProgram:
+    """The ``CudaProgram`` of a ``compiler.GenericModule`` (made once, shared by its kernels)."""
+    with _MODULES:
+        if generic.loaded is None:
+            generic.loaded = CudaProgram(generic.ptx)
+        return generic.loaded
+
+
 class CudaKernel(Kernel):
     def __init__(self, executor: CudaExecutor, library: Library, index: int):
         self.executor = executor
@@ -169,6 +180,11 @@ class CudaKernel(Kernel):
         if not isinstance(library.handle, CudaProgram):
             library.handle = CudaProgram(library.handle)
         self.program: CudaProgram = library.handle
+        self.values: list[int] = []  # a shape-generic kernel's integers (``long`` arguments after the rest)
+        use = (extra.get("generic") or {}).get("uses", {}).get(index)
+        if use is not None:  # its form's module (``backends.clike.generic``), loaded once per process
+            self.program = _module(use.form.program)
+            self.values = [v & (1 << 64) - 1 for v in use.values]
         self._fn = None
         self.argvs: dict[tuple, tuple] = {}  # buffer addresses -> (argument array, storage, address)
 
@@ -198,7 +214,7 @@ class CudaKernel(Kernel):
             maps = []
             if self.launch:
                 maps = [self.cuda.tensor_map(pointers[i], *rest) for i, *rest in self.launch["maps"]]
-            argv, storage = argument_array([*pointers, *maps])
+            argv, storage = argument_array([*pointers, *maps, *self.values])
             if len(self.argvs) >= ARGV_SLOTS:
                 self.argvs.clear()
             got = self.argvs[pointers] = (argv, storage, ctypes.addressof(argv))

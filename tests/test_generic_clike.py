@@ -1,0 +1,186 @@
+"""Shape-generic kernels on the C-like targets (``backends.clike.generic``, the ``generic`` setting):
+on ``opencl_cpu.0`` a kernel equal up to integers to one built before runs one program per bucket,
+its integers as arguments, so a program called at many lengths compiles a bounded number of
+programs; answers equal the interpreter's on integer-valued inputs (a softmax: the specialized
+build's, bit for bit). The CUDA dialect's generic source compiles with ``nvcc`` for sm_90.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tile
+from backends import driver, registry, symbolic
+from backends.clike import generic
+from stripe.ir import Block, Dim, Index, RefDir, Refinement, TensorShape
+from tile.affine import Affine
+from tile.dtypes import DType
+from tile.parser import parse
+
+CHAIN = "function (A[N, D], B[N, D]) -> (C) { C = A * B + A * A - B; }"
+SOFTMAX = "function (X[N, D]) -> (P) { P = builtin_softmax(X, N, D); }"
+ROWS = "function (A[N, D]) -> (S) { S[i: N] = +(A[i, d] * A[i, d]); }"
+MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]); }"
+
+
+def _opencl():
+    if "opencl_cpu.0" not in registry.devices():
+        pytest.skip(f"no opencl_cpu.0 here: {registry.unavailable() or 'no OpenCL CPU device'}")
+    dev = registry.get("opencl_cpu.0")
+    dev.compiler.generic.clear()
+    return dev
+
+
+def _compiled() -> int:
+    from backends.opencl.compiler import COMPILED
+
+    return COMPILED[0]
+
+
+def _ints(shape, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(-4, 5, size=shape).astype(np.float32)
+
+
+def _run(src: str, exe, shape, seed: int) -> tuple[dict, dict]:
+    ins = [_ints(shape, seed + k) for k in range(src.count("[N, D]"))]
+    return exe(*ins), tile.compile(src, "interp")(*ins)
+
+
+@pytest.mark.parametrize("src", [CHAIN, ROWS], ids=["chain", "row sum"])
+def test_many_lengths_compile_three_programs_and_equal_the_interpreter(src):
+    _opencl()
+    exe = tile.compile(src, "opencl_cpu.0", {"generic": True, "cache": False})
+    before = _compiled()
+    shapes = [(5, 16), (7, 16), (9, 16), (33, 16), (2, 16), (12, 20), (3, 3)]
+    for k, shape in enumerate(shapes):
+        got, want = _run(src, exe, shape, k)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{shape}")
+        lib = exe._last.library
+        if k >= 1:  # the first is built specialized, every later one runs the template
+            assert lib.extra["generic"]["kernels"] == len(lib.kernels), (shape, lib.extra["names"])
+    # the first length's program, the template of N (its row length 16 fixed), the template widened
+    # at the first other row length: no program for the other four shapes
+    assert _compiled() - before == 3
+
+
+def test_a_softmax_at_many_lengths_is_one_program_bit_equal_to_specialized():
+    _opencl()
+    gen = tile.compile(SOFTMAX, "opencl_cpu.0", {"generic": True, "cache": False})
+    spec = tile.compile(SOFTMAX, "opencl_cpu.0", {"cache": False})
+    gen(_ints((4, 16), 0))  # the bucket's first kernel: specialized
+    before = _compiled()
+    shapes = [(5, 20), (9, 16), (64, 16), (3, 7), (17, 33), (2, 2)]
+    for k, shape in enumerate(shapes):
+        x = _ints(shape, k)
+        got, same = gen(x)["P"], spec(x)["P"]
+        assert gen._last.library.extra["generic"]["kernels"] == 1
+        np.testing.assert_array_equal(got, same, err_msg=f"{shape}: generic differs from specialized")
+        want = tile.compile(SOFTMAX, "interp")(x)["P"]
+        tol = 8 * shape[1] * np.finfo(np.float32).eps
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    # the template (one program, once, at the first length that differs), and the specialized builds
+    assert _compiled() - before == 1 + len(shapes)
+
+
+def test_a_template_answers_alike_whichever_lengths_built_it():
+    dev = _opencl()
+    x = _ints((13, 16), 7)
+    outs = []
+    for first in ((5, 9), (21, 2)):
+        dev.compiler.generic.clear()
+        exe = tile.compile(ROWS, "opencl_cpu.0", {"generic": True, "cache": False})
+        for n in first:
+            exe(_ints((n, 16), n))
+        outs.append(exe(x)["S"])
+        assert exe._last.library.extra["generic"]["built"] == 0  # bound, not built
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], tile.compile(ROWS, "interp")(x)["S"])
+
+
+def test_an_integer_the_template_fixed_widens_it_at_most_max_builds():
+    dev = _opencl()
+    exe = tile.compile(ROWS, "opencl_cpu.0", {"generic": True, "cache": False})
+    for shape in [(5, 16), (7, 16)]:  # a template of N, its row length 16 fixed
+        exe(_ints(shape, 1))
+    sums = [b for b in dev.compiler.generic.buckets.values() if b.form is not None and b.form.slots]
+    assert sums and all(b.builds == 1 for b in sums)
+    got, want = _run(ROWS, exe, (6, 24), 3)  # another row length: the template widens
+    np.testing.assert_array_equal(got["S"], want["S"])
+    assert exe._last.library.extra["generic"]["built"] >= 1
+    assert max(b.builds for b in dev.compiler.generic.buckets.values()) <= generic.MAX_BUILDS
+    for k, shape in enumerate([(8, 40), (3, 5)]):  # both now run the widened template
+        got, want = _run(ROWS, exe, shape, k)
+        np.testing.assert_array_equal(got["S"], want["S"])
+        assert exe._last.library.extra["generic"]["built"] == 0
+
+
+def test_tiled_products_stay_specialized():
+    _opencl()
+    exe = tile.compile(MATMUL, "opencl_cpu.0", {"generic": True, "cache": False})
+    for n in (40, 48, 56):
+        a, b = _ints((n, n), n), _ints((n, n), n + 1)
+        np.testing.assert_array_equal(exe(a, b)["C"], a @ b)
+        assert exe._last.library.extra["generic"]["kernels"] == 0  # its tiles follow the extents
+
+
+# ------------------------------------------------------------------ templates (no device)
+def _square(n: int) -> Block:
+    """A kernel over an n x n buffer: its size, stride and range all n."""
+    shape = TensorShape(DType.FLOAT32, (Dim(n, n), Dim(n, 1)))
+    ref = Refinement(dir=RefDir.OUT, into="B", access=(Affine.var("i"), Affine.var("j")), shape=shape,
+                     agg_op="assign")
+    return Block(name="k", idxs=(Index("i", n), Index("j", n)), constraints=(), refs=(ref,), stmts=())
+
+
+def test_merged_slots_are_one_object_and_bind_only_where_they_agree():
+    raw = symbolic.unify(_square(5), _square(7))
+    assert symbolic.slots(raw) > 1  # one slot per place
+    t = symbolic.merged(raw, [_square(5), _square(7)])
+    assert symbolic.slots(t) == 1
+    ref = t.refs[0]
+    assert ref.shape.dims[0].size is ref.shape.dims[0].stride is t.idxs[0].range  # one object
+    assert symbolic.bind(t, _square(11)) == [11]
+    text, ints = symbolic.flat(_square(11))
+    assert symbolic.matches(symbolic.flat(t)[1], ints) == [11]
+    odd = Block(name="k", idxs=(Index("i", 11), Index("j", 11)), constraints=(), refs=(_square(12).refs[0],),
+                stmts=())
+    assert symbolic.bind(t, odd) is None  # 11 and 12 in places of one slot
+    assert symbolic.matches(symbolic.flat(t)[1], symbolic.flat(odd)[1]) is None
+    assert symbolic.bind(raw, odd) is not None  # the unmerged template takes it (what widens)
+
+
+# ------------------------------------------------------------------ CUDA (no GPU: nvcc)
+def _stand_in():
+    sys.path.insert(0, str(Path(__file__).parent))
+    try:
+        from test_cuda_device import _stand_in as make
+    finally:
+        sys.path.pop(0)
+    return make()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc here (the CUDA toolkit is not installed)")
+@pytest.mark.parametrize("src", [CHAIN, SOFTMAX, ROWS], ids=["chain", "softmax", "row sum"])
+def test_generic_cuda_source_compiles_for_sm90(src, tmp_path):
+    dev = _stand_in()
+    lib = None
+    for n, d in ((5, 16), (7, 20)):
+        ins = {k: np.ones((n, d), np.float32) for k in ("A", "B", "X") if f"{k}[N, D]" in src}
+        bound = driver.bind_inputs(parse(src), ins)
+        lib = driver.build(bound, dev, {"generic": True, "cache": False}).library
+    uses = lib.extra["generic"]["uses"]
+    assert len(uses) == len(lib.kernels) and all(u.built for u in uses.values())
+    module = next(iter(uses.values())).form.program
+    assert "const long tile_n0" in module.source and b".entry tile_g0" in module.ptx
+    path = tmp_path / "generic.cu"
+    path.write_text(module.source)
+    out = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "--fmad=false", "-std=c++17", "-o",
+                          str(tmp_path / "generic.cubin"), str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
