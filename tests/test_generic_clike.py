@@ -184,3 +184,48 @@ def test_generic_cuda_source_compiles_for_sm90(src, tmp_path):
     out = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "--fmad=false", "-std=c++17", "-o",
                           str(tmp_path / "generic.cubin"), str(path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+# ------------------------------------------------------------------ GPUs (the device machine)
+@pytest.mark.parametrize("device_id", ["opencl_gpu.0", "cuda.0"])
+@pytest.mark.parametrize("src", [CHAIN, SOFTMAX, ROWS], ids=["chain", "softmax", "row sum"])
+def test_generic_kernels_on_a_gpu_equal_the_interpreter(device_id, src):
+    if device_id not in registry.devices():
+        pytest.skip(f"no {device_id} here (needs an NVIDIA GPU and its driver)")
+    dev = registry.get(device_id)
+    dev.compiler.generic.clear()
+    exe = tile.compile(src, device_id, {"generic": True, "cache": False})
+    for k, shape in enumerate([(5, 16), (7, 20), (300, 16), (2049, 33), (3, 3)]):
+        x = [_ints(shape, k + j) for j in range(max(1, src.count("[N, D]")))]
+        got, want = exe(*x), tile.compile(src, "interp")(*x)
+        for name in want:
+            if src == SOFTMAX:  # exp: within a few units of roundoff a row element
+                tol = 8 * shape[1] * np.finfo(np.float32).eps
+                np.testing.assert_allclose(got[name], want[name], rtol=tol, atol=tol, err_msg=f"{shape}")
+            else:
+                np.testing.assert_array_equal(got[name], want[name], err_msg=f"{shape}")
+        if k >= 1:
+            lib = exe._last.library
+            assert lib.extra["generic"]["kernels"] == len(lib.kernels), (shape, lib.extra["names"])
+    assert dev.compiler.generic.generated <= 2 * 2  # (two kernels at most) a template and one widening
+
+
+def test_conformance_checks_bound_generic_kernels():
+    """The conformance check (``conformance.test_conformance.check``) under ``--generic``'s setting
+    runs the bound templates and compares them with the interpreter: a family's program drawn at
+    three sizes builds once specialized, once as a template, and binds the third. (That the drawn
+    families repeat programs at other sizes is what ``pytest conformance/ --generic`` says in its
+    summary: templates generated and kernels bound to one built before.)"""
+    from conformance.case import Case, small_ints
+    from conformance.targets import Subject
+    from conformance.test_conformance import check
+
+    dev = _opencl()
+    subject = Subject(dev.id, dev, settings={"generic": True})
+    src = "function (A[N, M], B[M]) -> (C) { C = max(A, B) * A - 2; }"
+    rng = np.random.default_rng(0)
+    for n, m in ((3, 5), (4, 5), (9, 5)):
+        check(Case("elementwise", src, {"A": small_ints(rng, (n, m), np.float32),
+                                        "B": small_ints(rng, (m,), np.float32)}), subject)
+    reg = dev.compiler.generic
+    assert reg.generated == 1 and reg.bound == 1, (reg.generated, reg.bound)
