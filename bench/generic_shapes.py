@@ -1,12 +1,19 @@
 """Shape-generic kernels (issue 40, ``backends.llvm.generic``): code generations per kernel over many
 sequence lengths, and the generic kernels' speed against the specialized ones'. Called by
 ``python -m bench.new_shapes --only generations,speed``; figures in bench/RESULTS.md ("Compile
-time: shape-generic kernels")."""
+time: shape-generic kernels").
+
+On the C-like targets (``backends.clike.generic``): ``python -m bench.generic_shapes --device
+opencl_cpu.0`` (or ``opencl_gpu.0``, ``cuda.0``) prints the code generations and program builds per
+kernel over ``--lengths`` and the generic kernels' speed against the specialized ones' (figures in
+bench/RESULTS.md, "Compile time: generic kernels on OpenCL and CUDA")."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
+import sys
 import time
 
 import numpy as np
@@ -171,3 +178,103 @@ def speed(
             s, g = _interleaved(spec, gen, ins, repeat)
             lines.append(f"{name:<10}{f'{n}x{d}':>12}{s * 1e6:>16.1f}{g * 1e6:>12.1f}{s / g:>8.2f}")
     return "\n".join(lines)
+
+
+CLIKE_PROGRAMS = (("chain", CHAIN), ("row sum", ROWS), ("softmax", SOFTMAX), ("attention", ATTENTION))
+
+
+def _clike_inputs(name: str, src: str, n: int, d: int) -> list[np.ndarray]:
+    if name == "attention":
+        return _attention_inputs(n)
+    rng = np.random.default_rng(n * 7919 + d)
+    return [rng.integers(-2, 3, size=(n, d)).astype(np.float32) for _ in range(src.count("[N, D]"))]
+
+
+def _registry(device: str):
+    from backends import registry
+
+    return registry.get(device).compiler.generic  # (``backends.clike.generic.Registry``)
+
+
+def clike_generations(device: str, lengths: list[int], d: int = 64) -> str:
+    """Each program of ``CLIKE_PROGRAMS`` at every length ``N`` (``D = d``; the attention's S = N),
+    specialized then generic, disk cache off: per kernel (``kernel_of``), at how many lengths its
+    source was generated (a generic kernel's only when its template was), and the OpenCL programs
+    compiled (``opencl_*``); every result checked against the interpreter (integer-valued inputs)."""
+    lines = [f"generations on {device}: {len(lengths)} lengths {lengths[0]}..{lengths[-1]} (D = {d}), one "
+             f"process, cache off; load average {_load()}"]
+    compiled = None
+    if device.startswith("opencl"):
+        from backends.opencl.compiler import COMPILED as compiled
+    for name, src in CLIKE_PROGRAMS:
+        ref = tile.compile(src, "interp")
+        for mode, settings in (("specialized", {}), ("generic", {"generic": True})):
+            _registry(device).clear()
+            exe = tile.compile(src, device, {**settings, "cache": False})
+            gens: dict[str, int] = {}
+            seen: dict[str, int] = {}
+            programs = compiled[0] if compiled else 0
+            start, cpu = time.perf_counter(), time.process_time()
+            for n in lengths:
+                ins = _clike_inputs(name, src, n, d)
+                got, want = exe(*ins), ref(*ins)
+                for k in want:
+                    tol = 8 * (n + d) * np.finfo(np.float32).eps * max(1.0, float(np.abs(want[k]).max()))
+                    np.testing.assert_allclose(got[k], want[k], rtol=0, atol=tol, err_msg=f"{name} {n}")
+                lib = exe._last.library
+                uses = lib.extra.get("generic", {}).get("uses", {})
+                for j, info in enumerate(lib.kernels):
+                    kind = kernel_of(info)
+                    seen[kind] = seen.get(kind, 0) + 1
+                    if j not in uses or uses[j].built:
+                        gens[kind] = gens.get(kind, 0) + 1
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+            built = f", {compiled[0] - programs} programs compiled" if compiled else ""
+            row = ", ".join(f"{k} {gens.get(k, 0)}/{seen[k]}" for k in sorted(seen))
+            lines.append(f"  {name:<10}{mode:<12}{wall:7.1f} s ({cpu:.1f} s CPU){built}: generations/lengths "
+                         f"per kernel: {row}")
+    return "\n".join(lines)
+
+
+def clike_speed(device: str, repeat: int, shapes=((1000, 64), (4096, 256), (16384, 256))) -> str:
+    """Best-of-``repeat`` call time of the chain, the row sum and the softmax on ``device``, generic
+    (its bucket built at two other lengths first) against specialized, interleaved call by call;
+    outputs compared first (a generic kernel computes what the specialized one does)."""
+    lines = [f"speed on {device}: best of {repeat} calls, interleaved; load average {_load()}",
+             f"{'program':<10}{'shape':>12}{'specialized us':>16}{'generic us':>12}{'ratio':>8}"]
+    for name, src in CLIKE_PROGRAMS[:3]:
+        for n, d in shapes:
+            _registry(device).clear()
+            spec = tile.compile(src, device, {"cache": False})
+            gen = tile.compile(src, device, {"generic": True, "cache": False})
+            for m in (n + 3, n + 5):  # the bucket's first kernel, then its template
+                gen(*_clike_inputs(name, src, m, d))
+            ins = _clike_inputs(name, src, n, d)
+            a, b = spec(*ins), gen(*ins)
+            lib = gen._last.library
+            assert lib.extra["generic"]["kernels"] == len(lib.kernels), f"{name}: not generic"
+            for k in a:
+                np.testing.assert_array_equal(b[k], a[k], err_msg=f"{name} {n}x{d}")
+            s, g = _interleaved(spec, gen, ins, repeat)
+            lines.append(f"{name:<10}{f'{n}x{d}':>12}{s * 1e6:>16.1f}{g * 1e6:>12.1f}{s / g:>8.2f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.generic_shapes", description=__doc__.split("\n")[0])
+    p.add_argument("--device", default="opencl_cpu.0", help="opencl_cpu.0, opencl_gpu.0 or cuda.0")
+    p.add_argument("--lengths", default="1:32:1,48:1024:*1.5", help="generations: a:b:step, a:b:*factor, ...")
+    p.add_argument("--only", default="generations,speed", help="generations, speed")
+    p.add_argument("--repeat", type=int, default=50, help="speed: calls timed per program and mode")
+    args = p.parse_args(argv)
+    if "generations" in args.only:
+        from bench.new_shapes import gen_lengths
+
+        print(clike_generations(args.device, gen_lengths(args.lengths)), flush=True)
+    if "speed" in args.only:
+        print(clike_speed(args.device, args.repeat), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
