@@ -238,10 +238,14 @@ def clike_generations(device: str, lengths: list[int], d: int = 64) -> str:
 
 def clike_speed(device: str, repeat: int, shapes=((1000, 64), (4096, 256), (16384, 256))) -> str:
     """Best-of-``repeat`` call time of the chain, the row sum and the softmax on ``device``, generic
-    (its bucket built at two other lengths first) against specialized, interleaved call by call;
-    outputs compared first (a generic kernel computes what the specialized one does)."""
-    lines = [f"speed on {device}: best of {repeat} calls, interleaved; load average {_load()}",
-             f"{'program':<10}{'shape':>12}{'specialized us':>16}{'generic us':>12}{'ratio':>8}"]
+    (its bucket built at two other lengths first) against specialized, interleaved call by call,
+    and the best of ``repeat // 5`` kernel times as the device profiles them (``Executable.profile``:
+    no launch, copy or host overhead); outputs compared first (a generic kernel computes what the
+    specialized one does, bit for bit)."""
+    lines = [f"speed on {device}: calls: best of {repeat}, interleaved; kernels: best of "
+             f"{max(1, repeat // 5)} profiled runs; load average {_load()}",
+             f"{'program':<10}{'shape':>12}{'call spec us':>14}{'generic us':>12}{'ratio':>7}"
+             f"{'kernel spec us':>16}{'generic us':>12}{'ratio':>7}"]
     for name, src in CLIKE_PROGRAMS[:3]:
         for n, d in shapes:
             _registry(device).clear()
@@ -256,8 +260,21 @@ def clike_speed(device: str, repeat: int, shapes=((1000, 64), (4096, 256), (1638
             for k in a:
                 np.testing.assert_array_equal(b[k], a[k], err_msg=f"{name} {n}x{d}")
             s, g = _interleaved(spec, gen, ins, repeat)
-            lines.append(f"{name:<10}{f'{n}x{d}':>12}{s * 1e6:>16.1f}{g * 1e6:>12.1f}{s / g:>8.2f}")
+            ks, kg = _kernel_times(spec, gen, ins, max(1, repeat // 5))
+            lines.append(f"{name:<10}{f'{n}x{d}':>12}{s * 1e6:>14.1f}{g * 1e6:>12.1f}{s / g:>7.2f}"
+                         f"{ks * 1e6:>16.1f}{kg * 1e6:>12.1f}{ks / kg:>7.2f}")
     return "\n".join(lines)
+
+
+def _kernel_times(spec, gen, ins, repeat: int) -> tuple[float, float]:
+    """The best of ``repeat`` device-profiled runs of each program's kernels (seconds, summed over
+    its kernels), the two in turn."""
+    best = {"s": float("inf"), "g": float("inf")}
+    for _ in range(repeat):
+        for key, exe in (("s", spec), ("g", gen)):
+            exe(*ins)
+            best[key] = min(best[key], sum(t for _, t in exe.profile()))
+    return best["s"], best["g"]
 
 
 def main(argv: list[str] | None = None) -> int:
