@@ -283,9 +283,11 @@ def measure(spec: Spec, device: str, torch_device: str, reps: int, seed: int = 0
 
 
 def run(specs: list[Spec], measure_one: Callable[[Spec], dict], budget: float,
-        clock: Callable[[], float] = time.monotonic, out=sys.stdout) -> list[dict]:
+        clock: Callable[[], float] = time.monotonic, out=sys.stdout,
+        on_row: Callable[[list[dict]], None] = lambda rows: None) -> list[dict]:
     """Each case measured in turn (a failure becomes its row's ``error``) while the time spent
-    plus the slowest case so far stays within ``budget`` seconds; the rest are rows ``skipped``."""
+    plus the slowest case so far stays within ``budget`` seconds; the rest are rows ``skipped``.
+    ``on_row`` sees the rows so far after each measured one (the JSON, kept current)."""
     start, slowest, rows = clock(), 0.0, []
     for spec in specs:
         t0 = clock()
@@ -302,6 +304,7 @@ def run(specs: list[Spec], measure_one: Callable[[Spec], dict], budget: float,
         slowest = max(slowest, clock() - t0)
         rows.append(row)
         print(table_row(row), file=out, flush=True)
+        on_row(rows)
     return rows
 
 
@@ -350,15 +353,19 @@ def main(argv: list[str] | None = None) -> None:
     specs = held_out(args.seed, args.per_category) if args.held_out else quick() if args.quick else listed()
     if args.only:
         specs = [s for s in specs if s.category in args.only.split(",")]
+    meta = dict(device=args.device, torch=torch.__version__, torch_device=tdev, seed=args.seed,
+                held_out=args.held_out, quick=args.quick, budget=args.budget,
+                gpu=torch.cuda.get_device_name() if tdev.startswith("cuda") else "")
+
+    def save(rows: list[dict]) -> None:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"meta": meta, "rows": rows}, f, indent=1)
+
     print(HEADER, flush=True)
-    rows = run(specs, lambda s: measure(s, args.device, tdev, args.reps, args.seed), args.budget)
+    rows = run(specs, lambda s: measure(s, args.device, tdev, args.reps, args.seed), args.budget, on_row=save)
+    save(rows)
     print("\n" + table(rows))
-    if args.json:
-        meta = dict(device=args.device, torch=torch.__version__, torch_device=tdev, seed=args.seed,
-                    held_out=args.held_out, quick=args.quick, budget=args.budget,
-                    gpu=torch.cuda.get_device_name() if tdev.startswith("cuda") else "")
-        with open(args.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
