@@ -70,6 +70,30 @@ def test_many_lengths_compile_three_programs_and_equal_the_interpreter(src):
     assert _compiled() - before == 3
 
 
+RUN_TIME = {  # an access offset, a constraint's bound, a window's range, strides: all from N (and M)
+    "reverse": "function (A[N]) -> (B) { B[i: N] = =(A[N - 1 - i]); }",
+    "prefix": "function (A[N]) -> (B) { B[i: N] = +(A[i - j]), j < N; }",
+    "window": "function (A[N]) -> (B) { B[i: N - 2] = +(A[i + k]), k < 3; }",
+    "transpose": "function (A[N, M]) -> (B) { B[j, i: M, N] = =(A[i, j]); }",
+}
+
+
+@pytest.mark.parametrize("name", sorted(RUN_TIME))
+def test_offsets_bounds_and_strides_at_run_time_equal_the_interpreter(name):
+    _opencl()
+    src = RUN_TIME[name]
+    exe = tile.compile(src, "opencl_cpu.0", {"generic": True, "cache": False})
+    for k, n in enumerate((5, 8, 11, 40)):
+        a = _ints((n,) if "M]" not in src else (n, n + 3), n)
+        got, want = exe(a), tile.compile(src, "interp")(a)
+        np.testing.assert_array_equal(got["B"], want["B"], err_msg=f"N = {n}")
+        lib = exe._last.library
+        if k >= 1:
+            assert lib.extra["generic"]["kernels"] == len(lib.kernels), lib.extra["names"]
+        if k >= 2:
+            assert lib.extra["generic"]["built"] == 0
+
+
 def test_a_softmax_at_many_lengths_is_one_program_bit_equal_to_specialized():
     _opencl()
     gen = tile.compile(SOFTMAX, "opencl_cpu.0", {"generic": True, "cache": False})

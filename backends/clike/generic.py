@@ -25,7 +25,8 @@ zero fills, flat contractions, and kernels that are one ``Special`` (a softmax's
 with a plan (tiled GEMMs, work-group trees, row programs, transposes, attention) stay
 specialized: their tiles and groups are sized from the extents, which is the cost model's to
 decide. A code generator decision that would read a slot as a number raises ``SlotUsed``: the
-bucket is then built specialized. A generic kernel computes what the specialized kernel of its
+bucket is then built specialized (so is one whose template fails otherwise: the specialized build
+reports whatever error the kernel has). A generic kernel computes what the specialized kernel of its
 instance computes, in the same order (only its loop bounds, strides and offsets are read at run
 time): exact wherever the specialized one is.
 """
@@ -57,6 +58,7 @@ class Form:
     symbol: str
     program: object  # the target's built program (an OpenCL ``ProgramHandle``, a CUDA program)
     work: object  # its work-items: an int, a slot or ``numbers.times`` factors
+    owned: tuple[str, ...] = ()  # the indexes its work-items own (part of its bucket's key)
     pattern: list = field(default_factory=list)  # ``symbolic.flat``'s integers and slots of the template
 
     def __post_init__(self):
@@ -184,8 +186,8 @@ def emit(t: CTarget, kernels: list[KernelInfo], buffer_dtypes: dict, plan: Plan,
         try:
             em.begin()
             source = em.general()
-        except symbolic.SlotUsed as e:
-            registry.buckets[todo.key].refused = str(e)
+        except Exception as e:  # noqa: BLE001 - ``SlotUsed`` (maybe wrapped by numpy): specialized,
+            registry.buckets[todo.key].refused = f"{type(e).__name__}: {e}"  # which reports a real error
             continue
         registry.generated += 1
         made.append((todo, source))
@@ -197,7 +199,8 @@ def record(made: list[tuple[_Todo, KernelSource]], program: object, plan: Plan, 
     with registry.lock:
         for todo, source in made:
             bucket = registry.buckets[todo.key]
-            form = Form(todo.template, symbolic.slots(todo.template), source.name, program, source.work_items)
+            form = Form(todo.template, symbolic.slots(todo.template), source.name, program, source.work_items,
+                        todo.owned)
             bucket.form, bucket.raw, bucket.seen = form, todo.raw, todo.seen
             bucket.builds += 1
             values = symbolic.bind(todo.template, todo.seen[-1])

@@ -174,7 +174,7 @@ class OpenCLCompiler(Compiler):
             "cache_key": cache.key,
             "cache_path": str(cache.path),
             "work_items": [uses[j].work if s is None else s.work_items for j, s in enumerate(sources)],
-            "owned": [() if s is None else s.owned for s in sources],
+            "owned": [uses[j].form.owned if s is None else s.owned for j, s in enumerate(sources)],
             "options": options,
             "local_size": opts.local_size,
             "local_sizes": [uses[j].local if s is None else s.local for j, s in enumerate(sources)],
