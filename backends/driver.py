@@ -87,7 +87,7 @@ def config_for(device: Device, settings: Mapping | None = None) -> TargetConfig 
     every ``tile.compile`` and first call of a shape asks."""
     opts = CommonOptions.parse(settings)
     given = opts.config
-    generic = bool((settings or {}).get("generic"))  # the LLVM backend's shape-generic kernels
+    generic = bool((settings or {}).get("generic"))  # shape-generic kernels (only LLVM's change the config)
     memo = _config_memo_key(device, opts)
     memo = None if memo is None else (*memo, generic)
     kept = _kept_configs(device) if memo is not None else None
