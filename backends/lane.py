@@ -66,6 +66,7 @@ class Lane:
         # the native call as a Python builtin (``raw_entry``), for a lane of little work that
         # zeroes nothing before its kernels: ``entry(*addresses)``, one call, no ctypes
         self._entry = None
+        self.on_entry = None  # called once the entry is made (``tile.torch_hot``: its call compiled)
         self._small = not self._zero and sum(b.elements for b in program.buffers.values()) <= ENTRY_ELEMENTS
         zero_out = program.zeroed | program._zero_once
         self.zeroed_outputs = tuple(o in zero_out for o in outputs)
@@ -99,6 +100,8 @@ class Lane:
             self.native = True
             if entry is not None:
                 self._entry = entry(one, count - len(self._fixed), self._fixed)
+                if self._entry is not None and self.on_entry is not None:
+                    self.on_entry()
 
     @classmethod
     def of(cls, program: CompiledProgram, inputs: Sequence[str | None],

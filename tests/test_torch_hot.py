@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch", reason="tile.torch needs PyTorch")
 tt = pytest.importorskip("tile.torch", reason="tile.torch needs PyTorch")
 
 from backends.runner import CompiledProgram  # noqa: E402
+from tests.torch_routes import call_route  # noqa: E402, F401
 from tile.errors import TileInputError  # noqa: E402
 from tile.torch_hot import HotCall, TileHotFunction  # noqa: E402
 from tile.torch_lane import TorchLane, signature  # noqa: E402
@@ -16,6 +17,8 @@ from tile.torch_lane import TorchLane, signature  # noqa: E402
 ADD = "function (X[N], Y[N]) -> (Z) { Z = X + Y; }"
 MUL = "function (X[N], Y[N]) -> (Z) { Z = X * Y; }"
 
+
+pytestmark = pytest.mark.usefixtures("call_route")  # (each test on both routes: tests/torch_routes.py)
 
 def ints(*shape, seed=0, dtype=torch.float32):
     return torch.from_numpy(np.random.default_rng(seed).integers(-3, 4, shape)).to(dtype)

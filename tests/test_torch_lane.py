@@ -9,10 +9,13 @@ tt = pytest.importorskip("tile.torch", reason="tile.torch needs PyTorch")
 
 from backends.lane import NATIVE_AFTER  # noqa: E402
 from backends.runner import CompiledProgram  # noqa: E402
+from tests.torch_routes import call_route  # noqa: E402, F401
 from tile.torch_lane import TorchLane, signature  # noqa: E402
 
 MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n: M, N] = +(A[m, k] * B[k, n]); }"
 
+
+pytestmark = pytest.mark.usefixtures("call_route")  # (each test on both routes: tests/torch_routes.py)
 
 def ints(*shape, seed=0, dtype=torch.float32):
     return torch.from_numpy(np.random.default_rng(seed).integers(-3, 4, shape)).to(dtype)

@@ -69,6 +69,7 @@ from tile.torch_lane import (
 __all__ = ["LANES_KEPT", "TorchOp", "load", "op", "save"]
 
 _OPS: dict[str, TorchOp] = {}
+_dynamo_compiling = torch.compiler.is_dynamo_compiling  # (False here, True as Dynamo traces: 30 ns)
 DEFAULT_DEVICES = {"cpu": "llvm_cpu.0", "cuda": "opencl_gpu.0"}
 
 
@@ -237,8 +238,8 @@ class TorchOp:
         self._hot = None  # the last eager call's hot path (``tile.torch_hot``), or None
 
     def __call__(self, *tensors: torch.Tensor):
-        hot = self._hot  # (the last eager call's signature, whole: ``tile.torch_hot.HotCall.call``)
-        if hot is not None:
+        hot = self._hot  # (the last eager call's signature, whole: ``tile.torch_hot.HotCall.call``;
+        if hot is not None and not _dynamo_compiling():  # C where compiled: Dynamo traces none)
             outs = hot(tensors)
             if outs is not None:
                 return outs

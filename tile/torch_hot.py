@@ -24,16 +24,18 @@ copied contiguous first, as the general path copies it.
 
 from __future__ import annotations
 
+import ctypes
+import inspect
 from collections.abc import Callable
 
 import torch
 
-from backends.runner import debug_on
+from backends.runner import _DEBUG_KEY, _ENVIRON, debug_on
 from tile.torch_autograd import backward_of, c_apply
 from tile.torch_dtypes import TO_TORCH
-from tile.torch_lane import PLAIN_TYPES, TorchLane, watched
+from tile.torch_lane import PLAIN_TYPES, TorchLane, unwatched, watched
 
-__all__ = ["HotCall", "TileHotFunction", "checker", "hot_backward"]
+__all__ = ["COMPILED_CALLS", "HotCall", "TileHotFunction", "checker", "compiled_call", "hot_backward"]
 
 _MISSING = object()
 
@@ -95,7 +97,7 @@ class HotCall:
     ``TorchOp._forward_at``'s, which may run below autograd, where a gradient is not its to make).
     ``of`` gives None for a lane that reads inputs selectively, or not on a host."""
 
-    __slots__ = ("op", "sig", "lane", "call", "plain", "ints", "_types", "_grads", "_launch")
+    __slots__ = ("op", "sig", "lane", "call", "plain", "ints", "entry", "_types", "_grads", "_launch")
 
     def __init__(self, op, sig: tuple, lane: TorchLane):
         self.op, self.sig, self.lane = op, sig, lane
@@ -106,6 +108,21 @@ class HotCall:
         self._grads: dict = {}  # ``ctx.needs_input_grad`` -> the backward's hot function, or None
         self.plain = self._made(False)
         self.call = self._made(True)
+        self.entry = None  # the call compiled to C (``compiled_call``), once the lane has its entry
+        if lane.usual() is not None and compiled_calls():
+            lane.lane.on_entry = self._compile
+            if lane.lane._entry is not None:
+                self._compile()
+
+    def _compile(self) -> None:
+        """``call`` as one builtin (``compiled_call``), from now on ``call`` and the op's call
+        where it is this signature's."""
+        entry = compiled_call(self)
+        if entry is None:
+            return
+        old, self.entry, self.call = self.call, entry, entry.fn
+        if self.op._hot is old:
+            self.op._hot = entry.fn
 
     @classmethod
     def of(cls, op, sig: tuple, lane: TorchLane | None) -> HotCall | None:
@@ -174,6 +191,65 @@ class HotCall:
                 return None  # (no lane kept yet: the general backward keeps one)
             self._grads[needs] = fast
         return None if fast is None else fast(ctx, grads)
+
+
+COMPILED_CALLS = True  # whether a usual lane's call is compiled to C (``compiled_call``)
+
+
+def compiled_calls() -> bool:
+    """Whether calls are compiled to C here: ``COMPILED_CALLS``, on CPython (``debug_on``'s
+    environment dict readable)."""
+    return COMPILED_CALLS and _ENVIRON is not None and _DEBUG_KEY is not None
+
+
+_BASE = torch._C.TensorBase.__dict__
+
+
+def _read(place, name: str, want: str, value=None):
+    """The check of tensor ``place``'s ``name`` (an attribute, or a method called with nothing):
+    through its C function where every plain type has torch's own (as it has: ~15 ns less a
+    read than the lookup), else by name."""
+    from backends.llvm.callentry import Arg, Check
+
+    own = _BASE.get(name)
+    direct = own is not None and all(inspect.getattr_static(t, name) is own for t in PLAIN_TYPES)
+    method = callable(own) if own is not None else name not in ("is_cpu", "dtype", "shape")
+    read = ("cmethod" if method else "get") if direct else ("method" if method else "attr")
+    return Check(read, place if place == "out" else Arg(place), own if direct else name, want, value)
+
+
+def compiled_call(hot: HotCall):
+    """``hot``'s usual call (``TorchLane.usual``) as one builtin of C
+    (``backends.llvm.callentry``), or None: what ``_usual``'s function checks and runs, in its
+    order: what watches the call (``unwatched``, ``TILE_DEBUG``), each tensor's exact type,
+    device, dtype, shape, contiguity, negative bit and address, no two at one address; a gradient
+    wanted: ``TileHotFunction``; else the output made (``make``), and the lane's entry run where
+    ``Lane.run`` would run it (its lock free, no general work queued or unwaited for). Anything
+    else declines (None): the Python path takes the call. None where the lane has no entry or
+    runs otherwise (temporaries zeroed), or its executor's ``raw_ready`` is not the one read."""
+    from backends.llvm.callentry import OUT, CallPlan, Check, call_entry
+    from backends.llvm.raw import RawCalls
+
+    lane, usual = hot.lane.lane, hot.lane.usual()
+    raw, ex = lane._entry, lane.executor
+    if raw is None or usual is None or lane._zero or type(ex).raw_ready is not RawCalls.raw_ready:
+        return None
+    make, like, _ = usual
+    before = [Check(read, obj, key, "is", value) for read, obj, key, value in unwatched()]
+    before.append(Check("has", _ENVIRON, _DEBUG_KEY))
+    for i, (dt, shape) in enumerate(hot._types):
+        before += [_read(i, "is_cpu", "is", True), _read(i, "dtype", "is", dt),
+                   _read(i, "shape", "eq", shape), _read(i, "is_contiguous", "is", True),
+                   _read(i, "is_neg", "is", False), _read(i, "data_ptr", "address")]
+    after = (_read(OUT, "data_ptr", "address"),
+             Check("method", lane.program._lock, "locked", "is", False),
+             Check("attr", ex, "_queued", "is", 0),  # (``RawCalls.raw_ready``)
+             Check("attr", lane.program, "_last", "false"))
+    C = torch._C
+    plan = CallPlan(len(hot._types), (PLAIN_TYPES,) * len(hot._types), tuple(before), make, like, after,
+                    ctypes.cast(raw.sequence.fn, ctypes.c_void_p).value, tuple(lane._fixed), True,
+                    (C.is_grad_enabled, C._any_requires_grad, _HOT_APPLY, hot), keep=(raw,))
+    return call_entry(plan)
 
 
 def hot_backward(hot: HotCall, needs: tuple):

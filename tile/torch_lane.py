@@ -61,6 +61,25 @@ def watched() -> int:
     return PLAIN
 
 
+def unwatched() -> tuple:
+    """``watched()`` as data, for a call compiled to C (``tile.torch_hot``'s entry): reads that
+    each give the value it names when nothing watches a call, ``(read, obj, key, value)`` as
+    ``backends.llvm.callentry.Check`` takes them (``call``: ``obj()``; ``item``: ``obj[key]``).
+    The same tests in the same order, through cheaper equivalents where torch has them: the flag
+    ``torch.compiler.is_compiling`` returns (outside TorchScript), ``_is_tracing`` for
+    ``_get_tracing_state() is not None``. Change it with ``watched``."""
+    C = torch._C
+    return (
+        ("item", vars(torch.compiler), "_is_compiling_flag", False),
+
+        ("call", C._are_functorch_transforms_active, None, False),
+        ("call", C._is_torch_function_mode_enabled, None, False),
+        ("call", C._len_torch_dispatch_stack, None, 0),
+        ("call", C._is_tracing, None, False),
+        ("item", vars(fwAD), "_current_level", -1),
+    )
+
+
 def signature(tensors) -> tuple:
     """What a lane is kept by: each tensor's dtype, shape and device (None for a missing one)."""
     return tuple([None if t is None else (t.dtype, t.shape, t.device) for t in tensors])
@@ -276,5 +295,5 @@ def learn(op, lanes: dict, slot: tuple, tensors, wrt, to_numpy, to_torch) -> Non
 
 __all__ = [
     "AUTOGRAD", "DISPATCH", "LANES_KEPT", "PLAIN", "PLAIN_TYPES", "TRANSFORM", "TorchLane", "learn",
-    "materialized", "ordinary", "signature", "through_lane", "watched",
+    "materialized", "ordinary", "signature", "through_lane", "unwatched", "watched",
 ]

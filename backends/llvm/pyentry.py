@@ -32,7 +32,9 @@ NAME = "tile_lane_entry"
 _NEW_FUNCTION = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.py_object, ctypes.py_object)
 
 
-class _MethodDef(ctypes.Structure):
+class MethodDef(ctypes.Structure):
+    """CPython's ``PyMethodDef``."""
+
     _fields_ = [("ml_name", ctypes.c_char_p), ("ml_meth", ctypes.c_void_p), ("ml_flags", ctypes.c_int),
                 ("ml_doc", ctypes.c_char_p)]
 
@@ -48,6 +50,12 @@ def _api() -> dict[str, int] | None:
     except (AttributeError, ValueError, TypeError):
         return None
     return found
+
+
+def new_function(definition: int, owner=None):
+    """A new builtin from the ``PyMethodDef`` at address ``definition``, holding ``owner`` (its
+    ``self``: what keeps the definition and its code alive, as long as the builtin lives)."""
+    return _NEW_FUNCTION(("PyCFunction_NewEx", ctypes.pythonapi))(definition, owner, None)
 
 
 class Entry:
@@ -112,9 +120,9 @@ def raw_entry(sequence, given: int, fixed: Sequence[int]) -> Entry | None:
     mod.verify()
     engine = llvm.create_mcjit_compiler(mod, target_machine(*host_target()))
     engine.finalize_object()
-    definition = _MethodDef(NAME.encode(), engine.get_function_address(NAME), METH_FASTCALL, None)
+    definition = MethodDef(NAME.encode(), engine.get_function_address(NAME), METH_FASTCALL, None)
     fn = api["PyCFunction_NewEx"](ctypes.addressof(definition), None, None)
     return Entry(fn, engine, (definition, message), sequence, source)
 
 
-__all__ = ["Entry", "raw_entry"]
+__all__ = ["Entry", "MethodDef", "new_function", "raw_entry"]

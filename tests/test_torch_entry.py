@@ -1,0 +1,204 @@
+"""A ``tile.torch`` op's usual call compiled to C (tile/torch_hot.py ``compiled_call``,
+backends/llvm/callentry.py): taken at a kept signature once the lane has its entry, with the lane's
+results; declining (None, nothing run, no error left set) every call the Python path declines, and
+then the usual path gets it right. The hot path's own tests run on this route too
+(tests/torch_routes.py)."""
+
+import sys
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="tile.torch needs PyTorch")
+tt = pytest.importorskip("tile.torch", reason="tile.torch needs PyTorch")
+
+import torch.autograd.forward_ad as fwAD  # noqa: E402
+
+from backends.lane import NATIVE_AFTER, Lane  # noqa: E402
+from backends.runner import CompiledProgram  # noqa: E402
+from tile.errors import TileError  # noqa: E402
+from tile.torch_hot import compiled_calls  # noqa: E402
+from tile.torch_lane import TorchLane, signature  # noqa: E402
+
+ADD = "function (X[N], Y[N]) -> (Z) { Z = X + Y; }"
+pytestmark = pytest.mark.skipif(not compiled_calls(), reason="calls are compiled on CPython only")
+
+
+def ints(*shape, seed=0, dtype=torch.float32):
+    return torch.from_numpy(np.random.default_rng(seed).integers(-3, 4, shape)).to(dtype)
+
+
+def _compiled(name: str, n: int = 3):
+    """An add whose call at ``(n,)`` float32 tensors is compiled, and the compiled builtin."""
+    add = tt.op(ADD, name=name)
+    x, y = ints(n), ints(n, seed=1)
+    for _ in range(NATIVE_AFTER + 2):
+        assert torch.equal(add(x, y), x + y)
+    hot = add._lanes[signature((x, y))].hot
+    assert hot.entry is not None and add._hot is hot.entry.fn
+    return add, hot.entry.fn, hot
+
+
+def _refuse(m, *more):
+    def refuse(*args, **kwargs):
+        raise AssertionError("not the compiled call")
+
+    for owner, name in ((CompiledProgram, "run"), (TorchLane, "__call__"), (tt, "eager_apply"), *more):
+        m.setattr(owner, name, refuse)
+
+
+def test_a_kept_signatures_call_is_compiled_and_taken(monkeypatch):
+    add, fn, hot = _compiled("compiled_taken")
+    with monkeypatch.context() as m:
+        _refuse(m, (Lane, "run"))  # (nothing Python runs the lane: the builtin does)
+        for seed in range(4):
+            x, y = ints(3, seed=seed + 2), ints(3, seed=seed + 7)
+            z = add(x, y)
+            assert torch.equal(z, x + y) and z.grad_fn is None
+            assert torch.equal(fn((x, y)), x + y)
+        w = torch.nn.Parameter(ints(3, seed=3))  # (a plain type: taken, no gradient wanted)
+        with torch.no_grad():
+            assert torch.equal(add(x, w), x + w)
+    with monkeypatch.context() as m:  # a gradient wanted: ``TileHotFunction`` from the builtin
+        _refuse(m)
+        xg = ints(3, seed=4).requires_grad_()
+        z = add(xg, y)
+        assert type(z.grad_fn).__name__ == "TileHotFunctionBackward" and torch.equal(z, xg + y)
+    z.backward(torch.ones(3))  # (its first: the general backward, which keeps its lane)
+    assert torch.equal(xg.grad, torch.ones(3))
+
+
+def test_the_compiled_call_declines_each_tensor_the_python_path_declines():
+    add, fn, _ = _compiled("compiled_tensors")
+    x, y = ints(3), ints(3, seed=1)
+
+    class Sub(torch.Tensor):
+        pass
+
+    wrong = [
+        (x,), (x, y, x), [x, y], (x, 1.0), (x, None), (x, y.double()), (x, ints(4)), (x, ints(3, 1)),
+        (x, ints(6)[::2]), (x, torch._neg_view(y)), (x, torch._efficientzerotensor(3)), (x, y.to_sparse()),
+        (x, torch._to_functional_tensor(y)), (x, x), (x, torch.empty(3, device="meta")),
+        (x, y.as_subclass(Sub)), (x, ints(3)[None][0:1].view(3)),
+    ]
+    for args in wrong[:-1]:
+        assert fn(args) is None, args
+    assert torch.equal(fn(wrong[-1]), x + x)  # (a view that is contiguous: taken)
+    assert torch.equal(add(x, torch._neg_view(y)), x - y) and torch.equal(add(x, x), 2 * x)
+    assert torch.equal(add(x, ints(6)[::2]), x + ints(6)[::2])
+    assert torch.equal(add(x.double(), y.double()), (x + y).double())
+    assert torch.equal(fn((x, y)), x + y)  # (no error left set by the declines)
+
+
+def test_the_compiled_call_declines_where_anything_watches(monkeypatch):
+    add, fn, hot = _compiled("compiled_watched")
+    x, y = ints(3), ints(3, seed=1)
+
+    class Function(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    class Dispatch(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    for mode in (Function, Dispatch):
+        with mode():
+            assert fn((x, y)) is None
+            assert torch.equal(add(x, y), x + y)
+    with fwAD.dual_level():
+        assert fn((x, y)) is None
+    seen = []
+    torch.func.vmap(lambda a: seen.append(fn((x, y))) or a)(torch.ones(2, 1))
+    with warnings.catch_warnings():  # (deprecated; check_trace: its check runs untraced)
+        warnings.simplefilter("ignore")
+        torch.jit.trace(lambda a, b: seen.append(fn((a, b))) or a * 1, (x, y), check_trace=False)
+    assert seen == [None, None]
+    with monkeypatch.context() as m:
+        m.setattr(torch.compiler, "_is_compiling_flag", True)  # (non-strict export's)
+        assert fn((x, y)) is None
+    with monkeypatch.context() as m:
+        m.setenv("TILE_DEBUG", "0")  # (set at all: the Python path reads it)
+        assert fn((x, y)) is None
+    lane = hot.lane.lane
+    with lane.program._lock:  # (a general call of the program running on another thread)
+        assert fn((x, y)) is None
+    with monkeypatch.context() as m:
+        m.setattr(lane.executor, "_queued", 1)  # (general work queued)
+        assert fn((x, y)) is None
+    with monkeypatch.context() as m:
+        m.setattr(lane.program, "_last", [object()])  # (a general call's events not waited for)
+        assert fn((x, y)) is None
+    with torch.inference_mode():  # (no gradient: the plain call, as the Python path's)
+        z = add(x, y)
+    assert torch.equal(z, x + y) and z.is_inference()
+    assert torch.equal(fn((x, y)), x + y)
+
+
+def test_the_compiled_call_keeps_no_reference():
+    """Every path through the builtin (taken, declined, declined by an error, a gradient) gives
+    back each reference it took."""
+    add, fn, hot = _compiled("compiled_references")
+    x, y, xg = ints(3), ints(3, seed=1), ints(3, seed=2).requires_grad_()
+    sparse, neg = y.to_sparse(), torch._neg_view(y)
+    watched = (x, y, xg, sparse, neg, None, True, False, 0, -1, torch.float32, hot, torch.empty_like)
+    for _ in range(50):  # (warm: caches filled)
+        fn((x, y)), fn((x, sparse)), fn((x, neg)), fn((xg, y))
+    before = [sys.getrefcount(o) for o in watched]
+    for _ in range(1000):
+        fn((x, y)), fn((x, sparse)), fn((x, neg)), fn((x, x)), fn((xg, y))
+    after = [sys.getrefcount(o) for o in watched]
+    assert after == before
+
+
+def test_torch_compile_traces_past_a_compiled_call():
+    """Dynamo sees the op's call, not the builtin (which it cannot trace): one graph, no break."""
+    add, fn, _ = _compiled("compiled_dynamo")
+    x, y = ints(3), ints(3, seed=1)
+    f = torch.compile(lambda a, b: add(a, b).sum() * 2, fullgraph=True, backend="aot_eager")
+    assert torch.equal(f(x, y), (x + y).sum() * 2)
+
+
+def test_threads_with_general_calls_beside_get_their_own_results():
+    """Threads calling the compiled call while others run the program's general path (one tensor
+    twice: copied, the program's lock held while its kernels run without the GIL)."""
+    add, fn, _ = _compiled("compiled_threads", 64)
+    wrong = []
+
+    def work(seed):
+        for i in range(200):
+            x, y = ints(64, seed=seed), torch.full((64,), float(i))
+            z = add(x, x) if seed % 2 else add(x, y)
+            if not torch.equal(z, x + x if seed % 2 else x + y):
+                wrong.append((seed, i))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
+
+
+def test_each_tensors_checks_are_the_python_paths():
+    """What each tensor is read for: the Python path's checks, one for one (a check that no CPU
+    tensor here can fail, the device, is seen in the plan; the CUDA test below fails it)."""
+    _, _, hot = _compiled("compiled_plan")
+    names = {}
+    for check in hot.entry.plan.before:
+        place = getattr(check.obj, "place", None)
+        if place is not None:
+            names.setdefault(place, []).append(getattr(check.key, "__name__", check.key))
+    want = ["is_cpu", "dtype", "shape", "is_contiguous", "is_neg", "data_ptr"]
+    assert names == {0: want, 1: want}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (off the CPU, with memory)")
+def test_a_cuda_tensor_at_a_cpu_signature_declines():
+    add, fn, _ = _compiled("compiled_cuda")
+    x, y = ints(3), ints(3, seed=1)
+    assert fn((x, y.cuda())) is None and fn((x.cuda(), y.cuda())) is None
+    with pytest.raises((RuntimeError, TileError)):  # (two devices: an error, never a kernel on it)
+        add(x, y.cuda())

@@ -1,0 +1,33 @@
+"""The two routes a ``tile.torch`` op's hot call takes (``tile.torch_hot``), as a fixture: the
+tests of a module using ``call_route`` run once on each, their ops named apart (``op`` keeps one
+op per name).
+
+* ``python``: no call is compiled (``COMPILED_CALLS`` off): the hot path's Python functions.
+* ``compiled``: a lane's entry, hence its compiled call (``compiled_call``), after 2 runs of the
+  lane, not ``NATIVE_AFTER``: a test's third call at a signature is the compiled one's, so
+  every guard the module shows declining declines through it too.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(params=["python", "compiled"])
+def call_route(request, monkeypatch):
+    import backends.lane as lane_module
+    import tile.torch as tt
+    import tile.torch_hot as hot_module
+
+    route = request.param
+    if route == "python":
+        monkeypatch.setattr(hot_module, "COMPILED_CALLS", False)
+    else:
+        monkeypatch.setattr(lane_module, "NATIVE_AFTER", 2)
+    make = tt.op
+
+    def named_apart(source, *, name=None, **kwargs):
+        return make(source, name=name and f"{name}_{route}", **kwargs)
+
+    monkeypatch.setattr(tt, "op", named_apart)
+    return route
