@@ -161,6 +161,11 @@ class OpenCLCompiler(Compiler):
         plan = self.generic_plan(list(kernels), dtypes, opts, settings, facts) if opts.generic else None
         uses = plan.uses if plan is not None else {}
         sources = generate(t, list(kernels), dtypes, skip=uses)
+        if uses and any(s is not None and s.launch for s in sources):
+            # a program with a kernel its vendor launches has all its kernels launched there
+            # (``vendors``' executor), which passes no run-time integers: every one specialized
+            uses = {}
+            sources = generate(t, list(kernels), dtypes)
         self.check(t)
         helpers = helper_source(t)
         mine = [s for s in sources if s is not None]
