@@ -251,12 +251,14 @@ def torch_seconds(fn: Callable[[], object], sync: Callable[[], None], reps: int)
     return best(go, reps)
 
 
-def measure(spec: Spec, device: str, torch_device: str, reps: int, seed: int = 0) -> dict:
-    """One row: both times, the ratio, both max errors against PyTorch in float64, Tile's kernels."""
+def measure(spec: Spec, device: str, torch_device: str, reps: int, seed: int = 0,
+            config: str | None = None) -> dict:
+    """One row: both times, the ratio, both max errors against PyTorch in float64, Tile's kernels
+    (``config``: Tile's optimizer config, a path or a built-in name; default the device's)."""
     import torch
 
     arrays = inputs(spec, np.random.default_rng(seed))
-    case = Case(device, program(spec), arrays, spec.precision)
+    case = Case(device, program(spec), arrays, spec.precision, config)
     t_tile = case.seconds(reps)
     got = case.result()
     try:  # the kernels of the last call (a device without profiling names none)
@@ -344,6 +346,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget", type=float, default=540.0, help="seconds; no case starts past it")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--torch-device", default="")
+    ap.add_argument("--config", default="", help="Tile's optimizer config (a path or a built-in name)")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
     import torch
@@ -354,7 +357,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.only:
         specs = [s for s in specs if s.category in args.only.split(",")]
     meta = dict(device=args.device, torch=torch.__version__, torch_device=tdev, seed=args.seed,
-                held_out=args.held_out, quick=args.quick, budget=args.budget,
+                held_out=args.held_out, quick=args.quick, budget=args.budget, config=args.config,
                 gpu=torch.cuda.get_device_name() if tdev.startswith("cuda") else "")
 
     def save(rows: list[dict]) -> None:
@@ -363,7 +366,9 @@ def main(argv: list[str] | None = None) -> None:
                 json.dump({"meta": meta, "rows": rows}, f, indent=1)
 
     print(HEADER, flush=True)
-    rows = run(specs, lambda s: measure(s, args.device, tdev, args.reps, args.seed), args.budget, on_row=save)
+    config = args.config or None
+    rows = run(specs, lambda s: measure(s, args.device, tdev, args.reps, args.seed, config), args.budget,
+               on_row=save)
     save(rows)
     print("\n" + table(rows))
 

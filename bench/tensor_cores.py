@@ -50,8 +50,10 @@ def best(fn, k: int = 7) -> float:
 
 
 class Case:
-    def __init__(self, device: str, src: str, arrays: dict, precision: str | None = None):
-        self.f = tile.compile(src, device=device, settings={"precision": precision} if precision else {})
+    def __init__(self, device: str, src: str, arrays: dict, precision: str | None = None,
+                 config: str | None = None):
+        settings = ({"precision": precision} if precision else {}) | ({"config": config} if config else {})
+        self.f = tile.compile(src, device=device, settings=settings)
         self.inputs = {k: tile.tensor(v, device=device) for k, v in arrays.items()}
 
     def result(self) -> np.ndarray:
