@@ -94,6 +94,21 @@ def test_offsets_bounds_and_strides_at_run_time_equal_the_interpreter(name):
             assert lib.extra["generic"]["built"] == 0
 
 
+def test_a_kernel_the_same_at_every_length_is_built_once():
+    """A row sum at one row count and many row lengths: its zero fill is the same kernel at every
+    length, a form without run-time integers, built once with the sum's template."""
+    dev = _opencl()
+    exe = tile.compile(ROWS, "opencl_cpu.0", {"generic": True, "cache": False})
+    before = _compiled()
+    for k, d in enumerate((5, 9, 13, 30)):
+        got, want = _run(ROWS, exe, (8, d), k)
+        np.testing.assert_array_equal(got["S"], want["S"])
+        if k >= 1:
+            assert exe._last.library.extra["generic"]["kernels"] == 2
+    assert _compiled() - before == 2  # the first length's program, the two forms' program
+    assert any(b.form is not None and b.form.slots == 0 for b in dev.compiler.generic.buckets.values())
+
+
 def test_a_softmax_at_many_lengths_is_one_program_bit_equal_to_specialized():
     _opencl()
     gen = tile.compile(SOFTMAX, "opencl_cpu.0", {"generic": True, "cache": False})

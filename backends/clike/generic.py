@@ -5,8 +5,9 @@ The LLVM backend's idea (``backends.llvm.generic``, docs/architecture.md "Shape-
 with its templates (``backends.symbolic``): a *bucket* is the set of kernels equal up to their
 integers (``symbolic.flat``'s erased text) with the same buffers, dtypes, owned indexes and target
 options. Its first kernel is built specialized, as without the setting, and remembered; a later
-one that differs in some integers makes a *template* (``symbolic.unify``; slots holding one integer
-in every kernel seen are one slot, ``symbolic.merged``), generated once as a kernel whose slots are
+one makes a *template* (``symbolic.unify``: its differing integers are slots, none for the same
+kernel again, whose form is then built once rather than in every program; slots holding one
+integer in every kernel seen are one slot, ``symbolic.merged``), generated once as a kernel whose slots are
 ``long`` arguments after its buffers (``numbers``) and built as a program of its own; every later
 instance only has its integers read off (``symbolic.matches``) and its global size worked out
 (``Form.work``: the owned ranges' product, of slots and integers): no source, no program. An
@@ -160,8 +161,10 @@ def assign(t: CTarget, kernels: list[KernelInfo], buffer_dtypes: dict, registry:
                 bucket.refused = f"{MAX_BUILDS} generic builds"
                 continue
             raw = symbolic.unify(bucket.raw if bucket.raw is not None else bucket.seen[0], block)
-            if raw is None or symbolic.slots(raw) == 0:
-                continue  # another structure (or the same integers): specialized
+            if raw is None:
+                continue  # another structure: specialized
+            # (no slot: the same kernel again, a row sum's zero fill at another row length; a form
+            # of its own all the same, built once rather than in every program)
             seen = [*bucket.seen, block]
             template = symbolic.merged(raw, seen)
             if symbolic.slots(template) > MAX_VALUES:
