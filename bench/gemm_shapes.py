@@ -97,7 +97,7 @@ class Spec:
     def peer(self) -> str:
         lib = "cuDNN" if self.kind not in ("mm", "bmm") else "cuBLAS"
         mode = {"tf32": "tf32", "3xtf32": "fp32"}.get(self.precision or "", self.dtype)
-        return f"{lib} {mode}"
+        return f"{lib} {mode.replace('bfloat', 'bf').replace('float', 'fp')}"
 
 
 def _mm(category, m, n, k, dtype="float16", precision=None):
