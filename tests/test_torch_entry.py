@@ -4,6 +4,7 @@ results; declining (None, nothing run, no error left set) every call the Python 
 then the usual path gets it right. The hot path's own tests run on this route too
 (tests/torch_routes.py)."""
 
+import dataclasses
 import sys
 import threading
 import warnings
@@ -16,7 +17,8 @@ tt = pytest.importorskip("tile.torch", reason="tile.torch needs PyTorch")
 
 import torch.autograd.forward_ad as fwAD  # noqa: E402
 
-from backends.lane import NATIVE_AFTER, Lane  # noqa: E402
+from backends.lane import NATIVE_AFTER  # noqa: E402
+from backends.llvm.callentry import call_entry  # noqa: E402
 from backends.runner import CompiledProgram  # noqa: E402
 from tile.errors import TileError  # noqa: E402
 from tile.torch_hot import compiled_calls  # noqa: E402
@@ -30,15 +32,33 @@ def ints(*shape, seed=0, dtype=torch.float32):
     return torch.from_numpy(np.random.default_rng(seed).integers(-3, 4, shape)).to(dtype)
 
 
+@pytest.fixture(autouse=True, params=["guards", "reads"])
+def tensor_checks(request, monkeypatch):
+    """Each test with the tensors checked as one (``_guards``) and read one by one."""
+    import tile.torch_hot as hot_module
+
+    monkeypatch.setattr(hot_module, "TENSOR_GUARDS", request.param == "guards")
+    return request.param
+
+
 def _compiled(name: str, n: int = 3):
-    """An add whose call at ``(n,)`` float32 tensors is compiled, and the compiled builtin."""
-    add = tt.op(ADD, name=name)
+    """An add whose call at ``(n,)`` float32 tensors is compiled, its compiled builtin (whose
+    declines go to the Python path's function), and its ``HotCall``."""
+    import tile.torch_hot as hot_module
+
+    add = tt.op(ADD, name=f"{name}_{'guards' if hot_module.TENSOR_GUARDS else 'reads'}")
     x, y = ints(n), ints(n, seed=1)
     for _ in range(NATIVE_AFTER + 2):
         assert torch.equal(add(x, y), x + y)
     hot = add._lanes[signature((x, y))].hot
     assert hot.entry is not None and add._hot is hot.entry.fn
+    assert (hot.entry.plan.guards is not None) == hot_module.TENSOR_GUARDS
     return add, hot.entry.fn, hot
+
+
+def _alone(hot):
+    """The same builtin declining to None, not to the Python path: what its own checks decline."""
+    return call_entry(dataclasses.replace(hot.entry.plan, otherwise=None)).fn
 
 
 def _refuse(m, *more):
@@ -49,29 +69,37 @@ def _refuse(m, *more):
         m.setattr(owner, name, refuse)
 
 
-def test_a_kept_signatures_call_is_compiled_and_taken(monkeypatch):
+def test_a_kept_signatures_call_is_compiled_and_taken(monkeypatch, tensor_checks):
     add, fn, hot = _compiled("compiled_taken")
+    alone = _alone(hot)  # (None where its own checks decline: a result is its own)
     with monkeypatch.context() as m:
-        _refuse(m, (Lane, "run"))  # (nothing Python runs the lane: the builtin does)
+        _refuse(m)
         for seed in range(4):
             x, y = ints(3, seed=seed + 2), ints(3, seed=seed + 7)
             z = add(x, y)
             assert torch.equal(z, x + y) and z.grad_fn is None
-            assert torch.equal(fn((x, y)), x + y)
-        w = torch.nn.Parameter(ints(3, seed=3))  # (a plain type: taken, no gradient wanted)
-        with torch.no_grad():
+            assert torch.equal(fn((x, y)), x + y) and torch.equal(alone((x, y)), x + y)
+        w = torch.nn.Parameter(ints(3, seed=3))  # (no gradient wanted: a plain type; the guards'
+        with torch.no_grad():  # example is a Tensor: declined, to the Python path)
             assert torch.equal(add(x, w), x + w)
+            assert (alone((x, w)) is None) == (tensor_checks == "guards")
     with monkeypatch.context() as m:  # a gradient wanted: ``TileHotFunction`` from the builtin
         _refuse(m)
-        xg = ints(3, seed=4).requires_grad_()
-        z = add(xg, y)
+        xg, yg = ints(3, seed=4).requires_grad_(), ints(3, seed=5).requires_grad_()
+        z = alone((xg, yg))
+        assert type(z.grad_fn).__name__ == "TileHotFunctionBackward" and torch.equal(z, xg + yg)
+        with torch.no_grad():  # (below autograd: the plain call)
+            assert alone((xg, yg)).grad_fn is None
+        z = add(xg, y)  # (one of two: the guards' declined, to the Python path's)
         assert type(z.grad_fn).__name__ == "TileHotFunctionBackward" and torch.equal(z, xg + y)
+        assert (alone((xg, y)) is None) == (tensor_checks == "guards")
     z.backward(torch.ones(3))  # (its first: the general backward, which keeps its lane)
     assert torch.equal(xg.grad, torch.ones(3))
 
 
 def test_the_compiled_call_declines_each_tensor_the_python_path_declines():
-    add, fn, _ = _compiled("compiled_tensors")
+    add, _, hot = _compiled("compiled_tensors")
+    fn = _alone(hot)
     x, y = ints(3), ints(3, seed=1)
 
     class Sub(torch.Tensor):
@@ -93,7 +121,8 @@ def test_the_compiled_call_declines_each_tensor_the_python_path_declines():
 
 
 def test_the_compiled_call_declines_where_anything_watches(monkeypatch):
-    add, fn, hot = _compiled("compiled_watched")
+    add, _, hot = _compiled("compiled_watched")
+    fn = _alone(hot)
     x, y = ints(3), ints(3, seed=1)
 
     class Function(torch.overrides.TorchFunctionMode):
@@ -141,14 +170,20 @@ def test_the_compiled_call_keeps_no_reference():
     """Every path through the builtin (taken, declined, declined by an error, a gradient) gives
     back each reference it took."""
     add, fn, hot = _compiled("compiled_references")
-    x, y, xg = ints(3), ints(3, seed=1), ints(3, seed=2).requires_grad_()
+    alone = _alone(hot)
+    x, y, xg, yg = ints(3), ints(3, seed=1), ints(3, seed=2).requires_grad_(), ints(3).requires_grad_()
     sparse, neg = y.to_sparse(), torch._neg_view(y)
-    watched = (x, y, xg, sparse, neg, None, True, False, 0, -1, torch.float32, hot, torch.empty_like)
+    watched = (x, y, xg, yg, sparse, neg, None, True, False, 0, -1, torch.float32, hot, torch.empty_like)
+
+    def calls():
+        for f in (fn, alone):
+            f((x, y)), f((x, sparse)), f((x, neg)), f((x, x)), f((xg, y)), f((xg, yg)), f((x,))
+
     for _ in range(50):  # (warm: caches filled)
-        fn((x, y)), fn((x, sparse)), fn((x, neg)), fn((xg, y))
+        calls()
     before = [sys.getrefcount(o) for o in watched]
-    for _ in range(1000):
-        fn((x, y)), fn((x, sparse)), fn((x, neg)), fn((x, x)), fn((xg, y))
+    for _ in range(500):
+        calls()
     after = [sys.getrefcount(o) for o in watched]
     assert after == before
 
@@ -192,12 +227,17 @@ def test_each_tensors_checks_are_the_python_paths():
         if place is not None:
             names.setdefault(place, []).append(getattr(check.key, "__name__", check.key))
     want = ["is_cpu", "dtype", "shape", "is_contiguous", "is_neg", "data_ptr"]
+    guards = hot.entry.plan.guards
+    if guards is not None:  # (all but the address in one check: the Dynamo guard's)
+        want = want[-1:]
+        assert [g.read for g in guards] == ["applied", "applied"]
     assert names == {0: want, 1: want}
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (off the CPU, with memory)")
 def test_a_cuda_tensor_at_a_cpu_signature_declines():
-    add, fn, _ = _compiled("compiled_cuda")
+    add, _, hot = _compiled("compiled_cuda")
+    fn = _alone(hot)
     x, y = ints(3), ints(3, seed=1)
     assert fn((x, y.cuda())) is None and fn((x.cuda(), y.cuda())) is None
     with pytest.raises((RuntimeError, TileError)):  # (two devices: an error, never a kernel on it)

@@ -35,7 +35,10 @@ from tile.torch_autograd import backward_of, c_apply
 from tile.torch_dtypes import TO_TORCH
 from tile.torch_lane import PLAIN_TYPES, TorchLane, unwatched, watched
 
-__all__ = ["COMPILED_CALLS", "HotCall", "TileHotFunction", "checker", "compiled_call", "hot_backward"]
+__all__ = [
+    "COMPILED_CALLS", "TENSOR_GUARDS", "HotCall", "TileHotFunction", "checker", "compiled_call",
+    "hot_backward",
+]
 
 _MISSING = object()
 
@@ -218,15 +221,57 @@ def _read(place, name: str, want: str, value=None):
     return Check(read, place if place == "out" else Arg(place), own if direct else name, want, value)
 
 
+TENSOR_GUARDS = True  # whether the compiled call checks its tensors as one (``_guards``)
+
+
+def _guards(types) -> tuple | None:
+    """The tensors' checks as two of Dynamo's ``TensorGuards`` (C++; ~0.2 us for two tensors,
+    where reading each tensor's device, dtype, shape, contiguity and negative bit through torch's
+    Python bindings is ~0.6), as ``backends.llvm.callentry`` checks: one passing for plain
+    contiguous CPU ``torch.Tensor``s of these ``types`` needing no gradient, one (floats only) for
+    such tensors each needing one. Each compares a tensor's exact Python type, dispatch keys
+    (with the thread's included and excluded keys: its device, a negative or conjugate view, a
+    ``ZeroTensor``, sparse, functionalization and functorch wrappers, inference mode, autocast
+    and functorch transforms in force all differ), dtype, ``requires_grad``, sizes and strides
+    (the contiguous ones) with the example's. Stricter than the Python path's checks (a
+    ``Parameter``, inference mode, one input of two wanting a gradient: declined, to it);
+    None where torch has no such class."""
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+    except ImportError:
+        return None
+    from backends.llvm.callentry import Check
+
+    check = TensorGuards.__dict__.get("check")
+
+    def guard(examples):
+        made = TensorGuards(*examples, dynamic_dims_sizes=[list(e.shape) for e in examples],
+                            dynamic_dims_strides=[list(e.stride()) for e in examples])
+        if not made.check(*examples):
+            return None  # (made under a mode that the calls will not be under)
+        return Check("applied", made, check, "is", True)
+
+    try:
+        with torch.inference_mode(False):
+            examples = [torch.empty(shape, dtype=dt) for dt, shape in types]
+            plain = guard(examples)
+            wanting = (guard([e.requires_grad_() for e in examples])
+                       if all(dt.is_floating_point for dt, _ in types) else None)
+    except (TypeError, RuntimeError, ValueError):  # (another torch's TensorGuards)
+        return None
+    return None if plain is None else (plain, wanting)
+
+
 def compiled_call(hot: HotCall):
     """``hot``'s usual call (``TorchLane.usual``) as one builtin of C
     (``backends.llvm.callentry``), or None: what ``_usual``'s function checks and runs, in its
     order: what watches the call (``unwatched``, ``TILE_DEBUG``), each tensor's exact type,
-    device, dtype, shape, contiguity, negative bit and address, no two at one address; a gradient
-    wanted: ``TileHotFunction``; else the output made (``make``), and the lane's entry run where
-    ``Lane.run`` would run it (its lock free, no general work queued or unwaited for). Anything
-    else declines (None): the Python path takes the call. None where the lane has no entry or
-    runs otherwise (temporaries zeroed), or its executor's ``raw_ready`` is not the one read."""
+    device, dtype, shape, contiguity, negative bit (``_guards``, or each read) and address, no
+    two at one address; a gradient wanted: ``TileHotFunction``; else the output made
+    (``make``), and the lane's entry run where ``Lane.run`` would run it (its lock free, no
+    general work queued or unwaited for). Anything else declines: to ``hot.call``, the Python
+    path (which the builtin then replaces). None where the lane has no entry or runs otherwise
+    (temporaries zeroed), or its executor's ``raw_ready`` is not the one read."""
     from backends.llvm.callentry import OUT, CallPlan, Check, call_entry
     from backends.llvm.raw import RawCalls
 
@@ -237,18 +282,22 @@ def compiled_call(hot: HotCall):
     make, like, _ = usual
     before = [Check(read, obj, key, "is", value) for read, obj, key, value in unwatched()]
     before.append(Check("has", _ENVIRON, _DEBUG_KEY))
+    guards = _guards(hot._types) if TENSOR_GUARDS else None
     for i, (dt, shape) in enumerate(hot._types):
-        before += [_read(i, "is_cpu", "is", True), _read(i, "dtype", "is", dt),
-                   _read(i, "shape", "eq", shape), _read(i, "is_contiguous", "is", True),
-                   _read(i, "is_neg", "is", False), _read(i, "data_ptr", "address")]
+        if guards is None:
+            before += [_read(i, "is_cpu", "is", True), _read(i, "dtype", "is", dt),
+                       _read(i, "shape", "eq", shape), _read(i, "is_contiguous", "is", True),
+                       _read(i, "is_neg", "is", False)]
+        before.append(_read(i, "data_ptr", "address"))
     after = (_read(OUT, "data_ptr", "address"),
-             Check("method", lane.program._lock, "locked", "is", False),
+             Check("cmethod", lane.program._lock, type(lane.program._lock).__dict__["locked"], "is", False),
              Check("attr", ex, "_queued", "is", 0),  # (``RawCalls.raw_ready``)
              Check("attr", lane.program, "_last", "false"))
     C = torch._C
     plan = CallPlan(len(hot._types), (PLAIN_TYPES,) * len(hot._types), tuple(before), make, like, after,
                     ctypes.cast(raw.sequence.fn, ctypes.c_void_p).value, tuple(lane._fixed), True,
-                    (C.is_grad_enabled, C._any_requires_grad, _HOT_APPLY, hot), keep=(raw,))
+                    (C.is_grad_enabled, C._any_requires_grad, _HOT_APPLY, hot), otherwise=hot.call,
+                    guards=guards, keep=(raw,))
     return call_entry(plan)
 
 

@@ -8,19 +8,27 @@ too: a ``METH_O`` builtin ``entry(args)`` (``args`` a tuple) that evaluates a ``
 made by the caller (``tile.torch_hot``), through CPython's C API:
 
 * ``before``: each ``Check`` (a value read: a zero-argument call, a dict's item or key, an
-  attribute, a method called with no argument; on an object or on one of the arguments) and what
-  it must be (that object, equal to a value, false, or a nonzero address, recorded for the
-  kernels); the arguments' exact types; their addresses pairwise distinct (``distinct``);
+  attribute, a method called with no argument or on the call's tuple; on an object or on one of
+  the arguments; torch's getters and methods through their C functions) and what it must be (that
+  object, equal to a value, false, or a nonzero address, recorded for the kernels); the
+  arguments' exact types; their addresses pairwise distinct (``distinct``);
 * ``grad``: where ``on()`` is True and ``any(*args)`` too, ``apply(first, *args)``'s result is the
-  call's (its errors too), as the Python path hands such a call to an ``autograd.Function``;
+  call's (its errors too), as the Python path hands such a call to an ``autograd.Function``; or
+  ``guards``, two checks of the whole tuple: the first passing, the plain call; else the second
+  passing, ``apply`` where ``on()`` is True;
 * ``make(args[like])``, the output, then ``after``'s checks (on it: its address; on the lane:
   nothing holds its lock, no work queued), then the lane's kernel sequence on the addresses.
 
-Any check not passing, or raising, gives None with no error set and nothing run (the output made
-is dropped): the caller's Python path then takes the call, and decides it as before. No Python
-code runs and the GIL is not released between ``after``'s checks and the kernels' end (C API
-reads, and native code that calls nothing), so no other thread can take the lane's lock or queue
-work in between: checking that it is free there is holding it.
+Any check not passing, or raising, declines: no error set, nothing run (the output made is
+dropped), and the tuple handed to ``otherwise`` (the caller's Python path, which decides the call
+as before), or None returned.
+
+Threads: from ``after``'s lane checks (its lock free, nothing queued, nothing unwaited for: reads
+of existing objects, after the output's address) to the kernels' end, nothing is allocated (so no
+collection runs finalizers), no Python code runs and the GIL is not released (the kernels are
+native code calling nothing), so no other thread runs in between: none can take the lock or
+queue work there, and finding it free is holding it. The checks before may release the GIL
+(torch's bindings do), as the Python path's do: they decide only the arguments.
 
 Layout facts used (checked against the running interpreter first, else no entry): an object's
 type at offset 8, a tuple's size at 16 and its items from 24 (CPython, 64-bit, not a debug build).
@@ -85,6 +93,10 @@ class CallPlan:
     fixed: tuple[int, ...] = ()
     distinct: bool = True
     grad: tuple | None = None  # (on, any, apply, first)
+    # (plain, wanting): checks of the whole tuple (``applied``) in place of ``grad``: ``plain``
+    # passing, the plain call; else ``wanting`` passing, ``grad``'s ``apply`` where ``on()``
+    otherwise: object = None  # what a declined call's tuple is handed to (None: None returned)
+    guards: tuple | None = None
     keep: tuple = field(default=(), compare=False)  # what the sequence's code lives in
 
 
@@ -197,7 +209,9 @@ def call_entry(plan: CallPlan) -> CallEntry | None:
         for k, i in enumerate(places):
             for j in places[k + 1:]:
                 w.unless(w.icmp("ne", addresses[i], addresses[j], "i64"), "decline")
-    if plan.grad is not None:
+    if plan.guards is not None:
+        _guarded(w, plan, n, addresses)
+    elif plan.grad is not None:
         _grad(w, plan, n)
     w.emit(f"  store ptr %a{plan.like}, ptr %vec")
     out = w.call("PyObject_Vectorcall", f"ptr {w.obj(plan.make)}", "ptr %vec", f"i64 {1 | OFFSET}",
@@ -219,8 +233,14 @@ def call_entry(plan: CallPlan) -> CallEntry | None:
     w.emit("  br label %decline")
     w.emit("decline:")
     w.call("PyErr_Clear", ret="void")
-    w.call("Py_IncRef", f"ptr {w.obj(None)}", ret="void")
-    w.emit(f"  ret ptr {w.obj(None)}")
+    if plan.otherwise is None:
+        w.call("Py_IncRef", f"ptr {w.obj(None)}", ret="void")
+        w.emit(f"  ret ptr {w.obj(None)}")
+    else:  # (the Python path's function, on the same tuple: its result, or its error)
+        w.emit("  store ptr %args, ptr %vec")
+        other = w.call("PyObject_Vectorcall", f"ptr {w.obj(plan.otherwise)}", "ptr %vec", f"i64 {1 | OFFSET}",
+                       "ptr null")
+        w.emit(f"  ret ptr {other}")
     w.emit("}")
     if set(addresses) != {*range(n), OUT}:
         raise ValueError("a call plan gives an address for each argument and for the output")
@@ -233,6 +253,10 @@ def _value(w: _Writer, check: Check, out: str | None) -> tuple[str, bool]:
     obj = check.obj
     target = (f"%a{obj.place}" if isinstance(obj, Arg) else out if obj == OUT else w.obj(obj))
     if check.read == "call":
+        direct = _cfunction(obj)
+        if direct is not None and direct[1] == METH_NOARGS:  # (its C function: no vectorcall)
+            w.keep.append(obj)
+            return w.call_at(direct[0], f"ptr inttoptr (i64 {direct[2]} to ptr)", "ptr null"), True
         return w.call("PyObject_CallNoArgs", f"ptr {target}"), True
     key = w.obj(sys.intern(check.key) if isinstance(check.key, str) else check.key)
     if check.read == "item":
@@ -249,6 +273,9 @@ def _value(w: _Writer, check: Check, out: str | None) -> tuple[str, bool]:
         second = f"ptr {w.obj(())}" if flags & METH_VARARGS else "ptr null"
         extra = ["ptr null"] if flags & METH_KEYWORDS else []
         return w.call_at(meth, f"ptr {target}", second, *extra), True
+    if check.read == "applied":  # (a method's C function on the call's own tuple: none made)
+        meth, flags = _method(check.key, METH_VARARGS | METH_KEYWORDS)
+        return w.call_at(meth, f"ptr {target}", "ptr %args", "ptr null"), True
     if check.read == "method":
         w.emit(f"  store ptr {target}, ptr %vec")
         called = w.call("PyObject_VectorcallMethod", f"ptr {key}", "ptr %vec", f"i64 {1 | OFFSET}",
@@ -270,18 +297,29 @@ def _descriptor(d, kind: type) -> int:
     return _WORD(id(d) + 40).value
 
 
+def _cfunction(f) -> tuple[int, int, int] | None:
+    """``(ml_meth, ml_flags, m_self)`` of a builtin function (``PyCFunctionObject``: object head,
+    ``m_ml``, ``m_self``), checked to be laid out so; None for any other callable."""
+    if type(f) is not type(len) or f.__self__ is None or _WORD(id(f) + 24).value != id(f.__self__):
+        return None
+    definition = _WORD(id(f) + 16).value
+    if ctypes.c_char_p.from_address(definition).value != f.__name__.encode():
+        return None
+    return _WORD(definition + 8).value, ctypes.c_int.from_address(definition + 16).value, id(f.__self__)
+
+
 def _getter(d) -> tuple[int, int]:
     """``(get, closure)`` of a getset descriptor (``PyGetSetDef``: name, get, set, doc, closure)."""
     definition = _descriptor(d, type(type.__dict__["__name__"]))
     return _WORD(definition + 8).value, _WORD(definition + 32).value or 0
 
 
-def _method(d) -> tuple[int, int]:
-    """``(ml_meth, ml_flags)`` of a method descriptor taking no argument."""
+def _method(d, only: int | None = None) -> tuple[int, int]:
+    """``(ml_meth, ml_flags)`` of a method descriptor called with no argument (or, ``only``, of
+    those flags alone)."""
     definition = _descriptor(d, type(str.join))
     flags = ctypes.c_int.from_address(definition + 16).value
-    if flags & ~(METH_VARARGS | METH_KEYWORDS | METH_NOARGS) or flags not in (
-            METH_NOARGS, METH_VARARGS, METH_VARARGS | METH_KEYWORDS):
+    if flags not in ((METH_NOARGS, METH_VARARGS, METH_VARARGS | METH_KEYWORDS) if only is None else (only,)):
         raise ValueError(f"{d!r} is not called as METH_NOARGS or METH_VARARGS (flags {flags:#x})")
     return _WORD(definition + 8).value, flags
 
@@ -326,7 +364,11 @@ def _grad(w: _Writer, plan: CallPlan, n: int) -> None:
     on, any_, apply, first = plan.grad
     for stem, value in (("on", w.call("PyObject_CallNoArgs", f"ptr {w.obj(on)}")),
                         ("any", None)):
-        if value is None:
+        direct = _cfunction(any_)
+        if value is None and direct is not None and direct[1] == METH_VARARGS | METH_KEYWORDS:
+            w.keep.append(any_)  # (called with the call's own tuple: none made)
+            value = w.call_at(direct[0], f"ptr inttoptr (i64 {direct[2]} to ptr)", "ptr %args", "ptr null")
+        elif value is None:
             value = w.call("PyObject_Vectorcall", f"ptr {w.obj(any_)}", "ptr %items", f"i64 {n}", "ptr null")
         yes, no = w.icmp("eq", value, w.obj(True)), w.icmp("eq", value, w.obj(False))
         w.call("Py_DecRef", f"ptr {value}", ret="void")
@@ -338,14 +380,41 @@ def _grad(w: _Writer, plan: CallPlan, n: int) -> None:
             w.emit(f"  br i1 {no}, label %plain, label %any")
             w.emit("any:")
             w.unless(yes, "decline")
+    _applied(w, apply, first, n)
+    w.emit("plain:")
+
+
+def _guarded(w: _Writer, plan: CallPlan, n: int, addresses: dict) -> None:
+    """``plan.guards``: the plain check passing, on to the plain call; else the wanting one
+    passing, ``grad``'s ``apply`` where ``on()`` is True, the plain call where False."""
+    plain, wanting = plan.guards
+    _check(w, plain, "wanting", addresses, None)
+    w.emit("  br label %plain")
+    w.emit("wanting:")
+    if wanting is None or plan.grad is None:
+        w.emit("  br label %decline")
+    else:
+        _check(w, wanting, "decline", addresses, None)
+        on, _, apply, first = plan.grad
+        value = w.call("PyObject_CallNoArgs", f"ptr {w.obj(on)}")
+        yes, no = w.icmp("eq", value, w.obj(True)), w.icmp("eq", value, w.obj(False))
+        w.call("Py_DecRef", f"ptr {value}", ret="void")
+        w.emit(f"  br i1 {no}, label %plain, label %on")
+        w.emit("on:")
+        w.unless(yes, "decline")
+        _applied(w, apply, first, n)
+    w.emit("plain:")
+
+
+def _applied(w: _Writer, apply, first, n: int) -> None:
+    """Return ``apply(first, *args)`` (NULL: its error, raised)."""
     w.emit(f"  store ptr {w.obj(first)}, ptr %vec")
     for i in range(n):
         w.emit(f"  %va{i} = getelementptr inbounds ptr, ptr %vec, i64 {i + 1}")
         w.emit(f"  store ptr %a{i}, ptr %va{i}")
     result = w.call("PyObject_Vectorcall", f"ptr {w.obj(apply)}", "ptr %vec", f"i64 {(n + 1) | OFFSET}",
                     "ptr null")
-    w.emit(f"  ret ptr {result}")  # (NULL: its error, raised)
-    w.emit("plain:")
+    w.emit(f"  ret ptr {result}")
 
 
 def _compiled(source: str, plan: CallPlan, keep: list) -> CallEntry:
