@@ -14,7 +14,7 @@ peer's. Categories, several sizes each:
 * ``square``: 512³, 1000³, 2048³, 4096³ (float16);
 * ``batched``: many small (512 x 64³, 64 x 512x64x512) to few large (16 x 1024³);
 * ``precision``: bfloat16, tf32 (against cuBLAS tf32) and 3xtf32 (against cuBLAS float32) at
-  aligned and unaligned sizes;
+  aligned and unaligned sizes (3001, 4097);
 * ``conv``: 3x3 beyond the 56x56 stem (7x7x512 -> 512 batch 8, 14x14x256), 1x1, stride 2,
   grouped (32 groups), depthwise.
 
@@ -117,7 +117,8 @@ def listed() -> list[Spec]:
               _mm("precision", 3000, 3000, 3000, "float32", "tf32"),
               _mm("precision", 4097, 4097, 4097, "float32", "tf32"),
               _mm("precision", 2048, 2048, 2048, "float32", "3xtf32"),
-              _mm("precision", 3000, 3000, 3000, "float32", "3xtf32")]
+              _mm("precision", 3000, 3000, 3000, "float32", "3xtf32"),
+              _mm("precision", 3001, 3001, 3001, "float32", "3xtf32")]
     specs += [Spec("conv", "conv3x3", (8, 7, 7, 512, 512)), Spec("conv", "conv3x3", (32, 14, 14, 256, 256)),
               Spec("conv", "conv1x1", (32, 56, 56, 256, 64)), Spec("conv", "stride2", (32, 56, 56, 128, 128)),
               Spec("conv", "grouped", (32, 56, 56, 128, 128), groups=32),
