@@ -120,7 +120,8 @@ class CudaCompiler(Compiler):
         keep = ("ptx_key", "sm90a", "work_items", "local_size", "local_sizes", "names", "launch")
         # a library with generic kernels is built again in a new process (``restore``: its forms
         # are this process's buckets; the templates' PTX then comes from the disk cache)
-        return {**{k: library.extra[k] for k in keep}, "generic": bool(library.extra.get("generic"))}
+        generic = bool((library.extra.get("generic") or {}).get("kernels"))
+        return {**{k: library.extra[k] for k in keep}, "generic": generic}
 
     def restore(self, kernels: Sequence[KernelInfo], settings: dict, snap: dict) -> Library | None:
         """The library ``build`` made when ``snapshot`` gave ``snap``, its PTX from the disk cache;
