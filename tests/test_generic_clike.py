@@ -225,6 +225,22 @@ def test_generic_cuda_source_compiles_for_sm90(src, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc here (the CUDA toolkit is not installed)")
+def test_a_cuda_library_with_generic_kernels_is_rebuilt_not_restored(tmp_path, monkeypatch):
+    """The program cache (``backends.progcache``) restores a CUDA library from its snapshot; one
+    with generic kernels names forms of this process's buckets, so a new process builds it."""
+    monkeypatch.setenv("TILE_CACHE_DIR", str(tmp_path))
+    dev = _stand_in()
+    libs = []
+    for n in (5, 7):
+        bound = driver.bind_inputs(parse(SOFTMAX), {"X": np.ones((n, 16), np.float32)})
+        libs.append(driver.build(bound, dev, {"generic": True}).library)
+    first, second = (dev.compiler.snapshot(lib) for lib in libs)
+    assert not first["generic"] and second["generic"]
+    assert dev.compiler.restore(libs[0].kernels, {"generic": True}, first) is not None
+    assert dev.compiler.restore(libs[1].kernels, {"generic": True}, second) is None
+
+
 # ------------------------------------------------------------------ GPUs (the device machine)
 @pytest.mark.parametrize("device_id", ["opencl_gpu.0", "cuda.0"])
 @pytest.mark.parametrize("src", [CHAIN, SOFTMAX, ROWS], ids=["chain", "softmax", "row sum"])
