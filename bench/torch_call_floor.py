@@ -4,10 +4,16 @@ floor of any op written in Python (issue 39's CPU rows; one thread).
 Each line is the minimum over rounds of this process's CPU time per call (a loaded machine's
 waits do not count; the minimum is the cost without interference). Measured in one process:
 
-* torch's own ``x + y`` and Tile's ``add(x, y)`` (the hot path, ``tile.torch_hot``);
-* the hot path's pieces alone: the check for what watches a call, the checks of two tensors,
-  ``torch.empty_like``, the lane's run, the kernel's call through its Python entry and through
-  ctypes (the call it replaced);
+* torch's own ``x + y`` and Tile's ``add(x, y)`` (the hot path, ``tile.torch_hot``: its call
+  compiled to C, ``compiled_call``, once the lane has its entry);
+* the compiled call alone, the Python function it replaced (its fallback), and its parts: builtins
+  made from its plan (``backends.llvm.callentry``) with parts left out, each part's cost the
+  difference (the addresses, ``empty_like`` and the kernel alone; what watches; the tensors'
+  checks as Dynamo's ``TensorGuards`` or read one by one; the gradient's; the lane's lock,
+  queue and events); the op's Python frame (the op's call less the builtin's);
+* the Python hot path's pieces alone: the check for what watches a call, the checks of two
+  tensors, ``torch.empty_like``, the lane's run, the kernel's call through its Python entry and
+  through ctypes (the call it replaced);
 * floors: the entry and ``empty_like`` with no check at all, and with every check of the hot path
   written inline in one function; a ``torch.autograd.Function`` and a ``torch.library.custom_op``
   that only return ``empty_like``;
@@ -114,7 +120,7 @@ def main() -> int:
     scope = dict(locals(), torch=torch)
     rows = [
         ("torch x + y", "x + y", 20000),
-        ("Tile add(x, y) (the hot path)", "add(x, y)", 20000),
+        ("Tile add(x, y) (the hot path: compiled, where it is)", "add(x, y)", 20000),
         ("  watched() (compile, modes, functorch, forward AD)", "watched()", 20000),
         ("  the checks of 2 tensors (unrolled)", "checks((x, y))", 20000),
         ("  torch.empty_like(x)", "empty_like(x)", 20000),
@@ -130,9 +136,58 @@ def main() -> int:
         ("Python Function (saves, returns g, g) + backward", "Passes.apply(xg, yg).sum().backward()", 2000),
     ]
     print(f"{'CPU us per call (min of 30 rounds)':60} {'us':>7}")
-    for name, stmt, number in rows:
+    for name, stmt, number in rows[:2] + compiled_rows(hot, x, y, scope) + rows[2:]:
         print(f"{name:60} {per_call(stmt, scope, number):7.3f}", flush=True)
     return 0
+
+
+def compiled_rows(hot, x, y, scope: dict) -> list[tuple[str, str, int]]:
+    """The compiled call's rows (``main``'s docstring), its variants put in ``scope``; none where
+    this tree or interpreter compiles no call."""
+    entry = getattr(hot, "entry", None)
+    if entry is None:
+        return []
+    import dataclasses
+
+    from backends.llvm.callentry import call_entry
+    from tile.torch_hot import TENSOR_GUARDS, compiled_call
+
+    plan, args = entry.plan, (x, y)
+    addresses = tuple(c for c in plan.before if c.want == "address")
+    watching = tuple(c for c in plan.before if c.want != "address" and not hasattr(c.obj, "place"))
+    reads = tuple(c for c in plan.before if hasattr(c.obj, "place") and c.want != "address")
+    import tile.torch_hot as hot_module
+
+    hot_module.TENSOR_GUARDS = not TENSOR_GUARDS  # (the other tensor route's plan)
+    other = compiled_call(hot).plan
+    hot_module.TENSOR_GUARDS = TENSOR_GUARDS
+    read_one_by_one = tuple(c for c in other.before if hasattr(c.obj, "place") and c.want != "address")
+    bare = dataclasses.replace(plan, before=addresses, after=plan.after[:1], grad=None, guards=None,
+                               otherwise=None)
+    variants = {
+        "bare": bare,
+        "watch": dataclasses.replace(bare, before=watching + addresses),
+        "guards": dataclasses.replace(bare, guards=plan.guards and (plan.guards[0], None)),
+        "reads": dataclasses.replace(bare, before=(reads or read_one_by_one) + addresses),
+        "grad": dataclasses.replace(bare, grad=other.grad),
+        "lane": dataclasses.replace(bare, after=plan.after),
+    }
+    scope["compiled"] = {k: call_entry(v).fn for k, v in variants.items()}
+    scope.update(args=args, whole=entry.fn, python_call=plan.otherwise)
+    for fn in scope["compiled"].values():
+        assert fn(args) is not None and bool((fn(args) == x + y).all())
+    rows = [
+        ("  the compiled call alone", "whole(args)", 20000),
+        ("  the Python hot call it replaced (its fallback)", "python_call(args)", 20000),
+        ("  C: addresses + empty_like + the kernel (bare)", "compiled['bare'](args)", 20000),
+        ("  C: bare + what watches (7 reads)", "compiled['watch'](args)", 20000),
+        ("  C: bare + the gradient's check (is_grad_enabled, any)", "compiled['grad'](args)", 20000),
+        ("  C: bare + the lane's lock, queue, events", "compiled['lane'](args)", 20000),
+        ("  C: bare + 2 tensors read one by one (10 reads)", "compiled['reads'](args)", 20000),
+    ]
+    if plan.guards is not None:
+        rows.append(("  C: bare + 2 tensors' TensorGuards check", "compiled['guards'](args)", 20000))
+    return rows
 
 
 if __name__ == "__main__":

@@ -120,7 +120,12 @@ class HotCall:
     def _compile(self) -> None:
         """``call`` as one builtin (``compiled_call``), from now on ``call`` and the op's call
         where it is this signature's."""
-        entry = compiled_call(self)
+        try:
+            entry = compiled_call(self)
+        except (RuntimeError, ValueError, TypeError, OSError) as e:  # (LLVM's, or a layout refused)
+            if debug_on():
+                print(f"[tile] {self.op.name}: its call stays Python ({type(e).__name__}: {e})")
+            return
         if entry is None:
             return
         old, self.entry, self.call = self.call, entry, entry.fn
