@@ -20,6 +20,12 @@ shape, a negative view
 ``ZeroTensor``, a dead functorch wrapper, a sparse tensor: ``data_ptr``/``is_contiguous`` raise or
 give 0), two tensors at one address, general work queued on the device. A strided cotangent is
 copied contiguous first, as the general path copies it.
+
+Compiled: once the usual lane (one output made like an input) has its native entry, ``call``
+becomes one builtin of C doing the same (``compiled_call``, ``backends.llvm.callentry``: a
+1-element add 3.1 -> 1.4 us of CPU time, torch's 1.1); what it declines goes to the Python
+``call`` above, which stays the reference. ``COMPILED_CALLS`` and ``TENSOR_GUARDS`` switch it, and
+its tensors' guards, off.
 """
 
 from __future__ import annotations
