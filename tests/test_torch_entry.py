@@ -242,3 +242,26 @@ def test_a_cuda_tensor_at_a_cpu_signature_declines():
     assert fn((x, y.cuda())) is None and fn((x.cuda(), y.cuda())) is None
     with pytest.raises((RuntimeError, TileError)):  # (two devices: an error, never a kernel on it)
         add(x, y.cuda())
+
+
+@pytest.mark.parametrize("why", ["layout", "error"])
+def test_where_no_call_can_be_compiled_the_python_call_stays(monkeypatch, why):
+    """Another interpreter's layout (no entry), or an error building it (LLVM's): the Python hot
+    call stays the op's, with its results."""
+    import backends.llvm.callentry as callentry
+    import tile.torch_hot as hot_module
+
+    def fails(hot):
+        raise RuntimeError("LLVM IR parsing error")
+
+    if why == "layout":
+        monkeypatch.setattr(callentry, "_layout_holds", lambda: False)
+    else:
+        monkeypatch.setattr(hot_module, "compiled_call", fails)
+    add = tt.op(ADD, name=f"compiled_none_{why}_{hot_module.TENSOR_GUARDS}")
+    x, y = ints(3), ints(3, seed=1)
+    for _ in range(NATIVE_AFTER + 2):
+        assert torch.equal(add(x, y), x + y)
+    hot = add._lanes[signature((x, y))].hot
+    assert hot.lane.lane._entry is not None and hot.entry is None
+    assert add._hot is hot.call and type(hot.call).__name__ == "function"

@@ -31,7 +31,9 @@ queue work there, and finding it free is holding it. The checks before may relea
 (torch's bindings do), as the Python path's do: they decide only the arguments.
 
 Layout facts used (checked against the running interpreter first, else no entry): an object's
-type at offset 8, a tuple's size at 16 and its items from 24 (CPython, 64-bit, not a debug build).
+type at offset 8, a tuple's size at 16 and its items from 24 (CPython, 64-bit, not a debug build,
+with a GIL); a builtin function's and a descriptor's definitions where CPython keeps them
+(``_cfunction``, ``_descriptor``: checked against the object's own name and class).
 """
 
 from __future__ import annotations
@@ -112,6 +114,8 @@ class CallEntry:
 def _layout_holds() -> bool:
     """Whether this interpreter lays objects and tuples out as the entry reads them."""
     if sys.implementation.name != "cpython" or hasattr(sys, "gettotalrefcount") or sys.maxsize != 2**63 - 1:
+        return False
+    if not getattr(sys, "_is_gil_enabled", lambda: True)():  # (free-threaded: the lock argument fails)
         return False
     probe = (object(), object())
     word = ctypes.c_void_p.from_address
