@@ -6,9 +6,10 @@ with its templates (``backends.symbolic``): a *bucket* is the set of kernels equ
 integers (``symbolic.flat``'s erased text) with the same buffers, dtypes, owned indexes and target
 options. Its first kernel is built specialized, as without the setting, and remembered; a later
 one makes a *template* (``symbolic.unify``: its differing integers are slots, none for the same
-kernel again, whose form is then built once rather than in every program; slots holding one
-integer in every kernel seen are one slot, ``symbolic.merged``), generated once as a kernel whose slots are
-``long`` arguments after its buffers (``numbers``) and built as a program of its own; every later
+kernel again, which gets a form only where the program's other kernels all run forms; slots
+holding one integer in every kernel seen are one slot, ``symbolic.merged``), generated once as a
+kernel whose slots are ``long`` arguments after its buffers (``numbers``) and built as a program
+of its own; every later
 instance only has its integers read off (``symbolic.matches``) and its global size worked out
 (``Form.work``: the owned ranges' product, of slots and integers): no source, no program. An
 instance that differs in an integer the template fixed widens it (a new build), at most
@@ -133,6 +134,7 @@ def assign(t: CTarget, kernels: list[KernelInfo], buffer_dtypes: dict, registry:
     bucket's form, and the templates this program completes (``Plan.todo``: ``emit`` them, build
     them, then ``record``)."""
     plan, target_meta = Plan(t.workgroups), meta(t)
+    same: list[_Todo] = []
     with registry.lock:
         for j, info in enumerate(kernels):
             block = info.block
@@ -163,14 +165,19 @@ def assign(t: CTarget, kernels: list[KernelInfo], buffer_dtypes: dict, registry:
             raw = symbolic.unify(bucket.raw if bucket.raw is not None else bucket.seen[0], block)
             if raw is None:
                 continue  # another structure: specialized
-            # (no slot: the same kernel again, a row sum's zero fill at another row length; a form
-            # of its own all the same, built once rather than in every program)
             seen = [*bucket.seen, block]
             template = symbolic.merged(raw, seen)
             if symbolic.slots(template) > MAX_VALUES:
                 bucket.refused = f"more than {MAX_VALUES} run-time integers"
                 continue
-            plan.todo.append(_Todo(j, key, raw, template, owned, work_order(block, owned), seen))
+            todo = _Todo(j, key, raw, template, owned, work_order(block, owned), seen)
+            (same if symbolic.slots(raw) == 0 else plan.todo).append(todo)
+        # The same kernel again (no slot: a row sum's zero fill at another row length) gets a form
+        # of its own where every other kernel of the program runs a form: the program then compiles
+        # nothing of its own (else that fill would be compiled at every length); where the program
+        # compiles others anyway, it is compiled with them (a form would be one program more).
+        if same and len(plan.uses) + len(plan.todo) + len(same) == len(kernels):
+            plan.todo.extend(same)
     return plan
 
 
