@@ -10,7 +10,7 @@ float64). The goal: ratio >= 0.8 (3xtf32 against cuBLAS float32: >= 1.2), Tile's
 peer's. Categories, several sizes each:
 
 * ``small_m``: decode-like M = 1, 2, 8, 16, 33, 64 rows, N and K in the thousands (K = 11008 too);
-* ``unaligned``: M, N, K like 4097, 3001, 1000;
+* ``unaligned``: M, N, K like 4097, 3001, 1000 (rows of an odd length, or only tiles overhanging);
 * ``square``: 512³, 1000³, 2048³, 4096³ (float16);
 * ``batched``: many small (512 x 64³, 64 x 512x64x512) to few large (16 x 1024³);
 * ``precision``: bfloat16, tf32 (against cuBLAS tf32) and 3xtf32 (against cuBLAS float32) at
@@ -109,7 +109,7 @@ def listed() -> list[Spec]:
     specs = [_mm("small_m", m, 4096, 4096) for m in (1, 2, 8, 16, 33, 64)]
     specs += [_mm("small_m", 16, 4096, 11008), _mm("small_m", 16, 11008, 4096)]
     specs += [_mm("unaligned", *d) for d in ((4097, 4097, 4097), (3001, 3001, 3001), (1000, 4097, 3001),
-                                               (4096, 4096, 4097))]
+                                               (4096, 4096, 4097), (4097, 4096, 4096), (3000, 3000, 3000))]
     specs += [_mm("square", n, n, n) for n in (512, 1000, 2048, 4096)]
     batched = ((512, 64, 64, 64), (64, 512, 64, 512), (16, 1024, 1024, 1024))
     specs += [Spec("batched", "bmm", d) for d in batched]
@@ -126,7 +126,8 @@ def listed() -> list[Spec]:
     return specs
 
 
-QUICK = ("fp16 matmul 16x4096x4096", "fp16 matmul 4097x4097x4097", "fp16 matmul 1000x1000x1000",
+QUICK = ("fp16 matmul 16x4096x4096", "fp16 matmul 4097x4097x4097", "fp16 matmul 4097x4096x4096",
+         "fp16 matmul 1000x1000x1000",
          "fp16 bmm 64 x 512x64x512", "bf16 matmul 3001x3001x3001", "tf32 matmul 3000x3000x3000",
          "3xtf32 matmul 2048x2048x2048", "fp16 conv3x3 b8 7x7x512->512", "fp16 depthwise b32 56x56x128->128")
 
