@@ -3,8 +3,10 @@
 ``backends.clike.attention_backward``, with every product a warp-level ``mma.sync`` (float16 or
 bfloat16 operands, float32 sums; the pieces are ``attention_tiles``'s).
 
-Taken for a plan whose score is S itself (no score kernels: a scale, a mask written as constraints)
-over float16 or bfloat16 Q, K, V and DO, heads up to 128 wide. With ``c`` the scale:
+Taken for float16 or bfloat16 Q, K, V and DO, heads up to 128 wide, with a scale, a mask written as
+constraints and score kernels (a ``cond`` mask, a scale written on S: the score P from S, and DS
+from the cotangent of P, point by point in registers at each row and key, ``_scored_gradient``; a
+bias's gradient is not fused at all). With ``c`` the scale:
 
 * part ``dq``: a work-group per (batch point, 64 query rows), a warp per 16 rows, the rows of Q and
   DO held as A fragments. A first pass over the keys (blocks of K and V staged in ``__local``
