@@ -265,3 +265,61 @@ def test_where_no_call_can_be_compiled_the_python_call_stays(monkeypatch, why):
     hot = add._lanes[signature((x, y))].hot
     assert hot.lane.lane._entry is not None and hot.entry is None
     assert add._hot is hot.call and type(hot.call).__name__ == "function"
+
+
+@pytest.mark.parametrize("case", ["two outputs", "a reduction", "an integer output"])
+def test_other_outputs_are_made_as_the_lane_makes_them(monkeypatch, case, tensor_checks):
+    """Several outputs (a tuple), an output of its own shape (``torch.empty`` of it, or zeros where
+    the program needs them), an integer one (not differentiable): compiled and taken, with the
+    lane's results, each reference given back on every path."""
+    import tile.torch_hot as hot_module
+
+    source, shapes, want = {
+        "two outputs": ("function (A[N], B[N]) -> (S, P) { S = A + B; P = A * B; }", ((5,), (5,)),
+                        lambda a, b: (a + b, a * b)),
+        "a reduction": ("function (A[N, M], B[N, M]) -> (O) { O[i: N] = +(A[i, j] * B[i, j]); }",
+                        ((3, 4), (3, 4)), lambda a, b: (a * b).sum(1)),
+        "an integer output": ("function (A[N], B[N]) -> (Y, I) { Y = A * B; I = as_int(A, 32); }",
+                              ((4,), (4,)), lambda a, b: (a * b, a.int())),
+    }[case]
+    op = tt.op(source, name=f"compiled_outputs_{case.replace(' ', '_')}_{tensor_checks}")
+    a, b = ints(*shapes[0]), ints(*shapes[1], seed=1)
+    for _ in range(NATIVE_AFTER + 2):
+        op(a, b)
+    hot = op._lanes[signature((a, b))].hot
+    assert hot.entry is not None and op._hot is hot.entry.fn and hot_module.TENSOR_GUARDS == (
+        tensor_checks == "guards")
+    alone = _alone(hot)
+
+    def same(got, expected):
+        got = got if isinstance(got, tuple) else (got,)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        return len(got) == len(expected) and all(torch.equal(g, e) for g, e in zip(got, expected))
+
+    with monkeypatch.context() as m:
+        _refuse(m)
+        for seed in range(3):
+            a, b = ints(*shapes[0], seed=seed + 2), ints(*shapes[1], seed=seed + 5)
+            assert same(alone((a, b)), want(a, b)) and same(op(a, b), want(a, b))
+    ag, bg = a.clone().requires_grad_(), b.clone().requires_grad_()
+    out = alone((ag, bg))
+    first = out[0] if isinstance(out, tuple) else out
+    assert type(first.grad_fn).__name__ == "TileHotFunctionBackward"
+    if case == "an integer output":
+        assert not out[1].requires_grad
+    watched = (a, b, ag, bg, None, True, False, hot)
+    program, events = hot.lane.lane.program, [object()]
+
+    def calls():
+        for f in (hot.entry.fn, alone):
+            f((a, b)), f((a, a)), f((a, torch._neg_view(b))), f((ag, bg)), f((b,))
+        last, program._last = program._last, events  # (declined after its outputs are made)
+        assert alone((a, b)) is None
+        program._last = last
+
+    for _ in range(30):
+        calls()
+    before = [sys.getrefcount(o) for o in watched]
+    for _ in range(300):
+        calls()
+    assert [sys.getrefcount(o) for o in watched] == before

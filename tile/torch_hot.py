@@ -21,8 +21,8 @@ shape, a negative view
 give 0), two tensors at one address, general work queued on the device. A strided cotangent is
 copied contiguous first, as the general path copies it.
 
-Compiled: once the usual lane (one output made like an input) has its native entry, ``call``
-becomes one builtin of C doing the same (``compiled_call``, ``backends.llvm.callentry``: a
+Compiled: once the lane has its native entry (a small one), ``call`` becomes one builtin of C
+doing the same (``compiled_call``, ``backends.llvm.callentry``: a
 1-element add 3.1 -> 1.4 us of CPU time, torch's 1.1); what it declines goes to the Python
 ``call`` above, which stays the reference. ``COMPILED_CALLS`` and ``TENSOR_GUARDS`` switch it, and
 its tensors' guards, off.
@@ -118,7 +118,7 @@ class HotCall:
         self.plain = self._made(False)
         self.call = self._made(True)
         self.entry = None  # the call compiled to C (``compiled_call``), once the lane has its entry
-        if lane.usual() is not None and compiled_calls():
+        if compiled_calls():
             lane.lane.on_entry = self._compile
             if lane.lane._entry is not None:
                 self._compile()
@@ -207,7 +207,7 @@ class HotCall:
         return None if fast is None else fast(ctx, grads)
 
 
-COMPILED_CALLS = True  # whether a usual lane's call is compiled to C (``compiled_call``)
+COMPILED_CALLS = True  # whether a hot call is compiled to C once its lane has an entry (``compiled_call``)
 
 
 def compiled_calls() -> bool:
@@ -223,13 +223,13 @@ def _read(place, name: str, want: str, value=None):
     """The check of tensor ``place``'s ``name`` (an attribute, or a method called with nothing):
     through its C function where every plain type has torch's own (as it has: ~15 ns less a
     read than the lookup), else by name."""
-    from backends.llvm.callentry import Arg, Check
+    from backends.llvm.callentry import Arg, Check, Out
 
     own = _BASE.get(name)
     direct = own is not None and all(inspect.getattr_static(t, name) is own for t in PLAIN_TYPES)
     method = callable(own) if own is not None else name not in ("is_cpu", "dtype", "shape")
     read = ("cmethod" if method else "get") if direct else ("method" if method else "attr")
-    return Check(read, place if place == "out" else Arg(place), own if direct else name, want, value)
+    return Check(read, place if isinstance(place, Out) else Arg(place), own if direct else name, want, value)
 
 
 TENSOR_GUARDS = True  # whether the compiled call checks its tensors as one (``_guards``)
@@ -274,23 +274,28 @@ def _guards(types) -> tuple | None:
 
 
 def compiled_call(hot: HotCall):
-    """``hot``'s usual call (``TorchLane.usual``) as one builtin of C
-    (``backends.llvm.callentry``), or None: what ``_usual``'s function checks and runs, in its
-    order: what watches the call (``unwatched``, ``TILE_DEBUG``), each tensor's exact type,
-    device, dtype, shape, contiguity, negative bit (``_guards``, or each read) and address, no
-    two at one address; a gradient wanted: ``TileHotFunction``; else the output made
-    (``make``), and the lane's entry run where ``Lane.run`` would run it (its lock free, no
-    general work queued or unwaited for). Anything else declines: to ``hot.call``, the Python
-    path (which the builtin then replaces). None where the lane has no entry or runs otherwise
-    (temporaries zeroed), or its executor's ``raw_ready`` is not the one read."""
-    from backends.llvm.callentry import OUT, CallPlan, Check, call_entry
+    """``hot``'s call as one builtin of C (``backends.llvm.callentry``), or None: what its
+    Python function checks and runs, in its order: what watches the call (``unwatched``,
+    ``TILE_DEBUG``), each tensor's exact type, device, dtype, shape, contiguity, negative bit
+    (``_guards``, or each read) and address, no two at one address; a gradient wanted:
+    ``TileHotFunction``; else the outputs made as the lane makes them (``empty_like`` an input,
+    or ``empty`` of a shape; ``zeros`` where the program needs them zeroed), and the lane's entry
+    run where ``Lane.run`` would run it (its lock free, no general work queued or unwaited for).
+    Anything else declines: to ``hot.call``, the Python path (which the builtin then replaces).
+    None where the lane has no entry or runs otherwise (temporaries zeroed), or its executor's
+    ``raw_ready`` is not the one read."""
+    from backends.llvm.callentry import Arg, CallPlan, Check, Make, Out, call_entry
     from backends.llvm.raw import RawCalls
 
-    lane, usual = hot.lane.lane, hot.lane.usual()
+    lane, outputs = hot.lane.lane, []
     raw, ex = lane._entry, lane.executor
-    if raw is None or usual is None or lane._zero or type(ex).raw_ready is not RawCalls.raw_ready:
+    if raw is None or lane._zero or type(ex).raw_ready is not RawCalls.raw_ready:
         return None
-    make, like, _ = usual
+    for make, shape, dtype, device, like in hot.lane.outputs:
+        if make is None:
+            return None  # (an output that is an input: a backward's only)
+        outputs.append(Make(make, (Arg(like),)) if like is not None
+                       else Make(make, (tuple(shape),), ("dtype", "device"), (dtype, device)))
     before = [Check(read, obj, key, "is", value) for read, obj, key, value in unwatched()]
     before.append(Check("has", _ENVIRON, _DEBUG_KEY))
     guards = _guards(hot._types) if TENSOR_GUARDS else None
@@ -300,12 +305,12 @@ def compiled_call(hot: HotCall):
                        _read(i, "shape", "eq", shape), _read(i, "is_contiguous", "is", True),
                        _read(i, "is_neg", "is", False)]
         before.append(_read(i, "data_ptr", "address"))
-    after = (_read(OUT, "data_ptr", "address"),
+    after = (*[_read(Out(k), "data_ptr", "address") for k in range(len(outputs))],
              Check("cmethod", lane.program._lock, type(lane.program._lock).__dict__["locked"], "is", False),
              Check("attr", ex, "_queued", "is", 0),  # (``RawCalls.raw_ready``)
              Check("attr", lane.program, "_last", "false"))
     C = torch._C
-    plan = CallPlan(len(hot._types), (PLAIN_TYPES,) * len(hot._types), tuple(before), make, like, after,
+    plan = CallPlan(len(hot._types), (PLAIN_TYPES,) * len(hot._types), tuple(before), tuple(outputs), after,
                     ctypes.cast(raw.sequence.fn, ctypes.c_void_p).value, tuple(lane._fixed), True,
                     (C.is_grad_enabled, C._any_requires_grad, _HOT_APPLY, hot), otherwise=hot.call,
                     guards=guards, keep=(raw,))

@@ -16,8 +16,9 @@ made by the caller (``tile.torch_hot``), through CPython's C API:
   call's (its errors too), as the Python path hands such a call to an ``autograd.Function``; or
   ``guards``, two checks of the whole tuple: the first passing, the plain call; else the second
   passing, ``apply`` where ``on()`` is True;
-* ``make(args[like])``, the output, then ``after``'s checks (on it: its address; on the lane:
-  nothing holds its lock, no work queued), then the lane's kernel sequence on the addresses.
+* ``outputs``, each made (``Make``: e.g. ``empty_like(args[i])``), then ``after``'s checks (on
+  them: their addresses; on the lane: nothing holds its lock, no work queued), then the lane's
+  kernel sequence on the addresses; the output returned, or the outputs as a tuple.
 
 Any check not passing, or raising, declines: no error set, nothing run (the output made is
 dropped), and the tuple handed to ``otherwise`` (the caller's Python path, which decides the call
@@ -49,9 +50,9 @@ from backends.llvm.host import host_target, target_machine
 NAME = "tile_call_entry"
 METH_O = 0x0008
 OFFSET = 1 << 63  # PY_VECTORCALL_ARGUMENTS_OFFSET: args[-1] may be used by the callee
-_API = ("PyObject_CallNoArgs", "PyObject_Vectorcall", "PyObject_VectorcallMethod", "PyObject_GetAttr",
-        "PyDict_GetItem", "PyDict_Contains", "PyObject_RichCompareBool", "PyObject_IsTrue",
-        "PyLong_AsVoidPtr", "Py_IncRef", "Py_DecRef", "PyErr_Clear")
+_API = ("PyObject_CallNoArgs", "PyTuple_New", "PyObject_Vectorcall", "PyObject_VectorcallMethod",
+        "PyObject_GetAttr", "PyDict_GetItem", "PyDict_Contains", "PyObject_RichCompareBool",
+        "PyObject_IsTrue", "PyLong_AsVoidPtr", "Py_IncRef", "Py_DecRef", "PyErr_Clear")
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,30 @@ class Arg:
     place: int
 
 
-OUT = "out"  # ``Check.obj``: the output ``make`` made (``CallPlan.after`` only)
+@dataclass(frozen=True)
+class Out:
+    """The call's output ``place`` (in ``Check.obj``; ``CallPlan.after`` only)."""
+
+    place: int
+
+
+OUT = Out(0)  # (the one output of a call of one)
+
+
+@dataclass(frozen=True)
+class Make:
+    """How an output is made: ``fn(*args, **dict(zip(kwnames, kwvalues)))``, an ``Arg`` in
+    ``args`` standing for that argument of the call."""
+
+    fn: object
+    args: tuple = ()
+    kwnames: tuple[str, ...] = ()
+    kwvalues: tuple = ()
 
 
 @dataclass(frozen=True)
 class Check:
-    """``read`` of ``obj`` (an object, ``Arg(i)`` or ``OUT``) with ``key``: ``call`` (``obj()``),
+    """``read`` of ``obj`` (an object, ``Arg(i)`` or ``Out(k)``) with ``key``: ``call`` (``obj()``),
     ``item`` (``obj[key]``, a dict; missing fails), ``has`` (``key in obj``, a dict: must be
     absent), ``attr`` (``obj.key``), ``method`` (``obj.key()``); and what the value must be,
     ``want``: ``is`` (``value`` itself), ``eq`` (``== value``), ``false``, or ``address`` (a
@@ -83,13 +102,12 @@ class Check:
 class CallPlan:
     """What ``call_entry``'s builtin checks and runs (the module's docstring): ``count``
     arguments of ``types`` (per argument, the exact types it may have), ``sequence`` (the address
-    of a lane's native call on an address table: the arguments', the output's, then ``fixed``)."""
+    of a lane's native call on an address table: the arguments', the outputs', then ``fixed``)."""
 
     count: int
     types: tuple[tuple[type, ...], ...]
     before: tuple[Check, ...]
-    make: object
-    like: int
+    outputs: tuple[Make, ...]  # (one: returned as it is; several: as a tuple)
     after: tuple[Check, ...]
     sequence: int
     fixed: tuple[int, ...] = ()
@@ -180,11 +198,13 @@ def call_entry(plan: CallPlan) -> CallEntry | None:
         return None
     keep: list = [plan]
     w = _Writer(api, keep)
-    n, slots = plan.count, plan.count + 1 + len(plan.fixed)
+    n, m = plan.count, len(plan.outputs)
+    slots = n + m + len(plan.fixed)
+    width = max([n + 1, *[len(o.args) + len(o.kwvalues) for o in plan.outputs]]) + 1
     w.emit(f"define ptr @{NAME}(ptr %self, ptr %args) {{")
     w.emit("entry:")
     w.emit(f"  %table = alloca [{slots} x i64], align 8")
-    w.emit(f"  %scratch = alloca [{n + 2} x ptr], align 8")  # (slot 0: the vectorcall offset's)
+    w.emit(f"  %scratch = alloca [{width} x ptr], align 8")  # (slot 0: the vectorcall offset's)
     w.emit("  %vec = getelementptr inbounds ptr, ptr %scratch, i64 1")
     w.emit("  %typeat = getelementptr inbounds i8, ptr %args, i64 8")
     w.emit("  %type = load ptr, ptr %typeat")
@@ -207,9 +227,9 @@ def call_entry(plan: CallPlan) -> CallEntry | None:
         w.unless(cond, "decline")
     addresses: dict = {}
     for check in plan.before:
-        _check(w, check, "decline", addresses, None)
+        _check(w, check, "decline", addresses, {})
     if plan.distinct:
-        places = sorted(p for p in addresses if p != OUT)
+        places = sorted(p for p in addresses if isinstance(p, int))
         for k, i in enumerate(places):
             for j in places[k + 1:]:
                 w.unless(w.icmp("ne", addresses[i], addresses[j], "i64"), "decline")
@@ -217,24 +237,40 @@ def call_entry(plan: CallPlan) -> CallEntry | None:
         _guarded(w, plan, n, addresses)
     elif plan.grad is not None:
         _grad(w, plan, n)
-    w.emit(f"  store ptr %a{plan.like}, ptr %vec")
-    out = w.call("PyObject_Vectorcall", f"ptr {w.obj(plan.make)}", "ptr %vec", f"i64 {1 | OFFSET}",
-                 "ptr null")
-    w.unless(w.icmp("ne", out, "null"), "decline")
+    outs: dict[Out, str] = {}  # (each made output's value; a failure after it drops it and those before)
+    for k, make in enumerate(plan.outputs):
+        outs[Out(k)] = _made(w, make, f"dropped{k - 1}" if k else "decline")
+        w.unless(w.icmp("ne", outs[Out(k)], "null"), f"dropped{k - 1}" if k else "decline")
+    dropped = f"dropped{m - 1}"
+    if m > 1:  # (the outputs' tuple, made before the lane's checks: it allocates)
+        result = w.call("PyTuple_New", f"i64 {m}")
+        w.unless(w.icmp("ne", result, "null"), dropped)
+        dropped = "droppedtuple"
     for check in plan.after:
-        _check(w, check, "dropped", addresses, out)
+        _check(w, check, dropped, addresses, outs)
     for place, value in [*addresses.items()]:
-        at = n if place == OUT else place
+        at = n + place.place if isinstance(place, Out) else place
         w.emit(f"  %slot{at} = getelementptr inbounds i64, ptr %table, i64 {at}")
         w.emit(f"  store i64 {value}, ptr %slot{at}")
     for j, value in enumerate(plan.fixed):
-        w.emit(f"  %fixed{j} = getelementptr inbounds i64, ptr %table, i64 {n + 1 + j}")
+        w.emit(f"  %fixed{j} = getelementptr inbounds i64, ptr %table, i64 {n + m + j}")
         w.emit(f"  store i64 {value}, ptr %fixed{j}")
     w.emit(f"  call void inttoptr (i64 {plan.sequence} to ptr)(ptr %table)")
-    w.emit(f"  ret ptr {out}")
-    w.emit("dropped:")
-    w.call("Py_DecRef", f"ptr {out}", ret="void")
-    w.emit("  br label %decline")
+    if m == 1:
+        w.emit(f"  ret ptr {outs[OUT]}")
+    else:
+        for k in range(m):  # (PyTuple_SET_ITEM: the tuple takes each output's reference)
+            w.emit(f"  %item{k} = getelementptr inbounds i8, ptr {result}, i64 {24 + 8 * k}")
+            w.emit(f"  store ptr {outs[Out(k)]}, ptr %item{k}")
+        w.emit(f"  ret ptr {result}")
+    if m > 1:
+        w.emit("droppedtuple:")  # (its items still NULL: nothing but the tuple freed)
+        w.call("Py_DecRef", f"ptr {result}", ret="void")
+        w.emit(f"  br label %dropped{m - 1}")
+    for k in reversed(range(m)):
+        w.emit(f"dropped{k}:")
+        w.call("Py_DecRef", f"ptr {outs[Out(k)]}", ret="void")
+        w.emit(f"  br label %{f'dropped{k - 1}' if k else 'decline'}")
     w.emit("decline:")
     w.call("PyErr_Clear", ret="void")
     if plan.otherwise is None:
@@ -246,16 +282,27 @@ def call_entry(plan: CallPlan) -> CallEntry | None:
                        "ptr null")
         w.emit(f"  ret ptr {other}")
     w.emit("}")
-    if set(addresses) != {*range(n), OUT}:
-        raise ValueError("a call plan gives an address for each argument and for the output")
+    if set(addresses) != {*range(n), *outs}:
+        raise ValueError("a call plan gives an address for each argument and each output")
     source = f'target triple = "{llvm.get_process_triple()}"\n' + "\n".join(w.lines) + "\n"
     return _compiled(source, plan, keep)
 
 
-def _value(w: _Writer, check: Check, out: str | None) -> tuple[str, bool]:
+def _made(w: _Writer, make: Make, fail: str) -> str:
+    """The output ``make`` makes (a new reference, or NULL with an error set)."""
+    values = [*make.args, *make.kwvalues]
+    for j, v in enumerate(values):
+        w.emit(f"  %mk{w.n}_{j} = getelementptr inbounds ptr, ptr %vec, i64 {j}")
+        w.emit(f"  store ptr {f'%a{v.place}' if isinstance(v, Arg) else w.obj(v)}, ptr %mk{w.n}_{j}")
+    names = f"ptr {w.obj(tuple(make.kwnames))}" if make.kwnames else "ptr null"
+    return w.call("PyObject_Vectorcall", f"ptr {w.obj(make.fn)}", "ptr %vec",
+                  f"i64 {len(make.args) | OFFSET}", names)
+
+
+def _value(w: _Writer, check: Check, outs: dict) -> tuple[str, bool]:
     """The value ``check`` reads, and whether it is a new reference (else borrowed)."""
     obj = check.obj
-    target = (f"%a{obj.place}" if isinstance(obj, Arg) else out if obj == OUT else w.obj(obj))
+    target = (f"%a{obj.place}" if isinstance(obj, Arg) else outs[obj] if isinstance(obj, Out) else w.obj(obj))
     if check.read == "call":
         direct = _cfunction(obj)
         if direct is not None and direct[1] == METH_NOARGS:  # (its C function: no vectorcall)
@@ -328,8 +375,8 @@ def _method(d, only: int | None = None) -> tuple[int, int]:
     return _WORD(definition + 8).value, flags
 
 
-def _check(w: _Writer, check: Check, fail: str, addresses: dict, out: str | None) -> None:
-    value, new = _value(w, check, out)
+def _check(w: _Writer, check: Check, fail: str, addresses: dict, outs: dict) -> None:
+    value, new = _value(w, check, outs)
     if check.read == "has":
         w.unless(w.icmp("eq", value, "0", "i32"), fail)
         return
@@ -351,7 +398,7 @@ def _check(w: _Writer, check: Check, fail: str, addresses: dict, out: str | None
         at = "%" + w.name("p")
         w.emit(f"  {at} = ptrtoint ptr {p} to i64")
         ok = w.icmp("ne", at, "0", "i64")  # (0: no memory, or not an integer: an error, cleared)
-        place = OUT if check.obj == OUT else check.obj.place
+        place = check.obj if isinstance(check.obj, Out) else check.obj.place
         if place in addresses:
             raise ValueError(f"a call plan gives {place}'s address twice")
         addresses[place] = at
@@ -392,13 +439,13 @@ def _guarded(w: _Writer, plan: CallPlan, n: int, addresses: dict) -> None:
     """``plan.guards``: the plain check passing, on to the plain call; else the wanting one
     passing, ``grad``'s ``apply`` where ``on()`` is True, the plain call where False."""
     plain, wanting = plan.guards
-    _check(w, plain, "wanting", addresses, None)
+    _check(w, plain, "wanting", addresses, {})
     w.emit("  br label %plain")
     w.emit("wanting:")
     if wanting is None or plan.grad is None:
         w.emit("  br label %decline")
     else:
-        _check(w, wanting, "decline", addresses, None)
+        _check(w, wanting, "decline", addresses, {})
         on, _, apply, first = plan.grad
         value = w.call("PyObject_CallNoArgs", f"ptr {w.obj(on)}")
         yes, no = w.icmp("eq", value, w.obj(True)), w.icmp("eq", value, w.obj(False))
@@ -434,4 +481,4 @@ def _compiled(source: str, plan: CallPlan, keep: list) -> CallEntry:
     return CallEntry(fn, plan, source, keep)
 
 
-__all__ = ["OUT", "Arg", "CallEntry", "CallPlan", "Check", "call_entry"]
+__all__ = ["OUT", "Arg", "CallEntry", "CallPlan", "Check", "Make", "Out", "call_entry"]
