@@ -128,6 +128,36 @@ def test_a_softmax_at_many_lengths_is_one_program_bit_equal_to_specialized():
     assert _compiled() - before == 1 + len(shapes)
 
 
+ROW_SOFTMAX = ("function (A[N, M]) -> (B) { R[n, 0: N, 1] = >(A[n, m]); E = exp(A - R); "
+               "S[n, 0: N, 1] = +(E[n, m]); B = E / S; }")
+
+
+def test_row_programs_bucket_by_work_group_and_equal_specialized_bit_for_bit():
+    """A softmax written in Tile is a ``row_fusion`` row program from N = 9 rows on: one work-group
+    per row, its size the largest power of two at most 64 and the row's length. Rows of at least
+    64 share one template, shorter ones one per power of two; the tree each runs is its specialized
+    kernel's, so the results are the specialized build's bit for bit."""
+    dev = _opencl()
+    gen = tile.compile(ROW_SOFTMAX, "opencl_cpu.0", {"generic": True, "cache": False})
+    spec = tile.compile(ROW_SOFTMAX, "opencl_cpu.0", {"cache": False})
+    shapes = [(9, 64), (11, 80), (13, 100), (40, 257), (20, 30), (21, 31), (60, 17), (10, 1000)]
+    rows = []
+    for k, shape in enumerate(shapes):
+        x = _ints(shape, k)
+        got = gen(x)["B"]
+        np.testing.assert_array_equal(got, spec(x)["B"], err_msg=f"{shape}")
+        want = tile.compile(ROW_SOFTMAX, "interp")(x)["B"]
+        tol = 8 * shape[1] * np.finfo(np.float32).eps
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+        lib = gen._last.library
+        assert type(lib.kernels[0].block.plan).__name__ == "RowPlan", shape
+        rows.append((lib.extra["local_sizes"][0], bool(lib.extra["generic"]["kernels"])))
+    assert [w for w, _ in rows] == [64, 64, 64, 64, 16, 16, 16, 64]
+    # generic from each bucket's second length on: W = 64's from (11, 80), W = 16's from (21, 31)
+    assert [g for _, g in rows] == [False, True, True, True, False, True, True, True]
+    assert dev.compiler.generic.generated <= 2 + 1  # two templates, W = 16's widened once at M = 17
+
+
 def test_a_template_answers_alike_whichever_lengths_built_it():
     dev = _opencl()
     x = _ints((13, 16), 7)

@@ -23,14 +23,18 @@ put in the launch's argument array after them); a template has at most
 
 Which kernels: those without a plan (``stripe.plans``), which the general emitter writes as plain
 loops over work-items (``kernel.KernelEmitter.general``): elementwise chains, reductions and their
-zero fills, flat contractions, and kernels that are one ``Special`` (a softmax's rows). Kernels
-with a plan (tiled GEMMs, work-group trees, row programs, transposes, attention) stay
-specialized: their tiles and groups are sized from the extents, which is the cost model's to
-decide. A code generator decision that would read a slot as a number raises ``SlotUsed``: the
-bucket is then built specialized (so is one whose template fails otherwise: the specialized build
-reports whatever error the kernel has). A generic kernel computes what the specialized kernel of its
-instance computes, in the same order (only its loop bounds, strides and offsets are read at run
-time): exact wherever the specialized one is.
+zero fills, flat contractions, and kernels that are one ``Special`` (a softmax's rows); and row
+programs (``RowPlan``, a work-group per row: ``rowkernel``), whose work-group size ``W`` (the
+largest power of two at most the plan's group and the row's points) is part of the bucket's key:
+rows of at least the group share one bucket, shorter ones a bucket per power of two, so an
+instance runs the tree its specialized kernel runs. Kernels with another plan (tiled GEMMs,
+work-group trees, transposes, attention) stay specialized: their tiles and groups are sized from
+the extents, which is the cost model's to decide. A code generator decision that would read a
+slot as a number raises ``SlotUsed``: the bucket is then built specialized (so is one whose
+template fails otherwise: the specialized build reports whatever error the kernel has). A
+generic kernel computes what the specialized kernel of its instance computes, in the same order
+(only its loop bounds, strides and offsets are read at run time): exact wherever the specialized
+one is.
 """
 
 from __future__ import annotations
@@ -39,9 +43,9 @@ import threading
 from dataclasses import dataclass, field, replace
 
 from backends import symbolic
-from backends.clike import numbers
+from backends.clike import numbers, rowkernel
 from backends.clike.kernel import KernelEmitter, KernelSource, wide_local, work_order
-from backends.clike.program import kernel_dtypes
+from backends.clike.program import kernel_dtypes, rows
 from backends.clike.target import CTarget
 from backends.hal import KernelInfo
 from stripe.ir import Block
@@ -61,6 +65,7 @@ class Form:
     program: object  # the target's built program (an OpenCL ``ProgramHandle``, a CUDA program)
     work: object  # its work-items: an int, a slot or ``numbers.times`` factors
     owned: tuple[str, ...] = ()  # the indexes its work-items own (part of its bucket's key)
+    local: int | None = None  # a row program's work-group size (None: per instance, ``wide_local``)
     pattern: list = field(default_factory=list)  # ``symbolic.flat``'s integers and slots of the template
 
     def __post_init__(self):
@@ -112,6 +117,7 @@ class _Todo:
     owned: tuple[str, ...]
     order: tuple[str, ...]
     seen: list
+    width: int | None  # a row program's work-group size (``rowkernel.width``), else None
 
 
 @dataclass
@@ -121,6 +127,11 @@ class Plan:
     workgroups: bool  # the target's (``kernel.wide_local``)
     uses: dict[int, Use] = field(default_factory=dict)
     todo: list[_Todo] = field(default_factory=list)
+
+    def use(self, form: Form, values: list[int], built: bool) -> Use:
+        work = numbers.value(form.work, values)
+        local = form.local if form.local is not None else wide_local(self.workgroups, work)
+        return Use(form, values, work, local, built)
 
 
 def meta(t: CTarget) -> str:
@@ -138,13 +149,18 @@ def assign(t: CTarget, kernels: list[KernelInfo], buffer_dtypes: dict, registry:
     with registry.lock:
         for j, info in enumerate(kernels):
             block = info.block
-            if not isinstance(block, Block) or block.plan is not None:
+            if not isinstance(block, Block):
                 continue
+            width = None
+            if block.plan is not None:
+                if rowkernel.planned(block, t) is None:
+                    continue  # a tiled GEMM, a work-group tree, a transpose, an attention: specialized
+                width = rowkernel.width(block)  # a row program: its work-group size is its bucket's
             dts = kernel_dtypes(info, buffer_dtypes)
             text, ints = symbolic.flat(block)
-            owned = owned_indexes(block, tuple(info.buffers))
+            owned = owned_indexes(block, tuple(info.buffers)) if width is None else ()
             dtypes = repr(sorted((b, str(d)) for b, d in dts.items()))
-            key = "\n".join([text, repr(tuple(info.buffers)), dtypes, repr(owned), target_meta])
+            key = "\n".join([text, repr(tuple(info.buffers)), dtypes, repr((owned, width)), target_meta])
             bucket = registry.buckets.setdefault(key, Bucket())
             if bucket.refused:
                 continue
@@ -152,8 +168,7 @@ def assign(t: CTarget, kernels: list[KernelInfo], buffer_dtypes: dict, registry:
             if form is not None:
                 values = symbolic.matches(form.pattern, ints)
                 if values is not None:
-                    work = numbers.value(form.work, values)
-                    plan.uses[j] = Use(form, values, work, wide_local(plan.workgroups, work), False)
+                    plan.uses[j] = plan.use(form, values, False)
                     registry.bound += 1
                     continue
             if not bucket.seen:
@@ -170,7 +185,7 @@ def assign(t: CTarget, kernels: list[KernelInfo], buffer_dtypes: dict, registry:
             if symbolic.slots(template) > MAX_VALUES:
                 bucket.refused = f"more than {MAX_VALUES} run-time integers"
                 continue
-            todo = _Todo(j, key, raw, template, owned, work_order(block, owned), seen)
+            todo = _Todo(j, key, raw, template, owned, work_order(block, owned), seen, width)
             (same if symbolic.slots(raw) == 0 else plan.todo).append(todo)
         # The same kernel again (no slot: a row sum's zero fill at another row length) gets a form
         # of its own where every other kernel of the program runs a form: the program then compiles
@@ -192,10 +207,12 @@ def emit(t: CTarget, kernels: list[KernelInfo], buffer_dtypes: dict, plan: Plan,
         n = symbolic.slots(todo.template)
         em = KernelEmitter(t, todo.j, replace(info, block=todo.template), kernel_dtypes(info, buffer_dtypes))
         em.symbol = f"{prefix}{len(made)}"
-        em.values, em.owned, em.order = n, todo.owned, todo.order
+        em.values, em.owned, em.order, em.row_width = n, todo.owned, todo.order, todo.width
         try:
             em.begin()
-            source = em.general()
+            source = em.general() if todo.width is None else rows(em)
+            if source is None:
+                raise ValueError("the row program's emitter refused it")
         except Exception as e:  # noqa: BLE001 - ``SlotUsed`` (maybe wrapped by numpy): specialized,
             registry.buckets[todo.key].refused = f"{type(e).__name__}: {e}"  # which reports a real error
             continue
@@ -210,13 +227,12 @@ def record(made: list[tuple[_Todo, KernelSource]], program: object, plan: Plan, 
         for todo, source in made:
             bucket = registry.buckets[todo.key]
             form = Form(todo.template, symbolic.slots(todo.template), source.name, program, source.work_items,
-                        todo.owned)
+                        todo.owned, todo.width)
             bucket.form, bucket.raw, bucket.seen = form, todo.raw, todo.seen
             bucket.builds += 1
             values = symbolic.bind(todo.template, todo.seen[-1])
             assert values is not None and len(values) == form.slots, "a template binds its own kernel"
-            work = numbers.value(form.work, values)
-            plan.uses[todo.j] = Use(form, values, work, wide_local(plan.workgroups, work), True)
+            plan.uses[todo.j] = plan.use(form, values, True)
 
 
 __all__ = ["MAX_BUILDS", "MAX_VALUES", "Bucket", "Form", "Plan", "Registry", "Use", "assign", "emit", "meta",

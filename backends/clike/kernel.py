@@ -116,6 +116,7 @@ class KernelEmitter(CodeWriter):
         self.values = 0
         self.owned: tuple[str, ...] | None = None
         self.order: tuple[str, ...] | None = None
+        self.row_width: int | None = None  # a row program's work-group size (``rowkernel.width``)
 
     # ------------------------------------------------------------------ affines
     def affine(self, aff: Affine, vals: dict[str, str], block: Block, what: str) -> str:

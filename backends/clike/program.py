@@ -20,7 +20,15 @@ work-groups: work-items over its owned indexes (``kernel.KernelEmitter.general``
 
 from __future__ import annotations
 
-from backends.clike import attention, attention_backward, groupreduce, lastgroup, rowkernel, transpose
+from backends.clike import (
+    attention,
+    attention_backward,
+    groupreduce,
+    lastgroup,
+    numbers,
+    rowkernel,
+    transpose,
+)
 from backends.clike.kernel import KernelEmitter, KernelSource
 from backends.clike.target import CTarget
 from backends.clike.tiled import GemmEmitter, Tiles
@@ -80,14 +88,18 @@ def _grouped(em: KernelEmitter) -> KernelSource | None:
     return KernelSource(em.symbol, text, work, (), local)
 
 
-def _rows(em: KernelEmitter) -> KernelSource | None:
+def rows(em: KernelEmitter) -> KernelSource | None:
     """A ``row_fusion`` row program on a target with work-groups: one work-group per row
     (``rowkernel``)."""
     if rowkernel.takes(em) is None:
         return None
     work, local = rowkernel.emit(em)
     em.depth = 0
+    if em.values:  # a shape-generic template (``generic``): its integers are arguments
+        text = em.t.group_kernel(em.symbol, em.params, local, em.lines, values=em.values)
+        return KernelSource(em.symbol, numbers.named(text), work, (), local)
     return KernelSource(em.symbol, em.t.group_kernel(em.symbol, em.params, local, em.lines), work, (), local)
+
 
 
 def _attention(em: KernelEmitter) -> KernelSource | None:
@@ -105,7 +117,7 @@ def _attention(em: KernelEmitter) -> KernelSource | None:
     return KernelSource(em.symbol, em.t.group_kernel(em.symbol, em.params, local, em.lines), work, (), local)
 
 
-_FORMS = {GemmPlan: _tiled, CombinePlan: _grouped, RowPlan: _rows, TransposePlan: transpose.source,
+_FORMS = {GemmPlan: _tiled, CombinePlan: _grouped, RowPlan: rows, TransposePlan: transpose.source,
           AttentionPlan: _attention, AttentionBackwardPlan: _attention}
 
 

@@ -26,6 +26,7 @@ drops it.
 
 from __future__ import annotations
 
+from backends.clike import numbers
 from backends.clike.kernel import KernelEmitter
 from backends.clike.ops import binary
 from backends.clike.specials import emit_special
@@ -55,7 +56,11 @@ def takes(em: KernelEmitter) -> RowPlan | None:
     """The kernel's ``RowPlan`` when this target runs it as work-groups: it has work-groups and
     keeps each row value in a register of its type (no bool, no float16); else None (the general
     kernel runs the block, one work-item per row, the same results)."""
-    b, t = em.block, em.t
+    return planned(em.block, em.t)
+
+
+def planned(b: Block, t) -> RowPlan | None:
+    """``takes`` for block ``b`` on target ``t``."""
     if not t.workgroups or not isinstance(b.plan, RowPlan):
         return None
     for name in b.plan.values:
@@ -65,6 +70,14 @@ def takes(em: KernelEmitter) -> RowPlan | None:
     return b.plan
 
 
+def width(b: Block) -> int:
+    """A planned row block's work-group size ``W``: the largest power of two at most the plan's
+    group and the longest inner block's points (a shape-generic row kernel's bucket has one)."""
+    inner = [s for s in b.stmts if isinstance(s, Block)]
+    w = min(b.plan.group, max(s.index_space for s in inner) if inner else 1)
+    return 1 << (max(int(w), 1).bit_length() - 1)
+
+
 def emit(em: KernelEmitter) -> tuple[int, int]:
     """Emits the kernel's body through ``em`` (its lines); returns its work-items and its
     work-group size."""
@@ -72,8 +85,7 @@ def emit(em: KernelEmitter) -> tuple[int, int]:
     plan = b.plan
     assert isinstance(plan, RowPlan), "rowkernel.emit runs planned row programs (takes)"
     inner = [s for s in b.stmts if isinstance(s, Block)]
-    W = min(plan.group, max(s.index_space for s in inner) if inner else 1)
-    W = 1 << (max(int(W), 1).bit_length() - 1)
+    W = em.row_width if em.row_width is not None else width(b)  # (a template's: its bucket's)
     locals_ = set(plan.values)
     reductions = {id(s): _into_local(s, locals_) for s in inner}
     trees: dict[int, str] = {}
@@ -129,8 +141,8 @@ def emit(em: KernelEmitter) -> tuple[int, int]:
         em.line(f"{loc.ptr}[0] = {binary(t, op, f'{loc.ptr}[0]', got, dt)};")
     groups = 1
     for ix in b.idxs:
-        groups *= ix.range
-    return groups * W, W
+        groups = numbers.times(groups, ix.range)
+    return numbers.times(groups, W), W
 
 
 def _row_statement(em: KernelEmitter, b: Block, s, scope: Scope[View, Value], vals: dict[str, str]) -> None:
@@ -147,7 +159,10 @@ def _row_statement(em: KernelEmitter, b: Block, s, scope: Scope[View, Value], va
 def _stride(em: KernelEmitter, s: Block, views: dict[str, View], W: int, first: str = "lid") -> None:
     """The points of ``s`` in this work-item's stride: ``first, first + W, ...``."""
     p = em.fresh("p")
-    with em.scope(f"for (long {p} = {first}; {p} < {s.index_space}; {p} += {W})"):
+    space = 1
+    for ix in s.idxs:
+        space = numbers.times(space, ix.range)
+    with em.scope(f"for (long {p} = {first}; {p} < {numbers.expr(space)}; {p} += {W})"):
         vals = _decode(em, p, s.idxs)
         conds = [f"{em.affine(c, vals, s, 'a constraint')} >= 0" for c in s.constraints]
         if conds:
@@ -162,12 +177,12 @@ def _decode(em: KernelEmitter, var: str, idxs) -> dict[str, str]:
     vals: dict[str, str] = {}
     inner = 1
     for k, ix in enumerate(reversed(idxs)):
-        expr = var if inner == 1 else f"({var} / {inner})"
+        expr = var if numbers.known(inner) and inner == 1 else f"({var} / {numbers.expr(inner)})"
         if k != len(idxs) - 1:
-            expr = f"{expr} % {ix.range}"
+            expr = f"{expr} % {numbers.text(ix.range)}"
         vals[ix.name] = em.declare(DType.INT64, expr, ix.name)
-        inner *= ix.range
+        inner = numbers.times(inner, ix.range)
     return vals
 
 
-__all__ = ["emit", "takes"]
+__all__ = ["emit", "planned", "takes", "width"]

@@ -99,9 +99,10 @@ class OpenCLTarget(CTarget):
         return lines
 
     def group_kernel(self, name: str, params: list[tuple[str, DType]], local: int, body: list[str],
-                     plain: frozenset[str] = frozenset()) -> str:
+                     plain: frozenset[str] = frozenset(), values: int = 0) -> str:
         args = ", ".join(
-            f"__global {self.mem(dt)}* {'' if p in plain else 'restrict '}{p}" for p, dt in params
+            [f"__global {self.mem(dt)}* {'' if p in plain else 'restrict '}{p}" for p, dt in params]
+            + [f"const long {arg(k)}" for k in range(values)]  # (a shape-generic kernel's: ``kernel``)
         )
         head = [f"__kernel __attribute__((reqd_work_group_size({local}, 1, 1)))", f"void {name}({args})", "{"]
         return "\n".join([*head, *body, "}"])
