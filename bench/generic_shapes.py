@@ -180,7 +180,10 @@ def speed(
     return "\n".join(lines)
 
 
-CLIKE_PROGRAMS = (("chain", CHAIN), ("row sum", ROWS), ("softmax", SOFTMAX), ("attention", ATTENTION))
+ROW_SOFTMAX = ("function (A[N, D]) -> (B) { R[n, 0: N, 1] = >(A[n, m]); E = exp(A - R); "
+               "S[n, 0: N, 1] = +(E[n, m]); B = E / S; }")  # a row program (``row_fusion``) from N = 9
+CLIKE_PROGRAMS = (("chain", CHAIN), ("row sum", ROWS), ("softmax", SOFTMAX), ("rows", ROW_SOFTMAX),
+                  ("attention", ATTENTION))
 
 
 def _clike_inputs(name: str, src: str, n: int, d: int) -> list[np.ndarray]:
@@ -237,7 +240,7 @@ def clike_generations(device: str, lengths: list[int], d: int = 64) -> str:
 
 
 def clike_speed(device: str, repeat: int, shapes=((1000, 64), (4096, 256), (16384, 256))) -> str:
-    """Best-of-``repeat`` call time of the chain, the row sum and the softmax on ``device``, generic
+    """Best-of-``repeat`` call time of the chain, the row sum and the softmaxes on ``device``, generic
     (its bucket built at two other lengths first) against specialized, interleaved call by call,
     and the best of ``repeat // 5`` kernel times as the device profiles them (``Executable.profile``:
     no launch, copy or host overhead); outputs compared first (a generic kernel computes what the
@@ -246,7 +249,7 @@ def clike_speed(device: str, repeat: int, shapes=((1000, 64), (4096, 256), (1638
              f"{max(1, repeat // 5)} profiled runs; load average {_load()}",
              f"{'program':<10}{'shape':>12}{'call spec us':>14}{'generic us':>12}{'ratio':>7}"
              f"{'kernel spec us':>16}{'generic us':>12}{'ratio':>7}"]
-    for name, src in CLIKE_PROGRAMS[:3]:
+    for name, src in CLIKE_PROGRAMS[:4]:
         for n, d in shapes:
             _registry(device).clear()
             spec = tile.compile(src, device, {"cache": False})
