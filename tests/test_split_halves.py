@@ -102,3 +102,23 @@ def test_cuda_small_m_kernels_round_only_at_the_store(m, n, k):
         assert all(stores), rounded
     if len(kernels) == 2:  # split over K: the partials, their combine
         assert "__global float* restrict b2_C_part" in kernels[0], kernels[0].split("{")[0]
+
+
+@pytest.mark.parametrize("m", [1, 16])
+def test_the_optimized_cuda_program_is_the_product_rounded_once(m):
+    """cuda.0's whole optimized program (a stand-in sm_90 device) run by the Stripe interpreter on
+    data whose float32 sums are exact (``tests/test_cuda_small_m.py``): the float64 product
+    rounded once, bit for bit."""
+    from backends import driver
+    from backends.cuda import nvrtc
+    from tests.test_cuda_device import _stand_in
+    from tests.test_cuda_small_m import exact_data
+
+    if nvrtc.compiler() is None:
+        pytest.skip("no CUDA compiler here (neither NVRTC nor nvcc)")
+    arrays = exact_data(m, 32, K, np.float16)
+    build = driver.build(driver.bind_inputs(tile.parse(MATMUL), arrays), _stand_in(), {"cache": False})
+    assert len(build.library.extra["names"]) == 2  # split over K: the partials, their combine
+    got = np.asarray(run_stripe(build.program, arrays)["C"]).astype(np.float64)
+    want = (arrays["A"].astype(np.float64) @ arrays["B"].astype(np.float64)).astype(np.float16)
+    np.testing.assert_array_equal(got, want.astype(np.float64))
