@@ -323,3 +323,15 @@ def test_other_outputs_are_made_as_the_lane_makes_them(monkeypatch, case, tensor
     for _ in range(300):
         calls()
     assert [sys.getrefcount(o) for o in watched] == before
+
+
+def test_a_plan_reading_an_object_through_another_classs_function_is_refused():
+    """A descriptor's C function reads its own class's objects: a plan that would call one on
+    another type (here a tensor through ``int``'s getter) is refused when built, not run."""
+    from backends.llvm.callentry import Arg, Check
+
+    _, _, hot = _compiled("compiled_refused")
+    plan = hot.entry.plan
+    wrong = Check("get", Arg(0), int.__dict__["real"], "is", None)
+    with pytest.raises(ValueError, match="not a descriptor of every type"):
+        call_entry(dataclasses.replace(plan, before=(wrong, *plan.before)))

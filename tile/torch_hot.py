@@ -294,8 +294,8 @@ def compiled_call(hot: HotCall):
     for make, shape, dtype, device, like in hot.lane.outputs:
         if make is None:
             return None  # (an output that is an input: a backward's only)
-        outputs.append(Make(make, (Arg(like),)) if like is not None
-                       else Make(make, (tuple(shape),), ("dtype", "device"), (dtype, device)))
+        outputs.append(Make(make, torch.Tensor, (Arg(like),)) if like is not None
+                       else Make(make, torch.Tensor, (tuple(shape),), ("dtype", "device"), (dtype, device)))
     before = [Check(read, obj, key, "is", value) for read, obj, key, value in unwatched()]
     before.append(Check("has", _ENVIRON, _DEBUG_KEY))
     guards = _guards(hot._types) if TENSOR_GUARDS else None

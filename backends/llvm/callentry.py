@@ -75,9 +75,10 @@ OUT = Out(0)  # (the one output of a call of one)
 @dataclass(frozen=True)
 class Make:
     """How an output is made: ``fn(*args, **dict(zip(kwnames, kwvalues)))``, an ``Arg`` in
-    ``args`` standing for that argument of the call."""
+    ``args`` standing for that argument of the call; of exactly ``type`` (else declined)."""
 
     fn: object
+    type: type
     args: tuple = ()
     kwnames: tuple[str, ...] = ()
     kwvalues: tuple = ()
@@ -87,7 +88,9 @@ class Make:
 class Check:
     """``read`` of ``obj`` (an object, ``Arg(i)`` or ``Out(k)``) with ``key``: ``call`` (``obj()``),
     ``item`` (``obj[key]``, a dict; missing fails), ``has`` (``key in obj``, a dict: must be
-    absent), ``attr`` (``obj.key``), ``method`` (``obj.key()``); and what the value must be,
+    absent), ``attr`` (``obj.key``), ``method`` (``obj.key()``); or, ``key`` a descriptor of
+    ``obj``'s class called through its C function, ``get`` (a getset's getter), ``cmethod`` (a
+    method, no argument), ``applied`` (a method, on the call's own tuple); and what the value must be,
     ``want``: ``is`` (``value`` itself), ``eq`` (``== value``), ``false``, or ``address`` (a
     nonzero integer: the argument's, or the output's, address for the kernels)."""
 
@@ -113,9 +116,9 @@ class CallPlan:
     fixed: tuple[int, ...] = ()
     distinct: bool = True
     grad: tuple | None = None  # (on, any, apply, first)
-    # (plain, wanting): checks of the whole tuple (``applied``) in place of ``grad``: ``plain``
-    # passing, the plain call; else ``wanting`` passing, ``grad``'s ``apply`` where ``on()``
     otherwise: object = None  # what a declined call's tuple is handed to (None: None returned)
+    # (plain, wanting): checks of the whole tuple (``applied``) in place of ``grad``'s ``any``:
+    # ``plain`` passing, the plain call; else ``wanting`` passing, ``apply`` where ``on()``
     guards: tuple | None = None
     keep: tuple = field(default=(), compare=False)  # what the sequence's code lives in
 
@@ -155,6 +158,8 @@ class _Writer:
 
     def __init__(self, api: dict[str, int], keep: list):
         self.api, self.keep, self.lines, self.n = api, keep, [], 0
+        self.types: tuple = ()  # (the plan's: what each argument may be)
+        self.outputs: tuple = ()  # (the plan's ``Make``s)
 
     def name(self, stem: str = "v") -> str:
         self.n += 1
@@ -198,6 +203,7 @@ def call_entry(plan: CallPlan) -> CallEntry | None:
         return None
     keep: list = [plan]
     w = _Writer(api, keep)
+    w.types, w.outputs = plan.types, plan.outputs
     n, m = plan.count, len(plan.outputs)
     slots = n + m + len(plan.fixed)
     width = max([n + 1, *[len(o.args) + len(o.kwvalues) for o in plan.outputs]]) + 1
@@ -239,8 +245,11 @@ def call_entry(plan: CallPlan) -> CallEntry | None:
         _grad(w, plan, n)
     outs: dict[Out, str] = {}  # (each made output's value; a failure after it drops it and those before)
     for k, make in enumerate(plan.outputs):
-        outs[Out(k)] = _made(w, make, f"dropped{k - 1}" if k else "decline")
-        w.unless(w.icmp("ne", outs[Out(k)], "null"), f"dropped{k - 1}" if k else "decline")
+        outs[Out(k)] = out = _made(w, make, f"dropped{k - 1}" if k else "decline")
+        w.unless(w.icmp("ne", out, "null"), f"dropped{k - 1}" if k else "decline")
+        w.emit(f"  %otya{k} = getelementptr inbounds i8, ptr {out}, i64 8")
+        w.emit(f"  %oty{k} = load ptr, ptr %otya{k}")
+        w.unless(w.icmp("eq", f"%oty{k}", w.obj(make.type)), f"dropped{k}")
     dropped = f"dropped{m - 1}"
     if m > 1:  # (the outputs' tuple, made before the lane's checks: it allocates)
         result = w.call("PyTuple_New", f"i64 {m}")
@@ -299,6 +308,17 @@ def _made(w: _Writer, make: Make, fail: str) -> str:
                   f"i64 {len(make.args) | OFFSET}", names)
 
 
+def _fits(w: _Writer, check: Check) -> None:
+    """Refuse a descriptor read of an object not of its class (its C function would read it
+    wrong): each type the argument may have, or the object itself, checked here."""
+    owner = getattr(check.key, "__objclass__", None)
+    obj = check.obj
+    types = (w.types[obj.place] if isinstance(obj, Arg) else (w.outputs[obj.place].type,)
+             if isinstance(obj, Out) else (type(obj),))
+    if owner is None or not all(issubclass(t, owner) for t in types):
+        raise ValueError(f"{check.key!r} is not a descriptor of every type {check.read} reads it on")
+
+
 def _value(w: _Writer, check: Check, outs: dict) -> tuple[str, bool]:
     """The value ``check`` reads, and whether it is a new reference (else borrowed)."""
     obj = check.obj
@@ -316,6 +336,8 @@ def _value(w: _Writer, check: Check, outs: dict) -> tuple[str, bool]:
         return w.call("PyDict_Contains", f"ptr {target}", f"ptr {key}", ret="i32"), False
     if check.read == "attr":
         return w.call("PyObject_GetAttr", f"ptr {target}", f"ptr {key}"), True
+    if check.read in ("get", "cmethod", "applied"):
+        _fits(w, check)
     if check.read == "get":  # (the getter of a getset descriptor, called directly)
         get, closure = _getter(check.key)
         return w.call_at(get, f"ptr {target}", f"ptr inttoptr (i64 {closure} to ptr)"), True
