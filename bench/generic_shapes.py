@@ -203,7 +203,9 @@ def clike_generations(device: str, lengths: list[int], d: int = 64) -> str:
     """Each program of ``CLIKE_PROGRAMS`` at every length ``N`` (``D = d``; the attention's S = N),
     specialized then generic, disk cache off: per kernel (``kernel_of``), at how many lengths its
     source was generated (a generic kernel's only when its template was), and the OpenCL programs
-    compiled (``opencl_*``); every result checked against the interpreter (integer-valued inputs)."""
+    compiled (``opencl_*``); every result checked against the interpreter (integer-valued inputs).
+    PoCL keeps compiled kernels in a cache of its own, so a second run's programs compile faster:
+    ``POCL_KERNEL_CACHE=0`` for cold figures."""
     lines = [f"generations on {device}: {len(lengths)} lengths {lengths[0]}..{lengths[-1]} (D = {d}), one "
              f"process, cache off; load average {_load()}"]
     compiled = None
