@@ -36,7 +36,7 @@ from backends.runner import Build, CompiledProgram
 from stripe.config import TargetConfig, builtin_names, format_config, resolve_config, target_config
 from stripe.cost import estimate
 from stripe.ir import Block
-from stripe.lower import check_index_space, lower
+from stripe.lower import check_index_space, lower, widens
 from stripe.passes import PASSES, optimize
 from stripe.passes.gemm_tile import GENERIC_FLAT_POINTS
 from stripe.printer import format_block
@@ -118,6 +118,13 @@ def config_for(device: Device, settings: Mapping | None = None) -> TargetConfig 
     return config
 
 
+def widened(config: TargetConfig | None, strict: bool) -> bool:
+    """Whether a build with ``config`` lowers half-type matrix products into float32
+    (``stripe.lower.widens``); a backend with no config gets the lowered program as strict mode
+    makes it."""
+    return strict if config is None else widens(strict, config.hardware.matrix_units)
+
+
 _configs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # device -> {memo key: config}
 
 
@@ -197,8 +204,8 @@ def build(bound: BoundProgram, device: Device, settings: Mapping | None = None) 
         found = _restored(key, device, start)
         if found is not None:
             return found
-    lowered = lower(bound, strict=opts.strict)
     config = config_for(device, settings)
+    lowered = lower(bound, strict=opts.strict, widen=widened(config, opts.strict))
     program = optimized(lowered, config, settings)
     infos = kernels(program)
     # what the config says that no user set (matrix units, caches) goes as facts, not settings
@@ -290,6 +297,7 @@ def emit(
     if stage == "config":
         return config_text(target, device, config)
     cfg = emitted_config(target, device, config)
-    program = optimized(lower(bound, strict=strict), cfg, {"strict": strict}, after)
+    lowered = lower(bound, strict=strict, widen=widened(cfg, strict))
+    program = optimized(lowered, cfg, {"strict": strict}, after)
     text = format_block(program) + "\n"
     return text + estimate(program, cfg.hardware).format() + "\n" if report else text

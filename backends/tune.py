@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from backends.diskcache import cache_dir, digest, read_entry, write_entry
-from backends.driver import compile_bound
+from backends.driver import compile_bound, widened
 from backends.hal import Device
 from backends.options import CommonOptions
 from stripe.config import TargetConfig
@@ -104,7 +104,7 @@ def tune(
     each trial is a full build by ``backends.driver``."""
     opts = CommonOptions.parse(settings)
     strict = opts.strict
-    lowered = lower(bound, strict=strict)
+    lowered = lower(bound, strict=strict, widen=widened(config, strict))
     key = tune_key(lowered, device, config, settings)
     path = cache_dir("tune") / f"{key}.json"
     use_cache = opts.cache

@@ -14,8 +14,9 @@
   ``mask ? aggregate : default-or-0``; except where the block provably writes every output
   element (no constraints, and an output access numbering every element): then the output itself
   starts at the identity (``zero`` for ``+``) and aggregates, with no mask and no select.
-  With ``strict``, a float16 or bfloat16 **matrix product** (``TContraction.is_matrix_product``)
-  is lowered as the interpreter computes it (docs/semantics.md §8.1.1): the same contraction into
+  With ``widen`` (strict mode, and targets without matrix units: ``widens``), a float16 or
+  bfloat16 **matrix product** (``TContraction.is_matrix_product``) is lowered as the interpreter
+  computes it (docs/semantics.md §8.1.1): the same contraction into
   a float32 temporary ``<name>_f32`` (its operands converted to the result type first, then
   multiplied exactly in float32 and summed in float32), and an elementwise kernel that rounds the
   temporary to the result type once. Without it the contraction sums in its own type, the form a
@@ -65,11 +66,21 @@ _COMB = {CombOp.NONE: "none", CombOp.MUL: "mul", CombOp.ADD: "add", CombOp.EQ: "
 
 
 @paused_gc()  # a long program lowers to hundreds of thousands of objects: no cycle hunts meanwhile
-def lower(bound: BoundProgram, name: str = "program", *, strict: bool = False) -> Block:
-    """The Stripe program of a bound (concrete-shaped) Tile program; ``strict``: float16 and
-    bfloat16 matrix products accumulate in float32, as the interpreter's (strict mode, §8.3)."""
+def lower(bound: BoundProgram, name: str = "program", *, strict: bool = False,
+          widen: bool | None = None) -> Block:
+    """The Stripe program of a bound (concrete-shaped) Tile program; ``strict``: strict mode's
+    lowering (§8.3); ``widen`` (default: ``strict``): float16 and bfloat16 matrix products
+    accumulate in float32, as the interpreter's (§8.1.1)."""
     require_sizes(bound)  # symbolic sizes (a size input bound without its value) size no buffer
-    return _Lowering(bound, strict).program(name)
+    return _Lowering(bound, strict, strict if widen is None else widen).program(name)
+
+
+def widens(strict: bool, matrix_units) -> bool:
+    """Whether a target lowers half-type matrix products widened (into float32, rounded once):
+    in strict mode, and wherever it has no matrix units, whose passes (``tensorize``) take the
+    narrow form (a target with none would otherwise sum in float16 or bfloat16 itself, an error
+    that grows with the reduction's length: 50x PyTorch's at K = 4096)."""
+    return strict or not matrix_units
 
 
 class _Kernels:
@@ -77,9 +88,10 @@ class _Kernels:
     lowering needs them) and the ``#kernel`` blocks lowered so far, in order. A Special statement
     is a kernel of its own (``special``)."""
 
-    def __init__(self, bound: BoundProgram, strict: bool = False):
+    def __init__(self, bound: BoundProgram, strict: bool = False, widen: bool = False):
         self.b = bound
         self.strict = strict
+        self.widen = widen
         self.types: dict[str, TensorType] = dict(bound.types)
         self.kernels: list[Block] = []
         self.temps: list[str] = []
@@ -260,7 +272,7 @@ class _Contractions(_Elementwise):
     elementwise select reads."""
 
     def contraction(self, c: TContraction) -> None:
-        if self.strict and c.is_matrix_product and c.type.dtype.is_narrow_float:
+        if self.widen and c.is_matrix_product and c.type.dtype.is_narrow_float:
             self.widened(c)
             return
         self.aggregation(c)
