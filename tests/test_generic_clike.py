@@ -271,12 +271,12 @@ def test_a_cuda_library_with_generic_kernels_is_rebuilt_not_restored(tmp_path, m
     assert dev.compiler.restore(libs[1].kernels, {"generic": True}, second) is None
 
 
-# ------------------------------------------------------------------ GPUs (the device machine)
-@pytest.mark.parametrize("device_id", ["opencl_gpu.0", "cuda.0"])
+# ---------------------------------------------------- every C-like device (GPUs: on the device machine)
+@pytest.mark.parametrize("device_id", ["opencl_cpu.0", "opencl_gpu.0", "cuda.0"])
 @pytest.mark.parametrize("src", [CHAIN, SOFTMAX, ROWS], ids=["chain", "softmax", "row sum"])
-def test_generic_kernels_on_a_gpu_equal_the_interpreter(device_id, src):
+def test_generic_kernels_on_each_device_equal_the_interpreter(device_id, src):
     if device_id not in registry.devices():
-        pytest.skip(f"no {device_id} here (needs an NVIDIA GPU and its driver)")
+        pytest.skip(f"no {device_id} here: {registry.unavailable() or 'its driver is missing'}")
     dev = registry.get(device_id)
     dev.compiler.generic.clear()
     exe = tile.compile(src, device_id, {"generic": True, "cache": False})
