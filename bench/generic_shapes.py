@@ -282,6 +282,22 @@ def _kernel_times(spec, gen, ins, repeat: int) -> tuple[float, float]:
     return best["s"], best["g"]
 
 
+def gen_lengths(spec: str) -> list[int]:
+    """Comma-separated parts: ``a:b:s`` (a step) or ``a:b:*f`` (a geometric walk by factor f)."""
+    out: list[int] = []
+    for part in spec.split(","):
+        a, b, s = part.split(":")
+        if s.startswith("*"):
+            x = float(a)
+            while x <= int(b):
+                out.append(int(x))
+                x *= float(s[1:])
+            out.append(int(b))
+        else:
+            out.extend(range(int(a), int(b) + 1, int(s)))
+    return sorted(set(out))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.generic_shapes", description=__doc__.split("\n")[0])
     p.add_argument("--device", default="opencl_cpu.0", help="opencl_cpu.0, opencl_gpu.0 or cuda.0")
@@ -290,8 +306,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=50, help="speed: calls timed per program and mode")
     args = p.parse_args(argv)
     if "generations" in args.only:
-        from bench.new_shapes import gen_lengths
-
         print(clike_generations(args.device, gen_lengths(args.lengths)), flush=True)
     if "speed" in args.only:
         print(clike_speed(args.device, args.repeat), flush=True)

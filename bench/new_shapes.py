@@ -99,22 +99,6 @@ STAGES = [
 ]
 
 
-def gen_lengths(spec: str) -> list[int]:
-    """Comma-separated parts: ``a:b:s`` (a step) or ``a:b:*f`` (a geometric walk by factor f)."""
-    out: list[int] = []
-    for part in spec.split(","):
-        a, b, s = part.split(":")
-        if s.startswith("*"):
-            x = float(a)
-            while x <= int(b):
-                out.append(int(x))
-                x *= float(s[1:])
-            out.append(int(b))
-        else:
-            out.extend(range(int(a), int(b) + 1, int(s)))
-    return sorted(set(out))
-
-
 def lengths_of(spec: str) -> list[int]:
     """``a:b:s`` (``range(a, b + 1, s)``) or a comma list."""
     if ":" in spec:
@@ -192,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{per[len(per) // 2] * 1e3:>11.1f}{per[-1] * 1e3:>9.1f}  "
                   f"{'met' if r['wall'] <= 5 else 'not met'}", flush=True)
     if "generations" in args.only:
-        from bench.generic_shapes import generations
+        from bench.generic_shapes import gen_lengths, generations
 
         print(generations(gen_lengths(args.gen_lengths)), flush=True)
     if "speed" in args.only:
