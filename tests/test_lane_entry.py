@@ -10,6 +10,7 @@ tt = pytest.importorskip("tile.torch", reason="the lanes are reached through til
 
 from backends.lane import ENTRY_ELEMENTS, NATIVE_AFTER  # noqa: E402
 from backends.runner import CompiledProgram  # noqa: E402
+from tests.torch_routes import in_threads  # noqa: E402
 from tile.torch_lane import signature  # noqa: E402
 
 
@@ -82,8 +83,6 @@ def test_an_entry_passes_the_lanes_temporaries():
 def test_threads_calling_one_lane_get_their_own_results():
     """The entry's array is on its stack; the sequence's tables are shared, and the lane's lock
     serializes calls: four threads calling one op at one signature each get their own sums."""
-    import threading
-
     add = tt.op("function (A[N], B[N]) -> (C) { C = A + B; }", name="entry_threads")
     a, b = ints(4), ints(4, seed=1)
     for _ in range(NATIVE_AFTER + 1):
@@ -97,9 +96,5 @@ def test_threads_calling_one_lane_get_their_own_results():
             if not torch.equal(add(x, y), x + y):
                 wrong.append((seed, i))
 
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(work)
     assert not wrong

@@ -6,7 +6,6 @@ then the usual path gets it right. The hot path's own tests run on this route to
 
 import dataclasses
 import sys
-import threading
 import warnings
 
 import numpy as np
@@ -20,6 +19,7 @@ import torch.autograd.forward_ad as fwAD  # noqa: E402
 from backends.lane import NATIVE_AFTER  # noqa: E402
 from backends.llvm.callentry import call_entry  # noqa: E402
 from backends.runner import CompiledProgram  # noqa: E402
+from tests.torch_routes import in_threads  # noqa: E402
 from tile.errors import TileError  # noqa: E402
 from tile.torch_hot import compiled_calls  # noqa: E402
 from tile.torch_lane import TorchLane, signature  # noqa: E402
@@ -209,11 +209,7 @@ def test_threads_with_general_calls_beside_get_their_own_results():
             if not torch.equal(z, x + x if seed % 2 else x + y):
                 wrong.append((seed, i))
 
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(work)
     assert not wrong
 
 

@@ -11,6 +11,8 @@ op per name).
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 
@@ -33,3 +35,12 @@ def call_route(request, monkeypatch):
 
     monkeypatch.setattr(tt, "op", named_apart)
     return route
+
+
+def in_threads(work, count: int = 4) -> None:
+    """Runs ``work(seed)`` for seeds ``0 .. count - 1`` on as many threads at once, and waits."""
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
