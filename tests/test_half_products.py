@@ -49,3 +49,40 @@ def test_the_lowered_product_is_widened_only_where_the_target_has_no_unit():
 
     build = driver.build(bound, _stand_in(), {"cache": False})
     assert "C_f32" not in {r.into for r in build.lowered.refs}, "a tensor-core target takes the narrow form"
+
+
+@pytest.mark.parametrize("name, dt", [("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16)])
+@pytest.mark.parametrize("m, k, n", [(37, 300, 70), (128, 256, 128), (6, 1000, 65)])
+def test_a_half_product_is_the_exact_sum_rounded_once(name, dt, m, k, n):
+    """Small integers: every product and float32 partial sum is exact, so the result must be the
+    exact product rounded once to the type (edges of the micro-kernel's tiles included)."""
+    import tile
+
+    rng = np.random.default_rng(m + k + n)
+    a, b = rng.integers(-4, 5, (m, k)), rng.integers(-4, 5, (k, n))
+    want = (a @ b).astype(np.float32).astype(dt)
+    got = tile.compile(MATMUL, device="llvm_cpu.0")(A=a.astype(dt), B=b.astype(dt))["C"]
+    assert np.array_equal(np.asarray(got).astype(np.float32), want.astype(np.float32))
+
+
+def test_the_micro_kernel_takes_a_widened_half_product_its_half_operand_packed():
+    from backends.llvm.match import VectorConfig
+    from backends.llvm.microkernel import kernel_match
+    from stripe.lower import lower
+
+    cfg = VectorConfig(vector_bytes=64, fma=True, reassoc=True, l1_bytes=48 << 10, l2_bytes=2 << 20)
+
+    def match(dt, widen):
+        ins = {"A": np.ones((96, 512), dt), "B": np.ones((512, 64), dt)}
+        program = lower(driver.bind_inputs(parse(MATMUL), ins), widen=widen)
+        (kernel,) = [k for k in program.stmts[0].stmts if "contraction" in k.tags]
+        dims = {r.into: r.shape.dims for r in kernel.refs}
+        dts = {r.into: r.shape.dtype for r in kernel.refs}
+        return kernel_match(None, kernel, dims, dts, None, cfg, None, None)
+
+    single = match(np.float32, False)
+    assert single is not None and "B" in single.in_place_refs, "float32 B is read in place (precondition)"
+    half = match(np.float16, True)
+    assert half is not None, "the widened float16 product runs on the micro-kernel"
+    assert "B" in half.pack_refs and "B" not in half.in_place_refs, "a half operand is packed as float32"
+    assert match(np.float16, False) is None, "a product summed in float16 stays plain loops"

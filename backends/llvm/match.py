@@ -112,6 +112,8 @@ def analyse(
         if buf_dtypes.get(r.into) is not r.shape.dtype:
             return None
         dtype = dtype or r.shape.dtype
+        if r.dir is RefDir.IN and r.shape.dtype.is_narrow_float and dtype is DType.FLOAT32:
+            continue  # a half operand of a float32 product (a widened one: read converted, exact)
         if r.shape.dtype is not dtype or dtype not in (DType.FLOAT32, DType.FLOAT64):
             return None
     rl = roles(block, out, parent_dims)  # None too when two output points might write one element

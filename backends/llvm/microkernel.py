@@ -63,7 +63,7 @@ from backends.llvm.match import (
 from backends.llvm.packing import Packing
 from backends.llvm.partials import microkernel_sums
 from backends.llvm.prefetch import Prefetch
-from backends.llvm.scalars import F32, F64, I32, I64, PTR, i64
+from backends.llvm.scalars import F32, F64, I16, I32, I64, PTR, i64
 from backends.llvm.tile_epilogue import TileEpilogue
 from stripe.ir import Block, Dim, Intrinsic, Load, Store
 from tile.affine import Affine
@@ -134,6 +134,8 @@ class MicroKernel(Packing):
         return f"v{self.width}f{self.scalar is F64 and 64 or 32}"
 
     def vload(self, view: View, pos: ir.Value, mask: ir.Value | None) -> ir.Value:
+        if view.buf_dtype.is_narrow_float:
+            return self.half_vload(view, pos, mask)
         b = self.b()
         ptr = b.gep(view.ptr, [pos], inbounds=True, source_etype=self.scalar)
         if mask is None:
@@ -141,6 +143,21 @@ class MicroKernel(Packing):
         fn = self.em.declare(f"llvm.masked.load.{self._suffix()}.p0", self.vt, [PTR, I32, mask.type, self.vt])
         align = ir.Constant(I32, self.scalar is F64 and 8 or 4)
         return b.call(fn, [ptr, align, mask, ir.Constant(self.vt, None)])
+
+    def half_vload(self, view: View, pos: ir.Value, mask: ir.Value | None) -> ir.Value:
+        """``W`` float16 or bfloat16 elements of a half operand as float32 lanes (exact)."""
+        b = self.b()
+        ht = ir.VectorType(I16, self.width)
+        ptr = b.gep(view.ptr, [pos], inbounds=True, source_etype=I16)
+        if mask is None:
+            bits = b.load(ptr, typ=ht, align=2)
+        else:
+            fn = self.em.declare(f"llvm.masked.load.v{self.width}i16.p0", ht, [PTR, I32, mask.type, ht])
+            bits = b.call(fn, [ptr, ir.Constant(I32, 2), mask, ir.Constant(ht, None)])
+        if view.buf_dtype is DType.FLOAT16:
+            return b.fpext(b.bitcast(bits, ir.VectorType(ir.HalfType(), self.width)), self.vt)
+        wide = ir.VectorType(I32, self.width)  # bfloat16: the float's high half
+        return b.bitcast(b.shl(b.zext(bits, wide), ir.Constant(wide, [16] * self.width)), self.vt)
 
     def vstore(self, view: View, pos: ir.Value, value: ir.Value, mask: ir.Value | None) -> None:
         b = self.b()

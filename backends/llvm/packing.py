@@ -36,7 +36,7 @@ class Packing:
         ``NV * W`` (``red_linear``; each reduction counts from 0, or from ``kbase``)."""
         s, coefs = self.s, self.s.coefs[ref]
         stride = self.nv * self.width
-        if coefs[s.v] != 1:
+        if coefs[s.v] != 1 or self.block.ref(ref).shape.dtype is not s.dtype:  # a half operand is packed
             return False
         for k in reversed(s.red):
             if coefs[k] != stride:
