@@ -10,7 +10,9 @@ width) held in registers across the whole reduction, each reduction point adding
 **What it matches.** A leaf block (the kernel itself, or the one-tile block ``autotile`` made)
 whose statements are loads, float ``mul``/``add``/``assign`` intrinsics and one ``Store`` into a
 refinement aggregating with ``add`` (or ``max``/``min``, the scalar code's NaN-wins select applied
-lane-wise), every value and buffer of one float type (float32 or float64). Its
+lane-wise), every value and buffer of one float type (float32 or float64), except that a float32
+product may read float16 or bfloat16 operands (a widened half product, ``stripe.lower.widens``:
+their vectors converted exactly as they load, ``half_vload``, and packed as float32). Its
 indexes of range > 1 split into the *owned* ones (a non-zero coefficient in the output's element
 offset, distinct points of them writing distinct elements: each coefficient exceeds the spread of
 the smaller ones) and the *reductions* (coefficient 0). The *vector index* ``v`` is the owned
