@@ -53,11 +53,18 @@ def counted(monkeypatch):
     return general
 
 
-def test_later_calls_of_one_signature_skip_the_general_path(monkeypatch):
+@pytest.fixture
+def prepared(monkeypatch):
+    """The model prepared on llvm_cpu.0 (``TILE_DEBUG`` unset), its weight, and the count of
+    calls that take the general path from then on."""
     monkeypatch.delenv("TILE_DEBUG", raising=False)
     m, w = model()
     rep = Backend.prepare(m, "llvm_cpu.0")
-    general = counted(monkeypatch)
+    return rep, w, counted(monkeypatch)
+
+
+def test_later_calls_of_one_signature_skip_the_general_path(prepared):
+    rep, w, general = prepared
     first = inputs(4, 0)
     check(rep.run(first), *first, w)  # the general path: the lane, then the shortcut, are made
     assert isinstance(rep._positional, PositionalCall)
@@ -73,11 +80,8 @@ def test_later_calls_of_one_signature_skip_the_general_path(monkeypatch):
         check(out, *xs, w)
 
 
-def test_other_calls_take_the_general_path(monkeypatch):
-    monkeypatch.delenv("TILE_DEBUG", raising=False)
-    m, w = model()
-    rep = Backend.prepare(m, "llvm_cpu.0")
-    general = counted(monkeypatch)
+def test_other_calls_take_the_general_path(prepared, monkeypatch):
+    rep, w, general = prepared
     xs = inputs(4, 0)
     rep.run(xs)
     x, z = xs
