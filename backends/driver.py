@@ -36,7 +36,7 @@ from backends.runner import Build, CompiledProgram
 from stripe.config import TargetConfig, builtin_names, format_config, resolve_config, target_config
 from stripe.cost import estimate
 from stripe.ir import Block
-from stripe.lower import check_index_space, lower, widens
+from stripe.lower import check_index_space, lower
 from stripe.passes import PASSES, optimize
 from stripe.passes.gemm_tile import GENERIC_FLAT_POINTS
 from stripe.printer import format_block
@@ -119,10 +119,12 @@ def config_for(device: Device, settings: Mapping | None = None) -> TargetConfig 
 
 
 def widened(config: TargetConfig | None, strict: bool) -> bool:
-    """Whether a build with ``config`` lowers half-type matrix products into float32
-    (``stripe.lower.widens``); a backend with no config gets the lowered program as strict mode
-    makes it."""
-    return strict if config is None else widens(strict, config.hardware.matrix_units)
+    """Whether a build with ``config`` lowers half-type matrix products widened (into float32,
+    rounded once: ``stripe.lower``'s ``widen``): in strict mode, and wherever the config has no
+    matrix units, whose passes (``tensorize``) take the narrow form; a target with none would
+    otherwise sum in float16 or bfloat16 itself, an error that grows with the reduction's length
+    (50x PyTorch's at K = 4096). A backend with no config gets the program strict mode lowers."""
+    return strict or (config is not None and not config.hardware.matrix_units)
 
 
 _configs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # device -> {memo key: config}

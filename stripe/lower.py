@@ -14,7 +14,7 @@
   ``mask ? aggregate : default-or-0``; except where the block provably writes every output
   element (no constraints, and an output access numbering every element): then the output itself
   starts at the identity (``zero`` for ``+``) and aggregates, with no mask and no select.
-  With ``widen`` (strict mode, and targets without matrix units: ``widens``), a float16 or
+  With ``widen`` (strict mode, and targets without matrix units: ``backends.driver.widened``), a float16 or
   bfloat16 **matrix product** (``TContraction.is_matrix_product``) is lowered as the interpreter
   computes it (docs/semantics.md §8.1.1): the same contraction into
   a float32 temporary ``<name>_f32`` (its operands converted to the result type first, then
@@ -73,14 +73,6 @@ def lower(bound: BoundProgram, name: str = "program", *, strict: bool = False,
     accumulate in float32, as the interpreter's (§8.1.1)."""
     require_sizes(bound)  # symbolic sizes (a size input bound without its value) size no buffer
     return _Lowering(bound, strict, strict if widen is None else widen).program(name)
-
-
-def widens(strict: bool, matrix_units) -> bool:
-    """Whether a target lowers half-type matrix products widened (into float32, rounded once):
-    in strict mode, and wherever it has no matrix units, whose passes (``tensorize``) take the
-    narrow form (a target with none would otherwise sum in float16 or bfloat16 itself, an error
-    that grows with the reduction's length: 50x PyTorch's at K = 4096)."""
-    return strict or not matrix_units
 
 
 class _Kernels:

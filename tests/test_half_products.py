@@ -1,5 +1,5 @@
 """Half-type matrix products on targets without matrix units sum in float32 and round once, as the
-interpreter does (docs/semantics.md §8.1.1; ``stripe.lower.widens``): a float16 running sum of
+interpreter does (docs/semantics.md §8.1.1; ``backends.driver.widened``): a float16 running sum of
 ones stalls at 2048 (bfloat16's at 256), the product does not. Before, ``llvm_cpu.0`` summed a
 float16 matmul in float16: 50x PyTorch's error at K = 4096."""
 
@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from backends import driver, registry
-from stripe.lower import widens
 from tile.parser import parse
 
 MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]); }"
@@ -35,8 +34,12 @@ def test_a_half_product_sums_in_float32(device, name, dt, k):
 
 
 def test_targets_with_matrix_units_keep_the_narrow_form():
-    assert widens(False, {}) and widens(True, {"tensor_core": object()})
-    assert not widens(False, {"tensor_core": object()})
+    from dataclasses import replace
+
+    config = driver.config_for(registry.get("llvm_cpu.0"), {})
+    units = replace(config, hardware=replace(config.hardware, matrix_units={"tensor_core": object()}))
+    assert driver.widened(config, False) and driver.widened(units, True) and driver.widened(None, True)
+    assert not driver.widened(units, False) and not driver.widened(None, False)
 
 
 def test_the_lowered_product_is_widened_only_where_the_target_has_no_unit():

@@ -11,7 +11,7 @@ width) held in registers across the whole reduction, each reduction point adding
 whose statements are loads, float ``mul``/``add``/``assign`` intrinsics and one ``Store`` into a
 refinement aggregating with ``add`` (or ``max``/``min``, the scalar code's NaN-wins select applied
 lane-wise), every value and buffer of one float type (float32 or float64), except that a float32
-product may read float16 or bfloat16 operands (a widened half product, ``stripe.lower.widens``:
+product may read float16 or bfloat16 operands (a widened half product, ``backends.driver.widened``:
 their vectors converted exactly as they load, ``half_vload``, and packed as float32). Its
 indexes of range > 1 split into the *owned* ones (a non-zero coefficient in the output's element
 offset, distinct points of them writing distinct elements: each coefficient exceeds the spread of
