@@ -285,8 +285,7 @@ class Printer:
         p = self.p
         self.each(n)
         if p.scores:
-            self.line(f"long i = {first_row} + m * 16 + (e >> 1) * 8;")
-            self.line(f"long j = {first_col} + n * 8 + (lane & 3) * 2 + (e & 1);")
+            self.element("long", first_row, first_col)
             self.line(f"i = i < {p.rows} ? i : {p.rows - 1}L; j = j < {p.keys} ? j : {p.keys - 1}L;")
             em = self.em
             mark = len(em.lines)
@@ -304,10 +303,16 @@ class Printer:
         the lane's first ``first_row``; ``8n`` keys from ``first_col``) whose key does not count for
         their row to ``value``."""
         self.each(n)
-        self.line(f"const long i = {first_row} + m * 16 + (e >> 1) * 8;")
-        self.line(f"const long j = {first_col} + n * 8 + (lane & 3) * 2 + (e & 1);")
+        self.element("const long", first_row, first_col)
         self.line(f"if (!({self.keep('i', 'j')})) {acc}[m][n][e] = {value};")
         self.end()
+
+    def element(self, decl: str, first_row: str, first_col: str) -> None:
+        """Declares ``i`` and ``j`` (as ``decl``): the row and key of the accumulator element
+        ``[m][n][e]`` (inside ``each``) of a warp whose lane's first row is ``first_row`` and whose
+        first key is ``first_col``."""
+        self.line(f"{decl} i = {first_row} + m * 16 + (e >> 1) * 8;")
+        self.line(f"{decl} j = {first_col} + n * 8 + (lane & 3) * 2 + (e & 1);")
 
     def store(self, acc: str, name: str, dims: tuple[str, ...], first: str, role: str, col_role: str,
               n: int, cols: int, then: str = "") -> None:
