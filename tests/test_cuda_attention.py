@@ -8,6 +8,8 @@ float64 within ``conformance.attention``'s tolerance, on shapes that reach every
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -67,12 +69,43 @@ def test_other_attention_keeps_the_portable_kernel(spec, why):
 @pytest.mark.parametrize("spec", [
     Spec(batch=(2, 3), rows=100, keys=100, depth=64, width=64, dtype="float16", mask="constraint"),
     Spec(batch=(2, 2), rows=40, keys=40, depth=128, width=80, dtype="bfloat16", shared_kv=True),
+    Spec(batch=(2,), rows=70, keys=70, depth=64, width=64, dtype="float16", mask="cond"),  # score kernels
+    Spec(batch=(2, 2), rows=50, keys=60, depth=32, width=32, dtype="bfloat16", scale_form="score",
+         shared_kv=True),
 ])
 def test_half_attention_gradient_runs_on_the_tensor_cores(spec):
     lib = _build(spec, gradient=True)
     assert len(lib.extra["names"]) == 2, "the gradient is two fused kernels"
     kernels = lib.source.split('extern "C" __global__')[1:]
     assert len(kernels) == 2 and all("mma.sync.aligned.m16n8k16" in k for k in kernels)
+
+
+@pytest.mark.parametrize("spec, zigzag", [
+    (Spec(batch=(10,), rows=2000, keys=2000, depth=64, width=64, dtype="float16", mask="constraint"), True),
+    (Spec(batch=(40,), rows=2000, keys=2000, depth=64, width=64, dtype="float16", mask="constraint"), False),
+    (Spec(batch=(3, 2), rows=500, keys=700, depth=64, width=64, dtype="float16"), False),
+])
+def test_work_groups_cover_every_row_block_and_head_once(spec, zigzag):
+    """The forward's work-group order (``render_attention._Writer.row_block``), run in Python from
+    the printed lines: each (row block, batch point) exactly once, longest first where causal."""
+    import re
+
+    src = _build(spec).source
+    start = src.index("long grp = (long)get_group_id(0);")
+    head = src[start:src.index("const long b", start)]
+    assert ("the longest with the shortest" in head) == zigzag
+    py = re.sub(r"/\*.*?\*/", "", head).replace("long grp = (long)get_group_id(0);", "")
+    py = py.replace("const long ", "").replace(";", "\n").replace("/", "//")
+    py = re.sub(r"if \((.*?)\) (.*)", r"if \1: \2", py)
+    rows, heads = -(-spec.rows // 128), math.prod(spec.batch)
+    seen = []
+    for g in range(rows * heads):
+        scope = {"grp": g}
+        exec("\n".join(line.strip() for line in py.splitlines() if line.strip()), {}, scope)
+        seen.append((scope["i0"], scope["grp"]))
+    assert sorted(seen) == sorted((rb * 128, b) for rb in range(rows) for b in range(heads))
+    if spec.mask == "constraint" and not zigzag:
+        assert [i for i, _ in seen] == sorted((i for i, _ in seen), reverse=True), "longest (last) rows first"
 
 
 def test_strict_mode_keeps_the_chain():
@@ -95,7 +128,12 @@ GPU_SPECS = [
          normalized=True),
     Spec(batch=(2,), rows=100, keys=90, depth=64, width=64, dtype="float16", bias=True),
     Spec(batch=(2, 2), rows=150, keys=150, depth=128, width=64, dtype="bfloat16", mask="cond"),
+    Spec(batch=(10,), rows=2000, keys=2000, depth=64, width=64, dtype="float16", mask="constraint"),  # paired
 ]
+
+
+GRADIENT_SCORES = Spec(batch=(2, 2), rows=90, keys=110, depth=64, width=48, dtype="float16",
+                       scale_form="score", shared_kv=True, mask="cond")
 
 
 @pytest.mark.parametrize("spec", GPU_SPECS)
@@ -109,7 +147,7 @@ def test_tensor_core_attention_matches_float64(spec):
     assert_close(spec, ins, got, reference(spec, ins))
 
 
-@pytest.mark.parametrize("spec", GPU_SPECS[:4])
+@pytest.mark.parametrize("spec", [*GPU_SPECS[:4], *GPU_SPECS[6:8], GRADIENT_SCORES])
 def test_tensor_core_attention_gradient_matches_float64(spec):
     import tile
 

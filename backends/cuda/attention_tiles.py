@@ -148,6 +148,24 @@ class Printer:
             tests.append(f"(({' + '.join(parts)}) {'>=' if whole else '<'} 0)")
         return (" && " if whole else " || ").join(tests) or ("true" if whole else "false")
 
+    def visits(self, first: int, rows: int, keys: int) -> int | None:
+        """How many blocks of ``keys`` keys the box of ``rows`` rows from ``first`` visits (those no
+        constraint drops whole, as ``box`` decides at run time); None where a constraint reads a
+        batch role (the count is then the work-group's own)."""
+        p = self.p
+        i_lo, i_hi = first, min(first + rows, p.rows) - 1
+        count = 0
+        for j_lo in range(0, p.keys, keys):
+            box = {"i": (i_lo, i_hi), "j": (j_lo, min(j_lo + keys, p.keys) - 1)}
+            dropped = False
+            for terms, const in p.constraints:
+                if any(r not in box for r, _ in terms):
+                    return None
+                top = const + sum(c * (box[r][1] if c > 0 else box[r][0]) for r, c in terms)
+                dropped = dropped or top < 0
+            count += not dropped
+        return count
+
     def keep(self, i: str, j: str) -> str:
         """C: key ``j`` counts for row ``i`` (both within the extents)."""
         tests = [f"{i} < {self.p.rows}", f"{j} < {self.p.keys}"]
@@ -280,23 +298,35 @@ class Printer:
     def scored(self, acc: str, n: int, first_row: str, first_col: str, factor: str) -> None:
         """Replaces each element ``S`` of the accumulator fragments ``acc[mt][n][4]`` (laid out as
         ``masked`` says) by ``factor · P``: ``P`` the plan's score kernels run on it at its row and
-        key (``backends.clike.attention.run_points``; a row or key past the extents reads the last
-        one's memory, its value masked or never stored), or ``S`` itself where there are none."""
+        key (``point``), or ``S`` itself where there are none."""
         p = self.p
         self.each(n)
         if p.scores:
             self.element("long", first_row, first_col)
-            self.line(f"i = i < {p.rows} ? i : {p.rows - 1}L; j = j < {p.keys} ? j : {p.keys - 1}L;")
-            em = self.em
-            mark = len(em.lines)
-            at = self.role | {"i": "i", "j": "j"}
-            value = run_points(em, p.scores, p.s, f"{acc}[m][n][e]", p.s_dims, at, {})
-            self.lines.extend(em.lines[mark:])
-            del em.lines[mark:]
-            self.line(f"{acc}[m][n][e] = {factor} * ({value});")
+            self.clamp("i", "j")
+            self.line(f"{acc}[m][n][e] = {factor} * ({self.point(p.scores, p.s, f'{acc}[m][n][e]', {})});")
         else:
             self.line(f"{acc}[m][n][e] *= {factor};")
         self.end()
+
+    def clamp(self, i: str, j: str) -> None:
+        """Moves the variables ``i`` (a row) and ``j`` (a key) past the extents back to the last
+        one: a score kernel then reads memory that exists, for a value masked or never stored."""
+        p = self.p
+        self.line(f"{i} = {i} < {p.rows} ? {i} : {p.rows - 1}L; {j} = {j} < {p.keys} ? {j} : {p.keys - 1}L;")
+
+    def point(self, kernels, first: str, value: str, regs: dict) -> str:
+        """Prints the plan's elementwise ``kernels`` (score kernels from ``first`` = S, or the
+        gradient's from ``first`` = the score's cotangent) on the float32 ``value`` at the row
+        ``i`` and key ``j`` (C variables), as ``backends.clike.attention.run_points`` does; the
+        result's float expression. ``regs`` holds the registers of kernels run before at the
+        point (a gradient kernel may read them) and gains these."""
+        em, p = self.em, self.p
+        mark = len(em.lines)
+        value = run_points(em, kernels, first, value, p.s_dims, self.role | {"i": "i", "j": "j"}, regs)
+        self.lines.extend(em.lines[mark:])
+        del em.lines[mark:]
+        return value
 
     def masked(self, acc: str, n: int, first_row: str, first_col: str, value: str) -> None:
         """Sets the elements of the accumulator fragments ``acc[mt][n][4]`` (a warp's ``16 mt`` rows,

@@ -90,6 +90,34 @@ class _Writer(Printer):
         super().__init__(em, p, op, WARPS, M_TILES)
         self.rows = 16 * WARPS * M_TILES
 
+    def row_block(self, row_blocks: int, br: int, bc: int) -> None:
+        """Declares ``i0``, the work-group's first row, and leaves in ``grp`` its batch point.
+
+        Where the mask makes some row blocks visit more key blocks than others (causal), the
+        work-groups take them longest first over every head, and when they all fit on the device
+        at once at two a multiprocessor (one wave), the second half in reverse, so that the
+        groups sharing a multiprocessor (dispatched one per multiprocessor, in order) pair the
+        longest with the shortest; otherwise (no mask, or work that is not monotonic in the
+        row) a head's row blocks are consecutive (K and V shared in the L2 cache) from the last."""
+        p, line = self.p, self.line
+        heads = 1
+        for _, n in p.batch:
+            heads *= n
+        work = [self.visits(rb * br, br, bc) for rb in range(row_blocks)] if p.constraints else []
+        rising = bool(work) and None not in work and all(a <= b for a, b in zip(work, work[1:]))
+        falling = bool(work) and None not in work and all(a >= b for a, b in zip(work, work[1:]))
+        if rising == falling:  # constant work (or none known): a head at a time
+            line(f"const long i0 = ({row_blocks - 1} - grp % {row_blocks}) * {br};")
+            line(f"grp /= {row_blocks};")
+            return
+        groups, sms = row_blocks * heads, self.t.compute_units
+        if sms and sms < groups <= 2 * sms:
+            line(f"if (grp >= {sms}) grp = {groups - 1 + sms} - grp;  /* the longest with the shortest */")
+        rank = f"(grp / {heads})"
+        first = f"({row_blocks - 1} - {rank})" if rising else rank
+        line(f"const long i0 = {first} * {br};  /* longest first */")
+        line(f"grp %= {heads};")
+
     def kernel(self) -> tuple[str, int, int]:
         p, t, em, mt = self.p, self.t, self.em, self.mt
         dp, wp, br, bc = self.dp, self.wp, self.rows, block_keys(p)
@@ -102,8 +130,7 @@ class _Writer(Printer):
         line(f"__local ushort* sv = sk + {bc * dp};")
         line("const int tid = (int)get_local_id(0), lane = tid & 31, warp = tid >> 5;")
         line("long grp = (long)get_group_id(0);")
-        line(f"const long i0 = ({row_blocks - 1} - grp % {row_blocks}) * {br};  /* the longest rows first */")
-        line(f"grp /= {row_blocks};")
+        self.row_block(row_blocks, br, bc)
         self.roles(p.batch)
         for ptr, name, dims in (("qg", p.q, p.q_dims), ("kg", p.k, p.k_dims), ("vg", p.v, p.v_dims)):
             self.base(ptr, name, dims)

@@ -3,8 +3,10 @@
 ``backends.clike.attention_backward``, with every product a warp-level ``mma.sync`` (float16 or
 bfloat16 operands, float32 sums; the pieces are ``attention_tiles``'s).
 
-Taken for a plan whose score is S itself (no score kernels: a scale, a mask written as constraints)
-over float16 or bfloat16 Q, K, V and DO, heads up to 128 wide. With ``c`` the scale:
+Taken for float16 or bfloat16 Q, K, V and DO, heads up to 128 wide, with a scale, a mask written as
+constraints and score kernels (a ``cond`` mask, a scale written on S: the score P from S, and DS
+from the cotangent of P, point by point in registers at each row and key, ``_scored_gradient``; a
+bias's gradient is not fused at all). With ``c`` the scale:
 
 * part ``dq``: a work-group per (batch point, 64 query rows), a warp per 16 rows, the rows of Q and
   DO held as A fragments. A first pass over the keys (blocks of K and V staged in ``__local``
@@ -61,7 +63,7 @@ def local_bytes(p: AttentionBackwardPlan) -> int:
 def takes(em: KernelEmitter) -> tuple | None:
     """``(plan, operation)`` when the part runs on the tensor cores (module docstring), else None."""
     p = em.block.plan
-    if not isinstance(p, AttentionBackwardPlan) or p.scores or p.grad_scores:
+    if not isinstance(p, AttentionBackwardPlan):
         return None
     outs = (p.mx, p.z, p.dz, *((p.dq,) if p.part == "dq" else (p.dk, p.dv)))
     return operands(em, AttentionBackwardPlan, (p.q, p.k, p.v, p.do), outs, _FLOATS, local_bytes(p), WIDEST)
@@ -106,6 +108,24 @@ class _Writer(Printer):
         dt = self.b.ref(name).shape.dtype
         return self.t.convert(self.t.convert(value, _F32, dt), dt, _F32)
 
+    def _scored_gradient(self, acc: str, keep: str, mx: str, factor: str) -> str:
+        """Prints, at the row ``i`` and key ``j`` (C variables, moved back into the extents here),
+        the score ``P`` from the raw ``S`` in ``acc`` through the plan's score kernels, its weight
+        ``w = exp(c (P - mx))`` (0 where ``keep`` fails or P is -inf), the cotangent of P,
+        ``c w factor``, and DS from it through the gradient's score kernels, left in ``acc`` (0 where
+        ``keep`` fails); returns the weight's name."""
+        p, line = self.p, self.line
+        w, ok = self.em.fresh("w"), self.em.fresh("ok")
+        line(f"const bool {ok} = {keep};")
+        self.clamp("i", "j")
+        regs: dict = {}
+        score = self.point(p.scores, p.s, acc, regs) if p.scores else acc
+        line(f"const float {w} = {ok} && {score} > -INFINITY ? exp2f(c2 * ({score} - {mx})) : 0.0f;")
+        dx = f"cc * {w} * ({factor})"
+        ds = self.point(p.grad_scores, p.dp, dx, regs) if p.grad_scores else dx
+        line(f"{acc} = {ok} ? {ds} : 0.0f;")
+        return w
+
     # ------------------------------------------------------------------ part dq
     def dq(self) -> tuple[str, int, int]:
         p, t, line = self.p, self.t, self.line
@@ -139,6 +159,7 @@ class _Writer(Printer):
         line("const long r0 = i0 + warp * 16 + (lane >> 2);")
         self._scales()
         sn = bc // 8
+        per_point = bool(p.scores or p.grad_scores)  # the gradient's weights and DS point by point
 
         def dropped(j0: str) -> str:
             return self.box("i0", br, j0, bc, False)
@@ -150,10 +171,11 @@ class _Writer(Printer):
             line("}")
             line(COMMIT)
 
-        def keys(body) -> None:
+        def keys(body, points: bool) -> None:
             """A pass over the key blocks some constraint does not drop whole, the next one's copies
-            in flight while one is multiplied: S and DO·Vᵀ computed into ``s`` and ``dv_``, the
-            masked scores -inf, then ``body``."""
+            in flight while one is multiplied: S and DO·Vᵀ computed into ``s`` and ``dv_``, then
+            the scores P in place of S and the masked ones -inf (unless ``body`` does both point by
+            point: ``points``), then ``body``."""
             line("{")
             line("long jb = 0;")
             line(f"while (jb < {blocks} && ({dropped(f'(jb * {bc})')})) jb++;")
@@ -172,9 +194,12 @@ class _Writer(Printer):
             self.times_rows("s", "qf", "skb", bc, dp)
             self.zeros("dv_", sn)
             self.times_rows("dv_", "dof", "svb", bc, wp)
-            line(f"if (!({self.box('i0', br, 'j0', bc, True)} && j0 + {bc} <= {p.keys})) {{")
-            self.masked("s", sn, "r0", "j0", "-INFINITY")
-            line("}")
+            if not points:
+                if p.scores:
+                    self.scored("s", sn, "r0", "j0", "1.0f")
+                line(f"if (!({self.box('i0', br, 'j0', bc, True)} && j0 + {bc} <= {p.keys})) {{")
+                self.masked("s", sn, "r0", "j0", "-INFINITY")
+                line("}")
             body()
             line("barrier(CLK_LOCAL_MEM_FENCE);  /* every warp is done with the block */")
             line("buf ^= 1;")
@@ -199,7 +224,7 @@ class _Writer(Printer):
             line("}")
 
         line("float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, od0 = 0.0f, od1 = 0.0f;")
-        keys(online)
+        keys(online, False)
         for x in ("l0", "l1", "od0", "od1"):
             line(f"{x} += __shfl_xor_sync(0xffffffffu, {x}, 1);")
             line(f"{x} += __shfl_xor_sync(0xffffffffu, {x}, 2);")
@@ -223,14 +248,18 @@ class _Writer(Printer):
             line("#pragma unroll")
             line("for (int e = 0; e < 4; e++) {")
             line("const float mx = e < 2 ? mx0 : mx1, z = e < 2 ? z0 : z1, dz = e < 2 ? dz0 : dz1;")
-            line("s[0][n][e] = s[0][n][e] == -INFINITY ? 0.0f : "
-                 "cc * exp2f(c2 * (s[0][n][e] - mx)) * (dv_[0][n][e] / z + dz);")
+            if per_point:
+                line("long i = r0 + (e >> 1) * 8, j = j0 + n * 8 + (lane & 3) * 2 + (e & 1);")
+                self._scored_gradient("s[0][n][e]", self.keep("i", "j"), "mx", "dv_[0][n][e] / z + dz")
+            else:
+                line("s[0][n][e] = s[0][n][e] == -INFINITY ? 0.0f : "
+                     "cc * exp2f(c2 * (s[0][n][e] - mx)) * (dv_[0][n][e] / z + dz);")
             line("}")
             line("}")
             self.pack("ds", "s", sn)
             self.times_tile("dq", "ds", "skb", bc, dp)
 
-        keys(gradient)
+        keys(gradient, per_point)
         self.store("dq", p.dq, p.q_dims, "i0 + warp * 16", "i", "d", dp // 8, p.depth)
         groups = row_blocks
         for _, n in p.batch:
@@ -343,11 +372,18 @@ class _Writer(Printer):
         line("#pragma unroll")
         line("for (int e = 0; e < 4; e++) {")
         line("const int il = n * 8 + (lane & 3) * 2 + (e & 1);")
-        line("const long i = i0 + il, j = rj + (e >> 1) * 8;")
-        line(f"const bool ok = full || ({self.keep('i', 'j')});")
-        line(f"const float w = ok ? exp2f(c2 * (s[0][n][e] - st[il])) : 0.0f, iz = st[{bq} + il];")
-        line(f"s[0][n][e] = cc * w * (g[0][n][e] * iz + st[{2 * bq} + il]);")
-        line("g[0][n][e] = w * iz;")
+        if p.scores or p.grad_scores:
+            line("long i = i0 + il, j = rj + (e >> 1) * 8;")
+            line(f"const float iz = st[{bq} + il];")
+            w = self._scored_gradient("s[0][n][e]", f"full || ({self.keep('i', 'j')})", "st[il]",
+                                      f"g[0][n][e] * iz + st[{2 * bq} + il]")
+            line(f"g[0][n][e] = {w} * iz;")
+        else:
+            line("const long i = i0 + il, j = rj + (e >> 1) * 8;")
+            line(f"const bool ok = full || ({self.keep('i', 'j')});")
+            line(f"const float w = ok ? exp2f(c2 * (s[0][n][e] - st[il])) : 0.0f, iz = st[{bq} + il];")
+            line(f"s[0][n][e] = cc * w * (g[0][n][e] * iz + st[{2 * bq} + il]);")
+            line("g[0][n][e] = w * iz;")
         line("}")
         line("}")
         self.pack("pw", "g", sn)
