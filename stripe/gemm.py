@@ -272,12 +272,14 @@ def _group(dt, outs, reductions, constraints, a, b, order: Affine, out, reorder,
     )
 
 
-def streams(g: Gemm, tm: int, tn: int, kt: int, size: int, b_kmajor: bool = False) -> bool:
+def streams(
+    g: Gemm, tm: int, tn: int, kt: int, size: int, b_kmajor: bool = False, whole: bool = True
+) -> bool:
     """Whether the tensor memory accelerator can feed ``g``'s ``tm x tn`` tiles K steps of ``kt``
     (elements of ``size`` bytes): a plain matrix product ``A[i, k] · B[k, j]`` (one index per
     group, no batch, nothing guarded, every index from 0), A's rows contiguous along K and B's
     along N (along K with ``b_kmajor``: B stored as ``[j][k]``), rows starting at the buffers'
-    starts and every 16 bytes, and whole tiles."""
+    starts and every 16 bytes, and whole tiles (with ``whole``; else the last tiles may overhang)."""
     if len(g.m.idxs) != 1 or len(g.n.idxs) != 1 or len(g.k.idxs) != 1 or g.batch.idxs:
         return False
     if g.a.guards or g.b.guards or g.store_guards or any(g.starts.values()):
@@ -289,4 +291,4 @@ def streams(g: Gemm, tm: int, tn: int, kt: int, size: int, b_kmajor: bool = Fals
             return False
         if (int(off.coeff(row.name)) * size) % 16:
             return False
-    return i.range % tm == 0 and j.range % tn == 0 and k.range % kt == 0
+    return not whole or (i.range % tm == 0 and j.range % tn == 0 and k.range % kt == 0)

@@ -121,12 +121,12 @@ def test_without_launching_the_warp_group_tiles_stay(dtype, threads):
 
 
 @pytest.mark.parametrize("src,shapes,dtype,precision", [
-    (MM, {"A": (1000, 1000), "B": (1000, 1000)}, np.float16, None),  # no whole tiles
-    (MM, {"A": (4096, 4000), "B": (4000, 4096)}, np.float16, None),  # K not a whole number of steps
+    (MM, {"A": (1000, 1000), "B": (1000, 1000)}, np.float16, None),  # 32 overhanging tiles, 132 units
     (BMM, {"A": (4, 512, 256), "B": (4, 256, 512)}, np.float16, None),
     (VALID_CONV, {"I": (8, 58, 58, 64), "F": (3, 3, 64, 128)}, np.float16, None),
     (PADDED_CONV, {"I": (8, 56, 56, 64), "F": (3, 3, 64, 128)}, np.float16, None),
-], ids=["1000^3", "k4000", "batched", "valid-conv", "padded-conv"])  # (32-bit: tests/test_kmajor.py)
+], ids=["1000^3", "batched", "valid-conv", "padded-conv"])  # (32-bit: tests/test_kmajor.py; 16-bit
+# overhanging tiles that fill the units stream: tests/test_cuda_ragged.py)
 def test_gemms_that_do_not_stream_keep_the_opencl_tiles(src, shapes, dtype, precision):
     """The same plan as on a device that launches through OpenCL only, and no launched kernel."""
     p, cfg = optimized(src, shapes, dtype, precision=precision)

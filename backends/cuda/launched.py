@@ -70,9 +70,17 @@ def with_local(unit: MatrixUnit, local_KiB: float) -> MatrixUnit:
     return replace(unit, backend={**unit.backend, KEY: replace(facts, local_KiB=local_KiB)})
 
 
+def feeds(g: Gemm, tm: int, tn: int, kt: int, size: int) -> bool:
+    """Whether the launched kernel's copies feed ``g``'s tiles (``stripe.gemm.streams``): 16-bit
+    operands also where the last tiles overhang M, N or K (the tensor memory accelerator fills
+    what lies outside with zeros, which add nothing; the stores are guarded); 32-bit ones (B
+    K-major, ``backends.cuda.kmajor``'s copies and 3xtf32's split along 3K) in whole tiles."""
+    return streams(g, tm, tn, kt, size, b_kmajor=size == 4, whole=size == 4)
+
+
 def tiles(model: GemmModel, unit: MatrixUnit, name: str, mode: str) -> list[GemmTiles]:
     """The tiles of the launched kernel for the model's GEMM, where the device launches with more
-    local memory and the GEMM streams (``stripe.gemm.streams``; B K-major for 32-bit operands):
+    local memory and its copies feed the GEMM (``feeds``):
     one warp per 16 rows and one loading, within the work-group size, K steps of ``k_bytes``
     (``3xtf32``: ``ranking`` asks only for GEMMs whose operands ``kmajor`` split)."""
     facts = of(unit)
@@ -84,7 +92,10 @@ def tiles(model: GemmModel, unit: MatrixUnit, name: str, mode: str) -> list[Gemm
     for tm, tn in facts.launched(mode):
         if (tm // 16 + 1) * unit.lanes > model.max_threads:  # the multiplying warps and the loader
             continue
-        if streams(model.g, tm, tn, kt, size, b_kmajor=size == 4):
+        # (overhanging tiles only where they fill every compute unit: 1000³ keeps 128 work-groups of
+        # 128 x 64 rather than 32 launched ones)
+        whole = streams(model.g, tm, tn, kt, size, b_kmajor=size == 4)
+        if whole or (feeds(model.g, tm, tn, kt, size) and model.groups(tm, tn) >= model.units):
             warps, local = (tm // 16, 1), facts.local_KiB * 1024
             out += model.mma_ranking(unit, name, mode, warps, ((tm, tn),), facts.k_bytes, local)
     return out

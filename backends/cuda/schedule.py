@@ -34,7 +34,7 @@ from backends.cuda import launched, tile_store
 from backends.cuda.mma import LDMATRIX
 from backends.cuda.tma import BAND, PERSISTENT, STAGES
 from backends.cuda.wgmma import SWIZZLE
-from stripe.gemm import Gemm, Group, Operand, streams
+from stripe.gemm import Gemm, Group, Operand
 from stripe.hardware import MatrixUnit, MmaShape
 from tile.dtypes import DType
 
@@ -221,8 +221,8 @@ def wgmma_fits(g: Gemm, tiles: Tiles, unit: MatrixUnit, mode: str) -> bool:
 def tma_fits(t: CTarget, g: Gemm, tiles: Tiles, unit: MatrixUnit, mode: str) -> bool:
     """Whether the nest is the launched kernel's: the target launches with more local memory, the
     mode is one the unit launches, the plan's tiles and K step are the launched ones (a warp per
-    16 rows, every column), two K steps fit, and the GEMM streams (32-bit operands: with B
-    K-major, ``backends.cuda.kmajor``'s copy)."""
+    16 rows, every column), two K steps fit, and the copies feed the GEMM (``launched.feeds``:
+    16-bit operands also in overhanging last tiles)."""
     facts, size = launched.of(unit), 2 if g.dtype.bits == 16 else 4
     launch_bytes = getattr(t, "launch_bytes", 0)
     if not launch_bytes or facts is None:
@@ -233,7 +233,7 @@ def tma_fits(t: CTarget, g: Gemm, tiles: Tiles, unit: MatrixUnit, mode: str) -> 
         return False
     if launch_bytes < 2 * ((tiles.tm + tiles.tn) * tiles.kt * size + 16):  # two stages at least
         return False
-    return streams(g, tiles.tm, tiles.tn, tiles.kt, size, b_kmajor=size == 4)
+    return launched.feeds(g, tiles.tm, tiles.tn, tiles.kt, size)
 
 
 def plan(t: CTarget, g: Gemm, ptrs: dict[str, str], params: list[tuple[str, DType]], tiles: Tiles,
@@ -329,7 +329,7 @@ def _tma(t: CTarget, g: Gemm, ptrs: dict[str, str], params, tiles: Tiles, unit: 
         lines, staging = None, 0  # where it would cost a K step in flight
     groups = base["groups"]
     launched = min(groups, t.compute_units) if PERSISTENT and t.compute_units else groups
-    ntm, ntn = i.range // lt.tm, j.range // lt.tn
+    ntm, ntn = -(-i.range // lt.tm), -(-j.range // lt.tn)  # (the last may overhang: ``launched.feeds``)
     pos = {name: n for n, (name, _) in enumerate(params)}
     # (float32 operands of ``tf32``: the copies round them to TF32, to nearest, ties to even;
     # ``3xtf32``'s split parts are TF32 values already)

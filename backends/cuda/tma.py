@@ -1,7 +1,10 @@
 """A GEMM on Hopper's warp-group products whose tiles the tensor memory accelerator (TMA) loads:
 the kernel ``gemm_tile`` plans where the device launches kernels through CUDA's driver API with
-more local memory than OpenCL gives (``launched.Launch``: its tiles, modes and memory) and the GEMM
-streams (``stripe.gemm.streams``). ``schedule.plan`` decides it (``kernel`` ``tma``, where
+more local memory than OpenCL gives (``launched.Launch``: its tiles, modes and memory) and its copies
+feed the GEMM (``launched.feeds``: ``stripe.gemm.streams``; 16-bit operands also where the last tiles
+overhang M, N or K, as long as those tiles fill every compute unit: the accelerator fills what a box
+reaches past the tensor with zeros, which add nothing, and the stores are guarded).
+``schedule.plan`` decides it (``kernel`` ``tma``, where
 ``schedule.tma_fits``; the tile order, the stages, the launch record) and ``render_tma`` prints it.
 
 * **Warps.** ``tm / 16`` warps multiply (``wgmma``'s warp groups, as there: warp group
