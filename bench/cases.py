@@ -538,6 +538,16 @@ def _time_plaidml(case: Case, inputs: Inputs) -> tuple[float | None, str]:
     return seconds, ""
 
 
+def require_timing(benchmark) -> None:
+    """Skips a timed bench test whose ``benchmark`` fixture is disabled (pytest-benchmark disables
+    itself under xdist's ``-n`` and with ``--benchmark-disable``): it would time nothing."""
+    if getattr(benchmark, "disabled", False):
+        import pytest
+
+        pytest.skip("pytest-benchmark is disabled (under xdist's -n, or --benchmark-disable): run bench/ "
+                    "without -n to time it")
+
+
 def record(
     benchmark,
     case: Case,

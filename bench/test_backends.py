@@ -20,7 +20,7 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 import tile
-from bench.cases import Case, Inputs, add_plaidml_reference, best_of, cases, record, rounds_for
+from bench.cases import Case, Inputs, add_plaidml_reference, best_of, cases, record, require_timing, rounds_for
 from bench.gpu_kernels import torch_cuda
 
 CASES = cases("compiled")
@@ -65,6 +65,7 @@ def test_target(benchmark, target, case, threads, request):
 
     if target not in registry.devices():
         pytest.skip(f"device {target} unavailable: {registry.unavailable() or 'not registered'}")
+    require_timing(benchmark)
     cpu = target.startswith("llvm_cpu")
     if not cpu and threads != max(THREAD_COUNTS.get(request.config, [threads])):
         pytest.skip(f"{target} has no thread setting: measured once, at the largest count")

@@ -149,7 +149,9 @@ def _want(case: Case, inputs: dict, torch_answer):
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_gpu(benchmark, case: Case, mode: str, request):
     _gpu_or_skip()
-    from bench.cases import record
+    from bench.cases import record, require_timing
+
+    require_timing(benchmark)
 
     inputs = case.inputs()
     torch = torch_cuda()
