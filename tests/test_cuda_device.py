@@ -278,6 +278,49 @@ def test_repeat_calls_on_cuda0_take_the_lane_on_the_current_stream(monkeypatch):
             assert torch.equal(c, want) and torch.equal(a.grad, ga) and torch.equal(b.grad, gb)
 
 
+def test_calls_on_cuda0_take_the_hot_call_and_leave_it_for_anything_else(monkeypatch):
+    """After a signature's lane is kept, a CUDA call without a gradient is the hot call
+    (``tile.torch_hot.HotCall``, its device checked as the CPU's is): the op's own path made to
+    fail, calls on a side stream stay exact; a call of another shape, a CPU tensor, one needing a
+    gradient, or the same tensor twice leaves it for the general path, which gives the same."""
+    _gpu()
+    torch = _torch()
+    import tile.torch as tt
+    from tile.torch import TorchOp
+
+    add = tt.op(ADD, name="cuda_device_hot_add")
+    x, y = torch.arange(7.0, device="cuda"), torch.full((7,), 2.0, device="cuda")
+    add(x, y)
+    add(x, y)
+    hot = add._hot
+    assert hot is not None, "no hot call kept for a CUDA signature"
+    general = TorchOp._forward_at
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("the general path ran")
+
+    monkeypatch.setattr(TorchOp, "_forward_at", refuse)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for k in range(3):
+            a = torch.full((7,), float(k), device="cuda")  # written on s just before
+            got = add(a, y)
+            s.synchronize()
+            assert torch.equal(got, a + y)
+    monkeypatch.setattr(TorchOp, "_forward_at", general)
+    assert add._hot is hot
+    others = [(torch.arange(5.0, device="cuda"), torch.ones(5, device="cuda")),  # another shape
+              (torch.arange(7.0), torch.ones(7)),  # the CPU
+              (torch.arange(7.0, device="cuda").requires_grad_(), y),  # a gradient wanted
+              (y, y)]  # one tensor twice
+    for a, b in others:
+        assert torch.equal(add(a, b).detach().cpu(), (a + b).detach().cpu())
+    a = torch.arange(7.0, device="cuda").requires_grad_()
+    add(a, y).sum().backward()
+    assert torch.equal(a.grad, torch.ones(7, device="cuda"))
+
+
 def test_tile_torch_on_cuda0_gradients_non_contiguous_and_bfloat16():
     _gpu()
     torch = _torch()

@@ -49,29 +49,34 @@ __all__ = [
 _MISSING = object()
 
 
-def checker(types, reads=None, distinct: bool = False) -> Callable:
+def checker(types, reads=None, distinct: bool = False, cuda: int | None = None) -> Callable:
     """``check(tensors)``: each tensor's address (0 for a place not read: ``reads``, None for
-    every place read), or None where one read is not a contiguous CPU tensor of ``PLAIN_TYPES``
+    every place read), or None where one read is not a contiguous CPU tensor (``cuda``: a tensor
+    on CUDA device ``cuda``) of ``PLAIN_TYPES``
     and of its ``(dtype, shape)`` in ``types`` with memory of its own values (not a negative view,
     not a ``ZeroTensor``, not storage-less), or (``distinct``) two read share an address. Made per
     signature with its loop unrolled (the checks of a 2-input call: ~1.1 us, not ~1.55 as a
     loop)."""
     reads = reads or (True,) * len(types)
-    lines = ["def check(tensors):", *_checks(types, reads, distinct),
+    lines = ["def check(tensors):", *_checks(types, reads, distinct, cuda),
              f"    return [{', '.join(f'p{i}' if reads[i] else '0' for i in range(len(types)))}]"]
     return _compiled(lines, types, {}, "check")
 
 
-def _checks(types, reads, distinct: bool) -> list[str]:
+def _checks(types, reads, distinct: bool, cuda: int | None = None) -> list[str]:
     """``checker``'s body: ``t0, t1, ...`` unpacked from ``tensors``, each read one's address in
-    ``p0, p1, ...``, ``return None`` where a check fails."""
+    ``p0, p1, ...``, ``return None`` where a check fails (``cuda``: the tensors' CUDA device, else
+    the CPU)."""
     names = [f"t{i}" for i in range(len(types))]
     read = [i for i in range(len(types)) if reads[i]]
     unpack = f"{', '.join(names)}, = tensors" if names else "() = tensors"
     lines = ["    try:", f"        {unpack}"]
+
+    def on(i: int) -> str:  # (``get_device``: -1 on the CPU)
+        return f"not t{i}.is_cpu" if cuda is None else f"t{i}.get_device() != {cuda}"
     if read:
         checks = " or ".join(
-            f"type(t{i}) is not Tensor and type(t{i}) not in PLAIN_TYPES or not t{i}.is_cpu "
+            f"type(t{i}) is not Tensor and type(t{i}) not in PLAIN_TYPES or {on(i)} "
             f"or t{i}.dtype is not dt{i} "
             f"or t{i}.shape != shape{i} or not t{i}.is_contiguous() or t{i}.is_neg()" for i in read)
         lines += [f"        if {checks}:", "            return None"]
@@ -104,21 +109,27 @@ class HotCall:
     """One signature's eager call (``sig``, ``tile.torch_lane.signature``) of ``op`` through its
     forward's ``lane``: ``call`` (every eager call, a gradient too) and ``plain`` (no gradient:
     ``TorchOp._forward_at``'s, which may run below autograd, where a gradient is not its to make).
-    ``of`` gives None for a lane that reads inputs selectively, or not on a host."""
+    ``of`` gives None for a lane that reads inputs selectively, or neither on a host nor on CUDA.
 
-    __slots__ = ("op", "sig", "lane", "call", "plain", "ints", "entry", "_types", "_grads", "_launch")
+    On CUDA (``cuda``: the tensors' device index) the hot call is the no-gradient one: a call
+    wanting a gradient, and every backward, take the general path (the lane launches on torch's
+    current stream as there); it is never compiled to C."""
+
+    __slots__ = ("op", "sig", "lane", "call", "plain", "ints", "entry", "cuda", "_types", "_grads", "_launch")
 
     def __init__(self, op, sig: tuple, lane: TorchLane):
         self.op, self.sig, self.lane = op, sig, lane
         self._types = tuple((dt, shape) for dt, shape, _ in sig)
+        device = sig[0][2]
+        self.cuda = None if device.type == "cpu" else int(device.index or 0)
         self._launch = lane.launcher(form=True)
         # the outputs no gradient flows through (integers: marked non-differentiable)
         self.ints = tuple(i for i, (_, dtype) in enumerate(lane.lane.output_types) if not dtype.is_float)
         self._grads: dict = {}  # ``ctx.needs_input_grad`` -> the backward's hot function, or None
         self.plain = self._made(False)
-        self.call = self._made(True)
+        self.call = self._made(True) if self.cuda is None else self.plain
         self.entry = None  # the call compiled to C (``compiled_call``), once the lane has its entry
-        if compiled_calls():
+        if compiled_calls() and self.cuda is None:
             lane.lane.on_entry = self._compile
             if lane.lane._entry is not None:
                 self._compile()
@@ -140,8 +151,12 @@ class HotCall:
 
     @classmethod
     def of(cls, op, sig: tuple, lane: TorchLane | None) -> HotCall | None:
-        if lane is None or not (lane.every and lane.lane.executor.raw_host
-                                and all(d.type == "cpu" for _, _, d in sig)):
+        if lane is None or not lane.every or not sig or None in sig:
+            return None
+        device = sig[0][2]
+        host = lane.lane.executor.raw_host and device.type == "cpu"
+        cuda = device.type == "cuda" and device.index is not None and not lane.lane.executor.raw_host
+        if not (host or cuda) or any(d != device for _, _, d in sig):
             return None
         return cls(op, sig, lane)
 
@@ -149,7 +164,7 @@ class HotCall:
         usual = self.lane.usual()
         if usual is not None:
             return self._usual(autograd, *usual)
-        check, n, launch = checker(self._types, distinct=True), len(self._types), self._launch
+        check, n, launch = checker(self._types, distinct=True, cuda=self.cuda), len(self._types), self._launch
         C = torch._C
         grad_on, any_grad = C.is_grad_enabled, C._any_requires_grad
         apply = _HOT_APPLY
@@ -177,7 +192,7 @@ class HotCall:
             "def call(tensors):",
             f"    if len(tensors) != {n} or watched() or debug_on():",
             "        return None",
-            *_checks(self._types, (True,) * n, True),
+            *_checks(self._types, (True,) * n, True, self.cuda),
             f"    if grad_on() and any_grad({ts}):",
             f"        return apply(hot, {ts})" if autograd else "        return None",
             f"    out = make(t{like})",
@@ -323,6 +338,8 @@ def hot_backward(hot: HotCall, needs: tuple):
     general backward. None where none can be made (gradients not of their inputs' types, a lane
     not on the host), ``_MISSING`` where the general path has kept no lane for it yet."""
     op, sig = hot.op, hot.sig
+    if hot.cuda is not None:
+        return None
     wrt = tuple(i for i, (dt, _, _) in enumerate(sig) if needs[i + 1] and dt.is_floating_point)
     if not wrt:
         return None
