@@ -118,13 +118,17 @@ def config_for(device: Device, settings: Mapping | None = None) -> TargetConfig 
     return config
 
 
-def widened(config: TargetConfig | None, strict: bool) -> bool:
-    """Whether a build with ``config`` lowers half-type matrix products widened (into float32,
-    rounded once: ``stripe.lower``'s ``widen``): in strict mode, and wherever the config has no
-    matrix units, whose passes (``tensorize``) take the narrow form; a target with none would
-    otherwise sum in float16 or bfloat16 itself, an error that grows with the reduction's length
-    (50x PyTorch's at K = 4096). A backend with no config gets the program strict mode lowers."""
-    return strict or (config is not None and not config.hardware.matrix_units)
+def widened(config: TargetConfig | None, strict: bool) -> bool | str:
+    """Which half-type matrix products a build with ``config`` lowers widened (into float32,
+    rounded once: ``stripe.lower``'s ``widen``): all in strict mode and wherever the config has no
+    matrix units; where it has some, whose passes (``tensorize``) take the narrow form, those
+    without a matrix shape (``"unshaped"``: a depthwise convolution, which no unit takes). A
+    kernel that sums in float16 or bfloat16 itself errs by a growing multiple of PyTorch's
+    (50x at K = 4096; a depthwise convolution on cuda.0 3.4x cuDNN's). A backend with no config
+    gets the program strict mode lowers."""
+    if strict or (config is not None and not config.hardware.matrix_units):
+        return True
+    return "unshaped" if config is not None else False
 
 
 _configs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # device -> {memo key: config}

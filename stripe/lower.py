@@ -14,7 +14,8 @@
   ``mask ? aggregate : default-or-0``; except where the block provably writes every output
   element (no constraints, and an output access numbering every element): then the output itself
   starts at the identity (``zero`` for ``+``) and aggregates, with no mask and no select.
-  With ``widen`` (strict mode, and targets without matrix units: ``backends.driver.widened``), a float16 or
+  With ``widen`` (strict mode, and targets without matrix units: ``backends.driver.widened``; on
+  targets with them, only the products no matrix unit takes: ``"unshaped"``), a float16 or
   bfloat16 **matrix product** (``TContraction.is_matrix_product``) is lowered as the interpreter
   computes it (docs/semantics.md §8.1.1): the same contraction into
   a float32 temporary ``<name>_f32`` (its operands converted to the result type first, then
@@ -67,10 +68,11 @@ _COMB = {CombOp.NONE: "none", CombOp.MUL: "mul", CombOp.ADD: "add", CombOp.EQ: "
 
 @paused_gc()  # a long program lowers to hundreds of thousands of objects: no cycle hunts meanwhile
 def lower(bound: BoundProgram, name: str = "program", *, strict: bool = False,
-          widen: bool | None = None) -> Block:
+          widen: bool | str | None = None) -> Block:
     """The Stripe program of a bound (concrete-shaped) Tile program; ``strict``: strict mode's
     lowering (§8.3); ``widen`` (default: ``strict``): float16 and bfloat16 matrix products
-    accumulate in float32, as the interpreter's (§8.1.1)."""
+    accumulate in float32, as the interpreter's (§8.1.1); ``"unshaped"``: only those without a
+    matrix shape (``TContraction.has_matrix_shape``: what no matrix unit takes)."""
     require_sizes(bound)  # symbolic sizes (a size input bound without its value) size no buffer
     return _Lowering(bound, strict, strict if widen is None else widen).program(name)
 
@@ -80,7 +82,7 @@ class _Kernels:
     lowering needs them) and the ``#kernel`` blocks lowered so far, in order. A Special statement
     is a kernel of its own (``special``)."""
 
-    def __init__(self, bound: BoundProgram, strict: bool = False, widen: bool = False):
+    def __init__(self, bound: BoundProgram, strict: bool = False, widen: bool | str = False):
         self.b = bound
         self.strict = strict
         self.widen = widen
@@ -264,7 +266,8 @@ class _Contractions(_Elementwise):
     elementwise select reads."""
 
     def contraction(self, c: TContraction) -> None:
-        if self.widen and c.is_matrix_product and c.type.dtype.is_narrow_float:
+        if self.widen and c.is_matrix_product and c.type.dtype.is_narrow_float and (
+                self.widen != "unshaped" or not c.has_matrix_shape):
             self.widened(c)
             return
         self.aggregation(c)

@@ -38,8 +38,30 @@ def test_targets_with_matrix_units_keep_the_narrow_form():
 
     config = driver.config_for(registry.get("llvm_cpu.0"), {})
     units = replace(config, hardware=replace(config.hardware, matrix_units={"tensor_core": object()}))
-    assert driver.widened(config, False) and driver.widened(units, True) and driver.widened(None, True)
-    assert not driver.widened(units, False) and not driver.widened(None, False)
+    assert driver.widened(config, False) is True and driver.widened(units, True) is True
+    assert driver.widened(None, True) is True and driver.widened(None, False) is False
+    assert driver.widened(units, False) == "unshaped"  # only the products no matrix unit takes
+
+
+DEPTHWISE = "function (I[N, H, W, C], K[KH, KW, C]) -> (O) { O[n, x, y, c: N, H, W, C] = " \
+    "+(I[n, x + kx - 1, y + ky - 1, c] * K[kx, ky, c]); }"
+
+
+def test_a_tensor_core_target_widens_the_products_no_unit_takes():
+    """On cuda.0 (the stand-in sm_90 device) a depthwise convolution has no matrix shape (no index
+    of the filter's own): it is lowered widened and its kernel sums in float32, rounding once at
+    the store (it summed in float16 before: 3.4x cuDNN's error at 56x56x128); a convolution and a
+    matmul keep the narrow form the tensor cores take."""
+    from tests.test_cuda_device import _stand_in
+
+    dw = {"I": np.ones((2, 6, 6, 8), np.float16), "K": np.ones((3, 3, 8), np.float16)}
+    build = driver.build(driver.bind_inputs(parse(DEPTHWISE), dw), _stand_in(), {"cache": False})
+    assert "O_f32" in {r.into for r in build.lowered.refs}
+    text = build.library.source
+    assert "tile_rh(s_O_f32)" in text and text.count("tile_rh(") == 2, "one rounding (and its definition)"
+    mm = {"A": np.ones((64, 64), np.float16), "B": np.ones((64, 64), np.float16)}
+    build = driver.build(driver.bind_inputs(parse(MATMUL), mm), _stand_in(), {"cache": False})
+    assert "C_f32" not in {r.into for r in build.lowered.refs} and "mma" in build.library.source
 
 
 def test_the_lowered_product_is_widened_only_where_the_target_has_no_unit():

@@ -118,6 +118,19 @@ class TContraction:
         return self.agg is ast.AggOp.SUM and self.comb is ast.CombOp.MUL
 
     @property
+    def has_matrix_shape(self) -> bool:
+        """A matrix product of two operands with rows, columns and a sum between them: an output
+        index only the first operand reads, one only the second reads, and an index both read that
+        the output does not (matmuls, convolutions): what a matrix unit can take. A depthwise
+        convolution (no index of the second operand's own), a dot product or a summed elementwise
+        product has none."""
+        if not self.is_matrix_product or len(self.operands) != 2:
+            return False
+        a, b = ({v for p in acc.polys for v in p.vars} for acc in self.operands)
+        out = {v for p in self.output.polys for v in p.vars}
+        return bool(out & a - b) and bool(out & b - a) and bool(a & b - out)
+
+    @property
     def index_names(self) -> tuple[str, ...]:
         """Every index variable, in order of first appearance (output first)."""
         seen: dict[str, None] = {}

@@ -9,7 +9,7 @@ import re
 from conformance.mutants.base import Mutant, Witness, arrays
 from conformance.mutants.text import minus_one, sub
 
-F32, F64, I32, I8, U8 = "float32", "float64", "int32", "int8", "uint8"
+F32, F64, I32, I8, U8, U32 = "float32", "float64", "int32", "int8", "uint8", "uint32"
 VALUE = r'%"[^"]+"|%[\w.]+'  # an SSA value
 
 
@@ -57,8 +57,10 @@ MUTANTS = [
            sub(r"\bsext i(8|16) ", r"zext i\1 "), _ew("X + 1", I8, X=[-8, 8])),
     Mutant("llvm_sitofp_as_uitofp", "llvm", "cast", "signed int to float as unsigned",
            sub(r"\bsitofp i(8|16|32|64) ", r"uitofp i\1 "), _ew("as_float(X, 32)", I32, X=[-8, 8])),
-    Mutant("llvm_fptosi_as_fptoui", "llvm", "cast", "float to signed int as unsigned",
-           sub(r"\bfptosi\b", "fptoui"), _ew("as_int(X, 32)", F32, X=[-8.5, 8.5])),
+    # (no "fptosi as fptoui": LLVM 22 lowers fptoui of a negative double as fptosi, both undefined
+    # there, so that defect changes no answer on x86-64: an equivalent mutant no test can catch)
+    Mutant("llvm_uitofp_as_sitofp", "llvm", "cast", "unsigned int to float as signed",
+           sub(r"\buitofp i(8|16|32|64) ", r"sitofp i\1 "), _ew("as_float(X, 32)", U32, X=[4000000000, 8])),
     Mutant("llvm_maximum_as_minimum", "llvm", "aggregation", "llvm.maximum as llvm.minimum",
            sub(r"llvm\.maximum\.", "llvm.minimum."), _red(">", F32, [[1, 5, 3], [-2, -7, -1]])),
     Mutant("llvm_minimum_as_maximum", "llvm", "aggregation", "llvm.minimum as llvm.maximum",
