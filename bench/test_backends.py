@@ -20,7 +20,16 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 import tile
-from bench.cases import Case, Inputs, add_plaidml_reference, best_of, cases, record, require_timing, rounds_for
+from bench.cases import (
+    Case,
+    Inputs,
+    add_plaidml_reference,
+    best_of,
+    cases,
+    record,
+    require_timing,
+    rounds_for,
+)
 from bench.gpu_kernels import torch_cuda
 
 CASES = cases("compiled")
