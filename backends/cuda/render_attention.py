@@ -9,17 +9,20 @@ run on each float32 score in registers at its row and key, ``Printer.scored``):
 * **a work-group per (batch point, block of 128 query rows)**: four warps of 32 rows each (two
   16-row tiles: each B fragment read serves both, halving the ``__local`` reads a product takes).
   Q's block is copied once into ``__local`` memory; its A fragments stay in registers for heads up
-  to 64 wide and are read again each step for wider ones (registers); the keys come in blocks of
-  ``BLOCK_KEYS`` (half as many past 64). The kernel is launched with its ``__local`` memory as
-  dynamic memory (up to the device's opt-in limit; 48 KiB at head width 128).
-* **staging**: each block of K and of V is copied into ``__local`` memory with ``cp.async`` (16
+  to 64 wide and are read again each step for wider ones (registers); the keys come in steps of
+  ``STEP_KEYS`` (half as many past 64), ``BLOCK_STEPS`` steps a block. The kernel is launched
+  with its ``__local`` memory as dynamic memory (up to the device's opt-in limit; 96 KiB at head
+  width 128).
+* **staging**: each block of K and V is copied into ``__local`` memory with ``cp.async`` (16
   bytes a copy, zero-filled past the last row and the head's width) where rows are 16-byte runs,
-  else element by element. V's copy is in flight while S = Q·Kᵀ is computed and the next K's while
-  the softmax and the product with V are: one buffer each. Rows of ``__local`` memory are 16-byte
-  chunks XOR-swizzled by the row, so the eight rows an ``ldmatrix`` reads fall in distinct banks.
-* **S in registers**: a warp's 16 x ``BLOCK_KEYS`` scores are accumulator fragments. Each is scaled
+  else element by element, into one of two buffers: the next block's copies are in flight while
+  this block's steps run, and one barrier a block hands the buffers over. Rows of ``__local``
+  memory are 16-byte chunks XOR-swizzled by the row, so the eight rows an ``ldmatrix`` reads fall
+  in distinct banks.
+* **S in registers**: a warp's 16 x ``STEP_KEYS`` scores are accumulator fragments. Each is scaled
   by ``c·log2(e)``, masked (a key past the last, or failing a constraint, is -inf; a block every
-  constraint keeps whole skips the test; a block one constraint drops whole is never visited),
+  constraint keeps whole skips the test; a block, or a step, one constraint drops whole is never
+  visited),
   and the rows' running max ``m`` and sum ``l`` updated as in ``backends.clike.attention``, with
   ``exp2``; a row whose every key so far is masked keeps ``m = -inf`` and subtracts 0.
 * **P·V**: the exponentials, rounded to the operands' type, are the second product's A fragments
@@ -45,24 +48,31 @@ from backends.cuda.mma import COMMIT
 from stripe.plans import AttentionPlan
 from tile.dtypes import DType
 
-BLOCK_KEYS = 64  # keys a step (half as many for heads wider than 64: registers)
+STEP_KEYS = 64  # keys a step (half as many for heads wider than 64: registers)
+BLOCK_STEPS = 2  # steps a block of K and V copied at once
 WARPS = 4
 M_TILES = 2  # 16-row tiles a warp owns: 128 query rows a work-group
 REGISTER_Q = 64  # Q's fragments stay in registers up to this depth (padded), else are read per step
 WIDEST = 128  # the widest head (Q·K depth or V width, padded to 16) whose fragments fit in registers
 _OUTS = (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16)
+_WAIT_ALL = 'asm volatile("cp.async.wait_group 0;" ::: "memory");'
+
+
+def step_keys(p: AttentionPlan) -> int:
+    """The keys a step of ``p``'s kernel: its scores' registers (half as many past 64 wide)."""
+    return STEP_KEYS if max(padded(p.depth), padded(p.width)) <= 64 else STEP_KEYS // 2
 
 
 def block_keys(p: AttentionPlan) -> int:
-    """The keys a step of ``p``'s kernel."""
-    return BLOCK_KEYS if max(padded(p.depth), padded(p.width)) <= 64 else BLOCK_KEYS // 2
+    """The keys a block of K and V copied at once (``BLOCK_STEPS`` steps, one barrier)."""
+    return step_keys(p) * BLOCK_STEPS
 
 
 def local_bytes(p: AttentionPlan) -> int:
-    """The ``__local`` memory the kernel of ``p`` takes (dynamic: launched with it): Q's block, one
-    K block and one V block."""
+    """The ``__local`` memory the kernel of ``p`` takes (dynamic: launched with it): Q's block and
+    two blocks each of K and V (one multiplied while the other's copies are in flight)."""
     dp, wp = padded(p.depth), padded(p.width)
-    return 2 * (16 * WARPS * M_TILES * dp + block_keys(p) * (dp + wp))
+    return 2 * (16 * WARPS * M_TILES * dp + 2 * block_keys(p) * (dp + wp))
 
 
 def takes(em: KernelEmitter) -> tuple | None:
@@ -118,77 +128,20 @@ class _Writer(Printer):
         line(f"const long i0 = {first} * {br};  /* longest first */")
         line(f"grp %= {heads};")
 
-    def kernel(self) -> tuple[str, int, int]:
-        p, t, em, mt = self.p, self.t, self.em, self.mt
-        dp, wp, br, bc = self.dp, self.wp, self.rows, block_keys(p)
-        blocks = -(-p.keys // bc)
-        row_blocks = -(-p.rows // br)
-        line = self.line
-        line("extern __local uint4 tile_attention_local[];  /* launched with local_bytes */")
-        line("__local ushort* sq = (__local ushort*)tile_attention_local;")
-        line(f"__local ushort* sk = sq + {br * dp};")
-        line(f"__local ushort* sv = sk + {bc * dp};")
-        line("const int tid = (int)get_local_id(0), lane = tid & 31, warp = tid >> 5;")
-        line("long grp = (long)get_group_id(0);")
-        self.row_block(row_blocks, br, bc)
-        self.roles(p.batch)
-        for ptr, name, dims in (("qg", p.q, p.q_dims), ("kg", p.k, p.k_dims), ("vg", p.v, p.v_dims)):
-            self.base(ptr, name, dims)
-        q_vec = self.vector(p.q, p.q_dims, "i", "d", p.depth)
-        k_vec = self.vector(p.k, p.k_dims, "j", "d", p.depth)
-        v_vec = self.vector(p.v, p.v_dims, "j", "e", p.width)
-        qs = (self.stride(p.q, p.q_dims, "i"), self.stride(p.q, p.q_dims, "d"))
-        ks = (self.stride(p.k, p.k_dims, "j"), self.stride(p.k, p.k_dims, "d"))
-        vs = (self.stride(p.v, p.v_dims, "j"), self.stride(p.v, p.v_dims, "e"))
-
-        def stage_k(j0: str) -> None:
-            self.stage("sk", "kg", j0, p.keys, bc, *ks, p.depth, dp, k_vec)
-
-        def dropped(j0: str) -> str:
-            return self.box("i0", br, j0, bc, False)
-
-        line(f"long jb = 0;  /* the next block of {bc} keys that some constraint does not drop whole */")
-        line(f"while (jb < {blocks} && ({dropped(f'(jb * {bc})')})) jb++;")
-        self.stage("sq", "qg", "i0", p.rows, br, *qs, p.depth, dp, q_vec)
-        line(COMMIT)
-        line(f"if (jb < {blocks}) {{")
-        stage_k(f"jb * {bc}")
-        line("}")
-        line(COMMIT)
-        line('asm volatile("cp.async.wait_group 1;" ::: "memory");')
-        line("barrier(CLK_LOCAL_MEM_FENCE);")
-        sn, wn = bc // 8, wp // 8
-        first = f"warp * {16 * mt}"
-        a = ("sq", first)
-        if dp <= REGISTER_Q:
-            self.a_fragments("qf", "sq", first, dp)
-            a = "qf"
-        self.zeros("o", wn)
-        line(f"float mr[{mt}][2], lr[{mt}][2];")
-        line("#pragma unroll")
-        line(f"for (int m = 0; m < {mt}; m++) {{ mr[m][0] = mr[m][1] = -INFINITY; "
-             "lr[m][0] = lr[m][1] = 0.0f; }")
-        line(f"const long r0 = i0 + {first} + (lane >> 2);  /* the lane's rows: r0 + 16 m + 8 h */")
-        scale = p.scale_num / p.scale_den * math.log2(math.e)
-        line(f"const float c2 = {t.float_literal(scale, DType.FLOAT32)};  /* c * log2(e) */")
-        line(f"while (jb < {blocks}) {{")
-        line(f"const long j0 = jb * {bc};")
-        self.stage("sv", "vg", "j0", p.keys, bc, *vs, p.width, wp, v_vec)
-        line(COMMIT)
-        line('asm volatile("cp.async.wait_group 1;" ::: "memory");')
-        line("barrier(CLK_LOCAL_MEM_FENCE);")
+    def step(self, a, j0: str, sk: str, sv: str, keys: int) -> None:
+        """One step of the online softmax over the ``keys`` keys from ``j0`` (a C expression), their
+        K and V rows at ``sk`` and ``sv`` in ``__local`` memory: S = Q·Kᵀ, the scores, the mask,
+        the rows' running max and sum, the partial output rescaled and P·V added; skipped where a
+        constraint drops the whole step (the causal diagonal's far half)."""
+        p, mt, line = self.p, self.mt, self.line
+        sn, wn = keys // 8, self.wp // 8
+        line(f"if (!({self.box('i0', self.rows, j0, keys, False)})) {{")
+        line(f"const long js = {j0};")
         self.zeros("s", sn)
-        self.times_rows("s", a, "sk", bc, dp)
-        line("barrier(CLK_LOCAL_MEM_FENCE);  /* every warp is done with K's block */")
-        line("long jn = jb + 1;")
-        line(f"while (jn < {blocks} && ({dropped(f'(jn * {bc})')})) jn++;")
-        line(f"if (jn < {blocks}) {{")
-        stage_k(f"jn * {bc}")
-        line("}")
-        line(COMMIT)
-        self.scored("s", sn, "r0", "j0", "c2")
-        line(f"if (!({self.box('i0', br, 'j0', bc, True)} && j0 + {bc} <= {p.keys})) {{")
-        self.masked("s", sn, "r0", "j0", "-INFINITY")
+        self.times_rows("s", a, sk, keys, self.dp)
+        self.scored("s", sn, "r0", "js", "c2")
+        line(f"if (!({self.box('i0', self.rows, 'js', keys, True)} && js + {keys} <= {p.keys})) {{")
+        self.masked("s", sn, "r0", "js", "-INFINITY")
         line("}")
         line("#pragma unroll")
         line(f"for (int m = 0; m < {mt}; m++) {{")
@@ -209,10 +162,81 @@ class _Writer(Printer):
              "o[m][n][3] *= a1; }")
         line("}")
         self.pack("pa", "s", sn)
-        line('asm volatile("cp.async.wait_group 1;" ::: "memory");')
+        self.times_tile("o", "pa", sv, keys, self.wp)
+        line("}")
+
+    def kernel(self) -> tuple[str, int, int]:
+        p, t, em, mt = self.p, self.t, self.em, self.mt
+        dp, wp, br, bc, sub = self.dp, self.wp, self.rows, block_keys(p), step_keys(p)
+        blocks = -(-p.keys // bc)
+        row_blocks = -(-p.rows // br)
+        kb, vb = bc * dp, bc * wp  # a block's K and V elements
+        line = self.line
+        line("extern __local uint4 tile_attention_local[];  /* launched with local_bytes */")
+        line("__local ushort* sq = (__local ushort*)tile_attention_local;")
+        line(f"__local ushort* sk = sq + {br * dp};  /* two K blocks */")
+        line(f"__local ushort* sv = sk + {2 * kb};  /* two V blocks */")
+        line("const int tid = (int)get_local_id(0), lane = tid & 31, warp = tid >> 5;")
+        line("long grp = (long)get_group_id(0);")
+        self.row_block(row_blocks, br, bc)
+        self.roles(p.batch)
+        for ptr, name, dims in (("qg", p.q, p.q_dims), ("kg", p.k, p.k_dims), ("vg", p.v, p.v_dims)):
+            self.base(ptr, name, dims)
+        q_vec = self.vector(p.q, p.q_dims, "i", "d", p.depth)
+        k_vec = self.vector(p.k, p.k_dims, "j", "d", p.depth)
+        v_vec = self.vector(p.v, p.v_dims, "j", "e", p.width)
+        qs = (self.stride(p.q, p.q_dims, "i"), self.stride(p.q, p.q_dims, "d"))
+        ks = (self.stride(p.k, p.k_dims, "j"), self.stride(p.k, p.k_dims, "d"))
+        vs = (self.stride(p.v, p.v_dims, "j"), self.stride(p.v, p.v_dims, "e"))
+
+        def stage_kv(j0: str, buf: str) -> None:
+            self.stage(f"(sk + ({buf}) * {kb})", "kg", j0, p.keys, bc, *ks, p.depth, dp, k_vec)
+            self.stage(f"(sv + ({buf}) * {vb})", "vg", j0, p.keys, bc, *vs, p.width, wp, v_vec)
+
+        def dropped(j0: str, keys: int) -> str:
+            return self.box("i0", br, j0, keys, False)
+
+        line(f"long jb = 0;  /* the next block of {bc} keys that some constraint does not drop whole */")
+        line(f"while (jb < {blocks} && ({dropped(f'(jb * {bc})', bc)})) jb++;")
+        self.stage("sq", "qg", "i0", p.rows, br, *qs, p.depth, dp, q_vec)
+        line(f"if (jb < {blocks}) {{")
+        stage_kv(f"jb * {bc}", "0")
+        line("}")
+        line(COMMIT)
+        line(_WAIT_ALL)
         line("barrier(CLK_LOCAL_MEM_FENCE);")
-        self.times_tile("o", "pa", "sv", bc, wp)
-        line("barrier(CLK_LOCAL_MEM_FENCE);  /* every warp is done with V's block */")
+        wn = wp // 8
+        first = f"warp * {16 * mt}"
+        a = ("sq", first)
+        if dp <= REGISTER_Q:
+            self.a_fragments("qf", "sq", first, dp)
+            a = "qf"
+        self.zeros("o", wn)
+        line(f"float mr[{mt}][2], lr[{mt}][2];")
+        line("#pragma unroll")
+        line(f"for (int m = 0; m < {mt}; m++) {{ mr[m][0] = mr[m][1] = -INFINITY; "
+             "lr[m][0] = lr[m][1] = 0.0f; }")
+        line(f"const long r0 = i0 + {first} + (lane >> 2);  /* the lane's rows: r0 + 16 m + 8 h */")
+        scale = p.scale_num / p.scale_den * math.log2(math.e)
+        line(f"const float c2 = {t.float_literal(scale, DType.FLOAT32)};  /* c * log2(e) */")
+        line("int buf = 0;")
+        line(f"while (jb < {blocks}) {{")
+        line(f"const long j0 = jb * {bc};")
+        line("long jn = jb + 1;")
+        line(f"while (jn < {blocks} && ({dropped(f'(jn * {bc})', bc)})) jn++;")
+        line(f"if (jn < {blocks}) {{  /* the next block's copies, in flight through this one */")
+        stage_kv(f"jn * {bc}", "buf ^ 1")
+        line("}")
+        line(COMMIT)
+        line(f"__local ushort* skb = sk + buf * {kb};")
+        line(f"__local ushort* svb = sv + buf * {vb};")
+        line("#pragma unroll 1  /* a step's registers, not two steps' */")
+        line(f"for (int h = 0; h < {bc // sub}; h++) {{")
+        self.step(a, f"(j0 + h * {sub})", f"(skb + h * {sub * dp})", f"(svb + h * {sub * wp})", sub)
+        line("}")
+        line(_WAIT_ALL)
+        line("barrier(CLK_LOCAL_MEM_FENCE);  /* the next block is in; every warp is done with this one */")
+        line("buf ^= 1;")
         line("jb = jn;")
         line("}")
         line("#pragma unroll")
@@ -231,4 +255,4 @@ class _Writer(Printer):
         return text, groups * self.threads, self.threads
 
 
-__all__ = ["BLOCK_KEYS", "local_bytes", "source", "takes"]
+__all__ = ["BLOCK_STEPS", "STEP_KEYS", "block_keys", "local_bytes", "source", "step_keys", "takes"]
