@@ -137,13 +137,16 @@ class SplitReductionConfig:
     partial_set: tuple[str, ...] = ()  # tags added to the partial block
     combine_set: tuple[str, ...] = ()  # tags added to the combine block
     one_kernel: bool = False  # a global reduction's partials and its one combine: one kernel
+    # leave alone a product of two float16 or bfloat16 operands each with output indexes of its own
+    # over at least this many points (a GEMM with rows on both sides, a matrix unit's; 0: split those)
+    min_free: int = 0
 
     def invalid(self) -> tuple[str, str, str] | None:
         """``(key, message, hint)`` for a value no split can use (``stripe.config`` locates it)."""
         for key, low in (("min_chunk", 2), ("min_reduction", 2), ("oversubscribe", 1)):
             if getattr(self, key) < low:
                 return key, f"{key} must be at least {low}", f"write {low} or more"
-        for key in ("parallelism", "max_outputs", "lanes", "vector"):
+        for key in ("parallelism", "max_outputs", "lanes", "vector", "min_free"):
             if getattr(self, key) < 0:
                 return key, f"{key} must not be negative", "write 0 for the default, or a positive count"
         unknown = [a for a in self.aggs if a not in AGGREGATIONS]
@@ -327,6 +330,8 @@ class _Splitter:
         outputs = math.prod(i.range for i in block.idxs if i.name in outs)
         reduction = math.prod(i.range for i in block.idxs if i.name not in outs)
         threaded = outputs < self.max_outputs and reduction >= cfg.min_reduction
+        if cfg.min_free and _free_sides(block, ins, outs) >= cfg.min_free:
+            return None  # (the matrix unit's: M = 16 on wgmma took 0.047 ms, split 0.162)
         # Vector lanes pay only where no output index already walks an input contiguously, and
         # only while P stays small next to what the block reads (a matmul-like block, reading
         # each element many times, would need its output times the lanes).
@@ -506,6 +511,18 @@ def _drop_stores(block: Block, moved: set[str]) -> Block:
     used |= {x for s in stmts if isinstance(s, Intrinsic) for x in s.inputs}
     stmts = [s for s in stmts if not isinstance(s, Constant) or s.into in used]
     return replace(block, stmts=tuple(stmts))
+
+
+def _free_sides(block: Block, ins: list[Refinement], outs: set[str]) -> int:
+    """For a product of two float16 or bfloat16 operands, the fewer of the points of each
+    operand's own output indexes (those the other does not read: a GEMM's M and N); 0 for any
+    other block."""
+    if len(ins) != 2 or not all(r.shape.dtype.is_narrow_float for r in ins):
+        return 0
+    reads = [{ix.name for ix in block.idxs if _flat_stride(r, ix.name)} for r in ins]
+    sides = [math.prod(ix.range for ix in block.idxs if ix.name in outs and ix.name in mine - other)
+             if mine & outs - other else 0 for mine, other in (reads, reads[::-1])]
+    return min(sides)
 
 
 def _flat_stride(ref: Refinement, idx: str) -> int:
