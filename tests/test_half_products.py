@@ -9,6 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import tile
 from backends import driver, registry
 from tile.parser import parse
 
@@ -111,3 +112,45 @@ def test_the_micro_kernel_takes_a_widened_half_product_its_half_operand_packed()
     assert half is not None, "the widened float16 product runs on the micro-kernel"
     assert "B" in half.pack_refs and "B" not in half.in_place_refs, "a half operand is packed as float32"
     assert match(np.float16, False) is None, "a product summed in float16 stays plain loops"
+
+
+GROUPED = ("function (I[N, H, W, G, CG], K[KH, KW, CG, G, CO]) -> (O) { O[n, x, y, g, co: N, H, W, G, CO] = "
+           "+(I[n, x + kx - 1, y + ky - 1, g, ci] * K[kx, ky, ci, g, co]); }")
+
+
+def _grouped_inputs(n: int):
+    rng = np.random.default_rng(3)
+    return {"I": rng.integers(-3, 4, (n, 56, 56, 32, 4)).astype(np.float16),
+            "K": rng.integers(-3, 4, (3, 3, 4, 32, 4)).astype(np.float16)}
+
+
+def test_the_tiled_simt_kernel_loads_half_operands_through_the_target():
+    """A float16 GEMM the tensor cores do not take (a grouped convolution: K = 36, N = 4) runs
+    the tiled SIMT kernel; its operand loads go through the target's half load (``vload_half`` on
+    CUDA, where ``half`` is the bits: a raw ``b0_I[...]`` read them as an integer, and the H100
+    gave non-finite outputs)."""
+    from tests.test_cuda_device import _stand_in
+
+    bound = driver.bind_inputs(parse(GROUPED), _grouped_inputs(2))
+    build = driver.build(bound, _stand_in(), {"cache": False})
+    (name,) = build.library.extra["names"]
+    assert "_t128x32" in name, name  # the tiled SIMT kernel
+    text = build.library.source
+    assert "vload_half(" in text and "b0_I[" not in text and "b1_K[" not in text
+
+
+def test_the_tiled_simt_kernel_on_half_operands_is_exact(monkeypatch):
+    """The same kernel run by PoCL (the OpenCL CPU device given the GPU config's hardware, so that
+    the tiles are the H100's): exact on small integers (it failed to build before: a raw half
+    load needs cl_khr_fp16)."""
+    from backends.opencl.device import OpenCLDevice
+
+    if "opencl_cpu.0" not in registry.devices():
+        pytest.skip(f"no opencl_cpu.0 here: {registry.unavailable() or 'no OpenCL CPU device'}")
+    monkeypatch.setattr(OpenCLDevice, "hardware", lambda self, hw: hw)
+    ins = _grouped_inputs(2)
+    f = tile.compile(GROUPED, "opencl_cpu.0", {"config": "opencl_gpu", "cache": False})
+    got = f(ins)["O"]
+    assert "_t128x32" in f._last.library.extra["names"][0]
+    want = tile.compile(GROUPED, "interp")(ins)["O"]
+    np.testing.assert_array_equal(got, want)

@@ -94,7 +94,9 @@ class GemmEmitter(GemmWriter):
             ptr = f"*(__global const {vec}*)({ptr} + "
         for p, vals, kvals, _, _ in items:
             kept, addr = self.element(op, p, vals, kvals, depth)
-            value = f"{ptr}{addr})" if w > 1 else f"{ptr}[{addr}]"
+            # (one element: through the target's load, which converts a float16 or bfloat16 to
+            # its float register: CUDA's ``half`` is its bits, an unsigned short)
+            value = f"{ptr}{addr})" if w > 1 else self.t.load(ptr, addr, op.ref.shape.dtype)
             if flag:
                 self.line(f"{p}_in = {kept};", depth + 1)
                 self.line(f"{p}_ld = {p}_in ? {value} : {zero}; }}", depth + 1)
@@ -270,5 +272,6 @@ class GemmEmitter(GemmWriter):
                     continue
                 ptr = self.ptrs[out.ref.source]
                 off = self.affine(out.offset, env)
-                st = f"{ptr}[{off}] = {ptr}[{off}] + c{i}_{j};"
+                dt = out.ref.shape.dtype  # (through the target's load and store: a half is its bits)
+                st = self.t.store(ptr, off, f"{self.t.load(ptr, off, dt)} + c{i}_{j}", dt)
                 self.line(f"if ({' && '.join(conds)}) {st}" if conds else st)
