@@ -50,6 +50,7 @@ def test_max_error_in_float64():
     assert gs.max_error(np.array([1, 2, 3], np.float16), exact) == 2.0**-30
     assert gs.max_error(np.array([1, 2.5, 3], ml_dtypes.bfloat16), exact) == 0.5
     assert gs.max_error(np.array([1, np.nan, 3], np.float32), exact) == np.inf
+    assert gs.max_error(np.array([1, np.inf, 3], np.float16), exact) == np.inf  # (not 1.8e308)
     assert gs.max_error(np.zeros(0), np.zeros(0)) == 0.0
 
 
