@@ -241,6 +241,18 @@ def test_a_call_is_captured_in_a_cuda_graph_and_replayed():
     assert torch.equal(out, torch.arange(1000, device="cuda", dtype=torch.float32) + 1)
 
 
+def _general_refused(monkeypatch, torch, owner, name: str):
+    """A side stream that waits for the current one, with ``owner.name`` (the general path) made
+    to fail."""
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("the general path ran")
+
+    monkeypatch.setattr(owner, name, refuse)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    return s
+
+
 def test_repeat_calls_on_cuda0_take_the_lane_on_the_current_stream(monkeypatch):
     """After a signature's first call, calls pass the tensors' pointers straight to cuLaunchKernel
     (``tile.torch_lane``): the general path made to fail, forward and backward stay exact, on a
@@ -261,12 +273,7 @@ def test_repeat_calls_on_cuda0_take_the_lane_on_the_current_stream(monkeypatch):
     assert isinstance(mm._lanes[signature((a, b))], TorchLane)
     assert any(isinstance(v, TorchLane) for v in mm._grad_lanes.values())
 
-    def refuse(self, *args, **kwargs):
-        raise AssertionError("the general path ran")
-
-    monkeypatch.setattr(CompiledProgram, "run", refuse)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
+    s = _general_refused(monkeypatch, torch, CompiledProgram, "run")
     with torch.cuda.stream(s):
         for _ in range(3):
             a, b = ints(33, 17).requires_grad_(), ints(17, 9).requires_grad_()
@@ -296,12 +303,7 @@ def test_calls_on_cuda0_take_the_hot_call_and_leave_it_for_anything_else(monkeyp
     assert hot is not None, "no hot call kept for a CUDA signature"
     general = TorchOp._forward_at
 
-    def refuse(self, *args, **kwargs):
-        raise AssertionError("the general path ran")
-
-    monkeypatch.setattr(TorchOp, "_forward_at", refuse)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
+    s = _general_refused(monkeypatch, torch, TorchOp, "_forward_at")
     with torch.cuda.stream(s):
         for k in range(3):
             a = torch.full((7,), float(k), device="cuda")  # written on s just before
