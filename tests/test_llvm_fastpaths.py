@@ -160,14 +160,15 @@ def test_the_native_pool_serves_repeated_and_interleaved_kernels():
 
 
 def test_small_kernels_run_on_the_calling_thread_and_large_scratch_does_not():
-    # two reductions of 8 x 256 points: no K block of 64 points fits the inline allowance
-    # (backends/llvm/inline_blocks.py), so the 512 KiB packed panel stays whole
+    # two reductions of 8 x 1024 points: no K block (a whole inner row of 1024 points) fits the
+    # inline allowance (backends/llvm/inline_blocks.py) at any vector width down to SSE's (at 256
+    # points AVX2's narrower panels fit it), so the packed panel stays whole
     program = lowered(
         "function (A[M, K, L], B[K, L, N]) -> (C) { C[i, j: M, N] = +(A[i, k, l] * B[k, l, j]); }",
-        {"A": np.ones((64, 8, 256)), "B": np.ones((8, 256, 64))},
+        {"A": np.ones((64, 8, 1024)), "B": np.ones((8, 1024, 64))},
     )
-    a = np.random.default_rng(1).integers(-3, 4, (64, 8, 256)).astype(np.float32)
-    b = np.random.default_rng(2).integers(-3, 4, (8, 256, 64)).astype(np.float32)
+    a = np.random.default_rng(1).integers(-3, 4, (64, 8, 1024)).astype(np.float32)
+    b = np.random.default_rng(2).integers(-3, 4, (8, 1024, 64)).astype(np.float32)
     for inline in (True, False):
         got, kernels = execute(program, {"A": a, "B": b}, {"inline": inline, "parallel": False})
         np.testing.assert_array_equal(got["C"], np.einsum("ikl,klj->ij", a, b))

@@ -50,6 +50,10 @@ def test_a_kernel_split_over_threads_keeps_the_per_kernel_plan(monkeypatch):
     x = np.random.default_rng(6).integers(-4, 5, (8, 512)).astype(np.float32)
     rep = Backend.prepare(m, "llvm_cpu.0", settings={"threads": 2, "min_parallel_points": 1})
     rep.run([x])
+    if _lane(rep) is None:  # (seen on a 2-core AVX2 host: one kernel's stack past 64 KiB)
+        pytest.skip("no raw lane for this model here: a kernel's stack passes the inline allowance "
+                    "(backends/llvm/inline_blocks.py) at this host's vector width, so it runs on the "
+                    "dispatcher thread and Lane.of declines the program")
     program = _lane(rep).lane.program
     if all(len(program.kernels[k].ranges()) == 1 for k in program._order):
         pytest.skip("no kernel of this program splits over 2 threads here (its schedule keeps one chunk)")
