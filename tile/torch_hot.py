@@ -13,9 +13,10 @@ its launch): a small call is mostly this overhead (a 1-element add: ~1 us of tor
 
 Every check of the usual path stays; each sends the call back to it (None), where it runs as
 before: something watches the call (``tile.torch_lane.watched``: compile, tracing, modes,
-functorch, forward-mode AD), ``TILE_DEBUG``, a wrong count, a tensor that is not a contiguous CPU
-tensor of ``PLAIN_TYPES`` (``torch.Tensor``, ``nn.Parameter``) and of the signature's dtype and
-shape, a negative view
+functorch, forward-mode AD), ``TILE_DEBUG``, a wrong count, a tensor that is not a contiguous
+tensor of ``PLAIN_TYPES`` (``torch.Tensor``, ``nn.Parameter``) on the signature's device (the CPU,
+or one CUDA device: there without a gradient, see ``HotCall``) and of its dtype and shape, a
+negative view
 (``torch._neg_view``: its memory holds the values negated), one without memory (a
 ``ZeroTensor``, a dead functorch wrapper, a sparse tensor: ``data_ptr``/``is_contiguous`` raise or
 give 0), two tensors at one address, general work queued on the device. A strided cotangent is
