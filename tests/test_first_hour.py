@@ -100,6 +100,7 @@ def test_free_output_index_with_a_summed_one_warns_once_located(tmp_path):
         f = tile.compile(TYPO, "interp")
         tile.compile(TYPO, "interp")  # the same text and place: not again
         f(A=np.ones((2, 3), np.float32), B=np.ones((3, 4), np.float32))  # nor at the call
+    got = [w for w in got if not issubclass(w.category, ResourceWarning)]  # (another test's garbage)
     assert [type(w.message) for w in got] == [TileIndexWarning]
     w = got[0].message
     assert "'q'" in w.message and "'j'" in w.message

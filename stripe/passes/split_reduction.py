@@ -331,7 +331,7 @@ class _Splitter:
         reduction = math.prod(i.range for i in block.idxs if i.name not in outs)
         threaded = outputs < self.max_outputs and reduction >= cfg.min_reduction
         if cfg.min_free and _free_sides(block, ins, outs) >= cfg.min_free:
-            return None  # (the matrix unit's: M = 16 on wgmma took 0.047 ms, split 0.162)
+            return None  # (the matrix unit's: M = 16 whole took 0.047 ms on an H100, split 0.162)
         # Vector lanes pay only where no output index already walks an input contiguously, and
         # only while P stays small next to what the block reads (a matmul-like block, reading
         # each element many times, would need its output times the lanes).
