@@ -86,6 +86,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from stripe.gemm import match as gemm_match
 from stripe.hardware import Hardware
 from stripe.ir import (
     Block,
@@ -114,7 +115,7 @@ from stripe.passes.self_init import (
     self_initialised,
     without_fill,
 )
-from stripe.passes.tiling import parent_sizes, views_of
+from stripe.passes.tiling import parent_sizes, tables_of, views_of
 from stripe.specials import fill_name
 from tile.affine import Affine
 from tile.dtypes import DType
@@ -137,8 +138,8 @@ class SplitReductionConfig:
     partial_set: tuple[str, ...] = ()  # tags added to the partial block
     combine_set: tuple[str, ...] = ()  # tags added to the combine block
     one_kernel: bool = False  # a global reduction's partials and its one combine: one kernel
-    # leave alone a product of two float16 or bfloat16 operands each with output indexes of its own
-    # over at least this many points (a GEMM with rows on both sides, a matrix unit's; 0: split those)
+    # leave alone a GEMM of float16 or bfloat16 operands whose M and N each have at least this many
+    # points (a matrix unit's: ``stripe.gemm.match``; 0: split those too)
     min_free: int = 0
 
     def invalid(self) -> tuple[str, str, str] | None:
@@ -330,7 +331,7 @@ class _Splitter:
         outputs = math.prod(i.range for i in block.idxs if i.name in outs)
         reduction = math.prod(i.range for i in block.idxs if i.name not in outs)
         threaded = outputs < self.max_outputs and reduction >= cfg.min_reduction
-        if cfg.min_free and _free_sides(block, ins, outs) >= cfg.min_free:
+        if cfg.min_free and _free_sides(block, parent) >= cfg.min_free:
             return None  # (the matrix unit's: M = 16 whole took 0.047 ms on an H100, split 0.162)
         # Vector lanes pay only where no output index already walks an input contiguously, and
         # only while P stays small next to what the block reads (a matmul-like block, reading
@@ -513,16 +514,12 @@ def _drop_stores(block: Block, moved: set[str]) -> Block:
     return replace(block, stmts=tuple(stmts))
 
 
-def _free_sides(block: Block, ins: list[Refinement], outs: set[str]) -> int:
-    """For a product of two float16 or bfloat16 operands, the fewer of the points of each
-    operand's own output indexes (those the other does not read: a GEMM's M and N); 0 for any
-    other block."""
-    if len(ins) != 2 or not all(r.shape.dtype.is_narrow_float for r in ins):
-        return 0
-    reads = [{ix.name for ix in block.idxs if _flat_stride(r, ix.name)} for r in ins]
-    sides = [math.prod(ix.range for ix in block.idxs if ix.name in outs and ix.name in mine - other)
-             if mine & outs - other else 0 for mine, other in (reads, reads[::-1])]
-    return min(sides)
+def _free_sides(block: Block, parent: Block) -> int:
+    """For a GEMM of float16 or bfloat16 operands (``stripe.gemm.match``, as ``tensorize`` reads
+    one), the fewer of its M and N points; 0 for any other block."""
+    views = tables_of(parent)
+    g = gemm_match(block, views.names, views.dtypes, reorder=False, halves=True)
+    return min(g.m.total, g.n.total) if g is not None and g.dtype.is_narrow_float else 0
 
 
 def _flat_stride(ref: Refinement, idx: str) -> int:
