@@ -193,11 +193,11 @@ class _Writer(Printer):
             self.stage(f"(sk + ({buf}) * {kb})", "kg", j0, p.keys, bc, *ks, p.depth, dp, k_vec)
             self.stage(f"(sv + ({buf}) * {vb})", "vg", j0, p.keys, bc, *vs, p.width, wp, v_vec)
 
-        def dropped(j0: str, keys: int) -> str:
-            return self.box("i0", br, j0, keys, False)
+        def dropped(j0: str) -> str:
+            return self.box("i0", br, j0, bc, False)
 
         line(f"long jb = 0;  /* the next block of {bc} keys that some constraint does not drop whole */")
-        line(f"while (jb < {blocks} && ({dropped(f'(jb * {bc})', bc)})) jb++;")
+        line(f"while (jb < {blocks} && ({dropped(f'(jb * {bc})')})) jb++;")
         self.stage("sq", "qg", "i0", p.rows, br, *qs, p.depth, dp, q_vec)
         line(f"if (jb < {blocks}) {{")
         stage_kv(f"jb * {bc}", "0")
@@ -223,7 +223,7 @@ class _Writer(Printer):
         line(f"while (jb < {blocks}) {{")
         line(f"const long j0 = jb * {bc};")
         line("long jn = jb + 1;")
-        line(f"while (jn < {blocks} && ({dropped(f'(jn * {bc})', bc)})) jn++;")
+        line(f"while (jn < {blocks} && ({dropped(f'(jn * {bc})')})) jn++;")
         line(f"if (jn < {blocks}) {{  /* the next block's copies, in flight through this one */")
         stage_kv(f"jn * {bc}", "buf ^ 1")
         line("}")
