@@ -144,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="cold,warm", help="cold, warm")
     p.add_argument("--profile", action="store_true", help="profile a cold forward + backward instead")
     p.add_argument("--profile-lengths", type=int, default=8, help="how many of --lengths to profile")
+    p.add_argument("--profile-kind", default="-", help="the profiled mode: - (specialized) or generic")
     p.add_argument("--generic", action="store_true", help="cold runs with dynamic=True as well")
     p.add_argument("--kinds", default="-,generic,products",
                    help="with --generic: which cold modes (-: specialized, generic, products: plain loops)")
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         part = lengths[: args.profile_lengths]
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "cold.prof")
-            r = cold(part, True, path)
+            r = cold(part, True, path, generic=args.profile_kind)
             print(f"{len(part)} lengths {part[0]}..{part[-1]}, forward + backward: {r['wall']:.2f} s wall "
                   f"(profiled), {r['cpu']:.2f} s CPU")
             print(stage_table(path, len(part)))

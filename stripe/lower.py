@@ -49,7 +49,7 @@ from stripe.ir import (
 )
 from tile.affine import Affine
 from tile.ast import AggOp, CombOp
-from tile.bounds import index_box, merge_parallel, poly_interval, ranges
+from tile.bounds import index_box, merge_parallel, plain_box, poly_interval, ranges
 from tile.composites import COMPOSITES, expand
 from tile.dtypes import DType, promote
 from tile.errors import TileIndexError
@@ -446,6 +446,11 @@ def _refuse_integer_empty(c: TContraction) -> None:
 def _index_space(c: TContraction, d: TContraction) -> tuple[tuple[Index, ...], tuple[Affine, ...], dict]:
     """The indexes of ``d`` (``c`` defracted) over their exact box shifted to start at 0, the
     constraints the box does not imply, and the shift (each index's affine in the shifted ones)."""
+    plain = plain_box(d)
+    if plain is not None:  # every condition one index and an integer: the box implies them all
+        _refuse_integer_empty(c)
+        idxs = tuple(Index(v, hi - lo + 1) for v, (lo, hi) in plain.items())
+        return idxs, (), {v: Affine.var(v) + lo for v, (lo, _) in plain.items()}
     try:
         box = index_box(d)
     except TileIndexError:

@@ -14,7 +14,16 @@ import ref_interp
 import tile
 from tile.affine import Affine
 from tile.bind import bind
-from tile.bounds import Range, check_bounded, index_box, merge_parallel, poly_interval, ranges, remove_implied
+from tile.bounds import (
+    Range,
+    check_bounded,
+    index_box,
+    merge_parallel,
+    plain_box,
+    poly_interval,
+    ranges,
+    remove_implied,
+)
 from tile.dtypes import DType
 from tile.errors import Span, TileIndexError
 from tile.transforms import STAGES
@@ -121,6 +130,25 @@ def test_index_box_is_exact(src, shapes, want):
     c = contraction(src, **shapes)
     assert index_box(c) == want
     assert brute_box(c) == want
+
+
+@pytest.mark.parametrize("src, shapes, plain", [
+    ("function (A[M, K], B[K, N]) -> (O) { O[i, j: M, N] = +(A[i, k] * B[k, j]); }",
+     {"A": (5, 3), "B": (3, 4)}, True),
+    ("function (I[N]) -> (O) { O[x: 6] = +(I[x + 2]); }", {"I": (5,)}, True),  # O is longer: x <= 2
+    ("function (I[N]) -> (O) { O[x: 5] = +(I[x - 1]), x < 3; }", {"I": (5,)}, True),
+    ("function (I[N]) -> (O) { O[x: 5] = +(I[x + k - 1]), k < 3; }", {"I": (5,)}, False),  # two indexes
+    ("function (I[N]) -> (O) { O[x: 5] = +(I[2*x]); }", {"I": (5,)}, False),  # a coefficient of 2
+    ("function (I[N]) -> (O) { O[x: 3] = +(I[x + 5]); }", {"I": (5,)}, False),  # empty: index_box says why
+], ids=["matmul", "offset", "constraint", "conv", "stride", "empty"])
+def test_plain_box_is_index_box_where_it_answers(src, shapes, plain):
+    """The shortcut lowering takes for spaces of lone indexes: the exact box, or None."""
+    c = contraction(src, **shapes)
+    got = plain_box(c)
+    assert (got is not None) == plain
+    if plain:
+        assert got == index_box(c) == brute_box(c)
+        assert list(got) == list(c.index_names)  # the interpreter's order
 
 
 def test_index_box_errors_name_the_culprit():

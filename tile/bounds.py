@@ -307,6 +307,30 @@ def index_box(c: TContraction) -> dict[str, tuple[int, int]]:
     return box
 
 
+def plain_box(c: TContraction) -> dict[str, tuple[int, int]] | None:
+    """``index_box(c)`` where every condition is one index plus an integer (``0 <= i + k <= D - 1``,
+    a constraint ``i + k < N``): the box is then the intersection of the conditions and implies
+    each of them, so no projection is needed; None for any other space, or one this finds empty or
+    unbounded (``index_box`` then says why). Most contractions (every matmul, every reduction over
+    whole dimensions) are such, and lowering a program at a new shape asks for each of them."""
+    box: dict[str, list[int]] = {}
+    conds = [(p, int(d)) for acc in (c.output, *c.operands) for p, d in zip(acc.polys, acc.type.shape)]
+    conds += [(k.poly, int(k.bound)) for k in c.constraints]
+    for poly, size in conds:
+        terms = poly.terms
+        if len(terms) != 1 or terms[0][1] != 1 or poly.const.denominator != 1:
+            return None
+        v, k = terms[0][0], int(poly.const)
+        got = box.get(v)
+        if got is None:
+            box[v] = [-k, size - 1 - k]
+        else:
+            got[0], got[1] = max(got[0], -k), min(got[1], size - 1 - k)
+    if any(v not in box or box[v][0] > box[v][1] for v in c.index_names):
+        return None
+    return {v: (box[v][0], box[v][1]) for v in c.index_names}
+
+
 def _first_use(c: TContraction, v: str) -> Span:
     for acc in (c.output, *c.operands):
         for k, p in enumerate(acc.polys):
