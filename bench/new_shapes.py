@@ -16,6 +16,8 @@ each new shape (issue 40's two bridge goals), on ``llvm_cpu.0``.
   ``generic_products`` and ``tiled=False`` besides ("products": contractions as plain loops).
 * ``--only generations``: code generations per kernel of the attention over ``--gen-lengths`` (one
   process, each length checked against float64 numpy), specialized and generic.
+* ``--only steady``: the op's forward + backward at a known length against PyTorch's, with the
+  thread pool's default wait for a late worker and with none (``steady``).
 * ``--only speed``: generic kernels' run time against the specialized ones' (best of ``--repeat``
   calls, interleaved) for square matmuls, an elementwise chain, a row reduction and a softmax, and
   the attention with every kernel generic (``dynamic=True``'s setting).
@@ -137,11 +139,64 @@ def stage_table(stats_path: str, n: int) -> str:
     return "\n".join(lines)
 
 
+STEADY = r"""
+import json, os, statistics, sys, time
+import torch
+import tile.torch as tt
+from bench.compile_time import ATTENTION, torch_args
+lengths, reps = json.loads(sys.argv[1]), int(sys.argv[2])
+op = tt.op(ATTENTION, dynamic=True)
+
+def tile_call(args):
+    op(*args).sum().backward()
+
+def torch_call(args):
+    q, k, r, v = args
+    (torch.softmax(q @ k.T + r, dim=1) @ v).sum().backward()
+
+out = {}
+for n in lengths:
+    args = torch_args("attention", n)
+    times = {"tile": [], "torch": []}
+    for f in (tile_call, torch_call):
+        f(args)
+    for _ in range(reps):  # interleaved
+        for name, f in (("tile", tile_call), ("torch", torch_call)):
+            t = time.perf_counter()
+            f(args)
+            times[name].append(time.perf_counter() - t)
+    out[n] = {k: statistics.median(v) for k, v in times.items()}
+print(json.dumps(out))
+"""
+
+
+def steady(lengths: list[int], reps: int) -> str:
+    """The op's forward + backward at a known length (no compile), against PyTorch's eager ops on
+    the same tensors, median of ``reps`` interleaved calls: with the pool's default wait for late
+    workers and with none (``TILE_THREAD_STEAL_US`` huge: a worker's chunks wait for it), each in a
+    new process, PyTorch on its default threads (one per core, as Tile's pool)."""
+    root = Path(__file__).resolve().parent.parent
+    lines = [f"{'length':<8}{'late workers':<22}{'tile ms':>9}{'torch ms':>10}{'ratio':>7}"]
+    for label, env in (("run by the caller", {}), ("waited for", {"TILE_THREAD_STEAL_US": str(10**9)})):
+        with tempfile.TemporaryDirectory() as cache:
+            full = {**os.environ, "TILE_CACHE_DIR": cache, "PYTHONPATH": str(root), **env}
+            if not env:
+                full.pop("TILE_THREAD_STEAL_US", None)
+            r = subprocess.run([sys.executable, "-c", STEADY, json.dumps(lengths), str(max(5, reps))],
+                               env=full, cwd=root, capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(f"the steady run failed:\n{r.stderr[-4000:]}")
+        for n, t in json.loads(r.stdout.strip().splitlines()[-1]).items():
+            lines.append(f"{n:<8}{label:<22}{t['tile'] * 1e3:>9.2f}{t['torch'] * 1e3:>10.2f}"
+                         f"{t['tile'] / t['torch']:>7.2f}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.new_shapes", description=__doc__.split("\n")[0])
     p.add_argument("--lengths", default="8:512:8", help="a:b:step or a comma list (default: 64 lengths)")
     p.add_argument("--warm-sizes", default="7,64", help="the warm case's new lengths")
-    p.add_argument("--only", default="cold,warm", help="cold, warm")
+    p.add_argument("--only", default="cold,warm", help="cold, warm, generations, speed, steady")
     p.add_argument("--profile", action="store_true", help="profile a cold forward + backward instead")
     p.add_argument("--profile-lengths", type=int, default=8, help="how many of --lengths to profile")
     p.add_argument("--profile-kind", default="-", help="the profiled mode: - (specialized) or generic")
@@ -150,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --generic: which cold modes (-: specialized, generic, products: plain loops)")
     p.add_argument("--modes", default="fwd,fwd+bwd", help="cold: fwd, fwd+bwd or both")
     p.add_argument("--gen-lengths", default="1:64:1,96:4096:*1.25", help="generations: lengths")
+    p.add_argument("--steady-lengths", default="96,304,512", help="steady: lengths")
     p.add_argument("--repeat", type=int, default=200, help="speed: calls timed per kernel and mode")
     args = p.parse_args(argv)
     lengths = lengths_of(args.lengths)
@@ -186,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         print(product_speed(args.repeat), flush=True)
         print(speed(args.repeat), flush=True)
         print(attention_speed(max(10, args.repeat // 4)), flush=True)
+    if "steady" in args.only:
+        print(steady(lengths_of(args.steady_lengths), args.repeat // 10), flush=True)
     if "warm" in args.only:
         print("warm: a new process, the disk cache filled by an earlier one; goal 50 ms fwd+bwd")
         print(f"{'length':<10}{'fwd ms':>9}{'bwd ms':>9}{'fwd+bwd ms':>12}{'cpu ms':>9}")

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Tests that check which thread ran which chunk need each worker to run its own: on a loaded
+# machine a sleeping worker may wake later than a call waits before it runs a late worker's chunks
+# itself (``backends.llvm.threads``, "A late worker's chunks"); tests/test_llvm_pool.py tests that.
+os.environ.setdefault("TILE_THREAD_STEAL_US", str(10**9))
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ with no wake-up lost (that would hang) and results exact. Each path is forced by
 from __future__ import annotations
 
 import ctypes
+import threading
 import time
 
 import numpy as np
@@ -43,7 +44,8 @@ def _calls(spin_ns: int | None, pause_every: int = 0):
     """Ten calls of a row sum split over 3 threads; yields the sleeping flags right after each."""
     dev = LlvmCpuDevice(threads=3)
     if spin_ns is not None:
-        dev.pool.native = native.NativePool(2, _start_worker, spin_ns=spin_ns)
+        # (no stealing: a sleeping worker's wake-up may take longer than the default wait)
+        dev.pool.native = native.NativePool(2, _start_worker, spin_ns=spin_ns, steal_ns=10**10)
     pool = dev.pool.native
     assert pool is not None
     program = lowered(ROWS, {"A": np.zeros(SHAPE, np.float32)})
@@ -57,6 +59,26 @@ def _calls(spin_ns: int | None, pause_every: int = 0):
         yield pool, flags
         if pause_every and k % pause_every == pause_every - 1:
             assert _all_asleep(pool)  # after a pause every worker sleeps; the next call wakes it
+
+
+def test_a_late_workers_chunks_run_on_the_caller():
+    """With sleeping workers (no watching) and no wait, the caller takes over the posts the
+    workers have not taken by the time its own chunks are done: every result exact (a chunk run
+    twice would double its rows' sums, one run by nobody leave them zero), the chunks it took
+    reported as its own, and the workers it overtook take later posts or lose them again."""
+    dev = LlvmCpuDevice(threads=3)
+    dev.pool.native = native.NativePool(2, _start_worker, spin_ns=0, steal_ns=0)
+    program = lowered(ROWS, {"A": np.zeros(SHAPE, np.float32)})
+    library, _ = build(program, None, dev)
+    me, taken = threading.get_ident(), 0
+    for k in range(40):
+        a = np.arange(np.prod(SHAPE), dtype=np.float32).reshape(SHAPE) % 7 + k
+        got, kernels = execute(program, {"A": a}, device=dev, library=library)
+        np.testing.assert_array_equal(got["O"], a.sum(axis=1))
+        ran = kernels[-1].last_threads
+        assert len(ran) == 3 and ran[0] == me
+        taken += ran[1] == me or ran[2] == me
+    assert taken >= 1  # waking a sleeper takes tens of microseconds; the caller's chunk, a few
 
 
 def test_every_hand_off_wakes_a_sleeping_worker():

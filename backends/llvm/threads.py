@@ -7,7 +7,21 @@ threads, as the Python pool's) (ctypes released the GIL). ``tile_parallel`` (one
 from the dispatcher) fills each busy worker's slot, publishes it by bumping the slot's sequence
 number, runs its own share of the chunks and waits until the shared ``remaining`` count of busy
 workers is zero (a kernel function cannot raise: no error comes back). Chunk ``k`` runs on runner
-``k % runners``: runner 0 is the calling thread, runner ``w`` worker ``w``, the same every call.
+``k % runners``: runner 0 is the calling thread, runner ``w`` worker ``w``, the same every call,
+unless the worker was late (below).
+
+**A late worker's chunks.** A worker the operating system has not scheduled (its core busy with
+another process's thread, or PyTorch's OpenMP threads spinning between the operations around a
+``tile.torch`` call) would hold the call up for a whole time slice, milliseconds, for chunks that
+take microseconds: through ``tile.torch`` with PyTorch's two threads on two cores, the attention's
+forward + backward at S = 304 took 11.8 ms a call against 2.9 ms with PyTorch on one thread. So a
+post is *taken*: a worker runs its chunks only after it moves its slot's sequence number from odd
+(posted) to even by a compare-and-swap; the dispatcher, once its own chunks are done and
+``STEAL_NS`` have passed with workers still out, makes the same swap on every slot still posted
+and runs those chunks itself (marking the slot ``stolen`` for ``run``'s report). Whoever swaps
+first runs them, exactly once; a worker that wakes to an even number goes back to watching. The
+dispatcher writes a slot only while no run is in flight, so a worker that won the swap reads the
+fields of its own run.
 
 **Waking.** A worker that finished watches its sequence number for ``SPIN_NS`` (yielding the
 CPU between looks) before it sleeps on its POSIX semaphore: the kernels of one call, and the
@@ -22,7 +36,8 @@ got there first, a post is coming, and the worker takes it. The dispatcher itsel
 
 Slot layout (bytes): ``[0, 64)`` the worker's semaphore, then 8-byte fields: the ``remaining``
 counter's address, kernel function (null: the worker returns), buffer table, ranges (``lo, hi``
-pairs of i64), first chunk, chunk count, step, sequence number, sleeping flag. Needs
+pairs of i64), first chunk, chunk count, step, sequence number (odd: posted, not yet taken),
+sleeping flag, stolen flag (the dispatcher's, for ``run``). Needs
 ``sem_init``/``sem_wait``/``sem_post``, ``sched_yield`` and ``clock_gettime`` in the process
 (glibc, musl); ``available()`` says whether they are there, else the device keeps its Python
 pool.
@@ -48,10 +63,14 @@ from backends.llvm.scalars import declare_function
 SEM_BYTES = 64  # sem_t is 32 bytes on 64-bit glibc, 16 on musl
 # slots and the counter start on cache lines (``LINE``) of their own: a worker watching its slot
 SLOT_BYTES = 3 * LINE  # is not disturbed by the dispatcher writing the next one
-_F_DONE, _F_FN, _F_TABLE, _F_RANGES, _F_FIRST, _F_COUNT, _F_STEP, _F_SEQ, _F_SLEEPING = (
-    SEM_BYTES + 8 * k for k in range(9)
+_F_DONE, _F_FN, _F_TABLE, _F_RANGES, _F_FIRST, _F_COUNT, _F_STEP, _F_SEQ, _F_SLEEPING, _F_STOLEN = (
+    SEM_BYTES + 8 * k for k in range(10)
 )
 SPIN_NS = 250_000  # how long a finished worker watches for more work before it sleeps
+# how long the dispatcher, its own chunks done, waits for workers that have not taken their post
+# before it runs their chunks itself: above a sleeping worker's wake-up (tens of microseconds),
+# far below a time slice
+STEAL_NS = 100_000
 _CLOCK_MONOTONIC = 1  # Linux's clockid_t
 
 _I8, _I32, _I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -59,7 +78,7 @@ _PTR = ir.PointerType()
 _KERNEL = ir.FunctionType(ir.VoidType(), [_PTR, _I64, _I64])
 
 _lock = threading.Lock()
-_runtimes: dict[int, tuple] = {}  # by watch time: (engine, module, worker, parallel addresses), built once
+_runtimes: dict[tuple, tuple] = {}  # by watch and steal times: (engine, module, worker, parallel), built once
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -80,7 +99,7 @@ def _field(b: ir.IRBuilder, slot: ir.Value, offset: int) -> ir.Value:
     return b.gep(slot, [ir.Constant(_I64, offset)], source_etype=_I8)
 
 
-def _module(spin_ns: int) -> str:
+def _module(spin_ns: int, steal_ns: int) -> str:
     m = ir.Module(name="tile_threads")
     m.triple = llvm.get_process_triple()
     sem_wait = declare_function(m, "sem_wait", _I32, [_PTR])
@@ -124,31 +143,38 @@ def _module(spin_ns: int) -> str:
     names = ("top", "spin", "look", "sleep", "cancel", "asleep", "got", "run", "stop")
     top, spin, look, sleep, cancel, asleep, got, run, stop = (worker.append_basic_block(n) for n in names)
     ts = b.alloca(_I64, 2)  # struct timespec
-    last = b.alloca(_I64)  # the sequence number of the work done last
-    b.store(zero, last)
     seq_at, sleeping_at = _field(b, slot, _F_SEQ), _field(b, slot, _F_SLEEPING)
+
+    def posted(b: ir.IRBuilder, order: str) -> ir.Value:  # an odd sequence number: work not yet taken
+        return b.icmp_unsigned("==", b.and_(b.load_atomic(seq_at, order, 8, typ=_I64), one), one)
+
     b.branch(top)
     b.position_at_end(top)
     start = now_ns(b, ts)
     b.branch(look)
     b.position_at_end(look)  # new work? else yield, and look again until spin_ns passed
-    new = b.icmp_unsigned("!=", b.load_atomic(seq_at, "acquire", 8, typ=_I64), b.load(last, typ=_I64))
-    b.cbranch(new, got, spin)
+    b.cbranch(posted(b, "acquire"), got, spin)
     b.position_at_end(spin)
     b.call(sched_yield, [])
     b.cbranch(b.icmp_signed("<", b.sub(now_ns(b, ts), start), ir.Constant(_I64, spin_ns)), look, sleep)
     b.position_at_end(sleep)  # the handshake of the module docstring
     b.atomic_rmw("xchg", sleeping_at, one, "seq_cst")  # a seq_cst store (x86 makes one an xchg)
-    new = b.icmp_unsigned("!=", b.load_atomic(seq_at, "seq_cst", 8, typ=_I64), b.load(last, typ=_I64))
-    b.cbranch(new, cancel, asleep)
+    b.cbranch(posted(b, "seq_cst"), cancel, asleep)
     b.position_at_end(cancel)
     was = b.atomic_rmw("xchg", sleeping_at, zero, "seq_cst")
     b.cbranch(b.icmp_unsigned("==", was, one), got, asleep)  # 0: the dispatcher is posting
     b.position_at_end(asleep)
     wait(b, slot)
     b.branch(got)
-    b.position_at_end(got)
-    b.store(b.load_atomic(seq_at, "acquire", 8, typ=_I64), last)
+    b.position_at_end(got)  # take the post (odd -> even), unless it is not there or was stolen
+    seen = b.load_atomic(seq_at, "acquire", 8, typ=_I64)
+    take = worker.append_basic_block("take")
+    b.cbranch(b.icmp_unsigned("==", b.and_(seen, one), one), take, top)
+    b.position_at_end(take)
+    pair = b.cmpxchg(seq_at, seen, b.add(seen, one), "seq_cst", "seq_cst")
+    mine = worker.append_basic_block("mine")
+    b.cbranch(b.extract_value(pair, 1), mine, top)
+    b.position_at_end(mine)
     kernel = load(b, slot, _F_FN)
     b.cbranch(b.icmp_unsigned("==", b.ptrtoint(kernel, _I64), zero), stop, run)
     b.position_at_end(stop)
@@ -169,8 +195,12 @@ def _module(spin_ns: int) -> str:
     busy = b.select(b.icmp_signed("<", b.sub(count, one), workers), b.sub(count, one), workers)
     b.store(busy, remaining)  # published by each worker's sequence number (seq_cst)
 
+    def slot_of(w):
+        return b.gep(slots, [b.mul(w, ir.Constant(_I64, SLOT_BYTES))], source_etype=_I8)
+
     def post(w):
-        s = b.gep(slots, [b.mul(w, ir.Constant(_I64, SLOT_BYTES))], source_etype=_I8)
+        s = slot_of(w)
+        b.store(zero, _field(b, s, _F_STOLEN))
         for f, v in ((_F_DONE, remaining), (_F_FN, kernel), (_F_TABLE, table), (_F_RANGES, ranges)):
             b.store(v, _field(b, s, f))
         for f, v in ((_F_FIRST, b.add(w, one)), (_F_COUNT, count), (_F_STEP, step)):
@@ -188,12 +218,41 @@ def _module(spin_ns: int) -> str:
 
     counted_loop(b, zero, busy, post, one)
     chunks(b, _Callee(kernel), table, ranges, zero, count, step)
-    look, pause, done = (par.append_basic_block(n) for n in ("look", "pause", "done"))
+    ts = b.alloca(_I64, 2)
+    start = now_ns(b, ts)
+    names = ("look", "pause", "steal", "done")
+    look, pause, steal, done = (par.append_basic_block(n) for n in names)
+    stole = b.alloca(_I8)  # the late workers' posts were taken over (once a call)
+    b.store(ir.Constant(_I8, 0), stole)
     b.branch(look)
     b.position_at_end(look)
     b.cbranch(b.icmp_unsigned("==", b.load_atomic(remaining, "acquire", 8, typ=_I64), zero), done, pause)
     b.position_at_end(pause)
     b.call(sched_yield, [])
+    late = b.and_(b.icmp_unsigned("==", b.load(stole, typ=_I8), ir.Constant(_I8, 0)),
+                  b.icmp_signed(">=", b.sub(now_ns(b, ts), start), ir.Constant(_I64, steal_ns)))
+    b.cbranch(late, steal, look)
+    b.position_at_end(steal)
+    b.store(ir.Constant(_I8, 1), stole)
+
+    def take_over(w):
+        s = slot_of(w)
+        seq_at = _field(b, s, _F_SEQ)
+        seen = b.load_atomic(seq_at, "acquire", 8, typ=_I64)
+        fn = b.block.function
+        try_, run, on = (fn.append_basic_block(n) for n in ("try", "run", "on"))
+        b.cbranch(b.icmp_unsigned("==", b.and_(seen, one), one), try_, on)
+        b.position_at_end(try_)
+        pair = b.cmpxchg(seq_at, seen, b.add(seen, one), "seq_cst", "seq_cst")
+        b.cbranch(b.extract_value(pair, 1), run, on)
+        b.position_at_end(run)
+        b.store(one, _field(b, s, _F_STOLEN))
+        chunks(b, _Callee(kernel), table, ranges, b.add(w, one), count, step)
+        b.atomic_rmw("sub", remaining, one, "release")
+        b.branch(on)
+        b.position_at_end(on)
+
+    counted_loop(b, zero, busy, take_over, one)
     b.branch(look)
     b.position_at_end(done)
     b.ret_void()
@@ -212,17 +271,17 @@ class _Callee:
         return self.ptr.get_reference()
 
 
-def _build(spin_ns: int) -> tuple:
+def _build(spin_ns: int, steal_ns: int) -> tuple:
     with _lock:
-        if spin_ns not in _runtimes:
-            engine, mod = _jit(_module(spin_ns))
-            _runtimes[spin_ns] = (
+        if (spin_ns, steal_ns) not in _runtimes:
+            engine, mod = _jit(_module(spin_ns, steal_ns))
+            _runtimes[spin_ns, steal_ns] = (
                 engine,
                 mod,
                 engine.get_function_address("tile_worker"),
                 engine.get_function_address("tile_parallel"),
             )
-        return _runtimes[spin_ns]
+        return _runtimes[spin_ns, steal_ns]
 
 
 def _jit(text: str) -> tuple[llvm.ExecutionEngine, llvm.ModuleRef]:
@@ -270,9 +329,11 @@ class NativePool:
         workers: int,
         start_thread: Callable[[Callable[[], None]], threading.Thread],
         spin_ns: int = SPIN_NS,
+        steal_ns: int = STEAL_NS,
     ):
         self.workers = max(0, workers)
         self.spin_ns = spin_ns  # how long a finished worker watches for more work
+        self.steal_ns = steal_ns  # how long the dispatcher waits for a late worker (module docstring)
         self._start_thread = start_thread
         self._fresh()
         # a forked child has none of the threads: it starts its own, on fresh semaphores
@@ -295,7 +356,7 @@ class NativePool:
                 return
             libc = _libc()
             assert libc is not None
-            _, _, worker, parallel = _build(self.spin_ns)
+            _, _, worker, parallel = _build(self.spin_ns, self.steal_ns)
             self._parallel = _PARALLEL(parallel)
             base = self._base
             ready = threading.Barrier(self.workers + 1)
@@ -317,7 +378,8 @@ class NativePool:
             self._started = True
 
     def run(self, fn_address: int, table: ctypes.Array, chunks: list[tuple[int, int]]) -> list[int]:
-        """Run the kernel at ``fn_address`` on every ``(lo, hi)`` chunk; the thread id per chunk."""
+        """Run the kernel at ``fn_address`` on every ``(lo, hi)`` chunk; the thread id per chunk
+        (the caller's for a late worker's, which it ran)."""
         self._start()
         ranges = (ctypes.c_int64 * (2 * len(chunks)))(*[v for c in chunks for v in c])
         with self._run_lock:  # one kernel at a time: callers on two threads share the slots
@@ -330,5 +392,9 @@ class NativePool:
                 ctypes.addressof(ranges),
                 len(chunks),
             )
-        runners = [threading.get_ident(), *self._idents]
+            me, busy = threading.get_ident(), min(len(chunks) - 1, self.workers)
+            runners = [me] + [me if w < busy and self._stolen(w) else t for w, t in enumerate(self._idents)]
         return [runners[k % len(runners)] for k in range(len(chunks))]
+
+    def _stolen(self, w: int) -> bool:
+        return bool(ctypes.c_int64.from_address(self._base + w * SLOT_BYTES + _F_STOLEN).value)

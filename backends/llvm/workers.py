@@ -42,6 +42,14 @@ def env_watch_ns() -> int:
     return threads.SPIN_NS if us is None else us * 1000
 
 
+def env_steal_ns() -> int:
+    """``TILE_THREAD_STEAL_US``: how long a call waits for a worker thread that has not taken its
+    chunks before it runs them itself, in microseconds (default 100; ``backends.llvm.threads``)."""
+    hint = "set it to microseconds (e.g. 100), or unset it"
+    us = _env_count("TILE_THREAD_STEAL_US", 0, hint)
+    return threads.STEAL_NS if us is None else us * 1000
+
+
 KERNEL_STACK_BYTES = 64 << 20  # room for the micro-kernel's packed panels (up to 2 MiB each)
 INLINE_STACK_BYTES = 64 << 10  # kernels with more scratch run on the dispatcher's large stack
 
@@ -75,7 +83,7 @@ class WorkerPool:
         # kernels' chunks go to native workers (``threads``): no Python between chunks
         self.native = None
         if native and threads.available():
-            self.native = NativePool(self.size - 1, _start_worker, env_watch_ns())
+            self.native = NativePool(self.size - 1, _start_worker, env_watch_ns(), env_steal_ns())
 
     def _start(self) -> None:
         with self._lock:
@@ -113,5 +121,5 @@ class WorkerPool:
         return [f.result() for f in futures]
 
 
-__all__ = ["INLINE_STACK_BYTES", "KERNEL_STACK_BYTES", "WorkerPool", "env_threads", "env_watch_ns",
-           "kernel_stacks"]
+__all__ = ["INLINE_STACK_BYTES", "KERNEL_STACK_BYTES", "WorkerPool", "env_steal_ns", "env_threads",
+           "env_watch_ns", "kernel_stacks"]
