@@ -286,21 +286,43 @@ PRODUCT_SOURCES = {
 }
 
 
+# a product of at least this many multiply-adds is large enough for a GPU's matrix unit
+# (``stripe.passes.tensorize``'s ``min_macs`` is 2^18): a 16-bit one the unit's tiles decline (few
+# columns, a short innermost reduction: a convolution's 3 x 12 taps and channels) then runs the
+# tiled SIMT kernel on half operands, which no smaller product reaches (a grouped convolution gave
+# non-finite outputs there on the H100 before 41fb157, and no family caught it)
+LARGE_MACS = 300_000
+
+
+@st.composite
+def large_sizes(draw, kind: str, taps: int) -> tuple[int, int, int, int]:
+    """``(m, n, k, width)`` of a product of ``kind`` (``taps``: the convolution's) of about
+    ``LARGE_MACS`` multiply-adds or more: few columns, a short reduction, the rows making up the
+    rest (``width``: the convolution's output columns)."""
+    n, k = draw(st.integers(1, 8)), draw(st.integers(2, 24))
+    width = draw(st.integers(24, 72)) if kind == "conv" else 1
+    per_row = n * k * (taps * width if kind == "conv" else 2 if kind == "batched" else 1)
+    return -(-LARGE_MACS // per_row), n, k, width
+
+
 @st.composite
 def products(draw) -> Case:
     """A matrix product of random normal data (values unlike integers, so every rounding shows):
-    ``notes`` keep the dtype and the reduction length for ``conformance.precision``."""
+    ``notes`` keep the dtype and the reduction length for ``conformance.precision``. A quarter of
+    the draws are large (``large_sizes``)."""
     kind = draw(st.sampled_from(sorted(PRODUCT_SOURCES)))
     dtype = draw(st.sampled_from(PRODUCT_DTYPES))
     m, n, k = draw(st.integers(1, 6)), draw(st.integers(1, 6)), draw(st.integers(1, 64))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    r, width = draw(st.integers(1, 3)), 2
+    if draw(st.integers(0, 3)) == 0:  # now and then past LARGE_MACS (``large_sizes``)
+        m, n, k, width = draw(large_sizes(kind, r))
     if kind == "matmul":
         shapes, length = ((m, k), (k, n)), k
     elif kind == "batched":
         shapes, length = ((2, m, k), (2, k, n)), k
     else:
-        r = draw(st.integers(1, 3))
-        shapes, length = ((m, r + 2, k), (r, k, n)), r * k
+        shapes, length = ((m, r + width, k), (r, k, n)), r * k
     a, b = (rng.standard_normal(s).astype(dtype) for s in shapes)
     notes = {"dtype": dtype.name, "length": length}
     return Case("products", PRODUCT_SOURCES[kind], {"A": a, "B": b}, False, 8.0, length, notes)

@@ -154,3 +154,26 @@ def test_the_tiled_simt_kernel_on_half_operands_is_exact(monkeypatch):
     assert "_t128x32" in f._last.library.extra["names"][0]
     want = tile.compile(GROUPED, "interp")(ins)["O"]
     np.testing.assert_array_equal(got, want)
+
+
+def test_the_conformance_products_family_reaches_the_tiled_simt_kernel_on_half_operands():
+    """The gap that let those raw loads through conformance: its products family now draws large
+    products too (``conformance.strategies.large_sizes``), among them float16 ones that the stand-in
+    H100's tensor cores decline (few columns, a short reduction), which run the tiled SIMT kernel."""
+    from hypothesis import HealthCheck, find, settings
+
+    from conformance.strategies import products
+    from tests.test_cuda_device import _stand_in
+
+    dev = _stand_in()
+
+    def simt(case) -> bool:
+        if case.inputs["A"].dtype != np.float16 or case.inputs["A"].size < 2000:
+            return False
+        bound = driver.bind_inputs(parse(case.source), case.inputs)
+        name = driver.build(bound, dev, {"cache": False}).library.extra["names"][0]
+        return "_t1x" not in name and not name.endswith("f16")  # neither flat nor the tensor cores'
+
+    found = find(products(), simt, settings=settings(max_examples=400, derandomize=True, database=None,
+                                                     suppress_health_check=list(HealthCheck)))
+    assert found.inputs["A"].dtype == np.float16
