@@ -38,7 +38,7 @@ from stripe.cost import estimate
 from stripe.ir import Block
 from stripe.lower import check_index_space, lower
 from stripe.passes import PASSES, optimize
-from stripe.passes.gemm_tile import GENERIC_FLAT_POINTS
+from stripe.passes.gemm_tile import GENERIC_FLAT_K, GENERIC_FLAT_POINTS
 from stripe.printer import format_block
 from tile import ast, tuples
 from tile.bind import bind
@@ -106,9 +106,10 @@ def config_for(device: Device, settings: Mapping | None = None) -> TargetConfig 
             replace(s, params=replace(s.params, float32=mode)) if hasattr(s.params, "float32") else s
             for s in config.passes
         ))
-    if generic:  # shape-generic kernels: short GEMMs stay flat (``gemm_tile.GENERIC_FLAT_POINTS``)
+    if generic:  # shape-generic kernels: short GEMMs stay flat (``gemm_tile.GENERIC_FLAT_POINTS``, ``_K``)
         config = replace(config, passes=tuple(
-            replace(s, params=replace(s.params, flat_points=GENERIC_FLAT_POINTS, flat_unfused=True))
+            replace(s, params=replace(s.params, flat_points=GENERIC_FLAT_POINTS, flat_unfused=True,
+                                      flat_k=GENERIC_FLAT_K))
             if getattr(s.params, "model", "") == "cpu" and getattr(s.params, "flat_points", None) == 0 else s
             for s in config.passes
         ))

@@ -77,6 +77,12 @@ from stripe.passes.tiling import tables_of
 # loops with run-time extents (one template for every short length); the nest's tiles (M whole:
 # the next power of two) made a new template at each power of two
 GENERIC_FLAT_POINTS = 1 << 15
+# ``flat_k`` under ``generic``: a GEMM summing at most this many points a result stays flat at any
+# size, its fused epilogue with it, as plain loops with run-time extents: its loads are not reused
+# over a long reduction, which is what the micro-kernel's register tiles are for, while its nest
+# cost every new shape the nest's build (the attention's Q K^T + R, head size 8: 5 ms a length)
+# and its own generic product template (0.4-0.5 s, at S = 80)
+GENERIC_FLAT_K = 16
 
 
 MMA_TAG = "mma_"  # + the precision mode: the tag ``tensorize`` marks a kernel with
@@ -144,9 +150,9 @@ def analyze(block: Block, parent: Block | None, cfg: GemmTileConfig, halves: boo
 
 
 def flat(g: Gemm, cfg: GemmTileConfig) -> bool:
-    """Whether the GEMM ``g`` stays flat: at most ``cfg.flat_points`` points, or no fused epilogue
-    under ``cfg.flat_unfused``."""
-    if cfg.flat_unfused and g.epilogue is None:
+    """Whether the GEMM ``g`` stays flat: at most ``cfg.flat_points`` points, at most
+    ``cfg.flat_k`` reduction points, or no fused epilogue under ``cfg.flat_unfused``."""
+    if cfg.flat_unfused and g.epilogue is None or g.k.total <= cfg.flat_k:
         return True
     return g.batch.total * g.m.total * g.n.total * g.k.total <= cfg.flat_points
 

@@ -44,6 +44,9 @@ class GemmTileConfig:
     # LLVM backend runs their products as its micro-kernel with run-time tiles, which read nothing
     # of a nest, and builds the nest only to read its flat GEMM back)
     flat_unfused: bool = False
+    # a GEMM whose reduction has at most this many points stays flat (0: none): shape-generic builds
+    # set it (``GENERIC_FLAT_K``)
+    flat_k: int = 0
 
 
 QUAD_BITS = {False: 2, True: 3}  # the layout's q field: SIMT (float4 reads), matrix unit (8 rows)
