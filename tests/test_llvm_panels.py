@@ -23,6 +23,7 @@ from backends.llvm.match import (
     host_vector_bytes,
     panel,
     panel_split,
+    row_tile,
 )
 from backends.llvm.schedule import plan
 from ref_interp.stripe_exec import run_stripe
@@ -243,3 +244,17 @@ def test_the_cpu_rule_on_tiny_caches():
     a, b = ints(9, 300), ints(300, 200)
     got, _ = execute(out, {"A": a, "B": b}, {"threads": 3}, EIGHT)
     np.testing.assert_array_equal(got["C"], a @ b)
+
+
+@pytest.mark.parametrize("vector_bytes, nv, mr", [(64, 4, 6), (32, 2, 6), (16, 2, 6)])
+def test_the_register_tile_fits_the_vector_registers(vector_bytes, nv, mr):
+    """A tile keeps MR x NV accumulators, NV vectors of B and a broadcast of A: AVX-512's 32
+    registers hold 6 x 4; AVX2's 16 hold 6 x 2 (15), where 3 x 4 (17) spilled and ran at half the
+    speed (bench/RESULTS.md). Wide N, many rows: the widest tile the registers take."""
+    from backends.llvm.microkernel import ACC_BUDGET
+
+    cfg = VectorConfig(vector_bytes=vector_bytes, fma=True, reassoc=True, l1_bytes=48 << 10, l2_bytes=2 << 20)
+    width, got = panel(4096, cfg, DType.FLOAT32)
+    assert (width, got) == (vector_bytes // 4, nv)
+    assert row_tile(4096, got, ACC_BUDGET[vector_bytes]) == mr
+    assert mr * nv + nv + 1 <= (32 if vector_bytes == 64 else 16)

@@ -36,7 +36,7 @@ from llvmlite import ir
 from backends.llvm.codegen import KernelCodegen
 from backends.llvm.inline_blocks import INLINE_SCRATCH
 from backends.llvm.loops import counted_loop, smin
-from backends.llvm.match import PACK_LIMIT, Shape, VectorConfig, analyse, covers, panel
+from backends.llvm.match import PACK_LIMIT, Shape, VectorConfig, analyse, covers, nv_max, panel
 from backends.llvm.microkernel import ACC_BUDGET, MicroKernel
 from backends.llvm.scalars import F32, F64, I32, i64
 from backends.llvm.symbolic import SlotUsed, is_slot
@@ -44,7 +44,7 @@ from backends.llvm.tile_epilogue import TileEpilogue
 from stripe.ir import Block
 from tile.dtypes import DType
 
-NV_GENERIC = 4  # vectors per tile row when N varies (``match.panel``'s most)
+NV_GENERIC = 4  # vectors per tile row when N varies (``match.panel``'s most: ``nv_max``)
 K_ROUND = 64  # a run-time K's blocks are whole multiples of this many points
 
 
@@ -101,7 +101,7 @@ def plan(template: Block, shape: Shape, cfg: VectorConfig, k_blocks: bool = True
     item = shape.dtype.numpy.itemsize
     v_range = _known(ranges[shape.v])
     width = cfg.vector_bytes // item
-    nv = panel(v_range, cfg, shape.dtype)[1] if v_range is not None else NV_GENERIC
+    nv = panel(v_range, cfg, shape.dtype)[1] if v_range is not None else min(NV_GENERIC, nv_max(cfg))
     budget = ACC_BUDGET.get(cfg.vector_bytes, 12)
     rr = _known(ranges[shape.r]) if shape.r is not None else 1
     mr = max(1, min(rr if rr is not None else budget, budget // nv, 12))

@@ -140,11 +140,22 @@ def analyse(
     return Shape(dtype, v, r, outer, red, coefs, out, block.ref(out).agg_op)
 
 
+# vectors per tile row at most, by vector bytes: a tile of MR rows keeps MR x NV accumulators, NV
+# vectors of B and a broadcast of A live at once. AVX-512's 32 registers hold 6 x 4 (29); AVX2's
+# and SSE's 16 hold 6 x 2 (15), not 3 x 4 (17: the accumulators spill; 256^3 on one znver3 core:
+# 38 GFLOP/s, 77 at 6 x 2)
+NV_MAX = {64: 4}
+
+
+def nv_max(cfg: VectorConfig) -> int:
+    return NV_MAX.get(cfg.vector_bytes, 2)
+
+
 def panel(v_range: int, cfg: VectorConfig, dtype: DType) -> tuple[int, int]:
     """The micro-kernel's vector width ``W`` (lanes) and vectors per tile row ``NV`` for a vector
     index of ``v_range``: its panels of B are ``NR = NV * W`` wide."""
     width = cfg.vector_bytes // dtype.numpy.itemsize
-    return width, max(1, min(4, -(-v_range // width)))
+    return width, max(1, min(nv_max(cfg), -(-v_range // width)))
 
 
 LATENCY_FMAS = 8  # independent accumulators that keep two FMA pipes of 4 cycles' latency busy
