@@ -446,24 +446,24 @@ def _refuse_integer_empty(c: TContraction) -> None:
 def _index_space(c: TContraction, d: TContraction) -> tuple[tuple[Index, ...], tuple[Affine, ...], dict]:
     """The indexes of ``d`` (``c`` defracted) over their exact box shifted to start at 0, the
     constraints the box does not imply, and the shift (each index's affine in the shifted ones)."""
-    plain = plain_box(d)
-    if plain is not None:  # every condition one index and an integer: the box implies them all
-        _refuse_integer_empty(c)
-        idxs = tuple(Index(v, hi - lo + 1) for v, (lo, hi) in plain.items())
-        return idxs, (), {v: Affine.var(v) + lo for v, (lo, _) in plain.items()}
-    try:
-        box = index_box(d)
-    except TileIndexError:
-        # The defracted form has lost the source's conditions: name, as the interpreter does,
-        # the written one that empties the index space (it is empty too).
-        space(c).fail_empty()
-        raise
+    box = plain_box(d)  # every condition one index and an integer: the box implies them all
+    plain = box is not None
+    if box is None:
+        try:
+            box = index_box(d)
+        except TileIndexError:
+            # The defracted form has lost the source's conditions: name, as the interpreter does,
+            # the written one that empties the index space (it is empty too).
+            space(c).fail_empty()
+            raise
     _refuse_integer_empty(c)
     names = list(d.index_names)
     shift = {v: Affine.var(v) + box[v][0] for v in names}
     # in the interpreter's order (first appearance, output first): its row-major enumeration
     # is the order each element receives its values, which strict mode keeps (semantics §8.3)
     idxs = tuple(Index(v, box[v][1] - box[v][0] + 1) for v in names)
+    if plain:
+        return idxs, (), shift
     shifted = {v: (0, box[v][1] - box[v][0]) for v in names}
     constraints = []
     for r in merge_parallel(ranges(d)):

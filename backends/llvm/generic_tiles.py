@@ -3,15 +3,16 @@
 ``generic`` (the ``generic`` setting) builds one kernel per bucket of shapes; a product the CPU
 micro-kernel (``microkernel``) takes has decisions that read its extents: the vector width and
 vectors per tile row (``NV``), the rows per tile (``MR``), whether a panel of B is packed, and the
-cache blocks of K and N. Here those are fixed per bucket by a rule that reads only the integers
-the bucket's template holds fixed (``Tiles``, from ``plan``): a varying N gets ``NV = 4``, a varying
-M ``MR = ACC_BUDGET // NV``, a varying K blocks of at most ``INLINE_SCRATCH`` packed bytes, a
-whole multiple of ``K_ROUND`` points (the same at every length); a known one is decided as
-``microkernel`` decides it. Everything else comes at run time: the count of whole row tiles and
-panels, the rows past the last whole tile (one tile per power of two of their count), the columns
-past the last whole panel (masked vectors, the last one partial: ``GenericMicroKernel.columns``),
-the K blocks and the last partial one (the column tail runs in the same blocks), the strides of
-every operand. The thread split is the kernel's own (``generic``: a form per split index).
+cache blocks of K and N. Here those are fixed per bucket by a rule that reads only the integers the
+bucket's template holds fixed (``Tiles``, from ``plan``): a varying N gets ``NV = 4`` (2 with 16
+vector registers: ``match.nv_max``), a varying M ``MR = ACC_BUDGET // NV``, a varying K blocks of at
+most ``INLINE_SCRATCH`` packed bytes, a whole multiple of ``K_ROUND`` points (the same at every
+length); a known one is decided as ``microkernel`` decides it. Everything else comes at run time:
+the count of whole row tiles and panels, the rows past the last whole tile (one tile per power of
+two of their count), the columns past the last whole panel (masked vectors, the last one partial:
+``GenericMicroKernel.columns``), the K blocks and the last partial one (the column tail runs in the
+same blocks), the strides of every operand. The thread split is the kernel's own (``generic``: a
+form per split index).
 
 **What is structural.** Which index is the vector, the row, the other owned ones and the
 reductions, and whether each operand's coefficient along an index is 0, 1 or another value
@@ -44,7 +45,6 @@ from backends.llvm.tile_epilogue import TileEpilogue
 from stripe.ir import Block
 from tile.dtypes import DType
 
-NV_GENERIC = 4  # vectors per tile row when N varies (``match.panel``'s most: ``nv_max``)
 K_ROUND = 64  # a run-time K's blocks are whole multiples of this many points
 
 
@@ -101,7 +101,8 @@ def plan(template: Block, shape: Shape, cfg: VectorConfig, k_blocks: bool = True
     item = shape.dtype.numpy.itemsize
     v_range = _known(ranges[shape.v])
     width = cfg.vector_bytes // item
-    nv = panel(v_range, cfg, shape.dtype)[1] if v_range is not None else min(NV_GENERIC, nv_max(cfg))
+    # a varying N: ``panel``'s most vectors a tile row
+    nv = panel(v_range, cfg, shape.dtype)[1] if v_range is not None else nv_max(cfg)
     budget = ACC_BUDGET.get(cfg.vector_bytes, 12)
     rr = _known(ranges[shape.r]) if shape.r is not None else 1
     mr = max(1, min(rr if rr is not None else budget, budget // nv, 12))

@@ -133,6 +133,16 @@ def _module(spin_ns: int, steal_ns: int) -> str:
 
         counted_loop(b, first, count, one_chunk, step)
 
+    def claim(b: ir.IRBuilder, seq_at: ir.Value, taken: ir.Block, missed: ir.Block) -> None:
+        """Take a post (its sequence number odd -> even, by compare-and-swap) and branch to
+        ``taken``; to ``missed`` when there is none or another runner took it first."""
+        seen = b.load_atomic(seq_at, "acquire", 8, typ=_I64)
+        swap = b.block.function.append_basic_block("swap")
+        b.cbranch(b.icmp_unsigned("==", b.and_(seen, one), one), swap, missed)
+        b.position_at_end(swap)
+        pair = b.cmpxchg(seq_at, seen, b.add(seen, one), "seq_cst", "seq_cst")
+        b.cbranch(b.extract_value(pair, 1), taken, missed)
+
     def load(b, slot, offset, typ=_PTR):
         return b.load(_field(b, slot, offset), typ=typ)
 
@@ -166,14 +176,9 @@ def _module(spin_ns: int, steal_ns: int) -> str:
     b.position_at_end(asleep)
     wait(b, slot)
     b.branch(got)
-    b.position_at_end(got)  # take the post (odd -> even), unless it is not there or was stolen
-    seen = b.load_atomic(seq_at, "acquire", 8, typ=_I64)
-    take = worker.append_basic_block("take")
-    b.cbranch(b.icmp_unsigned("==", b.and_(seen, one), one), take, top)
-    b.position_at_end(take)
-    pair = b.cmpxchg(seq_at, seen, b.add(seen, one), "seq_cst", "seq_cst")
+    b.position_at_end(got)  # take the post, unless it is not there or was stolen
     mine = worker.append_basic_block("mine")
-    b.cbranch(b.extract_value(pair, 1), mine, top)
+    claim(b, seq_at, mine, top)
     b.position_at_end(mine)
     kernel = load(b, slot, _F_FN)
     b.cbranch(b.icmp_unsigned("==", b.ptrtoint(kernel, _I64), zero), stop, run)
@@ -237,14 +242,8 @@ def _module(spin_ns: int, steal_ns: int) -> str:
 
     def take_over(w):
         s = slot_of(w)
-        seq_at = _field(b, s, _F_SEQ)
-        seen = b.load_atomic(seq_at, "acquire", 8, typ=_I64)
-        fn = b.block.function
-        try_, run, on = (fn.append_basic_block(n) for n in ("try", "run", "on"))
-        b.cbranch(b.icmp_unsigned("==", b.and_(seen, one), one), try_, on)
-        b.position_at_end(try_)
-        pair = b.cmpxchg(seq_at, seen, b.add(seen, one), "seq_cst", "seq_cst")
-        b.cbranch(b.extract_value(pair, 1), run, on)
+        run, on = (b.block.function.append_basic_block(n) for n in ("run", "on"))
+        claim(b, _field(b, s, _F_SEQ), run, on)
         b.position_at_end(run)
         b.store(one, _field(b, s, _F_STOLEN))
         chunks(b, _Callee(kernel), table, ranges, b.add(w, one), count, step)

@@ -152,7 +152,7 @@ def analyze(block: Block, parent: Block | None, cfg: GemmTileConfig, halves: boo
 def flat(g: Gemm, cfg: GemmTileConfig) -> bool:
     """Whether the GEMM ``g`` stays flat: at most ``cfg.flat_points`` points, at most
     ``cfg.flat_k`` reduction points, or no fused epilogue under ``cfg.flat_unfused``."""
-    if cfg.flat_unfused and g.epilogue is None or g.k.total <= cfg.flat_k:
+    if (cfg.flat_unfused and g.epilogue is None) or g.k.total <= cfg.flat_k:
         return True
     return g.batch.total * g.m.total * g.n.total * g.k.total <= cfg.flat_points
 
