@@ -136,3 +136,19 @@ def test_the_watch_time_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("TILE_THREAD_WATCH_US", "-5")
     with pytest.raises(TileRuntimeError, match="TILE_THREAD_WATCH_US is '-5', not a whole number"):
         env_watch_ns()
+
+
+def test_the_steal_wait_comes_from_the_environment(monkeypatch):
+    """``TILE_THREAD_STEAL_US`` (tests/conftest.py sets it high for the whole suite): read into the
+    device's pool, a bad value refused by name."""
+    from backends.llvm.workers import env_steal_ns
+    from tile.errors import TileRuntimeError
+
+    monkeypatch.delenv("TILE_THREAD_STEAL_US")
+    assert env_steal_ns() == native.STEAL_NS
+    monkeypatch.setenv("TILE_THREAD_STEAL_US", "20")
+    pool = LlvmCpuDevice(threads=3).pool.native
+    assert pool is not None and pool.steal_ns == 20_000
+    monkeypatch.setenv("TILE_THREAD_STEAL_US", "soon")
+    with pytest.raises(TileRuntimeError, match="TILE_THREAD_STEAL_US is 'soon', not a whole number"):
+        env_steal_ns()
